@@ -1,0 +1,39 @@
+//! # tensorfile
+//!
+//! A strict, fast reader and a canonical writer for the
+//! [safetensors](https://huggingface.co/docs/safetensors) tensor file format.
+//!
+//! - Reading enforces the format's five reader rules exactly, with typed
+//!   errors that name the rule and the place, and never panics on input.
+//! - Files are memory-mapped read-only and tensors are borrowed from the map:
+//!   no copy unless you ask for one.
+//! - Writing produces the canonical bytes (what the reference library writes)
+//!   and saves atomically.
+//!
+//! ```ignore
+//! use tensorfile::SafeTensors;
+//! let file = SafeTensors::open("model.safetensors")?;
+//! for t in file.tensors() {
+//!     println!("{} {} {:?}", t.name(), t.dtype(), t.shape());
+//! }
+//! # Ok::<(), tensorfile::Error>(())
+//! ```
+
+#![forbid(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
+
+#[cfg(target_endian = "big")]
+compile_error!("tensorfile assumes a little-endian host: safetensors data is little-endian and views are zero-copy");
+
+pub mod dtype;
+pub mod error;
+
+pub use dtype::Dtype;
+pub use error::{Error, FormatError, Result};
+
+/// A file's metadata: string keys to string values, kept in ascending byte
+/// order of the keys (the order the canonical writer uses).
+pub type Metadata = std::collections::BTreeMap<String, String>;
+
+/// The default cap on the header length N: 100,000,000 bytes (reader rule 1).
+pub const DEFAULT_MAX_HEADER_LEN: u64 = 100_000_000;
