@@ -13,6 +13,8 @@ use std::fmt;
 /// assert_eq!(Dtype::BF16.bits(), 16);
 /// assert_eq!(Dtype::F4.byte_len(3), None); // 12 bits: not a whole number of bytes
 /// ```
+// Variants are spelled as in headers (`F8_E4M3`), so code reads like the format.
+#[allow(non_camel_case_types)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[repr(u8)]
 pub enum Dtype {
