@@ -20,29 +20,32 @@ pub struct Spec {
     pub nbytes: u64,
 }
 
-/// The parts of a transformer layer a model file names, with a dtype, a
-/// tiny shape and its byte length: names and variety are realistic, the
-/// data is not (only the header should matter).
+/// The parts of a transformer layer, named as Mistral's own checkpoints
+/// name them (`layers.N.feed_forward.w1.weight`), with a dtype, a tiny
+/// shape and its byte length: names and variety are realistic, the data is
+/// not (only the header should matter). Hugging Face's longer names
+/// (`model.layers.N.mlp.up_proj.weight`) would put a 1M-tensor header over
+/// the 100,000,000-byte cap that both implementations enforce.
 const LAYER_PARTS: [(&str, &str, &[u64], u64); 10] = [
-    ("self_attn.q_proj.weight", "BF16", &[4, 4], 32),
-    ("self_attn.k_proj.weight", "BF16", &[2, 4], 16),
-    ("self_attn.v_proj.weight", "F16", &[2, 4], 16),
-    ("self_attn.o_proj.weight", "BF16", &[4, 4], 32),
-    ("mlp.gate_proj.weight", "F32", &[4, 2], 32),
-    ("mlp.up_proj.weight", "F32", &[4, 2], 32),
-    ("mlp.down_proj.weight", "F8_E4M3", &[2, 8], 16),
-    ("mlp.up_proj.qweight", "U8", &[3], 3),
-    ("input_layernorm.weight", "F32", &[4], 16),
-    ("self_attn.rotary_emb.steps", "I64", &[], 8),
+    ("attention.wq.weight", "BF16", &[2, 2], 8),
+    ("attention.wk.weight", "BF16", &[2, 2], 8),
+    ("attention.wv.weight", "F16", &[4], 8),
+    ("attention.wo.weight", "BF16", &[2, 2], 8),
+    ("feed_forward.w1.weight", "F32", &[2], 8),
+    ("feed_forward.w2.weight", "F32", &[2], 8),
+    ("feed_forward.w3.weight", "F8_E4M3", &[2, 4], 8),
+    ("feed_forward.w1.qscale", "U8", &[3], 3),
+    ("attention_norm.weight", "F32", &[1], 4),
+    ("ffn_norm.steps", "I64", &[], 8),
 ];
 
-/// `n` tiny tensors named like a transformer's (`model.layers.N.mlp.up_proj.weight`).
+/// `n` tiny tensors named like a transformer's (`layers.N.attention.wq.weight`).
 pub fn many_small(n: usize) -> Vec<Spec> {
     (0..n)
         .map(|i| {
             let (part, dtype, shape, nbytes) = LAYER_PARTS[i % LAYER_PARTS.len()];
             Spec {
-                name: format!("model.layers.{}.{part}", i / LAYER_PARTS.len()),
+                name: format!("layers.{}.{part}", i / LAYER_PARTS.len()),
                 dtype,
                 shape: shape.to_vec(),
                 nbytes,

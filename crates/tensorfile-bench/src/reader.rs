@@ -68,6 +68,12 @@ pub fn parse(cfg: &Config) -> Result<String, BenchError> {
             (100_000 / n).clamp(1, 100) as u32
         };
         let options = ReadOptions::default();
+        // Both must accept the file; say why if not (the timed closures
+        // only return a sentinel).
+        Header::from_file_bytes(&bytes, &options)
+            .map_err(|e| BenchError(format!("tensorfile rejects the {n}-tensor file: {e}")))?;
+        Reference::deserialize(&bytes)
+            .map_err(|e| BenchError(format!("safetensors rejects the {n}-tensor file: {e}")))?;
         let mut cases = [
             Case::new("tensorfile `Header::from_file_bytes`", iters, || {
                 match Header::from_file_bytes(&bytes, &options) {
