@@ -37,6 +37,10 @@ struct Cli {
     /// it, removed at the end). Default: the system's temporary directory.
     #[arg(long)]
     dir: Option<PathBuf>,
+    /// Tensor counts for the parse group, comma-separated (default
+    /// 10000,100000,1000000, or 1000,10000 with --quick).
+    #[arg(long, value_delimiter = ',')]
+    tensors: Vec<usize>,
 }
 
 /// A benchmark group.
@@ -60,12 +64,16 @@ pub struct Config {
     pub rounds: usize,
     /// The temporary directory for generated files.
     pub dir: PathBuf,
+    /// Tensor counts for the parse group, if not the default.
+    pub tensors: Vec<usize>,
 }
 
 impl Config {
     /// Tensor counts for the header-parse group.
     pub fn parse_sizes(&self) -> Vec<usize> {
-        if self.quick {
+        if !self.tensors.is_empty() {
+            self.tensors.clone()
+        } else if self.quick {
             vec![1_000, 10_000]
         } else {
             vec![10_000, 100_000, 1_000_000]
@@ -117,6 +125,7 @@ fn run(cli: Cli) -> Result<(), BenchError> {
         quick: cli.quick,
         rounds: cli.rounds.unwrap_or(if cli.quick { 3 } else { 7 }),
         dir: temp.path().to_path_buf(),
+        tensors: cli.tensors,
     };
     println!(
         "## tensorfile-bench{}: {} timed rounds per case, interleaved, warm page cache\n",
