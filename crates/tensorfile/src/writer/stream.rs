@@ -21,14 +21,18 @@ const READ_PIECE: usize = 1 << 20;
 /// use tensorfile::writer::{StreamWriter, TensorSpec, WriteOptions};
 /// use tensorfile::Dtype;
 ///
-/// let specs = vec![TensorSpec::new("b", Dtype::U8, [3]), TensorSpec::new("a", Dtype::U8, [2])];
+/// let specs = vec![
+///     TensorSpec::new("c", Dtype::U8, [1]),
+///     TensorSpec::new("b", Dtype::U8, [3]),
+///     TensorSpec::new("a", Dtype::U8, [2]),
+/// ];
 /// let mut w = StreamWriter::create(Vec::new(), specs, None, &WriteOptions::default())?;
 /// assert_eq!(w.expected().map(|s| s.name()), Some("a")); // file order: by name
 /// w.write(&[1])?;
-/// w.write(&[2, 3, 4])?; // a piece may finish one tensor and start the next
-/// w.write_from("b", &[5u8, 6][..])?; // the rest of `b`, from any `Read`
+/// w.write(&[2, 3, 4, 5])?; // a piece may end one tensor and go on with the next
+/// w.write_from("c", &[6u8][..])?; // a whole tensor, from any `Read`
 /// let bytes = w.finish()?;
-/// assert_eq!(&bytes[bytes.len() - 5..], &[1, 2, 3, 4, 5]);
+/// assert_eq!(&bytes[bytes.len() - 6..], &[1, 2, 3, 4, 5, 6]);
 /// # Ok::<(), tensorfile::Error>(())
 /// ```
 #[derive(Debug)]
