@@ -10,7 +10,7 @@
 //! - Writing produces the canonical bytes (what the reference library writes)
 //!   and saves atomically.
 //!
-//! ```ignore
+//! ```no_run
 //! use tensorfile::SafeTensors;
 //! let file = SafeTensors::open("model.safetensors")?;
 //! for t in file.tensors() {
@@ -28,11 +28,19 @@ compile_error!("tensorfile assumes a little-endian host: safetensors data is lit
 pub mod atomic;
 pub mod dtype;
 pub mod error;
+pub mod file;
+pub mod header;
+pub mod slice;
+pub mod view;
 pub mod writer;
 
 pub use atomic::{save, save_streaming};
 pub use dtype::Dtype;
 pub use error::{Error, FormatError, Result, WriteError};
+pub use file::{read_header, read_header_from_path, SafeTensors};
+pub use header::{Header, ReadOptions, TensorInfo};
+pub use slice::{SliceArg, TensorSlice};
+pub use view::{Element, TensorView};
 pub use writer::{
     serialize, serialize_with, Align, StreamWriter, TensorData, TensorRef, TensorSpec, WriteOptions,
 };
