@@ -167,6 +167,22 @@ impl<T: TensorData + ?Sized> TensorData for &T {
     }
 }
 
+/// A tensor read by this library writes back without a copy.
+impl TensorData for crate::TensorView<'_> {
+    fn name(&self) -> &str {
+        crate::TensorView::name(self)
+    }
+    fn dtype(&self) -> Dtype {
+        crate::TensorView::dtype(self)
+    }
+    fn shape(&self) -> &[u64] {
+        crate::TensorView::shape(self)
+    }
+    fn data(&self) -> &[u8] {
+        crate::TensorView::data(self)
+    }
+}
+
 /// A tensor made of borrowed parts, for writing user data.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TensorRef<'a> {
