@@ -221,3 +221,136 @@ proptest! {
         prop_assert_eq!(ours, theirs);
     }
 }
+
+// ---- With this library's reader ----
+
+use tensorfile::{FormatError, SafeTensors};
+
+#[test]
+fn read_then_write_gives_the_same_bytes() {
+    for (path, bytes, _) in valid_fixtures() {
+        let file = SafeTensors::from_bytes(bytes.clone()).unwrap();
+        // The reader's views go straight to the writer.
+        let written = serialize(file.tensors(), file.metadata()).unwrap();
+        assert!(written == bytes, "{}: rewrite differs", path.display());
+
+        for align in [Align::Bytes64, Align::Bytes4096] {
+            let options = WriteOptions {
+                align,
+                ..Default::default()
+            };
+            let aligned = serialize_with(file.tensors(), file.metadata(), &options).unwrap();
+            let again = SafeTensors::from_bytes(aligned.clone())
+                .unwrap_or_else(|e| panic!("{}: our reader refuses: {e}", path.display()));
+            let n = u64::from_le_bytes(aligned[..8].try_into().unwrap());
+            assert_eq!((8 + n) % align.bytes(), 0);
+            assert_eq!(again.metadata(), file.metadata());
+            assert!(again
+                .tensors()
+                .map(|t| (t.name(), t.data()))
+                .eq(file.tensors().map(|t| (t.name(), t.data()))));
+            // And back to canonical.
+            assert!(serialize(again.tensors(), again.metadata()).unwrap() == bytes);
+        }
+    }
+}
+
+/// A way to damage a valid file.
+#[derive(Debug, Clone)]
+enum Mutation {
+    /// Set the byte at this position (modulo the length) to this value.
+    Set(usize, u8),
+    /// Set a header byte to a character that matters to JSON.
+    HeaderChar(usize, u8),
+    /// Cut the file to this length (modulo the length).
+    Truncate(usize),
+    /// Append bytes.
+    Append(Vec<u8>),
+    /// Add this to the header length field.
+    Length(i64),
+    /// Replace the header's last byte (padding or the closing brace).
+    LastHeaderByte(u8),
+}
+
+fn mutation() -> impl Strategy<Value = Mutation> {
+    prop_oneof![
+        (any::<usize>(), any::<u8>()).prop_map(|(i, b)| Mutation::Set(i, b)),
+        (
+            any::<usize>(),
+            prop::sample::select(b"\"\\,:{}[]0123456789-. eE\tnul".to_vec())
+        )
+            .prop_map(|(i, b)| Mutation::HeaderChar(i, b)),
+        any::<usize>().prop_map(Mutation::Truncate),
+        prop::collection::vec(any::<u8>(), 1..9).prop_map(Mutation::Append),
+        (-16i64..16).prop_map(Mutation::Length),
+        prop::sample::select(b"\t\n\r\x0c\0 }x".to_vec()).prop_map(Mutation::LastHeaderByte),
+    ]
+}
+
+fn apply(bytes: &mut Vec<u8>, mutation: &Mutation) {
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap());
+    match mutation {
+        Mutation::Set(i, b) => {
+            let len = bytes.len();
+            bytes[i % len] = *b;
+        }
+        Mutation::HeaderChar(i, b) => bytes[8 + i % n as usize] = *b,
+        Mutation::Truncate(len) => bytes.truncate(len % bytes.len()),
+        Mutation::Append(extra) => bytes.extend_from_slice(extra),
+        Mutation::Length(delta) => {
+            bytes[..8].copy_from_slice(&n.wrapping_add_signed(*delta).to_le_bytes())
+        }
+        Mutation::LastHeaderByte(b) => bytes[8 + n as usize - 1] = *b,
+    }
+}
+
+/// The small valid fixtures (the two large ones would only slow the search),
+/// read once.
+fn small_fixtures() -> &'static [Vec<u8>] {
+    static SMALL: std::sync::OnceLock<Vec<Vec<u8>>> = std::sync::OnceLock::new();
+    SMALL.get_or_init(|| {
+        valid_fixtures()
+            .into_iter()
+            .map(|(_, bytes, _)| bytes)
+            .filter(|b| b.len() < 4096)
+            .collect()
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    #[test]
+    fn same_verdict_as_the_reference_on_damaged_files(
+        index in any::<prop::sample::Index>(),
+        mutations in prop::collection::vec(mutation(), 1..3),
+    ) {
+        let fixtures = small_fixtures();
+        let mut bytes = index.get(fixtures).clone();
+        for m in &mutations {
+            // Header edits need a header: stop once the length field is broken.
+            let n = bytes.get(..8).map(|b| u64::from_le_bytes(b.try_into().unwrap()));
+            if n.is_some_and(|n| n > 0 && n.saturating_add(8) <= bytes.len() as u64) {
+                apply(&mut bytes, m);
+            }
+        }
+        let ours = SafeTensors::from_bytes(bytes.clone());
+        let theirs = safetensors::SafeTensors::deserialize(&bytes);
+        // Where we are stricter on purpose: the format forbids duplicate keys
+        // (reader rule 2); the reference keeps the last one.
+        let stricter = matches!(
+            &ours,
+            Err(tensorfile::Error::Format(FormatError::DuplicateKey { .. }))
+        );
+        if !stricter {
+            prop_assert_eq!(
+                ours.is_ok(),
+                theirs.is_ok(),
+                "ours: {:?}\ntheirs: {:?}\nheader: {:?}",
+                ours.as_ref().err(),
+                theirs.as_ref().err(),
+                String::from_utf8_lossy(&bytes[8.min(bytes.len())..bytes.len().min(400)])
+            );
+        }
+    }
+}
