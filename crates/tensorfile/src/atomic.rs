@@ -55,8 +55,8 @@ pub fn save<T: TensorData>(
 ///
 /// ```no_run
 /// use tensorfile::{save_streaming, Dtype, TensorSpec, WriteOptions};
-/// let specs = vec![TensorSpec::new("x", Dtype::F32, [1 << 20])];
-/// save_streaming("x.safetensors", specs, None, &WriteOptions::default(), |w| {
+/// let specs = [TensorSpec::new("x", Dtype::F32, [1 << 20])];
+/// save_streaming("x.safetensors", &specs, None, &WriteOptions::default(), |w| {
 ///     let source = std::fs::File::open("x.bin").map_err(tensorfile::Error::Stream)?;
 ///     w.write_from("x", source)?;
 ///     Ok(())
@@ -65,7 +65,7 @@ pub fn save<T: TensorData>(
 /// ```
 pub fn save_streaming<F>(
     path: impl AsRef<Path>,
-    specs: Vec<TensorSpec>,
+    specs: &[TensorSpec],
     metadata: Option<&Metadata>,
     options: &WriteOptions,
     body: F,

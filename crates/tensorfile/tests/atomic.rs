@@ -64,7 +64,7 @@ impl Read for BrokenSource {
 #[test]
 fn a_source_that_fails_mid_stream_leaves_the_old_file() {
     let (dir, path) = with_old_file();
-    let err = save_streaming(&path, specs(), None, &WriteOptions::default(), |w| {
+    let err = save_streaming(&path, &specs(), None, &WriteOptions::default(), |w| {
         w.write_from("a", BrokenSource { good: 1000 })?;
         Ok(())
     })
@@ -80,7 +80,7 @@ fn a_source_that_fails_mid_stream_leaves_the_old_file() {
 fn short_and_long_streams_leave_the_old_file() {
     let (dir, path) = with_old_file();
     // Short: `b` never written.
-    let err = save_streaming(&path, specs(), None, &WriteOptions::default(), |w| {
+    let err = save_streaming(&path, &specs(), None, &WriteOptions::default(), |w| {
         w.write(&[0; 4096])
     })
     .unwrap_err();
@@ -90,7 +90,7 @@ fn short_and_long_streams_leave_the_old_file() {
     assert_untouched(dir.path(), &path);
 
     // Short inside a tensor.
-    let err = save_streaming(&path, specs(), None, &WriteOptions::default(), |w| {
+    let err = save_streaming(&path, &specs(), None, &WriteOptions::default(), |w| {
         w.write(&[0; 4100])
     })
     .unwrap_err();
@@ -101,7 +101,7 @@ fn short_and_long_streams_leave_the_old_file() {
     assert_untouched(dir.path(), &path);
 
     // Long.
-    let err = save_streaming(&path, specs(), None, &WriteOptions::default(), |w| {
+    let err = save_streaming(&path, &specs(), None, &WriteOptions::default(), |w| {
         w.write(&[0; 4096])?;
         w.write_from("b", &[0u8; 11][..])?;
         Ok(())
@@ -118,7 +118,7 @@ fn short_and_long_streams_leave_the_old_file() {
     assert_untouched(dir.path(), &path);
 
     // A caller's own error, after a complete stream, still aborts.
-    let err = save_streaming(&path, specs(), None, &WriteOptions::default(), |w| {
+    let err = save_streaming(&path, &specs(), None, &WriteOptions::default(), |w| {
         w.write(&[0; 4106])?;
         Err(Error::NotFound("changed my mind".into()))
     })
@@ -155,7 +155,7 @@ fn refused_declarations_touch_nothing() {
 fn a_panicking_body_leaves_no_litter() {
     let (dir, path) = with_old_file();
     let result = std::panic::catch_unwind(|| {
-        let _ = save_streaming(&path, specs(), None, &WriteOptions::default(), |w| {
+        let _ = save_streaming(&path, &specs(), None, &WriteOptions::default(), |w| {
             w.write(&[0; 100])?;
             panic!("caller bug");
         });

@@ -7,33 +7,30 @@ use crate::error::WriteError;
 use crate::{Dtype, Metadata, Result};
 
 /// One tensor of a [`Layout`]: its declaration and where its bytes go.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Slot {
-    spec: TensorSpec,
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Slot<'a> {
+    name: &'a str,
+    dtype: Dtype,
+    shape: &'a [u64],
     begin: u64,
     end: u64,
     declared: usize,
 }
 
-impl Slot {
-    /// The declaration.
-    pub fn spec(&self) -> &TensorSpec {
-        &self.spec
-    }
-
+impl<'a> Slot<'a> {
     /// The tensor's name.
-    pub fn name(&self) -> &str {
-        &self.spec.name
+    pub fn name(&self) -> &'a str {
+        self.name
     }
 
     /// Its dtype.
     pub fn dtype(&self) -> Dtype {
-        self.spec.dtype
+        self.dtype
     }
 
     /// Its shape.
-    pub fn shape(&self) -> &[u64] {
-        &self.spec.shape
+    pub fn shape(&self) -> &'a [u64] {
+        self.shape
     }
 
     /// `[begin, end)` of its bytes, relative to the start of the data buffer.
@@ -50,6 +47,32 @@ impl Slot {
     pub fn declared(&self) -> usize {
         self.declared
     }
+
+    /// Its declaration, as an owned value.
+    pub fn to_spec(&self) -> TensorSpec {
+        TensorSpec::new(self.name, self.dtype, self.shape)
+    }
+}
+
+/// A slot as stored: names and shapes live in two shared buffers, so a
+/// layout of many tensors costs a handful of allocations, not two per tensor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Entry {
+    name_end: usize,
+    dims_end: usize,
+    dtype: Dtype,
+    begin: u64,
+    end: u64,
+    declared: usize,
+}
+
+/// A declaration being planned, borrowed from the caller.
+pub(crate) struct Decl<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) dtype: Dtype,
+    pub(crate) shape: &'a [u64],
+    /// Byte length, checked against dtype x shape.
+    pub(crate) len: u64,
 }
 
 /// A planned canonical file: the tensors in file order with their offsets,
@@ -60,7 +83,9 @@ impl Slot {
 /// not fill whole bytes, and a header over the cap.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Layout {
-    slots: Vec<Slot>,
+    entries: Vec<Entry>,
+    names: String,
+    dims: Vec<u64>,
     header: Vec<u8>,
     data_len: u64,
     file_len: u64,
@@ -70,59 +95,116 @@ impl Layout {
     /// Plans the file holding the declared tensors and `metadata` (omitted
     /// when `None` or empty). The declarations may come in any order.
     pub fn new(
-        specs: Vec<TensorSpec>,
+        specs: &[TensorSpec],
         metadata: Option<&Metadata>,
         options: &WriteOptions,
     ) -> Result<Layout> {
-        check_names(&specs)?;
-        let mut slots = Vec::with_capacity(specs.len());
-        for (declared, spec) in specs.into_iter().enumerate() {
-            let len = spec.byte_len()?;
-            // Offsets are set once the order is known; `end` holds the length till then.
-            slots.push(Slot {
-                spec,
-                begin: 0,
-                end: len,
-                declared,
+        let mut decls = Vec::with_capacity(specs.len());
+        for spec in specs {
+            decls.push(Decl {
+                name: &spec.name,
+                dtype: spec.dtype,
+                shape: &spec.shape,
+                len: spec.byte_len()?,
             });
         }
-        // Names are unique, so the order is total and an unstable sort is deterministic.
-        slots.sort_unstable_by(|a, b| {
-            (a.spec.dtype.canonical_rank(), a.spec.name.as_bytes())
-                .cmp(&(b.spec.dtype.canonical_rank(), b.spec.name.as_bytes()))
-        });
+        Layout::plan(decls, metadata, options)
+    }
+
+    /// Plans declarations whose byte lengths are already checked.
+    pub(crate) fn plan(
+        decls: Vec<Decl<'_>>,
+        metadata: Option<&Metadata>,
+        options: &WriteOptions,
+    ) -> Result<Layout> {
+        check_names(&decls)?;
+        let mut order: Vec<(u8, &str, usize)> = decls
+            .iter()
+            .enumerate()
+            .map(|(i, d)| (d.dtype.canonical_rank(), d.name, i))
+            .collect();
+        // Names are unique, so the order is total and an unstable sort is
+        // deterministic. Sorting small keys moves less than sorting slots.
+        order.sort_unstable_by(|a, b| (a.0, a.1.as_bytes()).cmp(&(b.0, b.1.as_bytes())));
+
+        let mut layout = Layout {
+            entries: Vec::with_capacity(decls.len()),
+            names: String::with_capacity(decls.iter().map(|d| d.name.len()).sum()),
+            dims: Vec::with_capacity(decls.iter().map(|d| d.shape.len()).sum()),
+            header: Vec::new(),
+            data_len: 0,
+            file_len: 0,
+        };
         let mut offset = 0u64;
-        for slot in &mut slots {
+        for &(_, _, declared) in &order {
+            let Some(decl) = decls.get(declared) else {
+                continue;
+            };
             let end = offset
-                .checked_add(slot.end)
+                .checked_add(decl.len)
                 .ok_or_else(|| WriteError::DataTooLarge {
-                    tensor: slot.spec.name.clone(),
+                    tensor: decl.name.to_string(),
                 })?;
-            slot.begin = offset;
-            slot.end = end;
+            layout.names.push_str(decl.name);
+            layout.dims.extend_from_slice(decl.shape);
+            layout.entries.push(Entry {
+                name_end: layout.names.len(),
+                dims_end: layout.dims.len(),
+                dtype: decl.dtype,
+                begin: offset,
+                end,
+                declared,
+            });
             offset = end;
         }
-        let header = header_bytes(&slots, metadata, options)?;
-        let file_len =
-            (header.len() as u64)
-                .checked_add(offset)
-                .ok_or_else(|| WriteError::DataTooLarge {
-                    tensor: slots
-                        .last()
-                        .map(|s| s.spec.name.clone())
-                        .unwrap_or_default(),
-                })?;
-        Ok(Layout {
-            slots,
-            header,
-            data_len: offset,
-            file_len,
-        })
+        layout.data_len = offset;
+        layout.header = header_bytes(&layout, metadata, options)?;
+        layout.file_len = (layout.header.len() as u64)
+            .checked_add(offset)
+            .ok_or_else(|| WriteError::DataTooLarge {
+                tensor: layout
+                    .slots()
+                    .last()
+                    .map(|s| s.name.to_string())
+                    .unwrap_or_default(),
+            })?;
+        Ok(layout)
     }
 
     /// The tensors in file order (the order their bytes must be written in).
-    pub fn slots(&self) -> &[Slot] {
-        &self.slots
+    pub fn slots(&self) -> Slots<'_> {
+        Slots {
+            layout: self,
+            index: 0,
+        }
+    }
+
+    /// The `index`-th tensor in file order.
+    pub fn slot(&self, index: usize) -> Option<Slot<'_>> {
+        let entry = self.entries.get(index)?;
+        let (name_begin, dims_begin) = match index.checked_sub(1).and_then(|i| self.entries.get(i))
+        {
+            Some(prev) => (prev.name_end, prev.dims_end),
+            None => (0, 0),
+        };
+        Some(Slot {
+            name: self.names.get(name_begin..entry.name_end)?,
+            dtype: entry.dtype,
+            shape: self.dims.get(dims_begin..entry.dims_end)?,
+            begin: entry.begin,
+            end: entry.end,
+            declared: entry.declared,
+        })
+    }
+
+    /// The number of tensors.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether the file holds no tensor.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
     }
 
     /// The first 8 + N bytes of the file: length field, header, padding.
@@ -146,16 +228,40 @@ impl Layout {
     }
 }
 
-fn check_names(specs: &[TensorSpec]) -> Result<(), WriteError> {
+/// The tensors of a [`Layout`] in file order.
+#[derive(Debug, Clone)]
+pub struct Slots<'a> {
+    layout: &'a Layout,
+    index: usize,
+}
+
+impl<'a> Iterator for Slots<'a> {
+    type Item = Slot<'a>;
+
+    fn next(&mut self) -> Option<Slot<'a>> {
+        let slot = self.layout.slot(self.index)?;
+        self.index += 1;
+        Some(slot)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let left = self.layout.len().saturating_sub(self.index);
+        (left, Some(left))
+    }
+}
+
+impl ExactSizeIterator for Slots<'_> {}
+
+fn check_names(decls: &[Decl<'_>]) -> Result<(), WriteError> {
     let mut seen: HashSet<&str, foldhash::fast::RandomState> =
-        HashSet::with_capacity_and_hasher(specs.len(), Default::default());
-    for spec in specs {
-        if spec.name == "__metadata__" {
+        HashSet::with_capacity_and_hasher(decls.len(), Default::default());
+    for decl in decls {
+        if decl.name == "__metadata__" {
             return Err(WriteError::ReservedName);
         }
-        if !seen.insert(&spec.name) {
+        if !seen.insert(decl.name) {
             return Err(WriteError::DuplicateName {
-                name: spec.name.clone(),
+                name: decl.name.to_string(),
             });
         }
     }
@@ -175,7 +281,7 @@ fn push_u64(buf: &mut Vec<u8>, n: u64) {
 
 /// The length field, the compact JSON header in canonical order, and the padding.
 fn header_bytes(
-    slots: &[Slot],
+    layout: &Layout,
     metadata: Option<&Metadata>,
     options: &WriteOptions,
 ) -> Result<Vec<u8>, WriteError> {
@@ -185,10 +291,9 @@ fn header_bytes(
     let estimate =
         16 + metadata.map_or(0, |m| {
             16 + m.iter().map(|(k, v)| k.len() + v.len() + 6).sum::<usize>()
-        }) + slots
-            .iter()
-            .map(|s| s.spec.name.len() + 64 + 21 * (s.spec.shape.len() + 2))
-            .sum::<usize>();
+        }) + layout.names.len()
+            + 21 * layout.dims.len()
+            + (64 + 42) * layout.entries.len();
     let mut buf = Vec::with_capacity(estimate + options.align.bytes() as usize);
     buf.extend_from_slice(&[0; 8]);
     buf.push(b'{');
@@ -207,16 +312,16 @@ fn header_bytes(
         buf.push(b'}');
         first = false;
     }
-    for slot in slots {
+    for slot in layout.slots() {
         if !first {
             buf.push(b',');
         }
         first = false;
-        push_json_str(&mut buf, &slot.spec.name)?;
+        push_json_str(&mut buf, slot.name)?;
         buf.extend_from_slice(b":{\"dtype\":\"");
-        buf.extend_from_slice(slot.spec.dtype.name().as_bytes());
+        buf.extend_from_slice(slot.dtype.name().as_bytes());
         buf.extend_from_slice(b"\",\"shape\":[");
-        for (i, &dim) in slot.spec.shape.iter().enumerate() {
+        for (i, &dim) in slot.shape.iter().enumerate() {
             if i > 0 {
                 buf.push(b',');
             }

@@ -25,7 +25,7 @@
 mod layout;
 mod stream;
 
-pub use layout::{Layout, Slot};
+pub use layout::{Layout, Slot, Slots};
 pub use stream::StreamWriter;
 
 use crate::error::WriteError;
@@ -218,7 +218,7 @@ pub(crate) fn plan_tensors<T: TensorData>(
     metadata: Option<&Metadata>,
     options: &WriteOptions,
 ) -> Result<Layout> {
-    let mut specs = Vec::with_capacity(tensors.len());
+    let mut decls = Vec::with_capacity(tensors.len());
     for t in tensors {
         let expected = spec_byte_len(t.name(), t.dtype(), t.shape())?;
         let actual = t.data().len() as u64;
@@ -232,9 +232,14 @@ pub(crate) fn plan_tensors<T: TensorData>(
             }
             .into());
         }
-        specs.push(TensorSpec::new(t.name(), t.dtype(), t.shape()));
+        decls.push(layout::Decl {
+            name: t.name(),
+            dtype: t.dtype(),
+            shape: t.shape(),
+            len: expected,
+        });
     }
-    Layout::new(specs, metadata, options)
+    Layout::plan(decls, metadata, options)
 }
 
 /// Hands every tensor's bytes to `writer`, in file order. `tensors` must be
@@ -243,7 +248,7 @@ pub(crate) fn write_tensors<W: std::io::Write, T: TensorData>(
     writer: &mut StreamWriter<W>,
     tensors: &[T],
 ) -> Result<()> {
-    let order: Vec<usize> = writer.layout().slots().iter().map(Slot::declared).collect();
+    let order: Vec<usize> = writer.layout().slots().map(|s| s.declared()).collect();
     for index in order {
         if let Some(t) = tensors.get(index) {
             writer.write_tensor(t.name(), t.data())?;
@@ -323,8 +328,8 @@ mod tests {
             TensorSpec::new("c", Dtype::F4, [2]),
         ];
         let empty = Metadata::new();
-        let layout = Layout::new(specs, Some(&empty), &WriteOptions::default()).unwrap();
-        let names: Vec<&str> = layout.slots().iter().map(Slot::name).collect();
+        let layout = Layout::new(&specs, Some(&empty), &WriteOptions::default()).unwrap();
+        let names: Vec<&str> = layout.slots().map(|s| s.name()).collect();
         assert_eq!(names, ["z", "a\"\n\u{e9}", "b", "c"]);
         let text = std::str::from_utf8(&layout.header()[8..]).unwrap();
         assert!(text.starts_with(
@@ -333,7 +338,7 @@ mod tests {
         assert!(text.ends_with("}}") || text.ends_with(' '));
         assert_eq!(layout.header_len() % 8, 0);
         assert_eq!(layout.data_len(), 10);
-        assert_eq!(layout.slots()[3].data_offsets(), (9, 10));
+        assert_eq!(layout.slot(3).unwrap().data_offsets(), (9, 10));
     }
 
     #[test]
@@ -344,7 +349,7 @@ mod tests {
                 ..Default::default()
             };
             let layout =
-                Layout::new(vec![TensorSpec::new("x", Dtype::F32, [3])], None, &options).unwrap();
+                Layout::new(&[TensorSpec::new("x", Dtype::F32, [3])], None, &options).unwrap();
             assert_eq!((8 + layout.header_len()) % align.bytes(), 0);
             assert!(layout.header_len() < align.bytes());
         }
@@ -360,29 +365,29 @@ mod tests {
             TensorSpec::new("a", Dtype::F32, [1]),
         ];
         assert!(matches!(
-            write_err(Layout::new(dup, None, &opts)),
+            write_err(Layout::new(&dup, None, &opts)),
             WriteError::DuplicateName { name } if name == "a"
         ));
         let reserved = vec![TensorSpec::new("__metadata__", Dtype::U8, [1])];
         assert!(matches!(
-            write_err(Layout::new(reserved, None, &opts)),
+            write_err(Layout::new(&reserved, None, &opts)),
             WriteError::ReservedName
         ));
         let odd = vec![TensorSpec::new("q", Dtype::F4, [3])];
         assert!(matches!(
-            write_err(Layout::new(odd, None, &opts)),
+            write_err(Layout::new(&odd, None, &opts)),
             WriteError::NotWholeBytes { numel: 3, .. }
         ));
         let huge = vec![TensorSpec::new("h", Dtype::U64, [u64::MAX / 4, 3])];
         assert!(matches!(
-            write_err(Layout::new(huge, None, &opts)),
+            write_err(Layout::new(&huge, None, &opts)),
             WriteError::ShapeOverflow { .. }
         ));
         // 16 tensors of 2^60 bytes: the last one's end is 2^64.
-        let sum = (0..16)
+        let sum: Vec<TensorSpec> = (0..16)
             .map(|i| TensorSpec::new(format!("h{i:02}"), Dtype::U8, [1 << 30, 1 << 30]))
             .collect();
-        let err = write_err(Layout::new(sum, None, &opts));
+        let err = write_err(Layout::new(&sum, None, &opts));
         assert!(
             matches!(&err, WriteError::DataTooLarge { tensor } if tensor == "h15"),
             "{err:?}"
@@ -392,7 +397,7 @@ mod tests {
             ..Default::default()
         };
         let long = vec![TensorSpec::new("x".repeat(100), Dtype::U8, [1])];
-        let err = write_err(Layout::new(long, None, &small_cap));
+        let err = write_err(Layout::new(&long, None, &small_cap));
         assert!(matches!(
             err,
             WriteError::HeaderTooLarge {
@@ -425,7 +430,7 @@ mod tests {
             TensorSpec::new("e", Dtype::U8, [0]),
             TensorSpec::new("a", Dtype::U8, [2]),
         ];
-        StreamWriter::create(Vec::new(), specs, None, &WriteOptions::default()).unwrap()
+        StreamWriter::create(Vec::new(), &specs, None, &WriteOptions::default()).unwrap()
     }
 
     #[test]
@@ -544,7 +549,7 @@ mod tests {
     fn output_errors_are_reported() {
         let mut out = [0u8; 20];
         let specs = vec![TensorSpec::new("a", Dtype::U8, [64])];
-        let err = StreamWriter::create(&mut out[..], specs, None, &WriteOptions::default());
+        let err = StreamWriter::create(&mut out[..], &specs, None, &WriteOptions::default());
         assert!(matches!(write_err(err), WriteError::Output(_)));
     }
 }

@@ -26,7 +26,7 @@ const READ_PIECE: usize = 1 << 20;
 ///     TensorSpec::new("b", Dtype::U8, [3]),
 ///     TensorSpec::new("a", Dtype::U8, [2]),
 /// ];
-/// let mut w = StreamWriter::create(Vec::new(), specs, None, &WriteOptions::default())?;
+/// let mut w = StreamWriter::create(Vec::new(), &specs, None, &WriteOptions::default())?;
 /// assert_eq!(w.expected().map(|s| s.name()), Some("a")); // file order: by name
 /// w.write(&[1])?;
 /// w.write(&[2, 3, 4, 5])?; // a piece may end one tensor and go on with the next
@@ -52,7 +52,7 @@ impl<W: Write> StreamWriter<W> {
     /// Plans the layout of `specs` and writes the header to `out`.
     pub fn create(
         out: W,
-        specs: Vec<TensorSpec>,
+        specs: &[TensorSpec],
         metadata: Option<&Metadata>,
         options: &WriteOptions,
     ) -> Result<StreamWriter<W>> {
@@ -78,8 +78,8 @@ impl<W: Write> StreamWriter<W> {
     }
 
     /// The tensor whose bytes come next, `None` when every tensor is complete.
-    pub fn expected(&self) -> Option<&Slot> {
-        self.layout.slots().get(self.current)
+    pub fn expected(&self) -> Option<Slot<'_>> {
+        self.layout.slot(self.current)
     }
 
     /// Bytes still missing from the tensor that comes next.
@@ -94,7 +94,7 @@ impl<W: Write> StreamWriter<W> {
 
     /// Moves past zero-size tensors not named `name`: they need no bytes.
     fn skip_empty_except(&mut self, name: Option<&str>) {
-        while let Some(slot) = self.layout.slots().get(self.current) {
+        while let Some(slot) = self.layout.slot(self.current) {
             if self.filled > 0 || slot.byte_len() > 0 || Some(slot.name()) == name {
                 break;
             }
@@ -228,7 +228,7 @@ impl<W: Write> StreamWriter<W> {
     /// The byte length of tensor `name`, if it is next and untouched.
     fn expect_start(&mut self, name: &str) -> Result<u64, WriteError> {
         self.skip_empty_except(Some(name));
-        match self.layout.slots().get(self.current) {
+        match self.layout.slot(self.current) {
             Some(slot) if slot.name() == name && self.filled == 0 => Ok(slot.byte_len()),
             Some(slot) if slot.name() == name => Err(WriteError::Started {
                 tensor: name.to_string(),
@@ -252,7 +252,7 @@ impl<W: Write> StreamWriter<W> {
     /// there can still be named by `write_tensor`.
     fn advance(&mut self, len: u64) {
         let mut left = len;
-        while let Some(slot) = self.layout.slots().get(self.current) {
+        while let Some(slot) = self.layout.slot(self.current) {
             let room = slot.byte_len() - self.filled;
             if left < room {
                 self.filled += left;
