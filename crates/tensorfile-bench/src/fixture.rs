@@ -153,3 +153,12 @@ pub fn sum_words(data: &[u8]) -> u64 {
         })
         .fold(0u64, u64::wrapping_add)
 }
+
+/// N, the header length of a file's bytes (0 if shorter than 8 bytes).
+pub fn header_len(file: &[u8]) -> u64 {
+    let mut n = [0u8; 8];
+    if let Some(prefix) = file.get(..8) {
+        n.copy_from_slice(prefix);
+    }
+    u64::from_le_bytes(n)
+}

@@ -11,6 +11,7 @@ mod fixture;
 mod measure;
 mod reader;
 mod report;
+mod writer;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -54,6 +55,10 @@ enum Group {
     Load,
     /// 4. Touch every byte of a 1 GiB file through the map.
     Touch,
+    /// 5. Write 1 GiB of tensors to a path (atomic save), sync off and on.
+    Write,
+    /// 6. Serialize a file of 100k tiny tensors (the header dominates).
+    Serialize,
 }
 
 /// What every group needs to know.
@@ -139,6 +144,8 @@ fn run(cli: Cli) -> Result<(), BenchError> {
             Group::Open => reader::open(&cfg, big_file(&cfg, &mut big)?)?,
             Group::Load => reader::load(&cfg, big_file(&cfg, &mut big)?)?,
             Group::Touch => reader::touch(&cfg, big_file(&cfg, &mut big)?)?,
+            Group::Write => writer::write(&cfg, big_file(&cfg, &mut big)?)?,
+            Group::Serialize => writer::serialize_header(&cfg)?,
         };
         println!("{section}");
     }

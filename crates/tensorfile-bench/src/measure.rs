@@ -17,6 +17,9 @@ pub struct Case<'a> {
     pub iters: u32,
     /// The work.
     pub run: Box<dyn FnMut() -> u64 + 'a>,
+    /// Untimed preparation before each sample (e.g. removing last round's
+    /// output file).
+    pub setup: Option<Box<dyn FnMut() + 'a>>,
 }
 
 impl<'a> Case<'a> {
@@ -26,7 +29,14 @@ impl<'a> Case<'a> {
             name: name.into(),
             iters: iters.max(1),
             run: Box::new(run),
+            setup: None,
         }
+    }
+
+    /// Runs `setup`, untimed, before every sample.
+    pub fn with_setup(mut self, setup: impl FnMut() + 'a) -> Self {
+        self.setup = Some(Box::new(setup));
+        self
     }
 }
 
@@ -53,6 +63,9 @@ pub fn interleave(rounds: usize, cases: &mut [Case<'_>]) -> Vec<Measured> {
     let mut peaks = Vec::with_capacity(cases.len());
     let mut checks = Vec::with_capacity(cases.len());
     for case in cases.iter_mut() {
+        if let Some(setup) = case.setup.as_mut() {
+            setup();
+        }
         let mut check = 0;
         peaks.push(peak_extra(|| check = (case.run)()));
         checks.push(check);
@@ -60,6 +73,9 @@ pub fn interleave(rounds: usize, cases: &mut [Case<'_>]) -> Vec<Measured> {
     let mut samples: Vec<Vec<Duration>> = vec![Vec::with_capacity(rounds); cases.len()];
     for _ in 0..rounds.max(1) {
         for (case, times) in cases.iter_mut().zip(samples.iter_mut()) {
+            if let Some(setup) = case.setup.as_mut() {
+                setup();
+            }
             let start = Instant::now();
             for _ in 0..case.iters {
                 black_box((case.run)());

@@ -13,10 +13,10 @@ use crate::measure::{fmt_bytes, fmt_time, interleave, speedup, Case, Measured};
 use crate::report::{ratio, verdicts, Table, Verdict};
 use crate::{BenchError, Config};
 
-type Reference<'a> = safetensors::SafeTensors<'a>;
+pub(crate) type Reference<'a> = safetensors::SafeTensors<'a>;
 
 /// Fails unless two cases that compute the same thing agreed.
-fn agree(a: &Measured, b: &Measured) -> Result<(), BenchError> {
+pub(crate) fn agree(a: &Measured, b: &Measured) -> Result<(), BenchError> {
     if a.check == b.check {
         Ok(())
     } else {
@@ -27,7 +27,12 @@ fn agree(a: &Measured, b: &Measured) -> Result<(), BenchError> {
     }
 }
 
-fn row(m: &Measured, label: &str, vs: Option<&Measured>, header_len: Option<u64>) -> Vec<String> {
+pub(crate) fn row(
+    m: &Measured,
+    label: &str,
+    vs: Option<&Measured>,
+    header_len: Option<u64>,
+) -> Vec<String> {
     vec![
         label.to_string(),
         m.name.clone(),
@@ -42,7 +47,7 @@ fn row(m: &Measured, label: &str, vs: Option<&Measured>, header_len: Option<u64>
     ]
 }
 
-const COLUMNS: [&str; 7] = [
+pub(crate) const COLUMNS: [&str; 7] = [
     "input",
     "case",
     "median",

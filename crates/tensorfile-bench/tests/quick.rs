@@ -22,6 +22,8 @@ fn quick_mode_runs_every_group_and_cleans_up() {
         "### 2. Open, map and parse",
         "### 3. Every tensor into owned memory",
         "### 4. Touching every byte",
+        "### 5. Writing a large file",
+        "### 6. Serializing a header",
     ] {
         assert!(
             stdout.contains(heading),
