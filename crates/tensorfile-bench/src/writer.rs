@@ -18,7 +18,7 @@ fn bench_err(what: &str) -> impl Fn(tensorfile::Error) -> BenchError + '_ {
     move |e| BenchError(format!("{what}: {e}"))
 }
 
-/// Removes last round's output, untimed, so every write starts alike.
+/// Removes a previous output.
 fn remove(path: &Path) {
     let _ = std::fs::remove_file(path);
 }
@@ -42,6 +42,14 @@ pub fn write(cfg: &Config, big: &Path) -> Result<String, BenchError> {
         ..WriteOptions::default()
     };
     let sync = WriteOptions::default();
+    // Before every sample, untimed: remove every case's output, which also
+    // drops its dirty pages, so no sample pays for writing back another's
+    // gigabyte (at most one output is dirty at a time).
+    let clear = || {
+        for path in [&ours_path, &base_path, &ref_path] {
+            remove(path);
+        }
+    };
     let save = |opts: &WriteOptions| match tensorfile::save(&ours_path, &views, None, opts) {
         Ok(()) => canonical.len() as u64,
         Err(_) => u64::MAX,
@@ -54,34 +62,15 @@ pub fn write(cfg: &Config, big: &Path) -> Result<String, BenchError> {
         }
         Ok(canonical.len() as u64)
     };
-    let mut cases = [
-        Case::new("tensorfile `save`, sync off", 1, || save(&no_sync))
-            .with_setup(|| remove(&ours_path)),
-        Case::new("baseline: one `write_all`", 1, || {
-            write_all(false).unwrap_or(u64::MAX - 1)
-        })
-        .with_setup(|| remove(&base_path)),
-        Case::new("safetensors `serialize_to_file`", 1, || {
-            let tensors = reference.iter().map(|(n, v)| (n.as_str(), v));
-            match safetensors::serialize_to_file(tensors, None, &ref_path) {
-                Ok(()) => canonical.len() as u64,
-                Err(_) => u64::MAX - 2,
-            }
-        })
-        .with_setup(|| remove(&ref_path)),
-        Case::new("tensorfile `save`, sync on", 1, || save(&sync))
-            .with_setup(|| remove(&ours_path)),
-        Case::new("baseline: one `write_all` + `fsync`", 1, || {
-            write_all(true).unwrap_or(u64::MAX - 3)
-        })
-        .with_setup(|| remove(&base_path)),
-    ];
-    let m = interleave(cfg.rounds, &mut cases);
-    drop(cases);
-    agree(&m[0], &m[1])?;
-    agree(&m[0], &m[2])?;
-    agree(&m[3], &m[4])?;
-    // All three wrote the canonical bytes.
+    // All three write the canonical bytes: checked once, before timing.
+    tensorfile::save(&ours_path, &views, None, &no_sync).map_err(bench_err("save"))?;
+    write_all(false)?;
+    safetensors::serialize_to_file(
+        reference.iter().map(|(n, v)| (n.as_str(), v)),
+        None,
+        &ref_path,
+    )
+    .map_err(|e| BenchError(format!("reference serialize_to_file: {e}")))?;
     for path in [&ours_path, &base_path, &ref_path] {
         if std::fs::read(path)? != canonical {
             return Err(BenchError(format!(
@@ -89,8 +78,33 @@ pub fn write(cfg: &Config, big: &Path) -> Result<String, BenchError> {
                 path.display()
             )));
         }
-        remove(path);
     }
+    let mut cases = [
+        Case::new("tensorfile `save`, sync off", 1, || save(&no_sync)).with_setup(clear),
+        Case::new("baseline: one `write_all`", 1, || {
+            write_all(false).unwrap_or(u64::MAX - 1)
+        })
+        .with_setup(clear),
+        Case::new("safetensors `serialize_to_file`", 1, || {
+            let tensors = reference.iter().map(|(n, v)| (n.as_str(), v));
+            match safetensors::serialize_to_file(tensors, None, &ref_path) {
+                Ok(()) => canonical.len() as u64,
+                Err(_) => u64::MAX - 2,
+            }
+        })
+        .with_setup(clear),
+        Case::new("tensorfile `save`, sync on", 1, || save(&sync)).with_setup(clear),
+        Case::new("baseline: one `write_all` + `fsync`", 1, || {
+            write_all(true).unwrap_or(u64::MAX - 3)
+        })
+        .with_setup(clear),
+    ];
+    let m = interleave(cfg.rounds, &mut cases);
+    drop(cases);
+    clear();
+    agree(&m[0], &m[1])?;
+    agree(&m[0], &m[2])?;
+    agree(&m[3], &m[4])?;
     let label = format!(
         "{} of tensors, {} tensors, header {}",
         fmt_bytes(canonical.len() as u64),
