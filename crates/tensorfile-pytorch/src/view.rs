@@ -1,0 +1,269 @@
+//! Strided views of a storage: bounds checks and C-order bytes.
+//!
+//! A torch tensor is a view `(storage offset, shape, strides)` over a flat
+//! storage, all counted in elements. Contiguous views are returned as
+//! borrowed slices; anything else (transposes, slices with gaps, stride-0
+//! expansions) is gathered into an owned buffer, copying the longest
+//! contiguous inner run at a time.
+
+use std::borrow::Cow;
+
+/// A view over a storage, in elements of `elem` bytes.
+#[derive(Debug, Clone, Copy)]
+pub struct View<'a> {
+    /// Offset of element `[0, 0, ...]` in the storage.
+    pub offset: u64,
+    /// Dimensions, outermost first.
+    pub shape: &'a [u64],
+    /// Strides, in elements.
+    pub strides: &'a [u64],
+    /// Bytes per element.
+    pub elem: u64,
+}
+
+impl View<'_> {
+    /// Number of elements, or `None` on overflow.
+    pub fn numel(&self) -> Option<u64> {
+        tensorfile::dtype::numel(self.shape)
+    }
+
+    /// Byte length of the view's C-order bytes, or `None` on overflow.
+    pub fn nbytes(&self) -> Option<u64> {
+        self.numel()?.checked_mul(self.elem)
+    }
+
+    /// Checks that every element of the view lies inside a storage of
+    /// `storage_numel` elements, with checked arithmetic throughout.
+    pub fn check(&self, storage_numel: u64) -> Result<(), String> {
+        let describe = || {
+            format!(
+                "storage offset {} with shape {:?} and strides {:?}",
+                self.offset, self.shape, self.strides
+            )
+        };
+        if self.shape.len() != self.strides.len() {
+            return Err(format!(
+                "shape {:?} and strides {:?} have different lengths",
+                self.shape, self.strides
+            ));
+        }
+        if self.nbytes().is_none() {
+            return Err(format!(
+                "the byte count of shape {:?} overflows 64 bits",
+                self.shape
+            ));
+        }
+        if self.numel() == Some(0) {
+            return Ok(());
+        }
+        let mut last = Some(self.offset);
+        for (&d, &s) in self.shape.iter().zip(self.strides) {
+            last = last.and_then(|l| (d - 1).checked_mul(s).and_then(|x| l.checked_add(x)));
+        }
+        match last {
+            Some(last) if last < storage_numel => {
+                // The whole storage must be addressable in bytes too.
+                if storage_numel.checked_mul(self.elem).and_then(|b| usize::try_from(b).ok()).is_none() {
+                    return Err(format!("storage of {storage_numel} elements is too large to address"));
+                }
+                Ok(())
+            }
+            Some(last) => Err(format!(
+                "{} reaches element {last}, past the end of its storage of {storage_numel} elements",
+                describe()
+            )),
+            None => Err(format!("{} overflows 64 bits", describe())),
+        }
+    }
+
+    /// Whether the view is a dense C-order block of its storage (dimensions
+    /// of size 1 may have any stride).
+    pub fn is_contiguous(&self) -> bool {
+        if self.numel() == Some(0) {
+            return true;
+        }
+        let mut expected = 1u64;
+        for (&d, &s) in self.shape.iter().zip(self.strides).rev() {
+            if d == 1 {
+                continue;
+            }
+            if s != expected {
+                return false;
+            }
+            expected = expected.saturating_mul(d);
+        }
+        true
+    }
+
+    /// The view's bytes in C order, from `storage` (the whole storage's
+    /// bytes). Call [`View::check`] first; this re-checks every access and
+    /// fails rather than panics if the view does not fit.
+    pub fn gather<'s>(&self, storage: &'s [u8]) -> Result<Cow<'s, [u8]>, String> {
+        let oob = || "view outside its storage".to_string();
+        let nbytes = self
+            .nbytes()
+            .and_then(|n| usize::try_from(n).ok())
+            .ok_or_else(oob)?;
+        let elem = usize::try_from(self.elem).map_err(|_| oob())?;
+        let offset = usize::try_from(self.offset).map_err(|_| oob())?;
+        if nbytes == 0 {
+            return Ok(Cow::Borrowed(&[]));
+        }
+        if self.is_contiguous() {
+            let start = offset.checked_mul(elem).ok_or_else(oob)?;
+            let end = start.checked_add(nbytes).ok_or_else(oob)?;
+            return storage.get(start..end).map(Cow::Borrowed).ok_or_else(oob);
+        }
+
+        // Merge the innermost dimensions that are contiguous into one block.
+        let mut outer = self.shape.len();
+        let mut block = 1usize;
+        while outer > 0 {
+            let (d, s) = (self.shape[outer - 1], self.strides[outer - 1]);
+            if d == 1 {
+                outer -= 1;
+            } else if s == block as u64 {
+                block = block
+                    .checked_mul(usize::try_from(d).map_err(|_| oob())?)
+                    .ok_or_else(oob)?;
+                outer -= 1;
+            } else {
+                break;
+            }
+        }
+        let block_bytes = block * elem;
+        let shape = &self.shape[..outer];
+        let strides = &self.strides[..outer];
+
+        let mut out = Vec::new();
+        out.try_reserve_exact(nbytes)
+            .map_err(|_| format!("cannot allocate {nbytes} bytes to re-order the view"))?;
+        // Odometer over the outer dimensions; `pos` is the element offset.
+        let mut index = vec![0u64; outer];
+        let mut pos = self.offset;
+        loop {
+            let start = usize::try_from(pos)
+                .ok()
+                .and_then(|p| p.checked_mul(elem))
+                .ok_or_else(oob)?;
+            let end = start.checked_add(block_bytes).ok_or_else(oob)?;
+            out.extend_from_slice(storage.get(start..end).ok_or_else(oob)?);
+            // Advance the odometer from the innermost outer dimension.
+            let mut k = outer;
+            loop {
+                if k == 0 {
+                    return Ok(Cow::Owned(out));
+                }
+                k -= 1;
+                index[k] += 1;
+                // Wrapping: the overshoot past the last index is undone just
+                // below, and every position actually read was checked.
+                pos = pos.wrapping_add(strides[k]);
+                if index[k] < shape[k] {
+                    break;
+                }
+                pos = pos.wrapping_sub(strides[k].wrapping_mul(shape[k]));
+                index[k] = 0;
+            }
+        }
+    }
+}
+
+/// Reverses the bytes of every `unit`-byte element of `buf` in place
+/// (big-endian storage to little-endian).
+pub fn byteswap(buf: &mut [u8], unit: usize) {
+    if unit > 1 {
+        for chunk in buf.chunks_exact_mut(unit) {
+            chunk.reverse();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn f32s(b: &[u8]) -> Vec<f32> {
+        b.chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect()
+    }
+
+    fn storage(n: usize) -> Vec<u8> {
+        (0..n).flat_map(|i| (i as f32).to_le_bytes()).collect()
+    }
+
+    fn gather(s: &[u8], offset: u64, shape: &[u64], strides: &[u64]) -> Vec<f32> {
+        let v = View {
+            offset,
+            shape,
+            strides,
+            elem: 4,
+        };
+        v.check((s.len() / 4) as u64).unwrap();
+        f32s(&v.gather(s).unwrap())
+    }
+
+    #[test]
+    fn views() {
+        let s = storage(12);
+        // Transpose of a 3x4.
+        assert_eq!(
+            gather(&s, 0, &[4, 3], &[1, 4]),
+            [0., 4., 8., 1., 5., 9., 2., 6., 10., 3., 7., 11.]
+        );
+        // Column 1 of a 3x4.
+        assert_eq!(gather(&s, 1, &[3], &[4]), [1., 5., 9.]);
+        // Expanded row.
+        assert_eq!(gather(&s, 0, &[2, 3], &[0, 1]), [0., 1., 2., 0., 1., 2.]);
+        // Slice: borrowed.
+        let v = View {
+            offset: 8,
+            shape: &[4],
+            strides: &[1],
+            elem: 4,
+        };
+        assert!(matches!(v.gather(&s).unwrap(), Cow::Borrowed(_)));
+        // Every other row of a 4x3: blocks of 3.
+        assert_eq!(gather(&s, 0, &[2, 3], &[6, 1]), [0., 1., 2., 6., 7., 8.]);
+        // Scalar and empty.
+        assert_eq!(gather(&s, 5, &[], &[]), [5.]);
+        assert_eq!(gather(&s, 99, &[0, 4], &[4, 1]), Vec::<f32>::new());
+    }
+
+    #[test]
+    fn bounds() {
+        let v = View {
+            offset: 200,
+            shape: &[3],
+            strides: &[1],
+            elem: 4,
+        };
+        let e = v.check(3).unwrap_err();
+        assert!(
+            e.contains("storage offset 200") && e.contains("3 elements"),
+            "{e}"
+        );
+        let v = View {
+            offset: 0,
+            shape: &[2, u64::MAX],
+            strides: &[1, 1],
+            elem: 4,
+        };
+        assert!(v.check(10).is_err());
+        let v = View {
+            offset: 0,
+            shape: &[3],
+            strides: &[u64::MAX],
+            elem: 4,
+        };
+        assert!(v.check(10).unwrap_err().contains("overflows"));
+    }
+
+    #[test]
+    fn swap() {
+        let mut b = [1, 2, 3, 4, 5, 6, 7, 8];
+        byteswap(&mut b, 4);
+        assert_eq!(b, [4, 3, 2, 1, 8, 7, 6, 5]);
+    }
+}
