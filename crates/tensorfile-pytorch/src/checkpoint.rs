@@ -18,7 +18,7 @@ use crate::view::{byteswap, View};
 use crate::zip::{Entry, ZipIndex};
 
 /// Options for loading a checkpoint.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct LoadOptions {
     /// Keep only the subtree at this path (`model`, `model.encoder`), with
     /// names relative to it.
@@ -29,6 +29,22 @@ pub struct LoadOptions {
     pub limits: Limits,
     /// Limits on flattening the object tree into names.
     pub walk: WalkLimits,
+    /// Largest tensor, in bytes, that a view may materialize beyond the
+    /// size of its storage (stride-0 expansions): 1 GiB by default, so a
+    /// tiny hostile file cannot demand a huge buffer.
+    pub max_expanded_bytes: u64,
+}
+
+impl Default for LoadOptions {
+    fn default() -> LoadOptions {
+        LoadOptions {
+            key: None,
+            name: None,
+            limits: Limits::default(),
+            walk: WalkLimits::default(),
+            max_expanded_bytes: 1 << 30,
+        }
+    }
 }
 
 /// Which container the checkpoint came in.
@@ -546,7 +562,7 @@ type Walked = (
 
 /// Flattens the object and rebuilds its tensors.
 fn walk(pickle: &Pickle, options: &LoadOptions) -> Result<Walked> {
-    let mut rebuilder = Rebuilder::new(pickle);
+    let mut rebuilder = Rebuilder::new(pickle, options.max_expanded_bytes);
     let flat = flatten(
         pickle,
         &mut rebuilder,

@@ -45,6 +45,7 @@ pub(crate) struct Rebuilder<'p> {
     by_key: HashMap<String, usize>,
     pub specs: Vec<TensorSpec>,
     by_object: HashMap<ObjId, usize>,
+    max_expanded: u64,
 }
 
 /// How many wrappers (`_rebuild_parameter` around `_rebuild_from_type_v2`
@@ -52,8 +53,11 @@ pub(crate) struct Rebuilder<'p> {
 const MAX_WRAPPING: usize = 8;
 
 impl<'p> Rebuilder<'p> {
-    pub fn new(pickle: &'p Pickle) -> Rebuilder<'p> {
+    /// `max_expanded` caps the byte size of views larger than their storage
+    /// (stride-0 expansions), which materialize more bytes than the file holds.
+    pub fn new(pickle: &'p Pickle, max_expanded: u64) -> Rebuilder<'p> {
         Rebuilder {
+            max_expanded,
             pickle,
             storages: Vec::new(),
             by_key: HashMap::new(),
@@ -197,6 +201,13 @@ impl<'p> Rebuilder<'p> {
             strides: &strides,
             elem,
         };
+        let nbytes = view.nbytes().unwrap_or(u64::MAX);
+        if nbytes > self.storages[storage].nbytes && nbytes > self.max_expanded {
+            return Err(bad(format!(
+                "an expanded view of {nbytes} B over a storage of {} B exceeds the limit of {} B for materialized expansions",
+                self.storages[storage].nbytes, self.max_expanded
+            )));
+        }
         // Legacy storage views: the tensor indexes a window of the root storage.
         let offset = match view_size {
             Some(size) => {
