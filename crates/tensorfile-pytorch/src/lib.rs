@@ -35,9 +35,11 @@ pub mod globals;
 mod legacy;
 pub mod pickle;
 mod rebuild;
+pub mod sharing;
 pub mod view;
 pub mod zip;
 
 pub use checkpoint::{Checkpoint, Format, LoadOptions, TorchTensor, ViewKey};
 pub use error::{Error, Result};
 pub use flatten::WalkLimits;
+pub use sharing::SharedPolicy;

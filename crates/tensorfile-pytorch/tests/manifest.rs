@@ -241,3 +241,51 @@ fn from_bytes_matches_open() {
         assert_eq!(x.bytes().unwrap(), y.bytes().unwrap());
     }
 }
+
+#[test]
+fn sharing_policies() {
+    use tensorfile_pytorch::sharing::plan;
+    use tensorfile_pytorch::SharedPolicy;
+    let names = |p: &tensorfile_pytorch::sharing::Plan| {
+        p.write
+            .iter()
+            .map(|t| t.name().to_string())
+            .collect::<Vec<_>>()
+    };
+
+    let tied = Checkpoint::open(fixtures().join("zip_tied.pt")).unwrap();
+    let p = plan(&tied, SharedPolicy::Alias).unwrap();
+    assert_eq!(names(&p), ["emb.weight"]);
+    assert_eq!(
+        p.aliases,
+        [("head.weight".to_string(), "emb.weight".to_string())]
+    );
+    assert_eq!(
+        names(&plan(&tied, SharedPolicy::Copy).unwrap()),
+        ["emb.weight", "head.weight"]
+    );
+    let e = plan(&tied, SharedPolicy::Error).unwrap_err().to_string();
+    assert!(
+        e.contains("\"emb.weight\" and \"head.weight\" share storage"),
+        "{e}"
+    );
+
+    // Different views of one storage each keep their bytes.
+    let views = Checkpoint::open(fixtures().join("zip_views.pt")).unwrap();
+    let p = plan(&views, SharedPolicy::Alias).unwrap();
+    assert_eq!(names(&p), ["col", "full", "row", "t", "tail"]);
+    assert!(p.aliases.is_empty());
+    assert!(plan(&views, SharedPolicy::Error).is_err());
+
+    // The same object under two names is an exact alias.
+    let same = Checkpoint::open(fixtures().join("zip_same_object.pt")).unwrap();
+    let p = plan(&same, SharedPolicy::Alias).unwrap();
+    assert_eq!(p.aliases, [("b".to_string(), "a".to_string())]);
+
+    // Separate storages with equal bytes are not sharing.
+    let state = Checkpoint::open(fixtures().join("zip_with_state.pt")).unwrap();
+    assert_eq!(
+        names(&plan(&state, SharedPolicy::Error).unwrap()),
+        ["p", "t"]
+    );
+}
