@@ -139,7 +139,10 @@ pub enum FormatError {
         expected: u64,
     },
     /// Rule 5: sorted by begin, a tensor does not begin where the previous one ended.
-    #[error("rule 5: tensor {tensor:?} begins at data byte {begin}, but {} at {expected}", if *.expected == 0 { "the data buffer begins".to_string() } else { format!("the previous tensor ({previous:?}) ends") })]
+    #[error("rule 5: tensor {tensor:?} begins at data byte {begin}, but {}", match previous {
+        None => format!("the data buffer begins at {expected}"),
+        Some(p) => format!("the previous tensor {p:?} ends at {expected}"),
+    })]
     NotContiguous {
         /// The tensor name.
         tensor: String,
