@@ -331,6 +331,11 @@ impl<'a> TorchTensor<'a> {
         self.info.dtype.byte_len(numel).unwrap_or(0)
     }
 
+    /// Whether the view is a dense C-order block of its storage.
+    pub fn is_contiguous(&self) -> bool {
+        self.view().is_contiguous()
+    }
+
     /// Whether [`TorchTensor::bytes`] can borrow from the file (a contiguous
     /// view of a stored, little-endian storage).
     pub fn is_zero_copy(&self) -> bool {
@@ -373,6 +378,31 @@ impl<'a> TorchTensor<'a> {
 enum Kind {
     Zip,
     Legacy,
+}
+
+/// Whether `head` (the first bytes of a file; 512 are enough) looks like a
+/// PyTorch checkpoint: a zip archive, a legacy magic-number pickle, or the
+/// old tar layout. A safetensors file never does, so tools can pick a
+/// loader from this.
+pub fn looks_like_pytorch(head: &[u8]) -> bool {
+    // A safetensors header length is followed by the JSON header.
+    if head.get(8) == Some(&b'{') {
+        return false;
+    }
+    let zip = head.starts_with(b"PK\x03\x04") || head.starts_with(b"PK\x05\x06");
+    // PROTO 2..5, then LONG1 (the magic number).
+    let legacy =
+        head.len() >= 3 && head[0] == 0x80 && (2..=5).contains(&head[1]) && head[2] == 0x8a;
+    let tar = head.get(257..262) == Some(b"ustar");
+    zip || legacy || tar
+}
+
+/// [`looks_like_pytorch`] on the first bytes of the file at `path`.
+pub fn file_looks_like_pytorch(path: impl AsRef<Path>) -> std::io::Result<bool> {
+    use std::io::Read;
+    let mut head = Vec::with_capacity(512);
+    File::open(path)?.take(512).read_to_end(&mut head)?;
+    Ok(looks_like_pytorch(&head))
 }
 
 /// Tells the container from the first bytes, refusing what we do not load.

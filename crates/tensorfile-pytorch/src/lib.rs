@@ -39,7 +39,10 @@ pub mod sharing;
 pub mod view;
 pub mod zip;
 
-pub use checkpoint::{Checkpoint, Format, LoadOptions, TorchTensor, ViewKey};
+pub use checkpoint::{
+    file_looks_like_pytorch, looks_like_pytorch, Checkpoint, Format, LoadOptions, TorchTensor,
+    ViewKey,
+};
 pub use error::{Error, Result};
 pub use flatten::WalkLimits;
 pub use sharing::SharedPolicy;

@@ -289,3 +289,30 @@ fn sharing_policies() {
         ["p", "t"]
     );
 }
+
+#[test]
+fn sniffing_tells_pytorch_from_safetensors() {
+    use tensorfile_pytorch::file_looks_like_pytorch;
+    for (file, spec) in &manifest() {
+        let path = fixtures().join(file);
+        let looks = file_looks_like_pytorch(&path).unwrap();
+        // Every torch.save output and the tar stub look like PyTorch.
+        if spec["expect"].as_str().unwrap().starts_with("ok") || file.starts_with("tar") {
+            assert!(looks, "{file}");
+        }
+    }
+    let valid = PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/fixtures/valid"
+    ));
+    for entry in std::fs::read_dir(valid).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "safetensors") {
+            assert!(
+                !file_looks_like_pytorch(&path).unwrap(),
+                "{}",
+                path.display()
+            );
+        }
+    }
+}

@@ -43,6 +43,10 @@ fn alignment_of(offset: u64) -> u64 {
 
 /// Describes one file; exit 1 when it is invalid or unreadable.
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
+    // PyTorch checkpoints are described by their own loader.
+    if tensorfile_pytorch::file_looks_like_pytorch(&args.file).unwrap_or(false) {
+        return super::inspect_pytorch::run(&args.file, args.json, args.hash);
+    }
     let options = ReadOptions::default();
     // Hashing needs the bytes; a summary needs only the header.
     let file = if args.hash {
