@@ -7,6 +7,7 @@ use std::io::{self, Write};
 
 pub mod inspect;
 pub mod inspect_pytorch;
+pub mod rewrite;
 pub mod validate;
 
 /// A failure that ends a command with exit status 1.
