@@ -28,6 +28,7 @@
 compile_error!("tensorfile-pytorch assumes a little-endian host");
 
 pub mod checkpoint;
+pub mod convert;
 pub mod dtypes;
 pub mod error;
 mod flatten;
@@ -43,6 +44,7 @@ pub use checkpoint::{
     file_looks_like_pytorch, looks_like_pytorch, Checkpoint, Format, LoadOptions, TorchTensor,
     ViewKey,
 };
+pub use convert::{convert, ConvertOptions};
 pub use error::{Error, Result};
 pub use flatten::WalkLimits;
 pub use sharing::SharedPolicy;
