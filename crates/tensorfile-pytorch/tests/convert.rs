@@ -198,7 +198,7 @@ fn key_and_keep_values() {
     )
     .unwrap();
     let st = SafeTensors::open(&out).unwrap();
-    assert!(st.len() > 0);
+    assert!(!st.is_empty());
     assert!(st
         .names()
         .all(|n| !n.starts_with("model.") && !n.starts_with("optimizer.")));
