@@ -63,3 +63,81 @@ fn inspect_refuses_hostile_checkpoints_on_one_line() {
         assert!(o.stdout.is_empty());
     }
 }
+
+#[test]
+fn convert_writes_a_canonical_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("tied.safetensors");
+    let p = pytorch("zip_tied.pt");
+    let o = tensorfile(&[
+        "convert",
+        "--no-sync",
+        p.to_str().unwrap(),
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(stdout(&o).contains("1 tensors (+1 aliases)"));
+    assert!(o.stderr.is_empty(), "no progress bar off a terminal");
+    let file = tensorfile::SafeTensors::open(&out).unwrap();
+    assert_eq!(
+        file.metadata()
+            .unwrap()
+            .get("head.weight")
+            .map(String::as_str),
+        Some("emb.weight")
+    );
+    let again = tensorfile::writer::serialize(file.tensors(), file.metadata()).unwrap();
+    assert!(again == file.as_bytes(), "canonical");
+
+    // A safetensors input is a canonical rewrite: the same bytes again.
+    let out2 = dir.path().join("again.safetensors");
+    let o = tensorfile(&["convert", out.to_str().unwrap(), out2.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0));
+    assert_eq!(std::fs::read(&out).unwrap(), std::fs::read(&out2).unwrap());
+
+    // --shared copy keeps both names.
+    let o = tensorfile(&[
+        "convert",
+        "--shared",
+        "copy",
+        "--json",
+        p.to_str().unwrap(),
+        out.to_str().unwrap(),
+    ]);
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(
+        (v["tensors"].as_u64(), v["aliases"].as_u64()),
+        (Some(2), Some(0))
+    );
+}
+
+#[test]
+fn refused_conversion_exits_1_and_leaves_no_file() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, extra) in [
+        ("reject_conj.pt", None),
+        ("evil_builtins_eval.pt", None),
+        ("zip_views.pt", Some("--shared=error")),
+        ("zip_simple.pt", Some("--key=nope")),
+    ] {
+        let out = dir.path().join("out.safetensors");
+        let p = pytorch(name);
+        let mut args = vec!["convert", p.to_str().unwrap(), out.to_str().unwrap()];
+        args.extend(extra);
+        let o = tensorfile(&args);
+        assert_eq!(o.status.code(), Some(1), "{name}");
+        let err = String::from_utf8(o.stderr).unwrap();
+        assert_eq!(err.lines().count(), 1, "{name}: {err}");
+        assert!(!out.exists(), "{name}");
+        assert_eq!(
+            std::fs::read_dir(dir.path()).unwrap().count(),
+            0,
+            "{name}: no temporary file left"
+        );
+    }
+}
