@@ -117,6 +117,8 @@ struct TensorInfo {
 /// ```
 pub struct Checkpoint {
     source: Source,
+    /// The file behind the map, for streaming stored bytes with plain reads.
+    file: Option<File>,
     format: Format,
     big_endian: bool,
     storages: Vec<Storage>,
@@ -148,7 +150,9 @@ impl Checkpoint {
         // reader of memory-mapped files, we rely on the file not being
         // truncated or modified by another process while it is mapped.
         let map = unsafe { Mmap::map(&file) }.map_err(|e| Error::io(path, e))?;
-        Checkpoint::load(Source::Mmap(map), options)
+        let mut ckpt = Checkpoint::load(Source::Mmap(map), options)?;
+        ckpt.file = Some(file);
+        Ok(ckpt)
     }
 
     /// Loads a checkpoint held in memory.
@@ -164,6 +168,7 @@ impl Checkpoint {
         };
         Ok(Checkpoint {
             source,
+            file: None,
             format: parts.format,
             big_endian: parts.big_endian,
             storages: parts.storages,
@@ -352,6 +357,38 @@ impl<'a> TorchTensor<'a> {
             strides: &self.info.strides,
             elem: self.ckpt.storages[self.info.storage].dtype.element_size(),
         }
+    }
+
+    /// Where the tensor's bytes lie, as they are, in the input: `(offset,
+    /// length)` when [`TorchTensor::is_zero_copy`].
+    pub fn file_range(&self) -> Option<(u64, u64)> {
+        let s = &self.ckpt.storages[self.info.storage];
+        match &s.location {
+            Location::Range(r) if self.is_zero_copy() => {
+                let start = (r.start as u64)
+                    .checked_add(self.info.offset.checked_mul(s.dtype.element_size())?)?;
+                Some((start, self.nbytes()))
+            }
+            _ => None,
+        }
+    }
+
+    /// A reader of the tensor's bytes straight from the input file, when
+    /// they lie there as they are and the checkpoint was opened from a path.
+    /// Copying large tensors with plain reads is faster than faulting in the
+    /// memory map page by page.
+    pub fn reader(&self) -> Result<Option<impl std::io::Read + 'a>> {
+        use std::io::{Read, Seek, SeekFrom};
+        let (Some(file), Some((offset, len))) = (&self.ckpt.file, self.file_range()) else {
+            return Ok(None);
+        };
+        let io = |e| Error::Tensor {
+            name: self.info.name.clone(),
+            reason: format!("cannot read the input file: {e}"),
+        };
+        let mut f = file.try_clone().map_err(io)?;
+        f.seek(SeekFrom::Start(offset)).map_err(io)?;
+        Ok(Some(f.take(len)))
     }
 
     /// The tensor's bytes in C order, little-endian: borrowed from the

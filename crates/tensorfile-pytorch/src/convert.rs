@@ -104,15 +104,32 @@ pub fn convert_checkpoint(
             let Some(t) = by_name.get(name.as_str()) else {
                 return Err(aborted(format!("no tensor {name:?} to write")));
             };
-            let bytes = match t.bytes() {
-                Ok(b) => b,
+            // Bytes stored as they are stream with plain reads; the rest
+            // (views to re-order, inflated or byte-swapped storages) come
+            // from one buffer per tensor.
+            let direct = match t.reader() {
+                Ok(r) => r,
                 Err(e) => {
                     failure = Some(e);
                     return Err(aborted(format!("tensor {name:?} could not be read")));
                 }
             };
-            w.write_tensor(&name, &bytes)?;
-            bytes_done += bytes.len() as u64;
+            match direct {
+                Some(reader) => {
+                    w.write_from(&name, reader)?;
+                }
+                None => {
+                    let bytes = match t.bytes() {
+                        Ok(b) => b,
+                        Err(e) => {
+                            failure = Some(e);
+                            return Err(aborted(format!("tensor {name:?} could not be read")));
+                        }
+                    };
+                    w.write_tensor(&name, &bytes)?;
+                }
+            }
+            bytes_done += t.nbytes();
             tensors_done += 1;
             progress(Progress {
                 name: &name,

@@ -132,32 +132,45 @@ impl View<'_> {
             }
         }
         let block_bytes = block * elem;
-        let shape = &self.shape[..outer];
-        let strides = &self.strides[..outer];
+        if outer == 0 {
+            // Only size-1 dimensions around one contiguous block.
+            let start = offset.checked_mul(elem).ok_or_else(oob)?;
+            let end = start.checked_add(nbytes).ok_or_else(oob)?;
+            return storage.get(start..end).map(Cow::Borrowed).ok_or_else(oob);
+        }
+        // The innermost remaining dimension is copied as one run of blocks
+        // per step; the dimensions outside it advance with an odometer.
+        let run_len = self.shape[outer - 1];
+        let run_stride = usize::try_from(self.strides[outer - 1])
+            .ok()
+            .and_then(|s| s.checked_mul(elem))
+            .ok_or_else(oob)?;
+        let run_bytes = usize::try_from(run_len)
+            .ok()
+            .and_then(|r| r.checked_mul(block_bytes))
+            .ok_or_else(oob)?;
+        let shape = &self.shape[..outer - 1];
+        let strides = &self.strides[..outer - 1];
 
         let mut out = Vec::new();
         out.try_reserve_exact(nbytes)
             .map_err(|_| format!("cannot allocate {nbytes} bytes to re-order the view"))?;
-        // Odometer over the outer dimensions; `pos` is the element offset.
-        let mut index = vec![0u64; outer];
+        out.resize(nbytes, 0);
+        let mut index = vec![0u64; shape.len()];
         let mut pos = self.offset;
-        loop {
+        for dst in out.chunks_exact_mut(run_bytes) {
             let start = usize::try_from(pos)
                 .ok()
                 .and_then(|p| p.checked_mul(elem))
                 .ok_or_else(oob)?;
-            let end = start.checked_add(block_bytes).ok_or_else(oob)?;
-            out.extend_from_slice(storage.get(start..end).ok_or_else(oob)?);
+            copy_run(dst, storage, start, run_stride, block_bytes).ok_or_else(oob)?;
             // Advance the odometer from the innermost outer dimension.
-            let mut k = outer;
-            loop {
-                if k == 0 {
-                    return Ok(Cow::Owned(out));
-                }
+            let mut k = shape.len();
+            while k > 0 {
                 k -= 1;
                 index[k] += 1;
                 // Wrapping: the overshoot past the last index is undone just
-                // below, and every position actually read was checked.
+                // below, and every position actually read is checked.
                 pos = pos.wrapping_add(strides[k]);
                 if index[k] < shape[k] {
                     break;
@@ -166,7 +179,42 @@ impl View<'_> {
                 index[k] = 0;
             }
         }
+        Ok(Cow::Owned(out))
     }
+}
+
+/// Copies `dst.len() / block` blocks of `block` bytes from `src`, the i-th
+/// from `start + i * stride`. `None` if a block lies outside `src`.
+fn copy_run(dst: &mut [u8], src: &[u8], start: usize, stride: usize, block: usize) -> Option<()> {
+    // Fixed sizes let the compiler turn each copy into a single move: this
+    // is the loop that transposes run through, one element at a time.
+    match block {
+        1 => copy_fixed::<1>(dst, src, start, stride),
+        2 => copy_fixed::<2>(dst, src, start, stride),
+        4 => copy_fixed::<4>(dst, src, start, stride),
+        8 => copy_fixed::<8>(dst, src, start, stride),
+        16 => copy_fixed::<16>(dst, src, start, stride),
+        _ => {
+            for (i, d) in dst.chunks_exact_mut(block).enumerate() {
+                let s = start.checked_add(i.checked_mul(stride)?)?;
+                d.copy_from_slice(src.get(s..s.checked_add(block)?)?);
+            }
+            Some(())
+        }
+    }
+}
+
+fn copy_fixed<const N: usize>(
+    dst: &mut [u8],
+    src: &[u8],
+    start: usize,
+    stride: usize,
+) -> Option<()> {
+    for (i, d) in dst.chunks_exact_mut(N).enumerate() {
+        let s = start.checked_add(i.checked_mul(stride)?)?;
+        d.copy_from_slice(src.get(s..s.checked_add(N)?)?);
+    }
+    Some(())
 }
 
 /// Reverses the bytes of every `unit`-byte element of `buf` in place
