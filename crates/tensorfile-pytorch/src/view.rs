@@ -138,19 +138,41 @@ impl View<'_> {
             let end = start.checked_add(nbytes).ok_or_else(oob)?;
             return storage.get(start..end).map(Cow::Borrowed).ok_or_else(oob);
         }
-        // The innermost remaining dimension is copied as one run of blocks
-        // per step; the dimensions outside it advance with an odometer.
-        let run_len = self.shape[outer - 1];
-        let run_stride = usize::try_from(self.strides[outer - 1])
-            .ok()
+        // The two innermost remaining dimensions are copied as one plane
+        // (rows of strided blocks) per step, in tiles so that strided reads
+        // reuse cache lines (transposes); the dimensions outside advance
+        // with an odometer. With one dimension left, the plane is one row.
+        let plane_dims = outer.min(2);
+        let dims = &self.shape[outer - plane_dims..outer];
+        let dim_strides = &self.strides[outer - plane_dims..outer];
+        let to_usize = |v: u64| usize::try_from(v).ok();
+        let (rows, row_stride) = if plane_dims == 2 {
+            (
+                to_usize(dims[0]).ok_or_else(oob)?,
+                to_usize(dim_strides[0])
+                    .and_then(|s| s.checked_mul(elem))
+                    .ok_or_else(oob)?,
+            )
+        } else {
+            (1, 0)
+        };
+        let cols = to_usize(dims[plane_dims - 1]).ok_or_else(oob)?;
+        let col_stride = to_usize(dim_strides[plane_dims - 1])
             .and_then(|s| s.checked_mul(elem))
             .ok_or_else(oob)?;
-        let run_bytes = usize::try_from(run_len)
-            .ok()
-            .and_then(|r| r.checked_mul(block_bytes))
+        let plane = Plane {
+            rows,
+            cols,
+            row_stride,
+            col_stride,
+            block: block_bytes,
+        };
+        let plane_bytes = rows
+            .checked_mul(cols)
+            .and_then(|n| n.checked_mul(block_bytes))
             .ok_or_else(oob)?;
-        let shape = &self.shape[..outer - 1];
-        let strides = &self.strides[..outer - 1];
+        let shape = &self.shape[..outer - plane_dims];
+        let strides = &self.strides[..outer - plane_dims];
 
         let mut out = Vec::new();
         out.try_reserve_exact(nbytes)
@@ -158,12 +180,12 @@ impl View<'_> {
         out.resize(nbytes, 0);
         let mut index = vec![0u64; shape.len()];
         let mut pos = self.offset;
-        for dst in out.chunks_exact_mut(run_bytes) {
+        for dst in out.chunks_exact_mut(plane_bytes) {
             let start = usize::try_from(pos)
                 .ok()
                 .and_then(|p| p.checked_mul(elem))
                 .ok_or_else(oob)?;
-            copy_run(dst, storage, start, run_stride, block_bytes).ok_or_else(oob)?;
+            plane.copy(dst, storage, start).ok_or_else(oob)?;
             // Advance the odometer from the innermost outer dimension.
             let mut k = shape.len();
             while k > 0 {
@@ -180,6 +202,42 @@ impl View<'_> {
             }
         }
         Ok(Cow::Owned(out))
+    }
+}
+
+/// A rows x cols grid of `block`-byte blocks, strides in bytes.
+struct Plane {
+    rows: usize,
+    cols: usize,
+    row_stride: usize,
+    col_stride: usize,
+    block: usize,
+}
+
+impl Plane {
+    /// Side of the square tiles: 32 strided reads stay in cache.
+    const TILE: usize = 32;
+
+    /// Copies the plane starting at byte `start` of `src` into `dst` in C
+    /// order. `None` if a block lies outside `src`.
+    fn copy(&self, dst: &mut [u8], src: &[u8], start: usize) -> Option<()> {
+        let row_bytes = self.cols.checked_mul(self.block)?;
+        for i0 in (0..self.rows).step_by(Self::TILE) {
+            for j0 in (0..self.cols).step_by(Self::TILE) {
+                let n = (j0 + Self::TILE).min(self.cols) - j0;
+                for i in i0..(i0 + Self::TILE).min(self.rows) {
+                    let d = i
+                        .checked_mul(row_bytes)?
+                        .checked_add(j0.checked_mul(self.block)?)?;
+                    let d = dst.get_mut(d..d.checked_add(n.checked_mul(self.block)?)?)?;
+                    let s = start
+                        .checked_add(i.checked_mul(self.row_stride)?)?
+                        .checked_add(j0.checked_mul(self.col_stride)?)?;
+                    copy_run(d, src, s, self.col_stride, self.block)?;
+                }
+            }
+        }
+        Some(())
     }
 }
 
@@ -277,6 +335,42 @@ mod tests {
         // Scalar and empty.
         assert_eq!(gather(&s, 5, &[], &[]), [5.]);
         assert_eq!(gather(&s, 99, &[0, 4], &[4, 1]), Vec::<f32>::new());
+    }
+
+    /// Element-by-element reference for `gather`.
+    fn naive(s: &[u8], offset: u64, shape: &[u64], strides: &[u64]) -> Vec<f32> {
+        let all = f32s(s);
+        let n: u64 = shape.iter().product();
+        (0..n)
+            .map(|mut flat| {
+                let mut pos = offset;
+                for (&d, &st) in shape.iter().zip(strides).rev() {
+                    pos += (flat % d) * st;
+                    flat /= d;
+                }
+                all[pos as usize]
+            })
+            .collect()
+    }
+
+    #[test]
+    fn tiled_views_match_the_element_by_element_reference() {
+        let s = storage(70 * 45 * 3);
+        let cases: &[(u64, &[u64], &[u64])] = &[
+            (0, &[45, 70], &[1, 45]),          // transpose, ragged tiles
+            (0, &[3, 45, 70], &[3150, 1, 45]), // batched transpose
+            (0, &[70, 3, 45], &[45, 3150, 1]), // permuted, contiguous rows
+            (1, &[44, 3, 70], &[1, 3150, 45]), // offset, three strided dims
+            (5, &[33, 2, 35], &[2, 1, 90]),    // interleaved
+            (0, &[4, 45, 70], &[0, 1, 45]),    // expanded transpose
+        ];
+        for &(offset, shape, strides) in cases {
+            assert_eq!(
+                gather(&s, offset, shape, strides),
+                naive(&s, offset, shape, strides),
+                "{shape:?} {strides:?}"
+            );
+        }
     }
 
     #[test]
