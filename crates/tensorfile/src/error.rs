@@ -231,6 +231,15 @@ pub enum Error {
     /// The writer refused its input.
     #[error("cannot write: {0}")]
     Write(String),
+    /// A tensor cannot be cast to the requested dtype.
+    #[error("tensor {tensor:?}: {source}")]
+    Cast {
+        /// The tensor name.
+        tensor: String,
+        /// What the cast refused.
+        #[source]
+        source: crate::cast::CastError,
+    },
 }
 
 impl Error {

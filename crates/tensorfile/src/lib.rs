@@ -25,6 +25,7 @@
 #[cfg(target_endian = "big")]
 compile_error!("tensorfile assumes a little-endian host: safetensors data is little-endian and views are zero-copy");
 
+pub mod cast;
 pub mod dtype;
 pub mod error;
 
