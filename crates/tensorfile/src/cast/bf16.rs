@@ -4,8 +4,9 @@
 //! keeps NaN payloads (ml_dtypes does not) and whose per-value branch on NaN
 //! keeps loops from vectorizing. BF16 is the top half of an f32, so both
 //! directions are a shift plus, for F32 -> BF16, one rounding add: written
-//! here as branch-free loops over fixed-size byte chunks, which the compiler
-//! turns into SIMD (and which work on unaligned bytes straight from a map).
+//! here as branch-free element maps, which the compiler
+//! turns into SIMD (see [`super::lanes`]).
+use super::lanes;
 
 /// The BF16 bits of `x`, rounded to nearest even; NaN becomes the quiet NaN
 /// 0x7FC0 with `x`'s sign (ml_dtypes).
@@ -22,29 +23,22 @@ pub(crate) fn from_f32_bits(b: u32) -> u16 {
 
 /// Little-endian BF16 bytes to little-endian F32 bytes (`dst` twice as long).
 pub(crate) fn bytes_to_f32_bytes(src: &[u8], dst: &mut [u8]) {
-    for (o, i) in dst.chunks_exact_mut(4).zip(src.chunks_exact(2)) {
-        o.copy_from_slice(&[0, 0, i[0], i[1]]);
-    }
+    lanes::map(src, dst, |h: u16| u32::from(h) << 16);
 }
 
 /// Little-endian BF16 bytes to f32 values.
 pub(crate) fn bytes_to_f32(src: &[u8], dst: &mut [f32]) {
-    for (o, i) in dst.iter_mut().zip(src.chunks_exact(2)) {
-        *o = f32::from_bits(u32::from(u16::from_le_bytes([i[0], i[1]])) << 16);
-    }
+    lanes::map(src, bytemuck::cast_slice_mut(dst), |h: u16| {
+        u32::from(h) << 16
+    });
 }
 
 /// Little-endian F32 bytes to little-endian BF16 bytes (`dst` half as long).
 pub(crate) fn f32_bytes_to_bytes(src: &[u8], dst: &mut [u8]) {
-    for (o, i) in dst.chunks_exact_mut(2).zip(src.chunks_exact(4)) {
-        let b = u32::from_le_bytes([i[0], i[1], i[2], i[3]]);
-        o.copy_from_slice(&from_f32_bits(b).to_le_bytes());
-    }
+    lanes::map(src, dst, from_f32_bits);
 }
 
 /// f32 values to little-endian BF16 bytes.
 pub(crate) fn f32_to_bytes(src: &[f32], dst: &mut [u8]) {
-    for (o, x) in dst.chunks_exact_mut(2).zip(src) {
-        o.copy_from_slice(&from_f32_bits(x.to_bits()).to_le_bytes());
-    }
+    lanes::map(bytemuck::cast_slice(src), dst, from_f32_bits);
 }

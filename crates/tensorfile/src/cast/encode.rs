@@ -6,7 +6,7 @@ use half::f16;
 use half::slice::HalfFloatSliceExt;
 
 use super::minifloat::{self as mf, Exact, Format};
-use super::{bf16, int, packing, CastError, CastOptions};
+use super::{bf16, int, lanes, packing, CastError, CastOptions};
 use crate::Dtype;
 
 const BLOCK: usize = 1024;
@@ -79,19 +79,22 @@ pub(crate) fn from_f32(
         Dtype::F8_E4M3FNUZ => fast8(&mf::F8_E4M3FNUZ, src, dst, sat),
         Dtype::F8_E5M2FNUZ => fast8(&mf::F8_E5M2FNUZ, src, dst, sat),
         Dtype::F4 => {
-            let codes = src.iter().map(|&x| mf::encode_f32_fast(&mf::F4, x, sat));
+            let ovf = mf::OverflowTo::new(&mf::F4, sat);
+            let codes = src.iter().map(|&x| mf::encode_f32_fast(&mf::F4, x, ovf));
             write_codes(to, dst, codes);
         }
         Dtype::F6_E2M3 => {
+            let ovf = mf::OverflowTo::new(&mf::F6_E2M3, sat);
             let codes = src
                 .iter()
-                .map(|&x| mf::encode_f32_fast(&mf::F6_E2M3, x, sat));
+                .map(|&x| mf::encode_f32_fast(&mf::F6_E2M3, x, ovf));
             write_codes(to, dst, codes);
         }
         Dtype::F6_E3M2 => {
+            let ovf = mf::OverflowTo::new(&mf::F6_E3M2, sat);
             let codes = src
                 .iter()
-                .map(|&x| mf::encode_f32_fast(&mf::F6_E3M2, x, sat));
+                .map(|&x| mf::encode_f32_fast(&mf::F6_E3M2, x, ovf));
             write_codes(to, dst, codes);
         }
         _ => {
@@ -104,19 +107,15 @@ pub(crate) fn from_f32(
 
 #[inline(always)]
 fn fast8(fmt: &Format, src: &[f32], dst: &mut [u8], saturate: bool) {
-    for (o, &x) in dst.iter_mut().zip(src) {
-        *o = mf::encode_f32_fast(fmt, x, saturate) as u8;
-    }
+    f32_bytes_to_f8(fmt, bytemuck::cast_slice(src), dst, saturate);
 }
 
 /// Little-endian F32 bytes straight to an 8-bit format with subnormals
 /// (no intermediate buffer: this is the hot path of F32 -> F8 conversion).
 #[inline(always)]
 pub(crate) fn f32_bytes_to_f8(fmt: &Format, src: &[u8], dst: &mut [u8], saturate: bool) {
-    for (o, i) in dst.iter_mut().zip(src.chunks_exact(4)) {
-        let x = f32::from_le_bytes([i[0], i[1], i[2], i[3]]);
-        *o = mf::encode_f32_fast(fmt, x, saturate) as u8;
-    }
+    let ovf = mf::OverflowTo::new(fmt, saturate);
+    lanes::map(src, dst, |x: f32| mf::encode_f32_fast(fmt, x, ovf) as u8);
 }
 
 /// F32 -> F16 through `half` (F16C when the CPU has it), then NaNs patched

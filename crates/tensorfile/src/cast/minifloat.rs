@@ -454,6 +454,34 @@ pub(crate) const fn table<const N: usize>(fmt: &Format) -> [u32; N] {
     t
 }
 
+/// What [`encode_f32_fast`] does with overflow, decided once per slice so
+/// the per-value code has no branch on the options.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct OverflowTo {
+    /// The magnitude an overflowing value gets (max finite or infinity).
+    mag: u32,
+    /// Whether overflow gives NaN instead.
+    nan: bool,
+}
+
+impl OverflowTo {
+    /// The overflow rule of `fmt` under the `saturate` option.
+    #[inline(always)]
+    pub fn new(fmt: &Format, saturate: bool) -> OverflowTo {
+        match (saturate && fmt.saturable, fmt.overflow) {
+            (true, _) | (false, Overflow::Saturate) => OverflowTo {
+                mag: fmt.max_finite,
+                nan: false,
+            },
+            (false, Overflow::Inf(inf)) => OverflowTo {
+                mag: inf,
+                nan: false,
+            },
+            (false, Overflow::Nan) => OverflowTo { mag: 0, nan: true },
+        }
+    }
+}
+
 /// Encodes an f32 into a format with subnormals (every format here but
 /// E8M0), branch-free so that loops over slices vectorize. Same result as
 /// [`encode`] on `Exact::from_f32(x)`.
@@ -463,9 +491,9 @@ pub(crate) const fn table<const N: usize>(fmt: &Format) -> [u32; N] {
 /// to even). The subnormal range lets the FPU round: adding
 /// `2^(emin - m + 23)` puts the quantum at the f32 unit in the last place.
 #[inline(always)]
-pub(crate) fn encode_f32_fast(fmt: &Format, x: f32, saturate: bool) -> u32 {
+pub(crate) fn encode_f32_fast(fmt: &Format, x: f32, ovf: OverflowTo) -> u32 {
     let bits = x.to_bits();
-    let neg = bits >> 31;
+    let neg = bits >> 31 != 0;
     let a = bits & 0x7FFF_FFFF;
     let m = fmt.mbits;
     let sh = 23 - m;
@@ -476,33 +504,20 @@ pub(crate) fn encode_f32_fast(fmt: &Format, x: f32, saturate: bool) -> u32 {
     let sub = (f32::from_bits(a) + magic)
         .to_bits()
         .wrapping_sub(magic.to_bits());
-    let mut mag = if a < min_normal_bits { sub } else { normal };
-    let saturate = saturate && fmt.saturable;
+    let mag = if a < min_normal_bits { sub } else { normal };
     let over = mag > fmt.max_finite;
-    let mut to_nan = a > 0x7F80_0000;
-    if over {
-        match (saturate, fmt.overflow) {
-            (true, _) | (false, Overflow::Saturate) => mag = fmt.max_finite,
-            (false, Overflow::Inf(inf)) => mag = inf,
-            (false, Overflow::Nan) => to_nan = true,
-        }
-    }
-    let signed = if neg != 0 && (mag != 0 || fmt.neg_zero) {
-        mag | fmt.sign_bit()
-    } else {
-        mag
-    };
+    let mag = if over { ovf.mag } else { mag };
+    let to_nan = (a > 0x7F80_0000) | (over & ovf.nan);
+    let keep_sign = neg & (fmt.neg_zero | (mag != 0));
+    let signed = mag | if keep_sign { fmt.sign_bit() } else { 0 };
     let (nan_pos, nan_neg) = match fmt.nan {
         NanRule::Fixed { pos, neg } => (pos, neg),
         // Only F16 keeps payloads, and F16 does not come through here.
         NanRule::KeepPayload => (0, 0),
     };
+    let nan = if neg { nan_neg } else { nan_pos };
     if to_nan {
-        if neg != 0 {
-            nan_neg
-        } else {
-            nan_pos
-        }
+        nan
     } else {
         signed
     }

@@ -60,6 +60,7 @@ mod bf16;
 mod decode;
 mod encode;
 mod int;
+mod lanes;
 mod minifloat;
 mod packing;
 mod tensor;
