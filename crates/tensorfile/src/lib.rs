@@ -10,7 +10,7 @@
 //! - Writing produces the canonical bytes (what the reference library writes)
 //!   and saves atomically.
 //!
-//! ```ignore
+//! ```no_run
 //! use tensorfile::SafeTensors;
 //! let file = SafeTensors::open("model.safetensors")?;
 //! for t in file.tensors() {
@@ -25,12 +25,26 @@
 #[cfg(target_endian = "big")]
 compile_error!("tensorfile assumes a little-endian host: safetensors data is little-endian and views are zero-copy");
 
+pub mod atomic;
 pub mod cast;
 pub mod dtype;
 pub mod error;
+pub mod file;
+pub mod header;
+pub mod slice;
+pub mod view;
+pub mod writer;
 
+pub use atomic::{save, save_streaming};
 pub use dtype::Dtype;
-pub use error::{Error, FormatError, Result};
+pub use error::{Error, FormatError, Result, WriteError};
+pub use file::{read_header, read_header_from_path, SafeTensors};
+pub use header::{Header, ReadOptions, TensorInfo};
+pub use slice::{SliceArg, TensorSlice};
+pub use view::{Element, TensorView};
+pub use writer::{
+    serialize, serialize_with, Align, StreamWriter, TensorData, TensorRef, TensorSpec, WriteOptions,
+};
 
 /// A file's metadata: string keys to string values, kept in ascending byte
 /// order of the keys (the order the canonical writer uses).

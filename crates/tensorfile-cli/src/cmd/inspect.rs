@@ -1,0 +1,167 @@
+//! `tensorfile inspect [--json] [--hash] FILE`: describe a file.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use tensorfile::{read_header_from_path, Dtype, Header, ReadOptions, SafeTensors};
+
+use super::{out, Failure};
+
+/// Arguments of `inspect`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Print JSON: header_len, metadata, tensors (in data order) and totals.
+    #[arg(long)]
+    json: bool,
+    /// Add each tensor's sha256 (reads every byte).
+    #[arg(long)]
+    hash: bool,
+    /// The file to describe.
+    #[arg(value_name = "FILE")]
+    file: PathBuf,
+}
+
+/// The alignment an element type wants in memory.
+fn natural_alignment(dtype: Dtype) -> u64 {
+    match dtype {
+        Dtype::C64 => 4,
+        d => (d.bits() as u64 / 8).max(1),
+    }
+}
+
+/// Largest power of two (up to 4096) dividing `offset`.
+fn alignment_of(offset: u64) -> u64 {
+    if offset == 0 {
+        4096
+    } else {
+        (1u64 << offset.trailing_zeros()).min(4096)
+    }
+}
+
+/// Describes one file; exit 1 when it is invalid or unreadable.
+pub fn run(args: Args) -> Result<ExitCode, Failure> {
+    let options = ReadOptions::default();
+    // Hashing needs the bytes; a summary needs only the header.
+    let file = if args.hash {
+        Some(SafeTensors::open_with(&args.file, &options)?)
+    } else {
+        None
+    };
+    let header_only;
+    let header: &Header = match &file {
+        Some(f) => f.header(),
+        None => {
+            header_only = read_header_from_path(&args.file, &options)?;
+            &header_only
+        }
+    };
+    let data_start = header.data_start();
+    let misaligned = header
+        .tensors()
+        .filter(|t| (data_start + t.data_offsets.0) % natural_alignment(t.dtype) != 0)
+        .count();
+    let parameters: u128 = header.tensors().map(|t| t.numel() as u128).sum();
+    let mut per_dtype: BTreeMap<Dtype, (usize, u64)> = BTreeMap::new();
+    for t in header.tensors() {
+        let slot = per_dtype.entry(t.dtype).or_default();
+        slot.0 += 1;
+        slot.1 += t.nbytes();
+    }
+    let digest = |name: &str| -> Option<String> {
+        let t = file.as_ref()?.get(name)?;
+        Some(hex::encode(Sha256::digest(t.data())))
+    };
+
+    if args.json {
+        let tensors: Vec<Value> = header
+            .tensors()
+            .map(|t| {
+                let mut v = json!({
+                    "name": t.name,
+                    "dtype": t.dtype.name(),
+                    "shape": t.shape,
+                    "data_offsets": [t.data_offsets.0, t.data_offsets.1],
+                });
+                if let Some(h) = digest(t.name) {
+                    v["sha256"] = Value::String(h);
+                }
+                v
+            })
+            .collect();
+        out(json!({
+            "file": args.file,
+            "size": data_start + header.data_len(),
+            "header_len": header.header_len(),
+            "metadata": header.metadata(),
+            "tensors": tensors,
+            "parameters": parameters,
+            "data_start": data_start,
+            "misaligned_tensors": misaligned,
+            "warnings": header.warnings(),
+        }));
+        return Ok(ExitCode::SUCCESS);
+    }
+
+    out(format_args!("file: {}", args.file.display()));
+    out(format_args!(
+        "size: {} bytes (header {} bytes, data {} bytes)",
+        data_start + header.data_len(),
+        header.header_len(),
+        header.data_len()
+    ));
+    match header.metadata() {
+        None => out("metadata: none"),
+        Some(m) => {
+            out(format_args!("metadata: {} keys", m.len()));
+            for (k, v) in m {
+                out(format_args!("  {k}: {v}"));
+            }
+        }
+    }
+    out(format_args!("tensors: {}", header.len()));
+    let width = header
+        .tensors()
+        .map(|t| t.name.len())
+        .max()
+        .unwrap_or(4)
+        .clamp(4, 60);
+    out(format_args!(
+        "  {:<width$}  {:<11}  {:<20}  offsets",
+        "name", "dtype", "shape"
+    ));
+    for t in header.tensors() {
+        let shape = format!("{:?}", t.shape);
+        let line = format!(
+            "  {:<width$}  {:<11}  {:<20}  [{}, {})",
+            t.name,
+            t.dtype.name(),
+            shape,
+            t.data_offsets.0,
+            t.data_offsets.1
+        );
+        match digest(t.name) {
+            Some(h) => out(format_args!("{line}  sha256 {h}")),
+            None => out(line),
+        }
+    }
+    out("dtypes:");
+    for (dtype, (count, bytes)) in per_dtype.iter().rev() {
+        out(format_args!(
+            "  {:<11}  {count} tensors, {bytes} bytes",
+            dtype.name()
+        ));
+    }
+    out(format_args!("parameters: {parameters}"));
+    out(format_args!(
+        "alignment: data starts at byte {data_start} ({}-byte aligned); {misaligned} of {} tensors misaligned for their dtype",
+        alignment_of(data_start),
+        header.len()
+    ));
+    for warning in header.warnings() {
+        out(format_args!("warning: {warning}"));
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,63 @@
+//! `tensorfile validate [--json] FILE...`: check files against the reader rules.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use serde_json::json;
+use tensorfile::{read_header_from_path, Error, ReadOptions};
+
+use super::{out, Failure};
+
+/// Arguments of `validate`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// One JSON object per file and line instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Largest header length accepted, in bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = tensorfile::DEFAULT_MAX_HEADER_LEN)]
+    max_header_len: u64,
+    /// The files to check.
+    #[arg(required = true, value_name = "FILE")]
+    files: Vec<PathBuf>,
+}
+
+/// Checks each file; exit 1 when any is invalid or unreadable.
+pub fn run(args: Args) -> Result<ExitCode, Failure> {
+    let options = ReadOptions::default().max_header_len(args.max_header_len);
+    let mut all_valid = true;
+    for path in &args.files {
+        let name = path.display();
+        // Only the header is read: rule 5 is checked against the file's length.
+        let (error, warnings) = match read_header_from_path(path, &options) {
+            Ok(header) => (None, header.warnings().to_vec()),
+            Err(err) => (Some(err), Vec::new()),
+        };
+        all_valid &= error.is_none();
+        if args.json {
+            out(json!({
+                "file": path,
+                "valid": error.is_none(),
+                "rule": error.as_ref().and_then(Error::rule),
+                "error": error.as_ref().map(|e| super::one_line(e as &(dyn std::error::Error + 'static))),
+                "warnings": warnings,
+            }));
+        } else {
+            match &error {
+                None => out(format_args!("{name}: ok")),
+                Some(err) => out(format_args!(
+                    "{name}: invalid: {}",
+                    super::one_line(err as &(dyn std::error::Error + 'static))
+                )),
+            }
+            for warning in &warnings {
+                out(format_args!("{name}: warning: {warning}"));
+            }
+        }
+    }
+    Ok(if all_valid {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}

@@ -1,0 +1,45 @@
+//! The `tensorfile` command: a thin layer over the `tensorfile` library.
+//!
+//! Exit status: 0 on success, 1 when an input is invalid, refused or
+//! unreadable, 2 on a usage error. Results go to stdout; errors go to stderr
+//! as one line each.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod cmd;
+
+/// Read, check and write safetensors files.
+#[derive(Parser)]
+#[command(name = "tensorfile", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Check files against the format's reader rules.
+    Validate(cmd::validate::Args),
+    /// Describe a file: tensors, dtypes, metadata, alignment.
+    Inspect(cmd::inspect::Args),
+    /// Write the canonical file with the same tensors and metadata.
+    Rewrite(cmd::rewrite::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Validate(args) => cmd::validate::run(args),
+        Command::Inspect(args) => cmd::inspect::run(args),
+        Command::Rewrite(args) => cmd::rewrite::run(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("tensorfile: {}", cmd::one_line(err.as_ref()));
+            ExitCode::from(1)
+        }
+    }
+}

@@ -1,0 +1,260 @@
+//! NumPy-style slicing of a tensor, as tensor-parallel loaders need: the
+//! sliced shape and the byte ranges to read, or an owned copy.
+
+use std::ops::Range;
+
+use crate::error::{Error, Result};
+use crate::view::TensorView;
+
+/// How to slice one dimension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SliceArg {
+    /// One position (negative counts from the end); the dimension is removed.
+    Index(i64),
+    /// `start:stop:step`, NumPy-style: bounds may be negative (counting from
+    /// the end) or absent (the ends); `step` must be positive. Bounds past
+    /// either end are errors; `start >= stop` gives an empty result.
+    Range {
+        /// First position, default 0.
+        start: Option<i64>,
+        /// One past the last position, default the dimension's length.
+        stop: Option<i64>,
+        /// Distance between positions, at least 1.
+        step: u64,
+    },
+}
+
+impl SliceArg {
+    /// The whole dimension (`:`).
+    pub fn full() -> SliceArg {
+        SliceArg::Range {
+            start: None,
+            stop: None,
+            step: 1,
+        }
+    }
+
+    /// `start..stop` with step 1.
+    pub fn range(start: i64, stop: i64) -> SliceArg {
+        SliceArg::Range {
+            start: Some(start),
+            stop: Some(stop),
+            step: 1,
+        }
+    }
+}
+
+/// What a dimension keeps: `count` positions from `start`, `step` apart.
+#[derive(Debug, Clone, Copy)]
+struct Kept {
+    start: u64,
+    step: u64,
+    count: u64,
+}
+
+/// A slice of a tensor: its shape and where its bytes are.
+#[derive(Debug, Clone)]
+pub struct TensorSlice<'a> {
+    view: TensorView<'a>,
+    shape: Vec<u64>,
+    kept: Vec<Kept>,
+    /// Dimensions from this one inward form one contiguous run per outer position.
+    run_dim: usize,
+    /// Elements in one contiguous run.
+    run_len: u64,
+}
+
+impl<'a> TensorSlice<'a> {
+    pub(crate) fn new(view: TensorView<'a>, args: &[SliceArg]) -> Result<TensorSlice<'a>> {
+        let dims = view.shape();
+        let fail = |problem: String| Error::Slice {
+            tensor: view.name().to_string(),
+            problem,
+        };
+        if args.len() > dims.len() {
+            return Err(fail(format!(
+                "{} slice arguments for a tensor of {} dimensions",
+                args.len(),
+                dims.len()
+            )));
+        }
+        let mut shape = Vec::with_capacity(dims.len());
+        let mut kept = Vec::with_capacity(dims.len());
+        for (axis, &dim) in dims.iter().enumerate() {
+            let arg = args.get(axis).copied().unwrap_or_else(SliceArg::full);
+            let resolve = |i: i64, what: &str, allow_end: bool| -> Result<u64> {
+                let limit = if allow_end {
+                    dim
+                } else {
+                    dim.saturating_sub(1)
+                };
+                let abs = if i < 0 {
+                    dim.checked_sub(i.unsigned_abs())
+                } else {
+                    Some(i as u64)
+                };
+                match abs {
+                    Some(p) if p <= limit && (allow_end || dim > 0) => Ok(p),
+                    _ => Err(fail(format!(
+                        "{what} {i} is out of range for dimension {axis} of length {dim}"
+                    ))),
+                }
+            };
+            match arg {
+                SliceArg::Index(i) => {
+                    let p = resolve(i, "index", false)?;
+                    kept.push(Kept {
+                        start: p,
+                        step: 1,
+                        count: 1,
+                    });
+                }
+                SliceArg::Range { start, stop, step } => {
+                    if step == 0 {
+                        return Err(fail(format!("step 0 in dimension {axis}")));
+                    }
+                    let start = start.map_or(Ok(0), |s| resolve(s, "start", true))?;
+                    let stop = stop.map_or(Ok(dim), |s| resolve(s, "stop", true))?;
+                    let count = if stop > start {
+                        (stop - start).div_ceil(step)
+                    } else {
+                        0
+                    };
+                    shape.push(count);
+                    kept.push(Kept { start, step, count });
+                }
+            }
+        }
+        // The innermost dimensions taken whole, plus the first one taken with
+        // step 1, are contiguous in memory: one run per outer position.
+        let mut run_dim = dims.len();
+        let mut run_len = 1u64;
+        while run_dim > 0 {
+            let k = kept[run_dim - 1];
+            if k.step != 1 && k.count > 1 {
+                break;
+            }
+            run_dim -= 1;
+            run_len *= k.count;
+            if k.count != dims[run_dim] {
+                break;
+            }
+        }
+        let slice = TensorSlice {
+            view,
+            shape,
+            kept,
+            run_dim,
+            run_len,
+        };
+        if view.dtype().is_sub_byte() {
+            let bits = view.dtype().bits() as u64;
+            if let Some(bad) = slice
+                .element_runs()
+                .find(|r| (r.start * bits) % 8 != 0 || (r.end * bits) % 8 != 0)
+            {
+                return Err(fail(format!(
+                    "the slice cuts {} elements at element {}, not on a byte boundary",
+                    view.dtype(),
+                    if (bad.start * bits) % 8 != 0 {
+                        bad.start
+                    } else {
+                        bad.end
+                    }
+                )));
+            }
+        }
+        Ok(slice)
+    }
+
+    /// The shape of the result (indexed dimensions removed).
+    pub fn shape(&self) -> &[u64] {
+        &self.shape
+    }
+
+    /// The tensor being sliced.
+    pub fn view(&self) -> TensorView<'a> {
+        self.view
+    }
+
+    /// Number of elements in the result.
+    pub fn numel(&self) -> u64 {
+        self.kept.iter().map(|k| k.count).product()
+    }
+
+    /// Number of bytes in the result.
+    pub fn nbytes(&self) -> u64 {
+        self.numel() * self.view.dtype().bits() as u64 / 8
+    }
+
+    /// Element ranges, in C order, one per contiguous run.
+    fn element_runs(&self) -> impl Iterator<Item = Range<u64>> + '_ {
+        let dims = self.view.shape();
+        // Element strides of the full tensor, C order.
+        let mut strides = vec![1u64; dims.len()];
+        for d in (0..dims.len().saturating_sub(1)).rev() {
+            strides[d] = strides[d + 1] * dims[d + 1];
+        }
+        let base: u64 = self
+            .kept
+            .iter()
+            .zip(&strides)
+            .map(|(k, s)| k.start * s)
+            .sum();
+        let outer = &self.kept[..self.run_dim];
+        let empty = self.numel() == 0;
+        let mut position = vec![0u64; outer.len()];
+        let mut done = empty;
+        let run_len = self.run_len;
+        std::iter::from_fn(move || {
+            if done {
+                return None;
+            }
+            let offset = base
+                + outer
+                    .iter()
+                    .zip(&position)
+                    .zip(&strides)
+                    .map(|((k, &p), s)| p * k.step * s)
+                    .sum::<u64>();
+            // Advance the odometer over the outer dimensions.
+            done = true;
+            for d in (0..outer.len()).rev() {
+                position[d] += 1;
+                if position[d] < outer[d].count {
+                    done = false;
+                    break;
+                }
+                position[d] = 0;
+            }
+            Some(offset..offset + run_len)
+        })
+    }
+
+    /// Byte ranges to read, relative to the start of the tensor's bytes, in
+    /// C order of the result. Adjacent runs are not merged beyond what the
+    /// slice's shape makes contiguous.
+    pub fn byte_ranges(&self) -> impl Iterator<Item = Range<u64>> + '_ {
+        let bits = self.view.dtype().bits() as u64;
+        self.element_runs()
+            .map(move |r| r.start * bits / 8..r.end * bits / 8)
+    }
+
+    /// Byte ranges relative to the file's data buffer (add the file's data
+    /// start for absolute file offsets).
+    pub fn data_ranges(&self) -> impl Iterator<Item = Range<u64>> + '_ {
+        let begin = self.view.data_offsets().0;
+        self.byte_ranges()
+            .map(move |r| r.start + begin..r.end + begin)
+    }
+
+    /// The result's bytes, copied into a new buffer.
+    pub fn to_vec(&self) -> Vec<u8> {
+        let data = self.view.data();
+        let mut out = Vec::with_capacity(self.nbytes() as usize);
+        for r in self.byte_ranges() {
+            out.extend_from_slice(&data[r.start as usize..r.end as usize]);
+        }
+        out
+    }
+}

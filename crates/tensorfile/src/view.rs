@@ -1,0 +1,167 @@
+//! Borrowed views of one tensor, and typed access to its elements.
+
+use std::borrow::Cow;
+
+use crate::dtype::{numel, Dtype};
+use crate::error::{Error, Result};
+use crate::header::TensorInfo;
+use crate::slice::{SliceArg, TensorSlice};
+
+/// A Rust element type that matches one dtype's bytes exactly, so a tensor's
+/// bytes can be viewed as a slice of it.
+pub trait Element: bytemuck::Pod {
+    /// The dtype whose elements this type holds.
+    const DTYPE: Dtype;
+}
+
+macro_rules! element {
+    ($($t:ty => $d:ident),* $(,)?) => {
+        $(impl Element for $t { const DTYPE: Dtype = Dtype::$d; })*
+    };
+}
+
+element! {
+    u8 => U8, i8 => I8, u16 => U16, i16 => I16, u32 => U32, i32 => I32,
+    u64 => U64, i64 => I64, f32 => F32, f64 => F64,
+    half::f16 => F16, half::bf16 => BF16,
+    [f32; 2] => C64,
+}
+
+/// One tensor of a file: its name, dtype, shape and bytes, borrowed from
+/// the file (zero-copy).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TensorView<'a> {
+    info: TensorInfo<'a>,
+    data: &'a [u8],
+}
+
+impl<'a> TensorView<'a> {
+    /// A view of `data` described by `info`. The caller guarantees that
+    /// `data` is the tensor's bytes (its length matches dtype and shape).
+    pub(crate) fn new(info: TensorInfo<'a>, data: &'a [u8]) -> Self {
+        TensorView { info, data }
+    }
+
+    /// The tensor's name.
+    pub fn name(&self) -> &'a str {
+        self.info.name
+    }
+
+    /// Its element type.
+    pub fn dtype(&self) -> Dtype {
+        self.info.dtype
+    }
+
+    /// Its dimensions, outermost first (empty for a scalar).
+    pub fn shape(&self) -> &'a [u64] {
+        self.info.shape
+    }
+
+    /// Its bytes: little-endian, C order.
+    pub fn data(&self) -> &'a [u8] {
+        self.data
+    }
+
+    /// `[begin, end)` of its bytes, relative to the file's data buffer.
+    pub fn data_offsets(&self) -> (u64, u64) {
+        self.info.data_offsets
+    }
+
+    /// The header's description of this tensor.
+    pub fn info(&self) -> TensorInfo<'a> {
+        self.info
+    }
+
+    /// Number of elements (1 for a scalar).
+    pub fn numel(&self) -> u64 {
+        numel(self.info.shape).unwrap_or(0)
+    }
+
+    /// Whether the bytes' address is a multiple of `T`'s alignment, so that
+    /// [`TensorView::as_slice`] can borrow instead of copy.
+    pub fn is_aligned_for<T: Element>(&self) -> bool {
+        (self.data.as_ptr() as usize) % std::mem::align_of::<T>() == 0
+    }
+
+    /// The elements as `&[T]`: borrowed when the bytes are aligned for `T`,
+    /// an owned copy when they are not (MLX writes unaligned files).
+    /// `T` must match the dtype (`f32` for F32, `half::bf16` for BF16, ...).
+    pub fn as_slice<T: Element>(&self) -> Result<Cow<'a, [T]>> {
+        if self.dtype() != T::DTYPE {
+            return Err(Error::DtypeMismatch {
+                tensor: self.name().to_string(),
+                actual: self.dtype(),
+                requested: T::DTYPE,
+            });
+        }
+        Ok(match bytemuck::try_cast_slice(self.data) {
+            Ok(slice) => Cow::Borrowed(slice),
+            Err(_) => Cow::Owned(bytemuck::pod_collect_to_vec(self.data)),
+        })
+    }
+
+    /// The elements decoded to `f32` (F16, BF16, F32, F64; F64 rounds).
+    pub fn to_f32_vec(&self) -> Result<Vec<f32>> {
+        Ok(match self.dtype() {
+            Dtype::F32 => self.as_slice::<f32>()?.into_owned(),
+            Dtype::F64 => self.as_slice::<f64>()?.iter().map(|&x| x as f32).collect(),
+            Dtype::F16 => self
+                .as_slice::<half::f16>()?
+                .iter()
+                .map(|x| x.to_f32())
+                .collect(),
+            Dtype::BF16 => self
+                .as_slice::<half::bf16>()?
+                .iter()
+                .map(|x| x.to_f32())
+                .collect(),
+            other => return Err(self.unsupported(other, "decoding to f32")),
+        })
+    }
+
+    /// The elements decoded to `f64` (F16, BF16, F32, F64; exact).
+    pub fn to_f64_vec(&self) -> Result<Vec<f64>> {
+        Ok(match self.dtype() {
+            Dtype::F64 => self.as_slice::<f64>()?.into_owned(),
+            Dtype::F32 => self.as_slice::<f32>()?.iter().map(|&x| x as f64).collect(),
+            Dtype::F16 => self
+                .as_slice::<half::f16>()?
+                .iter()
+                .map(|x| x.to_f64())
+                .collect(),
+            Dtype::BF16 => self
+                .as_slice::<half::bf16>()?
+                .iter()
+                .map(|x| x.to_f64())
+                .collect(),
+            other => return Err(self.unsupported(other, "decoding to f64")),
+        })
+    }
+
+    fn unsupported(&self, dtype: Dtype, operation: &'static str) -> Error {
+        Error::UnsupportedDtype {
+            tensor: self.name().to_string(),
+            dtype,
+            operation,
+        }
+    }
+
+    /// A NumPy-style slice: one [`SliceArg`] per leading dimension (missing
+    /// ones take the whole dimension). See [`TensorSlice`].
+    ///
+    /// ```
+    /// # fn main() -> tensorfile::Result<()> {
+    /// # let bytes = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"),
+    /// #     "/../../tests/fixtures/valid/worked_example.safetensors"))?;
+    /// # let file = tensorfile::SafeTensors::from_bytes(bytes)?;
+    /// use tensorfile::SliceArg;
+    /// let w = file.tensor("w")?; // [[1, 2], [3, 4]]
+    /// let column = w.slice(&[SliceArg::full(), SliceArg::Index(1)])?;
+    /// assert_eq!(column.shape(), &[2]);
+    /// assert_eq!(bytemuck::pod_collect_to_vec::<u8, f32>(&column.to_vec()), [2.0, 4.0]);
+    /// # Ok(()) }
+    /// ```
+    pub fn slice(&self, args: &[SliceArg]) -> Result<TensorSlice<'a>> {
+        TensorSlice::new(*self, args)
+    }
+}
