@@ -59,12 +59,14 @@
 mod bf16;
 mod decode;
 mod encode;
+mod file;
 mod int;
 mod lanes;
 mod minifloat;
 mod packing;
 mod tensor;
 
+pub use file::{converted_dtype, quant_companions, save_converted, ConvertSummary};
 pub use tensor::{cast_tensor, TensorCast};
 
 use crate::Dtype;
