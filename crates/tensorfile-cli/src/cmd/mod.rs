@@ -5,6 +5,7 @@
 use std::fmt::Display;
 use std::io::{self, Write};
 
+pub mod convert;
 pub mod inspect;
 pub mod rewrite;
 pub mod validate;

@@ -66,13 +66,14 @@ impl TensorCast {
             6 => 4,
             _ => 1,
         };
-        let group = group(from).max(group(to));
-        let whole = |dtype: Dtype| {
-            if numel % group != 0 {
+        // Name the side whose packing the count does not fill (the target first).
+        for dtype in [to, from] {
+            if numel % group(dtype) != 0 {
                 return Err(wrap(CastError::NotWholeBytes { dtype, numel }));
             }
-            dtype.byte_len(numel).ok_or_else(|| overflow(dtype))
-        };
+        }
+        let group = group(from).max(group(to));
+        let whole = |dtype: Dtype| dtype.byte_len(numel).ok_or_else(|| overflow(dtype));
         let input_len = whole(from)?;
         let output_len = whole(to)?;
         Ok(TensorCast {
