@@ -383,9 +383,10 @@ fn magnitude(fmt: &Format, sig: u64, exp: i32) -> u32 {
         let up = rem > half || (rem == half && kept & 1 == 1);
         (kept + u128::from(up)) as u64
     };
-    // Field formula valid for normals and subnormals alike (see module doc of
-    // the f32 fast path): biased exponent - 1, shifted, plus the significand
-    // with its implicit bit, which carries into the exponent on rounding up.
+    // One formula for normals and subnormals: (biased exponent - 1) shifted
+    // into place, plus the significand with its implicit bit (which carries
+    // into the exponent when rounding up). For subnormals q + m is emin =
+    // 1 - bias, so the exponent term is 0.
     let biased = (q + m + fmt.bias - 1) as i64;
     let code = (biased << m) + n as i64;
     code.clamp(0, u32::MAX as i64) as u32
