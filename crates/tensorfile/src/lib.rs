@@ -29,13 +29,16 @@ pub mod dtype;
 pub mod error;
 pub mod file;
 pub mod header;
+pub mod model;
+pub mod shard;
 pub mod slice;
 pub mod view;
 
 pub use dtype::Dtype;
 pub use error::{Error, FormatError, Result};
 pub use file::{read_header, read_header_from_path, SafeTensors};
-pub use header::{Header, ReadOptions, TensorInfo};
+pub use header::{Contract, Header, ReadOptions, TensorInfo};
+pub use shard::{ShardError, ShardedTensors};
 pub use slice::{SliceArg, TensorSlice};
 pub use view::{Element, TensorView};
 
