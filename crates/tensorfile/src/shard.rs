@@ -373,6 +373,11 @@ impl Shard {
         &self.header
     }
 
+    /// Whether the file has been mapped yet.
+    pub fn is_mapped(&self) -> bool {
+        self.file.get().is_some()
+    }
+
     /// The file, memory-mapped on the first call.
     pub fn file(&self) -> Result<&SafeTensors> {
         if let Some(file) = self.file.get() {
