@@ -24,6 +24,8 @@ enum Command {
     Validate(cmd::validate::Args),
     /// Describe a file: tensors, dtypes, metadata, alignment.
     Inspect(cmd::inspect::Args),
+    /// Write the canonical file with the same tensors and metadata.
+    Rewrite(cmd::rewrite::Args),
 }
 
 fn main() -> ExitCode {
@@ -31,6 +33,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Validate(args) => cmd::validate::run(args),
         Command::Inspect(args) => cmd::inspect::run(args),
+        Command::Rewrite(args) => cmd::rewrite::run(args),
     };
     match result {
         Ok(code) => code,

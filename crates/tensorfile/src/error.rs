@@ -181,6 +181,138 @@ impl FormatError {
     }
 }
 
+/// Why the writer refused its input or stopped.
+///
+/// The checks on declarations ([`WriteError::DuplicateName`] to
+/// [`WriteError::HeaderTooLarge`]) run before a single byte is written; the
+/// others arise while the tensors' bytes stream in.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum WriteError {
+    /// Two tensors share a name.
+    #[error("two tensors are named {name:?}")]
+    DuplicateName {
+        /// The name.
+        name: String,
+    },
+    /// A tensor is named `__metadata__`, the key of the metadata map.
+    #[error("a tensor cannot be named \"__metadata__\": that key holds the metadata map")]
+    ReservedName,
+    /// The byte count of a shape overflows 64 bits.
+    #[error("tensor {tensor:?}: the byte count of shape {shape:?} x {dtype} overflows 64 bits")]
+    ShapeOverflow {
+        /// The tensor name.
+        tensor: String,
+        /// Its dtype.
+        dtype: Dtype,
+        /// Its shape.
+        shape: Vec<u64>,
+    },
+    /// A sub-byte dtype whose element count does not fill whole bytes.
+    #[error("tensor {tensor:?}: {numel} elements of {dtype} are not a whole number of bytes")]
+    NotWholeBytes {
+        /// The tensor name.
+        tensor: String,
+        /// Its dtype.
+        dtype: Dtype,
+        /// Its element count.
+        numel: u64,
+    },
+    /// The bytes given for a tensor disagree with its dtype and shape.
+    #[error(
+        "tensor {tensor:?}: {actual} bytes given, but shape {shape:?} x {dtype} needs {expected}"
+    )]
+    LengthMismatch {
+        /// The tensor name.
+        tensor: String,
+        /// Its dtype.
+        dtype: Dtype,
+        /// Its shape.
+        shape: Vec<u64>,
+        /// Bytes the shape and dtype need.
+        expected: u64,
+        /// Bytes given.
+        actual: u64,
+    },
+    /// The tensors hold more than `u64::MAX` bytes together.
+    #[error("the tensors hold more than 2^64 - 1 bytes together (at tensor {tensor:?})")]
+    DataTooLarge {
+        /// The tensor whose bytes overflow the total.
+        tensor: String,
+    },
+    /// The header, padding included, is over the cap.
+    #[error("the header would be {header_len} bytes, over the limit of {limit}")]
+    HeaderTooLarge {
+        /// N, padding included.
+        header_len: u64,
+        /// The cap in force.
+        limit: u64,
+    },
+    /// Bytes were handed over for another tensor than the one expected next.
+    #[error("tensor {got:?} was given, but {} is next in file order", match .expected { Some(t) => format!("tensor {t:?}"), None => "no tensor".to_string() })]
+    OutOfOrder {
+        /// The tensor expected next (`None` when every tensor is complete).
+        expected: Option<String>,
+        /// The tensor given.
+        got: String,
+    },
+    /// A whole tensor was given after some of its bytes were written.
+    #[error("tensor {tensor:?}: {filled} of its bytes were already written")]
+    Started {
+        /// The tensor name.
+        tensor: String,
+        /// Bytes of it written before.
+        filled: u64,
+    },
+    /// A tensor received more bytes than it holds.
+    #[error("tensor {tensor:?}: holds {expected} bytes, but at least {received} were given")]
+    TooLong {
+        /// The tensor name.
+        tensor: String,
+        /// Bytes it holds.
+        expected: u64,
+        /// Bytes given, at least.
+        received: u64,
+    },
+    /// A tensor received fewer bytes than it holds.
+    #[error("tensor {tensor:?}: holds {expected} bytes, but only {received} were given")]
+    TooShort {
+        /// The tensor name.
+        tensor: String,
+        /// Bytes it holds.
+        expected: u64,
+        /// Bytes given.
+        received: u64,
+    },
+    /// Bytes were given after every tensor was complete.
+    #[error("every tensor is complete, but {extra} more bytes were given")]
+    Trailing {
+        /// Bytes given past the end.
+        extra: u64,
+    },
+    /// Reading a tensor's bytes from its source failed.
+    #[error(
+        "tensor {tensor:?}: reading its bytes failed after {received} of {expected}: {source}"
+    )]
+    Input {
+        /// The tensor name.
+        tensor: String,
+        /// Bytes it holds.
+        expected: u64,
+        /// Bytes read before the failure.
+        received: u64,
+        /// What the source said.
+        #[source]
+        source: io::Error,
+    },
+    /// Writing to the output failed.
+    #[error("writing the output failed: {0}")]
+    Output(#[source] io::Error),
+    /// An earlier error left the output incomplete; the writer takes no more.
+    #[error("an earlier error stopped this writer")]
+    Poisoned,
+}
+
 /// Any error of this library.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -256,9 +388,9 @@ pub enum Error {
     /// (Boxed: it is the largest variant, and errors travel by value.)
     #[error(transparent)]
     Shard(Box<crate::shard::ShardError>),
-    /// The writer refused its input.
+    /// The writer refused its input, or writing failed.
     #[error("cannot write: {0}")]
-    Write(String),
+    Write(#[from] WriteError),
 }
 
 impl Error {

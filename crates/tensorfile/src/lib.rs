@@ -25,6 +25,7 @@
 #[cfg(target_endian = "big")]
 compile_error!("tensorfile assumes a little-endian host: safetensors data is little-endian and views are zero-copy");
 
+pub mod atomic;
 pub mod dtype;
 pub mod error;
 pub mod file;
@@ -33,14 +34,19 @@ pub mod model;
 pub mod shard;
 pub mod slice;
 pub mod view;
+pub mod writer;
 
+pub use atomic::{save, save_streaming};
 pub use dtype::Dtype;
-pub use error::{Error, FormatError, Result};
+pub use error::{Error, FormatError, Result, WriteError};
 pub use file::{read_header, read_header_from_path, SafeTensors};
 pub use header::{Contract, Header, ReadOptions, TensorInfo};
 pub use shard::{ShardError, ShardedTensors};
 pub use slice::{SliceArg, TensorSlice};
 pub use view::{Element, TensorView};
+pub use writer::{
+    serialize, serialize_with, Align, StreamWriter, TensorData, TensorRef, TensorSpec, WriteOptions,
+};
 
 /// A file's metadata: string keys to string values, kept in ascending byte
 /// order of the keys (the order the canonical writer uses).

@@ -6,6 +6,7 @@ use std::fmt::Display;
 use std::io::{self, Write};
 
 pub mod inspect;
+pub mod rewrite;
 pub mod validate;
 
 /// A failure that ends a command with exit status 1.

@@ -1,0 +1,266 @@
+//! Saving to a path, atomically.
+//!
+//! The file is written to a temporary file in the target's directory, synced,
+//! renamed over the target, and the directory synced. Readers see the old
+//! file or the new one, never a mix:
+//!
+//! - Any failure (refused input, a source that errors, a full disk, a panic)
+//!   leaves the old file as it was and removes the temporary file.
+//! - The rename gives the target a new inode, so a process that has the old
+//!   file memory-mapped keeps reading the old bytes.
+//! - A new file gets the mode a plain create gives (0666 less the umask); a
+//!   replaced file keeps its mode. (A symbolic link at the target is replaced
+//!   by the file, as `rename` does; the mode is taken from the link's target.)
+//!
+//! Syncing ([`WriteOptions::sync`]) can be turned off for speed when
+//! durability across a power loss does not matter; the rename cannot.
+
+use std::ffi::OsString;
+use std::fs::{self, File};
+use std::io::{self, BufWriter, Write};
+use std::path::Path;
+
+use crate::error::WriteError;
+use crate::writer::{plan_tensors, write_tensors, Layout};
+use crate::{Error, Metadata, Result, StreamWriter, TensorData, TensorSpec, WriteOptions};
+
+/// The output of a path-level [`StreamWriter`]: the temporary file, buffered
+/// so that many small tensors do not cost a system call each. Pieces at least
+/// as large as the buffer go straight to the file.
+pub type FileSink = BufWriter<File>;
+
+/// Buffer size of [`FileSink`].
+const SINK_BUFFER: usize = 1 << 20;
+
+/// Saves `tensors` and `metadata` as the canonical file at `path`, atomically.
+///
+/// Tensors may come in any order, as [`TensorRef`](crate::TensorRef)s, the
+/// reader's views, or anything else implementing [`TensorData`].
+pub fn save<T: TensorData>(
+    path: impl AsRef<Path>,
+    tensors: impl IntoIterator<Item = T>,
+    metadata: Option<&Metadata>,
+    options: &WriteOptions,
+) -> Result<()> {
+    let tensors: Vec<T> = tensors.into_iter().collect();
+    let layout = plan_tensors(&tensors, metadata, options)?;
+    save_layout(path, layout, options, |w| write_tensors(w, &tensors))
+}
+
+/// Saves a file streamed by `body` to `path`, atomically.
+///
+/// The header for `specs` and `metadata` is written first; `body` then hands
+/// over every tensor's bytes in file order (see [`StreamWriter`]). If `body`
+/// fails, or leaves a tensor short, nothing at `path` changes.
+///
+/// ```no_run
+/// use tensorfile::{save_streaming, Dtype, TensorSpec, WriteOptions};
+/// let specs = [TensorSpec::new("x", Dtype::F32, [1 << 20])];
+/// save_streaming("x.safetensors", &specs, None, &WriteOptions::default(), |w| {
+///     let source = std::fs::File::open("x.bin").map_err(tensorfile::Error::Stream)?;
+///     w.write_from("x", source)?;
+///     Ok(())
+/// })?;
+/// # Ok::<(), tensorfile::Error>(())
+/// ```
+pub fn save_streaming<F>(
+    path: impl AsRef<Path>,
+    specs: &[TensorSpec],
+    metadata: Option<&Metadata>,
+    options: &WriteOptions,
+    body: F,
+) -> Result<()>
+where
+    F: FnOnce(&mut StreamWriter<FileSink>) -> Result<()>,
+{
+    let layout = Layout::new(specs, metadata, options)?;
+    save_layout(path, layout, options, body)
+}
+
+/// [`save_streaming`] with a layout planned beforehand (`options.sync` is
+/// used; the layout carries the rest).
+pub fn save_layout<F>(
+    path: impl AsRef<Path>,
+    layout: Layout,
+    options: &WriteOptions,
+    body: F,
+) -> Result<()>
+where
+    F: FnOnce(&mut StreamWriter<FileSink>) -> Result<()>,
+{
+    save_with(
+        path.as_ref(),
+        layout,
+        options.sync,
+        |file| BufWriter::with_capacity(SINK_BUFFER, file),
+        |sink| sink.into_inner().map_err(|e| e.into_error()),
+        body,
+    )
+}
+
+/// The atomic save, generic over the sink wrapped around the temporary file
+/// (the seam tests use to simulate a full disk).
+fn save_with<W: Write, F>(
+    path: &Path,
+    layout: Layout,
+    sync: bool,
+    wrap: impl FnOnce(File) -> W,
+    unwrap: impl FnOnce(W) -> io::Result<File>,
+    body: F,
+) -> Result<()>
+where
+    F: FnOnce(&mut StreamWriter<W>) -> Result<()>,
+{
+    let file_name = path.file_name().ok_or_else(|| {
+        Error::io(
+            path,
+            io::Error::new(io::ErrorKind::InvalidInput, "not a file name"),
+        )
+    })?;
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    let old_permissions = match fs::metadata(path) {
+        Ok(meta) => Some(meta.permissions()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(e) => return Err(Error::io(path, e)),
+    };
+
+    let mut prefix = OsString::from(".");
+    prefix.push(file_name);
+    prefix.push(".");
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(&prefix).suffix(".tmp");
+    // tempfile creates files 0600. Asking for 0666 makes open(2) apply the
+    // umask (and any default ACL) itself, exactly as for a plain create;
+    // this avoids reading the process-wide umask, which cannot be done
+    // without briefly changing it under other threads.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        builder.permissions(fs::Permissions::from_mode(0o666));
+    }
+    let temp = builder.tempfile_in(dir).map_err(|e| Error::io(dir, e))?;
+    // From here on, dropping `temp_path` (on any error or panic) removes the file.
+    let (file, temp_path) = temp.into_parts();
+    if let Some(permissions) = old_permissions {
+        file.set_permissions(permissions)
+            .map_err(|e| Error::io(&*temp_path, e))?;
+    }
+
+    let at_path = |e: Error| match e {
+        Error::Write(WriteError::Output(source)) => Error::io(path, source),
+        other => other,
+    };
+    let mut writer = StreamWriter::new(wrap(file), layout).map_err(at_path)?;
+    body(&mut writer).map_err(at_path)?;
+    let sink = writer.finish().map_err(at_path)?;
+    let file = unwrap(sink).map_err(|e| Error::io(path, e))?;
+    if sync {
+        file.sync_all().map_err(|e| Error::io(path, e))?;
+    }
+    drop(file);
+    temp_path
+        .persist(path)
+        .map_err(|e| Error::io(path, e.error))?;
+    if sync {
+        // The rename is durable only once the directory entry is.
+        File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| Error::io(dir, e))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Dtype, TensorRef};
+
+    /// A disk that fills up after `room` bytes: short writes, then ENOSPC.
+    struct FullDisk {
+        file: File,
+        room: usize,
+    }
+
+    impl Write for FullDisk {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            if self.room == 0 {
+                return Err(io::Error::from_raw_os_error(28)); // ENOSPC
+            }
+            let n = buf.len().min(self.room);
+            self.room -= n;
+            self.file.write(&buf[..n])
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            self.file.flush()
+        }
+    }
+
+    fn entries(dir: &Path) -> Vec<OsString> {
+        let mut names: Vec<OsString> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn a_full_disk_leaves_the_old_file_and_no_litter() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.safetensors");
+        fs::write(&path, b"old contents").unwrap();
+        let data = vec![7u8; 3 << 20];
+        let tensor = TensorRef {
+            name: "big",
+            dtype: Dtype::U8,
+            shape: &[3 << 20],
+            data: &data,
+        };
+        // Fail in the header, in the middle of the data, and one byte short of the end.
+        for room in [4, 1 << 20, (3 << 20) + 80 - 1] {
+            let tensors = [tensor];
+            let layout = plan_tensors(&tensors, None, &WriteOptions::default()).unwrap();
+            let err = save_with(
+                &path,
+                layout,
+                true,
+                |file| FullDisk { file, room },
+                |sink| Ok(sink.file),
+                |w| write_tensors(w, &tensors),
+            )
+            .unwrap_err();
+            match &err {
+                Error::Io { path: p, source } => {
+                    assert_eq!(p, &path);
+                    assert_eq!(source.raw_os_error(), Some(28));
+                }
+                other => panic!("expected an I/O error, got {other:?}"),
+            }
+            assert_eq!(fs::read(&path).unwrap(), b"old contents");
+            assert_eq!(entries(dir.path()), ["m.safetensors"]);
+        }
+        // With room to spare the same seam saves the file.
+        let tensors = [tensor];
+        let layout = plan_tensors(&tensors, None, &WriteOptions::default()).unwrap();
+        save_with(
+            &path,
+            layout,
+            true,
+            |file| FullDisk {
+                file,
+                room: 4 << 20,
+            },
+            |sink| Ok(sink.file),
+            |w| write_tensors(w, &tensors),
+        )
+        .unwrap();
+        assert_eq!(
+            fs::read(&path).unwrap(),
+            crate::serialize(tensors, None).unwrap()
+        );
+        assert_eq!(entries(dir.path()), ["m.safetensors"]);
+    }
+}

@@ -1,0 +1,352 @@
+//! The plan of a canonical file: tensor order, offsets and header bytes.
+
+use hashbrown::HashSet;
+
+use super::{TensorSpec, WriteOptions};
+use crate::error::WriteError;
+use crate::{Dtype, Metadata, Result};
+
+/// One tensor of a [`Layout`]: its declaration and where its bytes go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Slot<'a> {
+    name: &'a str,
+    dtype: Dtype,
+    shape: &'a [u64],
+    begin: u64,
+    end: u64,
+    declared: usize,
+}
+
+impl<'a> Slot<'a> {
+    /// The tensor's name.
+    pub fn name(&self) -> &'a str {
+        self.name
+    }
+
+    /// Its dtype.
+    pub fn dtype(&self) -> Dtype {
+        self.dtype
+    }
+
+    /// Its shape.
+    pub fn shape(&self) -> &'a [u64] {
+        self.shape
+    }
+
+    /// `[begin, end)` of its bytes, relative to the start of the data buffer.
+    pub fn data_offsets(&self) -> (u64, u64) {
+        (self.begin, self.end)
+    }
+
+    /// How many bytes it holds.
+    pub fn byte_len(&self) -> u64 {
+        self.end - self.begin
+    }
+
+    /// Its position in the list of declarations the layout was planned from.
+    pub fn declared(&self) -> usize {
+        self.declared
+    }
+
+    /// Its declaration, as an owned value.
+    pub fn to_spec(&self) -> TensorSpec {
+        TensorSpec::new(self.name, self.dtype, self.shape)
+    }
+}
+
+/// A slot as stored: names and shapes live in two shared buffers, so a
+/// layout of many tensors costs a handful of allocations, not two per tensor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Entry {
+    name_end: usize,
+    dims_end: usize,
+    dtype: Dtype,
+    begin: u64,
+    end: u64,
+    declared: usize,
+}
+
+/// A declaration being planned, borrowed from the caller.
+pub(crate) struct Decl<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) dtype: Dtype,
+    pub(crate) shape: &'a [u64],
+    /// Byte length, checked against dtype x shape.
+    pub(crate) len: u64,
+}
+
+/// A planned canonical file: the tensors in file order with their offsets,
+/// and the header bytes (length field, JSON text and padding).
+///
+/// Planning refuses what would make an invalid file: duplicate names, the
+/// reserved name `__metadata__`, a shape whose byte count overflows or does
+/// not fill whole bytes, and a header over the cap.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    entries: Vec<Entry>,
+    names: String,
+    dims: Vec<u64>,
+    header: Vec<u8>,
+    data_len: u64,
+    file_len: u64,
+}
+
+impl Layout {
+    /// Plans the file holding the declared tensors and `metadata` (omitted
+    /// when `None` or empty). The declarations may come in any order.
+    pub fn new(
+        specs: &[TensorSpec],
+        metadata: Option<&Metadata>,
+        options: &WriteOptions,
+    ) -> Result<Layout> {
+        let mut decls = Vec::with_capacity(specs.len());
+        for spec in specs {
+            decls.push(Decl {
+                name: &spec.name,
+                dtype: spec.dtype,
+                shape: &spec.shape,
+                len: spec.byte_len()?,
+            });
+        }
+        Layout::plan(decls, metadata, options)
+    }
+
+    /// Plans declarations whose byte lengths are already checked.
+    pub(crate) fn plan(
+        decls: Vec<Decl<'_>>,
+        metadata: Option<&Metadata>,
+        options: &WriteOptions,
+    ) -> Result<Layout> {
+        check_names(&decls)?;
+        let mut order: Vec<(u8, &str, usize)> = decls
+            .iter()
+            .enumerate()
+            .map(|(i, d)| (d.dtype.canonical_rank(), d.name, i))
+            .collect();
+        // Names are unique, so the order is total and an unstable sort is
+        // deterministic. Sorting small keys moves less than sorting slots.
+        order.sort_unstable_by(|a, b| (a.0, a.1.as_bytes()).cmp(&(b.0, b.1.as_bytes())));
+
+        let mut layout = Layout {
+            entries: Vec::with_capacity(decls.len()),
+            names: String::with_capacity(decls.iter().map(|d| d.name.len()).sum()),
+            dims: Vec::with_capacity(decls.iter().map(|d| d.shape.len()).sum()),
+            header: Vec::new(),
+            data_len: 0,
+            file_len: 0,
+        };
+        let mut offset = 0u64;
+        for &(_, _, declared) in &order {
+            let Some(decl) = decls.get(declared) else {
+                continue;
+            };
+            let end = offset
+                .checked_add(decl.len)
+                .ok_or_else(|| WriteError::DataTooLarge {
+                    tensor: decl.name.to_string(),
+                })?;
+            layout.names.push_str(decl.name);
+            layout.dims.extend_from_slice(decl.shape);
+            layout.entries.push(Entry {
+                name_end: layout.names.len(),
+                dims_end: layout.dims.len(),
+                dtype: decl.dtype,
+                begin: offset,
+                end,
+                declared,
+            });
+            offset = end;
+        }
+        layout.data_len = offset;
+        layout.header = header_bytes(&layout, metadata, options)?;
+        layout.file_len = (layout.header.len() as u64)
+            .checked_add(offset)
+            .ok_or_else(|| WriteError::DataTooLarge {
+                tensor: layout
+                    .slots()
+                    .last()
+                    .map(|s| s.name.to_string())
+                    .unwrap_or_default(),
+            })?;
+        Ok(layout)
+    }
+
+    /// The tensors in file order (the order their bytes must be written in).
+    pub fn slots(&self) -> Slots<'_> {
+        Slots {
+            layout: self,
+            index: 0,
+        }
+    }
+
+    /// The `index`-th tensor in file order.
+    pub fn slot(&self, index: usize) -> Option<Slot<'_>> {
+        let entry = self.entries.get(index)?;
+        let (name_begin, dims_begin) = match index.checked_sub(1).and_then(|i| self.entries.get(i))
+        {
+            Some(prev) => (prev.name_end, prev.dims_end),
+            None => (0, 0),
+        };
+        Some(Slot {
+            name: self.names.get(name_begin..entry.name_end)?,
+            dtype: entry.dtype,
+            shape: self.dims.get(dims_begin..entry.dims_end)?,
+            begin: entry.begin,
+            end: entry.end,
+            declared: entry.declared,
+        })
+    }
+
+    /// The number of tensors.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether the file holds no tensor.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The first 8 + N bytes of the file: length field, header, padding.
+    pub fn header(&self) -> &[u8] {
+        &self.header
+    }
+
+    /// N, the header length (padding included).
+    pub fn header_len(&self) -> u64 {
+        self.header.len() as u64 - 8
+    }
+
+    /// The length of the data buffer.
+    pub fn data_len(&self) -> u64 {
+        self.data_len
+    }
+
+    /// The length of the whole file: 8 + N + data.
+    pub fn file_len(&self) -> u64 {
+        self.file_len
+    }
+}
+
+/// The tensors of a [`Layout`] in file order.
+#[derive(Debug, Clone)]
+pub struct Slots<'a> {
+    layout: &'a Layout,
+    index: usize,
+}
+
+impl<'a> Iterator for Slots<'a> {
+    type Item = Slot<'a>;
+
+    fn next(&mut self) -> Option<Slot<'a>> {
+        let slot = self.layout.slot(self.index)?;
+        self.index += 1;
+        Some(slot)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let left = self.layout.len().saturating_sub(self.index);
+        (left, Some(left))
+    }
+}
+
+impl ExactSizeIterator for Slots<'_> {}
+
+fn check_names(decls: &[Decl<'_>]) -> Result<(), WriteError> {
+    let mut seen: HashSet<&str, foldhash::fast::RandomState> =
+        HashSet::with_capacity_and_hasher(decls.len(), Default::default());
+    for decl in decls {
+        if decl.name == "__metadata__" {
+            return Err(WriteError::ReservedName);
+        }
+        if !seen.insert(decl.name) {
+            return Err(WriteError::DuplicateName {
+                name: decl.name.to_string(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Appends `s` as a JSON string with serde_json's escaping (the reference's):
+/// `"` `\` and control characters escaped, everything else raw UTF-8.
+fn push_json_str(buf: &mut Vec<u8>, s: &str) -> Result<(), WriteError> {
+    // Writing to a Vec cannot fail; the error path exists only for the type.
+    serde_json::to_writer(&mut *buf, s).map_err(|e| WriteError::Output(e.into()))
+}
+
+fn push_u64(buf: &mut Vec<u8>, n: u64) {
+    buf.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+}
+
+/// The length field, the compact JSON header in canonical order, and the padding.
+fn header_bytes(
+    layout: &Layout,
+    metadata: Option<&Metadata>,
+    options: &WriteOptions,
+) -> Result<Vec<u8>, WriteError> {
+    let metadata = metadata.filter(|m| !m.is_empty());
+    // One reservation that fits the usual header (escapes aside): fixed text
+    // plus the names, at most 20 digits per number.
+    let estimate =
+        16 + metadata.map_or(0, |m| {
+            16 + m.iter().map(|(k, v)| k.len() + v.len() + 6).sum::<usize>()
+        }) + layout.names.len()
+            + 21 * layout.dims.len()
+            + (64 + 42) * layout.entries.len();
+    let mut buf = Vec::with_capacity(estimate + options.align.bytes() as usize);
+    buf.extend_from_slice(&[0; 8]);
+    buf.push(b'{');
+    let mut first = true;
+    if let Some(metadata) = metadata {
+        buf.extend_from_slice(b"\"__metadata__\":{");
+        // A BTreeMap iterates in ascending byte order of the keys.
+        for (i, (key, value)) in metadata.iter().enumerate() {
+            if i > 0 {
+                buf.push(b',');
+            }
+            push_json_str(&mut buf, key)?;
+            buf.push(b':');
+            push_json_str(&mut buf, value)?;
+        }
+        buf.push(b'}');
+        first = false;
+    }
+    for slot in layout.slots() {
+        if !first {
+            buf.push(b',');
+        }
+        first = false;
+        push_json_str(&mut buf, slot.name)?;
+        buf.extend_from_slice(b":{\"dtype\":\"");
+        buf.extend_from_slice(slot.dtype.name().as_bytes());
+        buf.extend_from_slice(b"\",\"shape\":[");
+        for (i, &dim) in slot.shape.iter().enumerate() {
+            if i > 0 {
+                buf.push(b',');
+            }
+            push_u64(&mut buf, dim);
+        }
+        buf.extend_from_slice(b"],\"data_offsets\":[");
+        push_u64(&mut buf, slot.begin);
+        buf.push(b',');
+        push_u64(&mut buf, slot.end);
+        buf.extend_from_slice(b"]}");
+    }
+    buf.push(b'}');
+
+    // Pad so that 8 + N is a multiple of the alignment (8 + N ≡ N mod 8).
+    let align = options.align.bytes();
+    let unpadded = buf.len() as u64;
+    let padded = unpadded.div_ceil(align) * align;
+    let header_len = padded - 8;
+    if header_len > options.max_header_len {
+        return Err(WriteError::HeaderTooLarge {
+            header_len,
+            limit: options.max_header_len,
+        });
+    }
+    buf.resize(padded as usize, b' ');
+    buf[..8].copy_from_slice(&header_len.to_le_bytes());
+    Ok(buf)
+}

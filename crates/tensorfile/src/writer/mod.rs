@@ -1,0 +1,555 @@
+//! The canonical writer: the bytes the reference library writes, streamed.
+//!
+//! Writing has two steps. First every tensor is declared ([`TensorSpec`]:
+//! name, dtype, shape) and a [`Layout`] is planned: the canonical file order,
+//! each tensor's offsets and the header text. Then a [`StreamWriter`] writes
+//! the header and takes each tensor's bytes, in file order, in pieces of any
+//! size. Memory stays bounded by the header and one piece.
+//!
+//! [`serialize`] (to memory) and [`crate::atomic::save`] (to a path) are
+//! conveniences over the same two steps, taking whole tensors
+//! ([`TensorData`]).
+//!
+//! ```
+//! use tensorfile::writer::{serialize, TensorRef};
+//! use tensorfile::{Dtype, Metadata};
+//!
+//! let data: Vec<u8> = [1.0f32, 2.0, 3.0, 4.0].iter().flat_map(|x| x.to_le_bytes()).collect();
+//! let w = TensorRef { name: "w", dtype: Dtype::F32, shape: &[2, 2], data: &data };
+//! let metadata = Metadata::from([("format".to_string(), "tinyllm".to_string())]);
+//! let bytes = serialize([w], Some(&metadata))?;
+//! assert_eq!(bytes.len(), 120); // the format page's worked example
+//! # Ok::<(), tensorfile::Error>(())
+//! ```
+
+mod layout;
+mod stream;
+
+pub use layout::{Layout, Slot, Slots};
+pub use stream::StreamWriter;
+
+use crate::error::WriteError;
+use crate::{Dtype, Metadata, Result};
+
+/// The declaration of one tensor: everything but its bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TensorSpec {
+    /// The tensor's name (a key of the header).
+    pub name: String,
+    /// Its element type.
+    pub dtype: Dtype,
+    /// Its dimensions, outermost first; `[]` for a scalar.
+    pub shape: Vec<u64>,
+}
+
+impl TensorSpec {
+    /// A declaration.
+    pub fn new(name: impl Into<String>, dtype: Dtype, shape: impl Into<Vec<u64>>) -> TensorSpec {
+        TensorSpec {
+            name: name.into(),
+            dtype,
+            shape: shape.into(),
+        }
+    }
+
+    /// The number of bytes the tensor holds: its element count times the
+    /// dtype's size. Refuses a shape whose byte count overflows `u64` and a
+    /// sub-byte dtype whose elements do not fill whole bytes.
+    pub fn byte_len(&self) -> Result<u64, WriteError> {
+        spec_byte_len(&self.name, self.dtype, &self.shape)
+    }
+}
+
+fn spec_byte_len(name: &str, dtype: Dtype, shape: &[u64]) -> Result<u64, WriteError> {
+    let overflow = || WriteError::ShapeOverflow {
+        tensor: name.to_string(),
+        dtype,
+        shape: shape.to_vec(),
+    };
+    let numel = crate::dtype::numel(shape).ok_or_else(overflow)?;
+    match dtype.byte_len(numel) {
+        Some(len) => Ok(len),
+        // `byte_len` is `None` on overflow or on a partial byte; tell them apart.
+        None if numel.checked_mul(u64::from(dtype.bits())).is_none() => Err(overflow()),
+        None => Err(WriteError::NotWholeBytes {
+            tensor: name.to_string(),
+            dtype,
+            numel,
+        }),
+    }
+}
+
+/// Padding of the header, which decides where the data buffer begins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Align {
+    /// N is a multiple of 8: the canonical file.
+    #[default]
+    Canonical,
+    /// 8 + N is a multiple of 64 (a cache line): tensors of one dtype
+    /// after the first start at their element alignment in a mapped file.
+    Bytes64,
+    /// 8 + N is a multiple of 4096 (a page).
+    Bytes4096,
+}
+
+impl Align {
+    /// The alignment of the data buffer's start in the file: 8, 64 or 4096.
+    pub const fn bytes(self) -> u64 {
+        match self {
+            Align::Canonical => 8,
+            Align::Bytes64 => 64,
+            Align::Bytes4096 => 4096,
+        }
+    }
+
+    /// The padding for `bytes` (8, 64 or 4096), `None` for anything else.
+    pub const fn from_bytes(bytes: u64) -> Option<Align> {
+        match bytes {
+            8 => Some(Align::Canonical),
+            64 => Some(Align::Bytes64),
+            4096 => Some(Align::Bytes4096),
+            _ => None,
+        }
+    }
+}
+
+/// How to write a file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteOptions {
+    /// The largest header (N, padding included) to write; the reader's cap by
+    /// default, so that whatever is written can be read back.
+    pub max_header_len: u64,
+    /// Header padding: canonical (8) by default.
+    pub align: Align,
+    /// Whether saving to a path syncs the file and its directory (default
+    /// `true`). The rename that makes a save atomic happens either way.
+    pub sync: bool,
+}
+
+impl Default for WriteOptions {
+    fn default() -> Self {
+        WriteOptions {
+            max_header_len: crate::DEFAULT_MAX_HEADER_LEN,
+            align: Align::Canonical,
+            sync: true,
+        }
+    }
+}
+
+/// A whole tensor to write: its declaration and its bytes.
+///
+/// Implemented by [`TensorRef`] (plain borrowed data), by the reader's
+/// [`crate::TensorView`], and by references to either, so a file read by this
+/// library can be written back without copying.
+pub trait TensorData {
+    /// The tensor's name.
+    fn name(&self) -> &str;
+    /// Its element type.
+    fn dtype(&self) -> Dtype;
+    /// Its dimensions.
+    fn shape(&self) -> &[u64];
+    /// Its bytes: little-endian, row-major.
+    fn data(&self) -> &[u8];
+}
+
+impl<T: TensorData + ?Sized> TensorData for &T {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+    fn dtype(&self) -> Dtype {
+        (**self).dtype()
+    }
+    fn shape(&self) -> &[u64] {
+        (**self).shape()
+    }
+    fn data(&self) -> &[u8] {
+        (**self).data()
+    }
+}
+
+/// A tensor read by this library writes back without a copy.
+impl TensorData for crate::TensorView<'_> {
+    fn name(&self) -> &str {
+        crate::TensorView::name(self)
+    }
+    fn dtype(&self) -> Dtype {
+        crate::TensorView::dtype(self)
+    }
+    fn shape(&self) -> &[u64] {
+        crate::TensorView::shape(self)
+    }
+    fn data(&self) -> &[u8] {
+        crate::TensorView::data(self)
+    }
+}
+
+/// A tensor made of borrowed parts, for writing user data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TensorRef<'a> {
+    /// The tensor's name.
+    pub name: &'a str,
+    /// Its element type.
+    pub dtype: Dtype,
+    /// Its dimensions.
+    pub shape: &'a [u64],
+    /// Its bytes.
+    pub data: &'a [u8],
+}
+
+impl TensorData for TensorRef<'_> {
+    fn name(&self) -> &str {
+        self.name
+    }
+    fn dtype(&self) -> Dtype {
+        self.dtype
+    }
+    fn shape(&self) -> &[u64] {
+        self.shape
+    }
+    fn data(&self) -> &[u8] {
+        self.data
+    }
+}
+
+/// Plans the layout of whole tensors: checks each one's byte length against
+/// its dtype and shape, then declares them all.
+pub(crate) fn plan_tensors<T: TensorData>(
+    tensors: &[T],
+    metadata: Option<&Metadata>,
+    options: &WriteOptions,
+) -> Result<Layout> {
+    let mut decls = Vec::with_capacity(tensors.len());
+    for t in tensors {
+        let expected = spec_byte_len(t.name(), t.dtype(), t.shape())?;
+        let actual = t.data().len() as u64;
+        if actual != expected {
+            return Err(WriteError::LengthMismatch {
+                tensor: t.name().to_string(),
+                dtype: t.dtype(),
+                shape: t.shape().to_vec(),
+                expected,
+                actual,
+            }
+            .into());
+        }
+        decls.push(layout::Decl {
+            name: t.name(),
+            dtype: t.dtype(),
+            shape: t.shape(),
+            len: expected,
+        });
+    }
+    Layout::plan(decls, metadata, options)
+}
+
+/// Hands every tensor's bytes to `writer`, in file order. `tensors` must be
+/// the slice `writer`'s layout was planned from.
+pub(crate) fn write_tensors<W: std::io::Write, T: TensorData>(
+    writer: &mut StreamWriter<W>,
+    tensors: &[T],
+) -> Result<()> {
+    let order: Vec<usize> = writer.layout().slots().map(|s| s.declared()).collect();
+    for index in order {
+        if let Some(t) = tensors.get(index) {
+            writer.write_tensor(t.name(), t.data())?;
+        }
+    }
+    Ok(())
+}
+
+/// The canonical file holding `tensors` and `metadata`, in memory.
+///
+/// Tensors may come in any order; the file lays them out canonically.
+/// Metadata that is `None` or empty writes no `__metadata__` key.
+pub fn serialize<T: TensorData>(
+    tensors: impl IntoIterator<Item = T>,
+    metadata: Option<&Metadata>,
+) -> Result<Vec<u8>> {
+    serialize_with(tensors, metadata, &WriteOptions::default())
+}
+
+/// [`serialize`] with options (header cap, alignment; `sync` is ignored).
+pub fn serialize_with<T: TensorData>(
+    tensors: impl IntoIterator<Item = T>,
+    metadata: Option<&Metadata>,
+    options: &WriteOptions,
+) -> Result<Vec<u8>> {
+    let tensors: Vec<T> = tensors.into_iter().collect();
+    let layout = plan_tensors(&tensors, metadata, options)?;
+    let capacity = usize::try_from(layout.file_len()).map_err(|_| WriteError::DataTooLarge {
+        tensor: String::new(),
+    })?;
+    let mut writer = StreamWriter::new(Vec::with_capacity(capacity), layout)?;
+    write_tensors(&mut writer, &tensors)?;
+    writer.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Error;
+
+    fn f32_bytes(values: &[f32]) -> Vec<u8> {
+        values.iter().flat_map(|x| x.to_le_bytes()).collect()
+    }
+
+    fn write_err(result: Result<impl std::fmt::Debug>) -> WriteError {
+        match result {
+            Err(Error::Write(e)) => e,
+            other => panic!("expected a write error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn worked_example() {
+        let data = f32_bytes(&[1.0, 2.0, 3.0, 4.0]);
+        let w = TensorRef {
+            name: "w",
+            dtype: Dtype::F32,
+            shape: &[2, 2],
+            data: &data,
+        };
+        let metadata = Metadata::from([("format".to_string(), "tinyllm".to_string())]);
+        let bytes = serialize([w], Some(&metadata)).unwrap();
+        let header = br#"{"__metadata__":{"format":"tinyllm"},"w":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]}}   "#;
+        let mut expected = 96u64.to_le_bytes().to_vec();
+        expected.extend_from_slice(header);
+        expected.extend_from_slice(&data);
+        assert_eq!(bytes, expected);
+        assert_eq!(bytes.len(), 120);
+    }
+
+    #[test]
+    fn order_escaping_and_empty_metadata() {
+        let specs = vec![
+            TensorSpec::new("b", Dtype::U8, [1]),
+            TensorSpec::new("a\"\n\u{e9}", Dtype::U8, [0]),
+            TensorSpec::new("z", Dtype::U64, []),
+            TensorSpec::new("c", Dtype::F4, [2]),
+        ];
+        let empty = Metadata::new();
+        let layout = Layout::new(&specs, Some(&empty), &WriteOptions::default()).unwrap();
+        let names: Vec<&str> = layout.slots().map(|s| s.name()).collect();
+        assert_eq!(names, ["z", "a\"\n\u{e9}", "b", "c"]);
+        let text = std::str::from_utf8(&layout.header()[8..]).unwrap();
+        assert!(text.starts_with(
+            "{\"z\":{\"dtype\":\"U64\",\"shape\":[],\"data_offsets\":[0,8]},\"a\\\"\\n\u{e9}\":"
+        ));
+        assert!(text.ends_with("}}") || text.ends_with(' '));
+        assert_eq!(layout.header_len() % 8, 0);
+        assert_eq!(layout.data_len(), 10);
+        assert_eq!(layout.slot(3).unwrap().data_offsets(), (9, 10));
+    }
+
+    #[test]
+    fn alignment_pads_to_the_boundary() {
+        for align in [Align::Bytes64, Align::Bytes4096] {
+            let options = WriteOptions {
+                align,
+                ..Default::default()
+            };
+            let layout =
+                Layout::new(&[TensorSpec::new("x", Dtype::F32, [3])], None, &options).unwrap();
+            assert_eq!((8 + layout.header_len()) % align.bytes(), 0);
+            assert!(layout.header_len() < align.bytes());
+        }
+        assert_eq!(Align::from_bytes(64), Some(Align::Bytes64));
+        assert_eq!(Align::from_bytes(32), None);
+    }
+
+    #[test]
+    fn refuses_invalid_declarations() {
+        let opts = WriteOptions::default();
+        let dup = vec![
+            TensorSpec::new("a", Dtype::U8, [1]),
+            TensorSpec::new("a", Dtype::F32, [1]),
+        ];
+        assert!(matches!(
+            write_err(Layout::new(&dup, None, &opts)),
+            WriteError::DuplicateName { name } if name == "a"
+        ));
+        let reserved = vec![TensorSpec::new("__metadata__", Dtype::U8, [1])];
+        assert!(matches!(
+            write_err(Layout::new(&reserved, None, &opts)),
+            WriteError::ReservedName
+        ));
+        let odd = vec![TensorSpec::new("q", Dtype::F4, [3])];
+        assert!(matches!(
+            write_err(Layout::new(&odd, None, &opts)),
+            WriteError::NotWholeBytes { numel: 3, .. }
+        ));
+        let huge = vec![TensorSpec::new("h", Dtype::U64, [u64::MAX / 4, 3])];
+        assert!(matches!(
+            write_err(Layout::new(&huge, None, &opts)),
+            WriteError::ShapeOverflow { .. }
+        ));
+        // 16 tensors of 2^60 bytes: the last one's end is 2^64.
+        let sum: Vec<TensorSpec> = (0..16)
+            .map(|i| TensorSpec::new(format!("h{i:02}"), Dtype::U8, [1 << 30, 1 << 30]))
+            .collect();
+        let err = write_err(Layout::new(&sum, None, &opts));
+        assert!(
+            matches!(&err, WriteError::DataTooLarge { tensor } if tensor == "h15"),
+            "{err:?}"
+        );
+        let small_cap = WriteOptions {
+            max_header_len: 64,
+            ..Default::default()
+        };
+        let long = vec![TensorSpec::new("x".repeat(100), Dtype::U8, [1])];
+        let err = write_err(Layout::new(&long, None, &small_cap));
+        assert!(matches!(
+            err,
+            WriteError::HeaderTooLarge {
+                header_len: 152,
+                limit: 64
+            }
+        ));
+        assert_eq!(
+            err.to_string(),
+            "the header would be 152 bytes, over the limit of 64"
+        );
+
+        let data = [0u8; 3];
+        let t = TensorRef {
+            name: "t",
+            dtype: Dtype::F16,
+            shape: &[2],
+            data: &data,
+        };
+        let err = write_err(serialize([t], None));
+        assert_eq!(
+            err.to_string(),
+            "tensor \"t\": 3 bytes given, but shape [2] x F16 needs 4"
+        );
+    }
+
+    fn two_tensor_writer() -> StreamWriter<Vec<u8>> {
+        let specs = vec![
+            TensorSpec::new("b", Dtype::U8, [3]),
+            TensorSpec::new("e", Dtype::U8, [0]),
+            TensorSpec::new("a", Dtype::U8, [2]),
+        ];
+        StreamWriter::create(Vec::new(), &specs, None, &WriteOptions::default()).unwrap()
+    }
+
+    #[test]
+    fn streaming_in_pieces_matches_serialize() {
+        let whole = serialize(
+            [
+                TensorRef {
+                    name: "a",
+                    dtype: Dtype::U8,
+                    shape: &[2],
+                    data: &[1, 2],
+                },
+                TensorRef {
+                    name: "b",
+                    dtype: Dtype::U8,
+                    shape: &[3],
+                    data: &[3, 4, 5],
+                },
+                TensorRef {
+                    name: "e",
+                    dtype: Dtype::U8,
+                    shape: &[0],
+                    data: &[],
+                },
+            ],
+            None,
+        )
+        .unwrap();
+
+        let mut w = two_tensor_writer();
+        assert_eq!(w.expected().unwrap().name(), "a");
+        w.write(&[1]).unwrap();
+        assert_eq!(w.remaining(), 1);
+        w.write(&[2, 3]).unwrap();
+        assert_eq!(w.expected().unwrap().name(), "b");
+        w.write(&[4, 5]).unwrap();
+        // The zero-size tensor is still nameable, or can be left out.
+        assert_eq!(w.expected().unwrap().name(), "e");
+        assert_eq!(w.finish().unwrap(), whole);
+
+        let mut w = two_tensor_writer();
+        w.write_tensor("a", &[1, 2]).unwrap();
+        w.write_from("b", &[3u8, 4, 5][..]).unwrap();
+        w.write_tensor("e", &[]).unwrap();
+        assert!(w.expected().is_none());
+        assert_eq!(w.finish().unwrap(), whole);
+    }
+
+    #[test]
+    fn streaming_refuses_short_long_and_out_of_order() {
+        let mut w = two_tensor_writer();
+        assert!(matches!(
+            write_err(w.write_tensor("b", &[3, 4, 5])),
+            WriteError::OutOfOrder { expected: Some(e), got } if e == "a" && got == "b"
+        ));
+        // Poisoned after any error.
+        assert!(matches!(write_err(w.write(&[1])), WriteError::Poisoned));
+
+        let mut w = two_tensor_writer();
+        w.write(&[1, 2, 3, 4]).unwrap();
+        let err = write_err(w.write(&[5, 6]));
+        assert_eq!(
+            err.to_string(),
+            "every tensor is complete, but 1 more bytes were given"
+        );
+
+        let mut w = two_tensor_writer();
+        w.write_tensor("a", &[1, 2]).unwrap();
+        let err = write_err(w.write_from("b", &[3u8, 4, 5, 6][..]));
+        assert!(matches!(
+            err,
+            WriteError::TooLong {
+                expected: 3,
+                received: 4,
+                ..
+            }
+        ));
+
+        let mut w = two_tensor_writer();
+        w.write_tensor("a", &[1, 2]).unwrap();
+        let err = write_err(w.write_from("b", &[3u8, 4][..]));
+        assert_eq!(
+            err.to_string(),
+            "tensor \"b\": holds 3 bytes, but only 2 were given"
+        );
+
+        let mut w = two_tensor_writer();
+        w.write(&[1, 2, 3]).unwrap();
+        assert!(matches!(
+            write_err(w.finish()),
+            WriteError::TooShort { tensor, expected: 3, received: 1 } if tensor == "b"
+        ));
+
+        let mut w = two_tensor_writer();
+        w.write(&[1]).unwrap();
+        assert!(matches!(
+            write_err(w.write_tensor("a", &[1, 2])),
+            WriteError::Started { filled: 1, .. }
+        ));
+
+        struct Failing;
+        impl std::io::Read for Failing {
+            fn read(&mut self, _: &mut [u8]) -> std::io::Result<usize> {
+                Err(std::io::Error::other("boom"))
+            }
+        }
+        let mut w = two_tensor_writer();
+        let err = write_err(w.write_from("a", Failing));
+        assert_eq!(
+            err.to_string(),
+            "tensor \"a\": reading its bytes failed after 0 of 2: boom"
+        );
+    }
+
+    #[test]
+    fn output_errors_are_reported() {
+        let mut out = [0u8; 20];
+        let specs = vec![TensorSpec::new("a", Dtype::U8, [64])];
+        let err = StreamWriter::create(&mut out[..], &specs, None, &WriteOptions::default());
+        assert!(matches!(write_err(err), WriteError::Output(_)));
+    }
+}
