@@ -26,6 +26,8 @@ enum Command {
     Inspect(cmd::inspect::Args),
     /// Write the canonical file with the same tensors and metadata.
     Rewrite(cmd::rewrite::Args),
+    /// Verify a model directory: files, tensors against the config, contract.
+    Check(cmd::check::Args),
 }
 
 fn main() -> ExitCode {
@@ -34,6 +36,7 @@ fn main() -> ExitCode {
         Command::Validate(args) => cmd::validate::run(args),
         Command::Inspect(args) => cmd::inspect::run(args),
         Command::Rewrite(args) => cmd::rewrite::run(args),
+        Command::Check(args) => cmd::check::run(args),
     };
     match result {
         Ok(code) => code,

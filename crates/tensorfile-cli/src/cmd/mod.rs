@@ -5,8 +5,10 @@
 use std::fmt::Display;
 use std::io::{self, Write};
 
+pub mod check;
 pub mod inspect;
 pub mod rewrite;
+pub mod set;
 pub mod validate;
 
 /// A failure that ends a command with exit status 1.

@@ -52,8 +52,8 @@ pub struct ModelDir {
     weights: ShardedTensors,
 }
 
-/// Reads config.json as a JSON object.
-fn read_config(path: &Path) -> Result<Map<String, Value>> {
+/// Reads a config.json as a JSON object (at most 10 MB).
+pub fn read_config(path: &Path) -> Result<Map<String, Value>> {
     use std::io::Read;
     let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
     let mut text = Vec::new();
