@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod cmd;
+mod progress;
 
 /// Read, check and write safetensors files.
 #[derive(Parser)]
@@ -28,6 +29,10 @@ enum Command {
     Rewrite(cmd::rewrite::Args),
     /// Verify a model directory: files, tensors against the config, contract.
     Check(cmd::check::Args),
+    /// Split a file into shards with an index, as huggingface_hub does.
+    Shard(cmd::shard::Args),
+    /// Join a sharded checkpoint into one canonical file.
+    Merge(cmd::merge::Args),
 }
 
 fn main() -> ExitCode {
@@ -37,6 +42,8 @@ fn main() -> ExitCode {
         Command::Inspect(args) => cmd::inspect::run(args),
         Command::Rewrite(args) => cmd::rewrite::run(args),
         Command::Check(args) => cmd::check::run(args),
+        Command::Shard(args) => cmd::shard::run(args),
+        Command::Merge(args) => cmd::merge::run(args),
     };
     match result {
         Ok(code) => code,

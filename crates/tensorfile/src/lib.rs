@@ -31,6 +31,7 @@ pub mod error;
 pub mod file;
 pub mod header;
 pub mod model;
+pub mod reshard;
 pub mod shard;
 pub mod slice;
 pub mod view;

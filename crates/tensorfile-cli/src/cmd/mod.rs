@@ -7,8 +7,10 @@ use std::io::{self, Write};
 
 pub mod check;
 pub mod inspect;
+pub mod merge;
 pub mod rewrite;
 pub mod set;
+pub mod shard;
 pub mod validate;
 
 /// A failure that ends a command with exit status 1.
