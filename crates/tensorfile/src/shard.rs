@@ -489,6 +489,9 @@ impl ShardedTensors {
                     }
                     .into())
                 }
+                // Kept as is, so that "unsupported" stays distinct from
+                // "malformed" whichever way a set is opened.
+                Err(e @ Error::UnsupportedFormat { .. }) => return Err(e),
                 Err(e) => {
                     return Err(ShardError::InvalidShard {
                         shard: name.into(),

@@ -582,6 +582,15 @@ fn sharded_model_directory() {
     let report = check_dir(dir.path(), Contract::V0);
     assert!(report.problems.is_empty(), "{:?}", report.problems);
     let model = ModelDir::open(dir.path()).unwrap();
+    // Contract v0 through a sharded set: the same distinct error.
+    write_st(
+        &dir.path().join(names[1]),
+        &[T::new("model.norm.weight", Dtype::BF16, &[32])],
+        &[],
+    );
+    let v0 = ReadOptions::default().contract(Contract::V0);
+    let err = ShardedTensors::open_with(dir.path(), &v0).unwrap_err();
+    assert!(matches!(err, Error::UnsupportedFormat { .. }), "{err}");
     assert_eq!(model.weights().shards().len(), 2);
     assert_eq!(model.weights().len(), 20);
 
