@@ -141,3 +141,34 @@ fn refused_conversion_exits_1_and_leaves_no_file() {
         );
     }
 }
+
+#[test]
+fn convert_casts_checkpoints_with_dtype() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("views.safetensors");
+    let p = pytorch("zip_views.pt");
+    let o = tensorfile(&[
+        "convert",
+        "--dtype",
+        "bf16",
+        p.to_str().unwrap(),
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let file = tensorfile::SafeTensors::open(&out).unwrap();
+    let col = file.get("col").unwrap();
+    assert_eq!(col.dtype(), tensorfile::Dtype::BF16);
+    assert_eq!(col.to_f32_vec().unwrap(), [1.0, 5.0, 9.0]);
+    let t = file.get("t").unwrap();
+    assert_eq!(t.shape(), [4, 3]);
+    assert_eq!(t.to_f32_vec().unwrap()[..4], [0.0, 4.0, 8.0, 1.0]);
+    assert_eq!(
+        file.metadata().unwrap().get("format").map(String::as_str),
+        Some("pt")
+    );
+}

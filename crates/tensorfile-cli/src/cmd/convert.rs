@@ -1,33 +1,49 @@
-//! `tensorfile convert IN OUT`: write IN as a canonical safetensors file.
+//! `tensorfile convert IN OUT [--dtype D] [--saturate] [--allow-int]`: cast
+//! the float tensors of a file to one dtype, or (without `--dtype`) write
+//! the canonical file.
 //!
-//! IN may be a PyTorch checkpoint (`.pt`, `.pth`, `.bin`; loaded without
-//! executing anything, see `tensorfile-pytorch`) or a safetensors file
-//! (then it is a canonical rewrite). A refused conversion exits 1 and leaves
-//! no OUT behind: the save is atomic.
+//! A PyTorch checkpoint as IN (`.pt`, `.pth`, `.bin`) goes through
+//! [`super::convert_pytorch`] instead: loaded without executing anything,
+//! then streamed (or cast) the same way.
+//!
+//! The input side is [`open_input`] alone: it turns a path into named
+//! tensors with their bytes. Everything after it (casting, companions of
+//! quantized weights, the streaming atomic save) only sees those tensors.
 
-use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
-use tensorfile::{save, SafeTensors, WriteOptions};
-use tensorfile_pytorch::convert::{convert, ConvertOptions, Progress};
-use tensorfile_pytorch::{file_looks_like_pytorch, LoadOptions, SharedPolicy};
+use tensorfile::cast::{save_converted, CastOptions};
+use tensorfile::{Dtype, Metadata, ReadOptions, SafeTensors, TensorRef, WriteOptions};
 
 use super::{out, Failure};
 
 /// Arguments of `convert`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// The file to read: a PyTorch checkpoint or a safetensors file.
+    /// The file to read.
     #[arg(value_name = "IN")]
     input: PathBuf,
-    /// The safetensors file to write (replaced atomically).
+    /// The file to write (replaced atomically; may be IN itself).
     #[arg(value_name = "OUT")]
     output: PathBuf,
-    #[command(flatten)]
-    pytorch: PytorchArgs,
+    /// Cast the float tensors to this dtype (`bf16`, `F32`, `f8_e4m3`, ...,
+    /// either case). Quantized weights and their scales/biases keep theirs.
+    /// Without it, OUT is the canonical rewrite of IN.
+    #[arg(long, value_name = "DTYPE")]
+    dtype: Option<Dtype>,
+    /// Clamp values beyond the F8 target's range to its largest finite value
+    /// instead of NaN or infinity.
+    #[arg(long)]
+    saturate: bool,
+    /// Allow integer targets and cast integer tensors too; a value that does
+    /// not fit refuses the conversion.
+    #[arg(long)]
+    allow_int: bool,
+    /// Largest header length accepted in IN and written to OUT, in bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = tensorfile::DEFAULT_MAX_HEADER_LEN)]
+    max_header_len: u64,
     /// Do not sync OUT and its directory to disk (faster; the replacement
     /// stays atomic, but may be lost on a power failure).
     #[arg(long)]
@@ -35,123 +51,106 @@ pub struct Args {
     /// Print the result as one JSON object instead of text.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    pytorch: super::convert_pytorch::PytorchArgs,
 }
 
-/// Options that apply to PyTorch input only.
-#[derive(clap::Args)]
-pub struct PytorchArgs {
-    /// Convert only this subtree of the checkpoint (`model`, or a dotted
-    /// path such as `model.encoder`); names are relative to it.
-    #[arg(long, value_name = "K")]
-    key: Option<String>,
-    /// Name for a bare top-level tensor (otherwise it is named "").
-    #[arg(long, value_name = "N")]
-    name: Option<String>,
-    /// Keep non-tensor values (epoch, learning rate, ...) as string metadata.
-    #[arg(long)]
-    keep_values: bool,
-    /// Tensors sharing storage: `alias` writes exact aliases once and records
-    /// each other name in the metadata as "removed": "kept"; `copy` gives
-    /// every name its own bytes; `error` refuses any sharing.
-    #[arg(long, value_name = "POLICY", default_value = "alias")]
-    shared: SharedPolicy,
+/// An opened input: what `convert` reads.
+pub struct Input {
+    file: SafeTensors,
 }
 
-impl PytorchArgs {
-    /// The flags given explicitly, for refusing them on safetensors input.
-    fn given(&self) -> Vec<&'static str> {
-        let mut v = Vec::new();
-        if self.key.is_some() {
-            v.push("--key");
-        }
-        if self.name.is_some() {
-            v.push("--name");
-        }
-        if self.keep_values {
-            v.push("--keep-values");
-        }
-        if self.shared != SharedPolicy::Alias {
-            v.push("--shared");
-        }
-        v
+impl Input {
+    /// Every tensor: name, dtype, shape and bytes (borrowed from the input).
+    pub fn tensors(&self) -> Vec<TensorRef<'_>> {
+        self.file
+            .tensors()
+            .map(|t| TensorRef {
+                name: t.name(),
+                dtype: t.dtype(),
+                shape: t.shape(),
+                data: t.data(),
+            })
+            .collect()
+    }
+
+    /// The input's metadata, kept as it is.
+    pub fn metadata(&self) -> Option<&Metadata> {
+        self.file.metadata()
     }
 }
 
-/// A bar on stderr when it is a terminal; hidden otherwise.
-fn progress_bar() -> ProgressBar {
-    if !std::io::stderr().is_terminal() {
-        return ProgressBar::hidden();
-    }
-    let bar = ProgressBar::new(0);
-    bar.set_style(
-        ProgressStyle::with_template("{bar:40} {bytes}/{total_bytes} {bytes_per_sec} {wide_msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
-    bar
+/// Opens IN: a safetensors file, memory-mapped and checked against the
+/// format's reader rules.
+pub fn open_input(path: &Path, max_header_len: u64) -> Result<Input, Failure> {
+    let read = ReadOptions::default().max_header_len(max_header_len);
+    Ok(Input {
+        file: SafeTensors::open_with(path, &read)?,
+    })
 }
 
-/// Converts IN to OUT.
+/// Converts IN into an atomic save of OUT, one tensor at a time.
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
+    if tensorfile_pytorch::file_looks_like_pytorch(&args.input).unwrap_or(false) {
+        return super::convert_pytorch::run(super::convert_pytorch::Job {
+            input: &args.input,
+            output: &args.output,
+            dtype: args.dtype,
+            cast: CastOptions {
+                saturate: args.saturate,
+                allow_int: args.allow_int,
+            },
+            sync: !args.no_sync,
+            json: args.json,
+            pytorch: args.pytorch,
+        });
+    }
+    args.pytorch.refuse_for(&args.input)?;
+    let input = open_input(&args.input, args.max_header_len)?;
+    let tensors = input.tensors();
+    let cast = CastOptions {
+        saturate: args.saturate,
+        allow_int: args.allow_int,
+    };
     let write = WriteOptions {
+        max_header_len: args.max_header_len,
         sync: !args.no_sync,
         ..WriteOptions::default()
     };
-    let is_pytorch =
-        file_looks_like_pytorch(&args.input).map_err(|e| tensorfile::Error::io(&args.input, e))?;
-    let (tensors, aliases, kind) = if is_pytorch {
-        let p = args.pytorch;
-        let options = ConvertOptions {
-            load: LoadOptions {
-                key: p.key,
-                name: p.name,
-                ..LoadOptions::default()
-            },
-            shared: p.shared,
-            keep_values: p.keep_values,
-            write,
-        };
-        let bar = progress_bar();
-        let report = convert(&args.input, &args.output, &options, |p: Progress<'_>| {
-            bar.set_length(p.bytes_total);
-            bar.set_position(p.bytes_done);
-            bar.set_message(p.name.to_string());
-        });
-        bar.finish_and_clear();
-        let report = report?;
-        (report.tensors, report.aliases, "pytorch")
-    } else {
-        if let Some(flag) = args.pytorch.given().first() {
-            return Err(format!(
-                "{flag} applies only to PyTorch input; {} is not a PyTorch checkpoint",
-                args.input.display()
-            )
-            .into());
-        }
-        let input = SafeTensors::open(&args.input)?;
-        save(&args.output, input.tensors(), input.metadata(), &write)?;
-        (input.len(), 0, "safetensors")
-    };
+    // The map of IN stays valid even when OUT is IN: the save renames a new
+    // inode over the name, it never writes into the mapped one.
+    let summary = save_converted(
+        &args.output,
+        &tensors,
+        input.metadata(),
+        args.dtype,
+        cast,
+        &write,
+    )?;
     let bytes = std::fs::metadata(&args.output)
         .map_err(|e| tensorfile::Error::io(&args.output, e))?
         .len();
     if args.json {
         out(json!({
             "input": args.input,
-            "input_format": kind,
             "output": args.output,
-            "tensors": tensors,
-            "aliases": aliases,
+            "dtype": args.dtype.map(|d| d.name()),
+            "tensors": summary.tensors,
+            "cast": summary.cast,
+            "companions": summary.companions,
             "bytes": bytes,
         }));
     } else {
+        let what = match args.dtype {
+            Some(d) => format!(
+                "{} of {} tensors cast to {d}, {} quantization companions kept",
+                summary.cast, summary.tensors, summary.companions
+            ),
+            None => format!("{} tensors", summary.tensors),
+        };
         out(format_args!(
-            "{}: {tensors} tensors{}, {bytes} bytes",
-            args.output.display(),
-            if aliases > 0 {
-                format!(" (+{aliases} aliases)")
-            } else {
-                String::new()
-            }
+            "{}: {what}, {bytes} bytes",
+            args.output.display()
         ));
     }
     Ok(ExitCode::SUCCESS)
