@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod cmd;
+mod progress;
 
 /// Read, check and write safetensors files.
 #[derive(Parser)]
@@ -26,6 +27,15 @@ enum Command {
     Inspect(cmd::inspect::Args),
     /// Write the canonical file with the same tensors and metadata.
     Rewrite(cmd::rewrite::Args),
+    /// Verify a model directory: files, tensors against the config, contract.
+    Check(cmd::check::Args),
+    /// Split a file into shards with an index, as huggingface_hub does.
+    Shard(cmd::shard::Args),
+    /// Join a sharded checkpoint into one canonical file.
+    Merge(cmd::merge::Args),
+    /// Convert a PyTorch checkpoint or a safetensors file to a canonical
+    /// safetensors file, optionally casting float tensors to one dtype.
+    Convert(cmd::convert::Args),
 }
 
 fn main() -> ExitCode {
@@ -34,6 +44,10 @@ fn main() -> ExitCode {
         Command::Validate(args) => cmd::validate::run(args),
         Command::Inspect(args) => cmd::inspect::run(args),
         Command::Rewrite(args) => cmd::rewrite::run(args),
+        Command::Check(args) => cmd::check::run(args),
+        Command::Shard(args) => cmd::shard::run(args),
+        Command::Merge(args) => cmd::merge::run(args),
+        Command::Convert(args) => cmd::convert::run(args),
     };
     match result {
         Ok(code) => code,

@@ -363,9 +363,43 @@ pub enum Error {
         /// What is wrong with the request.
         problem: String,
     },
+    /// A well-formed file holds a dtype the reader's contract does not
+    /// accept: an unsupported format, not a malformed one.
+    #[error(
+        "unsupported format: tensor {tensor:?} is {dtype}, which contract {contract} does not read"
+    )]
+    UnsupportedFormat {
+        /// The first tensor (in data order) outside the contract.
+        tensor: String,
+        /// Its dtype.
+        dtype: Dtype,
+        /// The contract in force.
+        contract: crate::header::Contract,
+    },
+    /// A model directory's `config.json` is not a JSON object.
+    #[error("{}: not a valid config: {problem}", path.display())]
+    Config {
+        /// The config file.
+        path: PathBuf,
+        /// What is wrong.
+        problem: String,
+    },
+    /// A sharded set's index, shards, or their agreement is wrong.
+    /// (Boxed: it is the largest variant, and errors travel by value.)
+    #[error(transparent)]
+    Shard(Box<crate::shard::ShardError>),
     /// The writer refused its input, or writing failed.
     #[error("cannot write: {0}")]
     Write(#[from] WriteError),
+    /// A tensor cannot be cast to the requested dtype.
+    #[error("tensor {tensor:?}: {source}")]
+    Cast {
+        /// The tensor name.
+        tensor: String,
+        /// What the cast refused.
+        #[source]
+        source: crate::cast::CastError,
+    },
 }
 
 impl Error {
@@ -383,6 +417,12 @@ impl Error {
             Error::Format(e) => Some(e.rule()),
             _ => None,
         }
+    }
+}
+
+impl From<crate::shard::ShardError> for Error {
+    fn from(e: crate::shard::ShardError) -> Error {
+        Error::Shard(Box::new(e))
     }
 }
 

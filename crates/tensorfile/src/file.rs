@@ -169,6 +169,7 @@ impl SafeTensors {
 
     fn from_buffer(buffer: Buffer, options: &ReadOptions) -> Result<SafeTensors> {
         let header = Header::from_file_bytes(&buffer, options)?;
+        options.contract.check(&header)?;
         Ok(SafeTensors { buffer, header })
     }
 
@@ -252,7 +253,9 @@ pub fn read_header<R: Read + Seek>(mut reader: R, options: &ReadOptions) -> Resu
     // N <= the cap and 8 + N <= the stream length: a justified allocation.
     let mut text = vec![0u8; header_len as usize];
     reader.read_exact(&mut text)?;
-    Ok(Header::parse(&text, len - 8 - header_len)?)
+    let header = Header::parse(&text, len - 8 - header_len)?;
+    options.contract.check(&header)?;
+    Ok(header)
 }
 
 /// Reads a path's header only (see [`read_header`]).

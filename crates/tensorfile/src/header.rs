@@ -28,12 +28,16 @@ pub struct ReadOptions {
     /// The largest header length N accepted (reader rule 1).
     /// Default: [`DEFAULT_MAX_HEADER_LEN`] (100,000,000 bytes).
     pub max_header_len: u64,
+    /// The dtypes the caller accepts, checked after a successful parse.
+    /// Default: [`Contract::Any`].
+    pub contract: Contract,
 }
 
 impl Default for ReadOptions {
     fn default() -> Self {
         ReadOptions {
             max_header_len: DEFAULT_MAX_HEADER_LEN,
+            contract: Contract::Any,
         }
     }
 }
@@ -43,6 +47,58 @@ impl ReadOptions {
     pub fn max_header_len(mut self, limit: u64) -> Self {
         self.max_header_len = limit;
         self
+    }
+
+    /// Sets the contract.
+    pub fn contract(mut self, contract: Contract) -> Self {
+        self.contract = contract;
+        self
+    }
+}
+
+/// Which dtypes a reader accepts. A well-formed file with a dtype outside
+/// the contract is refused with [`crate::Error::UnsupportedFormat`], which is
+/// distinct from a malformed file ([`crate::Error::Format`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum Contract {
+    /// Every dtype of the format.
+    #[default]
+    Any,
+    /// The course's contract v0 (its first lessons and its tracer engine):
+    /// F32 only.
+    V0,
+}
+
+impl Contract {
+    /// Whether the contract allows tensors of this dtype.
+    pub fn allows(self, dtype: Dtype) -> bool {
+        match self {
+            Contract::Any => true,
+            Contract::V0 => dtype == Dtype::F32,
+        }
+    }
+
+    /// Checks every tensor of a parsed header, in data order; the first
+    /// one outside the contract is the error.
+    pub fn check(self, header: &Header) -> Result<(), crate::Error> {
+        match header.tensors().find(|t| !self.allows(t.dtype)) {
+            None => Ok(()),
+            Some(t) => Err(crate::Error::UnsupportedFormat {
+                tensor: t.name.to_string(),
+                dtype: t.dtype,
+                contract: self,
+            }),
+        }
+    }
+}
+
+impl fmt::Display for Contract {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Contract::Any => "any (every dtype)",
+            Contract::V0 => "v0 (F32 only)",
+        })
     }
 }
 

@@ -26,10 +26,14 @@
 compile_error!("tensorfile assumes a little-endian host: safetensors data is little-endian and views are zero-copy");
 
 pub mod atomic;
+pub mod cast;
 pub mod dtype;
 pub mod error;
 pub mod file;
 pub mod header;
+pub mod model;
+pub mod reshard;
+pub mod shard;
 pub mod slice;
 pub mod view;
 pub mod writer;
@@ -38,7 +42,8 @@ pub use atomic::{save, save_streaming};
 pub use dtype::Dtype;
 pub use error::{Error, FormatError, Result, WriteError};
 pub use file::{read_header, read_header_from_path, SafeTensors};
-pub use header::{Header, ReadOptions, TensorInfo};
+pub use header::{Contract, Header, ReadOptions, TensorInfo};
+pub use shard::{ShardError, ShardedTensors};
 pub use slice::{SliceArg, TensorSlice};
 pub use view::{Element, TensorView};
 pub use writer::{

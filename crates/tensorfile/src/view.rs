@@ -100,42 +100,38 @@ impl<'a> TensorView<'a> {
         })
     }
 
-    /// The elements decoded to `f32` (F16, BF16, F32, F64; F64 rounds).
+    /// The elements decoded to `f32`, for every real float dtype (F64
+    /// rounds to nearest even; the others are exact). See [`crate::cast`].
     pub fn to_f32_vec(&self) -> Result<Vec<f32>> {
-        Ok(match self.dtype() {
-            Dtype::F32 => self.as_slice::<f32>()?.into_owned(),
-            Dtype::F64 => self.as_slice::<f64>()?.iter().map(|&x| x as f32).collect(),
-            Dtype::F16 => self
-                .as_slice::<half::f16>()?
-                .iter()
-                .map(|x| x.to_f32())
-                .collect(),
-            Dtype::BF16 => self
-                .as_slice::<half::bf16>()?
-                .iter()
-                .map(|x| x.to_f32())
-                .collect(),
-            other => return Err(self.unsupported(other, "decoding to f32")),
-        })
+        if self.dtype() == Dtype::F32 {
+            return Ok(self.as_slice::<f32>()?.into_owned());
+        }
+        self.decodable("decoding to f32")?;
+        crate::cast::decode_f32_vec(self.dtype(), self.data).map_err(|e| self.cast_error(e))
     }
 
-    /// The elements decoded to `f64` (F16, BF16, F32, F64; exact).
+    /// The elements decoded to `f64`, exactly, for every real float dtype.
     pub fn to_f64_vec(&self) -> Result<Vec<f64>> {
-        Ok(match self.dtype() {
-            Dtype::F64 => self.as_slice::<f64>()?.into_owned(),
-            Dtype::F32 => self.as_slice::<f32>()?.iter().map(|&x| x as f64).collect(),
-            Dtype::F16 => self
-                .as_slice::<half::f16>()?
-                .iter()
-                .map(|x| x.to_f64())
-                .collect(),
-            Dtype::BF16 => self
-                .as_slice::<half::bf16>()?
-                .iter()
-                .map(|x| x.to_f64())
-                .collect(),
-            other => return Err(self.unsupported(other, "decoding to f64")),
-        })
+        if self.dtype() == Dtype::F64 {
+            return Ok(self.as_slice::<f64>()?.into_owned());
+        }
+        self.decodable("decoding to f64")?;
+        crate::cast::decode_f64_vec(self.dtype(), self.data).map_err(|e| self.cast_error(e))
+    }
+
+    fn decodable(&self, operation: &'static str) -> Result<()> {
+        match self.dtype() {
+            Dtype::C64 => Err(self.unsupported(Dtype::C64, operation)),
+            d if d.is_float() => Ok(()),
+            other => Err(self.unsupported(other, operation)),
+        }
+    }
+
+    fn cast_error(&self, source: crate::cast::CastError) -> Error {
+        Error::Cast {
+            tensor: self.name().to_string(),
+            source,
+        }
     }
 
     fn unsupported(&self, dtype: Dtype, operation: &'static str) -> Error {

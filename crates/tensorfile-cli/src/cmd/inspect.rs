@@ -19,7 +19,7 @@ pub struct Args {
     /// Add each tensor's sha256 (reads every byte).
     #[arg(long)]
     hash: bool,
-    /// The file to describe.
+    /// The file to describe, or a model directory or sharded index.
     #[arg(value_name = "FILE")]
     file: PathBuf,
 }
@@ -43,6 +43,14 @@ fn alignment_of(offset: u64) -> u64 {
 
 /// Describes one file; exit 1 when it is invalid or unreadable.
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
+    // A model directory or a sharded checkpoint's index: see `set`.
+    if super::set::is_set(&args.file) {
+        return super::set::inspect(&args.file, args.json, args.hash);
+    }
+    // PyTorch checkpoints are described by their own loader.
+    if tensorfile_pytorch::file_looks_like_pytorch(&args.file).unwrap_or(false) {
+        return super::inspect_pytorch::run(&args.file, args.json, args.hash);
+    }
     let options = ReadOptions::default();
     // Hashing needs the bytes; a summary needs only the header.
     let file = if args.hash {

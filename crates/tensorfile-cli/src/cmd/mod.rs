@@ -5,8 +5,15 @@
 use std::fmt::Display;
 use std::io::{self, Write};
 
+pub mod check;
+pub mod convert;
+pub mod convert_pytorch;
 pub mod inspect;
+pub mod inspect_pytorch;
+pub mod merge;
 pub mod rewrite;
+pub mod set;
+pub mod shard;
 pub mod validate;
 
 /// A failure that ends a command with exit status 1.

@@ -17,7 +17,7 @@ pub struct Args {
     /// Largest header length accepted, in bytes.
     #[arg(long, value_name = "BYTES", default_value_t = tensorfile::DEFAULT_MAX_HEADER_LEN)]
     max_header_len: u64,
-    /// The files to check.
+    /// The files to check (a directory or an index checks a whole set).
     #[arg(required = true, value_name = "FILE")]
     files: Vec<PathBuf>,
 }
@@ -27,6 +27,11 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     let options = ReadOptions::default().max_header_len(args.max_header_len);
     let mut all_valid = true;
     for path in &args.files {
+        // A model directory or a sharded checkpoint's index: see `set`.
+        if super::set::is_set(path) {
+            all_valid &= super::set::validate(path, &options, args.json);
+            continue;
+        }
         let name = path.display();
         // Only the header is read: rule 5 is checked against the file's length.
         let (error, warnings) = match read_header_from_path(path, &options) {

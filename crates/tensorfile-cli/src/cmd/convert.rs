@@ -1,0 +1,157 @@
+//! `tensorfile convert IN OUT [--dtype D] [--saturate] [--allow-int]`: cast
+//! the float tensors of a file to one dtype, or (without `--dtype`) write
+//! the canonical file.
+//!
+//! A PyTorch checkpoint as IN (`.pt`, `.pth`, `.bin`) goes through
+//! [`super::convert_pytorch`] instead: loaded without executing anything,
+//! then streamed (or cast) the same way.
+//!
+//! The input side is [`open_input`] alone: it turns a path into named
+//! tensors with their bytes. Everything after it (casting, companions of
+//! quantized weights, the streaming atomic save) only sees those tensors.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use serde_json::json;
+use tensorfile::cast::{save_converted, CastOptions};
+use tensorfile::{Dtype, Metadata, ReadOptions, SafeTensors, TensorRef, WriteOptions};
+
+use super::{out, Failure};
+
+/// Arguments of `convert`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The file to read.
+    #[arg(value_name = "IN")]
+    input: PathBuf,
+    /// The file to write (replaced atomically; may be IN itself).
+    #[arg(value_name = "OUT")]
+    output: PathBuf,
+    /// Cast the float tensors to this dtype (`bf16`, `F32`, `f8_e4m3`, ...,
+    /// either case). Quantized weights and their scales/biases keep theirs.
+    /// Without it, OUT is the canonical rewrite of IN.
+    #[arg(long, value_name = "DTYPE")]
+    dtype: Option<Dtype>,
+    /// Clamp values beyond the F8 target's range to its largest finite value
+    /// instead of NaN or infinity.
+    #[arg(long)]
+    saturate: bool,
+    /// Allow integer targets and cast integer tensors too; a value that does
+    /// not fit refuses the conversion.
+    #[arg(long)]
+    allow_int: bool,
+    /// Largest header length accepted in IN and written to OUT, in bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = tensorfile::DEFAULT_MAX_HEADER_LEN)]
+    max_header_len: u64,
+    /// Do not sync OUT and its directory to disk (faster; the replacement
+    /// stays atomic, but may be lost on a power failure).
+    #[arg(long)]
+    no_sync: bool,
+    /// Print the result as one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    pytorch: super::convert_pytorch::PytorchArgs,
+}
+
+/// An opened input: what `convert` reads.
+pub struct Input {
+    file: SafeTensors,
+}
+
+impl Input {
+    /// Every tensor: name, dtype, shape and bytes (borrowed from the input).
+    pub fn tensors(&self) -> Vec<TensorRef<'_>> {
+        self.file
+            .tensors()
+            .map(|t| TensorRef {
+                name: t.name(),
+                dtype: t.dtype(),
+                shape: t.shape(),
+                data: t.data(),
+            })
+            .collect()
+    }
+
+    /// The input's metadata, kept as it is.
+    pub fn metadata(&self) -> Option<&Metadata> {
+        self.file.metadata()
+    }
+}
+
+/// Opens IN: a safetensors file, memory-mapped and checked against the
+/// format's reader rules.
+pub fn open_input(path: &Path, max_header_len: u64) -> Result<Input, Failure> {
+    let read = ReadOptions::default().max_header_len(max_header_len);
+    Ok(Input {
+        file: SafeTensors::open_with(path, &read)?,
+    })
+}
+
+/// Converts IN into an atomic save of OUT, one tensor at a time.
+pub fn run(args: Args) -> Result<ExitCode, Failure> {
+    if tensorfile_pytorch::file_looks_like_pytorch(&args.input).unwrap_or(false) {
+        return super::convert_pytorch::run(super::convert_pytorch::Job {
+            input: &args.input,
+            output: &args.output,
+            dtype: args.dtype,
+            cast: CastOptions {
+                saturate: args.saturate,
+                allow_int: args.allow_int,
+            },
+            sync: !args.no_sync,
+            json: args.json,
+            pytorch: args.pytorch,
+        });
+    }
+    args.pytorch.refuse_for(&args.input)?;
+    let input = open_input(&args.input, args.max_header_len)?;
+    let tensors = input.tensors();
+    let cast = CastOptions {
+        saturate: args.saturate,
+        allow_int: args.allow_int,
+    };
+    let write = WriteOptions {
+        max_header_len: args.max_header_len,
+        sync: !args.no_sync,
+        ..WriteOptions::default()
+    };
+    // The map of IN stays valid even when OUT is IN: the save renames a new
+    // inode over the name, it never writes into the mapped one.
+    let summary = save_converted(
+        &args.output,
+        &tensors,
+        input.metadata(),
+        args.dtype,
+        cast,
+        &write,
+    )?;
+    let bytes = std::fs::metadata(&args.output)
+        .map_err(|e| tensorfile::Error::io(&args.output, e))?
+        .len();
+    if args.json {
+        out(json!({
+            "input": args.input,
+            "output": args.output,
+            "dtype": args.dtype.map(|d| d.name()),
+            "tensors": summary.tensors,
+            "cast": summary.cast,
+            "companions": summary.companions,
+            "bytes": bytes,
+        }));
+    } else {
+        let what = match args.dtype {
+            Some(d) => format!(
+                "{} of {} tensors cast to {d}, {} quantization companions kept",
+                summary.cast, summary.tensors, summary.companions
+            ),
+            None => format!("{} tensors", summary.tensors),
+        };
+        out(format_args!(
+            "{}: {what}, {bytes} bytes",
+            args.output.display()
+        ));
+    }
+    Ok(ExitCode::SUCCESS)
+}

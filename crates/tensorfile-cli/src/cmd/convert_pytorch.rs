@@ -1,0 +1,177 @@
+//! The PyTorch side of `tensorfile convert`: IN is a checkpoint (`.pt`,
+//! `.pth`, `pytorch_model.bin`), loaded by `tensorfile-pytorch` without
+//! executing anything. Without `--dtype`, tensors stream one at a time from
+//! the mapped checkpoint into the atomic save; with `--dtype`, they go
+//! through the same cast as safetensors input.
+
+use std::borrow::Cow;
+use std::path::Path;
+use std::process::ExitCode;
+
+use serde_json::json;
+use tensorfile::cast::{save_converted, CastOptions};
+use tensorfile::{Dtype, TensorRef, WriteOptions};
+use tensorfile_pytorch::convert::{convert_checkpoint, metadata, ConvertOptions};
+use tensorfile_pytorch::sharing::plan;
+use tensorfile_pytorch::{Checkpoint, LoadOptions, SharedPolicy};
+
+use super::{out, Failure};
+
+/// Options of `convert` that apply to PyTorch input only.
+#[derive(clap::Args)]
+pub struct PytorchArgs {
+    /// PyTorch input: convert only this subtree (`model`, or a dotted path
+    /// such as `model.encoder`); names are relative to it.
+    #[arg(long, value_name = "K")]
+    key: Option<String>,
+    /// PyTorch input: name for a bare top-level tensor (otherwise "").
+    #[arg(long, value_name = "N")]
+    name: Option<String>,
+    /// PyTorch input: keep non-tensor values (epoch, learning rate, ...) as
+    /// string metadata.
+    #[arg(long)]
+    keep_values: bool,
+    /// PyTorch input, tensors sharing storage: `alias` writes exact aliases
+    /// once and records each other name in the metadata as "removed":
+    /// "kept"; `copy` gives every name its own bytes; `error` refuses any
+    /// sharing.
+    #[arg(long, value_name = "POLICY", default_value = "alias")]
+    shared: SharedPolicy,
+}
+
+impl PytorchArgs {
+    /// Refuses these options for an input that is not a checkpoint.
+    pub fn refuse_for(&self, input: &Path) -> Result<(), Failure> {
+        let given = [
+            (self.key.is_some(), "--key"),
+            (self.name.is_some(), "--name"),
+            (self.keep_values, "--keep-values"),
+            (self.shared != SharedPolicy::Alias, "--shared"),
+        ];
+        match given.iter().find(|(on, _)| *on) {
+            Some((_, flag)) => Err(format!(
+                "{flag} applies only to PyTorch input; {} is not a PyTorch checkpoint",
+                input.display()
+            )
+            .into()),
+            None => Ok(()),
+        }
+    }
+}
+
+/// One conversion of a checkpoint.
+pub struct Job<'a> {
+    /// The checkpoint.
+    pub input: &'a Path,
+    /// The safetensors file to write.
+    pub output: &'a Path,
+    /// Cast float tensors to this dtype.
+    pub dtype: Option<Dtype>,
+    /// How to cast.
+    pub cast: CastOptions,
+    /// Sync OUT and its directory.
+    pub sync: bool,
+    /// Print JSON.
+    pub json: bool,
+    /// The PyTorch options.
+    pub pytorch: PytorchArgs,
+}
+
+/// Converts the checkpoint; exit 1 (and no OUT) when it is refused.
+pub fn run(job: Job<'_>) -> Result<ExitCode, Failure> {
+    let p = job.pytorch;
+    let load = LoadOptions {
+        key: p.key,
+        name: p.name,
+        ..LoadOptions::default()
+    };
+    let ckpt = Checkpoint::open_with(job.input, &load)?;
+    let write = WriteOptions {
+        sync: job.sync,
+        ..WriteOptions::default()
+    };
+    let (tensors, aliases, cast) = match job.dtype {
+        None => {
+            let options = ConvertOptions {
+                load,
+                shared: p.shared,
+                keep_values: p.keep_values,
+                write,
+            };
+            let total: u64 = ckpt.tensors().map(|t| t.nbytes()).sum();
+            let bar = crate::progress::bytes(total, "converting");
+            let report = convert_checkpoint(&ckpt, job.output, &options, |p| {
+                if let Some(bar) = &bar {
+                    bar.set_length(p.bytes_total);
+                    bar.set_position(p.bytes_done);
+                }
+            });
+            if let Some(bar) = bar {
+                bar.finish_and_clear();
+            }
+            let report = report?;
+            (report.tensors, report.aliases, 0)
+        }
+        Some(dtype) => {
+            // Contiguous tensors stay borrowed from the map; views that need
+            // re-ordering are gathered, all before the cast streams them out.
+            let plan = plan(&ckpt, p.shared)?;
+            let meta = metadata(&ckpt, &plan.aliases, p.keep_values)?;
+            let bytes: Vec<Cow<'_, [u8]>> = plan
+                .write
+                .iter()
+                .map(|t| t.bytes())
+                .collect::<Result<_, _>>()?;
+            let refs: Vec<TensorRef<'_>> = plan
+                .write
+                .iter()
+                .zip(&bytes)
+                .map(|(t, b)| TensorRef {
+                    name: t.name(),
+                    dtype: t.dtype(),
+                    shape: t.shape(),
+                    data: b,
+                })
+                .collect();
+            let summary = save_converted(
+                job.output,
+                &refs,
+                Some(&meta),
+                Some(dtype),
+                job.cast,
+                &write,
+            )?;
+            (summary.tensors, plan.aliases.len(), summary.cast)
+        }
+    };
+    let bytes = std::fs::metadata(job.output)
+        .map_err(|e| tensorfile::Error::io(job.output, e))?
+        .len();
+    if job.json {
+        out(json!({
+            "input": job.input,
+            "input_format": "pytorch",
+            "output": job.output,
+            "dtype": job.dtype.map(|d| d.name()),
+            "tensors": tensors,
+            "aliases": aliases,
+            "cast": cast,
+            "bytes": bytes,
+        }));
+    } else {
+        let aliases = if aliases > 0 {
+            format!(" (+{aliases} aliases)")
+        } else {
+            String::new()
+        };
+        let cast = match job.dtype {
+            Some(d) => format!(", {cast} cast to {d}"),
+            None => String::new(),
+        };
+        out(format_args!(
+            "{}: {tensors} tensors{aliases}{cast}, {bytes} bytes",
+            job.output.display()
+        ));
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,65 @@
+//! `tensorfile merge INDEX|DIR OUT`: join a sharded checkpoint into one
+//! canonical file.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use serde_json::json;
+use tensorfile::reshard::merge;
+use tensorfile::{ShardedTensors, WriteOptions};
+
+use super::{out, Failure};
+
+/// Arguments of `merge`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The index, or a directory holding one.
+    #[arg(value_name = "INDEX|DIR")]
+    input: PathBuf,
+    /// The file to write (replaced atomically).
+    #[arg(value_name = "OUT")]
+    output: PathBuf,
+    /// Do not sync OUT to disk (faster; still atomic).
+    #[arg(long)]
+    no_sync: bool,
+    /// Print the result as one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Validates the set, then streams every tensor into OUT.
+pub fn run(args: Args) -> Result<ExitCode, Failure> {
+    let source = ShardedTensors::open(&args.input)?;
+    let options = WriteOptions {
+        sync: !args.no_sync,
+        ..WriteOptions::default()
+    };
+    let bar = crate::progress::bytes(source.data_len(), "merge");
+    let result = merge(&source, &args.output, &options, &mut |n| {
+        if let Some(bar) = &bar {
+            bar.inc(n);
+        }
+    });
+    if let Some(bar) = &bar {
+        bar.finish_and_clear();
+    }
+    result?;
+    if args.json {
+        out(json!({
+            "input": args.input,
+            "output": args.output,
+            "shards": source.shards().len(),
+            "tensors": source.len(),
+            "data_bytes": source.data_len(),
+        }));
+    } else {
+        out(format_args!(
+            "{}: {} tensors from {} shards, {} data bytes",
+            args.output.display(),
+            source.len(),
+            source.shards().len(),
+            source.data_len()
+        ));
+    }
+    Ok(ExitCode::SUCCESS)
+}

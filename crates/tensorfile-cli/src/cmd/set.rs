@@ -1,0 +1,222 @@
+//! `inspect` and `validate` for a set of tensors given as a directory or an
+//! index (not a subcommand: the two commands dispatch here).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::ExitCode;
+
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use tensorfile::model::{read_config, CONFIG_NAME, TOKENIZER_NAME};
+use tensorfile::{Dtype, Error, ReadOptions, ShardedTensors};
+
+use super::{one_line, out, Failure};
+
+/// Whether a path names a set (a directory or an index) rather than a file.
+pub fn is_set(path: &Path) -> bool {
+    path.is_dir() || path.extension().is_some_and(|e| e == "json")
+}
+
+/// Validates a set; prints the verdict and totals; returns whether it is valid.
+pub fn validate(path: &Path, options: &ReadOptions, json: bool) -> bool {
+    let name = path.display();
+    let set = ShardedTensors::open_with(path, options);
+    let error = set
+        .as_ref()
+        .err()
+        .map(|e| one_line(e as &(dyn std::error::Error + 'static)));
+    if json {
+        let mut v = json!({
+            "file": path,
+            "valid": error.is_none(),
+            "rule": set.as_ref().err().and_then(Error::rule),
+            "error": error,
+            "warnings": set.as_ref().map(|s| s.warnings()).unwrap_or_default(),
+        });
+        if let Ok(set) = &set {
+            v["shards"] = json!(set.shards().len());
+            v["tensors"] = json!(set.len());
+            v["data_bytes"] = json!(set.data_len());
+        }
+        out(v);
+    } else {
+        match &set {
+            Ok(set) => out(format_args!(
+                "{name}: ok ({} shards, {} tensors, {} data bytes)",
+                set.shards().len(),
+                set.len(),
+                set.data_len()
+            )),
+            Err(_) => out(format_args!(
+                "{name}: invalid: {}",
+                error.as_deref().unwrap_or_default()
+            )),
+        }
+        for warning in set.as_ref().map(|s| s.warnings()).unwrap_or_default() {
+            out(format_args!("{name}: warning: {warning}"));
+        }
+    }
+    set.is_ok()
+}
+
+/// Describes a set: the model's config (for a directory), each shard, totals
+/// across shards, and every tensor with its shard.
+pub fn inspect(path: &Path, json: bool, hash: bool) -> Result<ExitCode, Failure> {
+    let set = ShardedTensors::open(path)?;
+    let digest = |name: &str| -> Result<Option<String>, Error> {
+        if !hash {
+            return Ok(None);
+        }
+        Ok(Some(hex::encode(Sha256::digest(set.tensor(name)?.data()))))
+    };
+    let model = model_summary(path);
+    let mut per_dtype: BTreeMap<Dtype, (usize, u64)> = BTreeMap::new();
+    for (_, t) in set.infos() {
+        let slot = per_dtype.entry(t.dtype).or_default();
+        slot.0 += 1;
+        slot.1 += t.nbytes();
+    }
+
+    if json {
+        let shards: Vec<Value> = set
+            .shards()
+            .iter()
+            .map(|s| {
+                let h = s.header();
+                json!({
+                    "name": s.name(),
+                    "tensors": h.len(),
+                    "header_len": h.header_len(),
+                    "data_bytes": h.data_len(),
+                    "size": h.data_start() + h.data_len(),
+                    "metadata": h.metadata(),
+                })
+            })
+            .collect();
+        let mut tensors = Vec::with_capacity(set.len());
+        for (shard, t) in set.infos() {
+            let mut v = json!({
+                "name": t.name,
+                "dtype": t.dtype.name(),
+                "shape": t.shape,
+                "shard": shard.name(),
+                "data_offsets": [t.data_offsets.0, t.data_offsets.1],
+            });
+            if let Some(h) = digest(t.name)? {
+                v["sha256"] = Value::String(h);
+            }
+            tensors.push(v);
+        }
+        out(json!({
+            "path": path,
+            "index": set.index_path(),
+            "index_metadata": set.index_metadata(),
+            "model": model,
+            "shards": shards,
+            "tensors": tensors,
+            "totals": {
+                "shards": set.shards().len(),
+                "tensors": set.len(),
+                "parameters": set.parameters(),
+                "data_bytes": set.data_len(),
+                "size": set.file_len(),
+            },
+            "warnings": set.warnings(),
+        }));
+        return Ok(ExitCode::SUCCESS);
+    }
+
+    out(format_args!("path: {}", path.display()));
+    if let Some(model) = &model {
+        out(format_args!(
+            "model: tl_arch {}, tokenizer.json {}",
+            model["tl_arch"].as_str().unwrap_or("none"),
+            if model["tokenizer"] == true {
+                "present"
+            } else {
+                "absent"
+            }
+        ));
+    }
+    match set.index_path() {
+        Some(index) => out(format_args!("index: {}", index.display())),
+        None => out("index: none (a single file)"),
+    }
+    out(format_args!("shards: {}", set.shards().len()));
+    for s in set.shards() {
+        let h = s.header();
+        out(format_args!(
+            "  {}  {} tensors, {} data bytes, {} bytes",
+            s.name(),
+            h.len(),
+            h.data_len(),
+            h.data_start() + h.data_len()
+        ));
+    }
+    match set.metadata() {
+        Ok(m) if m.is_empty() => out("metadata: none"),
+        Ok(m) => {
+            out(format_args!("metadata: {} keys", m.len()));
+            for (k, v) in &m {
+                out(format_args!("  {k}: {v}"));
+            }
+        }
+        Err(e) => out(format_args!("metadata: {e}")),
+    }
+    out(format_args!("tensors: {}", set.len()));
+    let width = set
+        .infos()
+        .map(|(_, t)| t.name.len())
+        .max()
+        .unwrap_or(4)
+        .clamp(4, 60);
+    out(format_args!(
+        "  {:<width$}  {:<11}  {:<20}  shard",
+        "name", "dtype", "shape"
+    ));
+    for (shard, t) in set.infos() {
+        let line = format!(
+            "  {:<width$}  {:<11}  {:<20}  {}",
+            t.name,
+            t.dtype.name(),
+            format!("{:?}", t.shape),
+            shard.name()
+        );
+        match digest(t.name)? {
+            Some(h) => out(format_args!("{line}  sha256 {h}")),
+            None => out(line),
+        }
+    }
+    out("dtypes:");
+    for (dtype, (count, bytes)) in per_dtype.iter().rev() {
+        out(format_args!(
+            "  {:<11}  {count} tensors, {bytes} bytes",
+            dtype.name()
+        ));
+    }
+    out(format_args!(
+        "totals: {} shards, {} tensors, {} parameters, {} data bytes, {} bytes",
+        set.shards().len(),
+        set.len(),
+        set.parameters(),
+        set.data_len(),
+        set.file_len()
+    ));
+    for warning in set.warnings() {
+        out(format_args!("warning: {warning}"));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// For a directory with config.json: its tl_arch and whether tokenizer.json
+/// is there. (`check` verifies them; this only describes.)
+fn model_summary(path: &Path) -> Option<Value> {
+    if !path.is_dir() {
+        return None;
+    }
+    let config = read_config(&path.join(CONFIG_NAME)).ok()?;
+    Some(json!({
+        "tl_arch": config.get("tl_arch"),
+        "tokenizer": path.join(TOKENIZER_NAME).is_file(),
+    }))
+}

@@ -1,0 +1,678 @@
+//! A loaded checkpoint: container detection, storages, and tensors by name.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::Path;
+
+use memmap2::Mmap;
+use tensorfile::Dtype;
+
+use crate::dtypes::TorchDtype;
+use crate::error::{Error, Result};
+use crate::flatten::{flatten, WalkLimits};
+use crate::legacy::Legacy;
+use crate::pickle::{Limits, Pickle};
+use crate::rebuild::Rebuilder;
+use crate::view::{byteswap, View};
+use crate::zip::{Entry, ZipIndex};
+
+/// Options for loading a checkpoint.
+#[derive(Debug, Clone)]
+pub struct LoadOptions {
+    /// Keep only the subtree at this path (`model`, `model.encoder`), with
+    /// names relative to it.
+    pub key: Option<String>,
+    /// The name of a bare top-level tensor (otherwise `""`).
+    pub name: Option<String>,
+    /// Limits on the pickle interpreter.
+    pub limits: Limits,
+    /// Limits on flattening the object tree into names.
+    pub walk: WalkLimits,
+    /// Largest tensor, in bytes, that a view may materialize beyond the
+    /// size of its storage (stride-0 expansions): 1 GiB by default, so a
+    /// tiny hostile file cannot demand a huge buffer.
+    pub max_expanded_bytes: u64,
+}
+
+impl Default for LoadOptions {
+    fn default() -> LoadOptions {
+        LoadOptions {
+            key: None,
+            name: None,
+            limits: Limits::default(),
+            walk: WalkLimits::default(),
+            max_expanded_bytes: 1 << 30,
+        }
+    }
+}
+
+/// Which container the checkpoint came in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Format {
+    /// The zip format (`torch.save` since 1.6), with its top-level directory.
+    Zip {
+        /// The single top-level directory, such as `archive`.
+        prefix: String,
+    },
+    /// The legacy format (five pickles, then raw storages).
+    Legacy,
+}
+
+/// The input bytes: a read-only memory map, or an owned buffer.
+enum Source {
+    Mmap(Mmap),
+    Owned(Vec<u8>),
+}
+
+impl Source {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Source::Mmap(m) => m,
+            Source::Owned(v) => v,
+        }
+    }
+}
+
+/// Where a storage's bytes are.
+#[derive(Debug, Clone)]
+enum Location {
+    /// In place in the input.
+    Range(std::ops::Range<usize>),
+    /// A deflated zip entry, inflated on each read.
+    Deflated(Entry),
+}
+
+#[derive(Debug, Clone)]
+struct Storage {
+    key: String,
+    dtype: TorchDtype,
+    location: Location,
+}
+
+#[derive(Debug, Clone)]
+struct TensorInfo {
+    name: String,
+    dtype: Dtype,
+    shape: Vec<u64>,
+    strides: Vec<u64>,
+    offset: u64,
+    storage: usize,
+    /// Index of the rebuilt object: names that share it are the same tensor.
+    spec: usize,
+}
+
+/// A PyTorch checkpoint, memory-mapped, with its tensors indexed by name.
+///
+/// Nothing in the file is executed: the pickles are interpreted by a
+/// restricted machine that only builds values ([`crate::pickle`]).
+///
+/// ```no_run
+/// use tensorfile_pytorch::Checkpoint;
+/// let ckpt = Checkpoint::open("model.pth")?;
+/// for t in ckpt.tensors() {
+///     println!("{} {} {:?} {} bytes", t.name(), t.dtype(), t.shape(), t.bytes()?.len());
+/// }
+/// # Ok::<(), tensorfile_pytorch::Error>(())
+/// ```
+pub struct Checkpoint {
+    source: Source,
+    /// The file behind the map, for streaming stored bytes with plain reads.
+    file: Option<File>,
+    format: Format,
+    big_endian: bool,
+    storages: Vec<Storage>,
+    tensors: Vec<TensorInfo>,
+    values: Vec<(String, String)>,
+}
+
+impl std::fmt::Debug for Checkpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Checkpoint")
+            .field("format", &self.format)
+            .field("big_endian", &self.big_endian)
+            .field("tensors", &self.tensors.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Checkpoint {
+    /// Memory-maps and loads a checkpoint with default options.
+    pub fn open(path: impl AsRef<Path>) -> Result<Checkpoint> {
+        Checkpoint::open_with(path, &LoadOptions::default())
+    }
+
+    /// Memory-maps and loads a checkpoint.
+    pub fn open_with(path: impl AsRef<Path>, options: &LoadOptions) -> Result<Checkpoint> {
+        let path = path.as_ref();
+        let file = File::open(path).map_err(|e| Error::io(path, e))?;
+        // SAFETY: the map is read-only and private to this struct. Like every
+        // reader of memory-mapped files, we rely on the file not being
+        // truncated or modified by another process while it is mapped.
+        let map = unsafe { Mmap::map(&file) }.map_err(|e| Error::io(path, e))?;
+        let mut ckpt = Checkpoint::load(Source::Mmap(map), options)?;
+        ckpt.file = Some(file);
+        Ok(ckpt)
+    }
+
+    /// Loads a checkpoint held in memory.
+    pub fn from_bytes(bytes: Vec<u8>, options: &LoadOptions) -> Result<Checkpoint> {
+        Checkpoint::load(Source::Owned(bytes), options)
+    }
+
+    fn load(source: Source, options: &LoadOptions) -> Result<Checkpoint> {
+        let data = source.bytes();
+        let parts = match detect(data)? {
+            Kind::Zip => load_zip(data, options)?,
+            Kind::Legacy => load_legacy(data, options)?,
+        };
+        Ok(Checkpoint {
+            source,
+            file: None,
+            format: parts.format,
+            big_endian: parts.big_endian,
+            storages: parts.storages,
+            tensors: parts.tensors,
+            values: parts.values,
+        })
+    }
+
+    /// The container format.
+    pub fn format(&self) -> &Format {
+        &self.format
+    }
+
+    /// Whether the storages were written big-endian (they are byte-swapped
+    /// on read).
+    pub fn is_big_endian(&self) -> bool {
+        self.big_endian
+    }
+
+    /// The tensors, sorted by name (byte order).
+    pub fn tensors(&self) -> impl ExactSizeIterator<Item = TorchTensor<'_>> + '_ {
+        self.tensors
+            .iter()
+            .map(move |info| TorchTensor { ckpt: self, info })
+    }
+
+    /// The tensor with this name.
+    pub fn tensor(&self, name: &str) -> Option<TorchTensor<'_>> {
+        self.tensors
+            .binary_search_by(|t| t.name.as_bytes().cmp(name.as_bytes()))
+            .ok()
+            .map(|i| TorchTensor {
+                ckpt: self,
+                info: &self.tensors[i],
+            })
+    }
+
+    /// Number of tensors.
+    pub fn len(&self) -> usize {
+        self.tensors.len()
+    }
+
+    /// Whether there are no tensors.
+    pub fn is_empty(&self) -> bool {
+        self.tensors.is_empty()
+    }
+
+    /// Non-tensor leaves (numbers, strings, `None`, ...) rendered as text,
+    /// with their flattened names, in tree order.
+    pub fn values(&self) -> &[(String, String)] {
+        &self.values
+    }
+
+    /// The whole storage's bytes, as stored (not byte-swapped).
+    fn storage_bytes(&self, s: &Storage) -> Result<Cow<'_, [u8]>> {
+        let data = self.source.bytes();
+        match &s.location {
+            Location::Range(r) => {
+                data.get(r.clone())
+                    .map(Cow::Borrowed)
+                    .ok_or_else(|| Error::Storage {
+                        key: s.key.clone(),
+                        problem: "outside the file".into(),
+                    })
+            }
+            Location::Deflated(e) => Ok(Cow::Owned(e.read(data)?.into_owned())),
+        }
+    }
+}
+
+/// One tensor of a [`Checkpoint`].
+#[derive(Clone, Copy)]
+pub struct TorchTensor<'a> {
+    ckpt: &'a Checkpoint,
+    info: &'a TensorInfo,
+}
+
+impl std::fmt::Debug for TorchTensor<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TorchTensor")
+            .field("name", &self.info.name)
+            .field("dtype", &self.info.dtype)
+            .field("shape", &self.info.shape)
+            .field("strides", &self.info.strides)
+            .field("offset", &self.info.offset)
+            .field("storage", &self.storage_key())
+            .finish()
+    }
+}
+
+/// What makes two names exact aliases: same storage, offset, shape,
+/// strides and dtype.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ViewKey {
+    /// Storage index.
+    pub storage: usize,
+    /// Storage offset, in elements.
+    pub offset: u64,
+    /// Shape.
+    pub shape: Vec<u64>,
+    /// Strides, in elements.
+    pub strides: Vec<u64>,
+    /// Element type.
+    pub dtype: Dtype,
+}
+
+impl<'a> TorchTensor<'a> {
+    /// The flattened name (`model.layers.0.weight`; `""` for a bare tensor).
+    pub fn name(&self) -> &'a str {
+        &self.info.name
+    }
+
+    /// The safetensors dtype.
+    pub fn dtype(&self) -> Dtype {
+        self.info.dtype
+    }
+
+    /// The shape.
+    pub fn shape(&self) -> &'a [u64] {
+        &self.info.shape
+    }
+
+    /// The strides in the checkpoint, in elements.
+    pub fn strides(&self) -> &'a [u64] {
+        &self.info.strides
+    }
+
+    /// The storage offset in the checkpoint, in elements.
+    pub fn storage_offset(&self) -> u64 {
+        self.info.offset
+    }
+
+    /// The key of the storage the tensor views.
+    pub fn storage_key(&self) -> &'a str {
+        &self.ckpt.storages[self.info.storage].key
+    }
+
+    /// An index identifying the storage within this checkpoint: tensors
+    /// with the same index share memory in torch.
+    pub fn storage_index(&self) -> usize {
+        self.info.storage
+    }
+
+    /// The identity of the view, for finding exact aliases.
+    pub fn view_key(&self) -> ViewKey {
+        ViewKey {
+            storage: self.info.storage,
+            offset: self.info.offset,
+            shape: self.info.shape.clone(),
+            strides: self.info.strides.clone(),
+            dtype: self.info.dtype,
+        }
+    }
+
+    /// Whether this name refers to the very same object as another name
+    /// (the pickle stored it once and referenced it twice).
+    pub fn object_index(&self) -> usize {
+        self.info.spec
+    }
+
+    /// Byte length of the C-order bytes.
+    pub fn nbytes(&self) -> u64 {
+        // Checked when the view was validated.
+        let numel = tensorfile::dtype::numel(&self.info.shape).unwrap_or(0);
+        self.info.dtype.byte_len(numel).unwrap_or(0)
+    }
+
+    /// Whether the view is a dense C-order block of its storage.
+    pub fn is_contiguous(&self) -> bool {
+        self.view().is_contiguous()
+    }
+
+    /// Whether [`TorchTensor::bytes`] can borrow from the file (a contiguous
+    /// view of a stored, little-endian storage).
+    pub fn is_zero_copy(&self) -> bool {
+        let s = &self.ckpt.storages[self.info.storage];
+        self.view().is_contiguous()
+            && matches!(s.location, Location::Range(_))
+            && (!self.ckpt.big_endian || s.dtype.swap_unit() == 1)
+    }
+
+    fn view(&self) -> View<'a> {
+        View {
+            offset: self.info.offset,
+            shape: &self.info.shape,
+            strides: &self.info.strides,
+            elem: self.ckpt.storages[self.info.storage].dtype.element_size(),
+        }
+    }
+
+    /// Where the tensor's bytes lie, as they are, in the input: `(offset,
+    /// length)` when [`TorchTensor::is_zero_copy`].
+    pub fn file_range(&self) -> Option<(u64, u64)> {
+        let s = &self.ckpt.storages[self.info.storage];
+        match &s.location {
+            Location::Range(r) if self.is_zero_copy() => {
+                let start = (r.start as u64)
+                    .checked_add(self.info.offset.checked_mul(s.dtype.element_size())?)?;
+                Some((start, self.nbytes()))
+            }
+            _ => None,
+        }
+    }
+
+    /// A reader of the tensor's bytes straight from the input file, when
+    /// they lie there as they are and the checkpoint was opened from a path.
+    /// Copying large tensors with plain reads is faster than faulting in the
+    /// memory map page by page.
+    pub fn reader(&self) -> Result<Option<impl std::io::Read + 'a>> {
+        use std::io::{Read, Seek, SeekFrom};
+        let (Some(file), Some((offset, len))) = (&self.ckpt.file, self.file_range()) else {
+            return Ok(None);
+        };
+        let io = |e| Error::Tensor {
+            name: self.info.name.clone(),
+            reason: format!("cannot read the input file: {e}"),
+        };
+        let mut f = file.try_clone().map_err(io)?;
+        f.seek(SeekFrom::Start(offset)).map_err(io)?;
+        Ok(Some(f.take(len)))
+    }
+
+    /// The tensor's bytes in C order, little-endian: borrowed from the
+    /// memory map when possible, otherwise gathered (views with gaps,
+    /// transposes, expansions), inflated or byte-swapped into a buffer.
+    pub fn bytes(&self) -> Result<Cow<'a, [u8]>> {
+        let s = &self.ckpt.storages[self.info.storage];
+        let bad = |reason: String| Error::Tensor {
+            name: self.info.name.clone(),
+            reason,
+        };
+        let storage = self.ckpt.storage_bytes(s)?;
+        let mut out: Cow<'a, [u8]> = match storage {
+            Cow::Borrowed(b) => self.view().gather(b).map_err(bad)?,
+            Cow::Owned(v) => Cow::Owned(self.view().gather(&v).map_err(bad)?.into_owned()),
+        };
+        if self.ckpt.big_endian && s.dtype.swap_unit() > 1 {
+            byteswap(out.to_mut(), s.dtype.swap_unit() as usize);
+        }
+        Ok(out)
+    }
+}
+
+enum Kind {
+    Zip,
+    Legacy,
+}
+
+/// Whether `head` (the first bytes of a file; 512 are enough) looks like a
+/// PyTorch checkpoint: a zip archive, a legacy magic-number pickle, or the
+/// old tar layout. A safetensors file never does, so tools can pick a
+/// loader from this.
+pub fn looks_like_pytorch(head: &[u8]) -> bool {
+    // A safetensors header length is followed by the JSON header.
+    if head.get(8) == Some(&b'{') {
+        return false;
+    }
+    let zip = head.starts_with(b"PK\x03\x04") || head.starts_with(b"PK\x05\x06");
+    // PROTO 2..5, then LONG1 (the magic number).
+    let legacy =
+        head.len() >= 3 && head[0] == 0x80 && (2..=5).contains(&head[1]) && head[2] == 0x8a;
+    let tar = head.get(257..262) == Some(b"ustar");
+    zip || legacy || tar
+}
+
+/// [`looks_like_pytorch`] on the first bytes of the file at `path`.
+pub fn file_looks_like_pytorch(path: impl AsRef<Path>) -> std::io::Result<bool> {
+    use std::io::Read;
+    let mut head = Vec::with_capacity(512);
+    File::open(path)?.take(512).read_to_end(&mut head)?;
+    Ok(looks_like_pytorch(&head))
+}
+
+/// Tells the container from the first bytes, refusing what we do not load.
+fn detect(data: &[u8]) -> Result<Kind> {
+    if data.starts_with(b"PK\x03\x04") || data.starts_with(b"PK\x05\x06") {
+        return Ok(Kind::Zip);
+    }
+    if data.get(257..262) == Some(b"ustar") {
+        return Err(Error::NotACheckpoint(
+            "this is a tar archive: the PyTorch 0.1.x checkpoint format, which is not supported (load and re-save it with torch.save)".into(),
+        ));
+    }
+    if data.first() == Some(&0x80) {
+        return Ok(Kind::Legacy);
+    }
+    if data.len() >= 9 && data[8] == b'{' {
+        return Err(Error::NotACheckpoint(
+            "this looks like a safetensors file, not a PyTorch checkpoint".into(),
+        ));
+    }
+    let head: String = data.iter().take(8).map(|b| format!("{b:02x}")).collect();
+    Err(Error::NotACheckpoint(format!(
+        "not a PyTorch checkpoint: neither a zip archive nor a legacy pickle (starts with {})",
+        if head.is_empty() {
+            "nothing: the file is empty".to_string()
+        } else {
+            format!("0x{head}")
+        }
+    )))
+}
+
+/// What the container-specific loaders produce.
+struct Parts {
+    format: Format,
+    big_endian: bool,
+    storages: Vec<Storage>,
+    tensors: Vec<TensorInfo>,
+    values: Vec<(String, String)>,
+}
+
+fn load_zip(data: &[u8], options: &LoadOptions) -> Result<Parts> {
+    let zip = ZipIndex::parse(data)?;
+    let first = zip.entries().first().ok_or_else(|| {
+        Error::Archive("the zip archive is empty: not a torch.save checkpoint".into())
+    })?;
+    let prefix = match first.name.split_once('/') {
+        Some((p, _)) if !p.is_empty() => p.to_string(),
+        _ => {
+            return Err(Error::Archive(format!(
+                "zip entry {:?} is not inside a top-level directory: not a torch.save checkpoint",
+                first.name
+            )))
+        }
+    };
+    let dir = format!("{prefix}/");
+    if let Some(e) = zip.entries().iter().find(|e| !e.name.starts_with(&dir)) {
+        return Err(Error::Archive(format!(
+            "zip entry {:?} is outside the archive's single top-level directory {dir:?}",
+            e.name
+        )));
+    }
+    let code = format!("{dir}code/");
+    if zip.get(&format!("{dir}constants.pkl")).is_some()
+        || zip.entries().iter().any(|e| e.name.starts_with(&code))
+    {
+        return Err(Error::NotACheckpoint(
+            "this is a TorchScript archive (torch.jit.save: constants.pkl, code/), not a torch.save checkpoint; load it with torch.jit.load and torch.save its state_dict()".into(),
+        ));
+    }
+    let pkl_name = format!("{dir}data.pkl");
+    let pkl_entry = zip.get(&pkl_name).ok_or_else(|| {
+        Error::Archive(format!(
+            "no {pkl_name} record: not a complete torch.save checkpoint (a torch.save that failed leaves such a file behind)"
+        ))
+    })?;
+    let big_endian = match zip.get(&format!("{dir}byteorder")) {
+        None => false,
+        Some(e) => match &*e.read(data)? {
+            b"little" => false,
+            b"big" => true,
+            other => {
+                return Err(Error::Archive(format!(
+                    "the byteorder record says {:?}, expected \"little\" or \"big\"",
+                    String::from_utf8_lossy(&other[..other.len().min(40)])
+                )))
+            }
+        },
+    };
+    let pkl = pkl_entry.read(data)?;
+    let (pickle, used) = Pickle::parse(&pkl, &options.limits).map_err(|source| Error::Pickle {
+        record: pkl_name.clone(),
+        source,
+    })?;
+    if used != pkl.len() {
+        return Err(Error::Archive(format!(
+            "{pkl_name}: {} bytes after the pickle's STOP",
+            pkl.len() - used
+        )));
+    }
+    let (rebuilder_storages, tensors, values) = walk(&pickle, options)?;
+    let mut storages = Vec::with_capacity(rebuilder_storages.len());
+    for s in rebuilder_storages {
+        let record = format!("{dir}data/{}", s.key);
+        let entry = zip.get(&record).ok_or_else(|| Error::Storage {
+            key: s.key.clone(),
+            problem: format!(
+                "the persistent id names key {:?} but there is no {record} record",
+                s.key
+            ),
+        })?;
+        if entry.size != s.nbytes {
+            return Err(Error::Storage {
+                key: s.key.clone(),
+                problem: format!(
+                    "the persistent id says {} but record {record} has {} B",
+                    s.declared, entry.size
+                ),
+            });
+        }
+        let location = match entry.method {
+            crate::zip::Method::Stored => {
+                let start = usize::try_from(entry.data_offset)
+                    .map_err(|_| Error::Archive("offset too large".into()))?;
+                Location::Range(start..start + entry.size as usize)
+            }
+            crate::zip::Method::Deflated => Location::Deflated(entry.clone()),
+        };
+        storages.push(Storage {
+            key: s.key,
+            dtype: s.dtype,
+            location,
+        });
+    }
+    Ok(Parts {
+        format: Format::Zip { prefix },
+        big_endian,
+        storages,
+        tensors,
+        values,
+    })
+}
+
+fn load_legacy(data: &[u8], options: &LoadOptions) -> Result<Parts> {
+    let legacy = Legacy::parse(data, &options.limits)?;
+    let (refs, tensors, values) = walk(&legacy.object, options)?;
+    let sizes: HashMap<&str, u64> = refs
+        .iter()
+        .map(|s| (s.key.as_str(), s.dtype.element_size()))
+        .collect();
+    let ranges = legacy.locate(data, |k| sizes.get(k).copied())?;
+    let mut storages = Vec::with_capacity(refs.len());
+    for s in refs {
+        let range = ranges.get(&s.key).cloned().ok_or_else(|| Error::Storage {
+            key: s.key.clone(),
+            problem: "the persistent id names it but it is not in the storage key list".into(),
+        })?;
+        if range.len() as u64 != s.nbytes {
+            return Err(Error::Storage {
+                key: s.key.clone(),
+                problem: format!(
+                    "the persistent id says {} but the file holds {} B",
+                    s.declared,
+                    range.len()
+                ),
+            });
+        }
+        storages.push(Storage {
+            key: s.key,
+            dtype: s.dtype,
+            location: Location::Range(range),
+        });
+    }
+    Ok(Parts {
+        format: Format::Legacy,
+        big_endian: !legacy.little_endian,
+        storages,
+        tensors,
+        values,
+    })
+}
+
+type Walked = (
+    Vec<crate::rebuild::StorageRef>,
+    Vec<TensorInfo>,
+    Vec<(String, String)>,
+);
+
+/// Flattens the object and rebuilds its tensors.
+fn walk(pickle: &Pickle, options: &LoadOptions) -> Result<Walked> {
+    let mut rebuilder = Rebuilder::new(pickle, options.max_expanded_bytes);
+    let flat = flatten(
+        pickle,
+        &mut rebuilder,
+        options.key.as_deref(),
+        &options.walk,
+    )?;
+    let has_bare = flat.tensors.iter().any(|(n, _)| n.is_empty());
+    let mut tensors = Vec::with_capacity(flat.tensors.len());
+    for (mut name, spec_index) in flat.tensors {
+        let spec = &rebuilder.specs[spec_index];
+        if name.is_empty() {
+            if let Some(n) = &options.name {
+                name = n.clone();
+            }
+        }
+        let dtype = spec.dtype.to_safetensors().map_err(|why| Error::Tensor {
+            name: name.clone(),
+            reason: why.to_string(),
+        })?;
+        tensors.push(TensorInfo {
+            name,
+            dtype,
+            shape: spec.shape.clone(),
+            strides: spec.strides.clone(),
+            offset: spec.offset,
+            storage: spec.storage,
+            spec: spec_index,
+        });
+    }
+    if let Some(n) = &options.name {
+        if !has_bare {
+            return Err(Error::Structure(format!(
+                "a name ({n:?}) was given for a bare top-level tensor, but the checkpoint's root is not a tensor"
+            )));
+        }
+    }
+    // Renaming "" may have broken the order.
+    tensors.sort_by(|a, b| a.name.as_bytes().cmp(b.name.as_bytes()));
+    if let Some(w) = tensors.windows(2).find(|w| w[0].name == w[1].name) {
+        return Err(Error::Structure(format!(
+            "two tensors are named {:?}",
+            w[0].name
+        )));
+    }
+    Ok((rebuilder.storages, tensors, flat.values))
+}

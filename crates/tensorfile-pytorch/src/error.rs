@@ -1,0 +1,96 @@
+//! Errors. Every refusal says what is wrong and where: the record, the
+//! storage key, the tensor name, the byte offset.
+
+use std::io;
+use std::path::PathBuf;
+
+use crate::pickle::PickleError;
+use crate::zip::ZipError;
+
+/// Any error of this crate.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An I/O error on a named file.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What the system said.
+        #[source]
+        source: io::Error,
+    },
+    /// The zip container is malformed or unsupported.
+    #[error(transparent)]
+    Zip(#[from] ZipError),
+    /// A pickle was refused.
+    #[error("{record}: {source}")]
+    Pickle {
+        /// Which pickle (`archive/data.pkl`, `legacy object pickle`, ...).
+        record: String,
+        /// What is wrong.
+        #[source]
+        source: PickleError,
+    },
+    /// The input is not a checkpoint this crate can load (tar format,
+    /// TorchScript, something else); the message says what it is.
+    #[error("{0}")]
+    NotACheckpoint(String),
+    /// The archive's layout is wrong (missing `data.pkl`, several
+    /// top-level directories, a bad `byteorder` record, ...).
+    #[error("{0}")]
+    Archive(String),
+    /// The legacy (pre-1.6) layout is wrong.
+    #[error("legacy checkpoint: {0}")]
+    Legacy(String),
+    /// A storage is missing or does not match its persistent id.
+    #[error("storage {key:?}: {problem}")]
+    Storage {
+        /// The storage key.
+        key: String,
+        /// What is wrong.
+        problem: String,
+    },
+    /// One storage is used with two different dtypes.
+    #[error("storage {key:?} is used as {first} and as {second} (tensor {tensor:?}); refusing to reinterpret its bytes")]
+    DtypeConflict {
+        /// The storage key.
+        key: String,
+        /// The dtype it was first used with.
+        first: &'static str,
+        /// The other dtype.
+        second: &'static str,
+        /// The tensor that uses it with `second`.
+        tensor: String,
+    },
+    /// A tensor cannot be represented or its view is invalid.
+    #[error("tensor {name:?}: {reason}")]
+    Tensor {
+        /// The tensor's flattened name.
+        name: String,
+        /// Why.
+        reason: String,
+    },
+    /// The object tree cannot be flattened into names (duplicate names,
+    /// too deep, too many paths, unsupported keys, `--key` not found).
+    #[error("{0}")]
+    Structure(String),
+    /// Tensors share storage and the sharing policy refuses it.
+    #[error("{0}")]
+    Shared(String),
+    /// Writing the converted file failed.
+    #[error(transparent)]
+    Write(#[from] tensorfile::Error),
+}
+
+impl Error {
+    pub(crate) fn io(path: impl Into<PathBuf>, source: io::Error) -> Error {
+        Error::Io {
+            path: path.into(),
+            source,
+        }
+    }
+}
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

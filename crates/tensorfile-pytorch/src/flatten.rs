@@ -1,0 +1,224 @@
+//! Flattens a checkpoint's object tree into named tensors and values.
+//!
+//! Names are the path from the root: dict keys and list or tuple indices
+//! joined with `.`; the root itself is named `""`. The walk is iterative
+//! (no recursion over untrusted depth), bounded in depth (which also stops
+//! cycles) and in the number of paths visited (which stops exponential
+//! graphs built through the memo).
+
+use crate::error::{Error, Result};
+use crate::globals::Global;
+use crate::pickle::{Object, Pickle, Value};
+use crate::rebuild::Rebuilder;
+
+/// Limits of the walk.
+#[derive(Debug, Clone)]
+pub struct WalkLimits {
+    /// Deepest path (in dict / list levels).
+    pub max_depth: usize,
+    /// Most paths visited, tensors and values included.
+    pub max_visits: usize,
+}
+
+impl Default for WalkLimits {
+    fn default() -> WalkLimits {
+        WalkLimits {
+            max_depth: 1000,
+            max_visits: 10_000_000,
+        }
+    }
+}
+
+/// The flattened tree.
+#[derive(Debug, Default)]
+pub(crate) struct Flat {
+    /// Tensor names and their spec index, sorted by name.
+    pub tensors: Vec<(String, usize)>,
+    /// Non-tensor leaves, rendered as text, in tree order.
+    pub values: Vec<(String, String)>,
+}
+
+/// Walks the tree under `root`. With `key`, only the subtree at that path
+/// is kept and names are relative to it.
+pub(crate) fn flatten(
+    pickle: &Pickle,
+    rebuilder: &mut Rebuilder<'_>,
+    key: Option<&str>,
+    limits: &WalkLimits,
+) -> Result<Flat> {
+    let mut flat = Flat::default();
+    let mut stack: Vec<(Value, String, usize)> = vec![(pickle.root(), String::new(), 0)];
+    let mut visits = 0usize;
+    let mut matched = key.is_none();
+    while let Some((value, path, depth)) = stack.pop() {
+        visits += 1;
+        if visits > limits.max_visits {
+            return Err(Error::Structure(format!(
+                "more than {} objects reached from the root (an exponential graph of shared references?)",
+                limits.max_visits
+            )));
+        }
+        if depth > limits.max_depth {
+            return Err(Error::Structure(format!(
+                "nesting depth exceeds the limit of {} at {:?} (or a container contains itself)",
+                limits.max_depth,
+                truncate(&path)
+            )));
+        }
+        // Inside the selected subtree, or on the way to it?
+        let inside = match key {
+            None => true,
+            Some(k) => {
+                path == k
+                    || (path.len() > k.len()
+                        && path.starts_with(k)
+                        && path.as_bytes()[k.len()] == b'.')
+            }
+        };
+        if !inside {
+            let on_the_way = key.is_some_and(|k| {
+                path.is_empty()
+                    || (k.starts_with(&path) && k.as_bytes().get(path.len()) == Some(&b'.'))
+            });
+            if !on_the_way {
+                continue;
+            }
+        }
+        matched |= inside;
+        let child = |name: &str| {
+            if path.is_empty() {
+                name.to_string()
+            } else {
+                format!("{path}.{name}")
+            }
+        };
+        let obj = match value {
+            Value::Ref(id) => pickle.get(id).map(|o| (id, o)),
+            _ => None,
+        };
+        match obj {
+            Some((_, Object::Dict(items))) => {
+                for (k, v) in items.iter().rev() {
+                    let name = key_name(pickle, *k).map_err(|why| {
+                        Error::Structure(format!("dict at {:?}: {why}", truncate(&path)))
+                    })?;
+                    stack.push((*v, child(&name), depth + 1));
+                }
+            }
+            Some((_, Object::List(items) | Object::Tuple(items))) => {
+                for (i, v) in items.iter().enumerate().rev() {
+                    stack.push((*v, child(&i.to_string()), depth + 1));
+                }
+            }
+            Some((id, Object::Call { func, .. })) if Rebuilder::is_rebuild(*func) => {
+                if inside {
+                    let spec = rebuilder.tensor(id, &path)?;
+                    flat.tensors.push((path, spec));
+                }
+            }
+            Some((_, Object::PersistentId(_))) => {
+                return Err(Error::Tensor {
+                    name: path,
+                    reason: "a bare storage, not a tensor".into(),
+                })
+            }
+            _ => {
+                if inside {
+                    if let Some(text) = render(pickle, value) {
+                        flat.values.push((path, text));
+                    }
+                }
+            }
+        }
+    }
+    if !matched {
+        return Err(Error::Structure(format!(
+            "no entry named {:?} in the checkpoint",
+            key.unwrap_or_default()
+        )));
+    }
+    // Names relative to the selected subtree.
+    if let Some(k) = key {
+        let strip = |name: &mut String| {
+            *name = if name.len() == k.len() {
+                String::new()
+            } else {
+                name[k.len() + 1..].to_string()
+            };
+        };
+        flat.tensors.iter_mut().for_each(|(n, _)| strip(n));
+        flat.values.iter_mut().for_each(|(n, _)| strip(n));
+    }
+    flat.tensors
+        .sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+    if let Some(w) = flat.tensors.windows(2).find(|w| w[0].0 == w[1].0) {
+        return Err(Error::Structure(format!(
+            "two tensors are named {:?} (dict keys that print alike, such as 1 and '1', or keys containing '.')",
+            w[0].0
+        )));
+    }
+    Ok(flat)
+}
+
+/// A dict key as a name component.
+fn key_name(pickle: &Pickle, k: Value) -> Result<String, String> {
+    match k {
+        Value::Int(i) => Ok(i.to_string()),
+        Value::Bool(b) => Ok(if b { "True" } else { "False" }.into()),
+        Value::None => Ok("None".into()),
+        Value::Float(f) => Ok(format!("{f:?}")),
+        Value::Ref(_) => pickle
+            .as_str(k)
+            .map(str::to_string)
+            .ok_or_else(|| format!("unsupported key type: {}", pickle.kind(k))),
+    }
+}
+
+/// A non-tensor leaf as text (`--keep-values`), or `None` for values that
+/// have no useful text form.
+fn render(pickle: &Pickle, v: Value) -> Option<String> {
+    Some(match v {
+        Value::None => "None".into(),
+        Value::Bool(b) => if b { "True" } else { "False" }.into(),
+        Value::Int(i) => i.to_string(),
+        Value::Float(f) => format!("{f:?}"),
+        Value::Ref(id) => match pickle.get(id)? {
+            Object::Str(s) => s.clone(),
+            Object::BigInt(b) => {
+                let hex: String = b.iter().rev().map(|x| format!("{x:02x}")).collect();
+                format!("0x{hex}")
+            }
+            Object::Global(Global::Dtype(d)) => format!("torch.{}", d.torch_name()),
+            Object::Call {
+                func: Global::Size,
+                args,
+                ..
+            } => {
+                let dims: Vec<String> = args
+                    .first()
+                    .and_then(|a| pickle.as_seq(*a))
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|d| match d {
+                        Value::Int(i) => i.to_string(),
+                        _ => "?".into(),
+                    })
+                    .collect();
+                format!("torch.Size([{}])", dims.join(", "))
+            }
+            Object::Call {
+                func: Global::Device,
+                args,
+                ..
+            } => {
+                let dev = args.first().and_then(|a| pickle.as_str(*a)).unwrap_or("?");
+                format!("device(type='{dev}')")
+            }
+            _ => return None,
+        },
+    })
+}
+
+fn truncate(s: &str) -> &str {
+    s.char_indices().nth(200).map_or(s, |(i, _)| &s[..i])
+}

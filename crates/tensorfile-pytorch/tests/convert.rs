@@ -1,0 +1,245 @@
+//! Conversion round trips: convert every `ok` fixture, read the output back
+//! with the core reader, compare with the manifest, and check that the
+//! output is canonical and that refused conversions leave no file.
+
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+use tensorfile::writer::serialize;
+use tensorfile::SafeTensors;
+use tensorfile_pytorch::convert::{convert, ConvertOptions};
+use tensorfile_pytorch::zip::ZipIndex;
+use tensorfile_pytorch::{LoadOptions, SharedPolicy};
+
+fn fixtures() -> PathBuf {
+    PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/fixtures/pytorch"
+    ))
+}
+
+fn manifest() -> serde_json::Map<String, serde_json::Value> {
+    let text = std::fs::read_to_string(fixtures().join("manifest.json")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    v["fixtures"].as_object().unwrap().clone()
+}
+
+fn sha(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+fn no_sync() -> ConvertOptions {
+    let mut o = ConvertOptions::default();
+    o.write.sync = false;
+    o
+}
+
+/// Rewriting the file's own tensors and metadata gives the same bytes.
+fn assert_canonical(path: &Path) {
+    let file = SafeTensors::open(path).unwrap();
+    let again = serialize(file.tensors(), file.metadata()).unwrap();
+    assert!(
+        again == file.as_bytes(),
+        "{}: not canonical",
+        path.display()
+    );
+}
+
+#[test]
+fn ok_fixtures_round_trip() {
+    let dir = tempfile::tempdir().unwrap();
+    for (file, spec) in &manifest() {
+        if !spec["expect"].as_str().unwrap().starts_with("ok") {
+            continue;
+        }
+        let want = spec["tensors"].as_object().unwrap();
+        for policy in [SharedPolicy::Alias, SharedPolicy::Copy] {
+            let out = dir.path().join(format!("{file}.{policy:?}.safetensors"));
+            let options = ConvertOptions {
+                shared: policy,
+                ..no_sync()
+            };
+            let report = convert(fixtures().join(file), &out, &options, |_| {})
+                .unwrap_or_else(|e| panic!("{file}: {e}"));
+            let st = SafeTensors::open(&out).unwrap();
+            let meta = st.metadata().unwrap();
+            assert_eq!(meta.get("format").map(String::as_str), Some("pt"));
+            assert_eq!(report.tensors + report.aliases, want.len(), "{file}");
+            for (name, w) in want {
+                // A removed alias reads as the tensor it names.
+                let stored = match st.get(name) {
+                    Some(t) => t,
+                    None => {
+                        assert_eq!(policy, SharedPolicy::Alias, "{file}: {name} missing");
+                        let kept = meta
+                            .get(name)
+                            .unwrap_or_else(|| panic!("{file}: {name} neither stored nor aliased"));
+                        assert!(
+                            kept.as_str() < name.as_str(),
+                            "the first name in byte order keeps the bytes"
+                        );
+                        st.get(kept).unwrap()
+                    }
+                };
+                assert_eq!(
+                    stored.dtype().name(),
+                    w["dtype"].as_str().unwrap(),
+                    "{file} {name}"
+                );
+                assert_eq!(
+                    sha(stored.data()),
+                    w["sha256"].as_str().unwrap(),
+                    "{file} {name}"
+                );
+            }
+            if policy == SharedPolicy::Copy {
+                assert_eq!(st.len(), want.len(), "{file}");
+                assert_eq!(meta.len(), 1);
+            }
+            assert_canonical(&out);
+        }
+    }
+}
+
+#[test]
+fn aliases_are_recorded_only_for_exact_views() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("tied.safetensors");
+    let report = convert(fixtures().join("zip_tied.pt"), &out, &no_sync(), |_| {}).unwrap();
+    assert_eq!((report.tensors, report.aliases), (1, 1));
+    let st = SafeTensors::open(&out).unwrap();
+    assert_eq!(
+        st.metadata()
+            .unwrap()
+            .get("head.weight")
+            .map(String::as_str),
+        Some("emb.weight")
+    );
+
+    let out = dir.path().join("views.safetensors");
+    let report = convert(fixtures().join("zip_views.pt"), &out, &no_sync(), |_| {}).unwrap();
+    assert_eq!((report.tensors, report.aliases), (5, 0));
+}
+
+#[test]
+fn refused_conversions_leave_no_file() {
+    let dir = tempfile::tempdir().unwrap();
+    for file in [
+        "reject_complex128.pt",
+        "evil_posix_system.pt",
+        "bad_short_storage.pt",
+    ] {
+        let out = dir.path().join(format!("{file}.safetensors"));
+        assert!(convert(fixtures().join(file), &out, &no_sync(), |_| {}).is_err());
+        assert!(!out.exists(), "{file}");
+    }
+    // Sharing refused by policy.
+    let out = dir.path().join("tied.safetensors");
+    let options = ConvertOptions {
+        shared: SharedPolicy::Error,
+        ..no_sync()
+    };
+    let e = convert(fixtures().join("zip_tied.pt"), &out, &options, |_| {}).unwrap_err();
+    assert!(e.to_string().contains("share storage"), "{e}");
+    assert!(!out.exists());
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "no temporary files left"
+    );
+}
+
+#[test]
+fn a_failure_mid_stream_leaves_no_file() {
+    // A deflated storage whose data is garbage: the checkpoint opens (records
+    // are inflated when read), then fails while the output is being written.
+    let mut bytes = std::fs::read(fixtures().join("ok_deflated.pt")).unwrap();
+    let index = ZipIndex::parse(&bytes).unwrap();
+    let e = index.get("zip_simple/data/0").unwrap().clone();
+    let start = e.data_offset as usize;
+    bytes[start..start + e.compressed_size as usize].fill(0xff);
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("broken.pt");
+    std::fs::write(&input, &bytes).unwrap();
+    let out = dir.path().join("broken.safetensors");
+    let mut seen = Vec::new();
+    let err = convert(&input, &out, &no_sync(), |p| seen.push(p.name.to_string())).unwrap_err();
+    // File order puts I64 "b" before F32 "a" (storage data/0).
+    assert_eq!(
+        seen,
+        ["b"],
+        "the first tensor was written before the failure"
+    );
+    assert!(err.to_string().contains("zip_simple/data/0"), "{err}");
+    assert!(!out.exists());
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        1,
+        "only the input is left"
+    );
+}
+
+#[test]
+fn key_and_keep_values() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("model.safetensors");
+    let options = ConvertOptions {
+        load: LoadOptions {
+            key: Some("model".into()),
+            ..LoadOptions::default()
+        },
+        ..no_sync()
+    };
+    convert(
+        fixtures().join("zip_train_checkpoint.pt"),
+        &out,
+        &options,
+        |_| {},
+    )
+    .unwrap();
+    let st = SafeTensors::open(&out).unwrap();
+    assert!(!st.is_empty());
+    assert!(st
+        .names()
+        .all(|n| !n.starts_with("model.") && !n.starts_with("optimizer.")));
+
+    let out = dir.path().join("nested.safetensors");
+    let options = ConvertOptions {
+        keep_values: true,
+        ..no_sync()
+    };
+    let report = convert(
+        fixtures().join("zip_checkpoint_nested.pt"),
+        &out,
+        &options,
+        |_| {},
+    )
+    .unwrap();
+    assert_eq!(report.values, 11);
+    let st = SafeTensors::open(&out).unwrap();
+    let m = st.metadata().unwrap();
+    assert_eq!(m.get("epoch").map(String::as_str), Some("3"));
+    assert_eq!(m.get("list.2").map(String::as_str), Some("None"));
+    assert_eq!(m.get("format").map(String::as_str), Some("pt"));
+    assert_canonical(&out);
+}
+
+#[test]
+fn progress_counts_every_tensor_and_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("t.safetensors");
+    let mut last = None;
+    let report = convert(
+        fixtures().join("legacy_transformer_sd.pt"),
+        &out,
+        &no_sync(),
+        |p| {
+            last = Some((p.tensors_done, p.tensors_total, p.bytes_done, p.bytes_total));
+        },
+    )
+    .unwrap();
+    let (done, total, bytes, bytes_total) = last.unwrap();
+    assert_eq!((done, total), (36, 36));
+    assert_eq!((bytes, bytes_total), (report.bytes, report.bytes));
+    assert!(std::fs::metadata(&out).unwrap().len() > report.bytes);
+}

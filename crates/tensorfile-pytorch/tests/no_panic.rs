@@ -1,0 +1,150 @@
+//! Mutated fixtures never panic the zip reader, the pickle interpreter or
+//! the checkpoint loader: every outcome is a value or an error. (The cargo
+//! fuzz targets in `fuzz/` do the same, unbounded.)
+
+use std::path::PathBuf;
+
+use tensorfile_pytorch::pickle::{Limits, Pickle};
+use tensorfile_pytorch::zip::ZipIndex;
+use tensorfile_pytorch::{Checkpoint, LoadOptions};
+
+fn fixtures() -> Vec<(String, Vec<u8>)> {
+    let dir = PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/fixtures/pytorch"
+    ));
+    let mut out: Vec<(String, Vec<u8>)> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "pt"))
+        .map(|p| {
+            (
+                p.file_name().unwrap().to_string_lossy().into_owned(),
+                std::fs::read(&p).unwrap(),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// xorshift64*: deterministic, no dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
+fn mutate(rng: &mut Rng, input: &[u8]) -> Vec<u8> {
+    let mut v = input.to_vec();
+    match rng.below(4) {
+        0 => v.truncate(rng.below(v.len() + 1)),
+        1 => {
+            for _ in 0..1 + rng.below(4) {
+                if !v.is_empty() {
+                    let i = rng.below(v.len());
+                    v[i] = [0, 0xff, 0x7f, 0x80, rng.next() as u8][rng.below(5)];
+                }
+            }
+        }
+        2 => {
+            // Overwrite a little-endian length-like field with a big value.
+            if v.len() >= 4 {
+                let i = rng.below(v.len() - 3);
+                let big = [0xff, 0xff, 0xff, 0x7f];
+                v[i..i + 4].copy_from_slice(&big);
+            }
+        }
+        _ => {
+            // Duplicate a chunk.
+            if !v.is_empty() {
+                let a = rng.below(v.len());
+                let b = (a + 1 + rng.below(64)).min(v.len());
+                let chunk = v[a..b].to_vec();
+                let at = rng.below(v.len());
+                v.splice(at..at, chunk);
+            }
+        }
+    }
+    v
+}
+
+fn options() -> LoadOptions {
+    LoadOptions {
+        max_expanded_bytes: 1 << 20,
+        ..LoadOptions::default()
+    }
+}
+
+fn load_everything(bytes: Vec<u8>) {
+    if let Ok(ckpt) = Checkpoint::from_bytes(bytes, &options()) {
+        for t in ckpt.tensors() {
+            if let Ok(b) = t.bytes() {
+                assert_eq!(b.len() as u64, t.nbytes(), "{}", t.name());
+            }
+        }
+    }
+}
+
+#[test]
+fn mutated_checkpoints_never_panic() {
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    for (_, bytes) in fixtures() {
+        let rounds = if bytes.len() > 100_000 { 30 } else { 300 };
+        for _ in 0..rounds {
+            let m = mutate(&mut rng, &bytes);
+            load_everything(m.clone());
+            if let Ok(zip) = ZipIndex::parse(&m) {
+                for e in zip.entries() {
+                    let _ = e.read(&m);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn mutated_pickles_never_panic() {
+    let mut rng = Rng(42);
+    let limits = Limits::default();
+    for (_, bytes) in fixtures() {
+        let Ok(zip) = ZipIndex::parse(&bytes) else {
+            continue;
+        };
+        for e in zip.entries().iter().filter(|e| e.name.ends_with(".pkl")) {
+            let Ok(pkl) = e.read(&bytes) else { continue };
+            for _ in 0..200 {
+                let m = mutate(&mut rng, &pkl);
+                let _ = Pickle::parse(&m, &limits);
+            }
+        }
+    }
+}
+
+#[test]
+fn random_bytes_never_panic() {
+    let mut rng = Rng(7);
+    for len in [0usize, 1, 8, 15, 22, 64, 300, 4096] {
+        for _ in 0..50 {
+            let mut v: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+            load_everything(v.clone());
+            let _ = Pickle::parse(&v, &Limits::default());
+            // With a valid-looking start, so the deeper paths run too.
+            if len >= 4 {
+                v[..4].copy_from_slice(b"PK\x03\x04");
+                load_everything(v.clone());
+                v[0] = 0x80;
+                v[1] = 2;
+                load_everything(v);
+            }
+        }
+    }
+}

@@ -1,0 +1,152 @@
+//! Whole files: cast the float tensors of a set of tensors to one dtype and
+//! save the result atomically, one tensor at a time.
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+
+use super::{check, CastOptions, TensorCast};
+use crate::writer::{TensorData, TensorSpec, WriteOptions};
+use crate::{save_streaming, Dtype, Error, Metadata, Result};
+
+/// Source bytes converted per step: output memory stays within a few MiB
+/// whatever the tensor sizes.
+const CHUNK: usize = 1 << 20;
+
+/// What [`save_converted`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConvertSummary {
+    /// Tensors written.
+    pub tensors: usize,
+    /// Tensors whose dtype changed.
+    pub cast: usize,
+    /// Companions of quantized weights left as they were (see [`quant_companions`]).
+    pub companions: usize,
+}
+
+/// The tensors of a quantized weight, which a dtype conversion must not
+/// touch: the int4 pair `<name>.qweight` + `<name>.scales` (the format
+/// page's layout) and MLX's `<name>.weight` (U32, packed) with
+/// `<name>.scales` and `<name>.biases`. Detected by name pairing.
+///
+/// ```
+/// use tensorfile::cast::quant_companions;
+/// use tensorfile::Dtype;
+/// let t = [
+///     ("a.qweight", Dtype::U8), ("a.scales", Dtype::F16),
+///     ("m.weight", Dtype::U32), ("m.scales", Dtype::F32), ("m.biases", Dtype::F32),
+///     ("n.weight", Dtype::F32), ("n.scales", Dtype::F32), // not packed: plain floats
+/// ];
+/// let kept = quant_companions(t.iter().copied());
+/// assert_eq!(kept.len(), 5);
+/// assert!(!kept.contains("n.scales"));
+/// ```
+pub fn quant_companions<'a>(
+    tensors: impl IntoIterator<Item = (&'a str, Dtype)>,
+) -> HashSet<&'a str> {
+    let dtypes: HashMap<&str, Dtype> = tensors.into_iter().collect();
+    let mut kept = HashSet::new();
+    for &name in dtypes.keys() {
+        let Some(base) = name.strip_suffix(".scales") else {
+            continue;
+        };
+        let packed = [
+            (format!("{base}.qweight"), None),
+            (format!("{base}.weight"), Some(Dtype::U32)),
+        ];
+        for (weight, needs) in packed {
+            let Some((&weight, &wdtype)) = dtypes.get_key_value(weight.as_str()) else {
+                continue;
+            };
+            if needs.is_some_and(|d| d != wdtype) {
+                continue;
+            }
+            kept.extend([weight, name]);
+            if let Some((&biases, _)) = dtypes.get_key_value(format!("{base}.biases").as_str()) {
+                kept.insert(biases);
+            }
+        }
+    }
+    kept
+}
+
+/// The dtype a tensor gets when a file is converted to `to`: float tensors
+/// (not C64) become `to`, and with `allow_int` so do integer tensors; BOOL,
+/// C64 and quantization companions keep theirs.
+pub fn converted_dtype(dtype: Dtype, to: Dtype, opts: CastOptions, companion: bool) -> Dtype {
+    let castable = (dtype.is_float() && dtype != Dtype::C64) || (opts.allow_int && dtype.is_int());
+    if companion || !castable {
+        dtype
+    } else {
+        to
+    }
+}
+
+/// Saves `tensors` and `metadata` to `path` atomically, with the tensors
+/// cast as [`converted_dtype`] says (`to: None` writes them unchanged: a
+/// canonical rewrite). Every cast is checked before anything is written; a
+/// value that fails during the write (an integer out of range) aborts the
+/// save and leaves `path` as it was. Memory stays bounded: tensors stream
+/// through the writer in chunks.
+pub fn save_converted<T: TensorData>(
+    path: impl AsRef<Path>,
+    tensors: &[T],
+    metadata: Option<&Metadata>,
+    to: Option<Dtype>,
+    opts: CastOptions,
+    write: &WriteOptions,
+) -> Result<ConvertSummary> {
+    let companions = quant_companions(tensors.iter().map(|t| (t.name(), t.dtype())));
+    let mut specs = Vec::with_capacity(tensors.len());
+    let mut by_name = HashMap::with_capacity(tensors.len());
+    let mut summary = ConvertSummary {
+        tensors: tensors.len(),
+        cast: 0,
+        companions: 0,
+    };
+    for t in tensors {
+        let companion = companions.contains(t.name());
+        let target = match to {
+            Some(to) => converted_dtype(t.dtype(), to, opts, companion),
+            None => t.dtype(),
+        };
+        if target != t.dtype() {
+            summary.cast += 1;
+        } else if companion && to.is_some() {
+            summary.companions += 1;
+        }
+        check(t.dtype(), target, opts).map_err(|source| Error::Cast {
+            tensor: t.name().to_string(),
+            source,
+        })?;
+        // Validates element counts (F4/F6 targets) before writing.
+        TensorCast::new(t.name(), t.dtype(), t.shape(), target, opts)?;
+        specs.push(TensorSpec::new(t.name(), target, t.shape()));
+        by_name.insert(t.name(), (t, target));
+    }
+    save_streaming(path, &specs, metadata, write, |w| {
+        let mut out = Vec::new();
+        while let Some(slot) = w.expected() {
+            let name = slot.name().to_string();
+            let &(t, target) = by_name
+                .get(name.as_str())
+                .ok_or_else(|| Error::NotFound(name.clone()))?;
+            if target == t.dtype() {
+                w.write_tensor(&name, t.data())?;
+                continue;
+            }
+            let mut cast = TensorCast::new(&name, t.dtype(), t.shape(), target, opts)?;
+            for chunk in t.data().chunks(CHUNK) {
+                out.clear();
+                cast.push(chunk, &mut out)?;
+                w.write(&out)?;
+            }
+            cast.finish()?;
+            if t.data().is_empty() {
+                // A zero-size tensor takes no bytes; name it so the writer moves on.
+                w.write_tensor(&name, &[])?;
+            }
+        }
+        Ok(())
+    })?;
+    Ok(summary)
+}

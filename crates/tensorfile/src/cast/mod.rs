@@ -1,0 +1,413 @@
+//! Casts between dtypes: decode any float format to f32/f64, encode f32/f64
+//! into any float format, and convert whole tensors (in memory or streamed
+//! in chunks) from one dtype to another.
+//!
+//! # Semantics
+//!
+//! Every float cast gives what [ml_dtypes] 0.6.0 (numpy for F16) gives when
+//! casting the same f32 value:
+//!
+//! - round to nearest, ties to even;
+//! - F8_E5M2, F16 and BF16 overflow to infinity; F8_E4M3, F8_E4M3FNUZ and
+//!   F8_E5M2FNUZ (no infinity) turn overflow and infinities into NaN;
+//! - F4, F6_E2M3 and F6_E3M2 (no NaN, no infinity) saturate to their largest
+//!   magnitude, and encode NaN as negative zero (-NaN as +0), as ml_dtypes does;
+//! - the FNUZ types have no negative zero: -0 and negative underflow give 0x00;
+//! - F8_E8M0 holds the powers of two 2^-127..2^127 (0xFF is NaN): a value
+//!   rounds to the nearest power of two with ties *up* (1.5 -> 2, 3 -> 4);
+//!   zero, negatives, NaN and overflow give NaN; positives up to 2^-127 give
+//!   2^-127, and values strictly between 2^-127 and 2^-126 give 2^-126 (as
+//!   ml_dtypes does for f32 subnormals);
+//! - NaN keeps its sign where the format has a signed NaN (BF16 NaN is the
+//!   quiet 0x7FC0 pattern; F16 keeps the top payload bits, as numpy does).
+//!
+//! Casting from F64 (or from 32- and 64-bit integers) rounds **once**,
+//! directly to the target, by the same rules. (ml_dtypes itself goes
+//! through f32 first; the results agree for every f64 that is exactly an
+//! f32.)
+//!
+//! [`CastOptions::saturate`] clamps overflow (and infinities) to the largest
+//! finite value for the F8 types, which quantization pipelines want; it does
+//! not change F16/BF16, nor NaN inputs.
+//!
+//! Integer dtypes convert only with [`CastOptions::allow_int`], and fail on
+//! a value that does not fit (for floats: a value that is not an integer in
+//! range). BOOL converts only to and from integer dtypes. C64 converts only
+//! to C64.
+//!
+//! # Sub-byte storage
+//!
+//! - **F4**: two values per byte, the first value in the **low** nibble.
+//! - **F6_E2M3 / F6_E3M2**: four values per three bytes, as one
+//!   little-endian bit stream: value `k` of a group is bits `6k..6k + 6` of
+//!   `b0 | b1 << 8 | b2 << 16`.
+//!
+//! ```
+//! use tensorfile::cast::{self, CastOptions};
+//! use tensorfile::Dtype;
+//!
+//! let codes = cast::encode_f32_vec(&[1.0, -2.5, 500.0], Dtype::F8_E4M3, CastOptions::default())?;
+//! assert_eq!(codes, [0x38, 0xC2, 0x7F]); // 500 overflows F8_E4M3: NaN
+//! let sat = CastOptions { saturate: true, ..CastOptions::default() };
+//! assert_eq!(cast::encode_f32_vec(&[500.0], Dtype::F8_E4M3, sat)?, [0x7E]); // 448
+//! assert_eq!(cast::decode_f32_vec(Dtype::F8_E4M3, &codes[..2])?, [1.0, -2.5]);
+//! # Ok::<(), tensorfile::cast::CastError>(())
+//! ```
+//!
+//! [ml_dtypes]: https://github.com/jax-ml/ml_dtypes
+
+mod bf16;
+mod decode;
+mod encode;
+mod file;
+mod int;
+mod lanes;
+mod minifloat;
+mod packing;
+mod tensor;
+
+pub use file::{converted_dtype, quant_companions, save_converted, ConvertSummary};
+pub use tensor::{cast_tensor, TensorCast};
+
+use crate::Dtype;
+
+/// Options of a cast.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CastOptions {
+    /// Clamp overflow (and infinities) to the largest finite value for the
+    /// F8 types instead of giving NaN or infinity.
+    pub saturate: bool,
+    /// Allow casts to, from and between integer dtypes (and BOOL to/from
+    /// integers); values that do not fit are errors.
+    pub allow_int: bool,
+}
+
+/// Why a cast was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CastError {
+    /// This pair of dtypes does not convert (with these options).
+    #[error("cannot cast {from} to {to}: {reason}")]
+    Unsupported {
+        /// Source dtype.
+        from: Dtype,
+        /// Target dtype.
+        to: Dtype,
+        /// Why not.
+        reason: &'static str,
+    },
+    /// A value does not fit the target integer dtype.
+    #[error("element {index}: {from} value {value} does not fit {to}")]
+    OutOfRange {
+        /// Element index (within the tensor, or the slice).
+        index: u64,
+        /// The value, as text.
+        value: String,
+        /// Source dtype.
+        from: Dtype,
+        /// Target dtype.
+        to: Dtype,
+    },
+    /// A BOOL element is neither 0 nor 1.
+    #[error("element {index}: BOOL byte {byte:#04x} is neither 0 nor 1")]
+    InvalidBool {
+        /// Element index.
+        index: u64,
+        /// The byte.
+        byte: u8,
+    },
+    /// A byte buffer is not a whole number of elements (or, for F4 and F6,
+    /// of packing groups).
+    #[error("{len} bytes are not a whole number of {dtype} elements")]
+    Length {
+        /// The dtype.
+        dtype: Dtype,
+        /// The buffer length.
+        len: u64,
+    },
+    /// The target cannot hold this many elements in whole bytes (F4 needs
+    /// an even count, F6 a multiple of 4).
+    #[error("{numel} elements of {dtype} are not a whole number of bytes")]
+    NotWholeBytes {
+        /// The dtype.
+        dtype: Dtype,
+        /// The element count.
+        numel: u64,
+    },
+    /// A destination buffer has the wrong size.
+    #[error("destination holds {actual} bytes, but {expected} are needed")]
+    BufferSize {
+        /// Bytes needed.
+        expected: u64,
+        /// Bytes given.
+        actual: u64,
+    },
+    /// A shape's byte count overflows 64 bits.
+    #[error("the byte count of shape {shape:?} x {dtype} overflows 64 bits")]
+    ShapeOverflow {
+        /// The dtype.
+        dtype: Dtype,
+        /// The shape.
+        shape: Vec<u64>,
+    },
+    /// A streamed tensor received a different number of bytes than its
+    /// shape and dtype need.
+    #[error("the tensor needs {expected} bytes of {dtype}, but {actual} were given")]
+    TensorLength {
+        /// The source dtype.
+        dtype: Dtype,
+        /// Bytes the shape needs.
+        expected: u64,
+        /// Bytes received (so far, when too many).
+        actual: u64,
+    },
+}
+
+/// Checks that `from` converts to `to` under `opts` (no data is looked at).
+///
+/// ```
+/// use tensorfile::cast::{check, CastOptions};
+/// use tensorfile::Dtype;
+/// assert!(check(Dtype::F32, Dtype::F8_E4M3, CastOptions::default()).is_ok());
+/// assert!(check(Dtype::F32, Dtype::I8, CastOptions::default()).is_err());
+/// let ints = CastOptions { allow_int: true, ..CastOptions::default() };
+/// assert!(check(Dtype::F32, Dtype::I8, ints).is_ok());
+/// assert!(check(Dtype::BOOL, Dtype::F32, ints).is_err());
+/// ```
+pub fn check(from: Dtype, to: Dtype, opts: CastOptions) -> Result<(), CastError> {
+    let refuse = |reason| Err(CastError::Unsupported { from, to, reason });
+    if from == to {
+        return Ok(());
+    }
+    if from == Dtype::C64 || to == Dtype::C64 {
+        return refuse("C64 converts only to C64");
+    }
+    let boolish = |d: Dtype| d == Dtype::BOOL;
+    if (boolish(from) && !to.is_int()) || (boolish(to) && !from.is_int()) {
+        return refuse("BOOL converts only to and from integer dtypes");
+    }
+    let intish = |d: Dtype| d.is_int() || d == Dtype::BOOL;
+    if (intish(from) || intish(to)) && !opts.allow_int {
+        return refuse("integer dtypes convert only with allow_int");
+    }
+    Ok(())
+}
+
+/// Element count of `len` bytes of `dtype` (whole packing groups for F4/F6).
+pub fn element_count(dtype: Dtype, len: usize) -> Result<usize, CastError> {
+    let err = || CastError::Length {
+        dtype,
+        len: len as u64,
+    };
+    let bits = dtype.bits() as usize;
+    // Whole groups: 1 byte (F4), 3 bytes (F6), or one element.
+    let group_bytes = match bits {
+        4 => 1,
+        6 => 3,
+        b => b / 8,
+    };
+    if len % group_bytes != 0 {
+        return Err(err());
+    }
+    len.checked_mul(8).map(|b| b / bits).ok_or_else(err)
+}
+
+/// Bytes of `n` elements of `dtype` (checked; sub-byte counts must fill whole groups).
+fn byte_count(dtype: Dtype, n: usize) -> Result<usize, CastError> {
+    let whole = match dtype.bits() {
+        4 => n % 2 == 0,
+        6 => n % 4 == 0,
+        _ => true,
+    };
+    dtype
+        .byte_len(n as u64)
+        .filter(|_| whole)
+        .and_then(|b| usize::try_from(b).ok())
+        .ok_or(CastError::NotWholeBytes {
+            dtype,
+            numel: n as u64,
+        })
+}
+
+fn check_dst(expected: usize, dst: usize) -> Result<(), CastError> {
+    if expected == dst {
+        Ok(())
+    } else {
+        Err(CastError::BufferSize {
+            expected: expected as u64,
+            actual: dst as u64,
+        })
+    }
+}
+
+fn require_float(dtype: Dtype, to: Dtype) -> Result<(), CastError> {
+    if dtype.is_float() && dtype != Dtype::C64 {
+        Ok(())
+    } else {
+        Err(CastError::Unsupported {
+            from: dtype,
+            to,
+            reason: "only real float dtypes decode to floats",
+        })
+    }
+}
+
+/// Decodes float elements (any float dtype but C64) into `dst`, which must
+/// hold exactly the elements of `src`. Exact, except F64 which rounds to
+/// nearest even.
+pub fn decode_f32(dtype: Dtype, src: &[u8], dst: &mut [f32]) -> Result<(), CastError> {
+    require_float(dtype, Dtype::F32)?;
+    let n = element_count(dtype, src.len())?;
+    check_dst(n, dst.len())?;
+    decode::to_f32(dtype, src, dst);
+    Ok(())
+}
+
+/// Decodes float elements (any float dtype but C64) into `dst`, exactly.
+pub fn decode_f64(dtype: Dtype, src: &[u8], dst: &mut [f64]) -> Result<(), CastError> {
+    require_float(dtype, Dtype::F64)?;
+    let n = element_count(dtype, src.len())?;
+    check_dst(n, dst.len())?;
+    decode::to_f64(dtype, src, dst);
+    Ok(())
+}
+
+/// [`decode_f32`] into a new vector.
+pub fn decode_f32_vec(dtype: Dtype, src: &[u8]) -> Result<Vec<f32>, CastError> {
+    require_float(dtype, Dtype::F32)?;
+    let mut out = vec![0.0; element_count(dtype, src.len())?];
+    decode::to_f32(dtype, src, &mut out);
+    Ok(out)
+}
+
+/// [`decode_f64`] into a new vector.
+pub fn decode_f64_vec(dtype: Dtype, src: &[u8]) -> Result<Vec<f64>, CastError> {
+    require_float(dtype, Dtype::F64)?;
+    let mut out = vec![0.0; element_count(dtype, src.len())?];
+    decode::to_f64(dtype, src, &mut out);
+    Ok(out)
+}
+
+/// Encodes f32 values as `to` into `dst`, which must be exactly their byte
+/// length (F4 needs an even count, F6 a multiple of 4).
+pub fn encode_f32(
+    src: &[f32],
+    to: Dtype,
+    dst: &mut [u8],
+    opts: CastOptions,
+) -> Result<(), CastError> {
+    check(Dtype::F32, to, opts)?;
+    check_dst(byte_count(to, src.len())?, dst.len())?;
+    encode::from_f32(src, Dtype::F32, to, dst, opts, 0)
+}
+
+/// Encodes f64 values as `to` into `dst` (one rounding, see the module doc).
+pub fn encode_f64(
+    src: &[f64],
+    to: Dtype,
+    dst: &mut [u8],
+    opts: CastOptions,
+) -> Result<(), CastError> {
+    check(Dtype::F64, to, opts)?;
+    check_dst(byte_count(to, src.len())?, dst.len())?;
+    encode::from_f64(src, Dtype::F64, to, dst, opts, 0)
+}
+
+/// [`encode_f32`] into a new vector.
+pub fn encode_f32_vec(src: &[f32], to: Dtype, opts: CastOptions) -> Result<Vec<u8>, CastError> {
+    let mut out = vec![0; byte_count(to, src.len())?];
+    encode_f32(src, to, &mut out, opts)?;
+    Ok(out)
+}
+
+/// [`encode_f64`] into a new vector.
+pub fn encode_f64_vec(src: &[f64], to: Dtype, opts: CastOptions) -> Result<Vec<u8>, CastError> {
+    let mut out = vec![0; byte_count(to, src.len())?];
+    encode_f64(src, to, &mut out, opts)?;
+    Ok(out)
+}
+
+/// Converts the elements in `src` (bytes of `from`) into `dst` (bytes of
+/// `to`, exactly as many elements). Error indices count from 0.
+pub fn cast_slice(
+    from: Dtype,
+    src: &[u8],
+    to: Dtype,
+    dst: &mut [u8],
+    opts: CastOptions,
+) -> Result<(), CastError> {
+    check(from, to, opts)?;
+    let n = element_count(from, src.len())?;
+    check_dst(byte_count(to, n)?, dst.len())?;
+    convert(from, src, to, dst, opts, 0)
+}
+
+/// Elements per step of the general path (a multiple of 4, so F4/F6 groups
+/// never straddle two steps).
+const BLOCK: usize = 1024;
+
+/// The conversion proper: lengths and the pair are already checked. `base`
+/// is the index of the first element, for error messages.
+fn convert(
+    from: Dtype,
+    src: &[u8],
+    to: Dtype,
+    dst: &mut [u8],
+    opts: CastOptions,
+    base: u64,
+) -> Result<(), CastError> {
+    if from == to {
+        dst.copy_from_slice(src);
+        return Ok(());
+    }
+    match (from, to) {
+        (Dtype::BF16, Dtype::F32) => bf16::bytes_to_f32_bytes(src, dst),
+        (Dtype::F32, Dtype::BF16) => bf16::f32_bytes_to_bytes(src, dst),
+        (Dtype::F32, Dtype::F8_E4M3) => {
+            encode::f32_bytes_to_f8(&minifloat::F8_E4M3, src, dst, opts.saturate)
+        }
+        (Dtype::F32, Dtype::F8_E5M2) => {
+            encode::f32_bytes_to_f8(&minifloat::F8_E5M2, src, dst, opts.saturate)
+        }
+        _ => {
+            let (sb, db) = (from.bits() as usize, to.bits() as usize);
+            let steps = src
+                .chunks(BLOCK * sb / 8)
+                .zip(dst.chunks_mut(BLOCK * db / 8));
+            for (k, (s, d)) in steps.enumerate() {
+                let base = base + (k * BLOCK) as u64;
+                block(from, s, to, d, opts, base)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Converts up to [`BLOCK`] elements through a stack buffer of f32 (float
+/// sources that f32 holds exactly), f64 (F64) or i128 (integers, BOOL).
+fn block(
+    from: Dtype,
+    src: &[u8],
+    to: Dtype,
+    dst: &mut [u8],
+    opts: CastOptions,
+    base: u64,
+) -> Result<(), CastError> {
+    let n = src.len() * 8 / from.bits() as usize;
+    if from == Dtype::F64 {
+        let mut buf = [0f64; BLOCK];
+        let buf = &mut buf[..n];
+        decode::to_f64(from, src, buf);
+        encode::from_f64(buf, from, to, dst, opts, base)
+    } else if from.is_float() {
+        let mut buf = [0f32; BLOCK];
+        let buf = &mut buf[..n];
+        decode::to_f32(from, src, buf);
+        encode::from_f32(buf, from, to, dst, opts, base)
+    } else {
+        let mut buf = [0i128; BLOCK];
+        let buf = &mut buf[..n];
+        int::read(from, src, buf, base)?;
+        encode::from_ints(buf, from, to, dst, opts, base)
+    }
+}

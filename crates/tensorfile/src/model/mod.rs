@@ -1,0 +1,426 @@
+//! Model directories: `config.json`, the weights (`model.safetensors` or a
+//! sharded set with its index) and, when the config says `"tl_tokenizer":
+//! "file"`, `tokenizer.json`. Other files are ignored.
+//!
+//! [`ModelDir::open`] opens the config and the weights in one call;
+//! [`check_dir`] (or [`ModelDir::check`]) verifies the directory against the
+//! rules and the architecture its config names (`tl_arch`), and reports
+//! every problem by name.
+//!
+//! ```
+//! use tensorfile::model::check_dir;
+//! use tensorfile::Contract;
+//! let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/models/llama_tiny");
+//! let report = check_dir(dir, Contract::V0);
+//! assert!(report.is_ok(), "{:?}", report.problems);
+//! assert!(report.architecture_checked);
+//! ```
+
+mod arch;
+pub mod logical;
+pub mod report;
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value};
+
+use crate::error::{Error, Result};
+use crate::header::{Contract, ReadOptions};
+use crate::shard::{ShardError, ShardedTensors};
+
+pub use arch::ARCHITECTURES;
+pub use logical::{logical_weight, LogicalWeight, QuantConfig, QuantParams, Storage};
+pub use report::{Problem, ProblemKind, Report, Severity};
+
+use arch::{DtypeRule, Plan};
+
+/// The config's file name.
+pub const CONFIG_NAME: &str = "config.json";
+
+/// The tokenizer's file name.
+pub const TOKENIZER_NAME: &str = "tokenizer.json";
+
+/// The largest config.json read, in bytes.
+const MAX_CONFIG_LEN: u64 = 10_000_000;
+
+/// A model directory, opened: its config and its weights.
+#[derive(Debug)]
+pub struct ModelDir {
+    dir: PathBuf,
+    config: Map<String, Value>,
+    weights: ShardedTensors,
+}
+
+/// Reads a config.json as a JSON object (at most 10 MB).
+pub fn read_config(path: &Path) -> Result<Map<String, Value>> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let mut text = Vec::new();
+    file.take(MAX_CONFIG_LEN + 1)
+        .read_to_end(&mut text)
+        .map_err(|e| Error::io(path, e))?;
+    let bad = |problem: String| Error::Config {
+        path: path.to_path_buf(),
+        problem,
+    };
+    if text.len() as u64 > MAX_CONFIG_LEN {
+        return Err(bad(format!("longer than {MAX_CONFIG_LEN} bytes")));
+    }
+    match serde_json::from_slice::<Value>(&text) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(other) => Err(bad(format!("a JSON {}, not an object", json_kind(&other)))),
+        Err(e) => Err(bad(e.to_string())),
+    }
+}
+
+fn json_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+impl ModelDir {
+    /// Opens `dir/config.json` and the directory's weights (validated; see
+    /// [`ShardedTensors::open`]).
+    pub fn open(dir: impl AsRef<Path>) -> Result<ModelDir> {
+        ModelDir::open_with(dir, &ReadOptions::default())
+    }
+
+    /// [`ModelDir::open`] with options for reading the weights.
+    pub fn open_with(dir: impl AsRef<Path>, options: &ReadOptions) -> Result<ModelDir> {
+        let dir = dir.as_ref();
+        let config = read_config(&dir.join(CONFIG_NAME))?;
+        let weights = ShardedTensors::open_with(dir, options)?;
+        Ok(ModelDir {
+            dir: dir.to_path_buf(),
+            config,
+            weights,
+        })
+    }
+
+    /// The directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// config.json.
+    pub fn config(&self) -> &Map<String, Value> {
+        &self.config
+    }
+
+    /// The weights.
+    pub fn weights(&self) -> &ShardedTensors {
+        &self.weights
+    }
+
+    /// The config's `tl_arch`, when it is a string.
+    pub fn arch(&self) -> Option<&str> {
+        self.config.get("tl_arch").and_then(Value::as_str)
+    }
+
+    /// Whether the config calls for `tokenizer.json` (`"tl_tokenizer": "file"`).
+    pub fn needs_tokenizer(&self) -> bool {
+        needs_tokenizer(&self.config)
+    }
+
+    /// Checks the directory: files, architecture, contract. Never fails;
+    /// every problem is in the report.
+    pub fn check(&self, contract: Contract) -> Report {
+        let mut report = Report::default();
+        check_parts(
+            &self.dir,
+            Some(&self.config),
+            Some(&self.weights),
+            contract,
+            &mut report,
+        );
+        report
+    }
+}
+
+fn needs_tokenizer(config: &Map<String, Value>) -> bool {
+    config.get("tl_tokenizer").and_then(Value::as_str) == Some("file")
+}
+
+/// Checks a model directory, reporting every problem by name: missing or
+/// invalid files as well as tensors that do not match the architecture.
+pub fn check_dir(dir: impl AsRef<Path>, contract: Contract) -> Report {
+    let dir = dir.as_ref();
+    let mut report = Report::default();
+    let config_path = dir.join(CONFIG_NAME);
+    let config = match read_config(&config_path) {
+        Ok(config) => Some(config),
+        Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+            report.push(Problem::error(
+                ProblemKind::MissingFile,
+                CONFIG_NAME,
+                "a model directory needs config.json",
+            ));
+            None
+        }
+        Err(e) => {
+            report.push(Problem::error(
+                ProblemKind::InvalidConfig,
+                CONFIG_NAME,
+                e.to_string(),
+            ));
+            None
+        }
+    };
+    let weights = match ShardedTensors::open(dir) {
+        Ok(w) => Some(w),
+        Err(Error::Shard(e)) if matches!(*e, ShardError::NoWeights { .. }) => {
+            report.push(Problem::error(
+                ProblemKind::MissingFile,
+                crate::shard::SINGLE_NAME,
+                e.to_string(),
+            ));
+            None
+        }
+        Err(e) => {
+            report.push(Problem::error(
+                ProblemKind::InvalidWeights,
+                weights_subject(&e),
+                e.to_string(),
+            ));
+            None
+        }
+    };
+    check_parts(
+        dir,
+        config.as_ref(),
+        weights.as_ref(),
+        contract,
+        &mut report,
+    );
+    report
+}
+
+/// The file a weights error is about, for the report's subject.
+fn weights_subject(e: &Error) -> String {
+    match e {
+        Error::Shard(e) => match &**e {
+            ShardError::InvalidShard { shard, .. } | ShardError::MissingShard { shard, .. } => {
+                shard.clone()
+            }
+            _ => crate::shard::INDEX_NAME.into(),
+        },
+        _ => crate::shard::SINGLE_NAME.into(),
+    }
+}
+
+/// The checks on whatever could be opened.
+fn check_parts(
+    dir: &Path,
+    config: Option<&Map<String, Value>>,
+    weights: Option<&ShardedTensors>,
+    contract: Contract,
+    report: &mut Report,
+) {
+    let course =
+        config.is_some_and(|c| c.contains_key("tl_arch") || c.contains_key("tl_tokenizer"));
+    if let Some(config) = config {
+        let tokenizer_present = dir.join(TOKENIZER_NAME).is_file();
+        match (needs_tokenizer(config), tokenizer_present) {
+            (true, false) => report.push(Problem::error(
+                ProblemKind::MissingFile,
+                TOKENIZER_NAME,
+                "config.json says \"tl_tokenizer\": \"file\", but there is no tokenizer.json",
+            )),
+            (false, true) if course => report.push(Problem::warning(
+                ProblemKind::UnexpectedFile,
+                TOKENIZER_NAME,
+                "present, but config.json does not say \"tl_tokenizer\": \"file\", so it is ignored",
+            )),
+            _ => {}
+        }
+        if !course {
+            report
+                .notes
+                .push("config.json has no tl_tokenizer: the tokenizer rule was not applied".into());
+        }
+    }
+    let Some(weights) = weights else {
+        if config.is_some() {
+            report
+                .notes
+                .push("the weights could not be opened: the architecture check was skipped".into());
+        }
+        return;
+    };
+    for warning in weights.warnings() {
+        report.push(Problem::warning(
+            ProblemKind::WeightsWarning,
+            weights
+                .index_path()
+                .and_then(Path::file_name)
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|| crate::shard::SINGLE_NAME.into()),
+            warning.clone(),
+        ));
+    }
+    if contract != Contract::Any {
+        for (_, t) in weights.infos().filter(|(_, t)| !contract.allows(t.dtype)) {
+            report.push(Problem::error(
+                ProblemKind::UnsupportedFormat,
+                t.name,
+                format!(
+                    "unsupported format: {} is outside contract {contract}",
+                    t.dtype
+                ),
+            ));
+        }
+    }
+    let Some(config) = config else {
+        return;
+    };
+    if course {
+        for shard in weights.shards() {
+            let format = shard.header().metadata().and_then(|m| m.get("format"));
+            if format.map(String::as_str) != Some("tinyllm") {
+                report.push(Problem::warning(
+                    ProblemKind::MissingFormatMetadata,
+                    shard.name(),
+                    "course writers set \"format\": \"tinyllm\" metadata; this file does not",
+                ));
+            }
+        }
+    }
+    match config.get("tl_arch") {
+        None => report.notes.push(
+            "config.json has no tl_arch (not a course model): the architecture check was skipped"
+                .into(),
+        ),
+        Some(Value::String(arch)) => {
+            report.arch = Some(arch.clone());
+            if let Some(plan) = arch::plan(arch, config, report) {
+                check_plan(&plan, config, weights, report);
+                report.architecture_checked = true;
+            }
+        }
+        Some(other) => report.push(Problem::error(
+            ProblemKind::InvalidField,
+            "tl_arch",
+            format!("must be a string, found {other}"),
+        )),
+    }
+}
+
+/// Matches the weights against an architecture's plan.
+fn check_plan(
+    plan: &Plan,
+    config: &Map<String, Value>,
+    weights: &ShardedTensors,
+    report: &mut Report,
+) {
+    let mlx = match QuantConfig::from_config(config) {
+        Ok(q) => q,
+        Err(message) => {
+            report.push(Problem::error(
+                ProblemKind::InvalidField,
+                "quantization",
+                message,
+            ));
+            None
+        }
+    };
+    let mut accounted: HashSet<&str> = HashSet::new();
+    for expected in &plan.expected {
+        let found = if expected.linear {
+            let qweight = format!("{}.qweight", expected.name);
+            let group = weights
+                .shard_of(&qweight)
+                .and_then(|s| logical::int4_group(s.header().metadata()));
+            match logical_weight(&expected.name, |n| weights.info(n), group, mlx.as_ref()) {
+                Ok(found) => found,
+                Err(e) => {
+                    let kind = if e.dtype {
+                        ProblemKind::WrongDtype
+                    } else {
+                        ProblemKind::WrongShape
+                    };
+                    report.push(Problem::error(kind, e.tensor, e.message));
+                    // Its parts are accounted for: the problem is already named.
+                    for suffix in ["weight", "qweight", "scales", "biases"] {
+                        if let Some(t) = weights.info(&format!("{}.{suffix}", expected.name)) {
+                            accounted.insert(t.name);
+                        }
+                    }
+                    continue;
+                }
+            }
+        } else {
+            weights.info(&expected.name).map(|t| LogicalWeight {
+                storage: Storage::Plain,
+                dtype: t.dtype,
+                shape: t.shape.to_vec(),
+                parts: vec![t.name],
+            })
+        };
+        let name = expected.tensor_name();
+        let Some(found) = found else {
+            report.push(Problem::error(
+                ProblemKind::MissingTensor,
+                &name,
+                format!("missing (expected shape {:?})", expected.shape),
+            ));
+            continue;
+        };
+        accounted.extend(found.parts.iter().copied());
+        let quantized = found.storage != Storage::Plain;
+        let subject = if quantized {
+            expected.name.as_str()
+        } else {
+            name.as_str()
+        };
+        if found.shape != expected.shape {
+            report.push(Problem::error(
+                ProblemKind::WrongShape,
+                subject,
+                format!(
+                    "{}shape {:?}, but the config gives {:?}",
+                    if quantized { "logical " } else { "" },
+                    found.shape,
+                    expected.shape
+                ),
+            ));
+        }
+        let dtype_ok = match expected.dtype {
+            DtypeRule::F32 => found.dtype == crate::Dtype::F32,
+            DtypeRule::Float => found.dtype.is_float(),
+        };
+        if !dtype_ok {
+            let wanted = match expected.dtype {
+                DtypeRule::F32 => "F32",
+                DtypeRule::Float => "a floating-point type",
+            };
+            report.push(Problem::error(
+                ProblemKind::WrongDtype,
+                subject,
+                format!("is {}, but must be {wanted}", found.dtype),
+            ));
+        }
+    }
+    for (_, t) in weights.infos() {
+        if accounted.contains(t.name) {
+            continue;
+        }
+        let reason = plan
+            .forbidden
+            .iter()
+            .find(|(name, _)| name == t.name)
+            .map(|(_, why)| why.clone())
+            .unwrap_or_else(|| "the architecture does not name this tensor".into());
+        report.push(Problem::error(
+            ProblemKind::UnexpectedTensor,
+            t.name,
+            reason,
+        ));
+    }
+}

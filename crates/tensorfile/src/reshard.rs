@@ -1,0 +1,341 @@
+//! Splitting a set of tensors into shards, and merging shards into one file.
+//!
+//! Both stream through the canonical writer one tensor at a time, copying
+//! from the memory-mapped source: memory stays bounded by the headers and
+//! one piece of one tensor, whatever the model's size.
+//!
+//! Splitting follows huggingface_hub (`split_state_dict_into_shards_factory`):
+//! tensors are taken in the source's data order and fill the current shard
+//! until the next one would take it past the limit; a tensor larger than the
+//! limit gets a shard of its own, placed when it is met, while the current
+//! shard stays open. One shard is written as `<prefix>.safetensors` with no
+//! index; several as `<prefix>-00001-of-0000N.safetensors` and
+//! `<prefix>.safetensors.index.json`.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+use crate::shard::{ShardIndex, ShardedTensors};
+use crate::writer::{TensorSpec, WriteOptions};
+use crate::{save_streaming, Metadata};
+
+/// Bytes copied between progress reports: large tensors still report often.
+const PIECE: usize = 64 << 20;
+
+/// Parses a shard size the way huggingface_hub does: a number of bytes, or a
+/// number (decimals allowed) followed by `KB`, `MB`, `GB` or `TB`, decimal
+/// units (`5GB` = 5,000,000,000), any case. The result is truncated to whole
+/// bytes.
+///
+/// ```
+/// use tensorfile::reshard::parse_size;
+/// assert_eq!(parse_size("5GB"), Ok(5_000_000_000));
+/// assert_eq!(parse_size("1.5mb"), Ok(1_500_000));
+/// assert_eq!(parse_size("4096"), Ok(4096));
+/// assert!(parse_size("5GiB").is_err());
+/// ```
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let bad =
+        || format!("`{text}` is not a size: expected bytes or a number with KB, MB, GB or TB");
+    let s = text.trim();
+    let upper = s.to_ascii_uppercase();
+    let (number, scale) = match ["KB", "MB", "GB", "TB"]
+        .iter()
+        .zip([3u32, 6, 9, 12])
+        .find(|(unit, _)| upper.ends_with(*unit))
+    {
+        Some((_, exp)) => (s[..s.len() - 2].trim(), 10u128.pow(exp)),
+        None => (s, 1),
+    };
+    // Exact decimal arithmetic (Python goes through a float; for sizes
+    // written with a few digits the results agree).
+    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+    let digits = |d: &str| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit());
+    if !(digits(whole) || whole.is_empty() && digits(fraction))
+        || !(fraction.is_empty() || digits(fraction))
+        || fraction.len() > 12
+    {
+        return Err(bad());
+    }
+    let whole: u128 = if whole.is_empty() {
+        0
+    } else {
+        whole.parse().map_err(|_| bad())?
+    };
+    let frac_value: u128 = if fraction.is_empty() {
+        0
+    } else {
+        fraction.parse().map_err(|_| bad())?
+    };
+    let frac_scale = 10u128.pow(fraction.len() as u32);
+    let bytes = whole
+        .checked_mul(scale)
+        .and_then(|w| w.checked_add(frac_value * scale / frac_scale))
+        .ok_or_else(bad)?;
+    u64::try_from(bytes).map_err(|_| bad())
+}
+
+/// Groups tensor sizes (in source order) into shards the way huggingface_hub
+/// does; each shard lists positions into `sizes`.
+///
+/// ```
+/// use tensorfile::reshard::plan_shards;
+/// // 3 + 3 fit in 8; 9 is over the limit, so it is alone; 2 joins the open shard.
+/// assert_eq!(plan_shards(&[3, 3, 9, 4, 2], 8), vec![vec![2], vec![0, 1], vec![3, 4]]);
+/// ```
+pub fn plan_shards(sizes: &[u64], max_shard_size: u64) -> Vec<Vec<usize>> {
+    let mut shards = Vec::new();
+    let mut current = Vec::new();
+    let mut current_size = 0u64;
+    for (i, &size) in sizes.iter().enumerate() {
+        if size > max_shard_size {
+            shards.push(vec![i]);
+            continue;
+        }
+        // current_size <= max and size <= max: no overflow in practice, but
+        // saturate rather than trust it.
+        if current_size.saturating_add(size) > max_shard_size {
+            shards.push(std::mem::take(&mut current));
+            current_size = 0;
+        }
+        current.push(i);
+        current_size += size;
+    }
+    if !current.is_empty() {
+        shards.push(current);
+    }
+    shards
+}
+
+/// How to split.
+#[derive(Debug, Clone)]
+pub struct SplitOptions {
+    /// The most data bytes a shard holds (a larger tensor is alone).
+    pub max_shard_size: u64,
+    /// The file name prefix: `model` gives `model-00001-of-00002.safetensors`.
+    pub prefix: String,
+    /// How each file is written.
+    pub write: WriteOptions,
+}
+
+/// What a split wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SplitSummary {
+    /// The files written, in shard order (one file when everything fits).
+    pub files: Vec<PathBuf>,
+    /// The index, when there are several shards.
+    pub index: Option<PathBuf>,
+    /// The data bytes across all shards.
+    pub total_size: u64,
+}
+
+/// The file names a split into `count` shards uses.
+fn shard_name(prefix: &str, i: usize, count: usize) -> String {
+    if count == 1 {
+        format!("{prefix}.safetensors")
+    } else {
+        format!("{prefix}-{:05}-of-{count:05}.safetensors", i + 1)
+    }
+}
+
+/// Refuses an output directory already holding weights under this prefix:
+/// leftovers would make the result ambiguous or mix two models.
+fn check_out_dir(dir: &Path, prefix: &str) -> Result<()> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(Error::io(dir, e)),
+    };
+    for entry in entries {
+        let entry = entry.map_err(|e| Error::io(dir, e))?;
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        let Some(rest) = name.strip_prefix(prefix) else {
+            continue;
+        };
+        let taken = rest == ".safetensors"
+            || rest == ".safetensors.index.json"
+            || (rest.starts_with('-') && rest.contains("-of-") && rest.ends_with(".safetensors"));
+        if taken {
+            return Err(Error::io(
+                dir.join(&*name),
+                std::io::Error::new(
+                    std::io::ErrorKind::AlreadyExists,
+                    "the output directory already holds weights with this prefix; choose an empty directory",
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Streams `names` (tensors of `source`) into one atomic, canonical file.
+fn write_file(
+    path: &Path,
+    source: &ShardedTensors,
+    names: &[&str],
+    metadata: &Metadata,
+    options: &WriteOptions,
+    progress: &mut dyn FnMut(u64),
+) -> Result<()> {
+    let mut specs = Vec::with_capacity(names.len());
+    for name in names {
+        let t = source
+            .info(name)
+            .ok_or_else(|| Error::NotFound(name.to_string()))?;
+        specs.push(TensorSpec::new(*name, t.dtype, t.shape));
+    }
+    let metadata = (!metadata.is_empty()).then_some(metadata);
+    save_streaming(path, &specs, metadata, options, |w| {
+        // The writer takes the tensors in its canonical order.
+        let order: Vec<String> = w.layout().slots().map(|s| s.name().to_string()).collect();
+        for name in &order {
+            let data = source.tensor(name)?.data();
+            if data.len() <= PIECE {
+                w.write_tensor(name, data)?;
+                progress(data.len() as u64);
+                continue;
+            }
+            // A large tensor goes in pieces so that progress keeps moving.
+            for piece in data.chunks(PIECE) {
+                w.write(piece)?;
+                progress(piece.len() as u64);
+            }
+        }
+        Ok(())
+    })
+}
+
+/// Splits a set (a file, or any set [`ShardedTensors::open`] takes) into
+/// shards in `out_dir`, each keeping the source's metadata. `progress` is
+/// told each time more data bytes are written.
+pub fn split(
+    source: &ShardedTensors,
+    out_dir: &Path,
+    options: &SplitOptions,
+    progress: &mut dyn FnMut(u64),
+) -> Result<SplitSummary> {
+    check_out_dir(out_dir, &options.prefix)?;
+    let metadata = source.metadata()?;
+    let tensors: Vec<(&str, u64)> = source.infos().map(|(_, t)| (t.name, t.nbytes())).collect();
+    let sizes: Vec<u64> = tensors.iter().map(|t| t.1).collect();
+    let plan = plan_shards(&sizes, options.max_shard_size);
+    std::fs::create_dir_all(out_dir).map_err(|e| Error::io(out_dir, e))?;
+    let count = plan.len().max(1);
+    let mut files = Vec::with_capacity(count);
+    let mut weight_map = BTreeMap::new();
+    for (i, shard) in plan.iter().enumerate() {
+        let name = shard_name(&options.prefix, i, count);
+        let names: Vec<&str> = shard.iter().map(|&j| tensors[j].0).collect();
+        let path = out_dir.join(&name);
+        write_file(&path, source, &names, &metadata, &options.write, progress)?;
+        for tensor in names {
+            weight_map.insert(tensor.to_string(), name.clone());
+        }
+        files.push(path);
+    }
+    if plan.is_empty() {
+        // No tensors: still one (empty) file, as for a model that fits.
+        let path = out_dir.join(shard_name(&options.prefix, 0, 1));
+        write_file(&path, source, &[], &metadata, &options.write, progress)?;
+        files.push(path);
+    }
+    let total_size = sizes.iter().fold(0u64, |a, &b| a.saturating_add(b));
+    let index = if count > 1 {
+        let path = out_dir.join(format!("{}.safetensors.index.json", options.prefix));
+        let text = ShardIndex::new(total_size, weight_map).to_json();
+        write_atomic(&path, text.as_bytes())?;
+        Some(path)
+    } else {
+        None
+    };
+    Ok(SplitSummary {
+        files,
+        index,
+        total_size,
+    })
+}
+
+/// Merges a set into one canonical file at `out`, whose metadata is the
+/// union of the shards' (a key with two values is an error, and nothing is
+/// written).
+pub fn merge(
+    source: &ShardedTensors,
+    out: &Path,
+    options: &WriteOptions,
+    progress: &mut dyn FnMut(u64),
+) -> Result<()> {
+    let metadata = source.metadata()?;
+    let names: Vec<&str> = source.infos().map(|(_, t)| t.name).collect();
+    write_file(out, source, &names, &metadata, options, progress)
+}
+
+/// Writes a small file atomically: a temporary file beside it, then a rename.
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".index.")
+        .suffix(".tmp")
+        .tempfile_in(dir)
+        .map_err(|e| Error::io(dir, e))?;
+    tmp.write_all(bytes).map_err(|e| Error::io(tmp.path(), e))?;
+    tmp.as_file().sync_all().map_err(|e| Error::io(path, e))?;
+    tmp.persist(path).map_err(|e| Error::io(path, e.error))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        for (text, bytes) in [
+            ("5GB", 5_000_000_000),
+            ("5 gb", 5_000_000_000),
+            ("1KB", 1000),
+            ("2TB", 2_000_000_000_000),
+            ("0.5MB", 500_000),
+            (".5KB", 500),
+            ("100", 100),
+        ] {
+            assert_eq!(parse_size(text), Ok(bytes), "{text}");
+        }
+        for bad in [
+            "",
+            "GB",
+            "5GiB",
+            "-1",
+            "1e3",
+            "5 G B",
+            "1.2.3MB",
+            "99999999999TB",
+        ] {
+            assert!(parse_size(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn greedy_plan_matches_huggingface_hub() {
+        assert_eq!(plan_shards(&[], 10), Vec::<Vec<usize>>::new());
+        assert_eq!(plan_shards(&[5, 5, 5], 10), vec![vec![0, 1], vec![2]]);
+        assert_eq!(plan_shards(&[5, 5, 5], 15), vec![vec![0, 1, 2]]);
+        assert_eq!(plan_shards(&[11, 1], 10), vec![vec![0], vec![1]]);
+        assert_eq!(plan_shards(&[1, 11, 1], 10), vec![vec![1], vec![0, 2]]);
+        assert_eq!(plan_shards(&[0, 0], 0), vec![vec![0, 1]]);
+    }
+
+    #[test]
+    fn names() {
+        assert_eq!(shard_name("model", 0, 1), "model.safetensors");
+        assert_eq!(
+            shard_name("model", 1, 3),
+            "model-00002-of-00003.safetensors"
+        );
+    }
+}

@@ -1,0 +1,759 @@
+//! Sets of tensors spread over files: a sharded checkpoint (an index and its
+//! shards), or a single file, opened through one entry point.
+//!
+//! A sharded checkpoint is a directory holding `model.safetensors.index.json`,
+//!
+//! ```json
+//! {"metadata": {"total_size": 123}, "weight_map": {"tensor name": "shard file"}}
+//! ```
+//!
+//! and the shard files it names (`model-00001-of-00003.safetensors`, ...).
+//! [`ShardedTensors::open`] takes an index, a directory holding one (or
+//! holding a single `model.safetensors`), or a safetensors file, validates
+//! the whole set by reading every shard's header, and then maps each shard
+//! only when one of its tensors is first asked for.
+//!
+//! ```
+//! # fn main() -> tensorfile::Result<()> {
+//! use tensorfile::shard::ShardedTensors;
+//! let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/models/bigram");
+//! let set = ShardedTensors::open(dir)?;
+//! assert_eq!(set.shards().len(), 1);
+//! assert_eq!(set.tensor("bigram.weight")?.shape(), &[32, 32]);
+//! # Ok(()) }
+//! ```
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use serde::de::{self, Deserializer, MapAccess, Visitor};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::error::{Error, Result};
+use crate::file::{read_header_from_path, SafeTensors};
+use crate::header::{Header, ReadOptions, TensorInfo};
+use crate::view::TensorView;
+use crate::Metadata;
+
+/// The file name of a sharded checkpoint's index.
+pub const INDEX_NAME: &str = "model.safetensors.index.json";
+
+/// The file name of an unsharded model's weights.
+pub const SINGLE_NAME: &str = "model.safetensors";
+
+/// The largest index file read, in bytes: an index lists names only, so
+/// even the largest hub models stay far below this.
+pub const MAX_INDEX_LEN: u64 = 100_000_000;
+
+/// A problem with a sharded set: the index, a shard, or how they agree.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ShardError {
+    /// The index is not the expected JSON.
+    #[error("{}: not a valid index: {problem}", index.display())]
+    BadIndex {
+        /// The index file.
+        index: PathBuf,
+        /// What is wrong.
+        problem: String,
+    },
+    /// A shard name is not a plain `.safetensors` file name.
+    #[error("tensor {tensor:?} is mapped to shard {shard:?}, which is not a plain file name in the index's directory: {problem}")]
+    BadShardName {
+        /// The first tensor mapped to it.
+        tensor: String,
+        /// The shard name as written in the index.
+        shard: String,
+        /// Why it is refused.
+        problem: &'static str,
+    },
+    /// A shard named by the index does not exist.
+    #[error("shard {shard:?} (holding tensor {tensor:?}) does not exist in {}", dir.display())]
+    MissingShard {
+        /// The shard's file name.
+        shard: String,
+        /// The first tensor mapped to it.
+        tensor: String,
+        /// The directory it should be in.
+        dir: PathBuf,
+    },
+    /// A shard is not a valid safetensors file (or cannot be read).
+    #[error("shard {shard:?}: {source}")]
+    InvalidShard {
+        /// The shard's file name.
+        shard: String,
+        /// Why it was refused.
+        #[source]
+        source: Box<Error>,
+    },
+    /// The index maps a tensor to a shard that does not hold it.
+    #[error("tensor {tensor:?} is mapped to shard {shard:?}, which does not hold it{}", match found_in {
+        Some(other) => format!(" (shard {other:?} does)"),
+        None => String::new(),
+    })]
+    NotInShard {
+        /// The tensor.
+        tensor: String,
+        /// The shard the index names.
+        shard: String,
+        /// A shard that does hold it, if any.
+        found_in: Option<String>,
+    },
+    /// A tensor is held by two shards.
+    #[error("tensor {tensor:?} is in two shards: {first:?} and {second:?}")]
+    InTwoShards {
+        /// The tensor.
+        tensor: String,
+        /// The shard the index maps it to.
+        first: String,
+        /// Another shard holding it.
+        second: String,
+    },
+    /// A shard holds a tensor that the index does not list.
+    #[error("shard {shard:?} holds tensor {tensor:?}, which the index's weight_map does not list")]
+    NotInMap {
+        /// The tensor.
+        tensor: String,
+        /// The shard holding it.
+        shard: String,
+    },
+    /// A directory holds both a single file and an index.
+    #[error("{}: holds both {SINGLE_NAME} and {INDEX_NAME}, so which one is the model is ambiguous", dir.display())]
+    Ambiguous {
+        /// The directory.
+        dir: PathBuf,
+    },
+    /// A directory holds neither a single file nor an index.
+    #[error("{}: holds neither {SINGLE_NAME} nor {INDEX_NAME}", dir.display())]
+    NoWeights {
+        /// The directory.
+        dir: PathBuf,
+    },
+    /// Two shards give one metadata key different values.
+    #[error("metadata key {key:?} is {first:?} in shard {first_shard:?} but {second:?} in shard {second_shard:?}")]
+    MetadataConflict {
+        /// The key.
+        key: String,
+        /// Its first value.
+        first: String,
+        /// The shard giving the first value.
+        first_shard: String,
+        /// Its other value.
+        second: String,
+        /// The shard giving the other value.
+        second_shard: String,
+    },
+}
+
+/// A parsed index: its metadata and which shard holds each tensor.
+///
+/// [`ShardIndex::parse`] checks the JSON's shape and that each tensor is
+/// listed once; [`ShardedTensors::open`] checks it against the shards.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ShardIndex {
+    /// The index's `metadata` object (`total_size` and anything else).
+    pub metadata: Map<String, Value>,
+    /// Tensor name to shard file name, in ascending byte order of names.
+    pub weight_map: BTreeMap<String, String>,
+}
+
+/// The top-level shape of an index.
+#[derive(Deserialize)]
+struct RawIndex {
+    #[serde(default)]
+    metadata: Option<Map<String, Value>>,
+    weight_map: WeightMap,
+}
+
+/// A `weight_map` object that refuses duplicate tensor names (JSON maps
+/// would otherwise keep the last one silently).
+struct WeightMap(BTreeMap<String, String>);
+
+impl<'de> Deserialize<'de> for WeightMap {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_map(WeightMapVisitor)
+    }
+}
+
+struct WeightMapVisitor;
+
+impl<'de> Visitor<'de> for WeightMapVisitor {
+    type Value = WeightMap;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an object of tensor names to shard file names")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<WeightMap, A::Error> {
+        let mut out = BTreeMap::new();
+        while let Some((tensor, shard)) = map.next_entry::<String, String>()? {
+            if let Some(first) = out.get(&tensor) {
+                return Err(de::Error::custom(format!(
+                    "weight_map lists tensor {tensor:?} twice (shards {first:?} and {shard:?})"
+                )));
+            }
+            out.insert(tensor, shard);
+        }
+        Ok(WeightMap(out))
+    }
+}
+
+/// What [`ShardIndex::to_json`] serializes: field order is key order.
+#[derive(Serialize)]
+struct IndexOut<'a> {
+    metadata: &'a BTreeMap<String, Value>,
+    weight_map: &'a BTreeMap<String, String>,
+}
+
+impl ShardIndex {
+    /// An index for shards holding `total_size` data bytes.
+    pub fn new(total_size: u64, weight_map: BTreeMap<String, String>) -> ShardIndex {
+        let mut metadata = Map::new();
+        metadata.insert("total_size".into(), Value::from(total_size));
+        ShardIndex {
+            metadata,
+            weight_map,
+        }
+    }
+
+    /// Parses an index's text. The error says what is wrong.
+    pub fn parse(text: &[u8]) -> Result<ShardIndex, String> {
+        let raw: RawIndex = serde_json::from_slice(text).map_err(|e| e.to_string())?;
+        Ok(ShardIndex {
+            metadata: raw.metadata.unwrap_or_default(),
+            weight_map: raw.weight_map.0,
+        })
+    }
+
+    /// Reads and parses an index file (at most [`MAX_INDEX_LEN`] bytes).
+    pub fn read(path: impl AsRef<Path>) -> Result<ShardIndex> {
+        let path = path.as_ref();
+        let bad = |problem: String| ShardError::BadIndex {
+            index: path.to_path_buf(),
+            problem,
+        };
+        let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+        let mut text = Vec::new();
+        file.take(MAX_INDEX_LEN + 1)
+            .read_to_end(&mut text)
+            .map_err(|e| Error::io(path, e))?;
+        if text.len() as u64 > MAX_INDEX_LEN {
+            return Err(bad(format!("longer than {MAX_INDEX_LEN} bytes")).into());
+        }
+        Ok(ShardIndex::parse(&text).map_err(bad)?)
+    }
+
+    /// `metadata.total_size`: `Ok(None)` when absent, `Err` with what it is
+    /// when it is not a non-negative integer.
+    pub fn total_size(&self) -> Result<Option<u64>, String> {
+        match self.metadata.get("total_size") {
+            None => Ok(None),
+            Some(v) => match (v.as_u64(), v.as_f64()) {
+                (Some(n), _) => Ok(Some(n)),
+                // Some writers store it as a float; accept whole values.
+                (None, Some(f)) if f >= 0.0 && f.fract() == 0.0 && f < u64::MAX as f64 => {
+                    Ok(Some(f as u64))
+                }
+                _ => Err(v.to_string()),
+            },
+        }
+    }
+
+    /// The index's text exactly as Python's `json.dumps(index, indent=2,
+    /// sort_keys=True)` writes it (what huggingface_hub saves), plus a
+    /// newline: two-space indentation, `": "` between key and value, keys
+    /// in code point order, and every character outside printable ASCII
+    /// escaped as `\uXXXX` (surrogate pairs above U+FFFF).
+    pub fn to_json(&self) -> String {
+        // BTreeMaps sort by UTF-8 bytes, which is code point order: Python's.
+        let metadata: BTreeMap<String, Value> = self
+            .metadata
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let out = IndexOut {
+            metadata: &metadata,
+            weight_map: &self.weight_map,
+        };
+        // serde_json's pretty printer matches Python's indent=2 layout and
+        // escapes control characters the same way; only ensure_ascii differs.
+        let pretty = serde_json::to_string_pretty(&out).unwrap_or_default();
+        let mut text = ensure_ascii(&pretty);
+        text.push('\n');
+        text
+    }
+}
+
+/// Python's `ensure_ascii`: escapes DEL and every non-ASCII character. In
+/// JSON text these occur only inside strings, where an escape means the same.
+fn ensure_ascii(json: &str) -> String {
+    use std::fmt::Write;
+    let mut out = String::with_capacity(json.len());
+    for c in json.chars() {
+        if (c as u32) < 0x7f {
+            out.push(c);
+            continue;
+        }
+        let mut units = [0u16; 2];
+        for unit in c.encode_utf16(&mut units) {
+            let _ = write!(out, "\\u{unit:04x}");
+        }
+    }
+    out
+}
+
+/// Why a shard name is refused, if it is.
+fn shard_name_problem(name: &str) -> Option<&'static str> {
+    if name.is_empty() {
+        Some("the name is empty")
+    } else if name.starts_with('/') || name.starts_with('\\') || Path::new(name).is_absolute() {
+        Some("an absolute path")
+    } else if name.contains('/') || name.contains('\\') {
+        Some("a path with directories (a shard must sit beside its index)")
+    } else if name == "." || name == ".." {
+        Some("a directory reference")
+    } else if name.contains('\0') {
+        Some("the name holds a NUL byte")
+    } else if !name.ends_with(".safetensors") || name == ".safetensors" {
+        Some("the name must end in .safetensors")
+    } else {
+        None
+    }
+}
+
+/// One file of a set: its validated header, and the file mapped on first use.
+pub struct Shard {
+    name: String,
+    path: PathBuf,
+    header: Header,
+    options: ReadOptions,
+    file: OnceLock<SafeTensors>,
+}
+
+impl fmt::Debug for Shard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Shard")
+            .field("name", &self.name)
+            .field("path", &self.path)
+            .field("tensors", &self.header.len())
+            .field("mapped", &self.file.get().is_some())
+            .finish()
+    }
+}
+
+impl Shard {
+    /// Reads and validates a shard's header (the data is not read).
+    fn read(name: &str, path: PathBuf, options: &ReadOptions) -> Result<Shard> {
+        let header = read_header_from_path(&path, options)?;
+        Ok(Shard {
+            name: name.to_string(),
+            path,
+            header,
+            options: options.clone(),
+            file: OnceLock::new(),
+        })
+    }
+
+    /// The shard's file name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Its path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Its header, read when the set was opened.
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+
+    /// Whether the file has been mapped yet.
+    pub fn is_mapped(&self) -> bool {
+        self.file.get().is_some()
+    }
+
+    /// The file, memory-mapped on the first call.
+    pub fn file(&self) -> Result<&SafeTensors> {
+        if let Some(file) = self.file.get() {
+            return Ok(file);
+        }
+        let file = SafeTensors::open_with(&self.path, &self.options)?;
+        // Another thread may have won the race; either map is the same file.
+        Ok(self.file.get_or_init(|| file))
+    }
+}
+
+/// A validated set of tensors in one or more files.
+///
+/// Opened from an index (a sharded checkpoint), a directory, or a single
+/// safetensors file (a set of one shard without an index). Every shard's
+/// header is read and checked against the index when the set is opened;
+/// a shard's data is memory-mapped when one of its tensors is first asked
+/// for.
+#[derive(Debug)]
+pub struct ShardedTensors {
+    dir: PathBuf,
+    index_path: Option<PathBuf>,
+    index_metadata: Option<Map<String, Value>>,
+    /// In ascending byte order of file names.
+    shards: Vec<Shard>,
+    /// Tensor name to shard position; empty with a single shard, whose
+    /// header answers lookups itself.
+    lookup: BTreeMap<String, u32>,
+    warnings: Vec<String>,
+}
+
+impl ShardedTensors {
+    /// Opens an index, a directory (holding an index or `model.safetensors`),
+    /// or a single safetensors file, and validates the whole set.
+    pub fn open(path: impl AsRef<Path>) -> Result<ShardedTensors> {
+        ShardedTensors::open_with(path, &ReadOptions::default())
+    }
+
+    /// [`ShardedTensors::open`] with options, which apply to every shard.
+    pub fn open_with(path: impl AsRef<Path>, options: &ReadOptions) -> Result<ShardedTensors> {
+        let path = path.as_ref();
+        if path.is_dir() {
+            let index = path.join(INDEX_NAME);
+            let single = path.join(SINGLE_NAME);
+            return match (index.exists(), single.exists()) {
+                (true, true) => Err(ShardError::Ambiguous { dir: path.into() }.into()),
+                (true, false) => ShardedTensors::open_index(&index, options),
+                (false, true) => ShardedTensors::open_single(&single, options),
+                (false, false) => Err(ShardError::NoWeights { dir: path.into() }.into()),
+            };
+        }
+        if path.extension().is_some_and(|e| e == "json") {
+            ShardedTensors::open_index(path, options)
+        } else {
+            ShardedTensors::open_single(path, options)
+        }
+    }
+
+    fn open_single(path: &Path, options: &ReadOptions) -> Result<ShardedTensors> {
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let shard = Shard::read(&name, path.to_path_buf(), options)?;
+        let warnings = shard.header.warnings().to_vec();
+        Ok(ShardedTensors {
+            dir: parent_dir(path),
+            index_path: None,
+            index_metadata: None,
+            shards: vec![shard],
+            lookup: BTreeMap::new(),
+            warnings,
+        })
+    }
+
+    fn open_index(path: &Path, options: &ReadOptions) -> Result<ShardedTensors> {
+        let index = ShardIndex::read(path)?;
+        let dir = parent_dir(path);
+        if index.weight_map.is_empty() {
+            return Err(ShardError::BadIndex {
+                index: path.into(),
+                problem: "weight_map lists no tensors".into(),
+            }
+            .into());
+        }
+        // Shard name -> its tensors, checking names before touching any file.
+        let mut by_shard: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        for (tensor, shard) in &index.weight_map {
+            if let Some(problem) = shard_name_problem(shard) {
+                return Err(ShardError::BadShardName {
+                    tensor: tensor.clone(),
+                    shard: shard.clone(),
+                    problem,
+                }
+                .into());
+            }
+            by_shard.entry(shard).or_default().push(tensor);
+        }
+        let mut shards = Vec::with_capacity(by_shard.len());
+        for (&name, tensors) in &by_shard {
+            let shard_path = dir.join(name);
+            match Shard::read(name, shard_path, options) {
+                Ok(shard) => shards.push(shard),
+                Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                    return Err(ShardError::MissingShard {
+                        shard: name.into(),
+                        tensor: tensors.first().map(|t| t.to_string()).unwrap_or_default(),
+                        dir,
+                    }
+                    .into())
+                }
+                // Kept as is, so that "unsupported" stays distinct from
+                // "malformed" whichever way a set is opened.
+                Err(e @ Error::UnsupportedFormat { .. }) => return Err(e),
+                Err(e) => {
+                    return Err(ShardError::InvalidShard {
+                        shard: name.into(),
+                        source: Box::new(e),
+                    }
+                    .into())
+                }
+            }
+        }
+        let position = |name: &str| shards.iter().position(|s| s.name == name);
+        // Every tensor of the map is in its shard...
+        for (tensor, shard) in &index.weight_map {
+            let holds = |s: &Shard| s.header.get(tensor).is_some();
+            if position(shard).is_some_and(|i| holds(&shards[i])) {
+                continue;
+            }
+            return Err(ShardError::NotInShard {
+                tensor: tensor.clone(),
+                shard: shard.clone(),
+                found_in: shards.iter().find(|s| holds(s)).map(|s| s.name.clone()),
+            }
+            .into());
+        }
+        // ...and every tensor of a shard is in the map, mapped to it.
+        let mut data_len = 0u64;
+        let mut warnings = Vec::new();
+        for shard in &shards {
+            for t in shard.header.tensors() {
+                match index.weight_map.get(t.name) {
+                    None => {
+                        return Err(ShardError::NotInMap {
+                            tensor: t.name.into(),
+                            shard: shard.name.clone(),
+                        }
+                        .into())
+                    }
+                    Some(mapped) if *mapped != shard.name => {
+                        return Err(ShardError::InTwoShards {
+                            tensor: t.name.into(),
+                            first: mapped.clone(),
+                            second: shard.name.clone(),
+                        }
+                        .into())
+                    }
+                    Some(_) => {}
+                }
+            }
+            data_len = data_len.saturating_add(shard.header.data_len());
+            warnings.extend(
+                shard
+                    .header
+                    .warnings()
+                    .iter()
+                    .map(|w| format!("shard {:?}: {w}", shard.name)),
+            );
+        }
+        // Hub indexes are not always exact, so a wrong total is a warning.
+        match index.total_size() {
+            Ok(Some(total)) if total != data_len => warnings.push(format!(
+                "the index's total_size is {total}, but the shards hold {data_len} data bytes"
+            )),
+            Ok(_) => {}
+            Err(found) => warnings.push(format!(
+                "the index's total_size is {found}, not a byte count"
+            )),
+        }
+        let lookup = index
+            .weight_map
+            .into_iter()
+            .map(|(tensor, shard)| {
+                let i = position(&shard).unwrap_or(0) as u32;
+                (tensor, i)
+            })
+            .collect();
+        Ok(ShardedTensors {
+            dir,
+            index_path: Some(path.to_path_buf()),
+            index_metadata: Some(index.metadata),
+            shards,
+            lookup,
+            warnings,
+        })
+    }
+
+    /// The directory the files are in.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The index file, when the set was opened from one.
+    pub fn index_path(&self) -> Option<&Path> {
+        self.index_path.as_deref()
+    }
+
+    /// Whether the set comes from an index (even one with a single shard).
+    pub fn is_indexed(&self) -> bool {
+        self.index_path.is_some()
+    }
+
+    /// The index's `metadata` object, when the set has an index.
+    pub fn index_metadata(&self) -> Option<&Map<String, Value>> {
+        self.index_metadata.as_ref()
+    }
+
+    /// The shards, in ascending byte order of their file names.
+    pub fn shards(&self) -> &[Shard] {
+        &self.shards
+    }
+
+    /// Things accepted with a warning: a `total_size` disagreeing with the
+    /// data, and the shards' own header warnings.
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    /// Number of tensors across all shards.
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.header.len()).sum()
+    }
+
+    /// Whether the set holds no tensors.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The data bytes across all shards (what an index's `total_size` counts).
+    pub fn data_len(&self) -> u64 {
+        self.shards
+            .iter()
+            .fold(0u64, |n, s| n.saturating_add(s.header.data_len()))
+    }
+
+    /// The file bytes across all shards, headers included.
+    pub fn file_len(&self) -> u64 {
+        self.shards.iter().fold(0u64, |n, s| {
+            n.saturating_add(s.header.data_start() + s.header.data_len())
+        })
+    }
+
+    /// The number of elements across all tensors.
+    pub fn parameters(&self) -> u128 {
+        self.infos().map(|(_, t)| u128::from(t.numel())).sum()
+    }
+
+    /// The shard holding a tensor.
+    pub fn shard_of(&self, name: &str) -> Option<&Shard> {
+        match self.shards.as_slice() {
+            [single] => single.header.get(name).map(|_| single),
+            shards => shards.get(*self.lookup.get(name)? as usize),
+        }
+    }
+
+    /// A tensor's description, from its shard's header (no data mapped).
+    pub fn info(&self, name: &str) -> Option<TensorInfo<'_>> {
+        self.shard_of(name)?.header.get(name)
+    }
+
+    /// The tensor of that name, its shard mapped on first use.
+    pub fn tensor(&self, name: &str) -> Result<TensorView<'_>> {
+        let shard = self
+            .shard_of(name)
+            .ok_or_else(|| Error::NotFound(name.to_string()))?;
+        shard.file()?.tensor(name)
+    }
+
+    /// Every tensor's description with its shard: shard by shard, each in
+    /// data order.
+    pub fn infos(&self) -> impl Iterator<Item = (&Shard, TensorInfo<'_>)> + '_ {
+        self.shards
+            .iter()
+            .flat_map(|s| s.header.tensors().map(move |t| (s, t)))
+    }
+
+    /// The union of the shards' metadata. A key with two different values
+    /// is an error naming both shards.
+    pub fn metadata(&self) -> Result<Metadata, ShardError> {
+        let mut union: BTreeMap<String, (String, &str)> = BTreeMap::new();
+        for shard in &self.shards {
+            for (key, value) in shard.header.metadata().into_iter().flatten() {
+                match union.get(key) {
+                    Some((first, first_shard)) if first != value => {
+                        return Err(ShardError::MetadataConflict {
+                            key: key.clone(),
+                            first: first.clone(),
+                            first_shard: first_shard.to_string(),
+                            second: value.clone(),
+                            second_shard: shard.name.clone(),
+                        })
+                    }
+                    Some(_) => {}
+                    None => {
+                        union.insert(key.clone(), (value.clone(), &shard.name));
+                    }
+                }
+            }
+        }
+        Ok(union.into_iter().map(|(k, (v, _))| (k, v)).collect())
+    }
+}
+
+/// The directory a file is in (`.` for a bare file name).
+fn parent_dir(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shard_names() {
+        assert_eq!(shard_name_problem("model-00001-of-00002.safetensors"), None);
+        for bad in [
+            "",
+            "../x.safetensors",
+            "/abs/x.safetensors",
+            "sub/x.safetensors",
+            "x.bin",
+            ".safetensors",
+            "..",
+            "a\\b.safetensors",
+        ] {
+            assert!(shard_name_problem(bad).is_some(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn ascii_escaping_matches_python() {
+        // json.dumps("é😀\x7f", ensure_ascii=True) == '"\\u00e9\\ud83d\\ude00\\u007f"'
+        assert_eq!(
+            ensure_ascii("\"é😀\u{7f}\""),
+            "\"\\u00e9\\ud83d\\ude00\\u007f\""
+        );
+    }
+
+    #[test]
+    fn index_text_matches_python_layout() {
+        let map = BTreeMap::from([
+            (
+                "b".to_string(),
+                "model-00002-of-00002.safetensors".to_string(),
+            ),
+            (
+                "a\n".to_string(),
+                "model-00001-of-00002.safetensors".to_string(),
+            ),
+        ]);
+        let text = ShardIndex::new(24, map).to_json();
+        // What json.dumps(index, indent=2, sort_keys=True) + "\n" gives.
+        let python = "{\n  \"metadata\": {\n    \"total_size\": 24\n  },\n  \"weight_map\": {\n    \"a\\n\": \"model-00001-of-00002.safetensors\",\n    \"b\": \"model-00002-of-00002.safetensors\"\n  }\n}\n";
+        assert_eq!(text, python);
+        let back = ShardIndex::parse(text.as_bytes()).unwrap();
+        assert_eq!(back.total_size(), Ok(Some(24)));
+    }
+
+    #[test]
+    fn duplicate_tensor_in_weight_map_is_refused() {
+        let text = br#"{"weight_map": {"a": "x.safetensors", "a": "y.safetensors"}}"#;
+        let err = ShardIndex::parse(text).unwrap_err();
+        assert!(err.contains("twice"), "{err}");
+    }
+}
