@@ -48,6 +48,8 @@ for exe in print_tensors print_tensors_static; do
     out="$("$work/$exe" "$fixture")"
     grep -qx 'w F32 \[2, 2\] 16 bytes, 64-byte aligned' <<<"$out" || { echo "$exe printed: $out" >&2; exit 1; }
     grep -qx 'metadata format = tinyllm' <<<"$out" || { echo "$exe printed: $out" >&2; exit 1; }
+    "$work/$exe" --pytorch tests/fixtures/pytorch/zip_simple.pt | grep -qx 'b I64 \[3\] 24 bytes.*' ||
+        { echo "$exe cannot read zip_simple.pt" >&2; exit 1; }
     if "$work/$exe" --mmap tests/fixtures/invalid/gap_between.safetensors 2>/dev/null; then
         echo "$exe accepted an invalid file" >&2
         exit 1

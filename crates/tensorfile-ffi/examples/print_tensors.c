@@ -3,6 +3,7 @@
  *
  *   cc print_tensors.c $(pkg-config --cflags --libs tensorfile) -o print_tensors
  *   ./print_tensors [--mmap] model.safetensors
+ *   ./print_tensors --pytorch model.pth
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -11,15 +12,17 @@
 #include <tensorfile.h>
 
 int main(int argc, char **argv) {
-    int use_mmap = argc == 3 && strcmp(argv[1], "--mmap") == 0;
-    if (argc != 2 && !use_mmap) {
-        fprintf(stderr, "usage: %s [--mmap] FILE.safetensors\n", argv[0]);
+    const char *mode = argc == 3 ? argv[1] : "";
+    if (!(argc == 2 || (argc == 3 && (!strcmp(mode, "--mmap") || !strcmp(mode, "--pytorch"))))) {
+        fprintf(stderr, "usage: %s [--mmap | --pytorch] FILE\n", argv[0]);
         return 2;
     }
     const char *path = argv[argc - 1];
     /* fs_open copies the data into 64-byte aligned memory; fs_mmap maps the
-     * file and keeps its own alignment. */
-    fs_file *f = use_mmap ? fs_mmap(path) : fs_open(path);
+     * file and keeps its own alignment; fs_load_pytorch reads torch.save files. */
+    fs_file *f = !strcmp(mode, "--mmap")      ? fs_mmap(path)
+                 : !strcmp(mode, "--pytorch") ? fs_load_pytorch(path)
+                                              : fs_open(path);
     if (!f) {
         fprintf(stderr, "%s: %s (error %d)\n", path, fs_last_error_message(), fs_last_error());
         return 1;

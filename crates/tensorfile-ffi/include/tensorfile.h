@@ -155,6 +155,29 @@ int fs_last_error(void);
 // into the library on the same thread; copy it to keep it.
 const char *fs_last_error_message(void);
 
+// Loads a PyTorch checkpoint (`torch.save`: the zip format and the legacy
+// one, `.pt`, `.pth`, `pytorch_model.bin`) without running any code in
+// it. Tensors are named by their path in the saved object
+// (`model.layers.0.weight`) and listed in ascending byte order of their
+// names; each `data` holds the C-order little-endian bytes. Stored
+// tensors point into the mapped file (torch.save aligns records to 64
+// bytes), gathered ones (views, deflated or big-endian records) into
+// buffers of `malloc` alignment. The metadata holds the checkpoint's
+// non-tensor values (numbers, strings) rendered as text, under their
+// flattened names.
+//
+// Returns NULL on failure: `TL_EUNSUPPORTED` (a pickle global that is not
+// allowed, a pickle over the loader's limits, TorchScript or tar archives,
+// zip features not supported), `TL_EFORMAT` (a malformed archive, pickle,
+// storage or view, and tensors safetensors cannot hold such as
+// complex128), `TL_EIO`, `TL_EINVAL` (NULL or empty `path`).
+//
+// Ownership: the caller owns the handle and frees it with `fs_close`.
+//
+// # Safety
+// `path` is NULL or a NUL-terminated string.
+struct fs_file *fs_load_pytorch(const char *path);
+
 // Reads the file at `path` into memory and validates it (all five reader
 // rules). Every tensor's `data` is aligned to at least 64 bytes. The file
 // is not used after this returns.

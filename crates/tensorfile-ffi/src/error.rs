@@ -59,20 +59,51 @@ pub(crate) fn io_code(e: &io::Error) -> c_int {
     }
 }
 
+/// The code for a core library error.
+fn core_code(e: &Error) -> c_int {
+    match e {
+        Error::Format(_) => TL_EFORMAT,
+        Error::Io { source, .. } | Error::Stream(source) => io_code(source),
+        Error::NotFound(_) => TL_ENOTFOUND,
+        Error::UnsupportedDtype { .. } => TL_EUNSUPPORTED,
+        Error::Write(WriteError::Output(source) | WriteError::Input { source, .. }) => {
+            io_code(source)
+        }
+        // The rest of the writer's refusals are about what the caller
+        // declared: duplicate or reserved names, lengths, overflows.
+        Error::Write(_) => TL_EINVAL,
+        _ => TL_EINVAL,
+    }
+}
+
 impl From<Error> for Failure {
     fn from(e: Error) -> Failure {
+        Failure::new(core_code(&e), e.to_string())
+    }
+}
+
+impl From<tensorfile_pytorch::Error> for Failure {
+    fn from(e: tensorfile_pytorch::Error) -> Failure {
+        use tensorfile_pytorch::pickle::PickleErrorKind;
+        use tensorfile_pytorch::zip::ZipError;
+        use tensorfile_pytorch::Error as E;
         let code = match &e {
-            Error::Format(_) => TL_EFORMAT,
-            Error::Io { source, .. } | Error::Stream(source) => io_code(source),
-            Error::NotFound(_) => TL_ENOTFOUND,
-            Error::UnsupportedDtype { .. } => TL_EUNSUPPORTED,
-            Error::Write(WriteError::Output(source) | WriteError::Input { source, .. }) => {
-                io_code(source)
-            }
-            // The rest of the writer's refusals are about what the caller
-            // declared: duplicate or reserved names, lengths, overflows.
-            Error::Write(_) => TL_EINVAL,
-            _ => TL_EINVAL,
+            E::Io { source, .. } => io_code(source),
+            // Valid input refused on purpose: a global off the allow-list,
+            // a pickle over the limits, a container or zip feature not
+            // loaded (TorchScript, tar, encryption).
+            E::Pickle { source, .. } => match source.kind {
+                PickleErrorKind::ForbiddenGlobal { .. } | PickleErrorKind::Limit { .. } => {
+                    TL_EUNSUPPORTED
+                }
+                _ => TL_EFORMAT,
+            },
+            E::Zip(ZipError::Unsupported { .. }) | E::NotACheckpoint(_) => TL_EUNSUPPORTED,
+            E::Write(inner) => core_code(inner),
+            // Malformed archives, storages and views. (The loader reports
+            // tensors it cannot represent, such as complex128, the same
+            // way as broken views, so they come here too.)
+            _ => TL_EFORMAT,
         };
         Failure::new(code, e.to_string())
     }

@@ -21,6 +21,7 @@
 mod aligned;
 mod args;
 pub mod error;
+pub mod pytorch;
 pub mod reader;
 mod strings;
 pub mod types;

@@ -16,11 +16,13 @@ use crate::strings::StringTable;
 use crate::types::{tl_dtype_of, tm_tensor};
 
 /// What keeps the tensors' bytes alive.
-enum Storage {
+pub(crate) enum Storage {
     /// A read-only map of the file (`fs_mmap`).
     Mapped(#[allow(dead_code)] SafeTensors),
     /// The file read into 64-aligned slots (`fs_open`).
     Aligned(#[allow(dead_code)] AlignedFile),
+    /// A PyTorch checkpoint and the tensors gathered from it.
+    Pytorch(#[allow(dead_code)] crate::pytorch::Loaded),
 }
 
 /// An open file: an opaque handle from `fs_open`, `fs_mmap` or
@@ -148,6 +150,14 @@ impl View {
 }
 
 impl fs_file {
+    /// The C view of `parts` and `metadata`, held by `fs_file::with_storage`.
+    pub(crate) fn build(
+        parts: &[Part<'_>],
+        metadata: Option<&Metadata>,
+    ) -> Result<Unowned, Failure> {
+        View::build(parts, metadata).map(Unowned)
+    }
+
     fn mapped(file: SafeTensors) -> Result<fs_file, Failure> {
         let parts: Vec<Part<'_>> = file
             .tensors()
@@ -159,13 +169,10 @@ impl fs_file {
                 nbytes: t.data().len() as u64,
             })
             .collect();
-        let view = View::build(&parts, file.metadata())?;
+        let view = fs_file::build(&parts, file.metadata())?;
         drop(parts);
         // The data pointers stay valid as `file` moves: the map does not.
-        Ok(fs_file {
-            view,
-            _storage: Storage::Mapped(file),
-        })
+        Ok(view.with_storage(Storage::Mapped(file)))
     }
 
     fn aligned(file: AlignedFile) -> Result<fs_file, Failure> {
@@ -181,17 +188,27 @@ impl fs_file {
                 nbytes: t.nbytes(),
             })
             .collect();
-        let view = View::build(&parts, file.header.metadata())?;
+        let view = fs_file::build(&parts, file.header.metadata())?;
         drop(parts);
-        Ok(fs_file {
-            view,
-            _storage: Storage::Aligned(file),
-        })
+        Ok(view.with_storage(Storage::Aligned(file)))
+    }
+}
+
+/// A file's view before the storage its data pointers point into joins it.
+pub(crate) struct Unowned(View);
+
+impl Unowned {
+    /// The file: the view and what keeps its data alive.
+    pub(crate) fn with_storage(self, storage: Storage) -> fs_file {
+        fs_file {
+            view: self.0,
+            _storage: storage,
+        }
     }
 }
 
 /// Boxes a file for C.
-fn into_handle(file: fs_file) -> *mut fs_file {
+pub(crate) fn into_handle(file: fs_file) -> *mut fs_file {
     Box::into_raw(Box::new(file))
 }
 

@@ -209,7 +209,76 @@ fn generate_table(fixtures: &Path) -> String {
         .unwrap();
     }
     writeln!(out, "    NULL\n}};").unwrap();
+    out += &pytorch_table(fixtures);
     out
+}
+
+/// The code a refused checkpoint must give, where the test pins it (0:
+/// `TL_EFORMAT` or `TL_EUNSUPPORTED`).
+fn expected_pytorch_code(file: &str) -> &'static str {
+    match file {
+        // Pickle globals off the allow-list, limits, containers not loaded.
+        "evil_builtins_eval.pt"
+        | "evil_posix_system.pt"
+        | "reject_full_module.pt"
+        | "reject_quantized.pt"
+        | "reject_sparse.pt"
+        | "bad_dtype_conflict.pt"
+        | "hostile_deep_nesting.pt"
+        | "reject_torchscript.pt"
+        | "tar_format_stub.pt" => "TL_EUNSUPPORTED",
+        // Broken containers, pickles, storages and views.
+        "bad_truncated.pt"
+        | "bad_legacy_magic.pt"
+        | "bad_legacy_truncated.pt"
+        | "bad_no_data_pkl.pt"
+        | "bad_short_storage.pt"
+        | "bad_view_out_of_bounds.pt"
+        | "hostile_unknown_opcode.pt"
+        | "hostile_no_stop.pt"
+        | "hostile_huge_string.pt" => "TL_EFORMAT",
+        _ => "0",
+    }
+}
+
+/// `FX_PYTORCH_OK` (the `ok` checkpoints, tensors in name order) and
+/// `FX_PYTORCH_REJECT` (the others, with the code they must give).
+fn pytorch_table(fixtures: &Path) -> String {
+    let dir = fixtures.join("pytorch");
+    let manifest = json(&dir.join("manifest.json"));
+    let all = manifest["fixtures"].as_object().expect("fixtures");
+    let (mut shapes, mut body, mut ok, mut reject) =
+        (String::new(), String::new(), String::new(), String::new());
+    for (n, (file, f)) in all.iter().enumerate() {
+        let path = dir.join(file);
+        let path = c_literal(path.to_str().expect("UTF-8 path").as_bytes());
+        let expect = f["expect"].as_str().expect("expect");
+        if !expect.starts_with("ok") {
+            writeln!(reject, "    {{{path}, {}}},", expected_pytorch_code(file)).unwrap();
+            continue;
+        }
+        let mut tensors: Vec<(&String, &Value)> =
+            f["tensors"].as_object().expect("tensors").iter().collect();
+        tensors.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+        writeln!(body, "static const struct fx_tensor fx_pt_{n}[] = {{").unwrap();
+        for (i, (name, t)) in tensors.iter().enumerate() {
+            let mut t = (*t).clone();
+            t["name"] = Value::String((*name).clone());
+            tensor_row(&mut body, &mut shapes, &format!("fx_pt_shape_{n}_{i}"), &t);
+        }
+        writeln!(body, "    {{0}}\n}};").unwrap();
+        writeln!(
+            ok,
+            "    {{{path}, {}, fx_pt_{n}, {}, NULL, -1}},",
+            c_literal(file.as_bytes()),
+            tensors.len()
+        )
+        .unwrap();
+    }
+    format!(
+        "{shapes}{body}const struct fx_file FX_PYTORCH_OK[] = {{\n{ok}    {{0}}\n}};\n\
+         const struct fx_reject FX_PYTORCH_REJECT[] = {{\n{reject}    {{0}}\n}};\n"
+    )
 }
 
 #[test]

@@ -24,12 +24,21 @@ struct fx_file {
     const struct fx_tensor *tensors; /* file (data) order */
     int ntensors;
     const char *const *meta; /* key, value, key, value, ... NULL; keys ascending */
-    int nmeta;
+    int nmeta;               /* -1: metadata not checked */
+};
+
+struct fx_reject {
+    const char *path; /* NULL ends the table */
+    int code;         /* 0: TL_EFORMAT or TL_EUNSUPPORTED */
 };
 
 /* Every file of tests/fixtures/valid/. */
 extern const struct fx_file FX_VALID[];
 /* Every file of tests/fixtures/invalid/, then NULL. */
 extern const char *const FX_INVALID[];
+/* The PyTorch checkpoints to load ("ok"), tensors in name order. */
+extern const struct fx_file FX_PYTORCH_OK[];
+/* The PyTorch checkpoints to refuse. */
+extern const struct fx_reject FX_PYTORCH_REJECT[];
 
 #endif

@@ -138,6 +138,7 @@ static void check_file(fs_file *f, const struct fx_file *fx, int aligned64, cons
     }
     CHECK(names[fx->ntensors] == NULL, "%s %s: names not NULL-terminated", how, fx->stem);
 
+    if (fx->nmeta < 0) return;
     const char **keys = fs_metadata_keys(f);
     CHECK(keys != NULL, "%s %s: no key array", how, fx->stem);
     if (!keys) return;
@@ -180,6 +181,48 @@ static void test_invalid_files(void) {
         fs_close(f);
     }
     CHECK(files >= 20, "only %d invalid fixtures", files);
+}
+
+/* ---- PyTorch checkpoints ---- */
+
+static void test_pytorch(void) {
+    int files = 0;
+    for (const struct fx_file *fx = FX_PYTORCH_OK; fx->path; fx++, files++) {
+        fs_file *f = fs_load_pytorch(fx->path);
+        CHECK(f != NULL, "fs_load_pytorch %s: %s", fx->stem, fs_last_error_message());
+        if (f) check_file(f, fx, 0, "fs_load_pytorch");
+        fs_close(f);
+    }
+    CHECK(files >= 20, "only %d loadable checkpoints", files);
+    files = 0;
+    for (const struct fx_reject *r = FX_PYTORCH_REJECT; r->path; r++, files++) {
+        fs_file *f = fs_load_pytorch(r->path);
+        CHECK(f == NULL, "fs_load_pytorch accepted %s", r->path);
+        int code = fs_last_error();
+        if (r->code) {
+            CHECK(code == r->code, "%s: error %d, expected %d (%s)", r->path, code, r->code,
+                  fs_last_error_message());
+        } else {
+            CHECK(code == TL_EFORMAT || code == TL_EUNSUPPORTED, "%s: error %d (%s)", r->path,
+                  code, fs_last_error_message());
+        }
+        CHECK(strlen(fs_last_error_message()) > 10, "%s: message \"%s\"", r->path,
+              fs_last_error_message());
+        fs_close(f);
+    }
+    CHECK(files >= 20, "only %d refused checkpoints", files);
+
+    /* A pickle global off the allow-list is named in the message. */
+    for (const struct fx_reject *r = FX_PYTORCH_REJECT; r->path; r++) {
+        if (!strstr(r->path, "evil_posix_system.pt")) continue;
+        CHECK(fs_load_pytorch(r->path) == NULL, "evil_posix_system loaded");
+        CHECK_ERROR(TL_EUNSUPPORTED, "posix.system is not allowed", "evil_posix_system");
+    }
+    CHECK(fs_load_pytorch(NULL) == NULL, "fs_load_pytorch(NULL)");
+    CHECK_ERROR(TL_EINVAL, "NULL", "fs_load_pytorch(NULL)");
+    /* A safetensors file is not a checkpoint. */
+    CHECK(fs_load_pytorch(FX_VALID[0].path) == NULL, "a safetensors file loaded as PyTorch");
+    CHECK_ERROR(TL_EUNSUPPORTED, "safetensors", "fs_load_pytorch(safetensors)");
 }
 
 /* ---- writing ---- */
@@ -524,6 +567,7 @@ int main(int argc, char **argv) {
     test_sha256();
     test_valid_files();
     test_invalid_files();
+    test_pytorch();
     test_worked_example();
     test_rewrite_fixtures();
     test_reader_errors();
