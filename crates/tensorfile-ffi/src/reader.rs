@@ -1,0 +1,423 @@
+//! `fs_file`: an open file, and every function that reads one.
+//!
+//! Everything C can ask of a file (the `tm_tensor` array, shapes as
+//! `int64_t`, the names, the metadata strings) is built when the file is
+//! opened and never changes after, so any number of threads may read one
+//! `fs_file` at once without locks.
+
+use std::ffi::{c_char, c_int};
+
+use tensorfile_core::{Dtype, Metadata, SafeTensors};
+
+use crate::aligned::AlignedFile;
+use crate::args::{c_path, c_str, handle};
+use crate::error::{guard, Failure, TL_EUNSUPPORTED};
+use crate::strings::StringTable;
+use crate::types::{tl_dtype_of, tm_tensor};
+
+/// What keeps the tensors' bytes alive.
+pub(crate) enum Storage {
+    /// A read-only map of the file (`fs_mmap`).
+    Mapped(#[allow(dead_code)] SafeTensors),
+    /// The file read into 64-aligned slots (`fs_open`).
+    Aligned(#[allow(dead_code)] AlignedFile),
+    /// A PyTorch checkpoint and the tensors gathered from it.
+    Pytorch(#[allow(dead_code)] crate::pytorch::Loaded),
+}
+
+/// An open file: an opaque handle from `fs_open`, `fs_mmap` or
+/// `fs_load_pytorch`, freed by `fs_close`.
+pub struct fs_file {
+    view: View,
+    /// Dropped after `view`, whose data pointers point into it.
+    _storage: Storage,
+}
+
+/// The C view of a file's tensors and metadata.
+struct View {
+    tensors: Vec<tm_tensor>,
+    /// Every tensor's dimensions, back to back; `tm_tensor::shape` points in.
+    _dims: Vec<i64>,
+    names: StringTable,
+    /// Tensor indices sorted by name bytes, for lookup by name.
+    by_name: Vec<usize>,
+    /// Metadata keys in ascending byte order, and their values.
+    meta_keys: StringTable,
+    meta_values: StringTable,
+}
+
+/// One tensor as the view is built from.
+#[derive(Clone, Copy)]
+pub(crate) struct Part<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) dtype: Dtype,
+    pub(crate) shape: &'a [u64],
+    pub(crate) data: *const u8,
+    pub(crate) nbytes: u64,
+}
+
+impl View {
+    /// The C view of `parts` (in file order). Names, shapes and metadata
+    /// are copied; data pointers are kept as they are.
+    fn build(parts: &[Part<'_>], metadata: Option<&Metadata>) -> Result<View, Failure> {
+        let mut dims = Vec::with_capacity(parts.iter().map(|p| p.shape.len()).sum());
+        for p in parts {
+            for &d in p.shape {
+                dims.push(i64::try_from(d).map_err(|_| {
+                    Failure::new(
+                        TL_EUNSUPPORTED,
+                        format!(
+                            "tensor {:?}: dimension {d} of shape {:?} does not fit int64_t",
+                            p.name, p.shape
+                        ),
+                    )
+                })?);
+            }
+        }
+        let mut tensors = Vec::with_capacity(parts.len());
+        let mut at = 0usize;
+        for p in parts {
+            let too_big = || {
+                Failure::new(
+                    TL_EUNSUPPORTED,
+                    format!("tensor {:?}: shape {:?} is too large", p.name, p.shape),
+                )
+            };
+            let ndim = i32::try_from(p.shape.len()).map_err(|_| too_big())?;
+            let nbytes = usize::try_from(p.nbytes).map_err(|_| too_big())?;
+            tensors.push(tm_tensor {
+                dtype: tl_dtype_of(p.dtype),
+                ndim,
+                // `dims` is never touched again, so its buffer stays put;
+                // `at` counts the dims pushed for earlier tensors.
+                shape: dims.as_ptr().wrapping_add(at),
+                data: p.data.cast(),
+                nbytes,
+            });
+            at += p.shape.len();
+        }
+        let names = StringTable::new(parts.iter().map(|p| p.name.as_bytes()));
+        let mut by_name: Vec<usize> = (0..names.len()).collect();
+        by_name.sort_unstable_by(|&a, &b| names.bytes(a).cmp(&names.bytes(b)));
+        let empty = Metadata::new();
+        let metadata = metadata.unwrap_or(&empty);
+        Ok(View {
+            tensors,
+            _dims: dims,
+            names,
+            by_name,
+            meta_keys: StringTable::new(metadata.keys().map(|k| k.as_bytes())),
+            meta_values: StringTable::new(metadata.values().map(|v| v.as_bytes())),
+        })
+    }
+
+    /// The tensor at `i`, with the failure C gets for a bad index.
+    fn tensor_at(&self, i: c_int) -> Result<&tm_tensor, Failure> {
+        let index = usize::try_from(i)
+            .map_err(|_| Failure::invalid(format!("tensor index {i} is negative")))?;
+        self.tensors.get(index).ok_or_else(|| {
+            Failure::not_found(format!(
+                "tensor index {i} is out of range (the file has {} tensors)",
+                self.tensors.len()
+            ))
+        })
+    }
+
+    /// The index of the tensor called `name`.
+    fn find(&self, name: &str) -> Option<usize> {
+        let at = self
+            .by_name
+            .binary_search_by(|&i| self.names.bytes(i).cmp(&Some(name.as_bytes())))
+            .ok()?;
+        self.by_name.get(at).copied()
+    }
+
+    /// The index of metadata key `key`.
+    fn find_key(&self, key: &str) -> Option<usize> {
+        // Keys are in ascending byte order (a BTreeMap's).
+        let n = self.meta_keys.len();
+        let (mut lo, mut hi) = (0, n);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            match self.meta_keys.bytes(mid)?.cmp(key.as_bytes()) {
+                std::cmp::Ordering::Less => lo = mid + 1,
+                std::cmp::Ordering::Greater => hi = mid,
+                std::cmp::Ordering::Equal => return Some(mid),
+            }
+        }
+        None
+    }
+}
+
+impl fs_file {
+    /// The C view of `parts` and `metadata`, held by `fs_file::with_storage`.
+    pub(crate) fn build(
+        parts: &[Part<'_>],
+        metadata: Option<&Metadata>,
+    ) -> Result<Unowned, Failure> {
+        View::build(parts, metadata).map(Unowned)
+    }
+
+    fn mapped(file: SafeTensors) -> Result<fs_file, Failure> {
+        let parts: Vec<Part<'_>> = file
+            .tensors()
+            .map(|t| Part {
+                name: t.name(),
+                dtype: t.dtype(),
+                shape: t.shape(),
+                data: t.data().as_ptr(),
+                nbytes: t.data().len() as u64,
+            })
+            .collect();
+        let view = fs_file::build(&parts, file.metadata())?;
+        drop(parts);
+        // The data pointers stay valid as `file` moves: the map does not.
+        Ok(view.with_storage(Storage::Mapped(file)))
+    }
+
+    fn aligned(file: AlignedFile) -> Result<fs_file, Failure> {
+        let parts: Vec<Part<'_>> = file
+            .header
+            .tensors()
+            .enumerate()
+            .map(|(i, t)| Part {
+                name: t.name,
+                dtype: t.dtype,
+                shape: t.shape,
+                data: file.data(i),
+                nbytes: t.nbytes(),
+            })
+            .collect();
+        let view = fs_file::build(&parts, file.header.metadata())?;
+        drop(parts);
+        Ok(view.with_storage(Storage::Aligned(file)))
+    }
+}
+
+/// A file's view before the storage its data pointers point into joins it.
+pub(crate) struct Unowned(View);
+
+impl Unowned {
+    /// The file: the view and what keeps its data alive.
+    pub(crate) fn with_storage(self, storage: Storage) -> fs_file {
+        fs_file {
+            view: self.0,
+            _storage: storage,
+        }
+    }
+}
+
+/// Boxes a file for C.
+pub(crate) fn into_handle(file: fs_file) -> *mut fs_file {
+    Box::into_raw(Box::new(file))
+}
+
+/// Reads the file at `path` into memory and validates it (all five reader
+/// rules). Every tensor's `data` is aligned to at least 64 bytes. The file
+/// is not used after this returns.
+///
+/// Returns NULL on failure: `TL_EFORMAT` (the file breaks the format),
+/// `TL_EIO`, `TL_ENOMEM`, `TL_EINVAL` (NULL or empty `path`),
+/// `TL_EUNSUPPORTED` (a dimension over `INT64_MAX`).
+///
+/// Ownership: the caller owns the handle and frees it with `fs_close`.
+///
+/// # Safety
+/// `path` is NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn fs_open(path: *const c_char) -> *mut fs_file {
+    guard(|| {
+        // SAFETY: by the caller's contract.
+        let path = unsafe { c_path(path) }?;
+        fs_file::aligned(AlignedFile::read(path)?).map(into_handle)
+    })
+}
+
+/// Maps the file at `path` read-only and validates it: zero-copy, tensors'
+/// `data` point into the map with the file's own alignment (which may be
+/// anything: test `(uintptr_t)t->data % N`). The file must not be
+/// modified in place while mapped (replacing it by rename, as `fs_write`
+/// does, is safe).
+///
+/// Returns NULL on failure, with the codes of `fs_open`.
+///
+/// Ownership: the caller owns the handle and frees it with `fs_close`,
+/// which unmaps the file.
+///
+/// # Safety
+/// `path` is NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn fs_mmap(path: *const c_char) -> *mut fs_file {
+    guard(|| {
+        // SAFETY: by the caller's contract.
+        let path = unsafe { c_path(path) }?;
+        fs_file::mapped(SafeTensors::open(path)?).map(into_handle)
+    })
+}
+
+/// The number of tensors, or a negative code (`TL_EINVAL` for NULL).
+///
+/// # Safety
+/// `f` is NULL or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn fs_num_tensors(f: *const fs_file) -> c_int {
+    guard(|| {
+        // SAFETY: by the caller's contract.
+        let f = unsafe { handle(f, "file") }?;
+        c_int::try_from(f.view.tensors.len())
+            .map_err(|_| Failure::new(TL_EUNSUPPORTED, "more than INT_MAX tensors"))
+    })
+}
+
+/// The tensor names in file order (the order of their bytes in the file),
+/// then NULL. NULL with `TL_EINVAL` when `f` is NULL.
+///
+/// Ownership: the array and the strings belong to `f` and live until
+/// `fs_close(f)`; do not free or modify them. A name holding a NUL
+/// character reads as cut short here: see `fs_tensor_name_at`.
+///
+/// # Safety
+/// `f` is NULL or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn fs_tensor_names(f: *const fs_file) -> *mut *const c_char {
+    guard(|| {
+        // SAFETY: by the caller's contract.
+        let f = unsafe { handle(f, "file") }?;
+        Ok(f.view.names.ptrs().cast_mut())
+    })
+}
+
+/// The name of tensor `i` (file order, `0 <= i < fs_num_tensors(f)`);
+/// when `len` is not NULL, `*len` receives its length in bytes, which
+/// counts any NUL characters inside the name. NULL on failure:
+/// `TL_EINVAL` (NULL `f`, negative `i`), `TL_ENOTFOUND` (`i` past the end).
+///
+/// Ownership: as for `fs_tensor_names`.
+///
+/// # Safety
+/// `f` is NULL or a live handle; `len` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn fs_tensor_name_at(
+    f: *const fs_file,
+    i: c_int,
+    len: *mut usize,
+) -> *const c_char {
+    guard(|| {
+        // SAFETY: by the caller's contract.
+        let f = unsafe { handle(f, "file") }?;
+        f.view.tensor_at(i)?;
+        let (ptr, n) = f
+            .view
+            .names
+            .get(i as usize)
+            .ok_or_else(|| Failure::not_found(format!("tensor index {i} is out of range")))?;
+        if !len.is_null() {
+            // SAFETY: non-NULL and writable, by the caller's contract.
+            unsafe { len.write(n) };
+        }
+        Ok(ptr)
+    })
+}
+
+/// The tensor called `name`. NULL on failure: `TL_EINVAL` (NULL argument,
+/// `name` not UTF-8), `TL_ENOTFOUND` (no such tensor).
+///
+/// Ownership: the struct, its `shape` and its `data` belong to `f` and live
+/// until `fs_close(f)`; treat them as read-only. Each call returns the
+/// same pointer for the same tensor.
+///
+/// # Safety
+/// `f` is NULL or a live handle; `name` is NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn fs_get_tensor(f: *const fs_file, name: *const c_char) -> *mut tm_tensor {
+    guard(|| {
+        // SAFETY: by the caller's contract.
+        let f = unsafe { handle(f, "file") }?;
+        // SAFETY: by the caller's contract.
+        let name = unsafe { c_str(name, "tensor name") }?;
+        let i = f
+            .view
+            .find(name)
+            .ok_or_else(|| Failure::not_found(format!("no tensor named {name:?}")))?;
+        let t = f
+            .view
+            .tensors
+            .get(i)
+            .ok_or_else(|| Failure::not_found(format!("no tensor named {name:?}")))?;
+        // Read-only for C, as documented; nothing in Rust writes it either.
+        Ok(std::ptr::from_ref(t).cast_mut())
+    })
+}
+
+/// Tensor `i` in file order (`0 <= i < fs_num_tensors(f)`): the way to
+/// reach every tensor, those whose names hold NUL characters included.
+/// NULL on failure: `TL_EINVAL` (NULL `f`, negative `i`), `TL_ENOTFOUND`
+/// (`i` past the end). Ownership: as for `fs_get_tensor`.
+///
+/// # Safety
+/// `f` is NULL or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn fs_get_tensor_at(f: *const fs_file, i: c_int) -> *mut tm_tensor {
+    guard(|| {
+        // SAFETY: by the caller's contract.
+        let f = unsafe { handle(f, "file") }?;
+        Ok(std::ptr::from_ref(f.view.tensor_at(i)?).cast_mut())
+    })
+}
+
+/// The metadata value of `key`. NULL on failure: `TL_EINVAL` (NULL
+/// argument, `key` not UTF-8), `TL_ENOTFOUND` (no such key, or no metadata).
+///
+/// Ownership: the string belongs to `f` and lives until `fs_close(f)`.
+///
+/// # Safety
+/// `f` is NULL or a live handle; `key` is NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn fs_get_metadata(f: *const fs_file, key: *const c_char) -> *const c_char {
+    guard(|| {
+        // SAFETY: by the caller's contract.
+        let f = unsafe { handle(f, "file") }?;
+        // SAFETY: by the caller's contract.
+        let key = unsafe { c_str(key, "metadata key") }?;
+        f.view
+            .find_key(key)
+            .and_then(|i| f.view.meta_values.get(i))
+            .map(|(ptr, _)| ptr)
+            .ok_or_else(|| Failure::not_found(format!("no metadata key {key:?}")))
+    })
+}
+
+/// The metadata keys in ascending byte order, then NULL (just NULL when
+/// the file has no metadata). NULL with `TL_EINVAL` when `f` is NULL.
+///
+/// Ownership: the array and the strings belong to `f` and live until
+/// `fs_close(f)`.
+///
+/// # Safety
+/// `f` is NULL or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn fs_metadata_keys(f: *const fs_file) -> *mut *const c_char {
+    guard(|| {
+        // SAFETY: by the caller's contract.
+        let f = unsafe { handle(f, "file") }?;
+        Ok(f.view.meta_keys.ptrs().cast_mut())
+    })
+}
+
+/// Closes a file: frees the handle, its tensors, names and strings, and
+/// unmaps or frees the data. Every pointer obtained from `f` becomes
+/// invalid. `fs_close(NULL)` does nothing and returns 0; otherwise returns 0.
+///
+/// # Safety
+/// `f` is NULL or a live handle, not used again after this call (by any
+/// thread).
+#[no_mangle]
+pub unsafe extern "C" fn fs_close(f: *mut fs_file) -> c_int {
+    guard(|| {
+        if !f.is_null() {
+            // SAFETY: a live handle from Box::into_raw, given up by the caller.
+            drop(unsafe { Box::from_raw(f) });
+        }
+        Ok(0)
+    })
+}

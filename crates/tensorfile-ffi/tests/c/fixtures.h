@@ -1,0 +1,44 @@
+/* The fixtures' expected values: the table is generated from the .json
+ * manifests by tests/c_tests.rs (fixtures_table.c, in a temporary directory). */
+#ifndef TF_TEST_FIXTURES_H
+#define TF_TEST_FIXTURES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tensorfile.h"
+
+struct fx_tensor {
+    const char *name; /* may hold NUL characters: name_len is the length */
+    size_t name_len;
+    int dtype;
+    int ndim;
+    const int64_t *shape;
+    size_t nbytes;
+    const char *sha256; /* of the tensor's bytes, lowercase hex */
+};
+
+struct fx_file {
+    const char *path; /* NULL ends FX_VALID */
+    const char *stem;
+    const struct fx_tensor *tensors; /* file (data) order */
+    int ntensors;
+    const char *const *meta; /* key, value, key, value, ... NULL; keys ascending */
+    int nmeta;               /* -1: metadata not checked */
+};
+
+struct fx_reject {
+    const char *path; /* NULL ends the table */
+    int code;         /* 0: TL_EFORMAT or TL_EUNSUPPORTED */
+};
+
+/* Every file of tests/fixtures/valid/. */
+extern const struct fx_file FX_VALID[];
+/* Every file of tests/fixtures/invalid/, then NULL. */
+extern const char *const FX_INVALID[];
+/* The PyTorch checkpoints to load ("ok"), tensors in name order. */
+extern const struct fx_file FX_PYTORCH_OK[];
+/* The PyTorch checkpoints to refuse. */
+extern const struct fx_reject FX_PYTORCH_REJECT[];
+
+#endif

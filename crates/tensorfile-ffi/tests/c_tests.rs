@@ -1,0 +1,346 @@
+//! Runs the C tests (`tests/c/test_tensorfile.c`) against the built
+//! `libtensorfile.so`.
+//!
+//! The expected values come from the fixtures' `.json` manifests: this
+//! driver turns them into a C table (`fixtures_table.h`, in a temporary
+//! directory), compiles the test with the system C compiler (`$CC`, else
+//! `cc`) and runs it.
+//!
+//! CI runs it again under valgrind and with AddressSanitizer
+//! (`.ci/c-tests.sh`) through two variables:
+//! - `TENSORFILE_C_RUNNER`: a command line to run the test under
+//!   (`valgrind --leak-check=full --error-exitcode=1`);
+//! - `TENSORFILE_C_CFLAGS`: extra compiler flags (`-fsanitize=address`).
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+fn fixtures() -> PathBuf {
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures")).to_path_buf()
+}
+
+/// Builds `libtensorfile.so` and returns the directory it is in.
+///
+/// `cargo test` builds a cdylib-only crate's tests but not the library
+/// itself, so this runs `cargo build` for it, in the same target directory
+/// and profile as the test binary (`<target>/<profile>/deps/<test>`).
+fn build_library() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps/<test>")
+        .to_path_buf();
+    let target = dir.parent().expect("target/<profile>");
+    let profile = match dir.file_name().and_then(|n| n.to_str()) {
+        Some("debug") => "dev",
+        Some(other) => other,
+        None => panic!("no profile directory in {}", dir.display()),
+    };
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    let status = Command::new(cargo)
+        .args([
+            "build",
+            "--quiet",
+            "-p",
+            "tensorfile-ffi",
+            "--lib",
+            "--profile",
+            profile,
+        ])
+        .arg("--target-dir")
+        .arg(target)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .status()
+        .expect("run cargo build");
+    assert!(status.success(), "cargo build -p tensorfile-ffi failed");
+    assert!(
+        dir.join("libtensorfile.so").is_file(),
+        "{} has no libtensorfile.so",
+        dir.display()
+    );
+    dir
+}
+
+/// A C string literal of `bytes`: printable ASCII as is, the rest as octal
+/// escapes (three digits, so a following digit cannot join them).
+fn c_literal(bytes: &[u8]) -> String {
+    let mut s = String::from("\"");
+    for &b in bytes {
+        match b {
+            b'"' | b'\\' | b'?' => write!(s, "\\{}", b as char).unwrap(),
+            0x20..=0x7e => s.push(b as char),
+            _ => write!(s, "\\{b:03o}").unwrap(),
+        }
+    }
+    s.push('"');
+    s
+}
+
+fn json(path: &Path) -> Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Files of `dir` ending in `ext`, sorted.
+fn files(dir: &Path, ext: &str) -> Vec<PathBuf> {
+    let mut all: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.expect("directory entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == ext))
+        .collect();
+    all.sort();
+    all
+}
+
+/// One expected tensor: `{name, name_len, dtype, ndim, shape, nbytes, sha256}`.
+fn tensor_row(out: &mut String, shapes: &mut String, id: &str, t: &Value) {
+    let name = t["name"].as_str().expect("name");
+    let dtype = t["dtype"].as_str().expect("dtype");
+    let shape: Vec<u64> = t["shape"]
+        .as_array()
+        .expect("shape")
+        .iter()
+        .map(|d| d.as_u64().expect("dimension"))
+        .collect();
+    let nbytes = match (t.get("data_offsets"), t.get("nbytes")) {
+        (Some(o), _) => o[1].as_u64().expect("end") - o[0].as_u64().expect("begin"),
+        (None, Some(n)) => n.as_u64().expect("nbytes"),
+        (None, None) => panic!("tensor {name:?} has neither data_offsets nor nbytes"),
+    };
+    let sha = t["sha256"].as_str().expect("sha256");
+    let dims: Vec<String> = shape.iter().map(|d| format!("INT64_C({d})")).collect();
+    writeln!(
+        shapes,
+        "static const int64_t {id}[] = {{{}}};",
+        if dims.is_empty() {
+            "0".to_string()
+        } else {
+            dims.join(", ")
+        }
+    )
+    .unwrap();
+    writeln!(
+        out,
+        "    {{{}, {}, TL_{dtype}, {}, {id}, {nbytes}, \"{sha}\"}},",
+        c_literal(name.as_bytes()),
+        name.len(),
+        shape.len(),
+    )
+    .unwrap();
+}
+
+/// `fixtures_table.h`: the valid files with their tensors and metadata,
+/// the invalid files, and the PyTorch files with what they must give.
+fn generate_table(fixtures: &Path) -> String {
+    let mut shapes = String::new();
+    let mut body = String::new();
+    let mut files_rows = String::new();
+
+    for (n, manifest) in files(&fixtures.join("valid"), "json").iter().enumerate() {
+        let m = json(manifest);
+        let file = manifest.with_extension("safetensors");
+        writeln!(body, "static const struct fx_tensor fx_tensors_{n}[] = {{").unwrap();
+        let tensors = m["tensors"].as_array().expect("tensors");
+        for (i, t) in tensors.iter().enumerate() {
+            tensor_row(&mut body, &mut shapes, &format!("fx_shape_{n}_{i}"), t);
+        }
+        writeln!(body, "    {{0}}\n}};").unwrap();
+        // Metadata in ascending byte order of the keys, as the library lists it.
+        let mut meta: Vec<(String, String)> = m["metadata"]
+            .as_object()
+            .map(|o| {
+                o.iter()
+                    .map(|(k, v)| (k.clone(), v.as_str().expect("string value").to_string()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        meta.sort();
+        writeln!(body, "static const char *const fx_meta_{n}[] = {{").unwrap();
+        for (k, v) in &meta {
+            writeln!(
+                body,
+                "    {}, {},",
+                c_literal(k.as_bytes()),
+                c_literal(v.as_bytes())
+            )
+            .unwrap();
+        }
+        writeln!(body, "    NULL\n}};").unwrap();
+        writeln!(
+            files_rows,
+            "    {{{}, {}, fx_tensors_{n}, {}, fx_meta_{n}, {}}},",
+            c_literal(file.to_str().expect("UTF-8 path").as_bytes()),
+            c_literal(
+                manifest
+                    .file_stem()
+                    .and_then(|s| s.to_str())
+                    .expect("name")
+                    .as_bytes()
+            ),
+            tensors.len(),
+            meta.len()
+        )
+        .unwrap();
+    }
+
+    let mut out = String::from(
+        "/* Generated by tests/c_tests.rs from tests/fixtures: do not edit. */\n\
+         #include \"fixtures.h\"\n\n",
+    );
+    out += &shapes;
+    out += &body;
+    writeln!(
+        out,
+        "const struct fx_file FX_VALID[] = {{\n{files_rows}    {{0}}\n}};"
+    )
+    .unwrap();
+
+    writeln!(out, "const char *const FX_INVALID[] = {{").unwrap();
+    for file in files(&fixtures.join("invalid"), "safetensors") {
+        writeln!(
+            out,
+            "    {},",
+            c_literal(file.to_str().expect("UTF-8 path").as_bytes())
+        )
+        .unwrap();
+    }
+    writeln!(out, "    NULL\n}};").unwrap();
+    out += &pytorch_table(fixtures);
+    out
+}
+
+/// The code a refused checkpoint must give, where the test pins it (0:
+/// `TL_EFORMAT` or `TL_EUNSUPPORTED`).
+fn expected_pytorch_code(file: &str) -> &'static str {
+    match file {
+        // Pickle globals off the allow-list, limits, containers not loaded.
+        "evil_builtins_eval.pt"
+        | "evil_posix_system.pt"
+        | "reject_full_module.pt"
+        | "reject_quantized.pt"
+        | "reject_sparse.pt"
+        | "bad_dtype_conflict.pt"
+        | "hostile_deep_nesting.pt"
+        | "reject_torchscript.pt"
+        | "tar_format_stub.pt" => "TL_EUNSUPPORTED",
+        // Broken containers, pickles, storages and views.
+        "bad_truncated.pt"
+        | "bad_legacy_magic.pt"
+        | "bad_legacy_truncated.pt"
+        | "bad_no_data_pkl.pt"
+        | "bad_short_storage.pt"
+        | "bad_view_out_of_bounds.pt"
+        | "hostile_unknown_opcode.pt"
+        | "hostile_no_stop.pt"
+        | "hostile_huge_string.pt" => "TL_EFORMAT",
+        _ => "0",
+    }
+}
+
+/// `FX_PYTORCH_OK` (the `ok` checkpoints, tensors in name order) and
+/// `FX_PYTORCH_REJECT` (the others, with the code they must give).
+fn pytorch_table(fixtures: &Path) -> String {
+    let dir = fixtures.join("pytorch");
+    let manifest = json(&dir.join("manifest.json"));
+    let all = manifest["fixtures"].as_object().expect("fixtures");
+    let (mut shapes, mut body, mut ok, mut reject) =
+        (String::new(), String::new(), String::new(), String::new());
+    for (n, (file, f)) in all.iter().enumerate() {
+        let path = dir.join(file);
+        let path = c_literal(path.to_str().expect("UTF-8 path").as_bytes());
+        let expect = f["expect"].as_str().expect("expect");
+        if !expect.starts_with("ok") {
+            writeln!(reject, "    {{{path}, {}}},", expected_pytorch_code(file)).unwrap();
+            continue;
+        }
+        let mut tensors: Vec<(&String, &Value)> =
+            f["tensors"].as_object().expect("tensors").iter().collect();
+        tensors.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+        writeln!(body, "static const struct fx_tensor fx_pt_{n}[] = {{").unwrap();
+        for (i, (name, t)) in tensors.iter().enumerate() {
+            let mut t = (*t).clone();
+            t["name"] = Value::String((*name).clone());
+            tensor_row(&mut body, &mut shapes, &format!("fx_pt_shape_{n}_{i}"), &t);
+        }
+        writeln!(body, "    {{0}}\n}};").unwrap();
+        writeln!(
+            ok,
+            "    {{{path}, {}, fx_pt_{n}, {}, NULL, -1}},",
+            c_literal(file.as_bytes()),
+            tensors.len()
+        )
+        .unwrap();
+    }
+    format!(
+        "{shapes}{body}const struct fx_file FX_PYTORCH_OK[] = {{\n{ok}    {{0}}\n}};\n\
+         const struct fx_reject FX_PYTORCH_REJECT[] = {{\n{reject}    {{0}}\n}};\n"
+    )
+}
+
+#[test]
+fn c_test_program_passes() {
+    let fixtures = fixtures();
+    let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let lib_dir = build_library();
+    let work = tempfile::tempdir().expect("a temporary directory");
+    std::fs::write(
+        work.path().join("fixtures_table.c"),
+        generate_table(&fixtures),
+    )
+    .expect("write the table");
+
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_string());
+    let extra = std::env::var("TENSORFILE_C_CFLAGS").unwrap_or_default();
+    let exe = work.path().join("test_tensorfile");
+    let c_dir = crate_dir.join("tests/c");
+    let mut compile = Command::new(&cc);
+    compile
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-g"])
+        .args(extra.split_whitespace())
+        .arg(format!(
+            "-DTF_EXPECTED_VERSION=\"{}\"",
+            env!("CARGO_PKG_VERSION")
+        ))
+        .arg("-I")
+        .arg(crate_dir.join("include"))
+        .arg("-I")
+        .arg(&c_dir)
+        .arg(c_dir.join("test_tensorfile.c"))
+        .arg(c_dir.join("sha256.c"))
+        .arg(work.path().join("fixtures_table.c"))
+        .arg("-L")
+        .arg(&lib_dir)
+        .arg(format!("-Wl,-rpath,{}", lib_dir.display()))
+        .args(["-ltensorfile", "-lpthread", "-o"])
+        .arg(&exe);
+    let status = compile
+        .status()
+        .unwrap_or_else(|e| panic!("running {cc}: {e}"));
+    assert!(status.success(), "compiling the C test failed: {compile:?}");
+
+    let runner = std::env::var("TENSORFILE_C_RUNNER").unwrap_or_default();
+    let mut words = runner.split_whitespace();
+    let mut run = match words.next() {
+        Some(program) => {
+            let mut c = Command::new(program);
+            c.args(words).arg(&exe);
+            c
+        }
+        None => Command::new(&exe),
+    };
+    run.arg(work.path());
+    let output = run.output().expect("run the C test");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    print!("{stdout}");
+    eprint!("{stderr}");
+    assert!(output.status.success(), "the C test failed: {run:?}");
+    assert!(
+        stdout.contains(" passed, 0 failed"),
+        "the C test did not report its checks"
+    );
+}
