@@ -411,6 +411,14 @@ impl Error {
         }
     }
 
+    /// Names the file of a stream I/O error; other errors are returned as they are.
+    pub fn at(self, path: impl Into<PathBuf>) -> Error {
+        match self {
+            Error::Stream(source) => Error::io(path, source),
+            other => other,
+        }
+    }
+
     /// The reader rule broken, if this is a format error.
     pub fn rule(&self) -> Option<u8> {
         match self {

@@ -77,18 +77,27 @@ impl SafeTensors {
     /// [`SafeTensors::open`] with options.
     pub fn open_with(path: impl AsRef<Path>, options: &ReadOptions) -> Result<SafeTensors> {
         let path = path.as_ref();
-        let file = File::open(path).map_err(|e| Error::io(path, e))?;
+        let mut file = File::open(path).map_err(|e| Error::io(path, e))?;
         let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
-        if len < 8 {
-            // Mapping an empty file fails on some systems; rule 1 says enough.
-            return Err(FormatError::TooShort { len }.into());
-        }
+        // The header is read with plain reads, not through the map: parsing
+        // then leaves the map untouched, so opening costs no page faults and
+        // closing no page-table teardown (a fifth of the time to open a
+        // 200-tensor file). Reading also checks rules 1 to 5 before mapping.
+        let header = read_header_of_len(&mut file, len, options).map_err(|e| e.at(path))?;
+        let size = usize::try_from(len)
+            .map_err(|_| Error::io(path, std::io::Error::other("file too large to map")))?;
         // SAFETY: the map is read-only and private to this value. Another
         // process truncating or rewriting the file in place while it is
         // mapped is outside what any mmap-based reader can guard against;
-        // the documentation says so.
-        let map = unsafe { MmapOptions::new().map(&file) }.map_err(|e| Error::io(path, e))?;
-        SafeTensors::from_buffer(Buffer::Mapped(map), options)
+        // the documentation says so. The length is the one just read, which
+        // spares memmap2 a second `fstat` (and 8 + N <= len was checked, so
+        // the map is not empty).
+        let map =
+            unsafe { MmapOptions::new().len(size).map(&file) }.map_err(|e| Error::io(path, e))?;
+        Ok(SafeTensors {
+            buffer: Buffer::Mapped(map),
+            header,
+        })
     }
 
     /// Reads a whole file into memory the process owns, then validates it.
@@ -247,6 +256,11 @@ impl SafeTensors {
 pub fn read_header<R: Read + Seek>(mut reader: R, options: &ReadOptions) -> Result<Header> {
     let len = reader.seek(SeekFrom::End(0))?;
     reader.seek(SeekFrom::Start(0))?;
+    read_header_of_len(reader, len, options)
+}
+
+/// [`read_header`] from the start of a stream whose length is known.
+fn read_header_of_len(mut reader: impl Read, len: u64, options: &ReadOptions) -> Result<Header> {
     let mut prefix = [0u8; 8];
     let got = read_up_to(&mut reader, &mut prefix)?;
     let header_len = Header::check_prefix(&prefix[..got], len, options)?;
@@ -262,10 +276,7 @@ pub fn read_header<R: Read + Seek>(mut reader: R, options: &ReadOptions) -> Resu
 pub fn read_header_from_path(path: impl AsRef<Path>, options: &ReadOptions) -> Result<Header> {
     let path = path.as_ref();
     let file = File::open(path).map_err(|e| Error::io(path, e))?;
-    read_header(std::io::BufReader::new(file), options).map_err(|e| match e {
-        Error::Stream(io) => Error::io(path, io),
-        other => other,
-    })
+    read_header(std::io::BufReader::new(file), options).map_err(|e| e.at(path))
 }
 
 /// Fills `buf` as far as the stream allows; returns how many bytes were read.

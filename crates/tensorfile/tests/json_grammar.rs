@@ -1,0 +1,153 @@
+//! The header scanner accepts exactly the JSON serde_json accepts: on
+//! hand-written cases and on many mutated headers, "is this valid JSON" gets
+//! the same answer from both (duplicates and the format's own rules aside,
+//! which come after syntax).
+
+use tensorfile::{FormatError, Header};
+
+/// Our verdict on syntax alone: `false` only for a JSON syntax error.
+fn we_accept_syntax(text: &str) -> bool {
+    !matches!(
+        Header::parse(text.as_bytes(), 0),
+        Err(FormatError::Json { .. })
+    )
+}
+
+fn serde_accepts(text: &str) -> bool {
+    serde_json::from_str::<serde_json::Value>(text).is_ok()
+}
+
+/// Only objects are compared: for anything else our parser stops at the
+/// first byte with "not an object".
+fn comparable(text: &str) -> bool {
+    text.trim_start_matches([' ', '\t', '\n', '\r'])
+        .starts_with('{')
+}
+
+const ENTRY: &str = r#"{"dtype":"U8","shape":[0],"data_offsets":[0,0]}"#;
+
+#[test]
+fn hand_written_cases_agree_with_serde_json() {
+    let cases = [
+        "{}",
+        " { } ",
+        "{\n\"a\" : {\"dtype\" :\"U8\" , \"shape\":[ 0 ],\"data_offsets\":[0 , 0]}\r\n}\t",
+        r#"{"a":{"dtype":"U8","shape":[0],"data_offsets":[0,0],"x":{"y":[1,-2.5e3,true,false,null,"s\"\\\/\b\f\n\r\t\u00e9\ud83d\ude00"]}}}"#,
+        r#"{"a":{"dtype":"U8","shape":[0],"data_offsets":[0,0],"x":[[[[]]],{},[{}]]}}"#,
+        r#"{"a\u0000b":{"dtype":"U8","shape":[0],"data_offsets":[0,0]}}"#,
+        r#"{"a":{"dtype":"U8","shape":[0],"data_offsets":[0,0],}}"#,
+        r#"{"a":{"dtype":"U8","shape":[0,],"data_offsets":[0,0]}}"#,
+        r#"{"a":{"dtype":"U8","shape":[01],"data_offsets":[0,0]}}"#,
+        r#"{"a":{"dtype":"U8","shape":[-0],"data_offsets":[0,0]}}"#,
+        r#"{"a":{"dtype":"U8","shape":[1.],"data_offsets":[0,0]}}"#,
+        r#"{"a":{"dtype":"U8","shape":[.5],"data_offsets":[0,0]}}"#,
+        r#"{"a":{"dtype":"U8","shape":[+1],"data_offsets":[0,0]}}"#,
+        r#"{"a":{"dtype":"U8","shape":[1e],"data_offsets":[0,0]}}"#,
+        r#"{"a":{"dtype":"U8","shape":[1E+2],"data_offsets":[0,0]}}"#,
+        r#"{"a":{"dtype":"U8","shape":[18446744073709551616],"data_offsets":[0,0]}}"#,
+        r#"{"a":{"dtype":"U8","shape":[tru],"data_offsets":[0,0]}}"#,
+        r#"{"a":{"dtype":"U8","shape":[0],"data_offsets":[0,0]}} x"#,
+        r#"{"a":{"dtype":"U8","shape":[0],"data_offsets":[0,0]}"#,
+        r#"{"a":{"dtype":"U8","shape":[0],"data_offsets":[0,0]},}"#,
+        r#"{"a" {"dtype":"U8"}}"#,
+        r#"{a:1}"#,
+        r#"{"\ud800":1}"#,
+        r#"{"\udc00":1}"#,
+        r#"{"\ud800\u0041":1}"#,
+        r#"{"\x":1}"#,
+        r#"{"\u12G4":1}"#,
+        "{\"a\tb\":1}",
+        r#"{"__metadata__":{"k":"v","n":[1,{"z":null}]}}"#,
+        r#"{"__metadata__":null}"#,
+        r#"{"__metadata__":nul}"#,
+        "",
+        "   ",
+    ];
+    for text in cases {
+        if comparable(text) {
+            assert_eq!(we_accept_syntax(text), serde_accepts(text), "{text}");
+        }
+    }
+}
+
+#[test]
+fn nesting_limit_matches_serde_json() {
+    for depth in [100, 124, 125, 126, 127, 128, 200, 5000] {
+        let value = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+        let text =
+            format!(r#"{{"a":{{"dtype":"U8","shape":[0],"data_offsets":[0,0],"x":{value}}}}}"#);
+        assert_eq!(
+            we_accept_syntax(&text),
+            serde_accepts(&text),
+            "depth {depth}"
+        );
+    }
+}
+
+/// xorshift64*: deterministic, so failures reproduce.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
+#[test]
+fn mutated_headers_agree_with_serde_json() {
+    let seeds = [
+        format!(
+            r#"{{"__metadata__":{{"format":"pt","k\n":"\u00e9"}},"a":{ENTRY},"b\"c":{ENTRY}}}"#
+        ),
+        format!(
+            r#"{{ "a" : {ENTRY} , "x" : {{"dtype":"F32","shape":[2, 3],"data_offsets":[0 ,24],"u":[1,2.5,-3e2,"s",null,true,{{"k":[]}}]}} }}"#
+        ),
+        r#"{"t":{"dtype":"BF16","shape":[],"data_offsets":[0,2]}}"#.to_string(),
+    ];
+    // Tokens that matter to a JSON scanner; no huge exponents, which
+    // serde_json refuses as out of range while the grammar allows them.
+    const TOKENS: &[&str] = &[
+        "{", "}", "[", "]", "\"", ",", ":", " ", "\n", "\t", "\\", "\\u", "\\ud83d", "0", "1", "-",
+        ".", "e", "+", "true", "null", "fals", "\u{1}", "é", "01", "1.5", "[]", "{}", "\\n",
+    ];
+    let mut rng = Rng(0x5eed_1234_abcd_0001);
+    let mut compared = 0;
+    for round in 0..20_000 {
+        let mut text = seeds[round % seeds.len()].clone();
+        for _ in 0..1 + rng.below(3) {
+            let mut at = rng.below(text.len() + 1);
+            while !text.is_char_boundary(at) {
+                at -= 1;
+            }
+            match rng.below(3) {
+                0 => text.insert_str(at, TOKENS[rng.below(TOKENS.len())]),
+                1 if at < text.len() => {
+                    let mut end = at + 1;
+                    while !text.is_char_boundary(end) {
+                        end += 1;
+                    }
+                    text.replace_range(at..end, "");
+                }
+                _ => {
+                    let mut end = (at + 1 + rng.below(4)).min(text.len());
+                    while !text.is_char_boundary(end) {
+                        end += 1;
+                    }
+                    text.replace_range(at..end, TOKENS[rng.below(TOKENS.len())]);
+                }
+            }
+        }
+        if comparable(&text) {
+            assert_eq!(we_accept_syntax(&text), serde_accepts(&text), "{text}");
+            compared += 1;
+        }
+    }
+    assert!(compared > 10_000);
+}
