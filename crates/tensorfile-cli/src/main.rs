@@ -35,6 +35,10 @@ enum Command {
     Merge(cmd::merge::Args),
     /// Cast the float tensors to one dtype (or rewrite canonically).
     Convert(cmd::convert::Args),
+    /// Quantize weights: int4-g<group>-sym or MLX affine.
+    Quantize(cmd::quantize::Args),
+    /// Turn quantized weights (int4, MLX) back into floats.
+    Dequantize(cmd::dequantize::Args),
 }
 
 fn main() -> ExitCode {
@@ -47,6 +51,8 @@ fn main() -> ExitCode {
         Command::Shard(args) => cmd::shard::run(args),
         Command::Merge(args) => cmd::merge::run(args),
         Command::Convert(args) => cmd::convert::run(args),
+        Command::Quantize(args) => cmd::quantize::run(args),
+        Command::Dequantize(args) => cmd::dequantize::run(args),
     };
     match result {
         Ok(code) => code,

@@ -7,8 +7,11 @@ use std::io::{self, Write};
 
 pub mod check;
 pub mod convert;
+pub mod dequantize;
 pub mod inspect;
 pub mod merge;
+pub mod quantize;
+pub mod quantized;
 pub mod rewrite;
 pub mod set;
 pub mod shard;
