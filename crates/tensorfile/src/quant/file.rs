@@ -308,13 +308,22 @@ fn write_part<W: std::io::Write, T: TensorData>(
     let groups = cols / group;
     let mut buf = vec![0f32; cols];
     let fault = |r: usize| move |f: RowFault| quant_error(name, f.at_row(r as u64));
-    let source = move |r: usize, buf: &mut [f32]| -> Result<()> {
+    // The source row as f32: borrowed from the input when it is aligned
+    // F32, else decoded into `buf`.
+    let source = move |r: usize, buf: &mut Vec<f32>| -> Result<Option<&[f32]>> {
         let src = data
             .get(r * cols * elem..(r + 1) * cols * elem)
             .ok_or_else(|| {
                 quant_error(name, QuantError::Shape("is shorter than its shape".into()))
             })?;
-        decode_f32(dtype, src, buf).map_err(|e| quant_error(name, QuantError::Shape(e.to_string())))
+        if dtype == Dtype::F32 {
+            if let Ok(row) = bytemuck::try_cast_slice::<u8, f32>(src) {
+                return Ok(Some(row));
+            }
+        }
+        decode_f32(dtype, src, buf)
+            .map_err(|e| quant_error(name, QuantError::Shape(e.to_string())))?;
+        Ok(None)
     };
     match *scheme {
         Scheme::Int4Sym { .. } => {
@@ -323,12 +332,16 @@ fn write_part<W: std::io::Write, T: TensorData>(
                 Part::Int4Codes => cols / 2,
                 _ => groups * 2,
             };
+            let mut codes = vec![0u8; cols];
             stream_rows(w, out_name, rows, row_bytes, |r, out| {
-                source(r, &mut buf)?;
+                let row = match source(r, &mut buf)? {
+                    Some(row) => row,
+                    None => &buf,
+                };
                 if part == Part::Int4Codes {
-                    int4::quantize_row(&buf, group, &mut scales, out).map_err(fault(r))
+                    int4::quantize_row(row, group, &mut scales, &mut codes, out).map_err(fault(r))
                 } else {
-                    int4::scales_row(&buf, group, &mut scales).map_err(fault(r))?;
+                    int4::scales_row(row, group, &mut scales).map_err(fault(r))?;
                     for (o, s) in out.chunks_exact_mut(2).zip(&scales) {
                         o.copy_from_slice(&s.to_le_bytes());
                     }
@@ -345,8 +358,11 @@ fn write_part<W: std::io::Write, T: TensorData>(
                 _ => groups * elem,
             };
             stream_rows(w, out_name, rows, row_bytes, |r, out| {
-                source(r, &mut buf)?;
-                mlx::affine_quantize_row(&buf, bits, group, &mut s, &mut b, &mut codes)
+                let row = match source(r, &mut buf)? {
+                    Some(row) => row,
+                    None => &buf,
+                };
+                mlx::affine_quantize_row(row, bits, group, &mut s, &mut b, &mut codes)
                     .map_err(fault(r))?;
                 let floats = match part {
                     Part::MlxCodes => {
