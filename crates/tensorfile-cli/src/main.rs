@@ -36,6 +36,10 @@ enum Command {
     /// Convert a PyTorch checkpoint or a safetensors file to a canonical
     /// safetensors file, optionally casting float tensors to one dtype.
     Convert(cmd::convert::Args),
+    /// Quantize weights: int4-g<group>-sym or MLX affine.
+    Quantize(cmd::quantize::Args),
+    /// Turn quantized weights (int4, MLX) back into floats.
+    Dequantize(cmd::dequantize::Args),
 }
 
 fn main() -> ExitCode {
@@ -48,6 +52,8 @@ fn main() -> ExitCode {
         Command::Shard(args) => cmd::shard::run(args),
         Command::Merge(args) => cmd::merge::run(args),
         Command::Convert(args) => cmd::convert::run(args),
+        Command::Quantize(args) => cmd::quantize::run(args),
+        Command::Dequantize(args) => cmd::dequantize::run(args),
     };
     match result {
         Ok(code) => code,

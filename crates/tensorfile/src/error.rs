@@ -391,6 +391,15 @@ pub enum Error {
     /// The writer refused its input, or writing failed.
     #[error("cannot write: {0}")]
     Write(#[from] WriteError),
+    /// A tensor cannot be quantized or dequantized.
+    #[error("tensor {tensor:?}: {problem}")]
+    Quant {
+        /// The tensor name.
+        tensor: String,
+        /// What is wrong.
+        #[source]
+        problem: crate::quant::QuantError,
+    },
     /// A tensor cannot be cast to the requested dtype.
     #[error("tensor {tensor:?}: {source}")]
     Cast {

@@ -344,12 +344,12 @@ fn to_int4(ts: &mut Vec<T>, module: &str, group: u64) {
     let (out, input) = (ts[i].shape[0], ts[i].shape[1]);
     ts.remove(i);
     ts.push(T::new(
-        &format!("{module}.qweight"),
+        &format!("{module}.weight.qweight"),
         Dtype::U8,
         &[out, input / 2],
     ));
     ts.push(T::new(
-        &format!("{module}.scales"),
+        &format!("{module}.weight.scales"),
         Dtype::F16,
         &[out, input / group],
     ));
@@ -387,19 +387,19 @@ fn int4_weights_count_as_their_logical_shape() {
     assert_eq!(report.problems.len(), 3, "{:?}", report.problems);
     assert!(report.has(
         ProblemKind::WrongShape,
-        "model.layers.0.self_attn.q_proj.scales"
+        "model.layers.0.self_attn.q_proj.weight.scales"
     ));
 
     // A qweight whose logical shape is wrong for the config.
     let mut bad = ts.clone();
     let q = bad
         .iter_mut()
-        .find(|t| t.name == "model.layers.0.self_attn.q_proj.qweight")
+        .find(|t| t.name == "model.layers.0.self_attn.q_proj.weight.qweight")
         .unwrap();
     *q = T::new(&q.name, Dtype::U8, &[32, 8]);
     let s = bad
         .iter_mut()
-        .find(|t| t.name == "model.layers.0.self_attn.q_proj.scales")
+        .find(|t| t.name == "model.layers.0.self_attn.q_proj.weight.scales")
         .unwrap();
     *s = T::new(&s.name, Dtype::F16, &[32, 1]);
     write_st(
@@ -427,7 +427,7 @@ fn int4_weights_count_as_their_logical_shape() {
     let mut bad = ts.clone();
     let s = bad
         .iter_mut()
-        .find(|t| t.name == "model.embed_tokens.scales")
+        .find(|t| t.name == "model.embed_tokens.weight.scales")
         .unwrap();
     *s = T::new(&s.name, Dtype::F32, &s.shape.clone());
     write_st(
@@ -437,7 +437,10 @@ fn int4_weights_count_as_their_logical_shape() {
     );
     assert_eq!(
         kinds(&check_dir(dir.path(), Contract::Any)),
-        [(ProblemKind::WrongDtype, "model.embed_tokens.scales".into())]
+        [(
+            ProblemKind::WrongDtype,
+            "model.embed_tokens.weight.scales".into()
+        )]
     );
 }
 
@@ -533,7 +536,8 @@ fn mlx_mixed_model_is_a_non_course_model() {
             .unwrap();
         (w.storage, w.shape)
     };
-    let mlx = |bits, group_size| Storage::Mlx(tensorfile::model::QuantParams { bits, group_size });
+    let mlx =
+        |bits, group_size| Storage::Mlx(tensorfile::model::QuantParams::affine(bits, group_size));
     assert_eq!(shape("model.embed_tokens"), (mlx(8, 32), vec![48, 64]));
     assert_eq!(
         shape("model.layers.0.mlp.down_proj"),

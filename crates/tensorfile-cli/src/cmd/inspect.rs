@@ -78,6 +78,9 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         slot.0 += 1;
         slot.1 += t.nbytes();
     }
+    // Quantized weights (int4, MLX): see `quantized`.
+    let quantized = super::quantized::describe(&args.file, header);
+
     let digest = |name: &str| -> Option<String> {
         let t = file.as_ref()?.get(name)?;
         Some(hex::encode(Sha256::digest(t.data())))
@@ -109,6 +112,8 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
             "data_start": data_start,
             "misaligned_tensors": misaligned,
             "warnings": header.warnings(),
+            "quantized": quantized.as_ref().ok(),
+            "quantized_problem": quantized.as_ref().err(),
         }));
         return Ok(ExitCode::SUCCESS);
     }
@@ -168,6 +173,14 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         alignment_of(data_start),
         header.len()
     ));
+    match &quantized {
+        Ok(q) if q.is_empty() => {}
+        Ok(q) => {
+            out(format_args!("quantized weights: {}", q.len()));
+            super::quantized::lines(q).into_iter().for_each(out);
+        }
+        Err(problem) => out(format_args!("quantized weights: cannot be read: {problem}")),
+    }
     for warning in header.warnings() {
         out(format_args!("warning: {warning}"));
     }

@@ -17,7 +17,6 @@
 //! ```
 
 mod arch;
-pub mod logical;
 pub mod report;
 
 use std::collections::HashSet;
@@ -29,8 +28,8 @@ use crate::error::{Error, Result};
 use crate::header::{Contract, ReadOptions};
 use crate::shard::{ShardError, ShardedTensors};
 
+pub use crate::quant::{logical_weight, LogicalWeight, QuantConfig, QuantParams, Storage};
 pub use arch::ARCHITECTURES;
-pub use logical::{logical_weight, LogicalWeight, QuantConfig, QuantParams, Storage};
 pub use report::{Problem, ProblemKind, Report, Severity};
 
 use arch::{DtypeRule, Plan};
@@ -333,10 +332,10 @@ fn check_plan(
     let mut accounted: HashSet<&str> = HashSet::new();
     for expected in &plan.expected {
         let found = if expected.linear {
-            let qweight = format!("{}.qweight", expected.name);
+            let qweight = format!("{}.weight.qweight", expected.name);
             let group = weights
                 .shard_of(&qweight)
-                .and_then(|s| logical::int4_group(s.header().metadata()));
+                .and_then(|s| crate::quant::int4_group(s.header().metadata()));
             match logical_weight(&expected.name, |n| weights.info(n), group, mlx.as_ref()) {
                 Ok(found) => found,
                 Err(e) => {
@@ -347,7 +346,13 @@ fn check_plan(
                     };
                     report.push(Problem::error(kind, e.tensor, e.message));
                     // Its parts are accounted for: the problem is already named.
-                    for suffix in ["weight", "qweight", "scales", "biases"] {
+                    for suffix in [
+                        "weight",
+                        "weight.qweight",
+                        "weight.scales",
+                        "scales",
+                        "biases",
+                    ] {
                         if let Some(t) = weights.info(&format!("{}.{suffix}", expected.name)) {
                             accounted.insert(t.name);
                         }
@@ -357,6 +362,7 @@ fn check_plan(
             }
         } else {
             weights.info(&expected.name).map(|t| LogicalWeight {
+                name: t.name.to_string(),
                 storage: Storage::Plain,
                 dtype: t.dtype,
                 shape: t.shape.to_vec(),

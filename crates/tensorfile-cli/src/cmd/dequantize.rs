@@ -1,0 +1,150 @@
+//! `tensorfile dequantize IN OUT [--dtype D] [--config config.json] [--bits
+//! B --group-size G --mode M]`: turn quantized weights back into floats.
+//!
+//! int4 files say their group in their metadata. MLX parameters come from
+//! `--config` (a config.json's `quantization`), from `--bits`,
+//! `--group-size` and `--mode`, from IN's config.json when IN is a model
+//! directory, or from the metadata of a file this tool quantized; they are
+//! never guessed from the shapes.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use serde_json::json;
+use tensorfile::model::read_config;
+use tensorfile::quant::{
+    dequantize_file, DequantizeOptions, Mode, QuantConfig, QuantParams, Storage,
+};
+use tensorfile::shard::ShardedTensors;
+use tensorfile::{Dtype, ReadOptions, WriteOptions};
+
+use super::{out, Failure};
+
+/// Arguments of `dequantize`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The file to read, or a model directory (its weights and config.json).
+    #[arg(value_name = "IN")]
+    input: PathBuf,
+    /// The file to write (replaced atomically).
+    #[arg(value_name = "OUT")]
+    output: PathBuf,
+    /// The dtype of the dequantized weights. Default: F32 for int4, the
+    /// scales' dtype for MLX affine, BF16 for mxfp4/mxfp8/nvfp4.
+    #[arg(long, value_name = "DTYPE")]
+    dtype: Option<Dtype>,
+    /// A config.json whose `quantization` gives MLX's bits and group sizes.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["bits", "group_size", "mode"])]
+    config: Option<PathBuf>,
+    /// Bits of every MLX weight.
+    #[arg(long, value_name = "B", requires = "group_size")]
+    bits: Option<u64>,
+    /// Group size of every MLX weight.
+    #[arg(long, value_name = "G", requires = "bits")]
+    group_size: Option<u64>,
+    /// MLX mode: affine (default), mxfp4, mxfp8 or nvfp4.
+    #[arg(long, value_name = "MODE")]
+    mode: Option<Mode>,
+    /// Largest header length accepted in IN and written to OUT, in bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = tensorfile::DEFAULT_MAX_HEADER_LEN)]
+    max_header_len: u64,
+    /// Do not sync OUT and its directory to disk.
+    #[arg(long)]
+    no_sync: bool,
+    /// Print the result as one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// The MLX parameters given from outside the file, if any.
+fn given_params(args: &Args) -> Result<Option<QuantConfig>, Failure> {
+    if let Some(path) = &args.config {
+        let config = read_config(path)?;
+        return match QuantConfig::from_config(&config) {
+            Ok(Some(q)) => Ok(Some(q)),
+            Ok(None) => Err(format!("{}: no quantization in this config", path.display()).into()),
+            Err(e) => Err(format!("{}: {e}", path.display()).into()),
+        };
+    }
+    let mode = args.mode.unwrap_or(Mode::Affine);
+    let (bits, group_size) = match (args.bits, args.group_size, mode.fixed()) {
+        (Some(b), Some(g), _) => (b, g),
+        (None, None, Some(fixed)) if args.mode.is_some() => fixed,
+        (None, None, _) if args.mode.is_none() => {
+            if args.input.is_dir() {
+                let path = args.input.join(tensorfile::model::CONFIG_NAME);
+                if path.is_file() {
+                    let config = read_config(&path)?;
+                    return QuantConfig::from_config(&config)
+                        .map_err(|e| format!("{}: {e}", path.display()).into());
+                }
+            }
+            return Ok(None);
+        }
+        _ => return Err("affine mode needs --bits and --group-size".into()),
+    };
+    let params = QuantParams {
+        bits,
+        group_size,
+        mode,
+    };
+    params.validate()?;
+    Ok(Some(QuantConfig::uniform(params)))
+}
+
+/// Dequantizes IN into an atomic save of OUT.
+pub fn run(args: Args) -> Result<ExitCode, Failure> {
+    let mlx = given_params(&args)?;
+    let read = ReadOptions::default().max_header_len(args.max_header_len);
+    let set = ShardedTensors::open_with(&args.input, &read)?;
+    let mut tensors = Vec::with_capacity(set.len());
+    for shard in set.shards() {
+        tensors.extend(shard.file()?.tensors());
+    }
+    let metadata = set.metadata()?;
+    let opts = DequantizeOptions {
+        mlx,
+        dtype: args.dtype,
+        write: WriteOptions {
+            max_header_len: args.max_header_len,
+            sync: !args.no_sync,
+            ..WriteOptions::default()
+        },
+    };
+    let summary = dequantize_file(&args.output, &tensors, Some(&metadata), &opts)?;
+    let bytes = std::fs::metadata(&args.output)
+        .map_err(|e| tensorfile::Error::io(&args.output, e))?
+        .len();
+    let describe = |s: &Storage| match s {
+        Storage::Int4 { group_size } => format!("int4-g{group_size}-sym"),
+        Storage::Mlx(p) => format!("mlx {p}"),
+        Storage::Plain => "plain".into(),
+    };
+    if args.json {
+        let weights: Vec<_> = summary
+            .dequantized
+            .iter()
+            .map(|(name, storage, dtype)| {
+                json!({"name": name, "from": describe(storage), "dtype": dtype.name()})
+            })
+            .collect();
+        out(json!({
+            "input": args.input,
+            "output": args.output,
+            "dequantized": weights,
+            "tensors": summary.tensors,
+            "bytes": bytes,
+        }));
+    } else {
+        out(format_args!(
+            "{}: {} weights dequantized, {} tensors, {bytes} bytes",
+            args.output.display(),
+            summary.dequantized.len(),
+            summary.tensors
+        ));
+        for (name, storage, dtype) in &summary.dequantized {
+            out(format_args!("  {name}: {} -> {dtype}", describe(storage)));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

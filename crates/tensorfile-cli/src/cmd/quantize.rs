@@ -1,0 +1,102 @@
+//! `tensorfile quantize IN OUT --scheme int4-g32-sym | --scheme mlx-affine
+//! --bits B --group-size G [--include GLOB]... [--exclude GLOB]...`:
+//! quantize the weights of a file.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use serde_json::json;
+use tensorfile::quant::{quantize_file, Glob, QuantizeOptions, Scheme, Selection};
+use tensorfile::{ReadOptions, SafeTensors, WriteOptions};
+
+use super::{out, Failure};
+
+/// Arguments of `quantize`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The file to read.
+    #[arg(value_name = "IN")]
+    input: PathBuf,
+    /// The file to write (replaced atomically; may be IN itself).
+    #[arg(value_name = "OUT")]
+    output: PathBuf,
+    /// `int4-g<group>-sym` (e.g. int4-g32-sym: the format page's int4) or
+    /// `mlx-affine` (MLX's packed format; needs --bits and --group-size).
+    #[arg(long, value_name = "SCHEME")]
+    scheme: String,
+    /// Bits per weight for mlx-affine: 2, 3, 4, 5, 6 or 8.
+    #[arg(long, value_name = "B")]
+    bits: Option<u64>,
+    /// Weights per scale for mlx-affine.
+    #[arg(long, value_name = "G")]
+    group_size: Option<u64>,
+    /// Also quantize tensors whose names match (`*` is any run of
+    /// characters); repeatable. By default the 2-D .weight matrices whose
+    /// input dimension the group divides are taken, not norms or embeddings.
+    #[arg(long, value_name = "GLOB")]
+    include: Vec<String>,
+    /// Never quantize tensors whose names match; repeatable; wins over --include.
+    #[arg(long, value_name = "GLOB")]
+    exclude: Vec<String>,
+    /// Largest header length accepted in IN and written to OUT, in bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = tensorfile::DEFAULT_MAX_HEADER_LEN)]
+    max_header_len: u64,
+    /// Do not sync OUT and its directory to disk.
+    #[arg(long)]
+    no_sync: bool,
+    /// Print the result as one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Quantizes IN into an atomic save of OUT.
+pub fn run(args: Args) -> Result<ExitCode, Failure> {
+    let scheme = Scheme::parse(&args.scheme, args.bits, args.group_size)?;
+    let read = ReadOptions::default().max_header_len(args.max_header_len);
+    let input = SafeTensors::open_with(&args.input, &read)?;
+    let opts = QuantizeOptions {
+        scheme,
+        selection: Selection {
+            include: args.include.iter().map(Glob::new).collect(),
+            exclude: args.exclude.iter().map(Glob::new).collect(),
+        },
+        write: WriteOptions {
+            max_header_len: args.max_header_len,
+            sync: !args.no_sync,
+            ..WriteOptions::default()
+        },
+    };
+    let tensors = input.tensors_by_name();
+    let summary = quantize_file(&args.output, &tensors, input.metadata(), &opts)?;
+    let bytes = std::fs::metadata(&args.output)
+        .map_err(|e| tensorfile::Error::io(&args.output, e))?
+        .len();
+    if args.json {
+        out(json!({
+            "input": args.input,
+            "output": args.output,
+            "scheme": scheme.name(),
+            "group_size": scheme.group_size(),
+            "bits": match scheme { Scheme::Int4Sym { .. } => 4, Scheme::Mlx(p) => p.bits },
+            "quantized": summary.quantized,
+            "tensors": summary.tensors,
+            "metadata": summary.metadata,
+            "bytes": bytes,
+        }));
+    } else {
+        out(format_args!(
+            "{}: {} weights quantized ({}), {} tensors, {bytes} bytes",
+            args.output.display(),
+            summary.quantized.len(),
+            match scheme {
+                Scheme::Int4Sym { .. } => scheme.name(),
+                Scheme::Mlx(p) => format!("mlx-{p}"),
+            },
+            summary.tensors
+        ));
+        for name in &summary.quantized {
+            out(format_args!("  {name}"));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

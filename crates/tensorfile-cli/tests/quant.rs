@@ -1,0 +1,330 @@
+//! `tensorfile quantize`, `dequantize` and `inspect` on quantized files, run
+//! as a user runs them.
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+use tensorfile::{Dtype, Metadata, SafeTensors, TensorRef, WriteOptions};
+
+fn fixture(rel: &str) -> PathBuf {
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures")).join(rel)
+}
+
+fn run(args: &[&OsStr]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tensorfile"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn cmd(sub: &str, input: &Path, output: &Path, extra: &[&str]) -> Output {
+    let mut args: Vec<&OsStr> = vec![
+        sub.as_ref(),
+        input.as_os_str(),
+        output.as_os_str(),
+        "--no-sync".as_ref(),
+    ];
+    args.extend(extra.iter().map(OsStr::new));
+    run(&args)
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn refused(o: &Output, code: i32, needle: &str) {
+    assert_eq!(o.status.code(), Some(code), "{}", stderr(o));
+    let err = stderr(o);
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+    assert!(err.contains(needle), "{needle:?} not in {err}");
+}
+
+fn fixture_json(rel: &str) -> Value {
+    serde_json::from_slice(&std::fs::read(fixture(rel)).unwrap()).unwrap()
+}
+
+/// The int4 fixture's float input, written as a file.
+fn int4_input(path: &Path) {
+    let spec = fixture_json("quant/int4_g32_sym.json");
+    let f = |v: &Value| -> Vec<u8> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|x| (x.as_f64().unwrap() as f32).to_le_bytes())
+            .collect()
+    };
+    let bias = spec["tensors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "layer.bias")
+        .unwrap();
+    let (b, w) = (
+        f(&bias["values"]),
+        f(&spec["quantized_from"]["layer.weight"]["values"]),
+    );
+    let tensors = [
+        TensorRef {
+            name: "layer.bias",
+            dtype: Dtype::F32,
+            shape: &[8],
+            data: &b,
+        },
+        TensorRef {
+            name: "layer.weight",
+            dtype: Dtype::F32,
+            shape: &[8, 64],
+            data: &w,
+        },
+    ];
+    let metadata = Metadata::from([("format".into(), "tinyllm".into())]);
+    tensorfile::save(path, tensors, Some(&metadata), &WriteOptions::default()).unwrap();
+}
+
+#[test]
+fn int4_quantize_reproduces_the_fixture_and_dequantize_its_values() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.safetensors");
+    int4_input(&input);
+    let q = dir.path().join("q.safetensors");
+    let o = cmd(
+        "quantize",
+        &input,
+        &q,
+        &["--scheme", "int4-g32-sym", "--json"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let report: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(report["quantized"], serde_json::json!(["layer.weight"]));
+    assert_eq!(
+        std::fs::read(&q).unwrap(),
+        std::fs::read(fixture("quant/int4_g32_sym.safetensors")).unwrap()
+    );
+
+    let d = dir.path().join("d.safetensors");
+    let o = cmd("dequantize", &q, &d, &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("layer.weight: int4-g32-sym -> F32"));
+    let want: Vec<f32> = fixture_json("quant/int4_g32_sym.json")["dequantized"]["layer.weight"]
+        ["values"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap() as f32)
+        .collect();
+    let back = SafeTensors::open(&d).unwrap();
+    assert_eq!(
+        back.tensor("layer.weight").unwrap().to_f32_vec().unwrap(),
+        want
+    );
+    // --dtype picks the output dtype.
+    let o = cmd("dequantize", &q, &d, &["--dtype", "bf16"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        SafeTensors::open(&d)
+            .unwrap()
+            .tensor("layer.weight")
+            .unwrap()
+            .dtype(),
+        Dtype::BF16
+    );
+}
+
+#[test]
+fn mlx_model_directory_and_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = fixture("mlx/mlx_mixed_model");
+    let d = dir.path().join("d.safetensors");
+    let o = cmd("dequantize", &model, &d, &["--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let report: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(report["dequantized"].as_array().unwrap().len(), 4);
+    let first = std::fs::read(&d).unwrap();
+    // The same through --config on the file itself.
+    let config = model.join("config.json");
+    let o = cmd(
+        "dequantize",
+        &model.join("model.safetensors"),
+        &d,
+        &["--config", config.to_str().unwrap()],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(std::fs::read(&d).unwrap(), first);
+    // Without any parameters, the file alone is refused, naming a weight.
+    let d2 = dir.path().join("d2.safetensors");
+    let o = cmd("dequantize", &model.join("model.safetensors"), &d2, &[]);
+    refused(&o, 1, ".weight");
+    assert!(!d2.exists());
+}
+
+#[test]
+fn mlx_parameters_from_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().join("d.safetensors");
+    let o = cmd(
+        "dequantize",
+        &fixture("mlx/affine_b4_g64.safetensors"),
+        &d,
+        &["--bits", "4", "--group-size", "64"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = cmd(
+        "dequantize",
+        &fixture("mlx/nvfp4_g16.safetensors"),
+        &d,
+        &["--mode", "nvfp4", "--dtype", "f32"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    // Parameters the shapes refute.
+    let d2 = dir.path().join("d2.safetensors");
+    let o = cmd(
+        "dequantize",
+        &fixture("mlx/affine_b4_g64.safetensors"),
+        &d2,
+        &["--bits", "2", "--group-size", "64"],
+    );
+    refused(&o, 1, "w.scales");
+    let o = cmd(
+        "dequantize",
+        &fixture("mlx/affine_b4_g64.safetensors"),
+        &d2,
+        &["--bits", "4"],
+    );
+    assert_eq!(o.status.code(), Some(2), "usage: {}", stderr(&o));
+    let o = cmd(
+        "dequantize",
+        &fixture("mlx/affine_b4_g64.safetensors"),
+        &d2,
+        &["--mode", "affine"],
+    );
+    refused(&o, 1, "--bits");
+    assert!(!d2.exists());
+}
+
+#[test]
+fn mlx_quantize_then_dequantize_without_parameters() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.safetensors");
+    int4_input(&input);
+    let q = dir.path().join("q.safetensors");
+    let o = cmd(
+        "quantize",
+        &input,
+        &q,
+        &[
+            "--scheme",
+            "mlx-affine",
+            "--bits",
+            "3",
+            "--group-size",
+            "32",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let qf = SafeTensors::open(&q).unwrap();
+    assert_eq!(qf.tensor("layer.weight").unwrap().dtype(), Dtype::U32);
+    assert_eq!(
+        qf.metadata().unwrap()["quantization"],
+        r#"{"bits":3,"group_size":32,"mode":"affine"}"#
+    );
+    // inspect reads the file's own parameters.
+    let o = run(&["inspect".as_ref(), "--json".as_ref(), q.as_os_str()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let info: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        info["quantized"][0]["logical_shape"],
+        serde_json::json!([8, 64])
+    );
+    assert_eq!(info["quantized"][0]["bits"], 3);
+    assert_eq!(info["quantized"][0]["bits_per_weight"], 5.0);
+    let d = dir.path().join("d.safetensors");
+    let o = cmd("dequantize", &q, &d, &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        SafeTensors::open(&d)
+            .unwrap()
+            .tensor("layer.weight")
+            .unwrap()
+            .shape(),
+        [8, 64]
+    );
+}
+
+#[test]
+fn quantize_refusals_leave_no_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.safetensors");
+    int4_input(&input);
+    let q = dir.path().join("q.safetensors");
+    refused(
+        &cmd(
+            "quantize",
+            &input,
+            &q,
+            &["--scheme", "mlx-affine", "--bits", "4"],
+        ),
+        1,
+        "--group-size",
+    );
+    refused(
+        &cmd("quantize", &input, &q, &["--scheme", "int4-g48-sym"]),
+        1,
+        "*",
+    );
+    refused(
+        &cmd(
+            "quantize",
+            &input,
+            &q,
+            &["--scheme", "int4-g32-sym", "--include", "layer.bias"],
+        ),
+        1,
+        "layer.bias",
+    );
+    refused(
+        &cmd("quantize", &input, &q, &["--scheme", "gptq"]),
+        1,
+        "unknown scheme",
+    );
+    // A NaN weight names the tensor.
+    let mut w = vec![0u8; 8 * 64 * 4];
+    w[4..8].copy_from_slice(&f32::NAN.to_le_bytes());
+    let t = TensorRef {
+        name: "x.weight",
+        dtype: Dtype::F32,
+        shape: &[8, 64],
+        data: &w,
+    };
+    tensorfile::save(&input, [t], None, &WriteOptions::default()).unwrap();
+    refused(
+        &cmd("quantize", &input, &q, &["--scheme", "int4-g32-sym"]),
+        1,
+        "\"x.weight\"",
+    );
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        1,
+        "only the input"
+    );
+}
+
+#[test]
+fn inspect_text_shows_logical_shapes() {
+    let o = run(&[
+        "inspect".as_ref(),
+        fixture("mlx/mlx_mixed_model/model.safetensors").as_os_str(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("quantized weights: 4"), "{text}");
+    assert!(text.contains("model.layers.0.mlp.up_proj.weight  mlx affine 3-bit, groups of 64  logical shape [32,192]"), "{text}");
+    // Unknown parameters are said, not guessed; the rest of inspect works.
+    let o = run(&[
+        "inspect".as_ref(),
+        fixture("mlx/affine_b4_g64.safetensors").as_os_str(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("quantized weights: cannot be read"));
+}

@@ -1,0 +1,696 @@
+//! Whole files: quantize or dequantize a set of tensors and save the result
+//! atomically, one tensor at a time and a block of rows at a time, so
+//! memory stays bounded by a row buffer whatever the tensor sizes.
+//!
+//! A quantized weight's parts land at different places of the canonical
+//! file order (F16 scales before U8 codes), so each part is computed from
+//! the source rows when the writer reaches it: reading a weight two or
+//! three times costs less than holding its codes.
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+
+use half::f16;
+
+use super::config::{int4_group, QuantConfig, QUANTIZATION_KEY, QUANT_KEY};
+use super::int4::{self, RowFault};
+use super::layout::{quantized_weights, LogicalWeight, Storage};
+use super::mlx::{self, Arith};
+use super::select::{default_name, quantizable, Selection, Verdict};
+use super::{Mode, QuantError, Scheme};
+use crate::cast::{decode_f32, encode_f32, CastOptions};
+use crate::header::TensorInfo;
+use crate::writer::{StreamWriter, TensorData, TensorSpec, WriteOptions};
+use crate::{save_streaming, Dtype, Error, Metadata, Result};
+
+/// Output bytes gathered before each write.
+const BATCH: usize = 1 << 20;
+
+fn quant_error(tensor: &str, problem: QuantError) -> Error {
+    Error::Quant {
+        tensor: tensor.to_string(),
+        problem,
+    }
+}
+
+/// How to quantize a file.
+#[derive(Debug, Clone)]
+pub struct QuantizeOptions {
+    /// The scheme.
+    pub scheme: Scheme,
+    /// Overrides of the default choice of tensors.
+    pub selection: Selection,
+    /// How to write the output.
+    pub write: WriteOptions,
+}
+
+/// What [`quantize_file`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuantizeSummary {
+    /// Tensors written.
+    pub tensors: usize,
+    /// The weights quantized, by their input names.
+    pub quantized: Vec<String>,
+    /// The metadata written.
+    pub metadata: Metadata,
+}
+
+/// How to dequantize a file.
+#[derive(Debug, Clone, Default)]
+pub struct DequantizeOptions {
+    /// MLX parameters from outside the file (config.json's `quantization`,
+    /// or uniform ones from the command line). Without them, the file's own
+    /// [`QUANTIZATION_KEY`] metadata is used; with both, they must agree.
+    pub mlx: Option<QuantConfig>,
+    /// The dtype of the dequantized weights (a float of whole bytes).
+    /// Default: F32 for int4; the scales' dtype for MLX affine; BF16 for
+    /// the MLX floating-point modes (MLX's own defaults).
+    pub dtype: Option<Dtype>,
+    /// How to write the output.
+    pub write: WriteOptions,
+}
+
+/// What [`dequantize_file`] did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DequantizeSummary {
+    /// Tensors written.
+    pub tensors: usize,
+    /// The weights dequantized: name, storage, and the dtype written.
+    pub dequantized: Vec<(String, Storage, Dtype)>,
+}
+
+/// Which part of a quantized weight a tensor of the output is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Part {
+    Int4Codes,
+    Int4Scales,
+    MlxCodes,
+    MlxScales,
+    MlxBiases,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum QJob {
+    Copy(usize),
+    Quant { src: usize, part: Part },
+}
+
+/// Checks a tensor's bytes against its shape and dtype (a [`TensorData`]
+/// from outside may disagree).
+fn check_len<T: TensorData>(t: &T) -> Result<()> {
+    let spec = TensorSpec::new(t.name(), t.dtype(), t.shape());
+    let expected = spec.byte_len()?;
+    if t.data().len() as u64 != expected {
+        return Err(quant_error(
+            t.name(),
+            QuantError::Shape(format!(
+                "holds {} bytes, but shape {:?} of {} needs {expected}",
+                t.data().len(),
+                t.shape(),
+                t.dtype()
+            )),
+        ));
+    }
+    Ok(())
+}
+
+/// The metadata of a quantized file: the input's, with the scheme's key.
+fn quantized_metadata(metadata: Option<&Metadata>, scheme: &Scheme) -> Result<Metadata> {
+    let mut out = metadata.cloned().unwrap_or_default();
+    let (key, value) = match scheme {
+        Scheme::Int4Sym { group } => {
+            // The format page's int4 file is a course file.
+            out.entry("format".into())
+                .or_insert_with(|| "tinyllm".into());
+            (QUANT_KEY, format!("int4-g{group}-sym"))
+        }
+        Scheme::Mlx(p) => (QUANTIZATION_KEY, p.to_json().to_string()),
+    };
+    if let Some(old) = out.get(key).filter(|old| **old != value) {
+        return Err(quant_error(
+            "__metadata__",
+            QuantError::Params(format!(
+                "the input already says {key:?}: {old:?}; quantizing with {value:?} would mix two schemes in one file"
+            )),
+        ));
+    }
+    out.insert(key.into(), value);
+    Ok(out)
+}
+
+/// A planned quantization: the output's declarations and where each
+/// tensor comes from.
+struct QuantPlan {
+    specs: Vec<TensorSpec>,
+    jobs: HashMap<String, QJob>,
+    quantized: Vec<String>,
+    metadata: Metadata,
+}
+
+/// Plans a quantization; every choice and shape is checked here, before a
+/// byte is written.
+fn plan_quantize<T: TensorData>(
+    tensors: &[T],
+    metadata: Option<&Metadata>,
+    opts: &QuantizeOptions,
+) -> Result<QuantPlan> {
+    let (group, bits) = match opts.scheme {
+        Scheme::Int4Sym { group } => (group, 0),
+        Scheme::Mlx(p) => {
+            p.validate()
+                .map_err(|e| quant_error("__metadata__", QuantError::Params(e)))?;
+            (p.group_size, p.bits)
+        }
+    };
+    let mut specs = Vec::with_capacity(tensors.len() + tensors.len() / 2);
+    let mut jobs = HashMap::with_capacity(specs.capacity());
+    let mut quantized = Vec::new();
+    for (i, t) in tensors.iter().enumerate() {
+        let name = t.name();
+        check_len(t)?;
+        let verdict = quantizable(t.dtype(), t.shape(), group, bits);
+        let included = opts.selection.included(name);
+        let take = !opts.selection.excluded(name)
+            && (included || (default_name(name) && verdict == Verdict::Take));
+        if !take {
+            specs.push(TensorSpec::new(name, t.dtype(), t.shape()));
+            jobs.insert(name.to_string(), QJob::Copy(i));
+            continue;
+        }
+        if let Verdict::Leave(why) = verdict {
+            return Err(quant_error(
+                name,
+                QuantError::Shape(format!("is included but cannot be quantized: it {why}")),
+            ));
+        }
+        let (out, input) = match *t.shape() {
+            [out, input] => (out, input),
+            _ => unreachable_shape(name)?,
+        };
+        let parts: Vec<(String, Dtype, Vec<u64>, Part)> = match opts.scheme {
+            Scheme::Int4Sym { group } => vec![
+                (
+                    format!("{name}.qweight"),
+                    Dtype::U8,
+                    vec![out, input / 2],
+                    Part::Int4Codes,
+                ),
+                (
+                    format!("{name}.scales"),
+                    Dtype::F16,
+                    vec![out, input / group],
+                    Part::Int4Scales,
+                ),
+            ],
+            Scheme::Mlx(p) => {
+                let Some(module) = name.strip_suffix(".weight") else {
+                    return Err(quant_error(
+                        name,
+                        QuantError::Shape(
+                            "is included, but MLX stores a quantized weight as <module>.weight: the name must end in .weight".into(),
+                        ),
+                    ));
+                };
+                let groups = vec![out, input / p.group_size];
+                vec![
+                    (
+                        name.to_string(),
+                        Dtype::U32,
+                        vec![out, input * p.bits / 32],
+                        Part::MlxCodes,
+                    ),
+                    (
+                        format!("{module}.scales"),
+                        t.dtype(),
+                        groups.clone(),
+                        Part::MlxScales,
+                    ),
+                    (
+                        format!("{module}.biases"),
+                        t.dtype(),
+                        groups,
+                        Part::MlxBiases,
+                    ),
+                ]
+            }
+        };
+        for (part_name, dtype, shape, part) in parts {
+            specs.push(TensorSpec::new(part_name.clone(), dtype, shape));
+            jobs.insert(part_name, QJob::Quant { src: i, part });
+        }
+        quantized.push(name.to_string());
+    }
+    if quantized.is_empty() {
+        return Err(quant_error(
+            "*",
+            QuantError::Shape(format!(
+                "no tensor is a 2-D F32/F16/BF16 .weight (not a norm or embedding) whose inputs groups of {group} divide; use --include to name tensors"
+            )),
+        ));
+    }
+    let metadata = quantized_metadata(metadata, &opts.scheme)?;
+    Ok(QuantPlan {
+        specs,
+        jobs,
+        quantized,
+        metadata,
+    })
+}
+
+/// A quantizable tensor is 2-D; this keeps the match total without a panic.
+fn unreachable_shape<V>(name: &str) -> Result<V> {
+    Err(quant_error(name, QuantError::Shape("is not 2-D".into())))
+}
+
+/// Writes `rows` rows of `row_bytes` each, produced by `fill`, in batches.
+fn stream_rows<W: std::io::Write>(
+    w: &mut StreamWriter<W>,
+    name: &str,
+    rows: usize,
+    row_bytes: usize,
+    mut fill: impl FnMut(usize, &mut [u8]) -> Result<()>,
+) -> Result<()> {
+    if rows == 0 || row_bytes == 0 {
+        return w.write_tensor(name, &[]);
+    }
+    let per_batch = (BATCH / row_bytes).max(1);
+    let mut buf = vec![0u8; per_batch.min(rows) * row_bytes];
+    let mut r = 0;
+    while r < rows {
+        let n = per_batch.min(rows - r);
+        for (k, out) in buf[..n * row_bytes].chunks_exact_mut(row_bytes).enumerate() {
+            fill(r + k, out)?;
+        }
+        w.write(&buf[..n * row_bytes])?;
+        r += n;
+    }
+    Ok(())
+}
+
+/// Streams one part of a quantized weight.
+fn write_part<W: std::io::Write, T: TensorData>(
+    w: &mut StreamWriter<W>,
+    out_name: &str,
+    t: &T,
+    scheme: &Scheme,
+    part: Part,
+) -> Result<()> {
+    let name = t.name();
+    let (rows, cols) = match scheme {
+        Scheme::Int4Sym { group } => int4::check_shape(t.shape(), *group),
+        Scheme::Mlx(p) => mlx::check_shape(t.shape(), p),
+    }
+    .map_err(|e| quant_error(name, e))?;
+    let dtype = t.dtype();
+    let elem = dtype.bits() as usize / 8;
+    let data = t.data();
+    let group = scheme.group_size() as usize;
+    let groups = cols / group;
+    let mut buf = vec![0f32; cols];
+    let fault = |r: usize| move |f: RowFault| quant_error(name, f.at_row(r as u64));
+    // The source row as f32: borrowed from the input when it is aligned
+    // F32, else decoded into `buf`.
+    let source = move |r: usize, buf: &mut Vec<f32>| -> Result<Option<&[f32]>> {
+        let src = data
+            .get(r * cols * elem..(r + 1) * cols * elem)
+            .ok_or_else(|| {
+                quant_error(name, QuantError::Shape("is shorter than its shape".into()))
+            })?;
+        if dtype == Dtype::F32 {
+            if let Ok(row) = bytemuck::try_cast_slice::<u8, f32>(src) {
+                return Ok(Some(row));
+            }
+        }
+        decode_f32(dtype, src, buf)
+            .map_err(|e| quant_error(name, QuantError::Shape(e.to_string())))?;
+        Ok(None)
+    };
+    match *scheme {
+        Scheme::Int4Sym { .. } => {
+            let mut scales = vec![f16::ZERO; groups];
+            let row_bytes = match part {
+                Part::Int4Codes => cols / 2,
+                _ => groups * 2,
+            };
+            let mut codes = vec![0u8; cols];
+            stream_rows(w, out_name, rows, row_bytes, |r, out| {
+                let row = match source(r, &mut buf)? {
+                    Some(row) => row,
+                    None => &buf,
+                };
+                if part == Part::Int4Codes {
+                    int4::quantize_row(row, group, &mut scales, &mut codes, out).map_err(fault(r))
+                } else {
+                    int4::scales_row(row, group, &mut scales).map_err(fault(r))?;
+                    for (o, s) in out.chunks_exact_mut(2).zip(&scales) {
+                        o.copy_from_slice(&s.to_le_bytes());
+                    }
+                    Ok(())
+                }
+            })
+        }
+        Scheme::Mlx(p) => {
+            let bits = p.bits as u32;
+            let (mut s, mut b) = (vec![0f32; groups], vec![0f32; groups]);
+            let mut codes = vec![0u8; cols];
+            let row_bytes = match part {
+                Part::MlxCodes => cols * bits as usize / 8,
+                _ => groups * elem,
+            };
+            stream_rows(w, out_name, rows, row_bytes, |r, out| {
+                let row = match source(r, &mut buf)? {
+                    Some(row) => row,
+                    None => &buf,
+                };
+                mlx::affine_quantize_row(row, bits, group, &mut s, &mut b, &mut codes)
+                    .map_err(fault(r))?;
+                let floats = match part {
+                    Part::MlxCodes => {
+                        mlx::pack(bits, &codes, out);
+                        return Ok(());
+                    }
+                    Part::MlxScales => &s,
+                    _ => &b,
+                };
+                encode_f32(floats, dtype, out, CastOptions::default())
+                    .map_err(|e| quant_error(name, QuantError::Shape(e.to_string())))
+            })
+        }
+    }
+}
+
+/// Quantizes the chosen weights of `tensors` (see [`Selection`]) and saves
+/// the file at `path` atomically; other tensors are copied unchanged. The
+/// metadata is the input's plus the scheme's key (see the module docs of
+/// [`crate::quant`]); int4 also sets `"format": "tinyllm"` when the input
+/// has no `format`. A value that cannot be quantized (NaN, infinity, an
+/// F16 scale overflow) aborts the save and leaves `path` as it was.
+pub fn quantize_file<T: TensorData>(
+    path: impl AsRef<Path>,
+    tensors: &[T],
+    metadata: Option<&Metadata>,
+    opts: &QuantizeOptions,
+) -> Result<QuantizeSummary> {
+    let QuantPlan {
+        specs,
+        jobs,
+        quantized,
+        metadata,
+    } = plan_quantize(tensors, metadata, opts)?;
+    save_streaming(path, &specs, Some(&metadata), &opts.write, |w| {
+        while let Some(slot) = w.expected() {
+            let name = slot.name().to_string();
+            match jobs.get(name.as_str()) {
+                Some(&QJob::Copy(i)) => {
+                    let t = tensors
+                        .get(i)
+                        .ok_or_else(|| Error::NotFound(name.clone()))?;
+                    w.write_tensor(&name, t.data())?;
+                }
+                Some(&QJob::Quant { src, part }) => {
+                    let t = tensors
+                        .get(src)
+                        .ok_or_else(|| Error::NotFound(name.clone()))?;
+                    write_part(w, &name, t, &opts.scheme, part)?;
+                }
+                None => return Err(Error::NotFound(name)),
+            }
+        }
+        Ok(())
+    })?;
+    Ok(QuantizeSummary {
+        tensors: specs.len(),
+        quantized,
+        metadata,
+    })
+}
+
+/// The dtype a dequantized weight is written in.
+fn output_dtype(w: &LogicalWeight<'_>, requested: Option<Dtype>) -> Result<Dtype> {
+    let dtype = requested.unwrap_or(match w.storage {
+        Storage::Int4 { .. } => Dtype::F32,
+        Storage::Mlx(p) if p.mode != Mode::Affine => Dtype::BF16,
+        _ => w.dtype,
+    });
+    if !dtype.is_float() || dtype == Dtype::C64 || dtype.bits() % 8 != 0 {
+        return Err(quant_error(
+            &w.name,
+            QuantError::Dtype {
+                dtype,
+                wanted: "dequantized weights are written as a float dtype of whole bytes".into(),
+            },
+        ));
+    }
+    Ok(dtype)
+}
+
+/// Finds every quantized weight of `tensors` with its parameters, checking
+/// explicit MLX parameters against the file's own.
+fn find_weights<'a, T: TensorData>(
+    tensors: &'a [T],
+    by_name: &HashMap<&'a str, usize>,
+    metadata: Option<&Metadata>,
+    explicit: Option<&QuantConfig>,
+) -> Result<Vec<LogicalWeight<'a>>> {
+    let lookup = |n: &str| -> Option<TensorInfo<'a>> {
+        let t = tensors.get(*by_name.get(n)?)?;
+        Some(TensorInfo {
+            name: t.name(),
+            dtype: t.dtype(),
+            shape: t.shape(),
+            // Only names, dtypes and shapes are looked at.
+            data_offsets: (0, t.data().len() as u64),
+        })
+    };
+    let own = QuantConfig::from_metadata(metadata)
+        .map_err(|e| quant_error("__metadata__", QuantError::Params(e)))?;
+    let config = explicit.or(own.as_ref());
+    let names = tensors.iter().map(|t| t.name());
+    let weights = quantized_weights(names, lookup, int4_group(metadata), config)?;
+    if let (Some(_), Some(own)) = (explicit, own.as_ref()) {
+        for w in &weights {
+            let module = w.name.strip_suffix(".weight").unwrap_or(&w.name);
+            if let Storage::Mlx(given) = w.storage {
+                if own.for_module(module) != Some(given) {
+                    return Err(quant_error(
+                        &w.name,
+                        QuantError::Params(format!(
+                            "the parameters given ({given}) contradict the file's own {QUANTIZATION_KEY:?} metadata"
+                        )),
+                    ));
+                }
+            }
+        }
+    }
+    for w in &weights {
+        if let Storage::Mlx(p) = w.storage {
+            if p.mode == Mode::Affine && Arith::of(w.dtype).is_none() {
+                return Err(quant_error(
+                    w.parts.get(1).copied().unwrap_or(&w.name),
+                    QuantError::Dtype {
+                        dtype: w.dtype,
+                        wanted: "MLX affine scales are F32, F16 or BF16".into(),
+                    },
+                ));
+            }
+        }
+    }
+    Ok(weights)
+}
+
+/// Dequantizes one row of a weight into f32.
+struct RowSource<'a> {
+    storage: Storage,
+    cols: usize,
+    codes: &'a [u8],
+    scales: &'a [u8],
+    scale_dtype: Dtype,
+    biases: &'a [u8],
+    code_buf: Vec<u8>,
+    scale_buf: Vec<f32>,
+    bias_buf: Vec<f32>,
+    half_buf: Vec<f16>,
+}
+
+impl<'a> RowSource<'a> {
+    fn new<T: TensorData + 'a>(
+        w: &LogicalWeight<'a>,
+        part: impl Fn(usize) -> Option<&'a T>,
+    ) -> Result<RowSource<'a>> {
+        let missing = || quant_error(&w.name, QuantError::Layout("a part went missing".into()));
+        let codes = part(0).ok_or_else(missing)?;
+        let scales = part(1).ok_or_else(missing)?;
+        let biases = part(2).map(|b| b.data()).unwrap_or(&[]);
+        for t in [Some(codes), Some(scales), part(2)].into_iter().flatten() {
+            check_len(t)?;
+        }
+        let (rows, cols) = match *w.shape {
+            [r, c] => (r, c),
+            _ => return Err(missing()),
+        };
+        let cols = usize::try_from(cols).map_err(|_| missing())?;
+        usize::try_from(rows).map_err(|_| missing())?;
+        let groups = scales.shape().get(1).copied().unwrap_or(0) as usize;
+        Ok(RowSource {
+            storage: w.storage,
+            cols,
+            codes: codes.data(),
+            scales: scales.data(),
+            scale_dtype: scales.dtype(),
+            biases,
+            code_buf: vec![0; cols],
+            scale_buf: vec![0.0; groups],
+            bias_buf: vec![0.0; groups],
+            half_buf: vec![f16::ZERO; groups],
+        })
+    }
+
+    fn row(&mut self, r: usize, out: &mut [f32], name: &str) -> Result<()> {
+        let bad = |e: crate::cast::CastError| quant_error(name, QuantError::Layout(e.to_string()));
+        let short = || {
+            quant_error(
+                name,
+                QuantError::Layout("a part is shorter than its shape".into()),
+            )
+        };
+        let groups = self.scale_buf.len();
+        let cols = self.cols;
+        match self.storage {
+            Storage::Plain => Ok(()),
+            Storage::Int4 { group_size } => {
+                let q = self
+                    .codes
+                    .get(r * cols / 2..(r + 1) * cols / 2)
+                    .ok_or_else(short)?;
+                let s = self
+                    .scales
+                    .get(r * groups * 2..(r + 1) * groups * 2)
+                    .ok_or_else(short)?;
+                for (d, b) in self.half_buf.iter_mut().zip(s.chunks_exact(2)) {
+                    *d = f16::from_le_bytes([b[0], b[1]]);
+                }
+                int4::dequantize_row(q, &self.half_buf, group_size as usize, out);
+                Ok(())
+            }
+            Storage::Mlx(p) => {
+                let row_bytes = cols * p.bits as usize / 8;
+                let codes = self
+                    .codes
+                    .get(r * row_bytes..(r + 1) * row_bytes)
+                    .ok_or_else(short)?;
+                let elem = self.scale_dtype.bits() as usize / 8;
+                let span = r * groups * elem..(r + 1) * groups * elem;
+                let s = self.scales.get(span.clone()).ok_or_else(short)?;
+                let group = p.group_size as usize;
+                match (p.mode.code_dtype(), p.mode.scale_dtype()) {
+                    (Some(code_dtype), Some(scale_dtype)) => {
+                        decode_f32(code_dtype, codes, out).map_err(bad)?;
+                        decode_f32(scale_dtype, s, &mut self.scale_buf).map_err(bad)?;
+                        mlx::fp_row(group, &self.scale_buf, out);
+                    }
+                    _ => {
+                        let b = self.biases.get(span).ok_or_else(short)?;
+                        decode_f32(self.scale_dtype, s, &mut self.scale_buf).map_err(bad)?;
+                        decode_f32(self.scale_dtype, b, &mut self.bias_buf).map_err(bad)?;
+                        mlx::unpack(p.bits as u32, codes, &mut self.code_buf);
+                        let arith = Arith::of(self.scale_dtype).unwrap_or(Arith::F32);
+                        mlx::affine_row(
+                            arith,
+                            p.bits as u32,
+                            group,
+                            &self.code_buf,
+                            &self.scale_buf,
+                            &self.bias_buf,
+                            out,
+                        );
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Dequantizes every quantized weight of `tensors` (int4 and MLX; see
+/// [`crate::quant`]) and saves the file at `path` atomically. Each weight
+/// comes back under its own name (`<name>` for int4, `<m>.weight` for MLX)
+/// in [`DequantizeOptions::dtype`]; scales and biases are dropped; other
+/// tensors are copied unchanged. The metadata loses its `quant` and
+/// [`QUANTIZATION_KEY`] keys when a weight was dequantized.
+pub fn dequantize_file<T: TensorData>(
+    path: impl AsRef<Path>,
+    tensors: &[T],
+    metadata: Option<&Metadata>,
+    opts: &DequantizeOptions,
+) -> Result<DequantizeSummary> {
+    let by_name: HashMap<&str, usize> = tensors
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.name(), i))
+        .collect();
+    let weights = find_weights(tensors, &by_name, metadata, opts.mlx.as_ref())?;
+    let consumed: HashSet<&str> = weights
+        .iter()
+        .flat_map(|w| w.parts.iter().copied())
+        .collect();
+    let mut specs = Vec::with_capacity(tensors.len());
+    let mut by_output: HashMap<String, Result<usize, usize>> = HashMap::new();
+    let mut summary = DequantizeSummary {
+        tensors: 0,
+        dequantized: Vec::new(),
+    };
+    for (i, t) in tensors.iter().enumerate() {
+        if !consumed.contains(t.name()) {
+            check_len(t)?;
+            specs.push(TensorSpec::new(t.name(), t.dtype(), t.shape()));
+            by_output.insert(t.name().to_string(), Ok(i));
+        }
+    }
+    let mut dtypes = Vec::with_capacity(weights.len());
+    for (k, w) in weights.iter().enumerate() {
+        let dtype = output_dtype(w, opts.dtype)?;
+        dtypes.push(dtype);
+        specs.push(TensorSpec::new(w.name.clone(), dtype, w.shape.clone()));
+        by_output.insert(w.name.clone(), Err(k));
+        summary.dequantized.push((w.name.clone(), w.storage, dtype));
+    }
+    summary.tensors = specs.len();
+    let mut metadata = metadata.cloned().unwrap_or_default();
+    if !weights.is_empty() {
+        metadata.remove(QUANT_KEY);
+        metadata.remove(QUANTIZATION_KEY);
+    }
+    let metadata = (!metadata.is_empty()).then_some(metadata);
+    let part = |n: &str| by_name.get(n).and_then(|&i| tensors.get(i));
+    save_streaming(path, &specs, metadata.as_ref(), &opts.write, |w| {
+        while let Some(slot) = w.expected() {
+            let name = slot.name().to_string();
+            match by_output.get(name.as_str()) {
+                Some(&Ok(i)) => {
+                    let t = tensors
+                        .get(i)
+                        .ok_or_else(|| Error::NotFound(name.clone()))?;
+                    w.write_tensor(&name, t.data())?;
+                }
+                Some(&Err(k)) => {
+                    let (Some(weight), Some(&dtype)) = (weights.get(k), dtypes.get(k)) else {
+                        return Err(Error::NotFound(name));
+                    };
+                    let mut rows =
+                        RowSource::new(weight, |j| weight.parts.get(j).and_then(|n| part(n)))?;
+                    let (out_rows, cols) = (weight.shape[0] as usize, rows.cols);
+                    let mut values = vec![0f32; cols];
+                    let row_bytes = cols * dtype.bits() as usize / 8;
+                    stream_rows(w, &name, out_rows, row_bytes, |r, out| {
+                        rows.row(r, &mut values, &name)?;
+                        encode_f32(&values, dtype, out, CastOptions::default())
+                            .map_err(|e| quant_error(&name, QuantError::Shape(e.to_string())))
+                    })?;
+                }
+                None => return Err(Error::NotFound(name)),
+            }
+        }
+        Ok(())
+    })?;
+    Ok(summary)
+}

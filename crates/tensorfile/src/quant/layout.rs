@@ -1,0 +1,351 @@
+//! The stored layout of quantized weights: which tensors make up a weight,
+//! and its logical shape. Nothing is dequantized here; every file-level
+//! operation and the model-directory check go through these functions.
+
+use super::{Mode, QuantConfig, QuantParams};
+use crate::header::TensorInfo;
+use crate::Dtype;
+
+/// How a weight is stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Storage {
+    /// Unquantized.
+    Plain,
+    /// int4: `<name>.qweight` + `<name>.scales`.
+    Int4 {
+        /// Elements per scale.
+        group_size: u64,
+    },
+    /// MLX packed U32: `<m>.weight` + `<m>.scales` (+ `<m>.biases`).
+    Mlx(QuantParams),
+}
+
+impl Storage {
+    /// Bits per weight, scales and biases included (the plain dtype's bits
+    /// for a plain weight, given its dtype).
+    pub fn bits_per_weight(&self, dtype: Dtype) -> f64 {
+        let scale_bits = f64::from(dtype.bits());
+        match *self {
+            Storage::Plain => scale_bits,
+            Storage::Int4 { group_size } => 4.0 + 16.0 / group_size as f64,
+            Storage::Mlx(p) => {
+                let per_group = if p.mode == Mode::Affine {
+                    2.0 * scale_bits
+                } else {
+                    8.0
+                };
+                p.bits as f64 + per_group / p.group_size as f64
+            }
+        }
+    }
+}
+
+/// A weight as the model sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogicalWeight<'a> {
+    /// The weight's own name: `<name>` for int4's `<name>.qweight`,
+    /// `<m>.weight` for MLX and plain weights.
+    pub name: String,
+    /// How it is stored.
+    pub storage: Storage,
+    /// The dtype of its values: the tensor's own when plain, the scales'
+    /// when quantized.
+    pub dtype: Dtype,
+    /// The logical shape: `[out, in]` for a quantized weight.
+    pub shape: Vec<u64>,
+    /// The stored tensors making it up: the codes first, then the scales,
+    /// then (MLX affine) the biases.
+    pub parts: Vec<&'a str>,
+}
+
+/// A stored layout that cannot be a quantized weight; says which tensor and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LayoutError {
+    /// The tensor at fault.
+    pub tensor: String,
+    /// Whether the fault is its dtype (else its shape, presence or parameters).
+    pub dtype: bool,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl std::fmt::Display for LayoutError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "tensor {:?}: {}", self.tensor, self.message)
+    }
+}
+
+impl std::error::Error for LayoutError {}
+
+impl From<LayoutError> for crate::Error {
+    fn from(e: LayoutError) -> crate::Error {
+        crate::Error::Quant {
+            tensor: e.tensor,
+            problem: super::QuantError::Layout(e.message),
+        }
+    }
+}
+
+fn shape_error(tensor: &str, message: String) -> LayoutError {
+    LayoutError {
+        tensor: tensor.to_string(),
+        dtype: false,
+        message,
+    }
+}
+
+fn dtype_error(t: &TensorInfo<'_>, wanted: &str) -> LayoutError {
+    LayoutError {
+        tensor: t.name.to_string(),
+        dtype: true,
+        message: format!(
+            "is {}, but a quantized weight's part must be {wanted}",
+            t.dtype
+        ),
+    }
+}
+
+/// `[rows, cols]` of a 2-D tensor.
+fn matrix(t: &TensorInfo<'_>) -> Result<(u64, u64), LayoutError> {
+    match *t.shape {
+        [rows, cols] => Ok((rows, cols)),
+        _ => Err(shape_error(
+            t.name,
+            format!(
+                "has shape {:?}, but a quantized weight's part is 2-D",
+                t.shape
+            ),
+        )),
+    }
+}
+
+/// Checks that scales (or biases) are `[out, in / group]`.
+fn check_groups(t: &TensorInfo<'_>, out: u64, input: u64, group: u64) -> Result<(), LayoutError> {
+    let (rows, cols) = matrix(t)?;
+    if group == 0 || input % group != 0 {
+        return Err(shape_error(
+            t.name,
+            format!("belongs to a weight of {input} inputs, which groups of {group} do not divide"),
+        ));
+    }
+    if rows != out || cols != input / group {
+        return Err(shape_error(
+            t.name,
+            format!(
+                "has shape {:?}, but {input} inputs in groups of {group} need [{out}, {}]",
+                t.shape,
+                input / group
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The int4 weight `name`, stored as `<name>.qweight` + `<name>.scales`;
+/// `Ok(None)` when there is no `<name>.qweight`.
+///
+/// `group` is the group size from the file's metadata, if known; otherwise
+/// the scales' shape gives it (the qweight fixes the input width, so this
+/// is exact, not a guess).
+pub fn int4_weight<'a>(
+    name: &str,
+    lookup: &impl Fn(&str) -> Option<TensorInfo<'a>>,
+    group: Option<u64>,
+) -> Result<Option<LogicalWeight<'a>>, LayoutError> {
+    let Some(q) = lookup(&format!("{name}.qweight")) else {
+        return Ok(None);
+    };
+    if lookup(name).is_some() {
+        return Err(shape_error(
+            name,
+            format!("is stored both plain and as {}", q.name),
+        ));
+    }
+    if q.dtype != Dtype::U8 {
+        return Err(dtype_error(&q, "U8"));
+    }
+    let (out, half) = matrix(&q)?;
+    let scales_name = format!("{name}.scales");
+    let Some(s) = lookup(&scales_name) else {
+        return Err(shape_error(
+            &scales_name,
+            format!("is missing beside {}", q.name),
+        ));
+    };
+    if s.dtype != Dtype::F16 {
+        return Err(dtype_error(&s, "F16"));
+    }
+    let input = half
+        .checked_mul(2)
+        .ok_or_else(|| shape_error(q.name, "is too wide".into()))?;
+    let (_, groups) = matrix(&s)?;
+    let group_size = match group {
+        Some(g) => g,
+        None if groups > 0 && input % groups == 0 => input / groups,
+        None => {
+            return Err(shape_error(
+                s.name,
+                format!("has {groups} groups, which do not divide {input} inputs"),
+            ))
+        }
+    };
+    check_groups(&s, out, input, group_size)?;
+    Ok(Some(LogicalWeight {
+        name: name.to_string(),
+        storage: Storage::Int4 { group_size },
+        dtype: s.dtype,
+        shape: vec![out, input],
+        parts: vec![q.name, s.name],
+    }))
+}
+
+/// The MLX weight of `module` (`<module>.weight` U32 with `<module>.scales`);
+/// `Ok(None)` when it is not stored that way. `params` are the module's
+/// parameters (`None`: unknown, which is an error for a packed weight).
+pub fn mlx_weight<'a>(
+    module: &str,
+    lookup: &impl Fn(&str) -> Option<TensorInfo<'a>>,
+    params: Option<QuantParams>,
+) -> Result<Option<LogicalWeight<'a>>, LayoutError> {
+    let (Some(w), Some(s)) = (
+        lookup(&format!("{module}.weight")),
+        lookup(&format!("{module}.scales")),
+    ) else {
+        return Ok(None);
+    };
+    if w.dtype != Dtype::U32 {
+        return Ok(None);
+    }
+    let Some(params) = params else {
+        return Err(shape_error(
+            w.name,
+            format!(
+                "is packed U32 with scales, but no bits and group size are known for {module} \
+                 (give a config.json with quantization, or the bits, group size and mode)"
+            ),
+        ));
+    };
+    params
+        .validate()
+        .map_err(|e| shape_error(w.name, format!("cannot be read as {params}: {e}")))?;
+    let (out, packed) = matrix(&w)?;
+    let bits = packed
+        .checked_mul(32)
+        .ok_or_else(|| shape_error(w.name, "is too wide".into()))?;
+    if bits % params.bits != 0 {
+        return Err(shape_error(
+            w.name,
+            format!(
+                "has {packed} U32 words a row, not a whole number of {}-bit values",
+                params.bits
+            ),
+        ));
+    }
+    let input = bits / params.bits;
+    let biases = lookup(&format!("{module}.biases"));
+    let mut parts = vec![w.name, s.name];
+    match params.mode {
+        Mode::Affine => {
+            if !s.dtype.is_float() || s.dtype == Dtype::C64 {
+                return Err(dtype_error(&s, "a float type in affine mode"));
+            }
+            check_groups(&s, out, input, params.group_size)?;
+            let Some(b) = biases else {
+                return Err(shape_error(
+                    &format!("{module}.biases"),
+                    format!("is missing: affine mode needs biases beside {}", s.name),
+                ));
+            };
+            if b.dtype != s.dtype {
+                return Err(dtype_error(&b, &format!("{} like the scales", s.dtype)));
+            }
+            check_groups(&b, out, input, params.group_size)?;
+            parts.push(b.name);
+        }
+        mode => {
+            if s.dtype != Dtype::U8 {
+                return Err(dtype_error(&s, &format!("U8 in {mode} mode")));
+            }
+            check_groups(&s, out, input, params.group_size)?;
+            if let Some(b) = biases {
+                return Err(shape_error(
+                    b.name,
+                    format!("is present, but {mode} mode has no biases"),
+                ));
+            }
+        }
+    }
+    Ok(Some(LogicalWeight {
+        name: w.name.to_string(),
+        storage: Storage::Mlx(params),
+        dtype: s.dtype,
+        shape: vec![out, input],
+        parts,
+    }))
+}
+
+/// The logical weight of `module` (`<module>.weight`, stored plain, as int4
+/// `<module>.weight.qweight`, or MLX packed), found through `lookup`;
+/// `Ok(None)` when no form of it is stored.
+///
+/// `int4_group` is the group size from the int4 file's metadata, if known;
+/// `mlx` is config.json's `quantization`, if any.
+pub fn logical_weight<'a>(
+    module: &str,
+    lookup: impl Fn(&str) -> Option<TensorInfo<'a>>,
+    int4_group: Option<u64>,
+    mlx: Option<&QuantConfig>,
+) -> Result<Option<LogicalWeight<'a>>, LayoutError> {
+    let weight_name = format!("{module}.weight");
+    if let Some(w) = int4_weight(&weight_name, &lookup, int4_group)? {
+        return Ok(Some(w));
+    }
+    if let Some(w) = mlx_weight(module, &lookup, mlx.and_then(|m| m.for_module(module)))? {
+        return Ok(Some(w));
+    }
+    Ok(lookup(&weight_name).map(|w| LogicalWeight {
+        name: w.name.to_string(),
+        storage: Storage::Plain,
+        dtype: w.dtype,
+        shape: w.shape.to_vec(),
+        parts: vec![w.name],
+    }))
+}
+
+/// Every quantized weight among `names` (looked up through `lookup`), in
+/// the order of `names`: int4 weights (`<name>.qweight`) and MLX weights
+/// (`<m>.weight` U32 beside `<m>.scales`). A `.scales` that belongs to no
+/// weight, or a `.qweight` without its scales, is an error naming it.
+pub fn quantized_weights<'a, 'n>(
+    names: impl IntoIterator<Item = &'n str>,
+    lookup: impl Fn(&str) -> Option<TensorInfo<'a>>,
+    int4_group: Option<u64>,
+    mlx: Option<&QuantConfig>,
+) -> Result<Vec<LogicalWeight<'a>>, LayoutError> {
+    let mut found = Vec::new();
+    for name in names {
+        if let Some(base) = name.strip_suffix(".qweight") {
+            if let Some(w) = int4_weight(base, &lookup, int4_group)? {
+                found.push(w);
+            }
+        } else if let Some(base) = name.strip_suffix(".scales") {
+            if lookup(&format!("{base}.qweight")).is_some() {
+                continue; // int4: found through its qweight
+            }
+            if let Some(w) = mlx_weight(base, &lookup, mlx.and_then(|m| m.for_module(base)))? {
+                found.push(w);
+                continue;
+            }
+            let plain = lookup(&format!("{base}.weight")).is_some_and(|w| w.dtype != Dtype::U32);
+            if !plain {
+                return Err(shape_error(
+                    name,
+                    format!(
+                        "belongs to no quantized weight: there is neither {base}.qweight nor a packed U32 {base}.weight"
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(found)
+}
