@@ -251,7 +251,9 @@ pub(crate) fn write_tensors<W: std::io::Write, T: TensorData>(
     let order: Vec<usize> = writer.layout().slots().map(|s| s.declared()).collect();
     for index in order {
         if let Some(t) = tensors.get(index) {
-            writer.write_tensor(t.name(), t.data())?;
+            // The layout was planned from these tensors, lengths checked, and
+            // this is its order: no need for `write_tensor`'s name check.
+            writer.write(t.data())?;
         }
     }
     Ok(())
@@ -276,10 +278,7 @@ pub fn serialize_with<T: TensorData>(
 ) -> Result<Vec<u8>> {
     let tensors: Vec<T> = tensors.into_iter().collect();
     let layout = plan_tensors(&tensors, metadata, options)?;
-    let capacity = usize::try_from(layout.file_len()).map_err(|_| WriteError::DataTooLarge {
-        tensor: String::new(),
-    })?;
-    let mut writer = StreamWriter::new(Vec::with_capacity(capacity), layout)?;
+    let mut writer = StreamWriter::in_memory(layout)?;
     write_tensors(&mut writer, &tensors)?;
     writer.finish()
 }

@@ -48,6 +48,28 @@ pub struct StreamWriter<W: Write> {
     buf: Vec<u8>,
 }
 
+impl StreamWriter<Vec<u8>> {
+    /// A writer into memory whose output buffer is the layout's own header
+    /// buffer, grown once to the file's size: the header is neither copied
+    /// nor held twice (for many small tensors that is most of the memory).
+    pub(crate) fn in_memory(mut layout: Layout) -> Result<StreamWriter<Vec<u8>>> {
+        let mut out = layout.take_header();
+        let too_large = || WriteError::DataTooLarge {
+            tensor: String::new(),
+        };
+        let data_len = usize::try_from(layout.data_len()).map_err(|_| too_large())?;
+        out.try_reserve_exact(data_len).map_err(|_| too_large())?;
+        Ok(StreamWriter {
+            out,
+            layout,
+            current: 0,
+            filled: 0,
+            poisoned: false,
+            buf: Vec::new(),
+        })
+    }
+}
+
 impl<W: Write> StreamWriter<W> {
     /// Plans the layout of `specs` and writes the header to `out`.
     pub fn create(
@@ -72,7 +94,8 @@ impl<W: Write> StreamWriter<W> {
         })
     }
 
-    /// The plan being written.
+    /// The plan being written. (Its header is empty for the writer behind
+    /// [`super::serialize`], which took the header bytes as its output.)
     pub fn layout(&self) -> &Layout {
         &self.layout
     }
@@ -243,8 +266,9 @@ impl<W: Write> StreamWriter<W> {
 
     /// Bytes of the data buffer written so far.
     fn data_written(&self) -> u64 {
-        self.expected()
-            .map_or(self.layout.data_len(), |s| s.data_offsets().0 + self.filled)
+        self.layout
+            .slot_begin(self.current)
+            .map_or(self.layout.data_len(), |begin| begin + self.filled)
     }
 
     /// Accounts for `len` bytes written (at most what is left). Stops at a
@@ -252,8 +276,10 @@ impl<W: Write> StreamWriter<W> {
     /// there can still be named by `write_tensor`.
     fn advance(&mut self, len: u64) {
         let mut left = len;
-        while let Some(slot) = self.layout.slot(self.current) {
-            let room = slot.byte_len() - self.filled;
+        // Only lengths are needed: `slot_len` spares building a `Slot`,
+        // which matters when a file has many small tensors.
+        while let Some(slot_len) = self.layout.slot_len(self.current) {
+            let room = slot_len - self.filled;
             if left < room {
                 self.filled += left;
                 return;
