@@ -7,17 +7,22 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 have() { command -v "$1" >/dev/null 2>&1; }
+# CI runs as root; elsewhere apt goes through sudo.
+as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 apt_updated=""
-apt_install() {
+apt_update_once() {
     if ! have apt-get; then
-        echo "c-tests: $* missing and no apt-get to install it" >&2
+        echo "c-tests: a tool is missing and there is no apt-get to install it" >&2
         exit 1
     fi
     if [ -z "$apt_updated" ]; then
-        apt-get update -qq
+        as_root apt-get update -qq
         apt_updated=1
     fi
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+apt_install() {
+    apt_update_once
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
 }
 
 have cc || apt_install gcc libc6-dev
@@ -27,8 +32,15 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 asan_probe() { echo 'int main(void) { return 0; }' | cc -fsanitize=address -x c - -o "$work/probe" && "$work/probe"; }
 if ! asan_probe 2>/dev/null; then
-    # gcc's AddressSanitizer runtime lives in the libasanN package of its version.
-    apt_install "$(apt-cache search --names-only '^libasan[0-9]+$' | cut -d' ' -f1 | sort -V | tail -n 1)"
+    # gcc's AddressSanitizer runtime lives in the libasanN package of its
+    # version; the package lists must be fresh before searching them.
+    apt_update_once
+    asan="$(apt-cache search --names-only '^libasan[0-9]+$' | cut -d' ' -f1 | sort -V | tail -n 1)"
+    if [ -z "$asan" ]; then
+        echo "c-tests: no libasan package found for AddressSanitizer" >&2
+        exit 1
+    fi
+    apt_install "$asan"
     asan_probe
 fi
 

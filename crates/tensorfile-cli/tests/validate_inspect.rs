@@ -176,3 +176,27 @@ fn errors_are_one_line_on_stderr_with_status_1_and_usage_errors_2() {
         Some(2)
     );
 }
+
+#[cfg(target_os = "linux")]
+#[test]
+fn a_failed_write_to_stdout_is_status_1_but_a_closed_pipe_is_not() {
+    let file = fixtures().join("valid/thousand_tensors.safetensors");
+    let full = fs::File::create("/dev/full").unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_tensorfile"))
+        .args(["inspect", file.to_str().unwrap()])
+        .stdout(full)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8(o.stderr)
+        .unwrap()
+        .contains("standard output"));
+    // A reader that stops early: the writer ends quietly.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tensorfile"))
+        .args(["inspect", file.to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+}

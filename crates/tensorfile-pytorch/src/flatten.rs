@@ -3,8 +3,9 @@
 //! Names are the path from the root: dict keys and list or tuple indices
 //! joined with `.`; the root itself is named `""`. The walk is iterative
 //! (no recursion over untrusted depth), bounded in depth (which also stops
-//! cycles) and in the number of paths visited (which stops exponential
-//! graphs built through the memo).
+//! cycles), in the number of paths visited (which stops exponential graphs
+//! built through the memo) and in the bytes of the paths it builds (a key
+//! shared through the memo can be long and reached many times).
 
 use crate::error::{Error, Result};
 use crate::globals::Global;
@@ -18,6 +19,10 @@ pub struct WalkLimits {
     pub max_depth: usize,
     /// Most paths visited, tensors and values included.
     pub max_visits: usize,
+    /// Longest name (path) in bytes.
+    pub max_name_len: usize,
+    /// Most bytes of names built in all, over the whole walk.
+    pub max_name_bytes: usize,
 }
 
 impl Default for WalkLimits {
@@ -25,6 +30,8 @@ impl Default for WalkLimits {
         WalkLimits {
             max_depth: 1000,
             max_visits: 10_000_000,
+            max_name_len: 64 * 1024,
+            max_name_bytes: 256 << 20,
         }
     }
 }
@@ -49,6 +56,7 @@ pub(crate) fn flatten(
     let mut flat = Flat::default();
     let mut stack: Vec<(Value, String, usize)> = vec![(pickle.root(), String::new(), 0)];
     let mut visits = 0usize;
+    let mut name_bytes = 0usize;
     let mut matched = key.is_none();
     while let Some((value, path, depth)) = stack.pop() {
         visits += 1;
@@ -85,12 +93,27 @@ pub(crate) fn flatten(
             }
         }
         matched |= inside;
-        let child = |name: &str| {
-            if path.is_empty() {
+        let mut child = |name: &str| -> Result<String> {
+            let len = if path.is_empty() {
+                name.len()
+            } else {
+                path.len() + 1 + name.len()
+            };
+            name_bytes = name_bytes.saturating_add(len);
+            if len > limits.max_name_len || name_bytes > limits.max_name_bytes {
+                return Err(Error::Structure(format!(
+                    "names under {:?} exceed the limits ({} bytes for one, {} in all): \
+                     a long key reached many times through shared references?",
+                    truncate(&path),
+                    limits.max_name_len,
+                    limits.max_name_bytes
+                )));
+            }
+            Ok(if path.is_empty() {
                 name.to_string()
             } else {
                 format!("{path}.{name}")
-            }
+            })
         };
         let obj = match value {
             Value::Ref(id) => pickle.get(id).map(|o| (id, o)),
@@ -102,12 +125,12 @@ pub(crate) fn flatten(
                     let name = key_name(pickle, *k).map_err(|why| {
                         Error::Structure(format!("dict at {:?}: {why}", truncate(&path)))
                     })?;
-                    stack.push((*v, child(&name), depth + 1));
+                    stack.push((*v, child(&name)?, depth + 1));
                 }
             }
             Some((_, Object::List(items) | Object::Tuple(items))) => {
                 for (i, v) in items.iter().enumerate().rev() {
-                    stack.push((*v, child(&i.to_string()), depth + 1));
+                    stack.push((*v, child(&i.to_string())?, depth + 1));
                 }
             }
             Some((id, Object::Call { func, .. })) if Rebuilder::is_rebuild(*func) => {
@@ -221,4 +244,46 @@ fn render(pickle: &Pickle, v: Value) -> Option<String> {
 
 fn truncate(s: &str) -> &str {
     s.char_indices().nth(200).map_or(s, |(i, _)| &s[..i])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pickle::Limits;
+
+    /// `{K: {K: {K: ... 1}}}` nested `levels` deep and `{K: .., ...}` wide,
+    /// with one long key `K` shared through the memo: a small pickle whose
+    /// paths would add up to `levels * len(K)` bytes each.
+    fn shared_key_pickle(key_len: usize, levels: usize) -> Vec<u8> {
+        let mut p = vec![0x80, 2]; // PROTO 2
+        p.push(b'X'); // BINUNICODE
+        p.extend_from_slice(&(key_len as u32).to_le_bytes());
+        p.extend(std::iter::repeat(b'k').take(key_len));
+        p.extend_from_slice(&[b'q', 0, b'0']); // BINPUT 0, POP
+        for _ in 0..levels {
+            p.push(b'}'); // EMPTY_DICT
+            p.extend_from_slice(&[b'h', 0]); // BINGET 0: the shared key
+        }
+        p.extend_from_slice(&[b'K', 1]); // BININT1 1
+        p.extend(std::iter::repeat(b's').take(levels)); // SETITEM, once per dict
+        p.push(b'.'); // STOP
+        p
+    }
+
+    fn walk(bytes: &[u8]) -> Result<Flat> {
+        let (pickle, _) = Pickle::parse(bytes, &Limits::default()).expect("the test pickle parses");
+        let mut rebuilder = Rebuilder::new(&pickle, 1 << 30);
+        flatten(&pickle, &mut rebuilder, None, &WalkLimits::default())
+    }
+
+    #[test]
+    fn long_shared_keys_are_refused_before_paths_grow() {
+        // A 1 MiB key nested 100 deep: paths of up to 100 MiB, refused.
+        let err = walk(&shared_key_pickle(1 << 20, 100)).unwrap_err();
+        assert!(err.to_string().contains("exceed the limits"), "{err}");
+        // Short keys at the same depth are fine.
+        let flat = walk(&shared_key_pickle(8, 100)).unwrap();
+        assert_eq!(flat.values.len(), 1);
+        assert_eq!(flat.values[0].0.len(), 100 * 9 - 1);
+    }
 }

@@ -253,3 +253,24 @@ fn typed_views_borrow_when_aligned_and_copy_when_not() {
         Err(Error::UnsupportedDtype { .. })
     ));
 }
+
+#[test]
+fn warnings_stay_small_whatever_the_header_holds() {
+    // A long name with thousands of unknown fields: one short warning.
+    let name = "n".repeat(50_000);
+    let fields: String = (0..5_000).map(|i| format!(r#""x{i}":{i},"#)).collect();
+    let h = format!(r#"{{"{name}":{{{fields}"dtype":"U8","shape":[0],"data_offsets":[0,0]}}}}"#);
+    let f = read(&h, &[]).unwrap();
+    let warnings = f.header().warnings();
+    assert_eq!(warnings.len(), 1);
+    assert!(warnings[0].len() < 512, "{}", warnings[0].len());
+    assert!(warnings[0].contains("and 4997 more"));
+    // Many tensors with unknown fields: at most 100 warnings and a count.
+    let entries: Vec<String> = (0..1_000)
+        .map(|i| format!(r#""t{i}":{{"dtype":"U8","shape":[0],"data_offsets":[0,0],"x":1}}"#))
+        .collect();
+    let f = read(&format!("{{{}}}", entries.join(",")), &[]).unwrap();
+    let warnings = f.header().warnings();
+    assert_eq!(warnings.len(), 101);
+    assert_eq!(warnings[100], "900 more warnings not shown");
+}

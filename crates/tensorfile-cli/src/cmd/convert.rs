@@ -10,7 +10,7 @@
 //! tensors with their bytes. Everything after it (casting, companions of
 //! quantized weights, the streaming atomic save) only sees those tensors.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 
 use serde_json::json;
@@ -22,12 +22,8 @@ use super::{out, Failure};
 /// Arguments of `convert`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// The file to read.
-    #[arg(value_name = "IN")]
-    input: PathBuf,
-    /// The file to write (replaced atomically; may be IN itself).
-    #[arg(value_name = "OUT")]
-    output: PathBuf,
+    #[command(flatten)]
+    io: super::FileArgs,
     /// Cast the float tensors to this dtype (`bf16`, `F32`, `f8_e4m3`, ...,
     /// either case). Quantized weights and their scales/biases keep theirs.
     /// Without it, OUT is the canonical rewrite of IN.
@@ -41,16 +37,6 @@ pub struct Args {
     /// not fit refuses the conversion.
     #[arg(long)]
     allow_int: bool,
-    /// Largest header length accepted in IN and written to OUT, in bytes.
-    #[arg(long, value_name = "BYTES", default_value_t = tensorfile::DEFAULT_MAX_HEADER_LEN)]
-    max_header_len: u64,
-    /// Do not sync OUT and its directory to disk (faster; the replacement
-    /// stays atomic, but may be lost on a power failure).
-    #[arg(long)]
-    no_sync: bool,
-    /// Print the result as one JSON object instead of text.
-    #[arg(long)]
-    json: bool,
     #[command(flatten)]
     pytorch: super::convert_pytorch::PytorchArgs,
 }
@@ -91,49 +77,49 @@ pub fn open_input(path: &Path, max_header_len: u64) -> Result<Input, Failure> {
 
 /// Converts IN into an atomic save of OUT, one tensor at a time.
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
-    if tensorfile_pytorch::file_looks_like_pytorch(&args.input).unwrap_or(false) {
+    if tensorfile_pytorch::file_looks_like_pytorch(&args.io.input).unwrap_or(false) {
         return super::convert_pytorch::run(super::convert_pytorch::Job {
-            input: &args.input,
-            output: &args.output,
+            input: &args.io.input,
+            output: &args.io.output,
             dtype: args.dtype,
             cast: CastOptions {
                 saturate: args.saturate,
                 allow_int: args.allow_int,
             },
-            sync: !args.no_sync,
-            json: args.json,
+            sync: !args.io.no_sync,
+            json: args.io.json,
             pytorch: args.pytorch,
         });
     }
-    args.pytorch.refuse_for(&args.input)?;
-    let input = open_input(&args.input, args.max_header_len)?;
+    args.pytorch.refuse_for(&args.io.input)?;
+    let input = open_input(&args.io.input, args.io.max_header_len)?;
     let tensors = input.tensors();
     let cast = CastOptions {
         saturate: args.saturate,
         allow_int: args.allow_int,
     };
     let write = WriteOptions {
-        max_header_len: args.max_header_len,
-        sync: !args.no_sync,
+        max_header_len: args.io.max_header_len,
+        sync: !args.io.no_sync,
         ..WriteOptions::default()
     };
     // The map of IN stays valid even when OUT is IN: the save renames a new
     // inode over the name, it never writes into the mapped one.
     let summary = save_converted(
-        &args.output,
+        &args.io.output,
         &tensors,
         input.metadata(),
         args.dtype,
         cast,
         &write,
     )?;
-    let bytes = std::fs::metadata(&args.output)
-        .map_err(|e| tensorfile::Error::io(&args.output, e))?
+    let bytes = std::fs::metadata(&args.io.output)
+        .map_err(|e| tensorfile::Error::io(&args.io.output, e))?
         .len();
-    if args.json {
+    if args.io.json {
         out(json!({
-            "input": args.input,
-            "output": args.output,
+            "input": args.io.input,
+            "output": args.io.output,
             "dtype": args.dtype.map(|d| d.name()),
             "tensors": summary.tensors,
             "cast": summary.cast,
@@ -150,7 +136,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         };
         out(format_args!(
             "{}: {what}, {bytes} bytes",
-            args.output.display()
+            args.io.output.display()
         ));
     }
     Ok(ExitCode::SUCCESS)

@@ -23,12 +23,8 @@ use super::{out, Failure};
 /// Arguments of `dequantize`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// The file to read, or a model directory (its weights and config.json).
-    #[arg(value_name = "IN")]
-    input: PathBuf,
-    /// The file to write (replaced atomically).
-    #[arg(value_name = "OUT")]
-    output: PathBuf,
+    #[command(flatten)]
+    io: super::FileArgs,
     /// The dtype of the dequantized weights. Default: F32 for int4, the
     /// scales' dtype for MLX affine, BF16 for mxfp4/mxfp8/nvfp4.
     #[arg(long, value_name = "DTYPE")]
@@ -45,15 +41,6 @@ pub struct Args {
     /// MLX mode: affine (default), mxfp4, mxfp8 or nvfp4.
     #[arg(long, value_name = "MODE")]
     mode: Option<Mode>,
-    /// Largest header length accepted in IN and written to OUT, in bytes.
-    #[arg(long, value_name = "BYTES", default_value_t = tensorfile::DEFAULT_MAX_HEADER_LEN)]
-    max_header_len: u64,
-    /// Do not sync OUT and its directory to disk.
-    #[arg(long)]
-    no_sync: bool,
-    /// Print the result as one JSON object instead of text.
-    #[arg(long)]
-    json: bool,
 }
 
 /// The MLX parameters given from outside the file, if any.
@@ -71,8 +58,8 @@ fn given_params(args: &Args) -> Result<Option<QuantConfig>, Failure> {
         (Some(b), Some(g), _) => (b, g),
         (None, None, Some(fixed)) if args.mode.is_some() => fixed,
         (None, None, _) if args.mode.is_none() => {
-            if args.input.is_dir() {
-                let path = args.input.join(tensorfile::model::CONFIG_NAME);
+            if args.io.input.is_dir() {
+                let path = args.io.input.join(tensorfile::model::CONFIG_NAME);
                 if path.is_file() {
                     let config = read_config(&path)?;
                     return QuantConfig::from_config(&config)
@@ -95,8 +82,8 @@ fn given_params(args: &Args) -> Result<Option<QuantConfig>, Failure> {
 /// Dequantizes IN into an atomic save of OUT.
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
     let mlx = given_params(&args)?;
-    let read = ReadOptions::default().max_header_len(args.max_header_len);
-    let set = ShardedTensors::open_with(&args.input, &read)?;
+    let read = ReadOptions::default().max_header_len(args.io.max_header_len);
+    let set = ShardedTensors::open_with(&args.io.input, &read)?;
     let mut tensors = Vec::with_capacity(set.len());
     for shard in set.shards() {
         tensors.extend(shard.file()?.tensors());
@@ -106,21 +93,21 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         mlx,
         dtype: args.dtype,
         write: WriteOptions {
-            max_header_len: args.max_header_len,
-            sync: !args.no_sync,
+            max_header_len: args.io.max_header_len,
+            sync: !args.io.no_sync,
             ..WriteOptions::default()
         },
     };
-    let summary = dequantize_file(&args.output, &tensors, Some(&metadata), &opts)?;
-    let bytes = std::fs::metadata(&args.output)
-        .map_err(|e| tensorfile::Error::io(&args.output, e))?
+    let summary = dequantize_file(&args.io.output, &tensors, Some(&metadata), &opts)?;
+    let bytes = std::fs::metadata(&args.io.output)
+        .map_err(|e| tensorfile::Error::io(&args.io.output, e))?
         .len();
     let describe = |s: &Storage| match s {
         Storage::Int4 { group_size } => format!("int4-g{group_size}-sym"),
         Storage::Mlx(p) => format!("mlx {p}"),
         Storage::Plain => "plain".into(),
     };
-    if args.json {
+    if args.io.json {
         let weights: Vec<_> = summary
             .dequantized
             .iter()
@@ -129,8 +116,8 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
             })
             .collect();
         out(json!({
-            "input": args.input,
-            "output": args.output,
+            "input": args.io.input,
+            "output": args.io.output,
             "dequantized": weights,
             "tensors": summary.tensors,
             "bytes": bytes,
@@ -138,7 +125,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     } else {
         out(format_args!(
             "{}: {} weights dequantized, {} tensors, {bytes} bytes",
-            args.output.display(),
+            args.io.output.display(),
             summary.dequantized.len(),
             summary.tensors
         ));

@@ -4,6 +4,7 @@
 
 use std::fmt::Display;
 use std::io::{self, Write};
+use std::path::PathBuf;
 
 pub mod check;
 pub mod convert;
@@ -18,6 +19,27 @@ pub mod rewrite;
 pub mod set;
 pub mod shard;
 pub mod validate;
+
+/// The arguments of every command that reads one file and writes another.
+#[derive(clap::Args)]
+pub struct FileArgs {
+    /// The file to read.
+    #[arg(value_name = "IN")]
+    pub input: PathBuf,
+    /// The file to write (replaced atomically; may be IN itself).
+    #[arg(value_name = "OUT")]
+    pub output: PathBuf,
+    /// Largest header length accepted in IN and written to OUT, in bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = tensorfile::DEFAULT_MAX_HEADER_LEN)]
+    pub max_header_len: u64,
+    /// Do not sync OUT and its directory to disk (faster; the replacement
+    /// stays atomic, but may be lost on a power failure).
+    #[arg(long)]
+    pub no_sync: bool,
+    /// Print the result as one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
 
 /// A failure that ends a command with exit status 1.
 pub type Failure = Box<dyn std::error::Error + Send + Sync>;
@@ -34,13 +56,23 @@ pub fn one_line(err: &(dyn std::error::Error + 'static)) -> String {
         }
         source = cause.source();
     }
-    line.replace('\n', " ")
+    // One line whatever the messages quote: no newline, carriage return or
+    // other control character survives.
+    line.chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
 }
 
-/// Prints a line to stdout; a closed pipe (`| head`) ends the program quietly.
+/// Prints a line to stdout. A closed pipe (`| head`) ends the program
+/// quietly with status 0; any other write error (a full disk, `>/dev/full`)
+/// is reported and ends it with status 1.
 pub fn out(line: impl Display) {
     let mut stdout = io::stdout().lock();
-    if writeln!(stdout, "{line}").is_err() {
-        std::process::exit(0);
+    if let Err(e) = writeln!(stdout, "{line}") {
+        if e.kind() == io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("tensorfile: cannot write to standard output: {e}");
+        std::process::exit(1);
     }
 }

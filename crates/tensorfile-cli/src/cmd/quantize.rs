@@ -2,7 +2,6 @@
 //! --bits B --group-size G [--include GLOB]... [--exclude GLOB]...`:
 //! quantize the weights of a file.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use serde_json::json;
@@ -14,12 +13,8 @@ use super::{out, Failure};
 /// Arguments of `quantize`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// The file to read.
-    #[arg(value_name = "IN")]
-    input: PathBuf,
-    /// The file to write (replaced atomically; may be IN itself).
-    #[arg(value_name = "OUT")]
-    output: PathBuf,
+    #[command(flatten)]
+    io: super::FileArgs,
     /// `int4-g<group>-sym` (e.g. int4-g32-sym: the format page's int4) or
     /// `mlx-affine` (MLX's packed format; needs --bits and --group-size).
     #[arg(long, value_name = "SCHEME")]
@@ -38,22 +33,13 @@ pub struct Args {
     /// Never quantize tensors whose names match; repeatable; wins over --include.
     #[arg(long, value_name = "GLOB")]
     exclude: Vec<String>,
-    /// Largest header length accepted in IN and written to OUT, in bytes.
-    #[arg(long, value_name = "BYTES", default_value_t = tensorfile::DEFAULT_MAX_HEADER_LEN)]
-    max_header_len: u64,
-    /// Do not sync OUT and its directory to disk.
-    #[arg(long)]
-    no_sync: bool,
-    /// Print the result as one JSON object instead of text.
-    #[arg(long)]
-    json: bool,
 }
 
 /// Quantizes IN into an atomic save of OUT.
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
     let scheme = Scheme::parse(&args.scheme, args.bits, args.group_size)?;
-    let read = ReadOptions::default().max_header_len(args.max_header_len);
-    let input = SafeTensors::open_with(&args.input, &read)?;
+    let read = ReadOptions::default().max_header_len(args.io.max_header_len);
+    let input = SafeTensors::open_with(&args.io.input, &read)?;
     let opts = QuantizeOptions {
         scheme,
         selection: Selection {
@@ -61,20 +47,20 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
             exclude: args.exclude.iter().map(Glob::new).collect(),
         },
         write: WriteOptions {
-            max_header_len: args.max_header_len,
-            sync: !args.no_sync,
+            max_header_len: args.io.max_header_len,
+            sync: !args.io.no_sync,
             ..WriteOptions::default()
         },
     };
     let tensors = input.tensors_by_name();
-    let summary = quantize_file(&args.output, &tensors, input.metadata(), &opts)?;
-    let bytes = std::fs::metadata(&args.output)
-        .map_err(|e| tensorfile::Error::io(&args.output, e))?
+    let summary = quantize_file(&args.io.output, &tensors, input.metadata(), &opts)?;
+    let bytes = std::fs::metadata(&args.io.output)
+        .map_err(|e| tensorfile::Error::io(&args.io.output, e))?
         .len();
-    if args.json {
+    if args.io.json {
         out(json!({
-            "input": args.input,
-            "output": args.output,
+            "input": args.io.input,
+            "output": args.io.output,
             "scheme": scheme.name(),
             "group_size": scheme.group_size(),
             "bits": match scheme { Scheme::Int4Sym { .. } => 4, Scheme::Mlx(p) => p.bits },
@@ -86,7 +72,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     } else {
         out(format_args!(
             "{}: {} weights quantized ({}), {} tensors, {bytes} bytes",
-            args.output.display(),
+            args.io.output.display(),
             summary.quantized.len(),
             match scheme {
                 Scheme::Int4Sym { .. } => scheme.name(),

@@ -1,6 +1,5 @@
 //! `tensorfile rewrite IN OUT [--align 64|4096]`: write the canonical file.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use serde_json::json;
@@ -11,26 +10,12 @@ use super::{out, Failure};
 /// Arguments of `rewrite`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// The file to read.
-    #[arg(value_name = "IN")]
-    input: PathBuf,
-    /// The file to write (replaced atomically; may be IN itself).
-    #[arg(value_name = "OUT")]
-    output: PathBuf,
+    #[command(flatten)]
+    io: super::FileArgs,
     /// Pad the header so that the data starts at a multiple of 64 or 4096
     /// bytes (canonical except for the padding). Default: 8, canonical.
     #[arg(long, value_name = "BYTES", default_value = "8", value_parser = parse_align)]
     align: Align,
-    /// Largest header length accepted in IN and written to OUT, in bytes.
-    #[arg(long, value_name = "BYTES", default_value_t = tensorfile::DEFAULT_MAX_HEADER_LEN)]
-    max_header_len: u64,
-    /// Do not sync OUT and its directory to disk (faster; the replacement
-    /// stays atomic, but may be lost on a power failure).
-    #[arg(long)]
-    no_sync: bool,
-    /// Print the result as one JSON object instead of text.
-    #[arg(long)]
-    json: bool,
 }
 
 fn parse_align(s: &str) -> Result<Align, String> {
@@ -42,23 +27,23 @@ fn parse_align(s: &str) -> Result<Align, String> {
 
 /// Reads IN (memory-mapped) and streams its tensors into an atomic save of OUT.
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
-    let read = ReadOptions::default().max_header_len(args.max_header_len);
-    let input = SafeTensors::open_with(&args.input, &read)?;
+    let read = ReadOptions::default().max_header_len(args.io.max_header_len);
+    let input = SafeTensors::open_with(&args.io.input, &read)?;
     let options = WriteOptions {
-        max_header_len: args.max_header_len,
+        max_header_len: args.io.max_header_len,
         align: args.align,
-        sync: !args.no_sync,
+        sync: !args.io.no_sync,
     };
     // The map of IN stays valid even when OUT is IN: the save renames a new
     // inode over the name, it never writes into the mapped one.
-    save(&args.output, input.tensors(), input.metadata(), &options)?;
-    let bytes = std::fs::metadata(&args.output)
-        .map_err(|e| tensorfile::Error::io(&args.output, e))?
+    save(&args.io.output, input.tensors(), input.metadata(), &options)?;
+    let bytes = std::fs::metadata(&args.io.output)
+        .map_err(|e| tensorfile::Error::io(&args.io.output, e))?
         .len();
-    if args.json {
+    if args.io.json {
         out(json!({
-            "input": args.input,
-            "output": args.output,
+            "input": args.io.input,
+            "output": args.io.output,
             "tensors": input.len(),
             "bytes": bytes,
             "align": args.align.bytes(),
@@ -66,7 +51,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     } else {
         out(format_args!(
             "{}: {} tensors, {bytes} bytes",
-            args.output.display(),
+            args.io.output.display(),
             input.len()
         ));
     }
