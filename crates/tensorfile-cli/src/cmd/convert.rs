@@ -15,7 +15,7 @@ use std::process::ExitCode;
 
 use serde_json::json;
 use tensorfile::cast::{save_converted, CastOptions};
-use tensorfile::{Dtype, Metadata, ReadOptions, SafeTensors, TensorRef, WriteOptions};
+use tensorfile::{Dtype, Metadata, ReadOptions, SafeTensors, TensorRef};
 
 use super::{out, Failure};
 
@@ -98,11 +98,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         saturate: args.saturate,
         allow_int: args.allow_int,
     };
-    let write = WriteOptions {
-        max_header_len: args.io.max_header_len,
-        sync: !args.io.no_sync,
-        ..WriteOptions::default()
-    };
+    let write = args.io.write_options();
     // The map of IN stays valid even when OUT is IN: the save renames a new
     // inode over the name, it never writes into the mapped one.
     let summary = save_converted(
@@ -113,9 +109,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         cast,
         &write,
     )?;
-    let bytes = std::fs::metadata(&args.io.output)
-        .map_err(|e| tensorfile::Error::io(&args.io.output, e))?
-        .len();
+    let bytes = args.io.output_size()?;
     if args.io.json {
         out(json!({
             "input": args.io.input,

@@ -16,7 +16,7 @@ use tensorfile::quant::{
     dequantize_file, DequantizeOptions, Mode, QuantConfig, QuantParams, Storage,
 };
 use tensorfile::shard::ShardedTensors;
-use tensorfile::{Dtype, ReadOptions, WriteOptions};
+use tensorfile::Dtype;
 
 use super::{out, Failure};
 
@@ -82,7 +82,7 @@ fn given_params(args: &Args) -> Result<Option<QuantConfig>, Failure> {
 /// Dequantizes IN into an atomic save of OUT.
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
     let mlx = given_params(&args)?;
-    let read = ReadOptions::default().max_header_len(args.io.max_header_len);
+    let read = args.io.read_options();
     let set = ShardedTensors::open_with(&args.io.input, &read)?;
     let mut tensors = Vec::with_capacity(set.len());
     for shard in set.shards() {
@@ -92,16 +92,10 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     let opts = DequantizeOptions {
         mlx,
         dtype: args.dtype,
-        write: WriteOptions {
-            max_header_len: args.io.max_header_len,
-            sync: !args.io.no_sync,
-            ..WriteOptions::default()
-        },
+        write: args.io.write_options(),
     };
     let summary = dequantize_file(&args.io.output, &tensors, Some(&metadata), &opts)?;
-    let bytes = std::fs::metadata(&args.io.output)
-        .map_err(|e| tensorfile::Error::io(&args.io.output, e))?
-        .len();
+    let bytes = args.io.output_size()?;
     let describe = |s: &Storage| match s {
         Storage::Int4 { group_size } => format!("int4-g{group_size}-sym"),
         Storage::Mlx(p) => format!("mlx {p}"),

@@ -160,13 +160,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
             None => out(line),
         }
     }
-    out("dtypes:");
-    for (dtype, (count, bytes)) in per_dtype.iter().rev() {
-        out(format_args!(
-            "  {:<11}  {count} tensors, {bytes} bytes",
-            dtype.name()
-        ));
-    }
+    super::print_dtypes(&per_dtype);
     out(format_args!("parameters: {parameters}"));
     out(format_args!(
         "alignment: data starts at byte {data_start} ({}-byte aligned); {misaligned} of {} tensors misaligned for their dtype",

@@ -41,6 +41,41 @@ pub struct FileArgs {
     pub json: bool,
 }
 
+impl FileArgs {
+    /// How IN is read.
+    pub fn read_options(&self) -> tensorfile::ReadOptions {
+        tensorfile::ReadOptions::default().max_header_len(self.max_header_len)
+    }
+
+    /// How OUT is written (canonical padding).
+    pub fn write_options(&self) -> tensorfile::WriteOptions {
+        tensorfile::WriteOptions {
+            max_header_len: self.max_header_len,
+            sync: !self.no_sync,
+            ..tensorfile::WriteOptions::default()
+        }
+    }
+
+    /// The size of OUT once written.
+    pub fn output_size(&self) -> Result<u64, Failure> {
+        let meta =
+            std::fs::metadata(&self.output).map_err(|e| tensorfile::Error::io(&self.output, e))?;
+        Ok(meta.len())
+    }
+}
+
+/// Prints the per-dtype lines of a summary (`dtypes:`, then one line per
+/// dtype, largest alignment first as in a canonical file).
+pub fn print_dtypes(per_dtype: &std::collections::BTreeMap<tensorfile::Dtype, (usize, u64)>) {
+    out("dtypes:");
+    for (dtype, (count, bytes)) in per_dtype.iter().rev() {
+        out(format_args!(
+            "  {:<11}  {count} tensors, {bytes} bytes",
+            dtype.name()
+        ));
+    }
+}
+
 /// A failure that ends a command with exit status 1.
 pub type Failure = Box<dyn std::error::Error + Send + Sync>;
 

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use serde_json::json;
 use tensorfile::quant::{quantize_file, Glob, QuantizeOptions, Scheme, Selection};
-use tensorfile::{ReadOptions, SafeTensors, WriteOptions};
+use tensorfile::SafeTensors;
 
 use super::{out, Failure};
 
@@ -38,7 +38,7 @@ pub struct Args {
 /// Quantizes IN into an atomic save of OUT.
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
     let scheme = Scheme::parse(&args.scheme, args.bits, args.group_size)?;
-    let read = ReadOptions::default().max_header_len(args.io.max_header_len);
+    let read = args.io.read_options();
     let input = SafeTensors::open_with(&args.io.input, &read)?;
     let opts = QuantizeOptions {
         scheme,
@@ -46,17 +46,11 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
             include: args.include.iter().map(Glob::new).collect(),
             exclude: args.exclude.iter().map(Glob::new).collect(),
         },
-        write: WriteOptions {
-            max_header_len: args.io.max_header_len,
-            sync: !args.io.no_sync,
-            ..WriteOptions::default()
-        },
+        write: args.io.write_options(),
     };
     let tensors = input.tensors_by_name();
     let summary = quantize_file(&args.io.output, &tensors, input.metadata(), &opts)?;
-    let bytes = std::fs::metadata(&args.io.output)
-        .map_err(|e| tensorfile::Error::io(&args.io.output, e))?
-        .len();
+    let bytes = args.io.output_size()?;
     if args.io.json {
         out(json!({
             "input": args.io.input,

@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use serde_json::json;
-use tensorfile::{save, Align, ReadOptions, SafeTensors, WriteOptions};
+use tensorfile::{save, Align, SafeTensors, WriteOptions};
 
 use super::{out, Failure};
 
@@ -27,19 +27,16 @@ fn parse_align(s: &str) -> Result<Align, String> {
 
 /// Reads IN (memory-mapped) and streams its tensors into an atomic save of OUT.
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
-    let read = ReadOptions::default().max_header_len(args.io.max_header_len);
+    let read = args.io.read_options();
     let input = SafeTensors::open_with(&args.io.input, &read)?;
     let options = WriteOptions {
-        max_header_len: args.io.max_header_len,
         align: args.align,
-        sync: !args.io.no_sync,
+        ..args.io.write_options()
     };
     // The map of IN stays valid even when OUT is IN: the save renames a new
     // inode over the name, it never writes into the mapped one.
     save(&args.io.output, input.tensors(), input.metadata(), &options)?;
-    let bytes = std::fs::metadata(&args.io.output)
-        .map_err(|e| tensorfile::Error::io(&args.io.output, e))?
-        .len();
+    let bytes = args.io.output_size()?;
     if args.io.json {
         out(json!({
             "input": args.io.input,

@@ -187,13 +187,7 @@ pub fn inspect(path: &Path, json: bool, hash: bool) -> Result<ExitCode, Failure>
             None => out(line),
         }
     }
-    out("dtypes:");
-    for (dtype, (count, bytes)) in per_dtype.iter().rev() {
-        out(format_args!(
-            "  {:<11}  {count} tensors, {bytes} bytes",
-            dtype.name()
-        ));
-    }
+    super::print_dtypes(&per_dtype);
     out(format_args!(
         "totals: {} shards, {} tensors, {} parameters, {} data bytes, {} bytes",
         set.shards().len(),
