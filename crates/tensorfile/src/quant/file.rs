@@ -262,13 +262,31 @@ fn unreachable_shape<V>(name: &str) -> Result<V> {
     Err(quant_error(name, QuantError::Shape("is not 2-D".into())))
 }
 
+/// Scratch space of one worker of [`stream_rows`].
+#[derive(Default)]
+struct Scratch {
+    /// The source row decoded to f32, when it cannot be borrowed.
+    row: Vec<f32>,
+    /// Codes of one row, one per byte.
+    codes: Vec<u8>,
+    /// One row's scales (int4) or MLX scales and biases.
+    scales: Vec<f16>,
+    s: Vec<f32>,
+    b: Vec<f32>,
+}
+
 /// Writes `rows` rows of `row_bytes` each, produced by `fill`, in batches.
-fn stream_rows<W: std::io::Write>(
+/// Each batch is split between two threads (the machines this targets have
+/// at least two cores, and quantizing is compute, not I/O); rows are
+/// independent and land in their own slice of the batch, so the output is
+/// the same as one thread's.
+fn stream_rows<W: std::io::Write, S: Send>(
     w: &mut StreamWriter<W>,
     name: &str,
     rows: usize,
     row_bytes: usize,
-    mut fill: impl FnMut(usize, &mut [u8]) -> Result<()>,
+    scratch: &mut [S; 2],
+    fill: impl Fn(usize, &mut [u8], &mut S) -> Result<()> + Sync,
 ) -> Result<()> {
     if rows == 0 || row_bytes == 0 {
         return w.write_tensor(name, &[]);
@@ -278,9 +296,29 @@ fn stream_rows<W: std::io::Write>(
     let mut r = 0;
     while r < rows {
         let n = per_batch.min(rows - r);
-        for (k, out) in buf[..n * row_bytes].chunks_exact_mut(row_bytes).enumerate() {
-            fill(r + k, out)?;
-        }
+        let half = n.div_ceil(2);
+        let (first, second) = buf[..n * row_bytes].split_at_mut(half * row_bytes);
+        let [s0, s1] = &mut *scratch;
+        let fill = &fill;
+        let run = move |start: usize, out: &mut [u8], scratch: &mut S| -> Result<()> {
+            for (k, row) in out.chunks_exact_mut(row_bytes).enumerate() {
+                fill(start + k, row, scratch)?;
+            }
+            Ok(())
+        };
+        let (a, b) = std::thread::scope(|scope| {
+            let other = scope.spawn(move || run(r + half, second, s1));
+            let mine = run(r, first, s0);
+            // A panic in the worker is a bug; surface it as one.
+            (
+                mine,
+                other
+                    .join()
+                    .unwrap_or_else(|p| std::panic::resume_unwind(p)),
+            )
+        });
+        a?;
+        b?;
         w.write(&buf[..n * row_bytes])?;
         r += n;
     }
@@ -306,7 +344,6 @@ fn write_part<W: std::io::Write, T: TensorData>(
     let data = t.data();
     let group = scheme.group_size() as usize;
     let groups = cols / group;
-    let mut buf = vec![0f32; cols];
     let fault = |r: usize| move |f: RowFault| quant_error(name, f.at_row(r as u64));
     // The source row as f32: borrowed from the input when it is aligned
     // F32, else decoded into `buf`.
@@ -327,54 +364,83 @@ fn write_part<W: std::io::Write, T: TensorData>(
     };
     match *scheme {
         Scheme::Int4Sym { .. } => {
-            let mut scales = vec![f16::ZERO; groups];
             let row_bytes = match part {
                 Part::Int4Codes => cols / 2,
                 _ => groups * 2,
             };
-            let mut codes = vec![0u8; cols];
-            stream_rows(w, out_name, rows, row_bytes, |r, out| {
-                let row = match source(r, &mut buf)? {
-                    Some(row) => row,
-                    None => &buf,
-                };
-                if part == Part::Int4Codes {
-                    int4::quantize_row(row, group, &mut scales, &mut codes, out).map_err(fault(r))
-                } else {
-                    int4::scales_row(row, group, &mut scales).map_err(fault(r))?;
-                    for (o, s) in out.chunks_exact_mut(2).zip(&scales) {
-                        o.copy_from_slice(&s.to_le_bytes());
+            let mut scratch = [Scratch::default(), Scratch::default()];
+            stream_rows(
+                w,
+                out_name,
+                rows,
+                row_bytes,
+                &mut scratch,
+                |r, out, scratch| {
+                    let Scratch {
+                        row: buf,
+                        codes,
+                        scales,
+                        ..
+                    } = scratch;
+                    scales.resize(groups, f16::ZERO);
+                    codes.resize(cols, 0);
+                    let row = match source(r, buf)? {
+                        Some(row) => row,
+                        None => buf,
+                    };
+                    if part == Part::Int4Codes {
+                        int4::quantize_row(row, group, scales, codes, out).map_err(fault(r))
+                    } else {
+                        int4::scales_row(row, group, scales).map_err(fault(r))?;
+                        for (o, s) in out.chunks_exact_mut(2).zip(scales.iter()) {
+                            o.copy_from_slice(&s.to_le_bytes());
+                        }
+                        Ok(())
                     }
-                    Ok(())
-                }
-            })
+                },
+            )
         }
         Scheme::Mlx(p) => {
             let bits = p.bits as u32;
-            let (mut s, mut b) = (vec![0f32; groups], vec![0f32; groups]);
-            let mut codes = vec![0u8; cols];
             let row_bytes = match part {
                 Part::MlxCodes => cols * bits as usize / 8,
                 _ => groups * elem,
             };
-            stream_rows(w, out_name, rows, row_bytes, |r, out| {
-                let row = match source(r, &mut buf)? {
-                    Some(row) => row,
-                    None => &buf,
-                };
-                mlx::affine_quantize_row(row, bits, group, &mut s, &mut b, &mut codes)
-                    .map_err(fault(r))?;
-                let floats = match part {
-                    Part::MlxCodes => {
-                        mlx::pack(bits, &codes, out);
-                        return Ok(());
-                    }
-                    Part::MlxScales => &s,
-                    _ => &b,
-                };
-                encode_f32(floats, dtype, out, CastOptions::default())
-                    .map_err(|e| quant_error(name, QuantError::Shape(e.to_string())))
-            })
+            let mut scratch = [Scratch::default(), Scratch::default()];
+            stream_rows(
+                w,
+                out_name,
+                rows,
+                row_bytes,
+                &mut scratch,
+                |r, out, scratch| {
+                    let Scratch {
+                        row: buf,
+                        codes,
+                        s,
+                        b,
+                        ..
+                    } = scratch;
+                    s.resize(groups, 0.0);
+                    b.resize(groups, 0.0);
+                    codes.resize(cols, 0);
+                    let row = match source(r, buf)? {
+                        Some(row) => row,
+                        None => buf,
+                    };
+                    mlx::affine_quantize_row(row, bits, group, s, b, codes).map_err(fault(r))?;
+                    let floats = match part {
+                        Part::MlxCodes => {
+                            mlx::pack(bits, codes, out);
+                            return Ok(());
+                        }
+                        Part::MlxScales => &*s,
+                        _ => &*b,
+                    };
+                    encode_f32(floats, dtype, out, CastOptions::default())
+                        .map_err(|e| quant_error(name, QuantError::Shape(e.to_string())))
+                },
+            )
         }
     }
 }
@@ -499,6 +565,7 @@ fn find_weights<'a, T: TensorData>(
 }
 
 /// Dequantizes one row of a weight into f32.
+#[derive(Clone)]
 struct RowSource<'a> {
     storage: Storage,
     cols: usize,
@@ -676,16 +743,24 @@ pub fn dequantize_file<T: TensorData>(
                     let (Some(weight), Some(&dtype)) = (weights.get(k), dtypes.get(k)) else {
                         return Err(Error::NotFound(name));
                     };
-                    let mut rows =
+                    let rows =
                         RowSource::new(weight, |j| weight.parts.get(j).and_then(|n| part(n)))?;
                     let (out_rows, cols) = (weight.shape[0] as usize, rows.cols);
-                    let mut values = vec![0f32; cols];
                     let row_bytes = cols * dtype.bits() as usize / 8;
-                    stream_rows(w, &name, out_rows, row_bytes, |r, out| {
-                        rows.row(r, &mut values, &name)?;
-                        encode_f32(&values, dtype, out, CastOptions::default())
-                            .map_err(|e| quant_error(&name, QuantError::Shape(e.to_string())))
-                    })?;
+                    let mut scratch = [(rows.clone(), vec![0f32; cols]), (rows, vec![0f32; cols])];
+                    stream_rows(
+                        w,
+                        &name,
+                        out_rows,
+                        row_bytes,
+                        &mut scratch,
+                        |r, out, scratch| {
+                            let (rows, values) = scratch;
+                            rows.row(r, values, &name)?;
+                            encode_f32(values, dtype, out, CastOptions::default())
+                                .map_err(|e| quant_error(&name, QuantError::Shape(e.to_string())))
+                        },
+                    )?;
                 }
                 None => return Err(Error::NotFound(name)),
             }

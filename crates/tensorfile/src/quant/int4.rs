@@ -57,15 +57,15 @@ const ROUND: f32 = 12_582_912.0;
 /// The F16 scale of one group, checking every value is finite.
 #[inline(always)]
 fn group_scale(group: &[f32], offset: usize, index: usize) -> Result<f16, RowFault> {
-    let mut absmax = 0f32;
-    let mut bad = false;
-    for &w in group {
-        let a = w.abs();
-        // Branch-free, so that the loop vectorizes.
-        bad |= !a.is_finite();
-        absmax = if a > absmax { a } else { absmax };
-    }
-    if bad {
+    // With the sign bit cleared, f32 bit patterns order like the values they
+    // hold, and infinities and NaNs sort above every finite value. So one
+    // integer max gives the absmax and says whether anything is not finite;
+    // unlike a float compare-and-select chain, it vectorizes.
+    let max_bits = group
+        .iter()
+        .map(|w| (w.to_bits() & 0x7FFF_FFFF) as i32)
+        .fold(0i32, i32::max);
+    if max_bits >= 0x7F80_0000 {
         let (col, &value) = group
             .iter()
             .enumerate()
@@ -76,7 +76,7 @@ fn group_scale(group: &[f32], offset: usize, index: usize) -> Result<f16, RowFau
             value,
         });
     }
-    let scale = absmax / 7.0;
+    let scale = f32::from_bits(max_bits as u32) / 7.0;
     let half = f16::from_f32(scale);
     if half.is_infinite() {
         return Err(RowFault::ScaleOverflow {
@@ -89,6 +89,26 @@ fn group_scale(group: &[f32], offset: usize, index: usize) -> Result<f16, RowFau
 
 /// The scales of one row (`row.len() / group` of them).
 pub(crate) fn scales_row(row: &[f32], group: usize, scales: &mut [f16]) -> Result<(), RowFault> {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2, checked just above.
+        return unsafe { scales_row_avx2(row, group, scales) };
+    }
+    scales_row_portable(row, group, scales)
+}
+
+/// [`scales_row_portable`] compiled with AVX2 enabled.
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn scales_row_avx2(row: &[f32], group: usize, scales: &mut [f16]) -> Result<(), RowFault> {
+    scales_row_portable(row, group, scales)
+}
+
+#[inline(always)]
+fn scales_row_portable(row: &[f32], group: usize, scales: &mut [f16]) -> Result<(), RowFault> {
     for (i, (g, s)) in row.chunks_exact(group).zip(scales.iter_mut()).enumerate() {
         *s = group_scale(g, i * group, i)?;
     }
