@@ -98,11 +98,11 @@ impl From<tensorfile_pytorch::Error> for Failure {
                 }
                 _ => TL_EFORMAT,
             },
-            E::Zip(ZipError::Unsupported { .. }) | E::NotACheckpoint(_) => TL_EUNSUPPORTED,
+            E::Zip(ZipError::Unsupported { .. }) | E::NotACheckpoint(_) | E::Refused { .. } => {
+                TL_EUNSUPPORTED
+            }
             E::Write(inner) => core_code(inner),
-            // Malformed archives, storages and views. (The loader reports
-            // tensors it cannot represent, such as complex128, the same
-            // way as broken views, so they come here too.)
+            // Malformed archives, storages and views.
             _ => TL_EFORMAT,
         };
         Failure::new(code, e.to_string())

@@ -72,9 +72,9 @@ fn load(path: &std::path::Path) -> Result<fs_file, Failure> {
 ///
 /// Returns NULL on failure: `TL_EUNSUPPORTED` (a pickle global that is not
 /// allowed, a pickle over the loader's limits, TorchScript or tar archives,
-/// zip features not supported), `TL_EFORMAT` (a malformed archive, pickle,
-/// storage or view, and tensors safetensors cannot hold such as
-/// complex128), `TL_EIO`, `TL_EINVAL` (NULL or empty `path`).
+/// zip features not supported, tensors safetensors cannot hold such as
+/// complex128 or conjugate-bit ones), `TL_EFORMAT` (a malformed archive,
+/// pickle, storage or view), `TL_EIO`, `TL_EINVAL` (NULL or empty `path`).
 ///
 /// Ownership: the caller owns the handle and frees it with `fs_close`.
 ///

@@ -226,7 +226,11 @@ fn expected_pytorch_code(file: &str) -> &'static str {
         | "bad_dtype_conflict.pt"
         | "hostile_deep_nesting.pt"
         | "reject_torchscript.pt"
-        | "tar_format_stub.pt" => "TL_EUNSUPPORTED",
+        | "tar_format_stub.pt"
+        | "reject_complex128.pt"
+        | "reject_conj.pt"
+        | "reject_neg.pt"
+        | "reject_float4_packed.pt" => "TL_EUNSUPPORTED",
         // Broken containers, pickles, storages and views.
         "bad_truncated.pt"
         | "bad_legacy_magic.pt"

@@ -645,7 +645,7 @@ fn walk(pickle: &Pickle, options: &LoadOptions) -> Result<Walked> {
                 name = n.clone();
             }
         }
-        let dtype = spec.dtype.to_safetensors().map_err(|why| Error::Tensor {
+        let dtype = spec.dtype.to_safetensors().map_err(|why| Error::Refused {
             name: name.clone(),
             reason: why.to_string(),
         })?;

@@ -71,6 +71,16 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// A well-formed tensor that safetensors cannot hold (complex128,
+    /// conjugate or negative bit, packed float4, ...): refused on purpose,
+    /// as opposed to a malformed one ([`Error::Tensor`]).
+    #[error("tensor {name:?}: {reason}")]
+    Refused {
+        /// The tensor's flattened name.
+        name: String,
+        /// What it is and why it is refused.
+        reason: String,
+    },
     /// The object tree cannot be flattened into names (duplicate names,
     /// too deep, too many paths, unsupported keys, `--key` not found).
     #[error("{0}")]

@@ -170,7 +170,7 @@ impl<'p> Rebuilder<'p> {
         }
         let metadata = args.get(if v3 { 7 } else { 6 }).copied();
         if let Some(m) = metadata {
-            self.check_metadata(m).map_err(bad)?;
+            self.check_metadata(m, name)?;
         }
         let tensor_dtype = if v3 {
             match pickle.deref(args[6]) {
@@ -188,7 +188,10 @@ impl<'p> Rebuilder<'p> {
         let (storage, view_offset, view_size) = self.storage(args[0], tensor_dtype, name)?;
         let dtype = self.storages[storage].dtype;
         if let Err(why) = dtype.to_safetensors() {
-            return Err(bad(why.to_string()));
+            return Err(Error::Refused {
+                name: name.to_string(),
+                reason: why.to_string(),
+            });
         }
         let offset = self.uint(args[1], "storage offset").map_err(bad)?;
         let shape = self.uints(args[2], "size").map_err(bad)?;
@@ -235,7 +238,15 @@ impl<'p> Rebuilder<'p> {
     }
 
     /// Refuses conjugate and negative bits (and any other set flag).
-    fn check_metadata(&self, m: Value) -> Result<(), String> {
+    fn check_metadata(&self, m: Value, name: &str) -> Result<(), Error> {
+        let refused = |reason: &str| Error::Refused {
+            name: name.to_string(),
+            reason: reason.to_string(),
+        };
+        let bad = |reason: String| Error::Tensor {
+            name: name.to_string(),
+            reason,
+        };
         let pickle = self.pickle;
         match pickle.deref(m) {
             None if m == Value::None => Ok(()),
@@ -245,18 +256,21 @@ impl<'p> Rebuilder<'p> {
                     let set = !matches!(v, Value::Bool(false) | Value::None);
                     match key {
                         "conj" if set => {
-                            return Err("conjugate-bit tensor (metadata {'conj': True}) is refused; call .resolve_conj() before saving".into())
+                            return Err(refused("conjugate-bit tensor (metadata {'conj': True}) is refused; call .resolve_conj() before saving"))
                         }
                         "neg" if set => {
-                            return Err("negative-bit tensor (metadata {'neg': True}) is refused; call .resolve_neg() before saving".into())
+                            return Err(refused("negative-bit tensor (metadata {'neg': True}) is refused; call .resolve_neg() before saving"))
                         }
                         "conj" | "neg" => {}
-                        other => return Err(format!("unsupported tensor metadata {other:?}")),
+                        other => return Err(refused(&format!("unsupported tensor metadata {other:?}"))),
                     }
                 }
                 Ok(())
             }
-            _ => Err(format!("tensor metadata is {}, not a dict", pickle.kind(m))),
+            _ => Err(bad(format!(
+                "tensor metadata is {}, not a dict",
+                pickle.kind(m)
+            ))),
         }
     }
 

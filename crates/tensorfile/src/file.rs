@@ -134,9 +134,9 @@ impl SafeTensors {
             // Advice only: the copy is correct with or without huge pages.
             let _ = memory.advise(memmap2::Advice::HugePage);
         }
-        memory[..8].copy_from_slice(&prefix);
-        file.read_exact(&mut memory[8..])
-            .map_err(|e| Error::io(path, e))?;
+        // The whole file, prefix included, so that halves split on a huge
+        // page boundary of the buffer; the buffer is what gets validated.
+        read_in_parallel(&file, &mut memory).map_err(|e| Error::io(path, e))?;
         SafeTensors::from_buffer(Buffer::Loaded(memory), options)
     }
 
@@ -248,6 +248,33 @@ impl SafeTensors {
     pub fn names(&self) -> impl ExactSizeIterator<Item = &str> + '_ {
         self.header.tensors().map(|info| info.name)
     }
+}
+
+/// Fills `out` from the start of `file`. Large reads are split
+/// in two halves read at once by two threads: most of the cost is the
+/// kernel zeroing and mapping fresh pages on first touch and copying into
+/// them, and each half's pages are touched by the thread that reads them.
+fn read_in_parallel(file: &File, out: &mut [u8]) -> std::io::Result<()> {
+    /// Below this, a second thread costs more than it saves.
+    const SPLIT_FROM: usize = 64 << 20;
+    #[cfg(unix)]
+    if out.len() >= SPLIT_FROM {
+        use std::os::unix::fs::FileExt;
+        // Split on a 2 MiB boundary so that no huge page is shared.
+        let half = (out.len() / 2) & !((2 << 20) - 1);
+        let (first, second) = out.split_at_mut(half);
+        return std::thread::scope(|scope| {
+            let other = scope.spawn(|| file.read_exact_at(second, half as u64));
+            let mine = file.read_exact_at(first, 0);
+            let theirs = other
+                .join()
+                .unwrap_or_else(|_| Err(std::io::Error::other("reader thread panicked")));
+            mine.and(theirs)
+        });
+    }
+    let mut reader = file;
+    reader.seek(SeekFrom::Start(0))?;
+    reader.read_exact(out)
 }
 
 /// Reads and validates only the header of a seekable stream: 8 + N bytes
