@@ -866,3 +866,31 @@ fn streaming_errors_name_the_tensor_and_the_element() {
         "{err}"
     );
 }
+
+#[test]
+fn large_casts_split_across_threads_give_the_same_bytes_and_indices() {
+    // Over the size where a conversion is split in two halves.
+    let n = 3_000_000usize;
+    let values: Vec<f32> = (0..n).map(|i| ((i % 1000) as f32 - 500.0) / 64.0).collect();
+    let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+    for to in [Dtype::BF16, Dtype::F8_E4M3, Dtype::F4, Dtype::F6_E2M3] {
+        let mut whole = vec![0u8; n * to.bits() as usize / 8];
+        tensorfile::cast::cast_slice(Dtype::F32, &bytes, to, &mut whole, opts()).unwrap();
+        // Element by element, in small pieces that are never split.
+        let mut pieces = Vec::with_capacity(whole.len());
+        for chunk in bytes.chunks(4 * 4096) {
+            let mut out = vec![0u8; chunk.len() / 4 * to.bits() as usize / 8];
+            tensorfile::cast::cast_slice(Dtype::F32, chunk, to, &mut out, opts()).unwrap();
+            pieces.extend_from_slice(&out);
+        }
+        assert!(whole == pieces, "{to}");
+    }
+    // An error in the second half names its element in the whole slice.
+    let mut ints: Vec<i32> = vec![1; n];
+    ints[2_500_000] = 1000;
+    let src: Vec<u8> = ints.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let mut dst = vec![0u8; n];
+    let err = tensorfile::cast::cast_slice(Dtype::I32, &src, Dtype::I8, &mut dst, self::ints())
+        .unwrap_err();
+    assert!(err.to_string().starts_with("element 2500000:"), "{err}");
+}

@@ -346,9 +346,49 @@ pub fn cast_slice(
 /// never straddle two steps).
 const BLOCK: usize = 1024;
 
+/// Elements from which a conversion is split between two threads: below
+/// it, starting a thread costs more than it saves.
+const SPLIT_FROM: usize = 1 << 20;
+
 /// The conversion proper: lengths and the pair are already checked. `base`
-/// is the index of the first element, for error messages.
+/// is the index of the first element, for error messages. Large inputs are
+/// converted in two halves at once: casting is computation on independent
+/// elements, and the machines this targets have two cores or more.
 fn convert(
+    from: Dtype,
+    src: &[u8],
+    to: Dtype,
+    dst: &mut [u8],
+    opts: CastOptions,
+    base: u64,
+) -> Result<(), CastError> {
+    let n = src.len() * 8 / from.bits() as usize;
+    if n < SPLIT_FROM || from == to {
+        return convert_serial(from, src, to, dst, opts, base);
+    }
+    // A multiple of BLOCK elements is a whole number of bytes in every
+    // dtype (F4 and F6 included).
+    let half = n / 2 / BLOCK * BLOCK;
+    let (src_a, src_b) = src.split_at(half * from.bits() as usize / 8);
+    let (dst_a, dst_b) = dst.split_at_mut(half * to.bits() as usize / 8);
+    let (a, b) = std::thread::scope(|scope| {
+        let other =
+            scope.spawn(|| convert_serial(from, src_b, to, dst_b, opts, base + half as u64));
+        let mine = convert_serial(from, src_a, to, dst_a, opts, base);
+        // A panic in the worker is a bug; surface it as one.
+        (
+            mine,
+            other
+                .join()
+                .unwrap_or_else(|p| std::panic::resume_unwind(p)),
+        )
+    });
+    // The first half's error names the lower element index: report it first.
+    a.and(b)
+}
+
+/// [`convert`] on one thread.
+fn convert_serial(
     from: Dtype,
     src: &[u8],
     to: Dtype,
