@@ -1,11 +1,13 @@
 //! Converts a checkpoint into a canonical safetensors file.
 //!
-//! Tensors stream from the memory-mapped input to the atomic writer one at
-//! a time, in the output's file order: contiguous views are written straight
-//! from the map, other views are gathered into one buffer that is dropped
-//! before the next tensor. Peak memory is about the largest tensor that
-//! needs re-ordering. A refused or failed conversion leaves no output file
-//! (the writer saves to a temporary file and renames it at the end).
+//! Tensors stream from the input to the atomic writer in the output's file
+//! order. A producer thread reads stored tensors in 4 MiB pieces, hands
+//! contiguous views over straight from the memory map, and gathers other
+//! views into a buffer per tensor; the writer writes them meanwhile. At most
+//! a few pieces wait between the two, so peak memory is about twice the
+//! largest tensor that needs re-ordering (one being written, the next being
+//! gathered), not the model. A refused or failed conversion leaves no output
+//! file (the writer saves to a temporary file and renames it at the end).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -99,47 +101,50 @@ pub fn convert_checkpoint(
     // itself, not as a writer error: keep it aside.
     let mut failure: Option<Error> = None;
     let result = save_streaming(output, &specs, Some(&metadata), &options.write, |w| {
-        while let Some(slot) = w.expected() {
-            let name = slot.name().to_string();
-            let Some(t) = by_name.get(name.as_str()) else {
-                return Err(aborted(format!("no tensor {name:?} to write")));
-            };
-            // Bytes stored as they are stream with plain reads; the rest
-            // (views to re-order, inflated or byte-swapped storages) come
-            // from one buffer per tensor.
-            let direct = match t.reader() {
-                Ok(r) => r,
-                Err(e) => {
-                    failure = Some(e);
-                    return Err(aborted(format!("tensor {name:?} could not be read")));
-                }
-            };
-            match direct {
-                Some(reader) => {
-                    w.write_from(&name, reader)?;
-                }
-                None => {
-                    let bytes = match t.bytes() {
-                        Ok(b) => b,
-                        Err(e) => {
-                            failure = Some(e);
-                            return Err(aborted(format!("tensor {name:?} could not be read")));
-                        }
-                    };
-                    w.write_tensor(&name, &bytes)?;
+        // The file order, fixed by the layout: the producer follows it.
+        let order: Vec<&TorchTensor<'_>> = w
+            .layout()
+            .slots()
+            .map(|slot| {
+                by_name
+                    .get(slot.name())
+                    .ok_or_else(|| aborted(format!("no tensor {:?} to write", slot.name())))
+            })
+            .collect::<tensorfile::Result<_>>()?;
+        let (pieces, received) = std::sync::mpsc::sync_channel::<Piece<'_>>(QUEUE);
+        let (recycle, recycled) = std::sync::mpsc::channel::<Vec<u8>>();
+        std::thread::scope(|scope| {
+            scope.spawn(move || produce(&order, &pieces, &recycled));
+            for piece in received {
+                match piece {
+                    Piece::Read(buf) => {
+                        w.write(&buf)?;
+                        // The producer may have stopped; the buffer is then dropped.
+                        let _ = recycle.send(buf);
+                    }
+                    Piece::Mapped(bytes) => w.write(bytes)?,
+                    Piece::Gathered(bytes) => w.write(&bytes)?,
+                    Piece::Done(t) => {
+                        bytes_done += t.nbytes();
+                        tensors_done += 1;
+                        progress(Progress {
+                            name: t.name(),
+                            tensors_done,
+                            tensors_total: specs.len(),
+                            bytes_done,
+                            bytes_total,
+                        });
+                    }
+                    Piece::Failed(name, e) => {
+                        failure = Some(e);
+                        return Err(aborted(format!("tensor {name:?} could not be read")));
+                    }
                 }
             }
-            bytes_done += t.nbytes();
-            tensors_done += 1;
-            progress(Progress {
-                name: &name,
-                tensors_done,
-                tensors_total: specs.len(),
-                bytes_done,
-                bytes_total,
-            });
-        }
-        Ok(())
+            // Returning (or an error above) drops the receiver, which stops
+            // the producer at its next piece.
+            Ok(())
+        })
     });
     if let Some(e) = failure {
         return Err(e);
@@ -159,6 +164,93 @@ pub fn convert_checkpoint(
 }
 
 /// Stops the writer (which then removes its temporary file).
+/// Bytes in flight between the producer and the writer: pieces of stored
+/// tensors are read into buffers of this size, and at most [`QUEUE`] wait.
+const PIECE: usize = 4 << 20;
+/// Pieces the producer may be ahead of the writer.
+const QUEUE: usize = 4;
+
+/// What the producer hands the writer, in file order.
+enum Piece<'a> {
+    /// Bytes read from the input file into a buffer, which goes back to
+    /// the producer once written.
+    Read(Vec<u8>),
+    /// A tensor's bytes borrowed from the memory map.
+    Mapped(&'a [u8]),
+    /// A tensor gathered (re-ordered, inflated or byte-swapped) into memory.
+    Gathered(Vec<u8>),
+    /// The tensor's bytes were all handed over.
+    Done(&'a TorchTensor<'a>),
+    /// The tensor could not be read; nothing follows.
+    Failed(String, Error),
+}
+
+/// Reads or gathers each tensor, in file order, and hands its bytes over.
+/// Runs on its own thread, so reading and re-ordering the next tensor
+/// overlap with writing this one. Stops when the writer stops listening.
+fn produce<'a>(
+    order: &[&'a TorchTensor<'a>],
+    out: &std::sync::mpsc::SyncSender<Piece<'a>>,
+    recycled: &std::sync::mpsc::Receiver<Vec<u8>>,
+) {
+    use std::io::Read;
+    for &t in order {
+        let sent = match t.reader() {
+            // Stored as they are: plain reads (faster than faulting in the
+            // map page by page), into buffers the writer gives back.
+            Ok(Some(mut reader)) => loop {
+                let mut buf = recycled.try_recv().unwrap_or_else(|_| vec![0; PIECE]);
+                buf.resize(PIECE, 0);
+                let mut filled = 0;
+                let read = loop {
+                    match reader.read(&mut buf[filled..]) {
+                        Ok(0) => break Ok(()),
+                        Ok(n) => {
+                            filled += n;
+                            if filled == buf.len() {
+                                break Ok(());
+                            }
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                        Err(e) => break Err(e),
+                    }
+                };
+                if let Err(e) = read {
+                    let reason = format!("cannot read the input file: {e}");
+                    let err = Error::Tensor {
+                        name: t.name().to_string(),
+                        reason,
+                    };
+                    let _ = out.send(Piece::Failed(t.name().to_string(), err));
+                    return;
+                }
+                if filled == 0 {
+                    break true;
+                }
+                buf.truncate(filled);
+                if out.send(Piece::Read(buf)).is_err() {
+                    return;
+                }
+            },
+            Ok(None) => match t.bytes() {
+                Ok(std::borrow::Cow::Borrowed(b)) => out.send(Piece::Mapped(b)).is_ok(),
+                Ok(std::borrow::Cow::Owned(v)) => out.send(Piece::Gathered(v)).is_ok(),
+                Err(e) => {
+                    let _ = out.send(Piece::Failed(t.name().to_string(), e));
+                    return;
+                }
+            },
+            Err(e) => {
+                let _ = out.send(Piece::Failed(t.name().to_string(), e));
+                return;
+            }
+        };
+        if !sent || out.send(Piece::Done(t)).is_err() {
+            return;
+        }
+    }
+}
+
 fn aborted(why: String) -> tensorfile::Error {
     tensorfile::Error::Stream(std::io::Error::other(why))
 }
