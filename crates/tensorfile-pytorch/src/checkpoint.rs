@@ -376,19 +376,21 @@ impl<'a> TorchTensor<'a> {
     /// A reader of the tensor's bytes straight from the input file, when
     /// they lie there as they are and the checkpoint was opened from a path.
     /// Copying large tensors with plain reads is faster than faulting in the
-    /// memory map page by page.
-    pub fn reader(&self) -> Result<Option<impl std::io::Read + 'a>> {
-        use std::io::{Read, Seek, SeekFrom};
+    /// memory map page by page. The reader uses positional reads on the
+    /// checkpoint's file, so several may be used at once from several threads.
+    pub fn reader(&self) -> Result<Option<StoredReader<'a>>> {
         let (Some(file), Some((offset, len))) = (&self.ckpt.file, self.file_range()) else {
             return Ok(None);
         };
-        let io = |e| Error::Tensor {
+        let end = offset.checked_add(len).ok_or_else(|| Error::Tensor {
             name: self.info.name.clone(),
-            reason: format!("cannot read the input file: {e}"),
-        };
-        let mut f = file.try_clone().map_err(io)?;
-        f.seek(SeekFrom::Start(offset)).map_err(io)?;
-        Ok(Some(f.take(len)))
+            reason: "its bytes end past 2^64".into(),
+        })?;
+        Ok(Some(StoredReader {
+            file,
+            pos: offset,
+            end,
+        }))
     }
 
     /// The tensor's bytes in C order, little-endian: borrowed from the
@@ -675,4 +677,35 @@ fn walk(pickle: &Pickle, options: &LoadOptions) -> Result<Walked> {
         )));
     }
     Ok((rebuilder.storages, tensors, flat.values))
+}
+
+/// Reads one stored tensor's bytes from the checkpoint's file with
+/// positional reads (see [`TorchTensor::reader`]).
+#[derive(Debug)]
+pub struct StoredReader<'a> {
+    file: &'a File,
+    pos: u64,
+    end: u64,
+}
+
+impl std::io::Read for StoredReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let left = usize::try_from(self.end - self.pos).unwrap_or(usize::MAX);
+        let want = buf.len().min(left);
+        if want == 0 {
+            return Ok(0);
+        }
+        #[cfg(unix)]
+        let n = std::os::unix::fs::FileExt::read_at(self.file, &mut buf[..want], self.pos)?;
+        #[cfg(windows)]
+        let n = std::os::windows::fs::FileExt::seek_read(self.file, &mut buf[..want], self.pos)?;
+        if n == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "the input file is shorter than its zip directory says",
+            ));
+        }
+        self.pos += n as u64;
+        Ok(n)
+    }
 }

@@ -1,18 +1,20 @@
 //! Converts a checkpoint into a canonical safetensors file.
 //!
-//! Tensors stream from the input to the atomic writer in the output's file
-//! order. A producer thread reads stored tensors in 4 MiB pieces, hands
-//! contiguous views over straight from the memory map, and gathers other
-//! views into a buffer per tensor; the writer writes them meanwhile. At most
-//! a few pieces wait between the two, so peak memory is about twice the
-//! largest tensor that needs re-ordering (one being written, the next being
-//! gathered), not the model. A refused or failed conversion leaves no output
-//! file (the writer saves to a temporary file and renames it at the end).
+//! Tensors go from the input to their places in the output file, written by
+//! two threads at once (each takes the next tensor in file order): stored
+//! tensors are read in 4 MiB pieces, contiguous views are written straight
+//! from the memory map, and other views are gathered into a buffer per
+//! tensor. Peak memory is about twice the largest tensor that needs
+//! re-ordering (one per thread), not the model. A refused or failed
+//! conversion leaves no output file (the writer saves to a temporary file and
+//! renames it at the end).
 
 use std::collections::HashMap;
 use std::path::Path;
 
-use tensorfile::{save_streaming, Metadata, TensorSpec, WriteOptions};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use tensorfile::{save_positional, Metadata, PositionalWriter, TensorSpec, WriteOptions};
 
 use crate::checkpoint::{Checkpoint, LoadOptions, TorchTensor};
 use crate::error::{Error, Result};
@@ -100,8 +102,9 @@ pub fn convert_checkpoint(
     // A loader error inside the writer's callback must come back out as
     // itself, not as a writer error: keep it aside.
     let mut failure: Option<Error> = None;
-    let result = save_streaming(output, &specs, Some(&metadata), &options.write, |w| {
-        // The file order, fixed by the layout: the producer follows it.
+    let layout = tensorfile::writer::Layout::new(&specs, Some(&metadata), &options.write)?;
+    let result = save_positional(output, layout, &options.write, |w| {
+        // Tensors in file order; two workers take them in turn.
         let order: Vec<&TorchTensor<'_>> = w
             .layout()
             .slots()
@@ -111,20 +114,37 @@ pub fn convert_checkpoint(
                     .ok_or_else(|| aborted(format!("no tensor {:?} to write", slot.name())))
             })
             .collect::<tensorfile::Result<_>>()?;
-        let (pieces, received) = std::sync::mpsc::sync_channel::<Piece<'_>>(QUEUE);
-        let (recycle, recycled) = std::sync::mpsc::channel::<Vec<u8>>();
+        let next = AtomicUsize::new(0);
+        let stop = AtomicBool::new(false);
+        let (done, finished) = std::sync::mpsc::channel::<std::result::Result<usize, Failed>>();
         std::thread::scope(|scope| {
-            scope.spawn(move || produce(&order, &pieces, &recycled));
-            for piece in received {
-                match piece {
-                    Piece::Read(buf) => {
-                        w.write(&buf)?;
-                        // The producer may have stopped; the buffer is then dropped.
-                        let _ = recycle.send(buf);
+            for _ in 0..WORKERS {
+                let done = done.clone();
+                let (order, next, stop) = (&order, &next, &stop);
+                scope.spawn(move || {
+                    let mut buf = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(&t) = order.get(i) else { return };
+                        if stop.load(Ordering::Relaxed) {
+                            return;
+                        }
+                        let written = write_tensor(w, i, t, &mut buf);
+                        if written.is_err() {
+                            stop.store(true, Ordering::Relaxed);
+                        }
+                        let _ = done.send(written.map(|()| i));
                     }
-                    Piece::Mapped(bytes) => w.write(bytes)?,
-                    Piece::Gathered(bytes) => w.write(&bytes)?,
-                    Piece::Done(t) => {
+                });
+            }
+            drop(done);
+            // Progress from this thread (the callback need not be Sync);
+            // the first failure wins, the workers stop at their next tensor.
+            let mut first: Option<Failed> = None;
+            for event in finished {
+                match event {
+                    Ok(i) => {
+                        let Some(t) = order.get(i) else { continue };
                         bytes_done += t.nbytes();
                         tensors_done += 1;
                         progress(Progress {
@@ -135,15 +155,19 @@ pub fn convert_checkpoint(
                             bytes_total,
                         });
                     }
-                    Piece::Failed(name, e) => {
-                        failure = Some(e);
-                        return Err(aborted(format!("tensor {name:?} could not be read")));
+                    Err(e) => {
+                        first.get_or_insert(e);
                     }
                 }
             }
-            // Returning (or an error above) drops the receiver, which stops
-            // the producer at its next piece.
-            Ok(())
+            match first {
+                None => Ok(()),
+                Some(Failed::Write(e)) => Err(e),
+                Some(Failed::Load(name, e)) => {
+                    failure = Some(*e);
+                    Err(aborted(format!("tensor {name:?} could not be read")))
+                }
+            }
         })
     });
     if let Some(e) = failure {
@@ -164,89 +188,55 @@ pub fn convert_checkpoint(
 }
 
 /// Stops the writer (which then removes its temporary file).
-/// Bytes in flight between the producer and the writer: pieces of stored
-/// tensors are read into buffers of this size, and at most [`QUEUE`] wait.
+/// Threads writing tensors at once: two cores copying into the page cache
+/// is what makes writing a large file fast (one core was the bottleneck).
+const WORKERS: usize = 2;
+/// Stored tensors are read in pieces of this size.
 const PIECE: usize = 4 << 20;
-/// Pieces the producer may be ahead of the writer.
-const QUEUE: usize = 4;
 
-/// What the producer hands the writer, in file order.
-enum Piece<'a> {
-    /// Bytes read from the input file into a buffer, which goes back to
-    /// the producer once written.
-    Read(Vec<u8>),
-    /// A tensor's bytes borrowed from the memory map.
-    Mapped(&'a [u8]),
-    /// A tensor gathered (re-ordered, inflated or byte-swapped) into memory.
-    Gathered(Vec<u8>),
-    /// The tensor's bytes were all handed over.
-    Done(&'a TorchTensor<'a>),
-    /// The tensor could not be read; nothing follows.
-    Failed(String, Error),
+/// Why a worker stopped.
+enum Failed {
+    /// The tensor could not be read from the checkpoint (boxed: errors are
+    /// large and this travels through a channel).
+    Load(String, Box<Error>),
+    /// Writing failed.
+    Write(tensorfile::Error),
 }
 
-/// Reads or gathers each tensor, in file order, and hands its bytes over.
-/// Runs on its own thread, so reading and re-ordering the next tensor
-/// overlap with writing this one. Stops when the writer stops listening.
-fn produce<'a>(
-    order: &[&'a TorchTensor<'a>],
-    out: &std::sync::mpsc::SyncSender<Piece<'a>>,
-    recycled: &std::sync::mpsc::Receiver<Vec<u8>>,
-) {
+/// Writes tensor `t`, the `index`-th in file order, at its place: stored
+/// tensors are read in pieces into `buf` (plain reads are faster than
+/// faulting in the memory map page by page); other views are taken from
+/// the map or gathered into memory, one tensor at a time.
+fn write_tensor(
+    w: &PositionalWriter<'_>,
+    index: usize,
+    t: &TorchTensor<'_>,
+    buf: &mut Vec<u8>,
+) -> std::result::Result<(), Failed> {
     use std::io::Read;
-    for &t in order {
-        let sent = match t.reader() {
-            // Stored as they are: plain reads (faster than faulting in the
-            // map page by page), into buffers the writer gives back.
-            Ok(Some(mut reader)) => loop {
-                let mut buf = recycled.try_recv().unwrap_or_else(|_| vec![0; PIECE]);
-                buf.resize(PIECE, 0);
-                let mut filled = 0;
-                let read = loop {
-                    match reader.read(&mut buf[filled..]) {
-                        Ok(0) => break Ok(()),
-                        Ok(n) => {
-                            filled += n;
-                            if filled == buf.len() {
-                                break Ok(());
-                            }
-                        }
-                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                        Err(e) => break Err(e),
+    let load = |e: Error| Failed::Load(t.name().to_string(), Box::new(e));
+    match t.reader().map_err(load)? {
+        Some(mut reader) => {
+            buf.resize(PIECE, 0);
+            let mut offset = 0u64;
+            loop {
+                let n = match reader.read(buf) {
+                    Ok(0) => return Ok(()),
+                    Ok(n) => n,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(e) => {
+                        let reason = format!("cannot read the input file: {e}");
+                        let name = t.name().to_string();
+                        return Err(load(Error::Tensor { name, reason }));
                     }
                 };
-                if let Err(e) = read {
-                    let reason = format!("cannot read the input file: {e}");
-                    let err = Error::Tensor {
-                        name: t.name().to_string(),
-                        reason,
-                    };
-                    let _ = out.send(Piece::Failed(t.name().to_string(), err));
-                    return;
-                }
-                if filled == 0 {
-                    break true;
-                }
-                buf.truncate(filled);
-                if out.send(Piece::Read(buf)).is_err() {
-                    return;
-                }
-            },
-            Ok(None) => match t.bytes() {
-                Ok(std::borrow::Cow::Borrowed(b)) => out.send(Piece::Mapped(b)).is_ok(),
-                Ok(std::borrow::Cow::Owned(v)) => out.send(Piece::Gathered(v)).is_ok(),
-                Err(e) => {
-                    let _ = out.send(Piece::Failed(t.name().to_string(), e));
-                    return;
-                }
-            },
-            Err(e) => {
-                let _ = out.send(Piece::Failed(t.name().to_string(), e));
-                return;
+                w.write(index, offset, &buf[..n]).map_err(Failed::Write)?;
+                offset += n as u64;
             }
-        };
-        if !sent || out.send(Piece::Done(t)).is_err() {
-            return;
+        }
+        None => {
+            let bytes = t.bytes().map_err(load)?;
+            w.write(index, 0, &bytes).map_err(Failed::Write)
         }
     }
 }

@@ -111,66 +111,228 @@ fn save_with<W: Write, F>(
 where
     F: FnOnce(&mut StreamWriter<W>) -> Result<()>,
 {
-    let file_name = path.file_name().ok_or_else(|| {
-        Error::io(
-            path,
-            io::Error::new(io::ErrorKind::InvalidInput, "not a file name"),
-        )
-    })?;
-    let dir = match path.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => dir,
-        _ => Path::new("."),
-    };
-    let old_permissions = match fs::metadata(path) {
-        Ok(meta) => Some(meta.permissions()),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-        Err(e) => return Err(Error::io(path, e)),
-    };
-
-    let mut prefix = OsString::from(".");
-    prefix.push(file_name);
-    prefix.push(".");
-    let mut builder = tempfile::Builder::new();
-    builder.prefix(&prefix).suffix(".tmp");
-    // tempfile creates files 0600. Asking for 0666 makes open(2) apply the
-    // umask (and any default ACL) itself, exactly as for a plain create;
-    // this avoids reading the process-wide umask, which cannot be done
-    // without briefly changing it under other threads.
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        builder.permissions(fs::Permissions::from_mode(0o666));
-    }
-    let temp = builder.tempfile_in(dir).map_err(|e| Error::io(dir, e))?;
-    // From here on, dropping `temp_path` (on any error or panic) removes the file.
-    let (file, temp_path) = temp.into_parts();
-    if let Some(permissions) = old_permissions {
-        file.set_permissions(permissions)
-            .map_err(|e| Error::io(&*temp_path, e))?;
-    }
-
+    let temp = Temp::create(path)?;
     let at_path = |e: Error| match e {
         Error::Write(WriteError::Output(source)) => Error::io(path, source),
         other => other,
     };
+    let file = temp.file.try_clone().map_err(|e| Error::io(path, e))?;
     let mut writer = StreamWriter::new(wrap(file), layout).map_err(at_path)?;
     body(&mut writer).map_err(at_path)?;
     let sink = writer.finish().map_err(at_path)?;
     let file = unwrap(sink).map_err(|e| Error::io(path, e))?;
-    if sync {
-        file.sync_all().map_err(|e| Error::io(path, e))?;
-    }
     drop(file);
-    temp_path
-        .persist(path)
-        .map_err(|e| Error::io(path, e.error))?;
-    if sync {
-        // The rename is durable only once the directory entry is.
-        File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(|e| Error::io(dir, e))?;
+    temp.commit(sync)
+}
+
+/// A temporary file beside the target, removed unless committed.
+struct Temp<'p> {
+    path: &'p Path,
+    dir: &'p Path,
+    file: File,
+    temp_path: tempfile::TempPath,
+}
+
+impl<'p> Temp<'p> {
+    /// Creates the temporary file in the target's directory, with the mode
+    /// a plain create gives, or the replaced file's mode.
+    fn create(path: &'p Path) -> Result<Temp<'p>> {
+        let file_name = path.file_name().ok_or_else(|| {
+            Error::io(
+                path,
+                io::Error::new(io::ErrorKind::InvalidInput, "not a file name"),
+            )
+        })?;
+        let dir = match path.parent() {
+            Some(dir) if !dir.as_os_str().is_empty() => dir,
+            _ => Path::new("."),
+        };
+        let old_permissions = match fs::metadata(path) {
+            Ok(meta) => Some(meta.permissions()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(e) => return Err(Error::io(path, e)),
+        };
+        let mut prefix = OsString::from(".");
+        prefix.push(file_name);
+        prefix.push(".");
+        let mut builder = tempfile::Builder::new();
+        builder.prefix(&prefix).suffix(".tmp");
+        // tempfile creates files 0600. Asking for 0666 makes open(2) apply the
+        // umask (and any default ACL) itself, exactly as for a plain create;
+        // this avoids reading the process-wide umask, which cannot be done
+        // without briefly changing it under other threads.
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            builder.permissions(fs::Permissions::from_mode(0o666));
+        }
+        let temp = builder.tempfile_in(dir).map_err(|e| Error::io(dir, e))?;
+        // From here on, dropping `temp_path` (on any error or panic) removes the file.
+        let (file, temp_path) = temp.into_parts();
+        if let Some(permissions) = old_permissions {
+            file.set_permissions(permissions)
+                .map_err(|e| Error::io(&*temp_path, e))?;
+        }
+        Ok(Temp {
+            path,
+            dir,
+            file,
+            temp_path,
+        })
+    }
+
+    /// Syncs (if asked), renames over the target and syncs the directory.
+    fn commit(self, sync: bool) -> Result<()> {
+        let Temp {
+            path,
+            dir,
+            file,
+            temp_path,
+        } = self;
+        if sync {
+            file.sync_all().map_err(|e| Error::io(path, e))?;
+        }
+        drop(file);
+        temp_path
+            .persist(path)
+            .map_err(|e| Error::io(path, e.error))?;
+        if sync {
+            // The rename is durable only once the directory entry is.
+            File::open(dir)
+                .and_then(|d| d.sync_all())
+                .map_err(|e| Error::io(dir, e))?;
+        }
+        Ok(())
+    }
+}
+
+/// Writes tensors' bytes at their places in a planned file, from several
+/// threads at once: each tensor's bytes are given in order by one thread at
+/// a time, and different tensors may be written concurrently. See
+/// [`save_positional`].
+///
+/// Writing from two threads lets two cores copy into the page cache, which
+/// is most of the cost of writing a large file whose bytes are at hand.
+pub struct PositionalWriter<'a> {
+    file: &'a File,
+    layout: &'a Layout,
+    /// Bytes of each tensor (in file order) written so far.
+    filled: Vec<std::sync::atomic::AtomicU64>,
+}
+
+impl PositionalWriter<'_> {
+    /// The plan being written.
+    pub fn layout(&self) -> &Layout {
+        self.layout
+    }
+
+    /// Writes the next bytes of the tensor at `index` in file order
+    /// ([`Layout::slot`]), which start at `offset` within the tensor: the
+    /// tensor's bytes before `offset` must already be written.
+    pub fn write(&self, index: usize, offset: u64, bytes: &[u8]) -> Result<()> {
+        use std::sync::atomic::Ordering;
+        let slot = self.layout.slot(index).ok_or(WriteError::Trailing {
+            extra: bytes.len() as u64,
+        })?;
+        let len = bytes.len() as u64;
+        let end = offset
+            .checked_add(len)
+            .filter(|&end| end <= slot.byte_len());
+        let Some(end) = end else {
+            return Err(WriteError::TooLong {
+                tensor: slot.name().to_string(),
+                expected: slot.byte_len(),
+                received: offset.saturating_add(len),
+            }
+            .into());
+        };
+        let counter = &self.filled[index];
+        if let Err(filled) =
+            counter.compare_exchange(offset, end, Ordering::AcqRel, Ordering::Acquire)
+        {
+            return Err(WriteError::Started {
+                tensor: slot.name().to_string(),
+                filled,
+            }
+            .into());
+        }
+        let at = 8 + self.layout.header_len() + slot.data_offsets().0 + offset;
+        write_all_at(self.file, bytes, at).map_err(WriteError::Output)?;
+        Ok(())
+    }
+
+    /// Checks every tensor is complete.
+    fn finish(&self) -> Result<()> {
+        use std::sync::atomic::Ordering;
+        for (slot, filled) in self.layout.slots().zip(&self.filled) {
+            let filled = filled.load(Ordering::Acquire);
+            if filled != slot.byte_len() {
+                return Err(WriteError::TooShort {
+                    tensor: slot.name().to_string(),
+                    expected: slot.byte_len(),
+                    received: filled,
+                }
+                .into());
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(unix)]
+fn write_all_at(file: &File, bytes: &[u8], at: u64) -> io::Result<()> {
+    std::os::unix::fs::FileExt::write_all_at(file, bytes, at)
+}
+
+#[cfg(windows)]
+fn write_all_at(file: &File, mut bytes: &[u8], mut at: u64) -> io::Result<()> {
+    use std::os::windows::fs::FileExt;
+    while !bytes.is_empty() {
+        let n = file.seek_write(bytes, at)?;
+        if n == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        bytes = &bytes[n..];
+        at += n as u64;
     }
     Ok(())
+}
+
+/// Saves a planned file atomically (as [`save_streaming`] does) with its
+/// tensors' bytes given by `body` through a [`PositionalWriter`], which
+/// several threads may use at once. Every tensor must be complete when
+/// `body` returns; otherwise, or on any error, the target is left as it was.
+pub fn save_positional<F>(
+    path: impl AsRef<Path>,
+    layout: Layout,
+    options: &WriteOptions,
+    body: F,
+) -> Result<()>
+where
+    F: FnOnce(&PositionalWriter<'_>) -> Result<()>,
+{
+    let path = path.as_ref();
+    let temp = Temp::create(path)?;
+    let at_path = |e: Error| match e {
+        Error::Write(WriteError::Output(source)) => Error::io(path, source),
+        other => other,
+    };
+    write_all_at(&temp.file, layout.header(), 0).map_err(|e| Error::io(path, e))?;
+    // The full length up front: writes at any offset then fill the file.
+    temp.file
+        .set_len(layout.file_len())
+        .map_err(|e| Error::io(path, e))?;
+    let writer = PositionalWriter {
+        file: &temp.file,
+        layout: &layout,
+        filled: layout
+            .slots()
+            .map(|_| std::sync::atomic::AtomicU64::new(0))
+            .collect(),
+    };
+    body(&writer).map_err(at_path)?;
+    writer.finish()?;
+    temp.commit(options.sync)
 }
 
 #[cfg(test)]

@@ -39,7 +39,7 @@ pub mod slice;
 pub mod view;
 pub mod writer;
 
-pub use atomic::{save, save_streaming};
+pub use atomic::{save, save_positional, save_streaming, PositionalWriter};
 pub use dtype::Dtype;
 pub use error::{Error, FormatError, Result, WriteError};
 pub use file::{read_header, read_header_from_path, SafeTensors};

@@ -283,3 +283,102 @@ fn a_path_without_a_file_name_is_refused() {
     assert!(save(&sub, [t], Some(&metadata), &WriteOptions::default()).is_err());
     assert_eq!(entries(dir.path()), ["sub"]);
 }
+
+/// Tensors of several sizes (zero-size included) and their bytes.
+fn positional_tensors() -> (Vec<TensorSpec>, Vec<Vec<u8>>) {
+    let sizes = [4096usize, 0, 17, 1 << 20, 3, 65_536, 1];
+    let specs: Vec<TensorSpec> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| TensorSpec::new(format!("t{i}"), Dtype::U8, [n as u64]))
+        .collect();
+    let data: Vec<Vec<u8>> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| (0..n).map(|j| (i * 31 + j) as u8).collect())
+        .collect();
+    (specs, data)
+}
+
+#[test]
+fn positional_writes_from_two_threads_give_the_canonical_bytes() {
+    use tensorfile::writer::Layout;
+    let (specs, data) = positional_tensors();
+    let refs: Vec<TensorRef> = specs
+        .iter()
+        .zip(&data)
+        .map(|(s, d)| TensorRef {
+            name: &s.name,
+            dtype: s.dtype,
+            shape: &s.shape,
+            data: d,
+        })
+        .collect();
+    let metadata = Metadata::from([("format".to_string(), "pt".to_string())]);
+    let expected = serialize(&refs, Some(&metadata)).unwrap();
+    let (dir, path) = with_old_file();
+    let options = WriteOptions::default();
+    let layout = Layout::new(&specs, Some(&metadata), &options).unwrap();
+    tensorfile::save_positional(&path, layout, &options, |w| {
+        let order: Vec<usize> = w.layout().slots().map(|s| s.declared()).collect();
+        std::thread::scope(|scope| {
+            for parity in 0..2 {
+                let (order, data) = (&order, &data);
+                scope.spawn(move || {
+                    // Each thread writes every other tensor, in pieces of 1000.
+                    for (index, &declared) in
+                        order.iter().enumerate().filter(|(i, _)| i % 2 == parity)
+                    {
+                        let mut offset = 0;
+                        for piece in data[declared].chunks(1000) {
+                            w.write(index, offset, piece).unwrap();
+                            offset += piece.len() as u64;
+                        }
+                    }
+                });
+            }
+        });
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(fs::read(&path).unwrap(), expected);
+    assert_eq!(entries(dir.path()), ["m.safetensors"]);
+}
+
+#[test]
+fn positional_writes_refuse_gaps_overruns_and_missing_bytes() {
+    use tensorfile::writer::Layout;
+    let (specs, data) = positional_tensors();
+    let options = WriteOptions::default();
+    let (dir, path) = with_old_file();
+    // A piece that skips ahead, one that runs past the tensor, and a save
+    // that leaves a tensor short: each refused, the old file kept.
+    let layout = Layout::new(&specs, None, &options).unwrap();
+    let result = tensorfile::save_positional(&path, layout, &options, |w| {
+        let gap = w.write(0, 5, &[1]);
+        assert!(
+            matches!(gap, Err(Error::Write(WriteError::Started { .. }))),
+            "{gap:?}"
+        );
+        let len = w.layout().slot(0).unwrap().byte_len();
+        let over = w.write(0, 0, &vec![0; len as usize + 1]);
+        assert!(
+            matches!(over, Err(Error::Write(WriteError::TooLong { .. }))),
+            "{over:?}"
+        );
+        let _ = &data;
+        Ok(())
+    });
+    assert!(
+        matches!(result, Err(Error::Write(WriteError::TooShort { .. }))),
+        "{result:?}"
+    );
+    assert_untouched(dir.path(), &path);
+    // An error from the body: the old file is kept, no litter.
+    let layout = Layout::new(&specs, None, &options).unwrap();
+    let result = tensorfile::save_positional(&path, layout, &options, |_| {
+        Err(Error::Write(WriteError::Poisoned))
+    });
+    assert!(result.is_err());
+    assert_untouched(dir.path(), &path);
+}
