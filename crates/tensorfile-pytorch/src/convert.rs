@@ -14,7 +14,8 @@ use std::path::Path;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use tensorfile::{save_positional, Metadata, PositionalWriter, TensorSpec, WriteOptions};
+use tensorfile::cast::{converted_dtype, quant_companions, CastOptions, TensorCast};
+use tensorfile::{save_positional, Dtype, Metadata, PositionalWriter, TensorSpec, WriteOptions};
 
 use crate::checkpoint::{Checkpoint, LoadOptions, TorchTensor};
 use crate::error::{Error, Result};
@@ -37,6 +38,11 @@ pub struct ConvertOptions {
     pub keep_values: bool,
     /// How to write (alignment, syncing).
     pub write: WriteOptions,
+    /// Cast the float tensors to this dtype on the way (the companions of
+    /// quantized weights keep theirs, as in `tensorfile::cast`).
+    pub dtype: Option<Dtype>,
+    /// How to cast (saturation, integers), with `dtype`.
+    pub cast: CastOptions,
 }
 
 /// Where a conversion is, for progress bars.
@@ -63,6 +69,8 @@ pub struct Report {
     pub aliases: usize,
     /// Non-tensor values kept as metadata.
     pub values: usize,
+    /// Tensors cast to `dtype`.
+    pub cast: usize,
     /// Tensor bytes written.
     pub bytes: u64,
     /// The output's metadata.
@@ -89,13 +97,24 @@ pub fn convert_checkpoint(
 ) -> Result<Report> {
     let plan = plan(ckpt, options.shared)?;
     let metadata = metadata(ckpt, &plan.aliases, options.keep_values)?;
-    let specs: Vec<TensorSpec> = plan
-        .write
-        .iter()
-        .map(|t| TensorSpec::new(t.name(), t.dtype(), t.shape()))
-        .collect();
-    let by_name: HashMap<&str, TorchTensor<'_>> =
-        plan.write.iter().map(|t| (t.name(), *t)).collect();
+    // The dtype each tensor is written in, every cast checked up front.
+    let companions = quant_companions(plan.write.iter().map(|t| (t.name(), t.dtype())));
+    let mut specs = Vec::with_capacity(plan.write.len());
+    let mut by_name: HashMap<&str, (TorchTensor<'_>, Dtype)> = HashMap::new();
+    let mut cast = 0;
+    for t in &plan.write {
+        let target = match options.dtype {
+            Some(to) => converted_dtype(t.dtype(), to, options.cast, companions.contains(t.name())),
+            None => t.dtype(),
+        };
+        if target != t.dtype() {
+            // Refuses a pair it cannot cast or element counts it cannot pack.
+            TensorCast::new(t.name(), t.dtype(), t.shape(), target, options.cast)?;
+            cast += 1;
+        }
+        specs.push(TensorSpec::new(t.name(), target, t.shape()));
+        by_name.insert(t.name(), (*t, target));
+    }
     let bytes_total: u64 = plan.write.iter().map(|t| t.nbytes()).sum();
     let mut bytes_done = 0u64;
     let mut tensors_done = 0usize;
@@ -105,7 +124,7 @@ pub fn convert_checkpoint(
     let layout = tensorfile::writer::Layout::new(&specs, Some(&metadata), &options.write)?;
     let result = save_positional(output, layout, &options.write, |w| {
         // Tensors in file order; two workers take them in turn.
-        let order: Vec<&TorchTensor<'_>> = w
+        let order: Vec<&(TorchTensor<'_>, Dtype)> = w
             .layout()
             .slots()
             .map(|slot| {
@@ -125,11 +144,14 @@ pub fn convert_checkpoint(
                     let mut buf = Vec::new();
                     loop {
                         let i = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(&t) = order.get(i) else { return };
+                        let Some(&&(ref t, target)) = order.get(i) else {
+                            return;
+                        };
                         if stop.load(Ordering::Relaxed) {
                             return;
                         }
-                        let written = write_tensor(w, i, t, &mut buf);
+                        let cast = (target != t.dtype()).then_some((target, options.cast));
+                        let written = write_tensor(w, i, t, cast, &mut buf);
                         if written.is_err() {
                             stop.store(true, Ordering::Relaxed);
                         }
@@ -144,7 +166,7 @@ pub fn convert_checkpoint(
             for event in finished {
                 match event {
                     Ok(i) => {
-                        let Some(t) = order.get(i) else { continue };
+                        let Some((t, _)) = order.get(i) else { continue };
                         bytes_done += t.nbytes();
                         tensors_done += 1;
                         progress(Progress {
@@ -177,6 +199,7 @@ pub fn convert_checkpoint(
     Ok(Report {
         tensors: plan.write.len(),
         aliases: plan.aliases.len(),
+        cast,
         values: if options.keep_values {
             ckpt.values().len()
         } else {
@@ -187,7 +210,6 @@ pub fn convert_checkpoint(
     })
 }
 
-/// Stops the writer (which then removes its temporary file).
 /// Threads writing tensors at once: two cores copying into the page cache
 /// is what makes writing a large file fast (one core was the bottleneck).
 const WORKERS: usize = 2;
@@ -206,15 +228,30 @@ enum Failed {
 /// Writes tensor `t`, the `index`-th in file order, at its place: stored
 /// tensors are read in pieces into `buf` (plain reads are faster than
 /// faulting in the memory map page by page); other views are taken from
-/// the map or gathered into memory, one tensor at a time.
+/// the map or gathered into memory, one tensor at a time. With `cast`, the
+/// bytes are cast in chunks on the way.
 fn write_tensor(
     w: &PositionalWriter<'_>,
     index: usize,
     t: &TorchTensor<'_>,
+    cast: Option<(Dtype, CastOptions)>,
     buf: &mut Vec<u8>,
 ) -> std::result::Result<(), Failed> {
     use std::io::Read;
     let load = |e: Error| Failed::Load(t.name().to_string(), Box::new(e));
+    if let Some((target, opts)) = cast {
+        let bytes = t.bytes().map_err(load)?;
+        let mut caster =
+            TensorCast::new(t.name(), t.dtype(), t.shape(), target, opts).map_err(Failed::Write)?;
+        let mut offset = 0u64;
+        for chunk in bytes.chunks(PIECE) {
+            buf.clear();
+            caster.push(chunk, buf).map_err(Failed::Write)?;
+            w.write(index, offset, buf).map_err(Failed::Write)?;
+            offset += buf.len() as u64;
+        }
+        return caster.finish().map_err(Failed::Write);
+    }
     match t.reader().map_err(load)? {
         Some(mut reader) => {
             buf.resize(PIECE, 0);
@@ -241,6 +278,7 @@ fn write_tensor(
     }
 }
 
+/// Stops the writer (which then removes its temporary file).
 fn aborted(why: String) -> tensorfile::Error {
     tensorfile::Error::Stream(std::io::Error::other(why))
 }

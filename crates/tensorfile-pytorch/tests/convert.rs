@@ -243,3 +243,57 @@ fn progress_counts_every_tensor_and_byte() {
     assert_eq!((bytes, bytes_total), (report.bytes, report.bytes));
     assert!(std::fs::metadata(&out).unwrap().len() > report.bytes);
 }
+
+#[test]
+fn conversions_cast_float_tensors_on_the_way() {
+    use tensorfile::cast::cast_tensor;
+    use tensorfile::Dtype;
+    let dir = tempfile::tempdir().unwrap();
+    for (file, entry) in manifest() {
+        if entry["expect"] != "ok" {
+            continue;
+        }
+        let input = fixtures().join(&file);
+        let plain = dir.path().join("plain.safetensors");
+        let cast = dir.path().join("cast.safetensors");
+        convert(&input, &plain, &no_sync(), |_| {}).unwrap();
+        let options = ConvertOptions {
+            dtype: Some(Dtype::BF16),
+            ..no_sync()
+        };
+        let report = convert(&input, &cast, &options, |_| {}).unwrap();
+        let (plain, cast) = (
+            SafeTensors::open(&plain).unwrap(),
+            SafeTensors::open(&cast).unwrap(),
+        );
+        assert_eq!(plain.metadata(), cast.metadata(), "{file}");
+        let mut casts = 0;
+        for p in plain.tensors() {
+            let c = cast.tensor(p.name()).unwrap();
+            assert_eq!(c.shape(), p.shape(), "{file}: {}", p.name());
+            let floats = p.dtype().is_float() && p.dtype() != Dtype::C64;
+            if floats && p.dtype() != Dtype::BF16 {
+                casts += 1;
+                assert_eq!(c.dtype(), Dtype::BF16, "{file}: {}", p.name());
+                let expected = cast_tensor(
+                    p.name(),
+                    p.dtype(),
+                    p.shape(),
+                    p.data(),
+                    Dtype::BF16,
+                    Default::default(),
+                )
+                .unwrap();
+                assert_eq!(c.data(), &expected[..], "{file}: {}", p.name());
+            } else {
+                assert_eq!(
+                    (c.dtype(), c.data()),
+                    (p.dtype(), p.data()),
+                    "{file}: {}",
+                    p.name()
+                );
+            }
+        }
+        assert_eq!(report.cast, casts, "{file}");
+    }
+}

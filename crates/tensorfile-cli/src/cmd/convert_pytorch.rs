@@ -1,18 +1,16 @@
 //! The PyTorch side of `tensorfile convert`: IN is a checkpoint (`.pt`,
 //! `.pth`, `pytorch_model.bin`), loaded by `tensorfile-pytorch` without
-//! executing anything. Without `--dtype`, tensors stream one at a time from
-//! the mapped checkpoint into the atomic save; with `--dtype`, they go
-//! through the same cast as safetensors input.
+//! executing anything. Tensors stream from the mapped checkpoint into the
+//! atomic save, cast on the way with `--dtype` (the same rules as for
+//! safetensors input).
 
-use std::borrow::Cow;
 use std::path::Path;
 use std::process::ExitCode;
 
 use serde_json::json;
-use tensorfile::cast::{save_converted, CastOptions};
-use tensorfile::{Dtype, TensorRef, WriteOptions};
-use tensorfile_pytorch::convert::{convert_checkpoint, metadata, ConvertOptions};
-use tensorfile_pytorch::sharing::plan;
+use tensorfile::cast::CastOptions;
+use tensorfile::{Dtype, WriteOptions};
+use tensorfile_pytorch::convert::{convert_checkpoint, ConvertOptions};
 use tensorfile_pytorch::{Checkpoint, LoadOptions, SharedPolicy};
 
 use super::{out, Failure};
@@ -90,60 +88,27 @@ pub fn run(job: Job<'_>) -> Result<ExitCode, Failure> {
         sync: job.sync,
         ..WriteOptions::default()
     };
-    let (tensors, aliases, cast) = match job.dtype {
-        None => {
-            let options = ConvertOptions {
-                load,
-                shared: p.shared,
-                keep_values: p.keep_values,
-                write,
-            };
-            let total: u64 = ckpt.tensors().map(|t| t.nbytes()).sum();
-            let bar = crate::progress::bytes(total, "converting");
-            let report = convert_checkpoint(&ckpt, job.output, &options, |p| {
-                if let Some(bar) = &bar {
-                    bar.set_length(p.bytes_total);
-                    bar.set_position(p.bytes_done);
-                }
-            });
-            if let Some(bar) = bar {
-                bar.finish_and_clear();
-            }
-            let report = report?;
-            (report.tensors, report.aliases, 0)
-        }
-        Some(dtype) => {
-            // Contiguous tensors stay borrowed from the map; views that need
-            // re-ordering are gathered, all before the cast streams them out.
-            let plan = plan(&ckpt, p.shared)?;
-            let meta = metadata(&ckpt, &plan.aliases, p.keep_values)?;
-            let bytes: Vec<Cow<'_, [u8]>> = plan
-                .write
-                .iter()
-                .map(|t| t.bytes())
-                .collect::<Result<_, _>>()?;
-            let refs: Vec<TensorRef<'_>> = plan
-                .write
-                .iter()
-                .zip(&bytes)
-                .map(|(t, b)| TensorRef {
-                    name: t.name(),
-                    dtype: t.dtype(),
-                    shape: t.shape(),
-                    data: b,
-                })
-                .collect();
-            let summary = save_converted(
-                job.output,
-                &refs,
-                Some(&meta),
-                Some(dtype),
-                job.cast,
-                &write,
-            )?;
-            (summary.tensors, plan.aliases.len(), summary.cast)
-        }
+    let options = ConvertOptions {
+        load,
+        shared: p.shared,
+        keep_values: p.keep_values,
+        write,
+        dtype: job.dtype,
+        cast: job.cast,
     };
+    let total: u64 = ckpt.tensors().map(|t| t.nbytes()).sum();
+    let bar = crate::progress::bytes(total, "converting");
+    let report = convert_checkpoint(&ckpt, job.output, &options, |p| {
+        if let Some(bar) = &bar {
+            bar.set_length(p.bytes_total);
+            bar.set_position(p.bytes_done);
+        }
+    });
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    let report = report?;
+    let (tensors, aliases, cast) = (report.tensors, report.aliases, report.cast);
     let bytes = std::fs::metadata(job.output)
         .map_err(|e| tensorfile::Error::io(job.output, e))?
         .len();
