@@ -1,4 +1,4 @@
-//! The validated header (reader rules 1 and 5 here, 2 to 4 in [`parse`]):
+//! The validated header (reader rules 1 and 5 here, 2 to 4 in the private `parse` module):
 //! every tensor's description, the metadata, and lookup by name.
 //!
 //! A header is stored as compact tables: one string buffer for all names,
