@@ -854,3 +854,58 @@ fn scheme_and_config_parsing() {
         Some(64)
     );
 }
+
+/// Shapes the format allows (a zero dimension beside a huge one, an odd
+/// group) must get an error or an empty result, never a panic or an
+/// allocation the size of the huge dimension.
+#[test]
+fn hostile_shapes_and_groups_are_refused_or_empty() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.safetensors");
+    let t = |name: &'static str, dtype, shape: &'static [u64], data: &'static [u8]| TensorRef {
+        name,
+        dtype,
+        shape,
+        data,
+    };
+    let int4_meta = Metadata::from([("quant".to_string(), "int4-g32-sym".to_string())]);
+    // int4 and MLX weights with no rows but 2^40 columns: empty outputs.
+    let int4 = [
+        t("a.weight.qweight", Dtype::U8, &[0, 1 << 40], &[]),
+        t("a.weight.scales", Dtype::F16, &[0, 1 << 36], &[]),
+    ];
+    dequantize_file(&out, &int4, Some(&int4_meta), &dopts(None, None)).unwrap();
+    assert_eq!(
+        SafeTensors::open(&out)
+            .unwrap()
+            .tensor("a.weight")
+            .unwrap()
+            .shape(),
+        &[0, 1 << 41]
+    );
+    let mlx_parts = [
+        t("a.weight", Dtype::U32, &[0, 1 << 40], &[]),
+        t("a.scales", Dtype::F16, &[0, 1 << 37], &[]),
+        t("a.biases", Dtype::F16, &[0, 1 << 37], &[]),
+    ];
+    let q = QuantConfig::uniform(QuantParams::affine(4, 64));
+    dequantize_file(&out, &mlx_parts, None, &dopts(Some(q), None)).unwrap();
+    // Odd int4 groups, from the shapes or the metadata: a named error.
+    let odd = [
+        t("b.weight.qweight", Dtype::U8, &[1, 1], &[0x11]),
+        t("b.weight.scales", Dtype::F16, &[1, 2], &[0, 0x3c, 0, 0x3c]),
+    ];
+    let err = dequantize_file(&out, &odd, None, &dopts(None, None)).unwrap_err();
+    assert!(err.to_string().contains("even"), "{err}");
+    // Quantizing to MLX a weight whose columns times bits overflow.
+    let huge = [t("c.weight", Dtype::F32, &[0, 1 << 62], &[])];
+    let mut opts = qopts(Scheme::Mlx(QuantParams::affine(4, 64)));
+    opts.selection.include = vec![Glob::new("c.weight")];
+    assert!(quantize_file(&out, &huge, None, &opts).is_err());
+    // The per-tensor functions.
+    assert!(int4::quantize("w", Dtype::F32, &[0, 1 << 40], &[], 32).is_ok());
+    assert!(int4::dequantize("w", &[], &[], &[1 << 33, 1 << 33], 32).is_err());
+    let mut codes = [0u8; 8];
+    mlx::unpack(8, &[1, 2], &mut codes);
+    assert_eq!(codes, [1, 2, 0, 0, 0, 0, 0, 0]);
+}

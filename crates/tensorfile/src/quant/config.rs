@@ -152,5 +152,6 @@ impl QuantConfig {
 
 /// The group size of an int4 file, from its `"quant": "int4-g<group>-sym"`.
 pub fn int4_group(metadata: Option<&Metadata>) -> Option<u64> {
-    super::parse_int4(metadata?.get(QUANT_KEY)?).filter(|&g| g > 0)
+    // Groups pair columns into bytes: an odd group cannot be int4.
+    super::parse_int4(metadata?.get(QUANT_KEY)?).filter(|&g| g > 0 && g % 2 == 0)
 }

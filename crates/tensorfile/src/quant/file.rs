@@ -20,8 +20,8 @@ use super::select::{default_name, quantizable, Selection, Verdict};
 use super::{Mode, QuantError, Scheme};
 use crate::cast::{decode_f32, encode_f32, CastOptions};
 use crate::header::TensorInfo;
-use crate::writer::{StreamWriter, TensorData, TensorSpec, WriteOptions};
-use crate::{save_streaming, Dtype, Error, Metadata, Result};
+use crate::writer::{Layout, StreamWriter, TensorData, TensorSpec, WriteOptions};
+use crate::{save_positional, save_streaming, Dtype, Error, Metadata, PositionalWriter, Result};
 
 /// Output bytes gathered before each write.
 const BATCH: usize = 1 << 20;
@@ -325,13 +325,29 @@ fn stream_rows<W: std::io::Write, S: Send>(
     Ok(())
 }
 
-/// Streams one part of a quantized weight.
-fn write_part<W: std::io::Write, T: TensorData>(
-    w: &mut StreamWriter<W>,
-    out_name: &str,
+/// Bytes one row of a weight of `cols` inputs takes in `part`.
+fn part_row_bytes(part: Part, cols: usize, scheme: &Scheme, elem: usize) -> usize {
+    let groups = cols / scheme.group_size() as usize;
+    match (part, scheme) {
+        (Part::Int4Codes, _) => cols / 2,
+        (Part::Int4Scales, _) => groups * 2,
+        (Part::MlxCodes, Scheme::Mlx(p)) => cols * p.bits as usize / 8,
+        (Part::MlxCodes, _) => 0,
+        (Part::MlxScales | Part::MlxBiases, _) => groups * elem,
+    }
+}
+
+/// Quantizes weight `t` in one pass over its rows and writes each of its
+/// parts (`parts`: slot index in the file and which part) at its place.
+/// Computing the scales and the codes of a row together reads the input
+/// once; positional writes make that possible although the canonical
+/// order puts every F16 `.scales` before every U8 `.qweight`. Each batch of
+/// rows is split between two threads (rows are independent).
+fn quantize_weight<T: TensorData>(
+    w: &PositionalWriter<'_>,
     t: &T,
     scheme: &Scheme,
-    part: Part,
+    parts: &[(usize, Part)],
 ) -> Result<()> {
     let name = t.name();
     let (rows, cols) = match scheme {
@@ -341,108 +357,146 @@ fn write_part<W: std::io::Write, T: TensorData>(
     .map_err(|e| quant_error(name, e))?;
     let dtype = t.dtype();
     let elem = dtype.bits() as usize / 8;
+    if rows == 0 || cols == 0 {
+        return Ok(()); // every part is empty
+    }
     let data = t.data();
     let group = scheme.group_size() as usize;
     let groups = cols / group;
+    let widths: Vec<usize> = parts
+        .iter()
+        .map(|&(_, part)| part_row_bytes(part, cols, scheme, elem))
+        .collect();
+    // About BATCH bytes of the widest part per batch (as when streaming).
+    let widest = widths.iter().copied().max().unwrap_or(1).max(1);
+    let per_batch = (BATCH / widest).max(1).min(rows);
+    let mut bufs: Vec<Vec<u8>> = widths.iter().map(|&wd| vec![0u8; per_batch * wd]).collect();
+    let mut written = vec![0u64; parts.len()];
+    let mut scratch = [Scratch::default(), Scratch::default()];
     let fault = |r: usize| move |f: RowFault| quant_error(name, f.at_row(r as u64));
-    // The source row as f32: borrowed from the input when it is aligned
-    // F32, else decoded into `buf`.
-    let source = move |r: usize, buf: &mut Vec<f32>| -> Result<Option<&[f32]>> {
+    // One row: decode (or borrow) the input and fill that row of every part.
+    let fill = |r: usize, outs: &mut [&mut [u8]], scratch: &mut Scratch| -> Result<()> {
+        let Scratch {
+            row: buf,
+            codes,
+            scales,
+            s,
+            b,
+        } = scratch;
         let src = data
             .get(r * cols * elem..(r + 1) * cols * elem)
             .ok_or_else(|| {
                 quant_error(name, QuantError::Shape("is shorter than its shape".into()))
             })?;
-        if dtype == Dtype::F32 {
-            if let Ok(row) = bytemuck::try_cast_slice::<u8, f32>(src) {
-                return Ok(Some(row));
+        let borrowed = match dtype {
+            Dtype::F32 => bytemuck::try_cast_slice::<u8, f32>(src).ok(),
+            _ => None,
+        };
+        let row = match borrowed {
+            Some(row) => row,
+            None => {
+                buf.resize(cols, 0.0);
+                decode_f32(dtype, src, buf)
+                    .map_err(|e| quant_error(name, QuantError::Shape(e.to_string())))?;
+                &buf[..]
             }
-        }
-        decode_f32(dtype, src, buf)
-            .map_err(|e| quant_error(name, QuantError::Shape(e.to_string())))?;
-        Ok(None)
-    };
-    match *scheme {
-        Scheme::Int4Sym { .. } => {
-            let row_bytes = match part {
-                Part::Int4Codes => cols / 2,
-                _ => groups * 2,
-            };
-            let mut scratch = [Scratch::default(), Scratch::default()];
-            stream_rows(
-                w,
-                out_name,
-                rows,
-                row_bytes,
-                &mut scratch,
-                |r, out, scratch| {
-                    let Scratch {
-                        row: buf,
-                        codes,
-                        scales,
-                        ..
-                    } = scratch;
-                    scales.resize(groups, f16::ZERO);
-                    codes.resize(cols, 0);
-                    let row = match source(r, buf)? {
-                        Some(row) => row,
-                        None => buf,
-                    };
+        };
+        codes.resize(cols, 0);
+        match *scheme {
+            Scheme::Int4Sym { .. } => {
+                scales.resize(groups, f16::ZERO);
+                let mut packed = None;
+                for (out, &(_, part)) in outs.iter_mut().zip(parts) {
                     if part == Part::Int4Codes {
-                        int4::quantize_row(row, group, scales, codes, out).map_err(fault(r))
-                    } else {
-                        int4::scales_row(row, group, scales).map_err(fault(r))?;
-                        for (o, s) in out.chunks_exact_mut(2).zip(scales.iter()) {
-                            o.copy_from_slice(&s.to_le_bytes());
-                        }
-                        Ok(())
+                        packed = Some(out);
                     }
-                },
-            )
-        }
-        Scheme::Mlx(p) => {
-            let bits = p.bits as u32;
-            let row_bytes = match part {
-                Part::MlxCodes => cols * bits as usize / 8,
-                _ => groups * elem,
-            };
-            let mut scratch = [Scratch::default(), Scratch::default()];
-            stream_rows(
-                w,
-                out_name,
-                rows,
-                row_bytes,
-                &mut scratch,
-                |r, out, scratch| {
-                    let Scratch {
-                        row: buf,
-                        codes,
-                        s,
-                        b,
-                        ..
-                    } = scratch;
-                    s.resize(groups, 0.0);
-                    b.resize(groups, 0.0);
-                    codes.resize(cols, 0);
-                    let row = match source(r, buf)? {
-                        Some(row) => row,
-                        None => buf,
-                    };
-                    mlx::affine_quantize_row(row, bits, group, s, b, codes).map_err(fault(r))?;
+                }
+                let packed = packed
+                    .ok_or_else(|| quant_error(name, QuantError::Layout("no codes part".into())))?;
+                int4::quantize_row(row, group, scales, codes, packed).map_err(fault(r))?;
+                for (out, &(_, part)) in outs.iter_mut().zip(parts) {
+                    if part == Part::Int4Scales {
+                        for (o, v) in out.chunks_exact_mut(2).zip(scales.iter()) {
+                            o.copy_from_slice(&v.to_le_bytes());
+                        }
+                    }
+                }
+            }
+            Scheme::Mlx(p) => {
+                s.resize(groups, 0.0);
+                b.resize(groups, 0.0);
+                mlx::affine_quantize_row(row, p.bits as u32, group, s, b, codes)
+                    .map_err(fault(r))?;
+                for (out, &(_, part)) in outs.iter_mut().zip(parts) {
                     let floats = match part {
                         Part::MlxCodes => {
-                            mlx::pack(bits, codes, out);
-                            return Ok(());
+                            mlx::pack(p.bits as u32, codes, out);
+                            continue;
                         }
                         Part::MlxScales => &*s,
                         _ => &*b,
                     };
                     encode_f32(floats, dtype, out, CastOptions::default())
-                        .map_err(|e| quant_error(name, QuantError::Shape(e.to_string())))
-                },
-            )
+                        .map_err(|e| quant_error(name, QuantError::Shape(e.to_string())))?;
+                }
+            }
         }
+        Ok(())
+    };
+    let mut r = 0;
+    while r < rows {
+        let n = per_batch.min(rows - r);
+        let half = n.div_ceil(2);
+        let mut firsts = Vec::with_capacity(parts.len());
+        let mut seconds = Vec::with_capacity(parts.len());
+        for (buf, &wd) in bufs.iter_mut().zip(&widths) {
+            let (a, b) = buf[..n * wd].split_at_mut(half * wd);
+            firsts.push(a);
+            seconds.push(b);
+        }
+        let [s0, s1] = &mut scratch;
+        let fill = &fill;
+        let widths = &widths;
+        let run = move |start: usize,
+                        count: usize,
+                        mut outs: Vec<&mut [u8]>,
+                        scratch: &mut Scratch|
+              -> Result<()> {
+            for k in 0..count {
+                let mut rows_k: Vec<&mut [u8]> = outs
+                    .iter_mut()
+                    .zip(widths)
+                    .map(|(o, &wd)| &mut o[k * wd..(k + 1) * wd])
+                    .collect();
+                fill(start + k, &mut rows_k, scratch)?;
+            }
+            Ok(())
+        };
+        let (a, b) = std::thread::scope(|scope| {
+            let other = scope.spawn(move || run(r + half, n - half, seconds, s1));
+            let mine = run(r, half, firsts, s0);
+            // A panic in the worker is a bug; surface it as one.
+            (
+                mine,
+                other
+                    .join()
+                    .unwrap_or_else(|p| std::panic::resume_unwind(p)),
+            )
+        });
+        a?;
+        b?;
+        for ((&(slot, _), buf), (wd, done)) in parts
+            .iter()
+            .zip(&bufs)
+            .zip(widths.iter().zip(written.iter_mut()))
+        {
+            let len = n * wd;
+            w.write(slot, *done, &buf[..len])?;
+            *done += len as u64;
+        }
+        r += n;
     }
+    Ok(())
 }
 
 /// Quantizes the chosen weights of `tensors` (see [`Selection`]) and saves
@@ -463,24 +517,31 @@ pub fn quantize_file<T: TensorData>(
         quantized,
         metadata,
     } = plan_quantize(tensors, metadata, opts)?;
-    save_streaming(path, &specs, Some(&metadata), &opts.write, |w| {
-        while let Some(slot) = w.expected() {
-            let name = slot.name().to_string();
-            match jobs.get(name.as_str()) {
+    let layout = Layout::new(&specs, Some(&metadata), &opts.write)?;
+    save_positional(path, layout, &opts.write, |w| {
+        // Each source tensor once: copied, or quantized into all its parts.
+        let mut by_source: HashMap<usize, Vec<(usize, Part)>> = HashMap::new();
+        for (index, slot) in w.layout().slots().enumerate() {
+            match jobs.get(slot.name()) {
                 Some(&QJob::Copy(i)) => {
                     let t = tensors
                         .get(i)
-                        .ok_or_else(|| Error::NotFound(name.clone()))?;
-                    w.write_tensor(&name, t.data())?;
+                        .ok_or_else(|| Error::NotFound(slot.name().to_string()))?;
+                    w.write(index, 0, t.data())?;
                 }
                 Some(&QJob::Quant { src, part }) => {
-                    let t = tensors
-                        .get(src)
-                        .ok_or_else(|| Error::NotFound(name.clone()))?;
-                    write_part(w, &name, t, &opts.scheme, part)?;
+                    by_source.entry(src).or_default().push((index, part))
                 }
-                None => return Err(Error::NotFound(name)),
+                None => return Err(Error::NotFound(slot.name().to_string())),
             }
+        }
+        let mut sources: Vec<_> = by_source.into_iter().collect();
+        sources.sort_unstable_by_key(|(src, _)| *src);
+        for (src, parts) in sources {
+            let t = tensors
+                .get(src)
+                .ok_or_else(|| Error::NotFound(format!("input tensor {src}")))?;
+            quantize_weight(w, t, &opts.scheme, &parts)?;
         }
         Ok(())
     })?;
@@ -743,6 +804,12 @@ pub fn dequantize_file<T: TensorData>(
                     let (Some(weight), Some(&dtype)) = (weights.get(k), dtypes.get(k)) else {
                         return Err(Error::NotFound(name));
                     };
+                    if weight.shape.contains(&0) {
+                        // No values: nothing to read, and a shape like
+                        // [0, 2^40] must not size row buffers.
+                        w.write_tensor(&name, &[])?;
+                        continue;
+                    }
                     let rows =
                         RowSource::new(weight, |j| weight.parts.get(j).and_then(|n| part(n)))?;
                     let (out_rows, cols) = (weight.shape[0] as usize, rows.cols);

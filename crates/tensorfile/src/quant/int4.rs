@@ -87,34 +87,6 @@ fn group_scale(group: &[f32], offset: usize, index: usize) -> Result<f16, RowFau
     Ok(half)
 }
 
-/// The scales of one row (`row.len() / group` of them).
-pub(crate) fn scales_row(row: &[f32], group: usize, scales: &mut [f16]) -> Result<(), RowFault> {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: the CPU has AVX2, checked just above.
-        return unsafe { scales_row_avx2(row, group, scales) };
-    }
-    scales_row_portable(row, group, scales)
-}
-
-/// [`scales_row_portable`] compiled with AVX2 enabled.
-///
-/// # Safety
-/// The CPU must support AVX2.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn scales_row_avx2(row: &[f32], group: usize, scales: &mut [f16]) -> Result<(), RowFault> {
-    scales_row_portable(row, group, scales)
-}
-
-#[inline(always)]
-fn scales_row_portable(row: &[f32], group: usize, scales: &mut [f16]) -> Result<(), RowFault> {
-    for (i, (g, s)) in row.chunks_exact(group).zip(scales.iter_mut()).enumerate() {
-        *s = group_scale(g, i * group, i)?;
-    }
-    Ok(())
-}
-
 /// Quantizes one row: `packed` gets `row.len() / 2` bytes (column `2b` in
 /// the low nibble of byte `b`), `scales` one scale per group; `codes` is
 /// scratch of `row.len()` bytes. `group` is even and divides the row.
@@ -264,9 +236,12 @@ pub fn quantize(
     let groups = cols / group;
     let mut qweight = vec![0u8; rows * cols / 2];
     let mut scales = vec![f16::ZERO; rows * groups];
-    let mut buf = vec![0f32; cols];
-    let mut codes = vec![0u8; cols];
-    if cols > 0 {
+    // Row buffers only when there are rows: a shape like [0, 2^40] holds no
+    // bytes, and must not cost a row of 2^40 values.
+    let row_len = if rows == 0 { 0 } else { cols };
+    let mut buf = vec![0f32; row_len];
+    let mut codes = vec![0u8; row_len];
+    if rows > 0 && cols > 0 {
         let rows_iter = data
             .chunks_exact(cols * elem)
             .zip(qweight.chunks_exact_mut(cols / 2))
@@ -296,15 +271,23 @@ pub fn dequantize(
     let (rows, cols) = check_shape(shape, group).map_err(&err)?;
     let group = group as usize;
     let groups = cols / group;
-    if qweight.len() != rows * cols / 2 || scales.len() != rows * groups * 2 {
+    let sizes = rows
+        .checked_mul(cols)
+        .and_then(|n| Some((n, rows.checked_mul(groups)?.checked_mul(2)?)));
+    let Some((numel, scale_bytes)) = sizes else {
+        return Err(err(QuantError::Layout(format!(
+            "shape {shape:?} holds more values than memory can address"
+        ))));
+    };
+    if qweight.len() != numel / 2 || scales.len() != scale_bytes {
         return Err(err(QuantError::Layout(format!(
             "{} qweight bytes and {} scale bytes do not make shape {shape:?} in groups of {group}",
             qweight.len(),
             scales.len()
         ))));
     }
-    let mut out = vec![0f32; rows * cols];
-    let mut s = vec![f16::ZERO; groups];
+    let mut out = vec![0f32; numel];
+    let mut s = vec![f16::ZERO; if rows == 0 { 0 } else { groups }];
     if cols > 0 {
         let rows_iter = out
             .chunks_exact_mut(cols)

@@ -189,6 +189,13 @@ pub fn int4_weight<'a>(
             ))
         }
     };
+    if group_size % 2 != 0 {
+        // A byte holds two columns of one group: an odd group is no int4 layout.
+        return Err(shape_error(
+            s.name,
+            format!("gives groups of {group_size} inputs, which int4 needs to be even"),
+        ));
+    }
     check_groups(&s, out, input, group_size)?;
     Ok(Some(LogicalWeight {
         name: name.to_string(),

@@ -29,7 +29,10 @@ use crate::{Dtype, Error, Result};
 /// count is a multiple of 8 (as in any whole number of U32 words).
 pub fn unpack(bits: u32, packed: &[u8], codes: &mut [u8]) {
     match bits {
-        8 => codes.copy_from_slice(&packed[..codes.len().min(packed.len())]),
+        8 => {
+            let n = codes.len().min(packed.len());
+            codes[..n].copy_from_slice(&packed[..n]);
+        }
         4 => {
             for (c, &b) in codes.chunks_exact_mut(2).zip(packed) {
                 c[0] = b & 0x0F;
@@ -67,7 +70,10 @@ pub fn unpack(bits: u32, packed: &[u8], codes: &mut [u8]) {
 /// (`codes.len() * bits / 8` bytes); the inverse of [`unpack`].
 pub fn pack(bits: u32, codes: &[u8], packed: &mut [u8]) {
     match bits {
-        8 => packed.copy_from_slice(&codes[..packed.len().min(codes.len())]),
+        8 => {
+            let n = packed.len().min(codes.len());
+            packed[..n].copy_from_slice(&codes[..n]);
+        }
         4 => {
             for (c, b) in codes.chunks_exact(2).zip(packed.iter_mut()) {
                 *b = (c[0] & 0x0F) | (c[1] << 4);
@@ -279,7 +285,8 @@ pub(crate) fn check_shape(
             "has shape {shape:?}: only 2-D weights quantize"
         )));
     };
-    if cols % params.group_size != 0 || (cols * params.bits) % 32 != 0 {
+    let whole_words = cols.checked_mul(params.bits).is_some_and(|b| b % 32 == 0);
+    if cols % params.group_size != 0 || !whole_words {
         return Err(QuantError::Shape(format!(
             "has {cols} inputs (shape {shape:?}): groups of {} must divide them and {} bits each fill whole U32 words",
             params.group_size, params.bits

@@ -109,7 +109,7 @@ pub fn quantizable(dtype: Dtype, shape: &[u64], group: u64, bits: u64) -> Verdic
             "has {cols} inputs, which groups of {group} do not divide"
         ));
     }
-    if bits > 0 && (cols * bits) % 32 != 0 {
+    if bits > 0 && cols.checked_mul(bits).map_or(true, |b| b % 32 != 0) {
         return Verdict::Leave(format!(
             "has {cols} inputs, which at {bits} bits do not fill whole U32 words"
         ));
