@@ -263,14 +263,11 @@ fn read_in_parallel(file: &File, out: &mut [u8]) -> std::io::Result<()> {
         // Split on a 2 MiB boundary so that no huge page is shared.
         let half = (out.len() / 2) & !((2 << 20) - 1);
         let (first, second) = out.split_at_mut(half);
-        return std::thread::scope(|scope| {
-            let other = scope.spawn(|| file.read_exact_at(second, half as u64));
-            let mine = file.read_exact_at(first, 0);
-            let theirs = other
-                .join()
-                .unwrap_or_else(|_| Err(std::io::Error::other("reader thread panicked")));
-            mine.and(theirs)
-        });
+        let (theirs, mine) = crate::parallel::both(
+            || file.read_exact_at(second, half as u64),
+            || file.read_exact_at(first, 0),
+        );
+        return mine.and(theirs);
     }
     let mut reader = file;
     reader.seek(SeekFrom::Start(0))?;

@@ -32,6 +32,7 @@ pub mod error;
 pub mod file;
 pub mod header;
 pub mod model;
+mod parallel;
 pub mod quant;
 pub mod reshard;
 pub mod shard;

@@ -371,18 +371,10 @@ fn convert(
     let half = n / 2 / BLOCK * BLOCK;
     let (src_a, src_b) = src.split_at(half * from.bits() as usize / 8);
     let (dst_a, dst_b) = dst.split_at_mut(half * to.bits() as usize / 8);
-    let (a, b) = std::thread::scope(|scope| {
-        let other =
-            scope.spawn(|| convert_serial(from, src_b, to, dst_b, opts, base + half as u64));
-        let mine = convert_serial(from, src_a, to, dst_a, opts, base);
-        // A panic in the worker is a bug; surface it as one.
-        (
-            mine,
-            other
-                .join()
-                .unwrap_or_else(|p| std::panic::resume_unwind(p)),
-        )
-    });
+    let (b, a) = crate::parallel::both(
+        || convert_serial(from, src_b, to, dst_b, opts, base + half as u64),
+        || convert_serial(from, src_a, to, dst_a, opts, base),
+    );
     // The first half's error names the lower element index: report it first.
     a.and(b)
 }

@@ -20,6 +20,7 @@ use super::select::{default_name, quantizable, Selection, Verdict};
 use super::{Mode, QuantError, Scheme};
 use crate::cast::{decode_f32, encode_f32, CastOptions};
 use crate::header::TensorInfo;
+use crate::parallel;
 use crate::writer::{Layout, StreamWriter, TensorData, TensorSpec, WriteOptions};
 use crate::{save_positional, save_streaming, Dtype, Error, Metadata, PositionalWriter, Result};
 
@@ -275,11 +276,76 @@ struct Scratch {
     b: Vec<f32>,
 }
 
-/// Writes `rows` rows of `row_bytes` each, produced by `fill`, in batches.
-/// Each batch is split between two threads (the machines this targets have
-/// at least two cores, and quantizing is compute, not I/O); rows are
-/// independent and land in their own slice of the batch, so the output is
-/// the same as one thread's.
+/// Most parts one row of output has (MLX: codes, scales, biases).
+const MAX_PARTS: usize = 3;
+
+/// Produces `rows` rows of output in batches of about [`BATCH`] bytes of the
+/// widest part. Each row has one piece of `widths[i]` bytes per part, filled
+/// by `fill(row, pieces, scratch)`; each batch is split between two threads
+/// (rows are independent, and quantizing is compute, not I/O), then `emit`
+/// gets every part's bytes for the batch, in row order. The output is the
+/// same as one thread's.
+fn row_batches<S: Send>(
+    rows: usize,
+    widths: &[usize],
+    scratch: &mut [S; 2],
+    fill: impl Fn(usize, &mut [&mut [u8]], &mut S) -> Result<()> + Sync,
+    mut emit: impl FnMut(&[&[u8]]) -> Result<()>,
+) -> Result<()> {
+    if widths.len() > MAX_PARTS {
+        return Err(quant_error(
+            "*",
+            QuantError::Layout("too many parts".into()),
+        ));
+    }
+    let widest = widths.iter().copied().max().unwrap_or(0).max(1);
+    let per_batch = (BATCH / widest).max(1).min(rows.max(1));
+    let mut bufs: Vec<Vec<u8>> = widths.iter().map(|&wd| vec![0u8; per_batch * wd]).collect();
+    // Fills `count` rows from row `start` into the parts' slices `outs`.
+    let run = |start: usize, count: usize, mut outs: [&mut [u8]; MAX_PARTS], scratch: &mut S| {
+        for k in 0..count {
+            let mut pieces: [&mut [u8]; MAX_PARTS] = Default::default();
+            for ((piece, out), &wd) in pieces.iter_mut().zip(outs.iter_mut()).zip(widths) {
+                *piece = &mut out[k * wd..(k + 1) * wd];
+            }
+            fill(start + k, &mut pieces[..widths.len()], scratch)?;
+        }
+        Ok(())
+    };
+    let mut r = 0;
+    while r < rows {
+        let n = per_batch.min(rows - r);
+        let half = n.div_ceil(2);
+        let mut firsts: [&mut [u8]; MAX_PARTS] = Default::default();
+        let mut seconds: [&mut [u8]; MAX_PARTS] = Default::default();
+        for (((buf, &wd), first), second) in bufs
+            .iter_mut()
+            .zip(widths)
+            .zip(&mut firsts)
+            .zip(&mut seconds)
+        {
+            (*first, *second) = buf[..n * wd].split_at_mut(half * wd);
+        }
+        let [s0, s1] = &mut *scratch;
+        let (theirs, mine): (Result<()>, Result<()>) = parallel::both(
+            || run(r + half, n - half, seconds, s1),
+            || run(r, half, firsts, s0),
+        );
+        // The first half's error is the earlier row's.
+        mine?;
+        theirs?;
+        let mut batch: [&[u8]; MAX_PARTS] = Default::default();
+        for ((piece, buf), &wd) in batch.iter_mut().zip(&bufs).zip(widths) {
+            *piece = &buf[..n * wd];
+        }
+        emit(&batch[..widths.len()])?;
+        r += n;
+    }
+    Ok(())
+}
+
+/// Writes `rows` rows of `row_bytes` each, produced by `fill`, to the tensor
+/// `name` of a streaming writer (see [`row_batches`]).
 fn stream_rows<W: std::io::Write, S: Send>(
     w: &mut StreamWriter<W>,
     name: &str,
@@ -291,38 +357,19 @@ fn stream_rows<W: std::io::Write, S: Send>(
     if rows == 0 || row_bytes == 0 {
         return w.write_tensor(name, &[]);
     }
-    let per_batch = (BATCH / row_bytes).max(1);
-    let mut buf = vec![0u8; per_batch.min(rows) * row_bytes];
-    let mut r = 0;
-    while r < rows {
-        let n = per_batch.min(rows - r);
-        let half = n.div_ceil(2);
-        let (first, second) = buf[..n * row_bytes].split_at_mut(half * row_bytes);
-        let [s0, s1] = &mut *scratch;
-        let fill = &fill;
-        let run = move |start: usize, out: &mut [u8], scratch: &mut S| -> Result<()> {
-            for (k, row) in out.chunks_exact_mut(row_bytes).enumerate() {
-                fill(start + k, row, scratch)?;
-            }
-            Ok(())
-        };
-        let (a, b) = std::thread::scope(|scope| {
-            let other = scope.spawn(move || run(r + half, second, s1));
-            let mine = run(r, first, s0);
-            // A panic in the worker is a bug; surface it as one.
-            (
-                mine,
-                other
-                    .join()
-                    .unwrap_or_else(|p| std::panic::resume_unwind(p)),
-            )
-        });
-        a?;
-        b?;
-        w.write(&buf[..n * row_bytes])?;
-        r += n;
-    }
-    Ok(())
+    row_batches(
+        rows,
+        &[row_bytes],
+        scratch,
+        |r, pieces, scratch| match pieces {
+            [out] => fill(r, out, scratch),
+            _ => Err(quant_error(
+                name,
+                QuantError::Layout("one part expected".into()),
+            )),
+        },
+        |batch| batch.iter().try_for_each(|bytes| w.write(bytes)),
+    )
 }
 
 /// Bytes one row of a weight of `cols` inputs takes in `part`.
@@ -367,10 +414,6 @@ fn quantize_weight<T: TensorData>(
         .iter()
         .map(|&(_, part)| part_row_bytes(part, cols, scheme, elem))
         .collect();
-    // About BATCH bytes of the widest part per batch (as when streaming).
-    let widest = widths.iter().copied().max().unwrap_or(1).max(1);
-    let per_batch = (BATCH / widest).max(1).min(rows);
-    let mut bufs: Vec<Vec<u8>> = widths.iter().map(|&wd| vec![0u8; per_batch * wd]).collect();
     let mut written = vec![0u64; parts.len()];
     let mut scratch = [Scratch::default(), Scratch::default()];
     let fault = |r: usize| move |f: RowFault| quant_error(name, f.at_row(r as u64));
@@ -443,60 +486,13 @@ fn quantize_weight<T: TensorData>(
         }
         Ok(())
     };
-    let mut r = 0;
-    while r < rows {
-        let n = per_batch.min(rows - r);
-        let half = n.div_ceil(2);
-        let mut firsts = Vec::with_capacity(parts.len());
-        let mut seconds = Vec::with_capacity(parts.len());
-        for (buf, &wd) in bufs.iter_mut().zip(&widths) {
-            let (a, b) = buf[..n * wd].split_at_mut(half * wd);
-            firsts.push(a);
-            seconds.push(b);
+    row_batches(rows, &widths, &mut scratch, fill, |batch| {
+        for ((&(slot, _), bytes), done) in parts.iter().zip(batch).zip(written.iter_mut()) {
+            w.write(slot, *done, bytes)?;
+            *done += bytes.len() as u64;
         }
-        let [s0, s1] = &mut scratch;
-        let fill = &fill;
-        let widths = &widths;
-        let run = move |start: usize,
-                        count: usize,
-                        mut outs: Vec<&mut [u8]>,
-                        scratch: &mut Scratch|
-              -> Result<()> {
-            for k in 0..count {
-                let mut rows_k: Vec<&mut [u8]> = outs
-                    .iter_mut()
-                    .zip(widths)
-                    .map(|(o, &wd)| &mut o[k * wd..(k + 1) * wd])
-                    .collect();
-                fill(start + k, &mut rows_k, scratch)?;
-            }
-            Ok(())
-        };
-        let (a, b) = std::thread::scope(|scope| {
-            let other = scope.spawn(move || run(r + half, n - half, seconds, s1));
-            let mine = run(r, half, firsts, s0);
-            // A panic in the worker is a bug; surface it as one.
-            (
-                mine,
-                other
-                    .join()
-                    .unwrap_or_else(|p| std::panic::resume_unwind(p)),
-            )
-        });
-        a?;
-        b?;
-        for ((&(slot, _), buf), (wd, done)) in parts
-            .iter()
-            .zip(&bufs)
-            .zip(widths.iter().zip(written.iter_mut()))
-        {
-            let len = n * wd;
-            w.write(slot, *done, &buf[..len])?;
-            *done += len as u64;
-        }
-        r += n;
-    }
-    Ok(())
+        Ok(())
+    })
 }
 
 /// Quantizes the chosen weights of `tensors` (see [`Selection`]) and saves

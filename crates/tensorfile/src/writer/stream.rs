@@ -59,18 +59,23 @@ impl StreamWriter<Vec<u8>> {
         };
         let data_len = usize::try_from(layout.data_len()).map_err(|_| too_large())?;
         out.try_reserve_exact(data_len).map_err(|_| too_large())?;
-        Ok(StreamWriter {
+        Ok(StreamWriter::started(out, layout))
+    }
+}
+
+impl<W: Write> StreamWriter<W> {
+    /// A writer whose output already holds the header.
+    fn started(out: W, layout: Layout) -> StreamWriter<W> {
+        StreamWriter {
             out,
             layout,
             current: 0,
             filled: 0,
             poisoned: false,
             buf: Vec::new(),
-        })
+        }
     }
-}
 
-impl<W: Write> StreamWriter<W> {
     /// Plans the layout of `specs` and writes the header to `out`.
     pub fn create(
         out: W,
@@ -84,14 +89,7 @@ impl<W: Write> StreamWriter<W> {
     /// Writes the header of `layout` to `out`.
     pub fn new(mut out: W, layout: Layout) -> Result<StreamWriter<W>> {
         out.write_all(layout.header()).map_err(WriteError::Output)?;
-        Ok(StreamWriter {
-            out,
-            layout,
-            current: 0,
-            filled: 0,
-            poisoned: false,
-            buf: Vec::new(),
-        })
+        Ok(StreamWriter::started(out, layout))
     }
 
     /// The plan being written. (Its header is empty for the writer behind
