@@ -14,7 +14,7 @@ use std::path::Path;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use tensorfile::cast::{converted_dtype, quant_companions, CastOptions, TensorCast};
+use tensorfile::cast::{plan_targets, CastOptions, TensorCast};
 use tensorfile::{save_positional, Dtype, Metadata, PositionalWriter, TensorSpec, WriteOptions};
 
 use crate::checkpoint::{Checkpoint, LoadOptions, TorchTensor};
@@ -98,23 +98,30 @@ pub fn convert_checkpoint(
     let plan = plan(ckpt, options.shared)?;
     let metadata = metadata(ckpt, &plan.aliases, options.keep_values)?;
     // The dtype each tensor is written in, every cast checked up front.
-    let companions = quant_companions(plan.write.iter().map(|t| (t.name(), t.dtype())));
-    let mut specs = Vec::with_capacity(plan.write.len());
-    let mut by_name: HashMap<&str, (TorchTensor<'_>, Dtype)> = HashMap::new();
-    let mut cast = 0;
-    for t in &plan.write {
-        let target = match options.dtype {
-            Some(to) => converted_dtype(t.dtype(), to, options.cast, companions.contains(t.name())),
-            None => t.dtype(),
-        };
-        if target != t.dtype() {
-            // Refuses a pair it cannot cast or element counts it cannot pack.
-            TensorCast::new(t.name(), t.dtype(), t.shape(), target, options.cast)?;
-            cast += 1;
-        }
-        specs.push(TensorSpec::new(t.name(), target, t.shape()));
-        by_name.insert(t.name(), (*t, target));
-    }
+    let described: Vec<(&str, Dtype, &[u64])> = plan
+        .write
+        .iter()
+        .map(|t| (t.name(), t.dtype(), t.shape()))
+        .collect();
+    let targets = plan_targets(&described, options.dtype, options.cast)?;
+    let cast = plan
+        .write
+        .iter()
+        .zip(&targets)
+        .filter(|(t, target)| target.dtype != t.dtype())
+        .count();
+    let specs: Vec<TensorSpec> = plan
+        .write
+        .iter()
+        .zip(&targets)
+        .map(|(t, target)| TensorSpec::new(t.name(), target.dtype, t.shape()))
+        .collect();
+    let by_name: HashMap<&str, (TorchTensor<'_>, Dtype)> = plan
+        .write
+        .iter()
+        .zip(&targets)
+        .map(|(t, target)| (t.name(), (*t, target.dtype)))
+        .collect();
     let bytes_total: u64 = plan.write.iter().map(|t| t.nbytes()).sum();
     let mut bytes_done = 0u64;
     let mut tensors_done = 0usize;

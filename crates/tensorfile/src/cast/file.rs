@@ -4,7 +4,7 @@
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
-use super::{check, CastOptions, TensorCast};
+use super::{CastOptions, TensorCast};
 use crate::writer::{TensorData, TensorSpec, WriteOptions};
 use crate::{save_streaming, Dtype, Error, Metadata, Result};
 
@@ -81,6 +81,43 @@ pub fn converted_dtype(dtype: Dtype, to: Dtype, opts: CastOptions, companion: bo
     }
 }
 
+/// What converting one tensor does ([`plan_targets`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Target {
+    /// The dtype the tensor is written in.
+    pub dtype: Dtype,
+    /// Whether it keeps its dtype as the companion of a quantized weight
+    /// (only when converting to a dtype).
+    pub companion: bool,
+}
+
+/// The dtype each tensor (name, dtype, shape) is written in when converting
+/// to `to` (`None` keeps every dtype), as [`converted_dtype`] says with the
+/// companions of [`quant_companions`]. Every cast is checked before
+/// anything is written: the pair is allowed and the element count packs.
+pub fn plan_targets(
+    tensors: &[(&str, Dtype, &[u64])],
+    to: Option<Dtype>,
+    opts: CastOptions,
+) -> Result<Vec<Target>> {
+    let companions = quant_companions(tensors.iter().map(|&(name, dtype, _)| (name, dtype)));
+    tensors
+        .iter()
+        .map(|&(name, dtype, shape)| {
+            let companion = to.is_some() && companions.contains(name);
+            let target = match to {
+                Some(to) => converted_dtype(dtype, to, opts, companion),
+                None => dtype,
+            };
+            TensorCast::new(name, dtype, shape, target, opts)?;
+            Ok(Target {
+                dtype: target,
+                companion,
+            })
+        })
+        .collect()
+}
+
 /// Saves `tensors` and `metadata` to `path` atomically, with the tensors
 /// cast as [`converted_dtype`] says (`to: None` writes them unchanged: a
 /// canonical rewrite). Every cast is checked before anything is written; a
@@ -95,7 +132,11 @@ pub fn save_converted<T: TensorData>(
     opts: CastOptions,
     write: &WriteOptions,
 ) -> Result<ConvertSummary> {
-    let companions = quant_companions(tensors.iter().map(|t| (t.name(), t.dtype())));
+    let described: Vec<(&str, Dtype, &[u64])> = tensors
+        .iter()
+        .map(|t| (t.name(), t.dtype(), t.shape()))
+        .collect();
+    let targets = plan_targets(&described, to, opts)?;
     let mut specs = Vec::with_capacity(tensors.len());
     let mut by_name = HashMap::with_capacity(tensors.len());
     let mut summary = ConvertSummary {
@@ -103,25 +144,14 @@ pub fn save_converted<T: TensorData>(
         cast: 0,
         companions: 0,
     };
-    for t in tensors {
-        let companion = companions.contains(t.name());
-        let target = match to {
-            Some(to) => converted_dtype(t.dtype(), to, opts, companion),
-            None => t.dtype(),
-        };
-        if target != t.dtype() {
+    for (t, target) in tensors.iter().zip(targets) {
+        if target.dtype != t.dtype() {
             summary.cast += 1;
-        } else if companion && to.is_some() {
+        } else if target.companion {
             summary.companions += 1;
         }
-        check(t.dtype(), target, opts).map_err(|source| Error::Cast {
-            tensor: t.name().to_string(),
-            source,
-        })?;
-        // Validates element counts (F4/F6 targets) before writing.
-        TensorCast::new(t.name(), t.dtype(), t.shape(), target, opts)?;
-        specs.push(TensorSpec::new(t.name(), target, t.shape()));
-        by_name.insert(t.name(), (t, target));
+        specs.push(TensorSpec::new(t.name(), target.dtype, t.shape()));
+        by_name.insert(t.name(), (t, target.dtype));
     }
     save_streaming(path, &specs, metadata, write, |w| {
         let mut out = Vec::new();

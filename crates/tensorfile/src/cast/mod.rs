@@ -66,7 +66,9 @@ mod minifloat;
 mod packing;
 mod tensor;
 
-pub use file::{converted_dtype, quant_companions, save_converted, ConvertSummary};
+pub use file::{
+    converted_dtype, plan_targets, quant_companions, save_converted, ConvertSummary, Target,
+};
 pub use tensor::{cast_tensor, TensorCast};
 
 use crate::Dtype;
