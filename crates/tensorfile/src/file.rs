@@ -84,6 +84,24 @@ impl SafeTensors {
         // closing no page-table teardown (a fifth of the time to open a
         // 200-tensor file). Reading also checks rules 1 to 5 before mapping.
         let header = read_header_of_len(&mut file, len, options).map_err(|e| e.at(path))?;
+        SafeTensors::map(&file, path, len, header)
+    }
+
+    /// Maps a file whose header was read and validated before (a shard of a
+    /// set, see [`crate::ShardedTensors`]) without parsing it again. The file
+    /// must still be as long as that header says.
+    pub(crate) fn map_with_header(path: &Path, header: Header) -> Result<SafeTensors> {
+        let file = File::open(path).map_err(|e| Error::io(path, e))?;
+        let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
+        if len != header.data_start() + header.data_len() {
+            let changed = std::io::Error::other("the file changed since its header was read");
+            return Err(Error::io(path, changed));
+        }
+        SafeTensors::map(&file, path, len, header)
+    }
+
+    /// Maps `file` (`len` bytes, at `path`) read-only, with its validated header.
+    fn map(file: &File, path: &Path, len: u64, header: Header) -> Result<SafeTensors> {
         let size = usize::try_from(len)
             .map_err(|_| Error::io(path, std::io::Error::other("file too large to map")))?;
         // SAFETY: the map is read-only and private to this value. Another
@@ -93,7 +111,7 @@ impl SafeTensors {
         // spares memmap2 a second `fstat` (and 8 + N <= len was checked, so
         // the map is not empty).
         let map =
-            unsafe { MmapOptions::new().len(size).map(&file) }.map_err(|e| Error::io(path, e))?;
+            unsafe { MmapOptions::new().len(size).map(file) }.map_err(|e| Error::io(path, e))?;
         Ok(SafeTensors {
             buffer: Buffer::Mapped(map),
             header,

@@ -330,7 +330,6 @@ pub struct Shard {
     name: String,
     path: PathBuf,
     header: Header,
-    options: ReadOptions,
     file: OnceLock<SafeTensors>,
 }
 
@@ -353,7 +352,6 @@ impl Shard {
             name: name.to_string(),
             path,
             header,
-            options: options.clone(),
             file: OnceLock::new(),
         })
     }
@@ -383,7 +381,8 @@ impl Shard {
         if let Some(file) = self.file.get() {
             return Ok(file);
         }
-        let file = SafeTensors::open_with(&self.path, &self.options)?;
+        // The header was validated when the set was opened: map, don't re-parse.
+        let file = SafeTensors::map_with_header(&self.path, self.header.clone())?;
         // Another thread may have won the race; either map is the same file.
         Ok(self.file.get_or_init(|| file))
     }

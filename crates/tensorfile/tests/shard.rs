@@ -255,3 +255,22 @@ fn index_round_trips_through_python_layout() {
         "{\n  \"metadata\": {\n    \"total_size\": 37\n  },\n  \"weight_map\": {\n    \"x\": "
     ));
 }
+
+#[test]
+fn a_shard_changed_after_opening_is_refused_when_mapped() {
+    let tmp = tempfile::tempdir().unwrap();
+    let index = write_index(tmp.path(), &two_shards(tmp.path()));
+    let set = ShardedTensors::open(&index).unwrap();
+    // Mapped lazily with the header read at open: still the same file.
+    assert_eq!(set.tensor("x").unwrap().shape(), &[2, 3]);
+    // B grows by a byte before its first use: its header no longer describes it.
+    let mut bytes = fs::read(tmp.path().join(B)).unwrap();
+    bytes.push(0);
+    fs::write(tmp.path().join(B), bytes).unwrap();
+    let err = set.tensor("z").unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("changed since its header was read"),
+        "{err}"
+    );
+}
