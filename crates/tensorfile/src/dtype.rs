@@ -253,6 +253,41 @@ impl Dtype {
     }
 }
 
+/// Why a shape has no byte length in a dtype ([`Dtype::tensor_bytes`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ByteLenError {
+    /// The element count, or its bit count, overflows 64 bits.
+    Overflow,
+    /// The elements of a sub-byte dtype do not fill whole bytes.
+    NotWholeBytes {
+        /// The element count.
+        numel: u64,
+    },
+}
+
+impl Dtype {
+    /// Byte length of a tensor of `shape` in this dtype, telling an overflow
+    /// from a count of sub-byte elements that does not fill whole bytes.
+    ///
+    /// ```
+    /// use tensorfile::dtype::{ByteLenError, Dtype};
+    /// assert_eq!(Dtype::F32.tensor_bytes(&[2, 3]), Ok(24));
+    /// assert_eq!(Dtype::F4.tensor_bytes(&[3]), Err(ByteLenError::NotWholeBytes { numel: 3 }));
+    /// assert_eq!(Dtype::U8.tensor_bytes(&[u64::MAX, 2]), Err(ByteLenError::Overflow));
+    /// ```
+    pub fn tensor_bytes(self, shape: &[u64]) -> Result<u64, ByteLenError> {
+        let numel = numel(shape).ok_or(ByteLenError::Overflow)?;
+        let bits = numel
+            .checked_mul(self.bits() as u64)
+            .ok_or(ByteLenError::Overflow)?;
+        if bits % 8 == 0 {
+            Ok(bits / 8)
+        } else {
+            Err(ByteLenError::NotWholeBytes { numel })
+        }
+    }
+}
+
 impl fmt::Display for Dtype {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())

@@ -22,7 +22,7 @@
 use hashbrown::hash_table::Entry as Probe;
 
 use super::{hash_name, name_at, Entry, Tables};
-use crate::dtype::{numel, Dtype};
+use crate::dtype::{ByteLenError, Dtype};
 use crate::error::FormatError;
 use crate::Metadata;
 
@@ -629,33 +629,29 @@ impl<'t> Parser<'t> {
         [begin, end]: [u64; 2],
     ) {
         let shape = &self.tables.dims[dims_start..];
-        let bits = numel(shape).and_then(|n| Some((n, n.checked_mul(dtype.bits() as u64)?)));
         let tensor = || self.current_name(name_start).to_string();
-        let err = match bits {
-            Some((_, bits)) if bits % 8 == 0 && begin <= end && end - begin == bits / 8 => return,
+        let err = match dtype.tensor_bytes(shape) {
+            Ok(len) if begin <= end && end - begin == len => return,
             _ if !self.wants(4) => return,
-            None => FormatError::ShapeOverflow {
+            Err(ByteLenError::Overflow) => FormatError::ShapeOverflow {
                 tensor: tensor(),
                 dtype,
                 shape: shape.to_vec(),
             },
-            Some((numel, bits)) if bits % 8 != 0 => FormatError::NotWholeBytes {
+            Err(ByteLenError::NotWholeBytes { numel }) => FormatError::NotWholeBytes {
                 tensor: tensor(),
                 dtype,
                 numel,
             },
-            Some((_, bits)) if end < begin || end - begin != bits / 8 => {
-                FormatError::SizeMismatch {
-                    tensor: tensor(),
-                    dtype,
-                    shape: shape.to_vec(),
-                    begin,
-                    end,
-                    actual: end as i128 - begin as i128,
-                    expected: bits / 8,
-                }
-            }
-            Some(_) => return,
+            Ok(expected) => FormatError::SizeMismatch {
+                tensor: tensor(),
+                dtype,
+                shape: shape.to_vec(),
+                begin,
+                end,
+                actual: end as i128 - begin as i128,
+                expected,
+            },
         };
         self.defer(err);
     }

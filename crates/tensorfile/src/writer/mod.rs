@@ -28,6 +28,7 @@ mod stream;
 pub use layout::{Layout, Slot, Slots};
 pub use stream::StreamWriter;
 
+use crate::dtype::ByteLenError;
 use crate::error::WriteError;
 use crate::{Dtype, Metadata, Result};
 
@@ -61,22 +62,18 @@ impl TensorSpec {
 }
 
 fn spec_byte_len(name: &str, dtype: Dtype, shape: &[u64]) -> Result<u64, WriteError> {
-    let overflow = || WriteError::ShapeOverflow {
-        tensor: name.to_string(),
-        dtype,
-        shape: shape.to_vec(),
-    };
-    let numel = crate::dtype::numel(shape).ok_or_else(overflow)?;
-    match dtype.byte_len(numel) {
-        Some(len) => Ok(len),
-        // `byte_len` is `None` on overflow or on a partial byte; tell them apart.
-        None if numel.checked_mul(u64::from(dtype.bits())).is_none() => Err(overflow()),
-        None => Err(WriteError::NotWholeBytes {
+    dtype.tensor_bytes(shape).map_err(|e| match e {
+        ByteLenError::Overflow => WriteError::ShapeOverflow {
+            tensor: name.to_string(),
+            dtype,
+            shape: shape.to_vec(),
+        },
+        ByteLenError::NotWholeBytes { numel } => WriteError::NotWholeBytes {
             tensor: name.to_string(),
             dtype,
             numel,
-        }),
-    }
+        },
+    })
 }
 
 /// Padding of the header, which decides where the data buffer begins.
