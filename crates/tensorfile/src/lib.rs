@@ -31,6 +31,7 @@ pub mod dtype;
 pub mod error;
 pub mod file;
 pub mod header;
+mod json;
 pub mod model;
 mod parallel;
 pub mod quant;

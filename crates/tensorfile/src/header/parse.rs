@@ -853,34 +853,7 @@ impl<'t> Parser<'t> {
     /// next quote, backslash or control character (or the end of the text).
     fn plain_run(&self, from: usize) -> usize {
         let rest = self.b.get(from..).unwrap_or_default();
-        // Eight bytes at a time: names are tens of bytes long, and this scan
-        // is most of a name's cost. (memchr finds given bytes, not "any byte
-        // below 0x20" as well, which JSON strings must refuse.)
-        const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
-        const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
-        let mut chunks = rest.chunks_exact(8);
-        let mut done = 0;
-        for chunk in &mut chunks {
-            let mut word = [0u8; 8];
-            word.copy_from_slice(chunk);
-            let x = u64::from_le_bytes(word);
-            let zero_at = |y: u64| y.wrapping_sub(ONES) & !y & HIGH;
-            let quote = zero_at(x ^ (ONES * b'"' as u64));
-            let backslash = zero_at(x ^ (ONES * b'\\' as u64));
-            let control = x.wrapping_sub(ONES * 0x20) & !x & HIGH;
-            let hits = quote | backslash | control;
-            if hits != 0 {
-                // The lowest flagged byte is always a true hit.
-                return from + done + (hits.trailing_zeros() / 8) as usize;
-            }
-            done += 8;
-        }
-        let tail = chunks.remainder();
-        from + done
-            + tail
-                .iter()
-                .position(|&c| c == b'"' || c == b'\\' || c < 0x20)
-                .unwrap_or(tail.len())
+        from + crate::json::plain_len(rest)
     }
 
     /// A string (the next byte is `"`), unescaped and appended to `out`.
@@ -1053,39 +1026,5 @@ impl Numbers for Pair {
             *slot = value;
         }
         self.len += 1;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::Parser;
-
-    #[test]
-    fn plain_run_finds_the_first_quote_backslash_or_control_byte() {
-        let mut state = 0x0123_4567_89ab_cdefu64;
-        for _ in 0..20_000 {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            let len = (state % 40) as usize;
-            // Mostly plain ASCII, sometimes a special byte.
-            let bytes: Vec<u8> = (0..len)
-                .map(|i| match (state >> (i % 56)) % 23 {
-                    0 => b'"',
-                    1 => b'\\',
-                    2 => (state >> 3) as u8 % 0x20,
-                    _ => b'a' + (i % 26) as u8,
-                })
-                .collect();
-            let text = String::from_utf8(bytes).unwrap();
-            let parser = Parser::new(&text);
-            for from in 0..=len {
-                let naive = text.as_bytes()[from..]
-                    .iter()
-                    .position(|&c| c == b'"' || c == b'\\' || c < 0x20)
-                    .map_or(len, |p| from + p);
-                assert_eq!(parser.plain_run(from), naive, "{text:?} from {from}");
-            }
-        }
     }
 }

@@ -319,7 +319,7 @@ fn push_json_str(buf: &mut Vec<u8>, s: &str) -> Result<(), WriteError> {
     // A string with nothing to escape is written as it is; serde_json would
     // write the same bytes, and going through it costs a third of the time
     // of a header of many small tensors. Everything else goes through it.
-    if !s.bytes().any(|c| c == b'"' || c == b'\\' || c < 0x20) {
+    if crate::json::plain_len(s.as_bytes()) == s.len() {
         buf.push(b'"');
         buf.extend_from_slice(s.as_bytes());
         buf.push(b'"');
