@@ -250,7 +250,7 @@ pub(crate) fn write_tensors<W: std::io::Write, T: TensorData>(
         if let Some(t) = tensors.get(index) {
             // The layout was planned from these tensors, lengths checked, and
             // this is its order: no need for `write_tensor`'s name check.
-            writer.write(t.data())?;
+            writer.write_next(t.data())?;
         }
     }
     Ok(())

@@ -156,6 +156,35 @@ impl<W: Write> StreamWriter<W> {
         })
     }
 
+    /// Writes all of the next tensor's bytes (none of which may be written
+    /// yet); for callers that follow the layout's order themselves.
+    pub(crate) fn write_next(&mut self, data: &[u8]) -> Result<()> {
+        self.guarded(|w| {
+            let expected = w.layout.slot_len(w.current).ok_or(WriteError::Trailing {
+                extra: data.len() as u64,
+            })?;
+            if w.filled != 0 || data.len() as u64 != expected {
+                let slot = w.layout.slot(w.current).ok_or(WriteError::Poisoned)?;
+                if w.filled != 0 {
+                    return Err(WriteError::Started {
+                        tensor: slot.name().to_string(),
+                        filled: w.filled,
+                    });
+                }
+                return Err(WriteError::LengthMismatch {
+                    tensor: slot.name().to_string(),
+                    dtype: slot.dtype(),
+                    shape: slot.shape().to_vec(),
+                    expected,
+                    actual: data.len() as u64,
+                });
+            }
+            w.out.write_all(data).map_err(WriteError::Output)?;
+            w.current += 1;
+            Ok(())
+        })
+    }
+
     /// Writes all of tensor `name`'s bytes, which must be the next tensor
     /// with none of its bytes written yet, and `data` exactly its length.
     pub fn write_tensor(&mut self, name: &str, data: &[u8]) -> Result<()> {
