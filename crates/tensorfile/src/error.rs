@@ -264,6 +264,19 @@ pub enum WriteError {
         /// Bytes of it written before.
         filled: u64,
     },
+    /// A positional write covered bytes of a tensor already written.
+    #[error(
+        "tensor {tensor:?}: bytes {}..{} were given again (bytes {}..{} are already written)",
+        range.0, range.1, written.0, written.1
+    )]
+    Overlap {
+        /// The tensor name.
+        tensor: String,
+        /// The byte range given, within the tensor.
+        range: (u64, u64),
+        /// The range already written that it overlaps.
+        written: (u64, u64),
+    },
     /// A tensor received more bytes than it holds.
     #[error("tensor {tensor:?}: holds {expected} bytes, but at least {received} were given")]
     TooLong {

@@ -325,14 +325,12 @@ fn positional_writes_from_two_threads_give_the_canonical_bytes() {
             for parity in 0..2 {
                 let (order, data) = (&order, &data);
                 scope.spawn(move || {
-                    // Each thread writes every other tensor, in pieces of 1000.
-                    for (index, &declared) in
-                        order.iter().enumerate().filter(|(i, _)| i % 2 == parity)
-                    {
-                        let mut offset = 0;
-                        for piece in data[declared].chunks(1000) {
-                            w.write(index, offset, piece).unwrap();
-                            offset += piece.len() as u64;
+                    // Each thread writes every other piece of 1000 bytes of
+                    // every tensor, last first: any order makes the file.
+                    for (index, &declared) in order.iter().enumerate() {
+                        let pieces = data[declared].chunks(1000).enumerate();
+                        for (k, piece) in pieces.rev().filter(|(k, _)| k % 2 == parity) {
+                            w.write(index, k as u64 * 1000, piece).unwrap();
                         }
                     }
                 });
@@ -346,19 +344,33 @@ fn positional_writes_from_two_threads_give_the_canonical_bytes() {
 }
 
 #[test]
-fn positional_writes_refuse_gaps_overruns_and_missing_bytes() {
+fn positional_writes_refuse_overlaps_overruns_and_missing_bytes() {
     use tensorfile::writer::Layout;
-    let (specs, data) = positional_tensors();
+    let (specs, _) = positional_tensors();
     let options = WriteOptions::default();
     let (dir, path) = with_old_file();
-    // A piece that skips ahead, one that runs past the tensor, and a save
-    // that leaves a tensor short: each refused, the old file kept.
+    // A piece past the start is fine; one over bytes already written, one
+    // that runs past the tensor, and a save that leaves a tensor short are
+    // each refused, and the old file is kept.
     let layout = Layout::new(&specs, None, &options).unwrap();
     let result = tensorfile::save_positional(&path, layout, &options, |w| {
-        let gap = w.write(0, 5, &[1]);
+        w.write(0, 5, &[1, 2, 3]).unwrap();
+        let again = w.write(0, 7, &[4, 5]);
         assert!(
-            matches!(gap, Err(Error::Write(WriteError::Started { .. }))),
-            "{gap:?}"
+            matches!(
+                again,
+                Err(Error::Write(WriteError::Overlap {
+                    range: (7, 9),
+                    written: (5, 8),
+                    ..
+                }))
+            ),
+            "{again:?}"
+        );
+        let before = w.write(0, 0, &[0; 6]);
+        assert!(
+            matches!(before, Err(Error::Write(WriteError::Overlap { .. }))),
+            "{before:?}"
         );
         let len = w.layout().slot(0).unwrap().byte_len();
         let over = w.write(0, 0, &vec![0; len as usize + 1]);
@@ -366,7 +378,10 @@ fn positional_writes_refuse_gaps_overruns_and_missing_bytes() {
             matches!(over, Err(Error::Write(WriteError::TooLong { .. }))),
             "{over:?}"
         );
-        let _ = &data;
+        // Filling the gap before and everything after completes the
+        // tensor, whatever the order.
+        w.write(0, 8, &vec![0; len as usize - 8]).unwrap();
+        w.write(0, 0, &[0; 5]).unwrap();
         Ok(())
     });
     assert!(
