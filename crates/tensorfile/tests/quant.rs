@@ -370,6 +370,58 @@ fn int4_file_errors_leave_no_output() {
     );
 }
 
+#[test]
+fn int4_files_of_many_batches_match_one_thread_and_report_the_first_bad_row() {
+    // The file path splits rows into batches of about 1 MiB of codes on
+    // two threads (2^21 values a batch); three batches and a bit here.
+    let (rows, cols) = (3 * (1 << 15) + 7, 64);
+    let w = noise(rows * cols, 11);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("q.safetensors");
+    let opts = qopts(Scheme::Int4Sym { group: 32 });
+    let shape = [rows as u64, cols as u64];
+    let input = [Owned::f32("l.weight", &shape, &w)];
+    quantize_file(&out, &refs(&input), None, &opts).unwrap();
+    let one = int4::quantize("l.weight", Dtype::F32, &shape, &f32_bytes(&w), 32).unwrap();
+    let file = SafeTensors::open(&out).unwrap();
+    assert!(file.tensor("l.weight.qweight").unwrap().data() == one.qweight);
+    assert!(file.tensor("l.weight.scales").unwrap().data() == one.scales);
+    // Dequantizing runs on the same batches.
+    let back = dir.path().join("d.safetensors");
+    let tensors = file.tensors_by_name();
+    dequantize_file(&back, &tensors, file.metadata(), &dopts(None, None)).unwrap();
+    let expected = int4::dequantize("l.weight", &one.qweight, &one.scales, &shape, 32).unwrap();
+    assert!(bits_eq(
+        &values_of(&SafeTensors::open(&back).unwrap(), "l.weight"),
+        &expected
+    ));
+    drop(file);
+
+    // Bad values in several batches, of both workers: the earliest row is
+    // named whichever worker meets it, and the old file stays.
+    let batch_rows = (1 << 15) as u64;
+    for bad_rows in [[2, 1], [1, 0], [3, 2]] {
+        let mut w = w.clone();
+        for b in bad_rows {
+            w[(b * batch_rows as usize + 5) * cols + 9] = f32::INFINITY;
+        }
+        let input = [Owned::f32("l.weight", &shape, &w)];
+        let e = quantize_file(&out, &refs(&input), None, &opts).unwrap_err();
+        let first = *bad_rows.iter().min().unwrap() as u64 * batch_rows + 5;
+        assert!(
+            matches!(
+                quant_problem(&e),
+                ("l.weight", QuantError::NotFinite { row, col: 9, .. }) if *row == first
+            ),
+            "{e}"
+        );
+        assert!(SafeTensors::open(&out)
+            .unwrap()
+            .tensor("l.weight.qweight")
+            .is_ok());
+    }
+}
+
 // ---------------------------------------------------------------- selection
 
 #[test]

@@ -1,11 +1,11 @@
 //! Whole files: quantize or dequantize a set of tensors and save the result
-//! atomically, one tensor at a time and a block of rows at a time, so
-//! memory stays bounded by a row buffer whatever the tensor sizes.
+//! atomically, one tensor at a time and a batch of rows at a time, so
+//! memory stays bounded by a few batch buffers whatever the tensor sizes.
 //!
 //! A quantized weight's parts land at different places of the canonical
-//! file order (F16 scales before U8 codes), so each part is computed from
-//! the source rows when the writer reaches it: reading a weight two or
-//! three times costs less than holding its codes.
+//! file order (F16 scales before U8 codes), so the output is written with
+//! positional writes: one pass over a weight's rows computes every part,
+//! and two workers each write the batches of rows they computed.
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -21,8 +21,8 @@ use super::{Mode, QuantError, Scheme};
 use crate::cast::{decode_f32, encode_f32, CastOptions};
 use crate::header::TensorInfo;
 use crate::parallel;
-use crate::writer::{Layout, StreamWriter, TensorData, TensorSpec, WriteOptions};
-use crate::{save_positional, save_streaming, Dtype, Error, Metadata, PositionalWriter, Result};
+use crate::writer::{Layout, TensorData, TensorSpec, WriteOptions};
+use crate::{save_positional, Dtype, Error, Metadata, PositionalWriter, Result};
 
 /// Output bytes gathered before each write.
 const BATCH: usize = 1 << 20;
@@ -263,7 +263,7 @@ fn unreachable_shape<V>(name: &str) -> Result<V> {
     Err(quant_error(name, QuantError::Shape("is not 2-D".into())))
 }
 
-/// Scratch space of one worker of [`stream_rows`].
+/// Scratch space of one worker of [`row_batches`] when quantizing.
 #[derive(Default)]
 struct Scratch {
     /// The source row decoded to f32, when it cannot be borrowed.
@@ -279,19 +279,25 @@ struct Scratch {
 /// Most parts one row of output has (MLX: codes, scales, biases).
 const MAX_PARTS: usize = 3;
 
-/// Produces `rows` rows of output in batches of about [`BATCH`] bytes of the
-/// widest part. Each row has one piece of `widths[i]` bytes per part, filled
-/// by `fill(row, pieces, scratch)`; each batch is split between two threads
-/// (rows are independent, and quantizing is compute, not I/O), then `emit`
-/// gets every part's bytes for the batch, in row order. The output is the
-/// same as one thread's.
+/// Produces `rows` rows of output on two threads, in batches of about
+/// [`BATCH`] bytes of the widest part. Each row has one piece of
+/// `widths[i]` bytes per part, filled by `fill(row, pieces, scratch)`; a
+/// worker gives each finished batch to `emit(first_row, parts)` itself,
+/// so both threads compute and write at once (rows are independent). Batch
+/// `b` goes to worker `b % 2`, so the output advances through the file in
+/// step on both threads.
+///
+/// On failure the error is the one of the earliest failing row, as with
+/// one thread: a worker stops at its first failure and skips batches after
+/// the earliest failure seen so far, never one before it.
 fn row_batches<S: Send>(
     rows: usize,
     widths: &[usize],
     scratch: &mut [S; 2],
     fill: impl Fn(usize, &mut [&mut [u8]], &mut S) -> Result<()> + Sync,
-    mut emit: impl FnMut(&[&[u8]]) -> Result<()>,
+    emit: impl Fn(usize, &[&[u8]]) -> Result<()> + Sync,
 ) -> Result<()> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
     if widths.len() > MAX_PARTS {
         return Err(quant_error(
             "*",
@@ -299,77 +305,50 @@ fn row_batches<S: Send>(
         ));
     }
     let widest = widths.iter().copied().max().unwrap_or(0).max(1);
-    let per_batch = (BATCH / widest).max(1).min(rows.max(1));
-    let mut bufs: Vec<Vec<u8>> = widths.iter().map(|&wd| vec![0u8; per_batch * wd]).collect();
-    // Fills `count` rows from row `start` into the parts' slices `outs`.
-    let run = |start: usize, count: usize, mut outs: [&mut [u8]; MAX_PARTS], scratch: &mut S| {
-        for k in 0..count {
-            let mut pieces: [&mut [u8]; MAX_PARTS] = Default::default();
-            for ((piece, out), &wd) in pieces.iter_mut().zip(outs.iter_mut()).zip(widths) {
-                *piece = &mut out[k * wd..(k + 1) * wd];
+    let per_batch = (BATCH / widest).clamp(1, rows.max(1));
+    let batches = rows.div_ceil(per_batch);
+    let first_failed = AtomicUsize::new(usize::MAX);
+    // Worker `first`: batches first, first + 2, ...; the failing batch and
+    // its error, if any.
+    let worker = |first: usize, scratch: &mut S| -> Option<(usize, Error)> {
+        let mut bufs: Vec<Vec<u8>> = widths.iter().map(|&wd| vec![0u8; per_batch * wd]).collect();
+        let mut run = |b: usize| -> Result<()> {
+            let start = b * per_batch;
+            let n = per_batch.min(rows - start);
+            for k in 0..n {
+                let mut pieces: [&mut [u8]; MAX_PARTS] = Default::default();
+                for ((piece, buf), &wd) in pieces.iter_mut().zip(bufs.iter_mut()).zip(widths) {
+                    *piece = &mut buf[k * wd..(k + 1) * wd];
+                }
+                fill(start + k, &mut pieces[..widths.len()], scratch)?;
             }
-            fill(start + k, &mut pieces[..widths.len()], scratch)?;
+            let mut parts: [&[u8]; MAX_PARTS] = Default::default();
+            for ((part, buf), &wd) in parts.iter_mut().zip(&bufs).zip(widths) {
+                *part = &buf[..n * wd];
+            }
+            emit(start, &parts[..widths.len()])
+        };
+        let mut b = first;
+        while b < batches && b < first_failed.load(Ordering::Acquire) {
+            if let Err(e) = run(b) {
+                first_failed.fetch_min(b, Ordering::AcqRel);
+                return Some((b, e));
+            }
+            b += 2;
         }
-        Ok(())
+        None
     };
-    let mut r = 0;
-    while r < rows {
-        let n = per_batch.min(rows - r);
-        let half = n.div_ceil(2);
-        let mut firsts: [&mut [u8]; MAX_PARTS] = Default::default();
-        let mut seconds: [&mut [u8]; MAX_PARTS] = Default::default();
-        for (((buf, &wd), first), second) in bufs
-            .iter_mut()
-            .zip(widths)
-            .zip(&mut firsts)
-            .zip(&mut seconds)
-        {
-            (*first, *second) = buf[..n * wd].split_at_mut(half * wd);
-        }
-        let [s0, s1] = &mut *scratch;
-        let (theirs, mine): (Result<()>, Result<()>) = parallel::both(
-            || run(r + half, n - half, seconds, s1),
-            || run(r, half, firsts, s0),
-        );
-        // The first half's error is the earlier row's.
-        mine?;
-        theirs?;
-        let mut batch: [&[u8]; MAX_PARTS] = Default::default();
-        for ((piece, buf), &wd) in batch.iter_mut().zip(&bufs).zip(widths) {
-            *piece = &buf[..n * wd];
-        }
-        emit(&batch[..widths.len()])?;
-        r += n;
+    let [s0, s1] = &mut *scratch;
+    let (theirs, mine) = if batches > 1 {
+        parallel::both(|| worker(1, s1), || worker(0, s0))
+    } else {
+        (None, worker(0, s0))
+    };
+    match (mine, theirs) {
+        (Some((b0, e0)), Some((b1, e1))) => Err(if b0 < b1 { e0 } else { e1 }),
+        (Some((_, e)), None) | (None, Some((_, e))) => Err(e),
+        (None, None) => Ok(()),
     }
-    Ok(())
-}
-
-/// Writes `rows` rows of `row_bytes` each, produced by `fill`, to the tensor
-/// `name` of a streaming writer (see [`row_batches`]).
-fn stream_rows<W: std::io::Write, S: Send>(
-    w: &mut StreamWriter<W>,
-    name: &str,
-    rows: usize,
-    row_bytes: usize,
-    scratch: &mut [S; 2],
-    fill: impl Fn(usize, &mut [u8], &mut S) -> Result<()> + Sync,
-) -> Result<()> {
-    if rows == 0 || row_bytes == 0 {
-        return w.write_tensor(name, &[]);
-    }
-    row_batches(
-        rows,
-        &[row_bytes],
-        scratch,
-        |r, pieces, scratch| match pieces {
-            [out] => fill(r, out, scratch),
-            _ => Err(quant_error(
-                name,
-                QuantError::Layout("one part expected".into()),
-            )),
-        },
-        |batch| batch.iter().try_for_each(|bytes| w.write(bytes)),
-    )
 }
 
 /// Bytes one row of a weight of `cols` inputs takes in `part`.
@@ -414,7 +393,6 @@ fn quantize_weight<T: TensorData>(
         .iter()
         .map(|&(_, part)| part_row_bytes(part, cols, scheme, elem))
         .collect();
-    let mut written = vec![0u64; parts.len()];
     let mut scratch = [Scratch::default(), Scratch::default()];
     let fault = |r: usize| move |f: RowFault| quant_error(name, f.at_row(r as u64));
     // One row: decode (or borrow) the input and fill that row of every part.
@@ -486,10 +464,9 @@ fn quantize_weight<T: TensorData>(
         }
         Ok(())
     };
-    row_batches(rows, &widths, &mut scratch, fill, |batch| {
-        for ((&(slot, _), bytes), done) in parts.iter().zip(batch).zip(written.iter_mut()) {
-            w.write(slot, *done, bytes)?;
-            *done += bytes.len() as u64;
+    row_batches(rows, &widths, &mut scratch, fill, |first_row, batch| {
+        for ((&(slot, _), bytes), &wd) in parts.iter().zip(batch).zip(&widths) {
+            w.write(slot, (first_row * wd) as u64, bytes)?;
         }
         Ok(())
     })
@@ -786,24 +763,24 @@ pub fn dequantize_file<T: TensorData>(
     }
     let metadata = (!metadata.is_empty()).then_some(metadata);
     let part = |n: &str| by_name.get(n).and_then(|&i| tensors.get(i));
-    save_streaming(path, &specs, metadata.as_ref(), &opts.write, |w| {
-        while let Some(slot) = w.expected() {
-            let name = slot.name().to_string();
-            match by_output.get(name.as_str()) {
+    let layout = Layout::new(&specs, metadata.as_ref(), &opts.write)?;
+    save_positional(path, layout, &opts.write, |w| {
+        for (index, slot) in w.layout().slots().enumerate() {
+            let name = slot.name();
+            match by_output.get(name) {
                 Some(&Ok(i)) => {
                     let t = tensors
                         .get(i)
-                        .ok_or_else(|| Error::NotFound(name.clone()))?;
-                    w.write_tensor(&name, t.data())?;
+                        .ok_or_else(|| Error::NotFound(name.to_string()))?;
+                    w.write(index, 0, t.data())?;
                 }
                 Some(&Err(k)) => {
                     let (Some(weight), Some(&dtype)) = (weights.get(k), dtypes.get(k)) else {
-                        return Err(Error::NotFound(name));
+                        return Err(Error::NotFound(name.to_string()));
                     };
                     if weight.shape.contains(&0) {
                         // No values: nothing to read, and a shape like
                         // [0, 2^40] must not size row buffers.
-                        w.write_tensor(&name, &[])?;
                         continue;
                     }
                     let rows =
@@ -811,21 +788,27 @@ pub fn dequantize_file<T: TensorData>(
                     let (out_rows, cols) = (weight.shape[0] as usize, rows.cols);
                     let row_bytes = cols * dtype.bits() as usize / 8;
                     let mut scratch = [(rows.clone(), vec![0f32; cols]), (rows, vec![0f32; cols])];
-                    stream_rows(
-                        w,
-                        &name,
+                    row_batches(
                         out_rows,
-                        row_bytes,
+                        &[row_bytes],
                         &mut scratch,
-                        |r, out, scratch| {
-                            let (rows, values) = scratch;
-                            rows.row(r, values, &name)?;
-                            encode_f32(values, dtype, out, CastOptions::default())
-                                .map_err(|e| quant_error(&name, QuantError::Shape(e.to_string())))
+                        |r, pieces, (rows, values)| {
+                            rows.row(r, values, name)?;
+                            for out in pieces.iter_mut() {
+                                encode_f32(values, dtype, out, CastOptions::default()).map_err(
+                                    |e| quant_error(name, QuantError::Shape(e.to_string())),
+                                )?;
+                            }
+                            Ok(())
+                        },
+                        |first_row, parts| {
+                            parts.iter().try_for_each(|bytes| {
+                                w.write(index, (first_row * row_bytes) as u64, bytes)
+                            })
                         },
                     )?;
                 }
-                None => return Err(Error::NotFound(name)),
+                None => return Err(Error::NotFound(name.to_string())),
             }
         }
         Ok(())
