@@ -97,17 +97,23 @@ pub fn pack(bits: u32, codes: &[u8], packed: &mut [u8]) {
     }
 }
 
-/// MLX's affine parameters `(scale, bias)` of one group, in f32.
+/// The affine parameters `(scale, bias)` of one group, in f32: MLX's,
+/// with the edge's code lowered where MLX's would leave a weight more than
+/// half a step from its value.
 ///
-/// n = 2^bits - 1; scale = max((max - min) / n, 1e-7); the edge is min when
-/// |min| > |max|, else max with the scale negated; q0 = round(edge /
-/// scale); when q0 != 0, scale = edge / q0 and bias = edge, else bias = 0.
+/// MLX: n = 2^bits - 1; scale = max((max - min) / n, 1e-7); the edge is
+/// min when |min| > |max|, else max with the scale negated; q0 =
+/// round(edge / scale); when q0 != 0, scale = edge / q0 and bias = edge,
+/// else bias = 0. That makes the edge (the weight of largest magnitude)
+/// exact, but the grid `bias + q * scale`, q in 0..=n, can then stop short
+/// of the other end of the group, whose weights clamp to the grid's end up
+/// to a whole step away: MLX's own files here do that in 93 of 252 groups
+/// (up to 0.997 of a step).
 ///
-/// Making the edge exact can leave the grid `bias + q * scale` (q in
-/// 0..=n) short of the other end of the group: values inside the grid come
-/// back within half a step, values beyond it clamp to its end, less than
-/// one step away. MLX's own files show the same (its fixtures here reach
-/// 0.997 of a step); this quantizer reproduces them byte for byte.
+/// The format requires every weight within half a step, so where the far
+/// end would land more than half a step past the grid, |q0| is lowered
+/// (a coarser step; the edge stays exact and the bias is still the edge)
+/// until it does not. Every other group gets MLX's parameters bit for bit.
 pub fn affine_params(group: &[f32], bits: u32) -> (f32, f32) {
     let n = ((1u32 << bits) - 1) as f32;
     let (mut lo, mut hi) = (f32::INFINITY, f32::NEG_INFINITY);
@@ -116,17 +122,23 @@ pub fn affine_params(group: &[f32], bits: u32) -> (f32, f32) {
         hi = hi.max(w);
     }
     let step = ((hi - lo) / n).max(1e-7);
-    let (scale, edge) = if lo.abs() > hi.abs() {
-        (step, lo)
+    let (scale, edge, far) = if lo.abs() > hi.abs() {
+        (step, lo, hi)
     } else {
-        (-step, hi)
+        (-step, hi, lo)
     };
-    let q0 = (edge / scale).round_ties_even();
-    if q0 != 0.0 {
-        (edge / q0, edge)
-    } else {
-        (scale, 0.0)
+    let mut q0 = (edge / scale).round_ties_even();
+    if q0 == 0.0 {
+        return (scale, 0.0);
     }
+    // The far end's unrounded code, computed as `affine_code` computes it:
+    // it rounds to at most n (so the weight is within half a step) exactly
+    // when it is at most n + 0.5. |q0| >= n / 2 here (the edge is at least
+    // half the range), so this lowers it by one, rarely two.
+    while q0.abs() > 1.0 && (far - edge) / (edge / q0) > n + 0.5 {
+        q0 -= q0.signum();
+    }
+    (edge / q0, edge)
 }
 
 /// The code of `w` in a group with `scale` and `bias`: clamp(round((w -
@@ -298,8 +310,9 @@ pub(crate) fn check_shape(
 }
 
 /// Quantizes a whole weight (`data`: bytes of F32, F16 or BF16, shape
-/// `[out, in]`) with MLX's affine quantizer; scales and biases are stored
-/// in the input's dtype.
+/// `[out, in]`) with MLX's affine quantizer, held to half a step per
+/// weight (see [`affine_params`]); scales and biases are stored in the
+/// input's dtype.
 pub fn quantize_affine(
     name: &str,
     dtype: Dtype,
