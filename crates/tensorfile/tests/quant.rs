@@ -34,6 +34,14 @@ fn shape(v: &Value) -> Vec<u64> {
         .collect()
 }
 
+/// Little-endian F32 bytes as values.
+fn f32_values(bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
 fn f32_bytes(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
@@ -591,17 +599,12 @@ fn mlx_affine_quantizer_follows_mlx_and_keeps_every_weight_within_half_a_step() 
         .unwrap();
         let file = SafeTensors::open(fixture(&format!("mlx/{name}"))).unwrap();
         assert_eq!(file.tensor("w.scales").unwrap().dtype(), Dtype::F32);
-        let f32s = |b: &[u8]| -> Vec<f32> {
-            b.chunks_exact(4)
-                .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-                .collect()
-        };
         let codes = |packed: &[u8]| {
             let mut c = vec![0u8; original.len()];
             mlx::unpack(bits as u32, packed, &mut c);
             c
         };
-        let (our_scales, our_biases) = (f32s(&ours.scales), f32s(&ours.biases));
+        let (our_scales, our_biases) = (f32_values(&ours.scales), f32_values(&ours.biases));
         let (their_scales, their_biases) =
             (values_of(&file, "w.scales"), values_of(&file, "w.biases"));
         let (our_codes, their_codes) = (
@@ -779,12 +782,7 @@ fn mlx_affine_weights_are_within_half_a_step_whatever_the_group() {
         for group in [32usize, 64, 128] {
             let params = QuantParams::affine(u64::from(bits), group as u64);
             let q = mlx::quantize_affine("w", Dtype::F32, &shape, &f32_bytes(&w), params).unwrap();
-            let f32s = |b: &[u8]| -> Vec<f32> {
-                b.chunks_exact(4)
-                    .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-                    .collect()
-            };
-            let (scales, biases) = (f32s(&q.scales), f32s(&q.biases));
+            let (scales, biases) = (f32_values(&q.scales), f32_values(&q.biases));
             let mut codes = vec![0u8; w.len()];
             mlx::unpack(bits, &q.weight, &mut codes);
             for (i, (&a, &code)) in w.iter().zip(&codes).enumerate() {
