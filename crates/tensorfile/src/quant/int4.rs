@@ -91,8 +91,10 @@ fn group_scale(group: &[f32], offset: usize, index: usize) -> Result<f16, RowFau
 /// the low nibble of byte `b`), `scales` one scale per group; `codes` is
 /// scratch of `row.len()` bytes. `group` is even and divides the row.
 ///
-/// As in the casts, the portable build is SSE2 (4 lanes); on CPUs with
-/// AVX2 the same loop compiled for 8 lanes is chosen at run time.
+/// On CPUs with AVX2 and F16C, groups of a multiple of 32 go to the
+/// intrinsics kernel in [`x86`]; other groups on AVX2 CPUs to the portable
+/// loop compiled for AVX2; elsewhere to the portable loop (SSE2, as in the
+/// casts). All three give the same bytes.
 pub(crate) fn quantize_row(
     row: &[f32],
     group: usize,
@@ -103,12 +105,13 @@ pub(crate) fn quantize_row(
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {
         if std::arch::is_x86_feature_detected!("f16c")
+            && group != 0
             && group % x86::BLOCK == 0
             && packed.len() * 2 == row.len()
             && scales.len() * group == row.len()
         {
-            // SAFETY: the CPU has AVX2 and F16C, checked just above; the lengths are
-            // the kernel's, checked with the group's multiple.
+            // SAFETY: the CPU has AVX2 and F16C, checked just above; the
+            // lengths are the kernel's, checked with the group's multiple.
             return unsafe { x86::quantize_row(row, group, scales, packed) };
         }
         // SAFETY: the CPU has AVX2, checked just above.
@@ -139,9 +142,9 @@ mod x86 {
     /// Quantizes one row as [`super::quantize_row`] does.
     ///
     /// # Safety
-    /// The CPU must support AVX2 and F16C. `group` must be a non-zero multiple of
-    /// [`BLOCK`] that divides `row.len()`; `scales` must hold `row.len() /
-    /// group` values and `packed` `row.len() / 2` bytes.
+    /// The CPU must support AVX2 and F16C. `group` must be a non-zero
+    /// multiple of [`BLOCK`] that divides `row.len()`; `scales` must hold
+    /// `row.len() / group` values and `packed` `row.len() / 2` bytes.
     #[target_feature(enable = "avx2,f16c")]
     pub(super) unsafe fn quantize_row(
         row: &[f32],
