@@ -79,7 +79,12 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         slot.1 += t.nbytes();
     }
     // Quantized weights (int4, MLX): see `quantized`.
-    let quantized = super::quantized::describe(&args.file, header);
+    let dir = match args.file.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => std::path::Path::new("."),
+    };
+    let names = header.tensors().map(|t| t.name);
+    let quantized = super::quantized::describe(dir, header.metadata(), names, |n| header.get(n));
 
     let digest = |name: &str| -> Option<String> {
         let t = file.as_ref()?.get(name)?;
@@ -167,14 +172,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         alignment_of(data_start),
         header.len()
     ));
-    match &quantized {
-        Ok(q) if q.is_empty() => {}
-        Ok(q) => {
-            out(format_args!("quantized weights: {}", q.len()));
-            super::quantized::lines(q).into_iter().for_each(out);
-        }
-        Err(problem) => out(format_args!("quantized weights: cannot be read: {problem}")),
-    }
+    super::quantized::print(&quantized);
     for warning in header.warnings() {
         out(format_args!("warning: {warning}"));
     }

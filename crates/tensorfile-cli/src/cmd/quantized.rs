@@ -1,20 +1,20 @@
 //! What `inspect` says about quantized weights: logical shapes and bits per
-//! weight. Kept apart from `inspect` so its single-file branch only calls
-//! [`describe`].
+//! weight, for a single file and for a model directory or sharded set
+//! alike ([`describe`], then [`print`]).
 
 use std::path::Path;
 
 use serde_json::{json, Value};
 use tensorfile::quant::{int4_group, quantized_weights, QuantConfig, Storage};
-use tensorfile::Header;
+use tensorfile::{Metadata, TensorInfo};
 
-/// MLX parameters for a file: its own metadata, else the `quantization` of
-/// a config.json beside it (MLX keeps them there).
-fn mlx_config(path: &Path, header: &Header) -> Result<Option<QuantConfig>, String> {
-    if let Some(own) = QuantConfig::from_metadata(header.metadata())? {
+/// MLX parameters: the file's own metadata, else the `quantization` of the
+/// config.json in `dir` (MLX keeps them there).
+fn mlx_config(dir: &Path, metadata: Option<&Metadata>) -> Result<Option<QuantConfig>, String> {
+    if let Some(own) = QuantConfig::from_metadata(metadata)? {
         return Ok(Some(own));
     }
-    let config = path.with_file_name(tensorfile::model::CONFIG_NAME);
+    let config = dir.join(tensorfile::model::CONFIG_NAME);
     if !config.is_file() {
         return Ok(None);
     }
@@ -22,19 +22,20 @@ fn mlx_config(path: &Path, header: &Header) -> Result<Option<QuantConfig>, Strin
     QuantConfig::from_config(&map).map_err(|e| format!("{}: {e}", config.display()))
 }
 
-/// The quantized weights of a file as JSON values, or the problem that
-/// stops them being read (a packed MLX weight without parameters, a
-/// `.qweight` without scales, ...).
-pub fn describe(path: &Path, header: &Header) -> Result<Vec<Value>, String> {
-    let mlx = mlx_config(path, header)?;
-    let names = header.tensors().map(|t| t.name);
-    let weights = quantized_weights(
-        names,
-        |n| header.get(n),
-        int4_group(header.metadata()),
-        mlx.as_ref(),
-    )
-    .map_err(|e| e.to_string())?;
+/// The quantized weights among `names` (a file's or a model directory's
+/// tensors, found with `lookup`) as JSON values, or the problem that stops
+/// them being read (a packed MLX weight without parameters, a `.qweight`
+/// without scales, ...). `dir` is where a config.json would be; `metadata`
+/// the file's, or the shards' together.
+pub fn describe<'a>(
+    dir: &Path,
+    metadata: Option<&Metadata>,
+    names: impl IntoIterator<Item = &'a str>,
+    lookup: impl Fn(&str) -> Option<TensorInfo<'a>>,
+) -> Result<Vec<Value>, String> {
+    let mlx = mlx_config(dir, metadata)?;
+    let weights = quantized_weights(names, lookup, int4_group(metadata), mlx.as_ref())
+        .map_err(|e| e.to_string())?;
     Ok(weights
         .iter()
         .map(|w| {
@@ -58,8 +59,26 @@ pub fn describe(path: &Path, header: &Header) -> Result<Vec<Value>, String> {
         .collect())
 }
 
+/// Prints what [`describe`] found, under a "quantized weights" heading.
+pub fn print(found: &Result<Vec<Value>, String>) {
+    match found {
+        Ok(q) if q.is_empty() => {}
+        Ok(q) => {
+            super::out(format_args!("quantized weights: {}", q.len()));
+            lines(q).into_iter().for_each(super::out);
+        }
+        Err(problem) => super::out(format_args!("quantized weights: cannot be read: {problem}")),
+    }
+}
+
 /// One text line per quantized weight.
-pub fn lines(weights: &[Value]) -> Vec<String> {
+fn lines(weights: &[Value]) -> Vec<String> {
+    let width = weights
+        .iter()
+        .filter_map(|w| w["name"].as_str().map(str::len))
+        .max()
+        .unwrap_or(0)
+        .min(60);
     weights
         .iter()
         .map(|w| {
@@ -68,7 +87,7 @@ pub fn lines(weights: &[Value]) -> Vec<String> {
                 .map(|m| format!(" {m}"))
                 .unwrap_or_default();
             format!(
-                "  {}  {}{mode} {}-bit, groups of {}  logical shape {}  {:.3} bits/weight",
+                "  {:<width$}  {}{mode} {}-bit, groups of {}  logical shape {}  {:.3} bits/weight",
                 w["name"].as_str().unwrap_or(""),
                 w["scheme"].as_str().unwrap_or(""),
                 w["bits"],

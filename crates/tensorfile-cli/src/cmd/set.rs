@@ -70,6 +70,10 @@ pub fn inspect(path: &Path, json: bool, hash: bool) -> Result<ExitCode, Failure>
         Ok(Some(hex::encode(Sha256::digest(set.tensor(name)?.data()))))
     };
     let model = model_summary(path);
+    let metadata = set.metadata().ok();
+    let names = set.infos().map(|(_, t)| t.name);
+    let quantized =
+        super::quantized::describe(set.dir(), metadata.as_ref(), names, |n| set.info(n));
     let mut per_dtype: BTreeMap<Dtype, (usize, u64)> = BTreeMap::new();
     for (_, t) in set.infos() {
         let slot = per_dtype.entry(t.dtype).or_default();
@@ -121,6 +125,8 @@ pub fn inspect(path: &Path, json: bool, hash: bool) -> Result<ExitCode, Failure>
                 "data_bytes": set.data_len(),
                 "size": set.file_len(),
             },
+            "quantized": quantized.as_ref().ok(),
+            "quantized_problem": quantized.as_ref().err(),
             "warnings": set.warnings(),
         }));
         return Ok(ExitCode::SUCCESS);
@@ -196,6 +202,7 @@ pub fn inspect(path: &Path, json: bool, hash: bool) -> Result<ExitCode, Failure>
         set.data_len(),
         set.file_len()
     ));
+    super::quantized::print(&quantized);
     for warning in set.warnings() {
         out(format_args!("warning: {warning}"));
     }
