@@ -59,7 +59,8 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(err) => {
             eprintln!("tensorfile: {}", cmd::one_line(err.as_ref()));
-            ExitCode::from(1)
+            let usage = err.downcast_ref::<cmd::Usage>().is_some();
+            ExitCode::from(if usage { 2 } else { 1 })
         }
     }
 }

@@ -204,3 +204,20 @@ fn saturate_clamps_f8_overflow() {
         assert_eq!(f.tensor("w").unwrap().data(), want);
     }
 }
+
+#[test]
+fn pytorch_options_on_a_safetensors_file_are_a_usage_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("o.safetensors");
+    let input = fixture("valid/minimal_bf16.safetensors");
+    for flag in [&["--key", "model"][..], &["--keep-values"]] {
+        let o = convert(&input, &out, flag);
+        assert_eq!(o.status.code(), Some(2), "{flag:?}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("applies only to PyTorch input"),
+            "{}",
+            stderr(&o)
+        );
+        assert!(!out.exists());
+    }
+}

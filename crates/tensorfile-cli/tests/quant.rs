@@ -199,7 +199,7 @@ fn mlx_parameters_from_flags() {
         &d2,
         &["--mode", "affine"],
     );
-    refused(&o, 1, "--bits");
+    refused(&o, 2, "--bits");
     assert!(!d2.exists());
 }
 
@@ -265,7 +265,7 @@ fn quantize_refusals_leave_no_file() {
             &q,
             &["--scheme", "mlx-affine", "--bits", "4"],
         ),
-        1,
+        2,
         "--group-size",
     );
     refused(
@@ -285,7 +285,7 @@ fn quantize_refusals_leave_no_file() {
     );
     refused(
         &cmd("quantize", &input, &q, &["--scheme", "gptq"]),
-        1,
+        2,
         "unknown scheme",
     );
     // A NaN weight names the tensor.
@@ -311,15 +311,30 @@ fn quantize_refusals_leave_no_file() {
 }
 
 #[test]
-fn inspect_text_shows_logical_shapes() {
-    let o = run(&[
-        "inspect".as_ref(),
-        fixture("mlx/mlx_mixed_model/model.safetensors").as_os_str(),
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let text = String::from_utf8_lossy(&o.stdout);
-    assert!(text.contains("quantized weights: 4"), "{text}");
-    assert!(text.contains("model.layers.0.mlp.up_proj.weight  mlx affine 3-bit, groups of 64  logical shape [32,192]"), "{text}");
+fn inspect_shows_logical_shapes_of_files_and_model_directories() {
+    // A file beside its config.json, and the model directory itself.
+    for target in [
+        "mlx/mlx_mixed_model/model.safetensors",
+        "mlx/mlx_mixed_model",
+    ] {
+        let o = run(&["inspect".as_ref(), fixture(target).as_os_str()]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let text = String::from_utf8_lossy(&o.stdout);
+        assert!(text.contains("quantized weights: 4"), "{text}");
+        let line = "model.layers.0.mlp.up_proj.weight       mlx affine 3-bit, groups of 64  logical shape [32,192]  3.500 bits/weight";
+        assert!(text.contains(line), "{target}: {text}");
+        let o = run(&[
+            "inspect".as_ref(),
+            "--json".as_ref(),
+            fixture(target).as_os_str(),
+        ]);
+        let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+        let q = v["quantized"].as_array().unwrap();
+        assert_eq!(q.len(), 4, "{target}");
+        assert!(q.iter().any(|w| w["name"] == "model.embed_tokens.weight"
+            && w["bits"] == 8
+            && w["logical_shape"] == serde_json::json!([48, 64])));
+    }
     // Unknown parameters are said, not guessed; the rest of inspect works.
     let o = run(&[
         "inspect".as_ref(),

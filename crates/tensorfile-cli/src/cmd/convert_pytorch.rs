@@ -13,7 +13,7 @@ use tensorfile::{Dtype, WriteOptions};
 use tensorfile_pytorch::convert::{convert_checkpoint, ConvertOptions};
 use tensorfile_pytorch::{Checkpoint, LoadOptions, SharedPolicy};
 
-use super::{out, Failure};
+use super::{out, Failure, Usage};
 
 /// Options of `convert` that apply to PyTorch input only.
 #[derive(clap::Args)]
@@ -47,11 +47,10 @@ impl PytorchArgs {
             (self.shared != SharedPolicy::Alias, "--shared"),
         ];
         match given.iter().find(|(on, _)| *on) {
-            Some((_, flag)) => Err(format!(
+            Some((_, flag)) => Err(Usage::failure(format_args!(
                 "{flag} applies only to PyTorch input; {} is not a PyTorch checkpoint",
                 input.display()
-            )
-            .into()),
+            ))),
             None => Ok(()),
         }
     }

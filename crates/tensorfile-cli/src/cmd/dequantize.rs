@@ -18,7 +18,7 @@ use tensorfile::quant::{
 use tensorfile::shard::ShardedTensors;
 use tensorfile::Dtype;
 
-use super::{out, Failure};
+use super::{out, Failure, Usage};
 
 /// Arguments of `dequantize`.
 #[derive(clap::Args)]
@@ -68,14 +68,17 @@ fn given_params(args: &Args) -> Result<Option<QuantConfig>, Failure> {
             }
             return Ok(None);
         }
-        _ => return Err("affine mode needs --bits and --group-size".into()),
+        (Some(_), None, _) | (None, Some(_), _) => {
+            return Err(Usage::failure("--bits and --group-size go together"))
+        }
+        _ => return Err(Usage::failure("affine mode needs --bits and --group-size")),
     };
     let params = QuantParams {
         bits,
         group_size,
         mode,
     };
-    params.validate()?;
+    params.validate().map_err(Usage::failure)?;
     Ok(Some(QuantConfig::uniform(params)))
 }
 

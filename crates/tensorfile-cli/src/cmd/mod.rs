@@ -1,6 +1,6 @@
 //! One module per subcommand. Each exposes `Args` (its clap arguments) and
-//! `run(Args) -> Result<ExitCode, Failure>`; `main` maps a `Failure` to exit
-//! status 1 and prints it on one line.
+//! `run(Args) -> Result<ExitCode, Failure>`; `main` prints a `Failure` on
+//! one line and exits 2 when it is a [`Usage`] error, else 1.
 
 use std::fmt::Display;
 use std::io::{self, Write};
@@ -76,8 +76,29 @@ pub fn print_dtypes(per_dtype: &std::collections::BTreeMap<tensorfile::Dtype, (u
     }
 }
 
-/// A failure that ends a command with exit status 1.
+/// A failure that ends a command: exit status 2 for a [`Usage`] error, else 1.
 pub type Failure = Box<dyn std::error::Error + Send + Sync>;
+
+/// Arguments that clap accepts one by one but that do not make a command
+/// together, or a value only the command can check (an unknown scheme, a
+/// mode without its bits): a usage error, exit status 2, like clap's own.
+#[derive(Debug)]
+pub struct Usage(pub String);
+
+impl Display for Usage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Usage {}
+
+impl Usage {
+    /// A boxed [`Failure`] carrying `message`.
+    pub fn failure(message: impl Display) -> Failure {
+        Box::new(Usage(message.to_string()))
+    }
+}
 
 /// The error and its causes on one line, with no backtrace.
 pub fn one_line(err: &(dyn std::error::Error + 'static)) -> String {

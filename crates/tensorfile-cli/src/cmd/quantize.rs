@@ -8,7 +8,7 @@ use serde_json::json;
 use tensorfile::quant::{quantize_file, Glob, QuantizeOptions, Scheme, Selection};
 use tensorfile::SafeTensors;
 
-use super::{out, Failure};
+use super::{out, Failure, Usage};
 
 /// Arguments of `quantize`.
 #[derive(clap::Args)]
@@ -37,7 +37,7 @@ pub struct Args {
 
 /// Quantizes IN into an atomic save of OUT.
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
-    let scheme = Scheme::parse(&args.scheme, args.bits, args.group_size)?;
+    let scheme = Scheme::parse(&args.scheme, args.bits, args.group_size).map_err(Usage::failure)?;
     let read = args.io.read_options();
     let input = SafeTensors::open_with(&args.io.input, &read)?;
     let opts = QuantizeOptions {
