@@ -799,6 +799,47 @@ fn mlx_affine_weights_are_within_half_a_step_whatever_the_group() {
 }
 
 #[test]
+fn mlx_affine_refuses_groups_f32_cannot_span_and_keeps_huge_constants() {
+    // Row 0 is ordinary; row 1 holds the group under test. A group whose
+    // grid would reach infinity is refused, naming its row and group; a
+    // constant group, however large, comes back exactly.
+    let cases: [(&[f32], u64, bool); 5] = [
+        (&[-3e38, 3e38], 4, true),
+        (&[-3.402_823_5e38, 1.329_228e36], 2, true),
+        (&[-0.0, 3.402_823_5e38], 5, true),
+        (&[1e32], 4, false),
+        (&[-2e38], 8, false),
+    ];
+    for (pattern, bits, refused) in cases {
+        let mut w = noise(2 * 32, 3);
+        for (i, x) in w[32..].iter_mut().enumerate() {
+            *x = pattern[i % pattern.len()];
+        }
+        let params = QuantParams::affine(bits, 32);
+        let q = mlx::quantize_affine("m.weight", Dtype::F32, &[2, 32], &f32_bytes(&w), params);
+        if refused {
+            let e = q.unwrap_err();
+            assert!(
+                matches!(
+                    quant_problem(&e),
+                    ("m.weight", QuantError::RangeOverflow { row: 1, group: 0 })
+                ),
+                "{pattern:?}: {e}"
+            );
+            continue;
+        }
+        let q = q.unwrap();
+        let (scales, biases) = (f32_values(&q.scales), f32_values(&q.biases));
+        let mut codes = vec![0u8; w.len()];
+        mlx::unpack(bits as u32, &q.weight, &mut codes);
+        for (i, &x) in w[32..].iter().enumerate() {
+            let back = scales[1] * f32::from(codes[32 + i]) + biases[1];
+            assert_eq!(back, x, "{pattern:?} [{i}]");
+        }
+    }
+}
+
+#[test]
 fn mlx_round_trip_within_half_a_step_and_reads_its_own_metadata() {
     let dir = tempfile::tempdir().unwrap();
     let (rows, cols) = (8usize, 256usize);

@@ -525,6 +525,12 @@ pub fn quantize_file<T: TensorData>(
     })
 }
 
+/// Whether dequantized weights can be written as `dtype`
+/// ([`DequantizeOptions::dtype`]): a float dtype of whole bytes, not C64.
+pub fn is_dequantize_dtype(dtype: Dtype) -> bool {
+    dtype.is_float() && dtype != Dtype::C64 && dtype.bits() % 8 == 0
+}
+
 /// The dtype a dequantized weight is written in.
 fn output_dtype(w: &LogicalWeight<'_>, requested: Option<Dtype>) -> Result<Dtype> {
     let dtype = requested.unwrap_or(match w.storage {
@@ -532,7 +538,7 @@ fn output_dtype(w: &LogicalWeight<'_>, requested: Option<Dtype>) -> Result<Dtype
         Storage::Mlx(p) if p.mode != Mode::Affine => Dtype::BF16,
         _ => w.dtype,
     });
-    if !dtype.is_float() || dtype == Dtype::C64 || dtype.bits() % 8 != 0 {
+    if !is_dequantize_dtype(dtype) {
         return Err(quant_error(
             &w.name,
             QuantError::Dtype {

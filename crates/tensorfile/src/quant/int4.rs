@@ -27,8 +27,18 @@ use crate::{Dtype, Error, Result};
 /// What went wrong in one row (the caller adds the row and the tensor).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) enum RowFault {
-    NotFinite { col: usize, value: f32 },
-    ScaleOverflow { group: usize, scale: f32 },
+    NotFinite {
+        col: usize,
+        value: f32,
+    },
+    ScaleOverflow {
+        group: usize,
+        scale: f32,
+    },
+    /// MLX affine: the group's grid reaches past f32.
+    RangeOverflow {
+        group: usize,
+    },
 }
 
 impl RowFault {
@@ -43,6 +53,10 @@ impl RowFault {
                 row,
                 group: group as u64,
                 scale,
+            },
+            RowFault::RangeOverflow { group } => QuantError::RangeOverflow {
+                row,
+                group: group as u64,
             },
         }
     }

@@ -131,11 +131,17 @@ pub fn affine_params(group: &[f32], bits: u32) -> (f32, f32) {
     if q0 == 0.0 {
         return (scale, 0.0);
     }
+    if q0.is_infinite() {
+        // Only a constant group of magnitude above about 3e31 (the step is
+        // the 1e-7 floor): every weight is the edge, exact with any step.
+        return (scale, edge);
+    }
     // The far end's unrounded code, computed as `affine_code` computes it:
     // it rounds to at most n (so the weight is within half a step) exactly
-    // when it is at most n + 0.5. |q0| >= n / 2 here (the edge is at least
-    // half the range), so this lowers it by one, rarely two.
-    while q0.abs() > 1.0 && (far - edge) / (edge / q0) > n + 0.5 {
+    // when it is at most n + 0.5. That fails only when |q0| <= n (MLX's
+    // grid is then short by up to one step), so |q0| is lowered by one,
+    // rarely two, and the bound on |q0| keeps the loop finite.
+    while q0.abs() > 1.0 && q0.abs() <= n && (far - edge) / (edge / q0) > n + 0.5 {
         q0 -= q0.signum();
     }
     (edge / q0, edge)
@@ -148,7 +154,8 @@ fn affine_code(w: f32, scale: f32, bias: f32, n: f32) -> u8 {
 }
 
 /// Quantizes one row to affine codes: `scales` and `biases` get one f32 per
-/// group; `codes` one code per element. Fails on a non-finite value.
+/// group; `codes` one code per element. Fails on a non-finite value, or a
+/// group whose range f32 cannot hold.
 pub(crate) fn affine_quantize_row(
     row: &[f32],
     bits: u32,
@@ -165,8 +172,17 @@ pub(crate) fn affine_quantize_row(
     }
     let n = ((1u32 << bits) - 1) as f32;
     let groups = row.chunks_exact(group).zip(codes.chunks_exact_mut(group));
-    for ((g, c), (s, b)) in groups.zip(scales.iter_mut().zip(biases.iter_mut())) {
+    let params = scales.iter_mut().zip(biases.iter_mut());
+    for (i, ((g, c), (s, b))) in groups.zip(params).enumerate() {
         let (scale, bias) = affine_params(g, bits);
+        // Weights near f32's limits can span more than f32 holds: the
+        // range, the scale or the top code's value (scale * n + bias, as
+        // the dequantizer computes it) would be infinite, and the weights
+        // would come back as infinities or NaN.
+        let top = scale * n;
+        if !scale.is_finite() || !top.is_finite() || !(top + bias).is_finite() {
+            return Err(super::int4::RowFault::RangeOverflow { group: i });
+        }
         *s = scale;
         *b = bias;
         for (&w, code) in g.iter().zip(c.iter_mut()) {
@@ -373,4 +389,53 @@ pub fn quantize_affine(
         encode(&b, &mut out.biases[span])?;
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn affine_params_keep_half_a_step_on_random_groups() {
+        // Groups of 2 to 64 weights at magnitudes from 2^-150 to 2^90:
+        // centred or shifted, with repeated values, -0.0 and outliers. The
+        // parameters are finite with a non-zero step, and every weight comes
+        // back within half a step, up to f32 rounding at the size of the
+        // weight, the step or the bias.
+        let mut seed = 0x0123_4567_89AB_CDEFu64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for round in 0..20_000 {
+            let bits = [2u32, 3, 4, 5, 6, 8][round % 6];
+            let n = ((1u32 << bits) - 1) as f32;
+            let len = [2usize, 3, 32, 64][(next() % 4) as usize];
+            let mag = 2f32.powi((next() % 240) as i32 - 150);
+            let center = [0.0, mag * 1000.0, -mag * 37.0, mag][(next() % 4) as usize];
+            let group: Vec<f32> = (0..len)
+                .map(|i| match next() % 8 {
+                    0 => center,
+                    1 => -0.0,
+                    2 if i == 0 => center - mag * (next() % 1000) as f32,
+                    _ => center + ((next() >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * mag,
+                })
+                .collect();
+            let (scale, bias) = affine_params(&group, bits);
+            assert!(
+                scale.is_finite() && scale != 0.0 && bias.is_finite(),
+                "b{bits} {group:?}: ({scale}, {bias})"
+            );
+            for &w in &group {
+                let back = scale * f32::from(affine_code(w, scale, bias, n)) + bias;
+                let tolerance = 1e-6 * w.abs().max(scale.abs()).max(bias.abs());
+                assert!(
+                    (w - back).abs() <= scale.abs() * 0.5 + tolerance,
+                    "b{bits} {group:?}: {w} came back as {back}, step {scale}"
+                );
+            }
+        }
+    }
 }

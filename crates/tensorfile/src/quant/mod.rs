@@ -38,8 +38,8 @@ use std::str::FromStr;
 
 pub use config::{int4_group, QuantConfig, QUANTIZATION_KEY, QUANT_KEY};
 pub use file::{
-    dequantize_file, quantize_file, DequantizeOptions, DequantizeSummary, QuantizeOptions,
-    QuantizeSummary,
+    dequantize_file, is_dequantize_dtype, quantize_file, DequantizeOptions, DequantizeSummary,
+    QuantizeOptions, QuantizeSummary,
 };
 pub use layout::{logical_weight, quantized_weights, LayoutError, LogicalWeight, Storage};
 pub use select::{Glob, Selection};
@@ -289,6 +289,17 @@ pub enum QuantError {
         group: u64,
         /// The f32 scale.
         scale: f32,
+    },
+    /// MLX affine: a group's weights span so much that its scale, or the
+    /// value of its largest code, is not a finite f32.
+    #[error(
+        "row {row}, group {group}: the weights span more than f32 holds (the affine grid would reach infinity)"
+    )]
+    RangeOverflow {
+        /// Row.
+        row: u64,
+        /// Group index within the row.
+        group: u64,
     },
     /// The tensor's shape does not fit the scheme.
     #[error("{0}")]
