@@ -220,4 +220,8 @@ fn pytorch_options_on_a_safetensors_file_are_a_usage_error() {
         );
         assert!(!out.exists());
     }
+    // An input that cannot be read is that error, whatever the options.
+    let o = convert(&dir.path().join("missing.pt"), &out, &["--key", "model"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("applies only"), "{}", stderr(&o));
 }

@@ -200,6 +200,14 @@ fn mlx_parameters_from_flags() {
         &["--mode", "affine"],
     );
     refused(&o, 2, "--bits");
+    // A dtype dequantized weights cannot be written as, whatever the file.
+    for input in [
+        "quant/int4_g32_sym.safetensors",
+        "valid/minimal_bf16.safetensors",
+    ] {
+        let o = cmd("dequantize", &fixture(input), &d2, &["--dtype", "U8"]);
+        refused(&o, 2, "--dtype U8");
+    }
     assert!(!d2.exists());
 }
 

@@ -199,12 +199,16 @@ impl<'p> Temp<'p> {
             if len == 0 {
                 return Ok(()); // fallocate refuses an empty range
             }
-            // SAFETY: a plain system call on a file descriptor we own; it
-            // touches no memory of ours.
-            if unsafe { libc::fallocate(self.file.as_raw_fd(), 0, 0, len) } != 0 {
+            loop {
+                // SAFETY: a plain system call on a file descriptor we own;
+                // it touches no memory of ours.
+                if unsafe { libc::fallocate(self.file.as_raw_fd(), 0, 0, len) } == 0 {
+                    break;
+                }
                 let e = io::Error::last_os_error();
                 match e.raw_os_error() {
-                    Some(libc::EOPNOTSUPP | libc::ENOSYS | libc::EINVAL) => {}
+                    Some(libc::EINTR) => continue,
+                    Some(libc::EOPNOTSUPP | libc::ENOSYS | libc::EINVAL) => break,
                     _ => return Err(Error::io(self.path, e)),
                 }
             }

@@ -256,7 +256,8 @@ pub enum WriteError {
         /// The tensor given.
         got: String,
     },
-    /// A whole tensor was given after some of its bytes were written.
+    /// [`StreamWriter`](crate::StreamWriter): a whole tensor was given
+    /// after some of its bytes were written.
     #[error("tensor {tensor:?}: {filled} of its bytes were already written")]
     Started {
         /// The tensor name.

@@ -91,8 +91,10 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
             pytorch: args.pytorch,
         });
     }
-    args.pytorch.refuse_for(&args.io.input)?;
+    // An input that cannot be read is that error (exit 1), not a misuse of
+    // the PyTorch options.
     let input = open_input(&args.io.input, args.io.max_header_len)?;
+    args.pytorch.refuse_for(&args.io.input)?;
     let tensors = input.tensors();
     let cast = CastOptions {
         saturate: args.saturate,

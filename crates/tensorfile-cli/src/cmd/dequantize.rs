@@ -13,7 +13,8 @@ use std::process::ExitCode;
 use serde_json::json;
 use tensorfile::model::read_config;
 use tensorfile::quant::{
-    dequantize_file, DequantizeOptions, Mode, QuantConfig, QuantParams, Storage,
+    dequantize_file, is_dequantize_dtype, DequantizeOptions, Mode, QuantConfig, QuantParams,
+    Storage,
 };
 use tensorfile::shard::ShardedTensors;
 use tensorfile::Dtype;
@@ -68,9 +69,6 @@ fn given_params(args: &Args) -> Result<Option<QuantConfig>, Failure> {
             }
             return Ok(None);
         }
-        (Some(_), None, _) | (None, Some(_), _) => {
-            return Err(Usage::failure("--bits and --group-size go together"))
-        }
         _ => return Err(Usage::failure("affine mode needs --bits and --group-size")),
     };
     let params = QuantParams {
@@ -84,6 +82,11 @@ fn given_params(args: &Args) -> Result<Option<QuantConfig>, Failure> {
 
 /// Dequantizes IN into an atomic save of OUT.
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
+    if let Some(dtype) = args.dtype.filter(|&d| !is_dequantize_dtype(d)) {
+        return Err(Usage::failure(format_args!(
+            "--dtype {dtype}: dequantized weights are written as a float dtype of whole bytes (F32, F16, BF16, F64, F8_E4M3, ...)"
+        )));
+    }
     let mlx = given_params(&args)?;
     let read = args.io.read_options();
     let set = ShardedTensors::open_with(&args.io.input, &read)?;

@@ -70,10 +70,15 @@ pub fn inspect(path: &Path, json: bool, hash: bool) -> Result<ExitCode, Failure>
         Ok(Some(hex::encode(Sha256::digest(set.tensor(name)?.data()))))
     };
     let model = model_summary(path);
-    let metadata = set.metadata().ok();
     let names = set.infos().map(|(_, t)| t.name);
-    let quantized =
-        super::quantized::describe(set.dir(), metadata.as_ref(), names, |n| set.info(n));
+    // Without the shards' metadata (say, two shards disagree) the int4
+    // group and MLX parameters are unknown: say why instead of guessing.
+    let quantized = match set.metadata() {
+        Ok(metadata) => {
+            super::quantized::describe(set.dir(), Some(&metadata), names, |n| set.info(n))
+        }
+        Err(e) => Err(e.to_string()),
+    };
     let mut per_dtype: BTreeMap<Dtype, (usize, u64)> = BTreeMap::new();
     for (_, t) in set.infos() {
         let slot = per_dtype.entry(t.dtype).or_default();
