@@ -467,8 +467,16 @@ mod tests {
                     k => (k as f32 - 4.5) * scale,
                 })
                 .collect();
-            rows.push(noise);
-            rows.push(ties);
+            // One ulp either side of each tie (zero, from a scale that
+            // underflows F16, stays).
+            let ulp = |t: &f32, up: bool| match (*t == 0.0, up) {
+                (true, _) => *t,
+                (false, true) => f32::from_bits(t.to_bits() + 1),
+                (false, false) => f32::from_bits(t.to_bits() - 1),
+            };
+            let below: Vec<f32> = ties.iter().map(|t| ulp(t, false)).collect();
+            let above: Vec<f32> = ties.iter().map(|t| ulp(t, true)).collect();
+            rows.extend([noise, ties, below, above]);
         }
         let mut zeros = vec![0.0; cols];
         zeros[cols - 1] = 1e-30; // a scale that rounds to 0
@@ -489,8 +497,8 @@ mod tests {
         {
             return; // nothing to compare on this CPU
         }
-        for group in [32, 64, 128] {
-            let cols = 256;
+        for group in [32, 64, 96, 128] {
+            let cols = 384;
             for row in rows(cols) {
                 let mut expected = (vec![f16::ZERO; cols / group], vec![0; cols / 2]);
                 let mut codes = vec![0; cols];
