@@ -5,8 +5,9 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 use tensorfile::quant::{
-    self, dequantize_file, int4, mlx, quantize_file, DequantizeOptions, Glob, Mode, QuantConfig,
-    QuantError, QuantParams, QuantizeOptions, Scheme, Selection, Storage,
+    self, dequantize_file, dequantize_weight, int4, logical_weight, mlx, quantize_file,
+    DequantizeOptions, Glob, Mode, QuantConfig, QuantError, QuantParams, QuantizeOptions, Scheme,
+    Selection, Storage,
 };
 use tensorfile::{Dtype, Error, Metadata, SafeTensors, TensorRef, WriteOptions};
 
@@ -228,6 +229,42 @@ fn int4_fixture_dequantizes_to_the_listed_values() {
         back.metadata().unwrap(),
         &Metadata::from([("format".into(), "tinyllm".into())])
     );
+
+    // In memory: every weight through its layout, the int4 one and the
+    // plain bias; a part missing from the tensors given is named.
+    let header = file.header();
+    let names = header.tensors().map(|t| t.name);
+    let group = quant::int4_group(file.metadata());
+    let weights = quant::quantized_weights(names, |n| header.get(n), group, None).unwrap();
+    let int4_weight = weights.iter().find(|w| w.name == "layer.weight").unwrap();
+    assert!(bits_eq(
+        &dequantize_weight(int4_weight, &tensors).unwrap(),
+        &want
+    ));
+    let without_scales: Vec<_> = tensors
+        .iter()
+        .filter(|t| t.name() != "layer.weight.scales")
+        .copied()
+        .collect();
+    let e = dequantize_weight(int4_weight, &without_scales).unwrap_err();
+    assert!(
+        matches!(quant_problem(&e), ("layer.weight", QuantError::Layout(_))),
+        "{e}"
+    );
+    let same = quant::logical_weight("layer", |n| header.get(n), group, None)
+        .unwrap()
+        .unwrap();
+    assert_eq!(&same, int4_weight);
+    let b = file.tensor("layer.bias").unwrap();
+    let plain = quant::LogicalWeight {
+        name: "layer.bias".into(),
+        storage: Storage::Plain,
+        dtype: b.dtype(),
+        shape: b.shape().to_vec(),
+        parts: vec!["layer.bias"],
+    };
+    let values = dequantize_weight(&plain, &tensors).unwrap();
+    assert!(bits_eq(&values, &values_of(&file, "layer.bias")));
 }
 
 #[test]
@@ -535,6 +572,15 @@ fn mlx_fixtures_dequantize_bit_for_bit() {
         let want = floats(&entry["dequantized"]);
         let file = SafeTensors::open(fixture(&format!("mlx/{name}"))).unwrap();
         let tensors = file.tensors_by_name();
+        // In memory, through the weight's layout.
+        let header = file.header();
+        let config = QuantConfig::uniform(params);
+        let weight = logical_weight("w", |n| header.get(n), None, Some(&config))
+            .unwrap()
+            .unwrap();
+        assert_eq!(weight.shape, shape(&entry["shape"]));
+        let values = dequantize_weight(&weight, &tensors).unwrap();
+        assert!(bits_eq(&values, &want), "{name} in memory");
         let out = dir.path().join(name);
         for dtype in [None, Some(Dtype::F32)] {
             let s = dequantize_file(

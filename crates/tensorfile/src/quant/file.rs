@@ -16,8 +16,9 @@ use super::config::{int4_group, QuantConfig, QUANTIZATION_KEY, QUANT_KEY};
 use super::int4::{self, RowFault};
 use super::layout::{quantized_weights, LogicalWeight, Storage};
 use super::mlx::{self, Arith};
+use super::rows::{check_len, RowSource};
 use super::select::{default_name, quantizable, Selection, Verdict};
-use super::{Mode, QuantError, Scheme};
+use super::{quant_error, Mode, QuantError, Scheme};
 use crate::cast::{decode_f32, encode_f32, CastOptions};
 use crate::header::TensorInfo;
 use crate::parallel;
@@ -26,13 +27,6 @@ use crate::{save_positional, Dtype, Error, Metadata, PositionalWriter, Result};
 
 /// Output bytes gathered before each write.
 const BATCH: usize = 1 << 20;
-
-fn quant_error(tensor: &str, problem: QuantError) -> Error {
-    Error::Quant {
-        tensor: tensor.to_string(),
-        problem,
-    }
-}
 
 /// How to quantize a file.
 #[derive(Debug, Clone)]
@@ -94,25 +88,6 @@ enum Part {
 enum QJob {
     Copy(usize),
     Quant { src: usize, part: Part },
-}
-
-/// Checks a tensor's bytes against its shape and dtype (a [`TensorData`]
-/// from outside may disagree).
-fn check_len<T: TensorData>(t: &T) -> Result<()> {
-    let spec = TensorSpec::new(t.name(), t.dtype(), t.shape());
-    let expected = spec.byte_len()?;
-    if t.data().len() as u64 != expected {
-        return Err(quant_error(
-            t.name(),
-            QuantError::Shape(format!(
-                "holds {} bytes, but shape {:?} of {} needs {expected}",
-                t.data().len(),
-                t.shape(),
-                t.dtype()
-            )),
-        ));
-    }
-    Ok(())
 }
 
 /// The metadata of a quantized file: the input's, with the scheme's key.
@@ -602,120 +577,6 @@ fn find_weights<'a, T: TensorData>(
         }
     }
     Ok(weights)
-}
-
-/// Dequantizes one row of a weight into f32.
-#[derive(Clone)]
-struct RowSource<'a> {
-    storage: Storage,
-    cols: usize,
-    codes: &'a [u8],
-    scales: &'a [u8],
-    scale_dtype: Dtype,
-    biases: &'a [u8],
-    code_buf: Vec<u8>,
-    scale_buf: Vec<f32>,
-    bias_buf: Vec<f32>,
-    half_buf: Vec<f16>,
-}
-
-impl<'a> RowSource<'a> {
-    fn new<T: TensorData + 'a>(
-        w: &LogicalWeight<'a>,
-        part: impl Fn(usize) -> Option<&'a T>,
-    ) -> Result<RowSource<'a>> {
-        let missing = || quant_error(&w.name, QuantError::Layout("a part went missing".into()));
-        let codes = part(0).ok_or_else(missing)?;
-        let scales = part(1).ok_or_else(missing)?;
-        let biases = part(2).map(|b| b.data()).unwrap_or(&[]);
-        for t in [Some(codes), Some(scales), part(2)].into_iter().flatten() {
-            check_len(t)?;
-        }
-        let (rows, cols) = match *w.shape {
-            [r, c] => (r, c),
-            _ => return Err(missing()),
-        };
-        let cols = usize::try_from(cols).map_err(|_| missing())?;
-        usize::try_from(rows).map_err(|_| missing())?;
-        let groups = scales.shape().get(1).copied().unwrap_or(0) as usize;
-        Ok(RowSource {
-            storage: w.storage,
-            cols,
-            codes: codes.data(),
-            scales: scales.data(),
-            scale_dtype: scales.dtype(),
-            biases,
-            code_buf: vec![0; cols],
-            scale_buf: vec![0.0; groups],
-            bias_buf: vec![0.0; groups],
-            half_buf: vec![f16::ZERO; groups],
-        })
-    }
-
-    fn row(&mut self, r: usize, out: &mut [f32], name: &str) -> Result<()> {
-        let bad = |e: crate::cast::CastError| quant_error(name, QuantError::Layout(e.to_string()));
-        let short = || {
-            quant_error(
-                name,
-                QuantError::Layout("a part is shorter than its shape".into()),
-            )
-        };
-        let groups = self.scale_buf.len();
-        let cols = self.cols;
-        match self.storage {
-            Storage::Plain => Ok(()),
-            Storage::Int4 { group_size } => {
-                let q = self
-                    .codes
-                    .get(r * cols / 2..(r + 1) * cols / 2)
-                    .ok_or_else(short)?;
-                let s = self
-                    .scales
-                    .get(r * groups * 2..(r + 1) * groups * 2)
-                    .ok_or_else(short)?;
-                for (d, b) in self.half_buf.iter_mut().zip(s.chunks_exact(2)) {
-                    *d = f16::from_le_bytes([b[0], b[1]]);
-                }
-                int4::dequantize_row(q, &self.half_buf, group_size as usize, out);
-                Ok(())
-            }
-            Storage::Mlx(p) => {
-                let row_bytes = cols * p.bits as usize / 8;
-                let codes = self
-                    .codes
-                    .get(r * row_bytes..(r + 1) * row_bytes)
-                    .ok_or_else(short)?;
-                let elem = self.scale_dtype.bits() as usize / 8;
-                let span = r * groups * elem..(r + 1) * groups * elem;
-                let s = self.scales.get(span.clone()).ok_or_else(short)?;
-                let group = p.group_size as usize;
-                match (p.mode.code_dtype(), p.mode.scale_dtype()) {
-                    (Some(code_dtype), Some(scale_dtype)) => {
-                        decode_f32(code_dtype, codes, out).map_err(bad)?;
-                        decode_f32(scale_dtype, s, &mut self.scale_buf).map_err(bad)?;
-                        mlx::fp_row(group, &self.scale_buf, out);
-                    }
-                    _ => {
-                        let b = self.biases.get(span).ok_or_else(short)?;
-                        decode_f32(self.scale_dtype, s, &mut self.scale_buf).map_err(bad)?;
-                        decode_f32(self.scale_dtype, b, &mut self.bias_buf).map_err(bad)?;
-                        mlx::unpack(p.bits as u32, codes, &mut self.code_buf);
-                        let arith = Arith::of(self.scale_dtype).unwrap_or(Arith::F32);
-                        mlx::affine_row(
-                            arith,
-                            p.bits as u32,
-                            group,
-                            &self.code_buf,
-                            &self.scale_buf,
-                            &self.bias_buf,
-                            out,
-                        );
-                    }
-                }
-                Ok(())
-            }
-        }
-    }
 }
 
 /// Dequantizes every quantized weight of `tensors` (int4 and MLX; see

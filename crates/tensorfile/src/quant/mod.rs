@@ -1,7 +1,10 @@
 //! Quantized weights: the int4 layout of the format page and MLX's packed
-//! checkpoints. Quantize and dequantize single tensors ([`int4`], [`mlx`])
-//! or whole files ([`quantize_file`], [`dequantize_file`]); work out the
-//! logical shape of a stored weight ([`logical_weight`]).
+//! checkpoints. Quantize single tensors ([`int4::quantize`],
+//! [`mlx::quantize_affine`]) or whole files ([`quantize_file`]); find the
+//! quantized weights of a file and their logical shapes
+//! ([`quantized_weights`], [`logical_weight`]); dequantize one weight in
+//! memory ([`dequantize_weight`], any int4 or MLX mode) or whole files
+//! ([`dequantize_file`]).
 //!
 //! # Layouts
 //!
@@ -31,6 +34,7 @@ mod file;
 pub mod int4;
 mod layout;
 pub mod mlx;
+mod rows;
 pub mod select;
 
 use std::fmt;
@@ -42,9 +46,18 @@ pub use file::{
     QuantizeOptions, QuantizeSummary,
 };
 pub use layout::{logical_weight, quantized_weights, LayoutError, LogicalWeight, Storage};
+pub use rows::dequantize_weight;
 pub use select::{Glob, Selection};
 
-use crate::Dtype;
+use crate::{Dtype, Error};
+
+/// A [`QuantError`] about `tensor`.
+fn quant_error(tensor: &str, problem: QuantError) -> Error {
+    Error::Quant {
+        tensor: tensor.to_string(),
+        problem,
+    }
+}
 
 /// How the codes of an MLX weight turn into values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -1,0 +1,228 @@
+//! Reading quantized weights back, a row at a time: [`RowSource`] turns
+//! one row of a stored weight (int4 or any MLX mode) into f32 values, for
+//! [`dequantize_weight`] in memory and for `dequantize_file` batch by
+//! batch.
+
+use half::f16;
+
+use super::int4;
+use super::layout::{LogicalWeight, Storage};
+use super::mlx::{self, Arith};
+use super::{quant_error, QuantError};
+use crate::cast::decode_f32;
+use crate::writer::{TensorData, TensorSpec};
+use crate::{Dtype, Result};
+
+/// Dequantizes one stored weight (found with
+/// [`quantized_weights`](crate::quant::quantized_weights) or
+/// [`logical_weight`](crate::quant::logical_weight)) into f32 values of its
+/// logical shape, row-major; `tensors` holds its parts (and may hold
+/// others). MLX affine values are computed in the scales' dtype, as MLX
+/// computes them. A plain weight is decoded as it is.
+///
+/// ```
+/// use tensorfile::quant::{dequantize_weight, int4, quantized_weights};
+/// use tensorfile::{serialize, Dtype, SafeTensors, TensorRef};
+/// let w: Vec<f32> = (0..64).map(|i| i as f32 / 8.0 - 4.0).collect();
+/// let bytes: Vec<u8> = w.iter().flat_map(|x| x.to_le_bytes()).collect();
+/// let q = int4::quantize("l", Dtype::F32, &[2, 32], &bytes, 32)?;
+/// let file = serialize(
+///     [
+///         TensorRef { name: "l.qweight", dtype: Dtype::U8, shape: &[2, 16], data: &q.qweight },
+///         TensorRef { name: "l.scales", dtype: Dtype::F16, shape: &[2, 1], data: &q.scales },
+///     ],
+///     None,
+/// )?;
+/// let file = SafeTensors::from_bytes(file)?;
+/// let header = file.header();
+/// let names = header.tensors().map(|t| t.name);
+/// let weights = quantized_weights(names, |n| header.get(n), Some(32), None)?;
+/// let values = dequantize_weight(&weights[0], &file.tensors_by_name())?;
+/// assert_eq!(values.len(), 64);
+/// assert!(values.iter().zip(&w).all(|(a, b)| (a - b).abs() <= 4.0 / 7.0 / 2.0 + 1e-3));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn dequantize_weight<T: TensorData>(
+    weight: &LogicalWeight<'_>,
+    tensors: &[T],
+) -> Result<Vec<f32>> {
+    let part = |name: &str| tensors.iter().find(|t| t.name() == name);
+    let missing = || quant_error(&weight.name, QuantError::Layout("a part is missing".into()));
+    let (rows, cols) = match *weight.shape {
+        [r, c] => (r, c),
+        _ => (1, weight.shape.iter().product::<u64>()),
+    };
+    let too_big = || {
+        quant_error(
+            &weight.name,
+            QuantError::Shape(format!(
+                "shape {:?} holds more values than memory can address",
+                weight.shape
+            )),
+        )
+    };
+    let rows = usize::try_from(rows).map_err(|_| too_big())?;
+    let cols = usize::try_from(cols).map_err(|_| too_big())?;
+    let numel = rows.checked_mul(cols).ok_or_else(too_big)?;
+    if weight.storage == Storage::Plain {
+        let t = weight
+            .parts
+            .first()
+            .and_then(|n| part(n))
+            .ok_or_else(missing)?;
+        check_len(t)?;
+        let mut out = vec![0f32; numel];
+        decode_f32(t.dtype(), t.data(), &mut out).map_err(|e| {
+            quant_error(
+                &weight.name,
+                QuantError::Dtype {
+                    dtype: t.dtype(),
+                    wanted: e.to_string(),
+                },
+            )
+        })?;
+        return Ok(out);
+    }
+    if numel == 0 {
+        return Ok(Vec::new());
+    }
+    let mut source = RowSource::new(weight, |j| weight.parts.get(j).and_then(|n| part(n)))?;
+    let mut out = vec![0f32; numel];
+    for (r, row) in out.chunks_exact_mut(cols).enumerate() {
+        source.row(r, row, &weight.name)?;
+    }
+    Ok(out)
+}
+
+/// Dequantizes one row of a weight into f32.
+#[derive(Clone)]
+pub(super) struct RowSource<'a> {
+    storage: Storage,
+    pub(super) cols: usize,
+    codes: &'a [u8],
+    scales: &'a [u8],
+    scale_dtype: Dtype,
+    biases: &'a [u8],
+    code_buf: Vec<u8>,
+    scale_buf: Vec<f32>,
+    bias_buf: Vec<f32>,
+    half_buf: Vec<f16>,
+}
+
+impl<'a> RowSource<'a> {
+    pub(super) fn new<T: TensorData + 'a>(
+        w: &LogicalWeight<'a>,
+        part: impl Fn(usize) -> Option<&'a T>,
+    ) -> Result<RowSource<'a>> {
+        let missing = || quant_error(&w.name, QuantError::Layout("a part went missing".into()));
+        let codes = part(0).ok_or_else(missing)?;
+        let scales = part(1).ok_or_else(missing)?;
+        let biases = part(2).map(|b| b.data()).unwrap_or(&[]);
+        for t in [Some(codes), Some(scales), part(2)].into_iter().flatten() {
+            check_len(t)?;
+        }
+        let (rows, cols) = match *w.shape {
+            [r, c] => (r, c),
+            _ => return Err(missing()),
+        };
+        let cols = usize::try_from(cols).map_err(|_| missing())?;
+        usize::try_from(rows).map_err(|_| missing())?;
+        let groups = scales.shape().get(1).copied().unwrap_or(0) as usize;
+        Ok(RowSource {
+            storage: w.storage,
+            cols,
+            codes: codes.data(),
+            scales: scales.data(),
+            scale_dtype: scales.dtype(),
+            biases,
+            code_buf: vec![0; cols],
+            scale_buf: vec![0.0; groups],
+            bias_buf: vec![0.0; groups],
+            half_buf: vec![f16::ZERO; groups],
+        })
+    }
+
+    pub(super) fn row(&mut self, r: usize, out: &mut [f32], name: &str) -> Result<()> {
+        let bad = |e: crate::cast::CastError| quant_error(name, QuantError::Layout(e.to_string()));
+        let short = || {
+            quant_error(
+                name,
+                QuantError::Layout("a part is shorter than its shape".into()),
+            )
+        };
+        let groups = self.scale_buf.len();
+        let cols = self.cols;
+        match self.storage {
+            Storage::Plain => Ok(()),
+            Storage::Int4 { group_size } => {
+                let q = self
+                    .codes
+                    .get(r * cols / 2..(r + 1) * cols / 2)
+                    .ok_or_else(short)?;
+                let s = self
+                    .scales
+                    .get(r * groups * 2..(r + 1) * groups * 2)
+                    .ok_or_else(short)?;
+                for (d, b) in self.half_buf.iter_mut().zip(s.chunks_exact(2)) {
+                    *d = f16::from_le_bytes([b[0], b[1]]);
+                }
+                int4::dequantize_row(q, &self.half_buf, group_size as usize, out);
+                Ok(())
+            }
+            Storage::Mlx(p) => {
+                let row_bytes = cols * p.bits as usize / 8;
+                let codes = self
+                    .codes
+                    .get(r * row_bytes..(r + 1) * row_bytes)
+                    .ok_or_else(short)?;
+                let elem = self.scale_dtype.bits() as usize / 8;
+                let span = r * groups * elem..(r + 1) * groups * elem;
+                let s = self.scales.get(span.clone()).ok_or_else(short)?;
+                let group = p.group_size as usize;
+                match (p.mode.code_dtype(), p.mode.scale_dtype()) {
+                    (Some(code_dtype), Some(scale_dtype)) => {
+                        decode_f32(code_dtype, codes, out).map_err(bad)?;
+                        decode_f32(scale_dtype, s, &mut self.scale_buf).map_err(bad)?;
+                        mlx::fp_row(group, &self.scale_buf, out);
+                    }
+                    _ => {
+                        let b = self.biases.get(span).ok_or_else(short)?;
+                        decode_f32(self.scale_dtype, s, &mut self.scale_buf).map_err(bad)?;
+                        decode_f32(self.scale_dtype, b, &mut self.bias_buf).map_err(bad)?;
+                        mlx::unpack(p.bits as u32, codes, &mut self.code_buf);
+                        let arith = Arith::of(self.scale_dtype).unwrap_or(Arith::F32);
+                        mlx::affine_row(
+                            arith,
+                            p.bits as u32,
+                            group,
+                            &self.code_buf,
+                            &self.scale_buf,
+                            &self.bias_buf,
+                            out,
+                        );
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Checks a tensor's bytes against its shape and dtype (a [`TensorData`]
+/// from outside may disagree).
+pub(super) fn check_len<T: TensorData>(t: &T) -> Result<()> {
+    let spec = TensorSpec::new(t.name(), t.dtype(), t.shape());
+    let expected = spec.byte_len()?;
+    if t.data().len() as u64 != expected {
+        return Err(quant_error(
+            t.name(),
+            QuantError::Shape(format!(
+                "holds {} bytes, but shape {:?} of {} needs {expected}",
+                t.data().len(),
+                t.shape(),
+                t.dtype()
+            )),
+        ));
+    }
+    Ok(())
+}
