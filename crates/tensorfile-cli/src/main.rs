@@ -4,6 +4,10 @@
 //! unreadable, 2 on a usage error. Results go to stdout; errors go to stderr
 //! as one line each.
 
+// Doc comments here are clap's help text, printed as written: `<group>` in
+// `int4-g<group>-sym` is literal, not HTML.
+#![allow(rustdoc::invalid_html_tags)]
+
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
