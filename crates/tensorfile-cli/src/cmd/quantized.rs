@@ -1,6 +1,6 @@
 //! What `inspect` says about quantized weights: logical shapes and bits per
 //! weight, for a single file and for a model directory or sharded set
-//! alike ([`describe`], then [`print`]).
+//! alike ([`describe`], then [`print()`]).
 
 use std::path::Path;
 
