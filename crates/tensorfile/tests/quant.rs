@@ -265,6 +265,19 @@ fn int4_fixture_dequantizes_to_the_listed_values() {
     };
     let values = dequantize_weight(&plain, &tensors).unwrap();
     assert!(bits_eq(&values, &values_of(&file, "layer.bias")));
+    // A weight whose shape is not what its codes hold is refused before
+    // anything is allocated: huge, overflowing, or merely different.
+    for shape in [vec![1 << 40, 64], vec![u64::MAX, 3], vec![8, 32], vec![]] {
+        let wrong = quant::LogicalWeight {
+            shape: shape.clone(),
+            ..int4_weight.clone()
+        };
+        let e = dequantize_weight(&wrong, &tensors).unwrap_err();
+        assert!(
+            matches!(quant_problem(&e), ("layer.weight", QuantError::Layout(_))),
+            "{shape:?}: {e}"
+        );
+    }
 }
 
 #[test]

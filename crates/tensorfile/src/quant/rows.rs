@@ -48,35 +48,49 @@ pub fn dequantize_weight<T: TensorData>(
 ) -> Result<Vec<f32>> {
     let part = |name: &str| tensors.iter().find(|t| t.name() == name);
     let missing = || quant_error(&weight.name, QuantError::Layout("a part is missing".into()));
-    let (rows, cols) = match *weight.shape {
-        [r, c] => (r, c),
-        _ => (1, weight.shape.iter().product::<u64>()),
+    let codes = weight
+        .parts
+        .first()
+        .and_then(|n| part(n))
+        .ok_or_else(missing)?;
+    check_len(codes)?;
+    // The values the stored codes hold must be the logical shape's, checked
+    // before anything is allocated (the fields of a weight are public).
+    let bits = match weight.storage {
+        Storage::Plain => u64::from(codes.dtype().bits()),
+        Storage::Int4 { .. } => 4,
+        Storage::Mlx(p) => p.bits,
     };
-    let too_big = || {
-        quant_error(
-            &weight.name,
-            QuantError::Shape(format!(
-                "shape {:?} holds more values than memory can address",
-                weight.shape
-            )),
-        )
+    let held = (codes.data().len() as u64)
+        .checked_mul(8)
+        .and_then(|b| b.checked_div(bits));
+    let numel = weight
+        .shape
+        .iter()
+        .try_fold(1u64, |n, &d| n.checked_mul(d))
+        .filter(|&n| Some(n) == held)
+        .and_then(|n| usize::try_from(n).ok())
+        .ok_or_else(|| {
+            quant_error(
+                &weight.name,
+                QuantError::Layout(format!(
+                    "shape {:?} is not the values its codes {:?} hold",
+                    weight.shape,
+                    codes.name()
+                )),
+            )
+        })?;
+    let cols = match *weight.shape {
+        [_, c] => c as usize,
+        _ => numel,
     };
-    let rows = usize::try_from(rows).map_err(|_| too_big())?;
-    let cols = usize::try_from(cols).map_err(|_| too_big())?;
-    let numel = rows.checked_mul(cols).ok_or_else(too_big)?;
     if weight.storage == Storage::Plain {
-        let t = weight
-            .parts
-            .first()
-            .and_then(|n| part(n))
-            .ok_or_else(missing)?;
-        check_len(t)?;
         let mut out = vec![0f32; numel];
-        decode_f32(t.dtype(), t.data(), &mut out).map_err(|e| {
+        decode_f32(codes.dtype(), codes.data(), &mut out).map_err(|e| {
             quant_error(
                 &weight.name,
                 QuantError::Dtype {
-                    dtype: t.dtype(),
+                    dtype: codes.dtype(),
                     wanted: e.to_string(),
                 },
             )
