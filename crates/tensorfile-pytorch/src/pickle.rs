@@ -467,6 +467,14 @@ impl<'a> Machine<'a> {
     }
 
     /// The object a slot refers to, mutably, with its id.
+    /// The object a value refers to, if it is a reference.
+    fn obj(&self, v: Value) -> Option<&Object> {
+        match v {
+            Value::Ref(id) => self.objects.get(id as usize),
+            _ => None,
+        }
+    }
+
     fn obj_mut(&mut self, v: Value) -> Option<(ObjId, &mut Object)> {
         match v {
             Value::Ref(id) => self.objects.get_mut(id as usize).map(|o| (id, o)),
@@ -550,11 +558,8 @@ impl<'a> Machine<'a> {
     fn call(&mut self, op: &'static str) -> R<()> {
         let args = self.pop(op)?;
         let func = self.pop(op)?;
-        let func_g = match func.value {
-            Value::Ref(id) => match self.objects.get(id as usize) {
-                Some(Object::Global(g)) => Some(*g),
-                _ => None,
-            },
+        let func_g = match self.obj(func.value) {
+            Some(Object::Global(g)) => Some(*g),
             _ => None,
         };
         let Some(func_g) = func_g else {
@@ -565,11 +570,8 @@ impl<'a> Machine<'a> {
                 found,
             });
         };
-        let arg_values = match args.value {
-            Value::Ref(id) => match self.objects.get(id as usize) {
-                Some(Object::Tuple(items)) => Some(items.clone()),
-                _ => None,
-            },
+        let arg_values = match self.obj(args.value) {
+            Some(Object::Tuple(items)) => Some(items.clone()),
             _ => None,
         };
         let Some(arg_values) = arg_values else {
@@ -833,11 +835,8 @@ impl<'a> Machine<'a> {
                 0x93 => {
                     let name = self.pop("STACK_GLOBAL")?;
                     let module = self.pop("STACK_GLOBAL")?;
-                    let text = |m: &Machine, v: Value| match v {
-                        Value::Ref(id) => match m.objects.get(id as usize) {
-                            Some(Object::Str(s)) => Some(s.clone()),
-                            _ => None,
-                        },
+                    let text = |m: &Machine, v: Value| match m.obj(v) {
+                        Some(Object::Str(s)) => Some(s.clone()),
                         _ => None,
                     };
                     match (text(&self, module.value), text(&self, name.value)) {
