@@ -61,7 +61,7 @@ pub(crate) fn io_code(e: &io::Error) -> c_int {
 
 /// The code for a core library error.
 fn core_code(e: &Error) -> c_int {
-    match e {
+    match e.detail() {
         Error::Format(_) => TL_EFORMAT,
         Error::Io { source, .. } | Error::Stream(source) => io_code(source),
         Error::NotFound(_) => TL_ENOTFOUND,

@@ -14,6 +14,9 @@
 //!
 //! Syncing ([`WriteOptions::sync`]) can be turned off for speed when
 //! durability across a power loss does not matter; the rename cannot.
+//!
+//! [`AtomicFile`] is that machinery on its own, for any format: the
+//! safetensors savers here and other formats' writers use it.
 
 use std::ffi::OsString;
 use std::fs::{self, File};
@@ -22,6 +25,7 @@ use std::path::Path;
 use std::sync::Mutex;
 
 use crate::error::WriteError;
+use crate::plan::{claim, lock, Plan, Ranges, Sink, SlotMap};
 use crate::writer::{plan_tensors, write_tensors, Layout};
 use crate::{Error, Metadata, Result, StreamWriter, TensorData, TensorSpec, WriteOptions};
 
@@ -112,7 +116,7 @@ fn save_with<W: Write, F>(
 where
     F: FnOnce(&mut StreamWriter<W>) -> Result<()>,
 {
-    let temp = Temp::create(path)?;
+    let temp = AtomicFile::create(path)?;
     temp.reserve(layout.file_len())?;
     let at_path = |e: Error| match e {
         Error::Write(WriteError::Output(source)) => Error::io(path, source),
@@ -127,18 +131,38 @@ where
     temp.commit(sync)
 }
 
-/// A temporary file beside the target, removed unless committed.
-struct Temp<'p> {
-    path: &'p Path,
-    dir: &'p Path,
+/// A file being written for an atomic save: a temporary file beside the
+/// target, which [`AtomicFile::commit`] syncs and renames over the target.
+/// Dropped without a commit (an error, a panic), it is removed and the
+/// target is left as it was.
+///
+/// ```
+/// use std::io::Write;
+/// let dir = tempfile::tempdir()?;
+/// let path = dir.path().join("out.bin");
+/// let out = tensorfile::atomic::AtomicFile::create(&path)?;
+/// out.file().write_all(b"hello")?;
+/// out.commit(true)?;
+/// assert_eq!(std::fs::read(&path)?, b"hello");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct AtomicFile {
+    path: std::path::PathBuf,
+    dir: std::path::PathBuf,
     file: File,
     temp_path: tempfile::TempPath,
 }
 
-impl<'p> Temp<'p> {
+impl AtomicFile {
     /// Creates the temporary file in the target's directory, with the mode
     /// a plain create gives, or the replaced file's mode.
-    fn create(path: &'p Path) -> Result<Temp<'p>> {
+    ///
+    /// # Errors
+    /// The target has no file name, or the temporary cannot be created
+    /// (the error names the directory).
+    pub fn create(path: impl AsRef<Path>) -> Result<AtomicFile> {
+        let path = path.as_ref();
         let file_name = path.file_name().ok_or_else(|| {
             Error::io(
                 path,
@@ -175,12 +199,39 @@ impl<'p> Temp<'p> {
             file.set_permissions(permissions)
                 .map_err(|e| Error::io(&*temp_path, e))?;
         }
-        Ok(Temp {
-            path,
-            dir,
+        Ok(AtomicFile {
+            path: path.to_path_buf(),
+            dir: dir.to_path_buf(),
             file,
             temp_path,
         })
+    }
+
+    /// The file being written (positioned at its start when created).
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+
+    /// The target path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Writes all of `bytes` at offset `at` of the file.
+    ///
+    /// # Errors
+    /// The write fails (the error names the target).
+    pub fn write_all_at(&self, bytes: &[u8], at: u64) -> Result<()> {
+        write_all_at(&self.file, bytes, at).map_err(|e| Error::io(&self.path, e))
+    }
+
+    /// Sets the file's length (zero-filled): writes at any offset then
+    /// land inside it.
+    ///
+    /// # Errors
+    /// The system's error, naming the target.
+    pub fn set_len(&self, len: u64) -> Result<()> {
+        self.file.set_len(len).map_err(|e| Error::io(&self.path, e))
     }
 
     /// Allocates the file's `len` bytes on disk up front where the file
@@ -189,7 +240,10 @@ impl<'p> Temp<'p> {
     /// int4 quantization of 1 GiB wrote its 150 MB in 20-27 ms instead of
     /// 30-37 ms, and replacing that file later costs about half as much).
     /// File systems that cannot allocate ahead are written as before.
-    fn reserve(&self, len: u64) -> Result<()> {
+    ///
+    /// # Errors
+    /// The file system has no room (the error names the target).
+    pub fn reserve(&self, len: u64) -> Result<()> {
         #[cfg(target_os = "linux")]
         {
             use std::os::fd::AsRawFd;
@@ -209,7 +263,7 @@ impl<'p> Temp<'p> {
                 match e.raw_os_error() {
                     Some(libc::EINTR) => continue,
                     Some(libc::EOPNOTSUPP | libc::ENOSYS | libc::EINVAL) => break,
-                    _ => return Err(Error::io(self.path, e)),
+                    _ => return Err(Error::io(&self.path, e)),
                 }
             }
         }
@@ -218,14 +272,20 @@ impl<'p> Temp<'p> {
         Ok(())
     }
 
-    /// Syncs (if asked), renames over the target and syncs the directory.
-    fn commit(self, sync: bool) -> Result<()> {
-        let Temp {
+    /// Syncs the file (if asked), renames it over the target and syncs the
+    /// directory (if asked).
+    ///
+    /// # Errors
+    /// A sync or the rename fails; the target is then as it was and the
+    /// temporary file is removed.
+    pub fn commit(self, sync: bool) -> Result<()> {
+        let AtomicFile {
             path,
             dir,
             file,
             temp_path,
         } = self;
+        let (path, dir) = (path.as_path(), dir.as_path());
         if sync {
             file.sync_all().map_err(|e| Error::io(path, e))?;
         }
@@ -258,46 +318,6 @@ pub struct PositionalWriter<'a> {
     written: Vec<Mutex<Ranges>>,
 }
 
-/// Disjoint, sorted, non-adjacent half-open byte ranges. Pieces written in
-/// order merge into one range, so this stays a few entries long.
-#[derive(Debug, Default)]
-struct Ranges(Vec<(u64, u64)>);
-
-impl Ranges {
-    /// Adds `start..end` (not empty), or returns the range of an existing
-    /// entry it overlaps.
-    fn insert(&mut self, start: u64, end: u64) -> std::result::Result<(), (u64, u64)> {
-        let ranges = &mut self.0;
-        // Ranges before `at` start before `start`; the one at `at` does not.
-        let at = ranges.partition_point(|&(s, _)| s < start);
-        let before = at.checked_sub(1).map(|i| (i, ranges[i]));
-        let next = ranges.get(at).copied();
-        if let Some((_, (s, e))) = before.filter(|&(_, (_, e))| e > start) {
-            return Err((s, e));
-        }
-        if let Some((s, e)) = next.filter(|&(s, _)| s < end) {
-            return Err((s, e));
-        }
-        let joins_before = before.filter(|&(_, (_, e))| e == start).map(|(i, _)| i);
-        let joins_next = next.is_some_and(|(s, _)| s == end);
-        match (joins_before, joins_next) {
-            (Some(i), true) => {
-                ranges[i].1 = ranges[at].1;
-                ranges.remove(at);
-            }
-            (Some(i), false) => ranges[i].1 = end,
-            (None, true) => ranges[at].0 = start,
-            (None, false) => ranges.insert(at, (start, end)),
-        }
-        Ok(())
-    }
-
-    /// Bytes written, the ranges being disjoint.
-    fn total(&self) -> u64 {
-        self.0.iter().map(|&(s, e)| e - s).sum()
-    }
-}
-
 impl PositionalWriter<'_> {
     /// The plan being written.
     pub fn layout(&self) -> &Layout {
@@ -307,49 +327,21 @@ impl PositionalWriter<'_> {
     /// Writes `bytes` into the tensor at `index` in file order
     /// ([`Layout::slot`]), starting `offset` bytes into the tensor. None of
     /// these bytes may have been written before.
+    ///
+    /// # Errors
+    /// The range is outside the tensor or overlaps bytes already written
+    /// ([`WriteError::Overlap`]), or the write fails.
     pub fn write(&self, index: usize, offset: u64, bytes: &[u8]) -> Result<()> {
-        let slot = self.layout.slot(index).ok_or(WriteError::Trailing {
-            extra: bytes.len() as u64,
-        })?;
-        let len = bytes.len() as u64;
-        let end = offset
-            .checked_add(len)
-            .filter(|&end| end <= slot.byte_len());
-        let Some(end) = end else {
-            return Err(WriteError::TooLong {
-                tensor: slot.name().to_string(),
-                expected: slot.byte_len(),
-                received: offset.saturating_add(len),
-            }
-            .into());
-        };
-        if len == 0 {
-            return Ok(());
+        if let Some(at) = claim(self.layout, &self.written, index, offset, bytes.len())? {
+            write_all_at(self.file, bytes, at).map_err(WriteError::Output)?;
         }
-        let claimed = self.written[index]
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .insert(offset, end);
-        if let Err(written) = claimed {
-            return Err(WriteError::Overlap {
-                tensor: slot.name().to_string(),
-                range: (offset, end),
-                written,
-            }
-            .into());
-        }
-        let at = 8 + self.layout.header_len() + slot.data_offsets().0 + offset;
-        write_all_at(self.file, bytes, at).map_err(WriteError::Output)?;
         Ok(())
     }
 
     /// Checks every tensor is complete.
     fn finish(&self) -> Result<()> {
         for (slot, written) in self.layout.slots().zip(&self.written) {
-            let filled = written
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner())
-                .total();
+            let filled = lock(written).total();
             if filled != slot.byte_len() {
                 return Err(WriteError::TooShort {
                     tensor: slot.name().to_string(),
@@ -396,16 +388,14 @@ where
     F: FnOnce(&PositionalWriter<'_>) -> Result<()>,
 {
     let path = path.as_ref();
-    let temp = Temp::create(path)?;
+    let temp = AtomicFile::create(path)?;
     let at_path = |e: Error| match e {
         Error::Write(WriteError::Output(source)) => Error::io(path, source),
         other => other,
     };
-    write_all_at(&temp.file, layout.header(), 0).map_err(|e| Error::io(path, e))?;
+    temp.write_all_at(layout.header(), 0)?;
     // The full length up front: writes at any offset then fill the file.
-    temp.file
-        .set_len(layout.file_len())
-        .map_err(|e| Error::io(path, e))?;
+    temp.set_len(layout.file_len())?;
     temp.reserve(layout.file_len())?;
     let writer = PositionalWriter {
         file: &temp.file,
@@ -417,48 +407,47 @@ where
     temp.commit(options.sync)
 }
 
+/// Saves what `plan` produces as the canonical safetensors file at `path`,
+/// atomically: the jobs run in parallel, each writing its pieces at their
+/// places, and `progress` hears of every byte written. A job's error, or a
+/// tensor left incomplete, leaves `path` as it was.
+///
+/// # Errors
+/// The layout is refused (see [`Layout::new`]), a job fails, or writing
+/// fails (naming `path`).
+pub fn save_plan(
+    path: impl AsRef<Path>,
+    plan: &Plan<'_>,
+    options: &WriteOptions,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<()> {
+    let layout = plan.layout(options)?;
+    let slots = SlotMap::new(&layout);
+    save_positional(path, layout, options, |w| {
+        let sink = PlanSink { w, slots: &slots };
+        plan.run(&sink, |i| slots.rank(i), progress)
+    })
+}
+
+/// Maps a plan's tensor indices to the positional writer's slots.
+struct PlanSink<'w, 'a> {
+    w: &'w PositionalWriter<'a>,
+    slots: &'w SlotMap,
+}
+
+impl Sink for PlanSink<'_, '_> {
+    fn write(&self, tensor: usize, offset: u64, bytes: &[u8]) -> Result<()> {
+        let index = self.slots.slot(tensor).ok_or(WriteError::Trailing {
+            extra: bytes.len() as u64,
+        })?;
+        self.w.write(index, offset, bytes)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::{Dtype, TensorRef};
-
-    #[test]
-    fn ranges_accept_disjoint_pieces_in_any_order_and_refuse_overlaps() {
-        // Against a model of 64 bytes, each written or not, over many
-        // pseudo-random pieces: a piece is accepted exactly when none of
-        // its bytes is written, the entries stay sorted, disjoint and
-        // merged, and the total is the count of written bytes.
-        let mut seed = 0x2545_F491_4F6C_DD1Du64;
-        let mut next = |n: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % n
-        };
-        for _ in 0..2000 {
-            let mut ranges = Ranges::default();
-            let mut model = [false; 64];
-            for _ in 0..24 {
-                let start = next(64);
-                let end = start + 1 + next(8.min(64 - start));
-                let span = start as usize..end as usize;
-                let free = model[span.clone()].iter().all(|w| !w);
-                match ranges.insert(start, end) {
-                    Ok(()) => {
-                        assert!(free, "{start}..{end} accepted over {ranges:?}");
-                        model[span].fill(true);
-                    }
-                    Err((s, e)) => {
-                        assert!(!free, "{start}..{end} refused, {ranges:?}");
-                        assert!(s < end && e > start, "{s}..{e} does not overlap");
-                    }
-                }
-                let ends: Vec<u64> = ranges.0.iter().flat_map(|&(s, e)| [s, e]).collect();
-                assert!(ends.windows(2).all(|w| w[0] < w[1]), "{ranges:?}");
-                assert_eq!(ranges.total(), model.iter().filter(|&&w| w).count() as u64);
-            }
-        }
-    }
 
     /// A disk that fills up after `room` bytes: short writes, then ENOSPC.
     struct FullDisk {

@@ -346,6 +346,16 @@ pub enum Error {
     /// An I/O error on a stream.
     #[error("I/O error: {0}")]
     Stream(#[from] io::Error),
+    /// An error about a named file (its format, a tensor in it, ...).
+    /// [`Error::detail`] gives the error without the file.
+    #[error("{}: {source}", path.display())]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        #[source]
+        source: Box<Error>,
+    },
     /// No tensor by that name.
     #[error("no tensor named {0:?}")]
     NotFound(String),
@@ -434,20 +444,48 @@ impl Error {
         }
     }
 
-    /// Names the file of a stream I/O error; other errors are returned as they are.
+    /// Names the file this error is about: a stream I/O error becomes
+    /// [`Error::Io`], any other error is wrapped in [`Error::File`]. An
+    /// error that already names a file is returned as it is.
     pub fn at(self, path: impl Into<PathBuf>) -> Error {
         match self {
             Error::Stream(source) => Error::io(path, source),
+            named @ (Error::Io { .. } | Error::File { .. }) => named,
+            other => Error::File {
+                path: path.into(),
+                source: Box::new(other),
+            },
+        }
+    }
+
+    /// The error without the file it is about ([`Error::File`] unwrapped):
+    /// what to match on.
+    pub fn detail(&self) -> &Error {
+        match self {
+            Error::File { source, .. } => source.detail(),
             other => other,
+        }
+    }
+
+    /// The file this error is about, if it names one.
+    pub fn file(&self) -> Option<&std::path::Path> {
+        match self {
+            Error::File { path, .. } | Error::Io { path, .. } => Some(path),
+            _ => None,
+        }
+    }
+
+    /// The format error, if this is one (about a named file or not).
+    pub fn format(&self) -> Option<&FormatError> {
+        match self.detail() {
+            Error::Format(e) => Some(e),
+            _ => None,
         }
     }
 
     /// The reader rule broken, if this is a format error.
     pub fn rule(&self) -> Option<u8> {
-        match self {
-            Error::Format(e) => Some(e.rule()),
-            _ => None,
-        }
+        self.format().map(FormatError::rule)
     }
 }
 

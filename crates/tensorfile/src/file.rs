@@ -1,120 +1,164 @@
-//! Opening a file: the ways in, and the validated file they give.
+//! A validated safetensors file over any byte source, and the ways in.
+//!
+//! [`SafeTensors<S>`] is a header checked against all five reader rules
+//! plus the [`ByteSource`] it came from. Over any source it gives the
+//! tensors' descriptions, their bytes (borrowed where the source lends,
+//! read into caller memory where it cannot) and slices fetched by their
+//! byte ranges alone. Over a source held in memory ([`InMemory`]) it also
+//! gives zero-copy [`TensorView`]s.
+//!
+//! | way in | source | zero-copy views | safe if truncated underneath |
+//! | --- | --- | --- | --- |
+//! | [`SafeTensors::open`] | memory map | yes | no (`SIGBUS`) |
+//! | [`SafeTensors::open_pread`] | positional reads | no (reads) | yes |
+//! | [`SafeTensors::load`] | file read into memory | yes | yes |
+//! | [`SafeTensors::from_bytes`] | an owned `Vec<u8>` | yes | yes |
+//! | [`SafeTensors::from_slice`] | a borrowed `&[u8]` | yes | yes |
+//! | [`SafeTensors::from_source`] | any [`ByteSource`] | where it lends | as the source |
 
-use std::fs::File;
+use std::borrow::Cow;
 use std::io::{Read, Seek, SeekFrom};
 use std::ops::Deref;
-use std::path::Path;
-
-use memmap2::{Mmap, MmapMut, MmapOptions};
+use std::path::{Path, PathBuf};
 
 use crate::error::{Error, FormatError, Result};
 use crate::header::{Header, ReadOptions, TensorInfo};
+use crate::slice::{SliceArg, TensorSlice};
+use crate::source::{open_regular, ByteSource, FileSource, InMemory, LoadedFile, MappedFile};
 use crate::view::TensorView;
+use crate::writer::TensorData;
 use crate::Metadata;
 
-/// Where a file's bytes live.
-enum Buffer {
-    /// A read-only memory map of the file.
-    Mapped(Mmap),
-    /// Anonymous memory the file was read into (page-aligned, huge pages when
-    /// the system grants them).
-    Loaded(MmapMut),
-    /// A caller's buffer.
+/// How many bytes the first read of a header asks for: most headers fit,
+/// so a file whose header is read from a remote source costs one request.
+pub const HEADER_PROBE: u64 = 64 << 10;
+
+/// Where the bytes of the default [`SafeTensors`] live: a memory map, a
+/// file read into memory, or an owned buffer.
+#[derive(Debug)]
+pub enum Backing {
+    /// A read-only memory map of the file ([`SafeTensors::open`]).
+    Mapped(MappedFile),
+    /// The file read into memory the process owns ([`SafeTensors::load`]).
+    Loaded(LoadedFile),
+    /// A caller's buffer ([`SafeTensors::from_bytes`]).
     Owned(Vec<u8>),
 }
 
-impl Deref for Buffer {
+impl Deref for Backing {
     type Target = [u8];
 
     fn deref(&self) -> &[u8] {
         match self {
-            Buffer::Mapped(m) => m,
-            Buffer::Loaded(m) => m,
-            Buffer::Owned(v) => v,
+            Backing::Mapped(m) => m,
+            Backing::Loaded(m) => m,
+            Backing::Owned(v) => v,
         }
     }
 }
 
-/// A validated safetensors file: its header and its bytes.
+impl ByteSource for Backing {
+    fn len(&self) -> u64 {
+        <[u8]>::len(self) as u64
+    }
+    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        (&**self).read_exact_at(offset, buf)
+    }
+    fn as_slice(&self) -> Option<&[u8]> {
+        Some(self)
+    }
+}
+
+impl InMemory for Backing {
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+}
+
+/// A validated safetensors file: its header and its byte source.
 ///
 /// Every way in checks all five reader rules before returning, so every
 /// tensor it hands out is in bounds and has the right length.
 ///
 /// ```
 /// # fn main() -> tensorfile::Result<()> {
-/// let bytes = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"),
-///     "/../../tests/fixtures/valid/worked_example.safetensors"))?;
-/// let file = tensorfile::SafeTensors::from_bytes(bytes)?;
+/// // A file made in memory (the format page's worked example).
+/// let data: Vec<u8> = [1f32, 2., 3., 4.].iter().flat_map(|x| x.to_le_bytes()).collect();
+/// let w = tensorfile::TensorRef { name: "w", dtype: tensorfile::Dtype::F32, shape: &[2, 2], data: &data };
+/// let bytes = tensorfile::serialize([w], None)?;
+///
+/// let file = tensorfile::SafeTensors::from_slice(&bytes)?; // borrowed: no copy
 /// let w = file.tensor("w")?;
 /// assert_eq!(w.shape(), &[2, 2]);
 /// assert_eq!(&*w.as_slice::<f32>()?, &[1.0, 2.0, 3.0, 4.0]);
-/// assert_eq!(file.metadata().unwrap()["format"], "tinyllm");
 /// # Ok(()) }
 /// ```
-pub struct SafeTensors {
-    buffer: Buffer,
+pub struct SafeTensors<S = Backing> {
+    source: S,
     header: Header,
+    /// The file the source was opened from, named in errors.
+    path: Option<PathBuf>,
 }
 
-impl std::fmt::Debug for SafeTensors {
+impl<S> std::fmt::Debug for SafeTensors<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SafeTensors")
-            .field("len", &self.buffer.len())
+            .field("path", &self.path)
             .field("header", &self.header)
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 
 impl SafeTensors {
     /// Opens a file by memory-mapping it read-only: nothing is copied, and
-    /// tensors borrow from the map. The file must not be modified while it
-    /// is open (tensorfile's own writer replaces files by renaming, which
+    /// tensors borrow from the map.
+    ///
+    /// The map's contract holds: if another process truncates the file while
+    /// it is open, touching its bytes kills the process with `SIGBUS`. Use
+    /// [`SafeTensors::open_pread`] or [`SafeTensors::load`] where that
+    /// matters (tensorfile's own writer replaces files by renaming, which
     /// is safe).
+    ///
+    /// # Errors
+    /// The file cannot be opened (or is not a regular file), or breaks a
+    /// reader rule; the error names the file.
     pub fn open(path: impl AsRef<Path>) -> Result<SafeTensors> {
         SafeTensors::open_with(path, &ReadOptions::default())
     }
 
     /// [`SafeTensors::open`] with options.
+    ///
+    /// # Errors
+    /// As [`SafeTensors::open`].
     pub fn open_with(path: impl AsRef<Path>, options: &ReadOptions) -> Result<SafeTensors> {
         let path = path.as_ref();
-        let mut file = File::open(path).map_err(|e| Error::io(path, e))?;
-        let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
         // The header is read with plain reads, not through the map: parsing
         // then leaves the map untouched, so opening costs no page faults and
         // closing no page-table teardown (a fifth of the time to open a
         // 200-tensor file). Reading also checks rules 1 to 5 before mapping.
-        let header = read_header_of_len(&mut file, len, options).map_err(|e| e.at(path))?;
-        SafeTensors::map(&file, path, len, header)
+        let source = FileSource::open(path).map_err(|e| Error::io(path, e))?;
+        let header = read_header_from(&source, options).map_err(|e| e.at(path))?;
+        let map = source.into_mapped().map_err(|e| Error::io(path, e))?;
+        Ok(SafeTensors {
+            source: Backing::Mapped(map),
+            header,
+            path: Some(path.to_path_buf()),
+        })
     }
 
     /// Maps a file whose header was read and validated before (a shard of a
     /// set, see [`crate::ShardedTensors`]) without parsing it again. The file
     /// must still be as long as that header says.
     pub(crate) fn map_with_header(path: &Path, header: Header) -> Result<SafeTensors> {
-        let file = File::open(path).map_err(|e| Error::io(path, e))?;
-        let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
-        if len != header.data_start() + header.data_len() {
+        let map = MappedFile::open(path).map_err(|e| Error::io(path, e))?;
+        if ByteSource::len(&map) != header.data_start() + header.data_len() {
             let changed = std::io::Error::other("the file changed since its header was read");
             return Err(Error::io(path, changed));
         }
-        SafeTensors::map(&file, path, len, header)
-    }
-
-    /// Maps `file` (`len` bytes, at `path`) read-only, with its validated header.
-    fn map(file: &File, path: &Path, len: u64, header: Header) -> Result<SafeTensors> {
-        let size = usize::try_from(len)
-            .map_err(|_| Error::io(path, std::io::Error::other("file too large to map")))?;
-        // SAFETY: the map is read-only and private to this value. Another
-        // process truncating or rewriting the file in place while it is
-        // mapped is outside what any mmap-based reader can guard against;
-        // the documentation says so. The length is the one just read, which
-        // spares memmap2 a second `fstat` (and 8 + N <= len was checked, so
-        // the map is not empty).
-        let map =
-            unsafe { MmapOptions::new().len(size).map(file) }.map_err(|e| Error::io(path, e))?;
         Ok(SafeTensors {
-            buffer: Buffer::Mapped(map),
+            source: Backing::Mapped(map),
             header,
+            path: Some(path.to_path_buf()),
         })
     }
 
@@ -122,59 +166,65 @@ impl SafeTensors {
     ///
     /// The destination is anonymous memory advised to use huge pages, which
     /// saves most of the page faults a fresh `Vec` would take; the file is
-    /// read with plain `read` calls, so the source is not mapped at all.
-    /// Tensors are aligned as in the file, relative to a page-aligned base.
+    /// read with plain `read` calls, so it is not mapped at all and nothing
+    /// done to it later affects what was read. Tensors are aligned as in
+    /// the file, relative to a page-aligned base.
+    ///
+    /// # Errors
+    /// As [`SafeTensors::open`]; a file truncated while being read is an
+    /// I/O error naming it.
     pub fn load(path: impl AsRef<Path>) -> Result<SafeTensors> {
         SafeTensors::load_with(path, &ReadOptions::default())
     }
 
     /// [`SafeTensors::load`] with options.
+    ///
+    /// # Errors
+    /// As [`SafeTensors::load`].
     pub fn load_with(path: impl AsRef<Path>, options: &ReadOptions) -> Result<SafeTensors> {
         let path = path.as_ref();
-        let mut file = File::open(path).map_err(|e| Error::io(path, e))?;
-        let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
-        if len < 8 {
-            return Err(FormatError::TooShort { len }.into());
-        }
+        let (file, len) = open_regular(path).map_err(|e| Error::io(path, e))?;
         // Check rule 1 before allocating anything the size of the file.
         let mut prefix = [0u8; 8];
-        file.read_exact(&mut prefix)
+        let got = len.min(8) as usize;
+        crate::source::read_file_at(&file, len, 0, &mut prefix[..got])
             .map_err(|e| Error::io(path, e))?;
-        Header::check_prefix(&prefix, len, options)?;
-        let size = usize::try_from(len)
-            .map_err(|_| Error::io(path, std::io::Error::other("file too large for memory")))?;
-        let mut memory = MmapOptions::new()
-            .len(size)
-            .map_anon()
-            .map_err(|e| Error::io(path, e))?;
-        #[cfg(target_os = "linux")]
-        {
-            // Advice only: the copy is correct with or without huge pages.
-            let _ = memory.advise(memmap2::Advice::HugePage);
-        }
-        // The whole file, prefix included, so that halves split on a huge
-        // page boundary of the buffer; the buffer is what gets validated.
-        read_in_parallel(&file, &mut memory).map_err(|e| Error::io(path, e))?;
-        SafeTensors::from_buffer(Buffer::Loaded(memory), options)
+        Header::check_prefix(&prefix[..got], len, options).map_err(|e| Error::from(e).at(path))?;
+        let loaded = LoadedFile::read(&file, len).map_err(|e| Error::io(path, e))?;
+        SafeTensors::from_source_with(Backing::Loaded(loaded), options)
+            .map(|f| f.named(path))
+            .map_err(|e| e.at(path))
     }
 
     /// Validates a file held in a byte buffer, taking ownership of it.
+    ///
+    /// # Errors
+    /// The bytes break a reader rule.
     pub fn from_bytes(bytes: Vec<u8>) -> Result<SafeTensors> {
         SafeTensors::from_bytes_with(bytes, &ReadOptions::default())
     }
 
     /// [`SafeTensors::from_bytes`] with options.
+    ///
+    /// # Errors
+    /// As [`SafeTensors::from_bytes`].
     pub fn from_bytes_with(bytes: Vec<u8>, options: &ReadOptions) -> Result<SafeTensors> {
-        SafeTensors::from_buffer(Buffer::Owned(bytes), options)
+        SafeTensors::from_source_with(Backing::Owned(bytes), options)
     }
 
     /// Reads a whole stream, then validates it. The header length is
     /// checked against the cap before the rest is read.
+    ///
+    /// # Errors
+    /// A read fails, or the bytes break a reader rule.
     pub fn from_reader(mut reader: impl Read) -> Result<SafeTensors> {
         SafeTensors::from_reader_with(&mut reader, &ReadOptions::default())
     }
 
     /// [`SafeTensors::from_reader`] with options.
+    ///
+    /// # Errors
+    /// As [`SafeTensors::from_reader`].
     pub fn from_reader_with(mut reader: impl Read, options: &ReadOptions) -> Result<SafeTensors> {
         let mut bytes = Vec::new();
         let mut prefix = [0u8; 8];
@@ -193,16 +243,91 @@ impl SafeTensors {
         }
         SafeTensors::from_bytes_with(bytes, options)
     }
+}
 
-    fn from_buffer(buffer: Buffer, options: &ReadOptions) -> Result<SafeTensors> {
-        let header = Header::from_file_bytes(&buffer, options)?;
-        options.contract.check(&header)?;
-        Ok(SafeTensors { buffer, header })
+impl<'a> SafeTensors<&'a [u8]> {
+    /// Validates a file held in borrowed memory (the caller's own map, a
+    /// Python buffer, `include_bytes!`): nothing is copied, and tensors
+    /// borrow from `bytes`.
+    ///
+    /// # Errors
+    /// The bytes break a reader rule.
+    pub fn from_slice(bytes: &'a [u8]) -> Result<SafeTensors<&'a [u8]>> {
+        SafeTensors::from_source_with(bytes, &ReadOptions::default())
+    }
+}
+
+impl SafeTensors<FileSource> {
+    /// Opens a file for positional reads (`pread`): the header is read and
+    /// validated, tensors are read into caller memory on demand, and the
+    /// file is never mapped. Safe on network file systems and against the
+    /// file being truncated underneath: a read then fails with an I/O error
+    /// naming the file ("changed or truncated while being read").
+    ///
+    /// # Errors
+    /// As [`SafeTensors::open`].
+    pub fn open_pread(path: impl AsRef<Path>) -> Result<SafeTensors<FileSource>> {
+        SafeTensors::open_pread_with(path, &ReadOptions::default())
+    }
+
+    /// [`SafeTensors::open_pread`] with options.
+    ///
+    /// # Errors
+    /// As [`SafeTensors::open`].
+    pub fn open_pread_with(
+        path: impl AsRef<Path>,
+        options: &ReadOptions,
+    ) -> Result<SafeTensors<FileSource>> {
+        let path = path.as_ref();
+        let source = FileSource::open(path).map_err(|e| Error::io(path, e))?;
+        SafeTensors::from_source_with(source, options)
+            .map(|f| f.named(path))
+            .map_err(|e| e.at(path))
+    }
+}
+
+impl<S: ByteSource> SafeTensors<S> {
+    /// Reads and validates the header of any byte source (see
+    /// [`read_header_from`]); the data is read later, on demand.
+    ///
+    /// # Errors
+    /// A read fails, or the source breaks a reader rule.
+    pub fn from_source(source: S) -> Result<SafeTensors<S>> {
+        SafeTensors::from_source_with(source, &ReadOptions::default())
+    }
+
+    /// [`SafeTensors::from_source`] with options.
+    ///
+    /// # Errors
+    /// As [`SafeTensors::from_source`].
+    pub fn from_source_with(source: S, options: &ReadOptions) -> Result<SafeTensors<S>> {
+        let header = read_header_from(&source, options)?;
+        Ok(SafeTensors {
+            source,
+            header,
+            path: None,
+        })
+    }
+
+    /// Names the file this came from, for error messages.
+    pub fn named(mut self, path: impl Into<PathBuf>) -> SafeTensors<S> {
+        self.path = Some(path.into());
+        self
+    }
+
+    /// The file this came from, when it was opened from a path (or named).
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
     }
 
     /// The validated header.
     pub fn header(&self) -> &Header {
         &self.header
+    }
+
+    /// The byte source.
+    pub fn source(&self) -> &S {
+        &self.source
     }
 
     /// The metadata, if the file has any.
@@ -220,15 +345,158 @@ impl SafeTensors {
         self.header.is_empty()
     }
 
+    /// The names in data order.
+    pub fn names(&self) -> impl ExactSizeIterator<Item = &str> + '_ {
+        self.header.tensors().map(|info| info.name)
+    }
+
+    /// The description of the tensor of that name.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`] when there is none.
+    pub fn info(&self, name: &str) -> Result<TensorInfo<'_>> {
+        self.header
+            .get(name)
+            .ok_or_else(|| Error::NotFound(name.to_string()))
+    }
+
+    /// Names this file in an error.
+    fn at(&self, e: impl Into<Error>) -> Error {
+        let e = e.into();
+        match &self.path {
+            Some(path) => e.at(path),
+            None => e,
+        }
+    }
+
+    /// Fills `buf` with the bytes of `info`'s tensor from `offset` bytes in.
+    ///
+    /// # Errors
+    /// The range is past the tensor's end, or the read fails (the error
+    /// names the file).
+    pub fn read_at(&self, info: &TensorInfo<'_>, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let (begin, end) = info.data_offsets;
+        let start = begin.checked_add(offset);
+        let within = start
+            .and_then(|s| s.checked_add(buf.len() as u64))
+            .is_some_and(|e| e <= end);
+        if !within {
+            return Err(Error::Slice {
+                tensor: info.name.to_string(),
+                problem: format!(
+                    "{} bytes at offset {offset} reach past its {} bytes",
+                    buf.len(),
+                    end - begin
+                ),
+            });
+        }
+        // In bounds of the data buffer, which ends at the source's end (rule 5).
+        let at = self.header.data_start() + begin + offset;
+        self.source
+            .read_exact_at(at, buf)
+            .map_err(|e| self.at(Error::Stream(e)))
+    }
+
+    /// The bytes of `info`'s tensor: borrowed from the source when it lends
+    /// them, else read into a new buffer.
+    ///
+    /// # Errors
+    /// The read fails (the error names the file).
+    pub fn read_tensor(&self, info: &TensorInfo<'_>) -> Result<Cow<'_, [u8]>> {
+        if let Some(bytes) = self.lend(info) {
+            return Ok(Cow::Borrowed(bytes));
+        }
+        let mut buf = alloc_bytes(info.name, info.nbytes())?;
+        self.read_at(info, 0, &mut buf)?;
+        Ok(Cow::Owned(buf))
+    }
+
+    /// The tensor's bytes borrowed from the source, when it lends them.
+    fn lend(&self, info: &TensorInfo<'_>) -> Option<&[u8]> {
+        let all = self.source.as_slice()?;
+        let start = usize::try_from(self.header.data_start() + info.data_offsets.0).ok()?;
+        let end = usize::try_from(self.header.data_start() + info.data_offsets.1).ok()?;
+        all.get(start..end)
+    }
+
+    /// A slice of the tensor of that name, planned from the header alone
+    /// (see [`TensorSlice`]); read it with [`SafeTensors::read_slice`].
+    ///
+    /// # Errors
+    /// No tensor of that name, or the arguments do not fit its shape.
+    pub fn slice(&self, name: &str, args: &[SliceArg]) -> Result<TensorSlice<'_>> {
+        TensorSlice::new(self.info(name)?, args)
+    }
+
+    /// The bytes of a slice, reading from the source only the byte ranges
+    /// it covers (neighbouring ranges are read together).
+    ///
+    /// # Errors
+    /// A read fails (the error names the file).
+    pub fn read_slice(&self, slice: &TensorSlice<'_>) -> Result<Vec<u8>> {
+        let info = slice.info();
+        let mut out = alloc_bytes(info.name, slice.nbytes())?;
+        if let Some(bytes) = self.lend(&info) {
+            slice.gather_into(bytes, &mut out);
+            return Ok(out);
+        }
+        let data_start = self.header.data_start() + info.data_offsets.0;
+        let mut filled = 0usize;
+        let mut requests: Vec<(u64, &mut [u8])> = Vec::new();
+        let mut rest: &mut [u8] = &mut out;
+        for range in slice.merged_byte_ranges() {
+            let len = (range.end - range.start) as usize;
+            let (piece, tail) = rest.split_at_mut(len);
+            rest = tail;
+            filled += len;
+            requests.push((data_start + range.start, piece));
+        }
+        debug_assert_eq!(filled as u64, slice.nbytes());
+        self.source
+            .read_ranges(&mut requests)
+            .map_err(|e| self.at(Error::Stream(e)))?;
+        Ok(out)
+    }
+
+    /// Every tensor, in data order, as [`TensorData`] that reads its bytes
+    /// from the source on demand (borrowing where the source lends): what
+    /// the writer and the transforms take.
+    pub fn tensor_data(&self) -> impl ExactSizeIterator<Item = FileTensor<'_, S>> + '_ {
+        self.header
+            .tensors()
+            .map(move |info| FileTensor { file: self, info })
+    }
+}
+
+/// A buffer of `len` zero bytes, or an error naming the tensor when that
+/// much memory cannot be had.
+fn alloc_bytes(name: &str, len: u64) -> Result<Vec<u8>> {
+    let mut buf = Vec::new();
+    let fits = usize::try_from(len)
+        .ok()
+        .filter(|&n| buf.try_reserve_exact(n).is_ok());
+    match fits {
+        Some(n) => {
+            buf.resize(n, 0);
+            Ok(buf)
+        }
+        None => Err(Error::Stream(std::io::Error::new(
+            std::io::ErrorKind::OutOfMemory,
+            format!("tensor {name:?}: cannot allocate {len} bytes"),
+        ))),
+    }
+}
+
+impl<S: InMemory> SafeTensors<S> {
     /// The whole file's bytes.
     pub fn as_bytes(&self) -> &[u8] {
-        &self.buffer
+        self.source.bytes()
     }
 
     /// The data buffer: every tensor's bytes, back to back.
     pub fn data(&self) -> &[u8] {
         // data_start <= len: checked by rule 1.
-        &self.buffer[self.header.data_start() as usize..]
+        &self.source.bytes()[self.header.data_start() as usize..]
     }
 
     fn view<'a>(&'a self, info: TensorInfo<'a>) -> TensorView<'a> {
@@ -237,7 +505,10 @@ impl SafeTensors {
         TensorView::new(info, &self.data()[begin as usize..end as usize])
     }
 
-    /// The tensor of that name, in O(1).
+    /// The tensor of that name, in O(1), borrowed from the source.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`] when there is none.
     pub fn tensor(&self, name: &str) -> Result<TensorView<'_>> {
         self.get(name)
             .ok_or_else(|| Error::NotFound(name.to_string()))
@@ -261,48 +532,97 @@ impl SafeTensors {
             .map(|info| self.view(info))
             .collect()
     }
+}
 
-    /// The names in data order.
-    pub fn names(&self) -> impl ExactSizeIterator<Item = &str> + '_ {
-        self.header.tensors().map(|info| info.name)
+/// One tensor of a [`SafeTensors`] over any source, as [`TensorData`]: its
+/// bytes are borrowed when the source lends them and read on demand when
+/// it does not.
+pub struct FileTensor<'a, S> {
+    file: &'a SafeTensors<S>,
+    info: TensorInfo<'a>,
+}
+
+impl<S> Clone for FileTensor<'_, S> {
+    fn clone(&self) -> Self {
+        *self
     }
 }
 
-/// Fills `out` from the start of `file`. Large reads are split
-/// in two halves read at once by two threads: most of the cost is the
-/// kernel zeroing and mapping fresh pages on first touch and copying into
-/// them, and each half's pages are touched by the thread that reads them.
-fn read_in_parallel(file: &File, out: &mut [u8]) -> std::io::Result<()> {
-    /// Below this, a second thread costs more than it saves.
-    const SPLIT_FROM: usize = 64 << 20;
-    #[cfg(unix)]
-    if out.len() >= SPLIT_FROM {
-        use std::os::unix::fs::FileExt;
-        // Split on a 2 MiB boundary so that no huge page is shared.
-        let half = (out.len() / 2) & !((2 << 20) - 1);
-        let (first, second) = out.split_at_mut(half);
-        let (theirs, mine) = crate::parallel::both(
-            || file.read_exact_at(second, half as u64),
-            || file.read_exact_at(first, 0),
-        );
-        return mine.and(theirs);
+impl<S> Copy for FileTensor<'_, S> {}
+
+impl<S> std::fmt::Debug for FileTensor<'_, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.info.fmt(f)
     }
-    let mut reader = file;
-    reader.seek(SeekFrom::Start(0))?;
-    reader.read_exact(out)
+}
+
+impl<'a, S: ByteSource> FileTensor<'a, S> {
+    /// The header's description of the tensor.
+    pub fn info(&self) -> TensorInfo<'a> {
+        self.info
+    }
+}
+
+impl<S: ByteSource> TensorData for FileTensor<'_, S> {
+    fn name(&self) -> &str {
+        self.info.name
+    }
+    fn dtype(&self) -> crate::Dtype {
+        self.info.dtype
+    }
+    fn shape(&self) -> &[u64] {
+        self.info.shape
+    }
+    fn byte_len(&self) -> u64 {
+        self.info.nbytes()
+    }
+    fn bytes(&self) -> Option<&[u8]> {
+        self.file.lend(&self.info)
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.file.read_at(&self.info, offset, buf)
+    }
+}
+
+/// Reads and validates the header of a byte source: one read of up to
+/// [`HEADER_PROBE`] bytes, and a second only when the header is longer.
+/// Rule 5 is checked against the source's length; no data byte is needed.
+/// A source held in memory is parsed where it is, without a copy.
+///
+/// # Errors
+/// A read fails, or the header breaks a reader rule.
+pub fn read_header_from(source: &impl ByteSource, options: &ReadOptions) -> Result<Header> {
+    let len = source.len();
+    let header = match source.as_slice() {
+        Some(bytes) => Header::from_file_bytes(bytes, options)?,
+        None => {
+            let probe = len.min(HEADER_PROBE) as usize;
+            let mut head = vec![0u8; probe];
+            source.read_exact_at(0, &mut head)?;
+            let header_len = Header::check_prefix(&head, len, options)?;
+            // 8 + N <= len and N <= the cap: a justified allocation.
+            let end = 8 + header_len as usize;
+            if end > head.len() {
+                let have = head.len();
+                head.resize(end, 0);
+                source.read_exact_at(have as u64, &mut head[have..])?;
+            }
+            Header::parse(&head[8..end], len - end as u64)?
+        }
+    };
+    options.contract.check(&header)?;
+    Ok(header)
 }
 
 /// Reads and validates only the header of a seekable stream: 8 + N bytes
 /// are read; the data is never touched, and rule 5 is checked against the
 /// stream's length.
+///
+/// # Errors
+/// A read fails, or the header breaks a reader rule.
 pub fn read_header<R: Read + Seek>(mut reader: R, options: &ReadOptions) -> Result<Header> {
     let len = reader.seek(SeekFrom::End(0))?;
     reader.seek(SeekFrom::Start(0))?;
-    read_header_of_len(reader, len, options)
-}
-
-/// [`read_header`] from the start of a stream whose length is known.
-fn read_header_of_len(mut reader: impl Read, len: u64, options: &ReadOptions) -> Result<Header> {
     let mut prefix = [0u8; 8];
     let got = read_up_to(&mut reader, &mut prefix)?;
     let header_len = Header::check_prefix(&prefix[..got], len, options)?;
@@ -314,11 +634,16 @@ fn read_header_of_len(mut reader: impl Read, len: u64, options: &ReadOptions) ->
     Ok(header)
 }
 
-/// Reads a path's header only (see [`read_header`]).
+/// Reads a path's header only (see [`read_header_from`]), with positional
+/// reads; the error names the file.
+///
+/// # Errors
+/// The file cannot be opened (or is not a regular file), or its header
+/// breaks a reader rule.
 pub fn read_header_from_path(path: impl AsRef<Path>, options: &ReadOptions) -> Result<Header> {
     let path = path.as_ref();
-    let file = File::open(path).map_err(|e| Error::io(path, e))?;
-    read_header(std::io::BufReader::new(file), options).map_err(|e| e.at(path))
+    let source = FileSource::open(path).map_err(|e| Error::io(path, e))?;
+    read_header_from(&source, options).map_err(|e| e.at(path))
 }
 
 /// Fills `buf` as far as the stream allows; returns how many bytes were read.

@@ -34,20 +34,24 @@ pub mod header;
 mod json;
 pub mod model;
 mod parallel;
+pub mod plan;
 pub mod quant;
 pub mod reshard;
 pub mod shard;
 pub mod slice;
+pub mod source;
 pub mod view;
 pub mod writer;
 
-pub use atomic::{save, save_positional, save_streaming, PositionalWriter};
+pub use atomic::{save, save_plan, save_positional, save_streaming, AtomicFile, PositionalWriter};
 pub use dtype::Dtype;
 pub use error::{Error, FormatError, Result, WriteError};
-pub use file::{read_header, read_header_from_path, SafeTensors};
+pub use file::{read_header, read_header_from, read_header_from_path, FileTensor, SafeTensors};
 pub use header::{Contract, Header, ReadOptions, TensorInfo};
+pub use plan::Plan;
 pub use shard::{ShardError, ShardedTensors};
-pub use slice::{SliceArg, TensorSlice};
+pub use slice::{SliceArg, SlicedView, TensorSlice};
+pub use source::{ByteSource, FileSource, InMemory, MappedFile};
 pub use view::{Element, TensorView};
 pub use writer::{
     serialize, serialize_with, Align, StreamWriter, TensorData, TensorRef, TensorSpec, WriteOptions,

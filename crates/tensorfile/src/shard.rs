@@ -81,8 +81,9 @@ pub enum ShardError {
         /// The directory it should be in.
         dir: PathBuf,
     },
-    /// A shard is not a valid safetensors file (or cannot be read).
-    #[error("shard {shard:?}: {source}")]
+    /// A shard is not a valid safetensors file (or cannot be read). The
+    /// source error names the shard's path.
+    #[error("{source}")]
     InvalidShard {
         /// The shard's file name.
         shard: String,
@@ -490,7 +491,7 @@ impl ShardedTensors {
                 }
                 // Kept as is, so that "unsupported" stays distinct from
                 // "malformed" whichever way a set is opened.
-                Err(e @ Error::UnsupportedFormat { .. }) => return Err(e),
+                Err(e) if matches!(e.detail(), Error::UnsupportedFormat { .. }) => return Err(e),
                 Err(e) => {
                     return Err(ShardError::InvalidShard {
                         shard: name.into(),

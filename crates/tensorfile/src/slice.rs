@@ -1,9 +1,12 @@
 //! NumPy-style slicing of a tensor, as tensor-parallel loaders need: the
-//! sliced shape and the byte ranges to read, or an owned copy.
+//! sliced shape and the byte ranges to read, planned from the header alone
+//! (so a remote or unmapped file is read only where the slice covers it),
+//! or an owned copy.
 
 use std::ops::Range;
 
 use crate::error::{Error, Result};
+use crate::header::TensorInfo;
 use crate::view::TensorView;
 
 /// How to slice one dimension.
@@ -52,10 +55,12 @@ struct Kept {
     count: u64,
 }
 
-/// A slice of a tensor: its shape and where its bytes are.
+/// A slice of a tensor: its shape and where its bytes are, from the
+/// tensor's description alone. [`crate::SafeTensors::read_slice`] reads it
+/// from any source; [`TensorView::slice`] gives one over bytes at hand.
 #[derive(Debug, Clone)]
 pub struct TensorSlice<'a> {
-    view: TensorView<'a>,
+    info: TensorInfo<'a>,
     shape: Vec<u64>,
     kept: Vec<Kept>,
     /// Dimensions from this one inward form one contiguous run per outer position.
@@ -65,10 +70,16 @@ pub struct TensorSlice<'a> {
 }
 
 impl<'a> TensorSlice<'a> {
-    pub(crate) fn new(view: TensorView<'a>, args: &[SliceArg]) -> Result<TensorSlice<'a>> {
-        let dims = view.shape();
+    /// Plans the slice of the tensor `info` describes: one [`SliceArg`] per
+    /// leading dimension (missing ones take the whole dimension).
+    ///
+    /// # Errors
+    /// [`Error::Slice`] when the arguments do not fit the shape (too many,
+    /// out of range, step 0), or cut sub-byte elements off a byte boundary.
+    pub fn new(info: TensorInfo<'a>, args: &[SliceArg]) -> Result<TensorSlice<'a>> {
+        let dims = info.shape;
         let fail = |problem: String| Error::Slice {
-            tensor: view.name().to_string(),
+            tensor: info.name.to_string(),
             problem,
         };
         if args.len() > dims.len() {
@@ -141,21 +152,21 @@ impl<'a> TensorSlice<'a> {
             }
         }
         let slice = TensorSlice {
-            view,
+            info,
             shape,
             kept,
             run_dim,
             run_len,
         };
-        if view.dtype().is_sub_byte() {
-            let bits = view.dtype().bits() as u64;
+        if info.dtype.is_sub_byte() {
+            let bits = info.dtype.bits() as u64;
             if let Some(bad) = slice
                 .element_runs()
                 .find(|r| (r.start * bits) % 8 != 0 || (r.end * bits) % 8 != 0)
             {
                 return Err(fail(format!(
                     "the slice cuts {} elements at element {}, not on a byte boundary",
-                    view.dtype(),
+                    info.dtype,
                     if (bad.start * bits) % 8 != 0 {
                         bad.start
                     } else {
@@ -172,9 +183,9 @@ impl<'a> TensorSlice<'a> {
         &self.shape
     }
 
-    /// The tensor being sliced.
-    pub fn view(&self) -> TensorView<'a> {
-        self.view
+    /// The description of the tensor being sliced.
+    pub fn info(&self) -> TensorInfo<'a> {
+        self.info
     }
 
     /// Number of elements in the result.
@@ -184,12 +195,12 @@ impl<'a> TensorSlice<'a> {
 
     /// Number of bytes in the result.
     pub fn nbytes(&self) -> u64 {
-        self.numel() * self.view.dtype().bits() as u64 / 8
+        self.numel() * self.info.dtype.bits() as u64 / 8
     }
 
     /// Element ranges, in C order, one per contiguous run.
     fn element_runs(&self) -> impl Iterator<Item = Range<u64>> + '_ {
-        let dims = self.view.shape();
+        let dims = self.info.shape;
         // Element strides of the full tensor, C order.
         let mut strides = vec![1u64; dims.len()];
         for d in (0..dims.len().saturating_sub(1)).rev() {
@@ -235,7 +246,7 @@ impl<'a> TensorSlice<'a> {
     /// C order of the result. Adjacent runs are not merged beyond what the
     /// slice's shape makes contiguous.
     pub fn byte_ranges(&self) -> impl Iterator<Item = Range<u64>> + '_ {
-        let bits = self.view.dtype().bits() as u64;
+        let bits = self.info.dtype.bits() as u64;
         self.element_runs()
             .map(move |r| r.start * bits / 8..r.end * bits / 8)
     }
@@ -243,18 +254,72 @@ impl<'a> TensorSlice<'a> {
     /// Byte ranges relative to the file's data buffer (add the file's data
     /// start for absolute file offsets).
     pub fn data_ranges(&self) -> impl Iterator<Item = Range<u64>> + '_ {
-        let begin = self.view.data_offsets().0;
+        let begin = self.info.data_offsets.0;
         self.byte_ranges()
             .map(move |r| r.start + begin..r.end + begin)
     }
 
+    /// [`TensorSlice::byte_ranges`] with neighbouring ranges joined: the
+    /// fewest reads that fetch the slice, in order.
+    pub fn merged_byte_ranges(&self) -> impl Iterator<Item = Range<u64>> + '_ {
+        let mut runs = self.byte_ranges().peekable();
+        std::iter::from_fn(move || {
+            let mut range = runs.next()?;
+            while let Some(next) = runs.next_if(|n| n.start == range.end) {
+                range.end = next.end;
+            }
+            Some(range)
+        })
+    }
+
+    /// Copies the slice out of the tensor's bytes (`data`, all of them)
+    /// into `out`, which holds [`TensorSlice::nbytes`] bytes. Ranges that
+    /// `data` does not hold are left as they are in `out`.
+    pub(crate) fn gather_into(&self, data: &[u8], out: &mut [u8]) {
+        let mut at = 0usize;
+        for r in self.byte_ranges() {
+            let len = (r.end - r.start) as usize;
+            let src = data.get(r.start as usize..r.end as usize);
+            if let (Some(src), Some(dst)) = (src, out.get_mut(at..at + len)) {
+                dst.copy_from_slice(src);
+            }
+            at += len;
+        }
+    }
+}
+
+/// A slice of a tensor whose bytes are at hand ([`TensorView::slice`]): a
+/// [`TensorSlice`] (by `Deref`) that can also copy itself out.
+#[derive(Debug, Clone)]
+pub struct SlicedView<'a> {
+    slice: TensorSlice<'a>,
+    data: &'a [u8],
+}
+
+impl<'a> SlicedView<'a> {
+    pub(crate) fn new(view: TensorView<'a>, args: &[SliceArg]) -> Result<SlicedView<'a>> {
+        Ok(SlicedView {
+            slice: TensorSlice::new(view.info(), args)?,
+            data: view.data(),
+        })
+    }
+
     /// The result's bytes, copied into a new buffer.
     pub fn to_vec(&self) -> Vec<u8> {
-        let data = self.view.data();
-        let mut out = Vec::with_capacity(self.nbytes() as usize);
-        for r in self.byte_ranges() {
-            out.extend_from_slice(&data[r.start as usize..r.end as usize]);
-        }
+        let mut out = vec![0u8; self.slice.nbytes() as usize];
+        self.slice.gather_into(self.data, &mut out);
         out
+    }
+
+    /// The slice's plan, without the bytes.
+    pub fn slice(&self) -> &TensorSlice<'a> {
+        &self.slice
+    }
+}
+
+impl<'a> std::ops::Deref for SlicedView<'a> {
+    type Target = TensorSlice<'a>;
+    fn deref(&self) -> &TensorSlice<'a> {
+        &self.slice
     }
 }

@@ -5,7 +5,7 @@ use std::borrow::Cow;
 use crate::dtype::{numel, Dtype};
 use crate::error::{Error, Result};
 use crate::header::TensorInfo;
-use crate::slice::{SliceArg, TensorSlice};
+use crate::slice::{SliceArg, SlicedView};
 
 /// A Rust element type that matches one dtype's bytes exactly, so a tensor's
 /// bytes can be viewed as a slice of it.
@@ -143,7 +143,7 @@ impl<'a> TensorView<'a> {
     }
 
     /// A NumPy-style slice: one [`SliceArg`] per leading dimension (missing
-    /// ones take the whole dimension). See [`TensorSlice`].
+    /// ones take the whole dimension). See [`crate::TensorSlice`].
     ///
     /// ```
     /// # fn main() -> tensorfile::Result<()> {
@@ -157,7 +157,7 @@ impl<'a> TensorView<'a> {
     /// assert_eq!(bytemuck::pod_collect_to_vec::<u8, f32>(&column.to_vec()), [2.0, 4.0]);
     /// # Ok(()) }
     /// ```
-    pub fn slice(&self, args: &[SliceArg]) -> Result<TensorSlice<'a>> {
-        TensorSlice::new(*self, args)
+    pub fn slice(&self, args: &[SliceArg]) -> Result<SlicedView<'a>> {
+        SlicedView::new(*self, args)
     }
 }

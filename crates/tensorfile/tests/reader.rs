@@ -213,22 +213,41 @@ fn invalid_fixtures_rejected_under_their_rule() {
         let label = path.file_name().unwrap().to_string_lossy().to_string();
         let rule = json["rule"].as_u64().unwrap() as u8;
         let bytes = fs::read(&path).unwrap();
+        // Ways in from a path name the file in their errors; the others
+        // have no file to name.
         let results = [
-            SafeTensors::open(&path).map(|_| ()),
-            SafeTensors::load(&path).map(|_| ()),
-            SafeTensors::from_bytes(bytes.clone()).map(|_| ()),
-            SafeTensors::from_reader(&bytes[..]).map(|_| ()),
-            tensorfile::read_header(std::io::Cursor::new(&bytes), &ReadOptions::default())
-                .map(|_| ()),
+            (SafeTensors::open(&path).map(|_| ()), true),
+            (SafeTensors::load(&path).map(|_| ()), true),
+            (SafeTensors::open_pread(&path).map(|_| ()), true),
+            (
+                tensorfile::read_header_from_path(&path, &ReadOptions::default()).map(|_| ()),
+                true,
+            ),
+            (SafeTensors::from_bytes(bytes.clone()).map(|_| ()), false),
+            (SafeTensors::from_slice(&bytes).map(|_| ()), false),
+            (SafeTensors::from_reader(&bytes[..]).map(|_| ()), false),
+            (
+                tensorfile::read_header(std::io::Cursor::new(&bytes), &ReadOptions::default())
+                    .map(|_| ()),
+                false,
+            ),
         ];
-        for result in results {
+        for (result, named) in results {
             let err = result.expect_err(&label);
             assert_eq!(err.rule(), Some(rule), "{label}: {err}");
-            let message = err.to_string();
+            let message = err.detail().to_string();
             assert!(
                 message.starts_with(&format!("rule {rule}: ")),
                 "{label}: {message}"
             );
+            assert_eq!(
+                err.file(),
+                named.then_some(path.as_path()),
+                "{label}: {err}"
+            );
+            if named {
+                assert_eq!(err.to_string(), format!("{}: {message}", path.display()));
+            }
         }
     }
 }

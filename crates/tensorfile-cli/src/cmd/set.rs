@@ -24,7 +24,7 @@ pub fn validate(path: &Path, options: &ReadOptions, json: bool) -> bool {
     let error = set
         .as_ref()
         .err()
-        .map(|e| one_line(e as &(dyn std::error::Error + 'static)));
+        .map(|e| one_line(e.detail() as &(dyn std::error::Error + 'static)));
     if json {
         let mut v = json!({
             "file": path,

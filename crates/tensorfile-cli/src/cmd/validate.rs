@@ -44,7 +44,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
                 "file": path,
                 "valid": error.is_none(),
                 "rule": error.as_ref().and_then(Error::rule),
-                "error": error.as_ref().map(|e| super::one_line(e as &(dyn std::error::Error + 'static))),
+                "error": error.as_ref().map(|e| super::one_line(e.detail() as &(dyn std::error::Error + 'static))),
                 "warnings": warnings,
             }));
         } else {
@@ -52,7 +52,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
                 None => out(format_args!("{name}: ok")),
                 Some(err) => out(format_args!(
                     "{name}: invalid: {}",
-                    super::one_line(err as &(dyn std::error::Error + 'static))
+                    super::one_line(err.detail() as &(dyn std::error::Error + 'static))
                 )),
             }
             for warning in &warnings {

@@ -5,8 +5,9 @@ use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 use super::{CastOptions, TensorCast};
+use crate::plan::{Plan, Sink};
 use crate::writer::{TensorData, TensorSpec, WriteOptions};
-use crate::{save_streaming, Dtype, Error, Metadata, Result};
+use crate::{Dtype, Metadata, Result};
 
 /// Source bytes converted per step: output memory stays within a few MiB
 /// whatever the tensor sizes.
@@ -118,12 +119,105 @@ pub fn plan_targets(
         .collect()
 }
 
+/// Source bytes a cast job converts: a large tensor is cut into jobs of
+/// this size that run in parallel, and memory stays within a few of them.
+const JOB_BYTES: u64 = 8 << 20;
+
+/// The plan of converting `tensors` as [`converted_dtype`] says (`to: None`
+/// copies them unchanged: a canonical rewrite), with `metadata`. Every cast
+/// is checked here, before a byte is made; a value that fails while the
+/// plan runs (an integer out of range) is that job's error.
+///
+/// Tensors that can be read anywhere are cut into jobs of a few MiB that
+/// run in parallel; others ([`TensorData::seekable`] false) are streamed
+/// through one [`TensorCast`] in the pieces they produce.
+///
+/// # Errors
+/// A cast that is not allowed, or an element count the target cannot pack.
+pub fn convert_plan<'a, T: TensorData>(
+    tensors: &'a [T],
+    metadata: Option<&Metadata>,
+    to: Option<Dtype>,
+    opts: CastOptions,
+) -> Result<(Plan<'a>, ConvertSummary)> {
+    let described: Vec<(&str, Dtype, &[u64])> = tensors
+        .iter()
+        .map(|t| (t.name(), t.dtype(), t.shape()))
+        .collect();
+    let targets = plan_targets(&described, to, opts)?;
+    let mut summary = ConvertSummary {
+        tensors: tensors.len(),
+        cast: 0,
+        companions: 0,
+    };
+    let mut plan = Plan::new(metadata.cloned());
+    for (t, target) in tensors.iter().zip(targets) {
+        if target.dtype == t.dtype() {
+            summary.companions += usize::from(target.companion);
+            plan.copy(t);
+            continue;
+        }
+        summary.cast += 1;
+        let out = plan.declare(TensorSpec::new(t.name(), target.dtype, t.shape()));
+        let cast = TensorCast::new(t.name(), t.dtype(), t.shape(), target.dtype, opts)?;
+        if !t.seekable() {
+            plan.push(vec![out], move |sink: &dyn Sink| {
+                stream_cast(t, &cast, out, sink)
+            });
+            continue;
+        }
+        // Ranges of whole conversion units, converted independently.
+        let unit = cast.unit_bytes() as u64;
+        let step = (JOB_BYTES / unit).max(1) * unit;
+        let total = cast.input_len();
+        let cast = std::sync::Arc::new(cast);
+        let mut at = 0u64;
+        loop {
+            let len = (total - at).min(step);
+            let cast = cast.clone();
+            plan.push(vec![out], move |sink: &dyn Sink| {
+                let mut scratch = Vec::new();
+                let src = t.bytes_at(at, len as usize, &mut scratch)?;
+                let mut converted = Vec::new();
+                cast.convert_into(src, at, &mut converted)?;
+                sink.write(out, cast.output_offset(at), &converted)
+            });
+            at += len;
+            if at >= total {
+                break;
+            }
+        }
+    }
+    Ok((plan, summary))
+}
+
+/// Casts a tensor that is best read in its own pieces, in one pass.
+fn stream_cast<T: TensorData>(t: &T, cast: &TensorCast, out: usize, sink: &dyn Sink) -> Result<()> {
+    let mut cast = cast.clone();
+    let mut converted = Vec::new();
+    let mut written = 0u64;
+    t.produce(&mut |_, piece| {
+        for chunk in piece.chunks(CHUNK) {
+            converted.clear();
+            cast.push(chunk, &mut converted)?;
+            sink.write(out, written, &converted)?;
+            written += converted.len() as u64;
+        }
+        Ok(())
+    })?;
+    cast.finish()
+}
+
 /// Saves `tensors` and `metadata` to `path` atomically, with the tensors
 /// cast as [`converted_dtype`] says (`to: None` writes them unchanged: a
-/// canonical rewrite). Every cast is checked before anything is written; a
-/// value that fails during the write (an integer out of range) aborts the
-/// save and leaves `path` as it was. Memory stays bounded: tensors stream
-/// through the writer in chunks.
+/// canonical rewrite): [`convert_plan`] written by
+/// [`save_plan`](crate::save_plan). Every cast is checked before anything
+/// is written; a value that fails during the write (an integer out of
+/// range) aborts the save and leaves `path` as it was. Memory stays
+/// bounded: tensors go through in pieces.
+///
+/// # Errors
+/// As [`convert_plan`], or a failed write (naming `path`).
 pub fn save_converted<T: TensorData>(
     path: impl AsRef<Path>,
     tensors: &[T],
@@ -132,51 +226,7 @@ pub fn save_converted<T: TensorData>(
     opts: CastOptions,
     write: &WriteOptions,
 ) -> Result<ConvertSummary> {
-    let described: Vec<(&str, Dtype, &[u64])> = tensors
-        .iter()
-        .map(|t| (t.name(), t.dtype(), t.shape()))
-        .collect();
-    let targets = plan_targets(&described, to, opts)?;
-    let mut specs = Vec::with_capacity(tensors.len());
-    let mut by_name = HashMap::with_capacity(tensors.len());
-    let mut summary = ConvertSummary {
-        tensors: tensors.len(),
-        cast: 0,
-        companions: 0,
-    };
-    for (t, target) in tensors.iter().zip(targets) {
-        if target.dtype != t.dtype() {
-            summary.cast += 1;
-        } else if target.companion {
-            summary.companions += 1;
-        }
-        specs.push(TensorSpec::new(t.name(), target.dtype, t.shape()));
-        by_name.insert(t.name(), (t, target.dtype));
-    }
-    save_streaming(path, &specs, metadata, write, |w| {
-        let mut out = Vec::new();
-        while let Some(slot) = w.expected() {
-            let name = slot.name().to_string();
-            let &(t, target) = by_name
-                .get(name.as_str())
-                .ok_or_else(|| Error::NotFound(name.clone()))?;
-            if target == t.dtype() {
-                w.write_tensor(&name, t.data())?;
-                continue;
-            }
-            let mut cast = TensorCast::new(&name, t.dtype(), t.shape(), target, opts)?;
-            for chunk in t.data().chunks(CHUNK) {
-                out.clear();
-                cast.push(chunk, &mut out)?;
-                w.write(&out)?;
-            }
-            cast.finish()?;
-            if t.data().is_empty() {
-                // A zero-size tensor takes no bytes; name it so the writer moves on.
-                w.write_tensor(&name, &[])?;
-            }
-        }
-        Ok(())
-    })?;
+    let (plan, summary) = convert_plan(tensors, metadata, to, opts)?;
+    crate::save_plan(path, &plan, write, &|_| ())?;
     Ok(summary)
 }

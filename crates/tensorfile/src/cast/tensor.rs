@@ -20,7 +20,7 @@ use crate::{dtype, Dtype, Error, Result};
 /// assert_eq!(out, [0x80, 0x3F, 0x00, 0x40, 0x40, 0x40]);
 /// # Ok::<(), tensorfile::Error>(())
 /// ```
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct TensorCast {
     name: String,
     from: Dtype,
@@ -143,8 +143,21 @@ impl TensorCast {
         Ok(())
     }
 
-    /// `src` holds whole units starting at source byte `at`.
-    fn convert_into(&self, src: &[u8], at: u64, out: &mut Vec<u8>) -> Result<()> {
+    /// Source bytes of one conversion unit (an element, or a group of F4/F6
+    /// elements that fill whole bytes): ranges converted on their own with
+    /// [`TensorCast::convert_into`] start at a multiple of it.
+    pub(crate) fn unit_bytes(&self) -> usize {
+        self.group_bytes
+    }
+
+    /// Where the output of source byte `at` (the start of a unit) begins.
+    pub(crate) fn output_offset(&self, at: u64) -> u64 {
+        at / self.group_bytes as u64 * self.group * u64::from(self.to.bits()) / 8
+    }
+
+    /// Converts `src`, whole units starting at source byte `at`, appending
+    /// to `out`; element indices in errors count from the tensor's start.
+    pub(crate) fn convert_into(&self, src: &[u8], at: u64, out: &mut Vec<u8>) -> Result<()> {
         if src.is_empty() {
             return Ok(());
         }

@@ -22,8 +22,9 @@ use super::{quant_error, Mode, QuantError, Scheme};
 use crate::cast::{decode_f32, encode_f32, CastOptions};
 use crate::header::TensorInfo;
 use crate::parallel;
-use crate::writer::{Layout, TensorData, TensorSpec, WriteOptions};
-use crate::{save_positional, Dtype, Error, Metadata, PositionalWriter, Result};
+use crate::plan::{Plan, Sink};
+use crate::writer::{TensorData, TensorSpec, WriteOptions};
+use crate::{save_plan, Dtype, Error, Metadata, Result};
 
 /// Output bytes gathered before each write.
 const BATCH: usize = 1 << 20;
@@ -241,6 +242,8 @@ fn unreachable_shape<V>(name: &str) -> Result<V> {
 /// Scratch space of one worker of [`row_batches`] when quantizing.
 #[derive(Default)]
 struct Scratch {
+    /// The source row's bytes, when they cannot be borrowed.
+    raw: Vec<u8>,
     /// The source row decoded to f32, when it cannot be borrowed.
     row: Vec<f32>,
     /// Codes of one row, one per byte.
@@ -345,7 +348,7 @@ fn part_row_bytes(part: Part, cols: usize, scheme: &Scheme, elem: usize) -> usiz
 /// order puts every F16 `.scales` before every U8 `.qweight`. Each batch of
 /// rows is split between two threads (rows are independent).
 fn quantize_weight<T: TensorData>(
-    w: &PositionalWriter<'_>,
+    w: &dyn Sink,
     t: &T,
     scheme: &Scheme,
     parts: &[(usize, Part)],
@@ -361,7 +364,6 @@ fn quantize_weight<T: TensorData>(
     if rows == 0 || cols == 0 {
         return Ok(()); // every part is empty
     }
-    let data = t.data();
     let group = scheme.group_size() as usize;
     let groups = cols / group;
     let widths: Vec<usize> = parts
@@ -373,17 +375,21 @@ fn quantize_weight<T: TensorData>(
     // One row: decode (or borrow) the input and fill that row of every part.
     let fill = |r: usize, outs: &mut [&mut [u8]], scratch: &mut Scratch| -> Result<()> {
         let Scratch {
+            raw,
             row: buf,
             codes,
             scales,
             s,
             b,
         } = scratch;
-        let src = data
-            .get(r * cols * elem..(r + 1) * cols * elem)
-            .ok_or_else(|| {
-                quant_error(name, QuantError::Shape("is shorter than its shape".into()))
-            })?;
+        let row_bytes = cols * elem;
+        if ((r + 1) as u64).saturating_mul(row_bytes as u64) > t.byte_len() {
+            return Err(quant_error(
+                name,
+                QuantError::Shape("is shorter than its shape".into()),
+            ));
+        }
+        let src = t.bytes_at((r * row_bytes) as u64, row_bytes, raw)?;
         let borrowed = match dtype {
             Dtype::F32 => bytemuck::try_cast_slice::<u8, f32>(src).ok(),
             _ => None,
@@ -447,57 +453,81 @@ fn quantize_weight<T: TensorData>(
     })
 }
 
-/// Quantizes the chosen weights of `tensors` (see [`Selection`]) and saves
-/// the file at `path` atomically; other tensors are copied unchanged. The
-/// metadata is the input's plus the scheme's key (see the module docs of
-/// [`crate::quant`]); int4 also sets `"format": "tinyllm"` when the input
-/// has no `format`. A value that cannot be quantized (NaN, infinity, an
-/// F16 scale overflow) aborts the save and leaves `path` as it was.
-pub fn quantize_file<T: TensorData>(
-    path: impl AsRef<Path>,
-    tensors: &[T],
+/// The plan of quantizing the chosen weights of `tensors` (see
+/// [`Selection`]); other tensors are copied unchanged. The metadata is the
+/// input's plus the scheme's key (see the module docs of [`crate::quant`]);
+/// int4 also sets `"format": "tinyllm"` when the input has no `format`.
+/// Every choice and shape is checked here; a value that cannot be
+/// quantized (NaN, infinity, an F16 scale overflow) is its job's error.
+///
+/// # Errors
+/// Bad parameters, a named tensor that cannot be quantized, no tensor to
+/// quantize, or metadata that already names another scheme.
+pub fn quantize_plan<'a, T: TensorData>(
+    tensors: &'a [T],
     metadata: Option<&Metadata>,
     opts: &QuantizeOptions,
-) -> Result<QuantizeSummary> {
+) -> Result<(Plan<'a>, QuantizeSummary)> {
     let QuantPlan {
         specs,
         jobs,
         quantized,
         metadata,
     } = plan_quantize(tensors, metadata, opts)?;
-    let layout = Layout::new(&specs, Some(&metadata), &opts.write)?;
-    save_positional(path, layout, &opts.write, |w| {
-        // Each source tensor once: copied, or quantized into all its parts.
-        let mut by_source: HashMap<usize, Vec<(usize, Part)>> = HashMap::new();
-        for (index, slot) in w.layout().slots().enumerate() {
-            match jobs.get(slot.name()) {
-                Some(&QJob::Copy(i)) => {
-                    let t = tensors
-                        .get(i)
-                        .ok_or_else(|| Error::NotFound(slot.name().to_string()))?;
-                    w.write(index, 0, t.data())?;
-                }
-                Some(&QJob::Quant { src, part }) => {
-                    by_source.entry(src).or_default().push((index, part))
-                }
-                None => return Err(Error::NotFound(slot.name().to_string())),
+    let mut plan = Plan::new(Some(metadata.clone()));
+    // Each source tensor once: copied, or quantized into all its parts.
+    let mut by_source: Vec<Vec<(usize, Part)>> = vec![Vec::new(); tensors.len()];
+    for spec in &specs {
+        match jobs.get(&spec.name) {
+            Some(&QJob::Copy(i)) => {
+                let t = tensors
+                    .get(i)
+                    .ok_or_else(|| Error::NotFound(spec.name.clone()))?;
+                plan.copy(t);
             }
+            Some(&QJob::Quant { src, part }) => {
+                let out = plan.declare(spec.clone());
+                by_source
+                    .get_mut(src)
+                    .ok_or_else(|| Error::NotFound(spec.name.clone()))?
+                    .push((out, part));
+            }
+            None => return Err(Error::NotFound(spec.name.clone())),
         }
-        let mut sources: Vec<_> = by_source.into_iter().collect();
-        sources.sort_unstable_by_key(|(src, _)| *src);
-        for (src, parts) in sources {
-            let t = tensors
-                .get(src)
-                .ok_or_else(|| Error::NotFound(format!("input tensor {src}")))?;
-            quantize_weight(w, t, &opts.scheme, &parts)?;
+    }
+    let scheme = opts.scheme;
+    for (t, parts) in tensors.iter().zip(by_source) {
+        if parts.is_empty() {
+            continue;
         }
-        Ok(())
-    })?;
-    Ok(QuantizeSummary {
+        let outputs = parts.iter().map(|&(o, _)| o).collect();
+        plan.push(outputs, move |sink: &dyn Sink| {
+            quantize_weight(sink, t, &scheme, &parts)
+        });
+    }
+    let summary = QuantizeSummary {
         tensors: specs.len(),
         quantized,
         metadata,
-    })
+    };
+    Ok((plan, summary))
+}
+
+/// Quantizes as [`quantize_plan`] says and saves the file at `path`
+/// atomically. A value that cannot be quantized aborts the save and leaves
+/// `path` as it was.
+///
+/// # Errors
+/// As [`quantize_plan`], or a failed write (naming `path`).
+pub fn quantize_file<T: TensorData>(
+    path: impl AsRef<Path>,
+    tensors: &[T],
+    metadata: Option<&Metadata>,
+    opts: &QuantizeOptions,
+) -> Result<QuantizeSummary> {
+    let (plan, summary) = quantize_plan(tensors, metadata, opts)?;
+    save_plan(path, &plan, &opts.write, &|_| ())?;
+    Ok(summary)
 }
 
 /// Whether dequantized weights can be written as `dtype`
@@ -540,7 +570,7 @@ fn find_weights<'a, T: TensorData>(
             dtype: t.dtype(),
             shape: t.shape(),
             // Only names, dtypes and shapes are looked at.
-            data_offsets: (0, t.data().len() as u64),
+            data_offsets: (0, t.byte_len()),
         })
     };
     let own = QuantConfig::from_metadata(metadata)
@@ -579,18 +609,21 @@ fn find_weights<'a, T: TensorData>(
     Ok(weights)
 }
 
-/// Dequantizes every quantized weight of `tensors` (int4 and MLX; see
-/// [`crate::quant`]) and saves the file at `path` atomically. Each weight
-/// comes back under its own name (`<name>` for int4, `<m>.weight` for MLX)
-/// in [`DequantizeOptions::dtype`]; scales and biases are dropped; other
+/// The plan of dequantizing every quantized weight of `tensors` (int4 and
+/// MLX; see [`crate::quant`]). Each weight comes back under its own name
+/// (`<name>` for int4, `<m>.weight` for MLX) in
+/// [`DequantizeOptions::dtype`]; scales and biases are dropped; other
 /// tensors are copied unchanged. The metadata loses its `quant` and
 /// [`QUANTIZATION_KEY`] keys when a weight was dequantized.
-pub fn dequantize_file<T: TensorData>(
-    path: impl AsRef<Path>,
-    tensors: &[T],
+///
+/// # Errors
+/// Parameters that are missing, contradict the file's, or do not fit a
+/// weight's parts; an output dtype that cannot hold floats.
+pub fn dequantize_plan<'a, T: TensorData>(
+    tensors: &'a [T],
     metadata: Option<&Metadata>,
     opts: &DequantizeOptions,
-) -> Result<DequantizeSummary> {
+) -> Result<(Plan<'a>, DequantizeSummary)> {
     let by_name: HashMap<&str, usize> = tensors
         .iter()
         .enumerate()
@@ -601,84 +634,94 @@ pub fn dequantize_file<T: TensorData>(
         .iter()
         .flat_map(|w| w.parts.iter().copied())
         .collect();
-    let mut specs = Vec::with_capacity(tensors.len());
-    let mut by_output: HashMap<String, Result<usize, usize>> = HashMap::new();
-    let mut summary = DequantizeSummary {
-        tensors: 0,
-        dequantized: Vec::new(),
-    };
-    for (i, t) in tensors.iter().enumerate() {
-        if !consumed.contains(t.name()) {
-            check_len(t)?;
-            specs.push(TensorSpec::new(t.name(), t.dtype(), t.shape()));
-            by_output.insert(t.name().to_string(), Ok(i));
-        }
-    }
-    let mut dtypes = Vec::with_capacity(weights.len());
-    for (k, w) in weights.iter().enumerate() {
-        let dtype = output_dtype(w, opts.dtype)?;
-        dtypes.push(dtype);
-        specs.push(TensorSpec::new(w.name.clone(), dtype, w.shape.clone()));
-        by_output.insert(w.name.clone(), Err(k));
-        summary.dequantized.push((w.name.clone(), w.storage, dtype));
-    }
-    summary.tensors = specs.len();
     let mut metadata = metadata.cloned().unwrap_or_default();
     if !weights.is_empty() {
         metadata.remove(QUANT_KEY);
         metadata.remove(QUANTIZATION_KEY);
     }
-    let metadata = (!metadata.is_empty()).then_some(metadata);
-    let part = |n: &str| by_name.get(n).and_then(|&i| tensors.get(i));
-    let layout = Layout::new(&specs, metadata.as_ref(), &opts.write)?;
-    save_positional(path, layout, &opts.write, |w| {
-        for (index, slot) in w.layout().slots().enumerate() {
-            let name = slot.name();
-            match by_output.get(name) {
-                Some(&Ok(i)) => {
-                    let t = tensors
-                        .get(i)
-                        .ok_or_else(|| Error::NotFound(name.to_string()))?;
-                    w.write(index, 0, t.data())?;
-                }
-                Some(&Err(k)) => {
-                    let (Some(weight), Some(&dtype)) = (weights.get(k), dtypes.get(k)) else {
-                        return Err(Error::NotFound(name.to_string()));
-                    };
-                    if weight.shape.contains(&0) {
-                        // No values: nothing to read, and a shape like
-                        // [0, 2^40] must not size row buffers.
-                        continue;
-                    }
-                    let rows =
-                        RowSource::new(weight, |j| weight.parts.get(j).and_then(|n| part(n)))?;
-                    let (out_rows, cols) = (weight.shape[0] as usize, rows.cols);
-                    let row_bytes = cols * dtype.bits() as usize / 8;
-                    let mut scratch = [(rows.clone(), vec![0f32; cols]), (rows, vec![0f32; cols])];
-                    row_batches(
-                        out_rows,
-                        &[row_bytes],
-                        &mut scratch,
-                        |r, pieces, (rows, values)| {
-                            rows.row(r, values, name)?;
-                            for out in pieces.iter_mut() {
-                                encode_f32(values, dtype, out, CastOptions::default()).map_err(
-                                    |e| quant_error(name, QuantError::Shape(e.to_string())),
-                                )?;
-                            }
-                            Ok(())
-                        },
-                        |first_row, parts| {
-                            parts.iter().try_for_each(|bytes| {
-                                w.write(index, (first_row * row_bytes) as u64, bytes)
-                            })
-                        },
-                    )?;
-                }
-                None => return Err(Error::NotFound(name.to_string())),
-            }
+    let mut plan = Plan::new((!metadata.is_empty()).then_some(metadata));
+    let mut summary = DequantizeSummary {
+        tensors: 0,
+        dequantized: Vec::new(),
+    };
+    for t in tensors {
+        if !consumed.contains(t.name()) {
+            check_len(t)?;
+            plan.copy(t);
         }
-        Ok(())
-    })?;
+    }
+    let by_name = std::sync::Arc::new(by_name);
+    for weight in weights {
+        let dtype = output_dtype(&weight, opts.dtype)?;
+        let out = plan.declare(TensorSpec::new(
+            weight.name.clone(),
+            dtype,
+            weight.shape.clone(),
+        ));
+        summary
+            .dequantized
+            .push((weight.name.clone(), weight.storage, dtype));
+        let by_name = by_name.clone();
+        plan.push(vec![out], move |sink: &dyn Sink| {
+            let part = |n: &str| by_name.get(n).and_then(|&i| tensors.get(i));
+            dequantize_into(sink, out, &weight, dtype, part)
+        });
+    }
+    summary.tensors = plan.specs().len();
+    Ok((plan, summary))
+}
+
+/// Dequantizes one weight into output `out`, a batch of rows at a time.
+fn dequantize_into<'a, T: TensorData + 'a>(
+    sink: &dyn Sink,
+    out: usize,
+    weight: &LogicalWeight<'a>,
+    dtype: Dtype,
+    part: impl Fn(&str) -> Option<&'a T>,
+) -> Result<()> {
+    let name = weight.name.as_str();
+    if weight.shape.contains(&0) {
+        // No values: nothing to read, and a shape like [0, 2^40] must not
+        // size row buffers.
+        return Ok(());
+    }
+    let rows: RowSource<'a, T> =
+        RowSource::new(weight, |j| weight.parts.get(j).and_then(|n| part(n)))?;
+    let (out_rows, cols) = (weight.shape[0] as usize, rows.cols);
+    let row_bytes = cols * dtype.bits() as usize / 8;
+    let mut scratch = [(rows.clone(), vec![0f32; cols]), (rows, vec![0f32; cols])];
+    row_batches(
+        out_rows,
+        &[row_bytes],
+        &mut scratch,
+        |r, pieces, (rows, values)| {
+            rows.row(r, values, name)?;
+            for piece in pieces.iter_mut() {
+                encode_f32(values, dtype, piece, CastOptions::default())
+                    .map_err(|e| quant_error(name, QuantError::Shape(e.to_string())))?;
+            }
+            Ok(())
+        },
+        |first_row, parts| {
+            parts
+                .iter()
+                .try_for_each(|bytes| sink.write(out, (first_row * row_bytes) as u64, bytes))
+        },
+    )
+}
+
+/// Dequantizes as [`dequantize_plan`] says and saves the file at `path`
+/// atomically.
+///
+/// # Errors
+/// As [`dequantize_plan`], or a failed write (naming `path`).
+pub fn dequantize_file<T: TensorData>(
+    path: impl AsRef<Path>,
+    tensors: &[T],
+    metadata: Option<&Metadata>,
+    opts: &DequantizeOptions,
+) -> Result<DequantizeSummary> {
+    let (plan, summary) = dequantize_plan(tensors, metadata, opts)?;
+    save_plan(path, &plan, &opts.write, &|_| ())?;
     Ok(summary)
 }

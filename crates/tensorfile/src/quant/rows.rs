@@ -61,7 +61,8 @@ pub fn dequantize_weight<T: TensorData>(
         Storage::Int4 { .. } => 4,
         Storage::Mlx(p) => p.bits,
     };
-    let held = (codes.data().len() as u64)
+    let held = codes
+        .byte_len()
         .checked_mul(8)
         .and_then(|b| b.checked_div(bits));
     let numel = weight
@@ -86,7 +87,9 @@ pub fn dequantize_weight<T: TensorData>(
     };
     if weight.storage == Storage::Plain {
         let mut out = vec![0f32; numel];
-        decode_f32(codes.dtype(), codes.data(), &mut out).map_err(|e| {
+        let mut scratch = Vec::new();
+        let bytes = codes.bytes_at(0, codes.byte_len() as usize, &mut scratch)?;
+        decode_f32(codes.dtype(), bytes, &mut out).map_err(|e| {
             quant_error(
                 &weight.name,
                 QuantError::Dtype {
@@ -100,7 +103,8 @@ pub fn dequantize_weight<T: TensorData>(
     if numel == 0 {
         return Ok(Vec::new());
     }
-    let mut source = RowSource::new(weight, |j| weight.parts.get(j).and_then(|n| part(n)))?;
+    let mut source: RowSource<'_, T> =
+        RowSource::new(weight, |j| weight.parts.get(j).and_then(|n| part(n)))?;
     let mut out = vec![0f32; numel];
     for (r, row) in out.chunks_exact_mut(cols).enumerate() {
         source.row(r, row, &weight.name)?;
@@ -108,31 +112,54 @@ pub fn dequantize_weight<T: TensorData>(
     Ok(out)
 }
 
-/// Dequantizes one row of a weight into f32.
-#[derive(Clone)]
-pub(super) struct RowSource<'a> {
+/// Dequantizes one row of a weight into f32, reading the row's bytes of
+/// each part (borrowed where the parts are in memory).
+pub(super) struct RowSource<'a, T> {
     storage: Storage,
     pub(super) cols: usize,
-    codes: &'a [u8],
-    scales: &'a [u8],
+    codes: &'a T,
+    scales: &'a T,
+    biases: Option<&'a T>,
     scale_dtype: Dtype,
-    biases: &'a [u8],
+    raw_codes: Vec<u8>,
+    raw_scales: Vec<u8>,
+    raw_biases: Vec<u8>,
     code_buf: Vec<u8>,
     scale_buf: Vec<f32>,
     bias_buf: Vec<f32>,
     half_buf: Vec<f16>,
 }
 
-impl<'a> RowSource<'a> {
-    pub(super) fn new<T: TensorData + 'a>(
+impl<T> Clone for RowSource<'_, T> {
+    fn clone(&self) -> Self {
+        RowSource {
+            storage: self.storage,
+            cols: self.cols,
+            codes: self.codes,
+            scales: self.scales,
+            biases: self.biases,
+            scale_dtype: self.scale_dtype,
+            raw_codes: Vec::new(),
+            raw_scales: Vec::new(),
+            raw_biases: Vec::new(),
+            code_buf: self.code_buf.clone(),
+            scale_buf: self.scale_buf.clone(),
+            bias_buf: self.bias_buf.clone(),
+            half_buf: self.half_buf.clone(),
+        }
+    }
+}
+
+impl<'a, T: TensorData> RowSource<'a, T> {
+    pub(super) fn new(
         w: &LogicalWeight<'a>,
         part: impl Fn(usize) -> Option<&'a T>,
-    ) -> Result<RowSource<'a>> {
+    ) -> Result<RowSource<'a, T>> {
         let missing = || quant_error(&w.name, QuantError::Layout("a part went missing".into()));
         let codes = part(0).ok_or_else(missing)?;
         let scales = part(1).ok_or_else(missing)?;
-        let biases = part(2).map(|b| b.data()).unwrap_or(&[]);
-        for t in [Some(codes), Some(scales), part(2)].into_iter().flatten() {
+        let biases = part(2);
+        for t in [Some(codes), Some(scales), biases].into_iter().flatten() {
             check_len(t)?;
         }
         let (rows, cols) = match *w.shape {
@@ -145,10 +172,13 @@ impl<'a> RowSource<'a> {
         Ok(RowSource {
             storage: w.storage,
             cols,
-            codes: codes.data(),
-            scales: scales.data(),
-            scale_dtype: scales.dtype(),
+            codes,
+            scales,
             biases,
+            scale_dtype: scales.dtype(),
+            raw_codes: Vec::new(),
+            raw_scales: Vec::new(),
+            raw_biases: Vec::new(),
             code_buf: vec![0; cols],
             scale_buf: vec![0.0; groups],
             bias_buf: vec![0.0; groups],
@@ -158,25 +188,42 @@ impl<'a> RowSource<'a> {
 
     pub(super) fn row(&mut self, r: usize, out: &mut [f32], name: &str) -> Result<()> {
         let bad = |e: crate::cast::CastError| quant_error(name, QuantError::Layout(e.to_string()));
-        let short = || {
-            quant_error(
-                name,
-                QuantError::Layout("a part is shorter than its shape".into()),
-            )
-        };
+        // A part's `len` bytes at `at`, or the error: a part shorter than
+        // its shape, or a failed read.
+        fn span<'s, T: TensorData>(
+            part: &'s T,
+            at: usize,
+            len: usize,
+            raw: &'s mut Vec<u8>,
+            name: &str,
+        ) -> Result<&'s [u8]> {
+            if (at as u64).saturating_add(len as u64) > part.byte_len() {
+                return Err(quant_error(
+                    name,
+                    QuantError::Layout("a part is shorter than its shape".into()),
+                ));
+            }
+            part.bytes_at(at as u64, len, raw)
+        }
         let groups = self.scale_buf.len();
         let cols = self.cols;
         match self.storage {
             Storage::Plain => Ok(()),
             Storage::Int4 { group_size } => {
-                let q = self
-                    .codes
-                    .get(r * cols / 2..(r + 1) * cols / 2)
-                    .ok_or_else(short)?;
-                let s = self
-                    .scales
-                    .get(r * groups * 2..(r + 1) * groups * 2)
-                    .ok_or_else(short)?;
+                let q = span(
+                    self.codes,
+                    r * cols / 2,
+                    cols / 2,
+                    &mut self.raw_codes,
+                    name,
+                )?;
+                let s = span(
+                    self.scales,
+                    r * groups * 2,
+                    groups * 2,
+                    &mut self.raw_scales,
+                    name,
+                )?;
                 for (d, b) in self.half_buf.iter_mut().zip(s.chunks_exact(2)) {
                     *d = f16::from_le_bytes([b[0], b[1]]);
                 }
@@ -185,13 +232,16 @@ impl<'a> RowSource<'a> {
             }
             Storage::Mlx(p) => {
                 let row_bytes = cols * p.bits as usize / 8;
-                let codes = self
-                    .codes
-                    .get(r * row_bytes..(r + 1) * row_bytes)
-                    .ok_or_else(short)?;
+                let codes = span(
+                    self.codes,
+                    r * row_bytes,
+                    row_bytes,
+                    &mut self.raw_codes,
+                    name,
+                )?;
                 let elem = self.scale_dtype.bits() as usize / 8;
-                let span = r * groups * elem..(r + 1) * groups * elem;
-                let s = self.scales.get(span.clone()).ok_or_else(short)?;
+                let (at, len) = (r * groups * elem, groups * elem);
+                let s = span(self.scales, at, len, &mut self.raw_scales, name)?;
                 let group = p.group_size as usize;
                 match (p.mode.code_dtype(), p.mode.scale_dtype()) {
                     (Some(code_dtype), Some(scale_dtype)) => {
@@ -200,7 +250,10 @@ impl<'a> RowSource<'a> {
                         mlx::fp_row(group, &self.scale_buf, out);
                     }
                     _ => {
-                        let b = self.biases.get(span).ok_or_else(short)?;
+                        let biases = self.biases.ok_or_else(|| {
+                            quant_error(name, QuantError::Layout("the biases are missing".into()))
+                        })?;
+                        let b = span(biases, at, len, &mut self.raw_biases, name)?;
                         decode_f32(self.scale_dtype, s, &mut self.scale_buf).map_err(bad)?;
                         decode_f32(self.scale_dtype, b, &mut self.bias_buf).map_err(bad)?;
                         mlx::unpack(p.bits as u32, codes, &mut self.code_buf);
@@ -227,12 +280,12 @@ impl<'a> RowSource<'a> {
 pub(super) fn check_len<T: TensorData>(t: &T) -> Result<()> {
     let spec = TensorSpec::new(t.name(), t.dtype(), t.shape());
     let expected = spec.byte_len()?;
-    if t.data().len() as u64 != expected {
+    if t.byte_len() != expected {
         return Err(quant_error(
             t.name(),
             QuantError::Shape(format!(
                 "holds {} bytes, but shape {:?} of {} needs {expected}",
-                t.data().len(),
+                t.byte_len(),
                 t.shape(),
                 t.dtype()
             )),

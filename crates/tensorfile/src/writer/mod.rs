@@ -133,20 +133,144 @@ impl Default for WriteOptions {
     }
 }
 
-/// A whole tensor to write: its declaration and its bytes.
+/// Bytes a [`TensorData::produce`] piece holds at most when the tensor's
+/// bytes are read from a source (not borrowed).
+pub const PIECE: usize = 4 << 20;
+
+/// A tensor to write or transform: its declaration, and its bytes, borrowed
+/// when they are in memory and read on demand when they are not.
 ///
 /// Implemented by [`TensorRef`] (plain borrowed data), by the reader's
-/// [`crate::TensorView`], and by references to either, so a file read by this
-/// library can be written back without copying.
-pub trait TensorData {
+/// [`crate::TensorView`] (borrowed from the file) and
+/// [`crate::file::FileTensor`] (read from any byte source), and by
+/// references to any of them, so a file read by this library can be
+/// written back without copying, and a file that is not in memory is read
+/// a piece at a time.
+pub trait TensorData: Sync {
     /// The tensor's name.
     fn name(&self) -> &str;
     /// Its element type.
     fn dtype(&self) -> Dtype;
     /// Its dimensions.
     fn shape(&self) -> &[u64];
-    /// Its bytes: little-endian, row-major.
-    fn data(&self) -> &[u8];
+    /// The number of bytes it holds (which the writer checks against its
+    /// dtype and shape).
+    fn byte_len(&self) -> u64;
+    /// All its bytes, borrowed, when they are in memory.
+    fn bytes(&self) -> Option<&[u8]> {
+        None
+    }
+    /// Fills `buf` with its bytes from `offset` bytes in.
+    ///
+    /// # Errors
+    /// A range past its end, or a read that fails (naming the file).
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()>;
+
+    /// Whether [`TensorData::read_at`] costs only the bytes it reads (true
+    /// for bytes in memory or stored in a file). Tensors whose bytes are
+    /// computed whole (gathered views of a checkpoint) say `false`, and
+    /// are then taken through [`TensorData::produce`] in one pass.
+    fn seekable(&self) -> bool {
+        true
+    }
+
+    /// The `len` bytes from `offset`: borrowed when the tensor is in
+    /// memory, else read into `scratch`.
+    ///
+    /// # Errors
+    /// As [`TensorData::read_at`].
+    fn bytes_at<'s>(
+        &'s self,
+        offset: u64,
+        len: usize,
+        scratch: &'s mut Vec<u8>,
+    ) -> Result<&'s [u8]> {
+        if let Some(all) = self.bytes() {
+            return in_memory_range(self.name(), all, offset, len);
+        }
+        scratch.clear();
+        scratch.resize(len, 0);
+        self.read_at(offset, scratch)?;
+        Ok(scratch)
+    }
+
+    /// Hands its bytes to `each(offset, piece)` in order of offset, every
+    /// byte once: one piece when borrowed, pieces of at most [`PIECE`]
+    /// bytes when read. Tensors whose bytes are computed (gathered views,
+    /// inflated records) override it to produce them in their own pieces.
+    ///
+    /// # Errors
+    /// A failed read, or what `each` returns.
+    fn produce(&self, each: &mut dyn FnMut(u64, &[u8]) -> Result<()>) -> Result<()> {
+        if let Some(all) = self.bytes() {
+            return each(0, all);
+        }
+        let len = self.byte_len();
+        let mut buf = Vec::new();
+        let mut at = 0u64;
+        while at < len {
+            let n = (len - at).min(PIECE as u64) as usize;
+            let piece = self.bytes_at(at, n, &mut buf)?;
+            each(at, piece)?;
+            at += n as u64;
+        }
+        Ok(())
+    }
+}
+
+/// `len` bytes at `offset` of a tensor's in-memory bytes, or an error
+/// naming the tensor.
+pub(crate) fn in_memory_range<'s>(
+    name: &str,
+    all: &'s [u8],
+    offset: u64,
+    len: usize,
+) -> Result<&'s [u8]> {
+    usize::try_from(offset)
+        .ok()
+        .and_then(|start| all.get(start..start.checked_add(len)?))
+        .ok_or_else(|| crate::Error::Slice {
+            tensor: name.to_string(),
+            problem: format!(
+                "{len} bytes at offset {offset} reach past its {} bytes",
+                all.len()
+            ),
+        })
+}
+
+/// [`TensorData`] for a type whose bytes are in memory: `|self| (name,
+/// dtype, shape, bytes)`.
+macro_rules! in_memory_tensor {
+    ($t:ty, |$s:ident| ($name:expr, $dtype:expr, $shape:expr, $data:expr)) => {
+        impl TensorData for $t {
+            fn name(&self) -> &str {
+                let $s = self;
+                $name
+            }
+            fn dtype(&self) -> Dtype {
+                let $s = self;
+                $dtype
+            }
+            fn shape(&self) -> &[u64] {
+                let $s = self;
+                $shape
+            }
+            fn byte_len(&self) -> u64 {
+                let $s = self;
+                $data.len() as u64
+            }
+            fn bytes(&self) -> Option<&[u8]> {
+                let $s = self;
+                Some($data)
+            }
+            fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+                let $s = self;
+                let src = in_memory_range($name, $data, offset, buf.len())?;
+                buf.copy_from_slice(src);
+                Ok(())
+            }
+        }
+    };
 }
 
 impl<T: TensorData + ?Sized> TensorData for &T {
@@ -159,26 +283,30 @@ impl<T: TensorData + ?Sized> TensorData for &T {
     fn shape(&self) -> &[u64] {
         (**self).shape()
     }
-    fn data(&self) -> &[u8] {
-        (**self).data()
+    fn byte_len(&self) -> u64 {
+        (**self).byte_len()
+    }
+    fn bytes(&self) -> Option<&[u8]> {
+        (**self).bytes()
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        (**self).read_at(offset, buf)
+    }
+    fn seekable(&self) -> bool {
+        (**self).seekable()
+    }
+    fn produce(&self, each: &mut dyn FnMut(u64, &[u8]) -> Result<()>) -> Result<()> {
+        (**self).produce(each)
     }
 }
 
-/// A tensor read by this library writes back without a copy.
-impl TensorData for crate::TensorView<'_> {
-    fn name(&self) -> &str {
-        crate::TensorView::name(self)
-    }
-    fn dtype(&self) -> Dtype {
-        crate::TensorView::dtype(self)
-    }
-    fn shape(&self) -> &[u64] {
-        crate::TensorView::shape(self)
-    }
-    fn data(&self) -> &[u8] {
-        crate::TensorView::data(self)
-    }
-}
+// A tensor read by this library writes back without a copy.
+in_memory_tensor!(crate::TensorView<'_>, |t| (
+    t.name(),
+    t.dtype(),
+    t.shape(),
+    t.data()
+));
 
 /// A tensor made of borrowed parts, for writing user data.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -193,20 +321,7 @@ pub struct TensorRef<'a> {
     pub data: &'a [u8],
 }
 
-impl TensorData for TensorRef<'_> {
-    fn name(&self) -> &str {
-        self.name
-    }
-    fn dtype(&self) -> Dtype {
-        self.dtype
-    }
-    fn shape(&self) -> &[u64] {
-        self.shape
-    }
-    fn data(&self) -> &[u8] {
-        self.data
-    }
-}
+in_memory_tensor!(TensorRef<'_>, |t| (t.name, t.dtype, t.shape, t.data));
 
 /// Plans the layout of whole tensors: checks each one's byte length against
 /// its dtype and shape, then declares them all.
@@ -218,7 +333,7 @@ pub(crate) fn plan_tensors<T: TensorData>(
     let mut decls = Vec::with_capacity(tensors.len());
     for t in tensors {
         let expected = spec_byte_len(t.name(), t.dtype(), t.shape())?;
-        let actual = t.data().len() as u64;
+        let actual = t.byte_len();
         if actual != expected {
             return Err(WriteError::LengthMismatch {
                 tensor: t.name().to_string(),
@@ -247,10 +362,15 @@ pub(crate) fn write_tensors<W: std::io::Write, T: TensorData>(
 ) -> Result<()> {
     let order: Vec<usize> = writer.layout().slots().map(|s| s.declared()).collect();
     for index in order {
-        if let Some(t) = tensors.get(index) {
-            // The layout was planned from these tensors, lengths checked, and
-            // this is its order: no need for `write_tensor`'s name check.
-            writer.write_next(t.data())?;
+        let Some(t) = tensors.get(index) else {
+            continue;
+        };
+        // The layout was planned from these tensors, lengths checked, and
+        // this is its order: no need for `write_tensor`'s name check.
+        match t.bytes() {
+            Some(bytes) => writer.write_next(bytes)?,
+            None if t.byte_len() == 0 => writer.write_next(&[])?,
+            None => t.produce(&mut |_, piece| writer.write(piece))?,
         }
     }
     Ok(())
