@@ -146,22 +146,6 @@ impl SafeTensors {
         })
     }
 
-    /// Maps a file whose header was read and validated before (a shard of a
-    /// set, see [`crate::ShardedTensors`]) without parsing it again. The file
-    /// must still be as long as that header says.
-    pub(crate) fn map_with_header(path: &Path, header: Header) -> Result<SafeTensors> {
-        let map = MappedFile::open(path).map_err(|e| Error::io(path, e))?;
-        if ByteSource::len(&map) != header.data_start() + header.data_len() {
-            let changed = std::io::Error::other("the file changed since its header was read");
-            return Err(Error::io(path, changed));
-        }
-        Ok(SafeTensors {
-            source: Backing::Mapped(map),
-            header,
-            path: Some(path.to_path_buf()),
-        })
-    }
-
     /// Reads a whole file into memory the process owns, then validates it.
     ///
     /// The destination is anonymous memory advised to use huge pages, which

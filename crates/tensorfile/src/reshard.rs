@@ -12,17 +12,15 @@
 //! index; several as `<prefix>-00001-of-0000N.safetensors` and
 //! `<prefix>.safetensors.index.json`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
-use crate::shard::{ShardIndex, ShardedTensors};
-use crate::writer::{TensorSpec, WriteOptions};
-use crate::{save_streaming, Metadata};
-
-/// Bytes copied between progress reports: large tensors still report often.
-const PIECE: usize = 64 << 20;
+use crate::plan::Plan;
+use crate::shard::{SetTensor, ShardIndex, ShardedTensors};
+use crate::writer::WriteOptions;
+use crate::{save_plan, Metadata};
 
 /// Parses a shard size the way huggingface_hub does: a number of bytes, or a
 /// number (decimals allowed) followed by `KB`, `MB`, `GB` or `TB`, decimal
@@ -171,41 +169,26 @@ fn check_out_dir(dir: &Path, prefix: &str) -> Result<()> {
     Ok(())
 }
 
-/// Streams `names` (tensors of `source`) into one atomic, canonical file.
+/// Copies `names` (tensors of `source`) into one atomic, canonical file.
 fn write_file(
     path: &Path,
     source: &ShardedTensors,
     names: &[&str],
     metadata: &Metadata,
     options: &WriteOptions,
-    progress: &mut dyn FnMut(u64),
+    progress: &(dyn Fn(u64) + Sync),
 ) -> Result<()> {
-    let mut specs = Vec::with_capacity(names.len());
+    let all = source.tensor_data();
+    let by_name: HashMap<&str, &SetTensor<'_>> = all.iter().map(|t| (t.info().name, t)).collect();
+    let metadata = (!metadata.is_empty()).then(|| metadata.clone());
+    let mut plan = Plan::new(metadata);
     for name in names {
-        let t = source
-            .info(name)
+        let t = by_name
+            .get(name)
             .ok_or_else(|| Error::NotFound(name.to_string()))?;
-        specs.push(TensorSpec::new(*name, t.dtype, t.shape));
+        plan.copy(*t);
     }
-    let metadata = (!metadata.is_empty()).then_some(metadata);
-    save_streaming(path, &specs, metadata, options, |w| {
-        // The writer takes the tensors in its canonical order.
-        let order: Vec<String> = w.layout().slots().map(|s| s.name().to_string()).collect();
-        for name in &order {
-            let data = source.tensor(name)?.data();
-            if data.len() <= PIECE {
-                w.write_tensor(name, data)?;
-                progress(data.len() as u64);
-                continue;
-            }
-            // A large tensor goes in pieces so that progress keeps moving.
-            for piece in data.chunks(PIECE) {
-                w.write(piece)?;
-                progress(piece.len() as u64);
-            }
-        }
-        Ok(())
-    })
+    save_plan(path, &plan, options, progress)
 }
 
 /// Splits a set (a file, or any set [`ShardedTensors::open`] takes) into
@@ -215,7 +198,7 @@ pub fn split(
     source: &ShardedTensors,
     out_dir: &Path,
     options: &SplitOptions,
-    progress: &mut dyn FnMut(u64),
+    progress: &(dyn Fn(u64) + Sync),
 ) -> Result<SplitSummary> {
     check_out_dir(out_dir, &options.prefix)?;
     let metadata = source.metadata()?;
@@ -265,7 +248,7 @@ pub fn merge(
     source: &ShardedTensors,
     out: &Path,
     options: &WriteOptions,
-    progress: &mut dyn FnMut(u64),
+    progress: &(dyn Fn(u64) + Sync),
 ) -> Result<()> {
     let metadata = source.metadata()?;
     let names: Vec<&str> = source.infos().map(|(_, t)| t.name).collect();

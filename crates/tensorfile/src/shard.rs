@@ -25,7 +25,6 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -33,10 +32,14 @@ use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use std::sync::Arc;
+
 use crate::error::{Error, Result};
-use crate::file::{read_header_from_path, SafeTensors};
+use crate::file::SafeTensors;
 use crate::header::{Header, ReadOptions, TensorInfo};
+use crate::source::{ByteSource, FileSource, MappedFile};
 use crate::view::TensorView;
+use crate::writer::TensorData;
 use crate::Metadata;
 
 /// The file name of a sharded checkpoint's index.
@@ -231,20 +234,37 @@ impl ShardIndex {
     }
 
     /// Reads and parses an index file (at most [`MAX_INDEX_LEN`] bytes).
+    ///
+    /// # Errors
+    /// The file cannot be read, is too long, or is not an index.
     pub fn read(path: impl AsRef<Path>) -> Result<ShardIndex> {
         let path = path.as_ref();
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        ShardIndex::read_from(&LocalDir::new(parent_dir(path), false), &name)
+    }
+
+    /// Reads and parses the index file `file` at `location`.
+    ///
+    /// # Errors
+    /// As [`ShardIndex::read`].
+    pub fn read_from(location: &dyn Location, file: &str) -> Result<ShardIndex> {
+        let path = location.path_of(file);
         let bad = |problem: String| ShardError::BadIndex {
-            index: path.to_path_buf(),
+            index: path.clone(),
             problem,
         };
-        let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
-        let mut text = Vec::new();
-        file.take(MAX_INDEX_LEN + 1)
-            .read_to_end(&mut text)
-            .map_err(|e| Error::io(path, e))?;
-        if text.len() as u64 > MAX_INDEX_LEN {
+        let source = location.open(file).map_err(|e| Error::io(&path, e))?;
+        let len = source.len();
+        if len > MAX_INDEX_LEN {
             return Err(bad(format!("longer than {MAX_INDEX_LEN} bytes")).into());
         }
+        let mut text = vec![0u8; len as usize];
+        source
+            .read_exact_at(0, &mut text)
+            .map_err(|e| Error::io(&path, e))?;
         Ok(ShardIndex::parse(&text).map_err(bad)?)
     }
 
@@ -326,34 +346,91 @@ fn shard_name_problem(name: &str) -> Option<&'static str> {
     }
 }
 
-/// One file of a set: its validated header, and the file mapped on first use.
+/// Where a set's files are: a local directory here, an object store or a
+/// web server in other layers. A set reads its index and its shards'
+/// headers through it, and the shards' bytes on demand.
+pub trait Location: Send + Sync + fmt::Debug {
+    /// The full name of a file of the set, for messages and results (a
+    /// path, or a URL).
+    fn path_of(&self, file: &str) -> PathBuf;
+
+    /// Opens a file of the set for positional reads.
+    ///
+    /// # Errors
+    /// `NotFound` when there is no such file; other I/O errors as they are.
+    fn open(&self, file: &str) -> std::io::Result<Box<dyn ByteSource>>;
+
+    /// The file's bytes in memory (a memory map), for zero-copy views, when
+    /// this location can lend them; `None` when it reads only.
+    fn lend(&self, _file: &str) -> Option<std::io::Result<MappedFile>> {
+        None
+    }
+}
+
+/// A local directory. With `map`, shards are memory-mapped on first use and
+/// their tensors borrowed (zero-copy, but not safe against a file truncated
+/// underneath); without it, every byte is read with positional reads.
+#[derive(Debug, Clone)]
+pub struct LocalDir {
+    dir: PathBuf,
+    map: bool,
+}
+
+impl LocalDir {
+    /// The directory `dir`, mapping shards (`map`) or reading them.
+    pub fn new(dir: impl Into<PathBuf>, map: bool) -> LocalDir {
+        LocalDir {
+            dir: dir.into(),
+            map,
+        }
+    }
+}
+
+impl Location for LocalDir {
+    fn path_of(&self, file: &str) -> PathBuf {
+        self.dir.join(file)
+    }
+    fn open(&self, file: &str) -> std::io::Result<Box<dyn ByteSource>> {
+        Ok(Box::new(FileSource::open(self.dir.join(file))?))
+    }
+    fn lend(&self, file: &str) -> Option<std::io::Result<MappedFile>> {
+        self.map.then(|| MappedFile::open(self.dir.join(file)))
+    }
+}
+
+/// One file of a set: its validated header and its byte source; its bytes
+/// are lent (mapped) on first use where the set's location lends them.
 pub struct Shard {
     name: String,
-    path: PathBuf,
-    header: Header,
-    file: OnceLock<SafeTensors>,
+    file: SafeTensors<Box<dyn ByteSource>>,
+    location: Arc<dyn Location>,
+    lent: OnceLock<Option<MappedFile>>,
 }
 
 impl fmt::Debug for Shard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Shard")
             .field("name", &self.name)
-            .field("path", &self.path)
-            .field("tensors", &self.header.len())
-            .field("mapped", &self.file.get().is_some())
+            .field("path", &self.file.path())
+            .field("tensors", &self.file.header().len())
+            .field("mapped", &self.is_mapped())
             .finish()
     }
 }
 
 impl Shard {
-    /// Reads and validates a shard's header (the data is not read).
-    fn read(name: &str, path: PathBuf, options: &ReadOptions) -> Result<Shard> {
-        let header = read_header_from_path(&path, options)?;
+    /// Opens a shard and reads and validates its header (the data is not read).
+    fn read(name: &str, location: &Arc<dyn Location>, options: &ReadOptions) -> Result<Shard> {
+        let path = location.path_of(name);
+        let source = location.open(name).map_err(|e| Error::io(&path, e))?;
+        let file = SafeTensors::from_source_with(source, options)
+            .map_err(|e| e.at(&path))?
+            .named(path);
         Ok(Shard {
             name: name.to_string(),
-            path,
-            header,
-            file: OnceLock::new(),
+            file,
+            location: location.clone(),
+            lent: OnceLock::new(),
         })
     }
 
@@ -362,30 +439,106 @@ impl Shard {
         &self.name
     }
 
-    /// Its path.
+    /// Its full path (or URL).
     pub fn path(&self) -> &Path {
-        &self.path
+        self.file.path().unwrap_or(Path::new(""))
     }
 
     /// Its header, read when the set was opened.
     pub fn header(&self) -> &Header {
-        &self.header
+        self.file.header()
+    }
+
+    /// The shard as a file read on demand (positional reads, or the
+    /// location's own requests).
+    pub fn file(&self) -> &SafeTensors<Box<dyn ByteSource>> {
+        &self.file
     }
 
     /// Whether the file has been mapped yet.
     pub fn is_mapped(&self) -> bool {
-        self.file.get().is_some()
+        self.lent.get().is_some_and(Option::is_some)
     }
 
-    /// The file, memory-mapped on the first call.
-    pub fn file(&self) -> Result<&SafeTensors> {
-        if let Some(file) = self.file.get() {
-            return Ok(file);
+    /// The whole file in memory, mapped on the first call; `Ok(None)` when
+    /// the location does not lend.
+    fn lent(&self) -> Result<Option<&[u8]>> {
+        if let Some(lent) = self.lent.get() {
+            return Ok(lent.as_deref());
         }
-        // The header was validated when the set was opened: map, don't re-parse.
-        let file = SafeTensors::map_with_header(&self.path, self.header.clone())?;
+        let map = match self.location.lend(&self.name) {
+            None => None,
+            Some(map) => Some(map.map_err(|e| Error::io(self.path(), e))?),
+        };
+        let header = self.file.header();
+        if let Some(m) = &map {
+            if ByteSource::len(m) != header.data_start() + header.data_len() {
+                let changed = std::io::Error::other("the file changed since its header was read");
+                return Err(Error::io(self.path(), changed));
+            }
+        }
         // Another thread may have won the race; either map is the same file.
-        Ok(self.file.get_or_init(|| file))
+        Ok(self.lent.get_or_init(|| map).as_deref())
+    }
+
+    /// The tensor's bytes borrowed from the shard's map, when it is mapped
+    /// or can be.
+    fn lend(&self, info: &TensorInfo<'_>) -> Result<Option<&[u8]>> {
+        let start = self.file.header().data_start();
+        Ok(self.lent()?.and_then(|all| {
+            all.get((start + info.data_offsets.0) as usize..(start + info.data_offsets.1) as usize)
+        }))
+    }
+}
+
+/// One tensor of a set, as [`TensorData`]: borrowed from its shard's map
+/// when the set maps, else read on demand.
+#[derive(Clone, Copy)]
+pub struct SetTensor<'a> {
+    shard: &'a Shard,
+    info: TensorInfo<'a>,
+}
+
+impl fmt::Debug for SetTensor<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SetTensor")
+            .field("shard", &self.shard.name)
+            .field("info", &self.info)
+            .finish()
+    }
+}
+
+impl<'a> SetTensor<'a> {
+    /// The shard holding it.
+    pub fn shard(&self) -> &'a Shard {
+        self.shard
+    }
+
+    /// The header's description of it.
+    pub fn info(&self) -> TensorInfo<'a> {
+        self.info
+    }
+}
+
+impl TensorData for SetTensor<'_> {
+    fn name(&self) -> &str {
+        self.info.name
+    }
+    fn dtype(&self) -> crate::Dtype {
+        self.info.dtype
+    }
+    fn shape(&self) -> &[u64] {
+        self.info.shape
+    }
+    fn byte_len(&self) -> u64 {
+        self.info.nbytes()
+    }
+    fn bytes(&self) -> Option<&[u8]> {
+        // A map that fails is not an error here: the bytes are then read.
+        self.shard.lend(&self.info).ok().flatten()
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.shard.file.read_at(&self.info, offset, buf)
     }
 }
 
@@ -399,6 +552,7 @@ impl Shard {
 #[derive(Debug)]
 pub struct ShardedTensors {
     dir: PathBuf,
+    location: Arc<dyn Location>,
     index_path: Option<PathBuf>,
     index_metadata: Option<Map<String, Value>>,
     /// In ascending byte order of file names.
@@ -411,40 +565,91 @@ pub struct ShardedTensors {
 
 impl ShardedTensors {
     /// Opens an index, a directory (holding an index or `model.safetensors`),
-    /// or a single safetensors file, and validates the whole set.
+    /// or a single safetensors file, and validates the whole set. Shards are
+    /// memory-mapped on first use (see [`LocalDir`]).
+    ///
+    /// # Errors
+    /// The index or a shard cannot be read or breaks the format, or they
+    /// disagree ([`ShardError`]).
     pub fn open(path: impl AsRef<Path>) -> Result<ShardedTensors> {
         ShardedTensors::open_with(path, &ReadOptions::default())
     }
 
     /// [`ShardedTensors::open`] with options, which apply to every shard.
+    ///
+    /// # Errors
+    /// As [`ShardedTensors::open`].
     pub fn open_with(path: impl AsRef<Path>, options: &ReadOptions) -> Result<ShardedTensors> {
-        let path = path.as_ref();
-        if path.is_dir() {
+        ShardedTensors::open_local(path.as_ref(), options, true)
+    }
+
+    /// [`ShardedTensors::open_with`], reading every byte with positional
+    /// reads, never mapping: safe against a file truncated underneath (a
+    /// read then fails with an error naming the file).
+    ///
+    /// # Errors
+    /// As [`ShardedTensors::open`].
+    pub fn open_pread(path: impl AsRef<Path>, options: &ReadOptions) -> Result<ShardedTensors> {
+        ShardedTensors::open_local(path.as_ref(), options, false)
+    }
+
+    fn open_local(path: &Path, options: &ReadOptions, map: bool) -> Result<ShardedTensors> {
+        let (dir, file) = if path.is_dir() {
             let index = path.join(INDEX_NAME);
             let single = path.join(SINGLE_NAME);
-            return match (index.exists(), single.exists()) {
-                (true, true) => Err(ShardError::Ambiguous { dir: path.into() }.into()),
-                (true, false) => ShardedTensors::open_index(&index, options),
-                (false, true) => ShardedTensors::open_single(&single, options),
-                (false, false) => Err(ShardError::NoWeights { dir: path.into() }.into()),
+            let file = match (index.exists(), single.exists()) {
+                (true, true) => return Err(ShardError::Ambiguous { dir: path.into() }.into()),
+                (true, false) => INDEX_NAME.to_string(),
+                (false, true) => SINGLE_NAME.to_string(),
+                (false, false) => return Err(ShardError::NoWeights { dir: path.into() }.into()),
             };
-        }
-        if path.extension().is_some_and(|e| e == "json") {
-            ShardedTensors::open_index(path, options)
+            (path.to_path_buf(), file)
         } else {
-            ShardedTensors::open_single(path, options)
+            let file = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            (parent_dir(path), file)
+        };
+        ShardedTensors::open_at(
+            Arc::new(LocalDir::new(dir.clone(), map)),
+            dir,
+            &file,
+            options,
+        )
+    }
+
+    /// Opens the set whose entry file (an index ending in `.json`, or a
+    /// single safetensors file) is `file` at `location`; `dir` is how the
+    /// set's directory is reported. The shards' headers are read
+    /// concurrently.
+    ///
+    /// # Errors
+    /// As [`ShardedTensors::open`].
+    pub fn open_at(
+        location: Arc<dyn Location>,
+        dir: PathBuf,
+        file: &str,
+        options: &ReadOptions,
+    ) -> Result<ShardedTensors> {
+        if file.ends_with(".json") {
+            ShardedTensors::open_index(location, dir, file, options)
+        } else {
+            ShardedTensors::open_single(location, dir, file, options)
         }
     }
 
-    fn open_single(path: &Path, options: &ReadOptions) -> Result<ShardedTensors> {
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let shard = Shard::read(&name, path.to_path_buf(), options)?;
-        let warnings = shard.header.warnings().to_vec();
+    fn open_single(
+        location: Arc<dyn Location>,
+        dir: PathBuf,
+        name: &str,
+        options: &ReadOptions,
+    ) -> Result<ShardedTensors> {
+        let shard = Shard::read(name, &location, options)?;
+        let warnings = shard.header().warnings().to_vec();
         Ok(ShardedTensors {
-            dir: parent_dir(path),
+            dir,
+            location,
             index_path: None,
             index_metadata: None,
             shards: vec![shard],
@@ -453,12 +658,17 @@ impl ShardedTensors {
         })
     }
 
-    fn open_index(path: &Path, options: &ReadOptions) -> Result<ShardedTensors> {
-        let index = ShardIndex::read(path)?;
-        let dir = parent_dir(path);
+    fn open_index(
+        location: Arc<dyn Location>,
+        dir: PathBuf,
+        index_name: &str,
+        options: &ReadOptions,
+    ) -> Result<ShardedTensors> {
+        let path = location.path_of(index_name);
+        let index = ShardIndex::read_from(&*location, index_name)?;
         if index.weight_map.is_empty() {
             return Err(ShardError::BadIndex {
-                index: path.into(),
+                index: path,
                 problem: "weight_map lists no tensors".into(),
             }
             .into());
@@ -476,10 +686,18 @@ impl ShardedTensors {
             }
             by_shard.entry(shard).or_default().push(tensor);
         }
+        // Every shard's header, at once (remote shards cost a request each).
+        let wanted: Vec<(&str, &Vec<&str>)> = by_shard.iter().map(|(&n, t)| (n, t)).collect();
+        let read: Vec<Result<Shard>> = {
+            use rayon::prelude::*;
+            wanted
+                .par_iter()
+                .map(|&(name, _)| Shard::read(name, &location, options))
+                .collect()
+        };
         let mut shards = Vec::with_capacity(by_shard.len());
-        for (&name, tensors) in &by_shard {
-            let shard_path = dir.join(name);
-            match Shard::read(name, shard_path, options) {
+        for ((name, tensors), result) in wanted.into_iter().zip(read) {
+            match result {
                 Ok(shard) => shards.push(shard),
                 Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
                     return Err(ShardError::MissingShard {
@@ -504,7 +722,7 @@ impl ShardedTensors {
         let position = |name: &str| shards.iter().position(|s| s.name == name);
         // Every tensor of the map is in its shard...
         for (tensor, shard) in &index.weight_map {
-            let holds = |s: &Shard| s.header.get(tensor).is_some();
+            let holds = |s: &Shard| s.header().get(tensor).is_some();
             if position(shard).is_some_and(|i| holds(&shards[i])) {
                 continue;
             }
@@ -519,7 +737,7 @@ impl ShardedTensors {
         let mut data_len = 0u64;
         let mut warnings = Vec::new();
         for shard in &shards {
-            for t in shard.header.tensors() {
+            for t in shard.header().tensors() {
                 match index.weight_map.get(t.name) {
                     None => {
                         return Err(ShardError::NotInMap {
@@ -539,10 +757,10 @@ impl ShardedTensors {
                     Some(_) => {}
                 }
             }
-            data_len = data_len.saturating_add(shard.header.data_len());
+            data_len = data_len.saturating_add(shard.header().data_len());
             warnings.extend(
                 shard
-                    .header
+                    .header()
                     .warnings()
                     .iter()
                     .map(|w| format!("shard {:?}: {w}", shard.name)),
@@ -568,7 +786,8 @@ impl ShardedTensors {
             .collect();
         Ok(ShardedTensors {
             dir,
-            index_path: Some(path.to_path_buf()),
+            location,
+            index_path: Some(path),
             index_metadata: Some(index.metadata),
             shards,
             lookup,
@@ -609,7 +828,7 @@ impl ShardedTensors {
 
     /// Number of tensors across all shards.
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.header.len()).sum()
+        self.shards.iter().map(|s| s.header().len()).sum()
     }
 
     /// Whether the set holds no tensors.
@@ -621,13 +840,13 @@ impl ShardedTensors {
     pub fn data_len(&self) -> u64 {
         self.shards
             .iter()
-            .fold(0u64, |n, s| n.saturating_add(s.header.data_len()))
+            .fold(0u64, |n, s| n.saturating_add(s.header().data_len()))
     }
 
     /// The file bytes across all shards, headers included.
     pub fn file_len(&self) -> u64 {
         self.shards.iter().fold(0u64, |n, s| {
-            n.saturating_add(s.header.data_start() + s.header.data_len())
+            n.saturating_add(s.header().data_start() + s.header().data_len())
         })
     }
 
@@ -639,22 +858,79 @@ impl ShardedTensors {
     /// The shard holding a tensor.
     pub fn shard_of(&self, name: &str) -> Option<&Shard> {
         match self.shards.as_slice() {
-            [single] => single.header.get(name).map(|_| single),
+            [single] => single.header().get(name).map(|_| single),
             shards => shards.get(*self.lookup.get(name)? as usize),
         }
     }
 
     /// A tensor's description, from its shard's header (no data mapped).
     pub fn info(&self, name: &str) -> Option<TensorInfo<'_>> {
-        self.shard_of(name)?.header.get(name)
+        self.shard_of(name)?.header().get(name)
     }
 
-    /// The tensor of that name, its shard mapped on first use.
-    pub fn tensor(&self, name: &str) -> Result<TensorView<'_>> {
+    /// The tensor of that name and its shard.
+    fn find(&self, name: &str) -> Result<(&Shard, TensorInfo<'_>)> {
         let shard = self
             .shard_of(name)
             .ok_or_else(|| Error::NotFound(name.to_string()))?;
-        shard.file()?.tensor(name)
+        let info = shard.file.info(name)?;
+        Ok((shard, info))
+    }
+
+    /// The tensor of that name, borrowed from its shard's map (mapped on
+    /// first use).
+    ///
+    /// # Errors
+    /// No such tensor; a map that fails; a set opened for reads only
+    /// ([`ShardedTensors::open_pread`], remote sets), whose tensors are
+    /// read with [`ShardedTensors::read_tensor`] instead.
+    pub fn tensor(&self, name: &str) -> Result<TensorView<'_>> {
+        let (shard, info) = self.find(name)?;
+        match shard.lend(&info)? {
+            Some(bytes) => Ok(TensorView::new(info, bytes)),
+            None => Err(Error::Stream(std::io::Error::new(
+                std::io::ErrorKind::Unsupported,
+                format!(
+                    "tensor {name:?}: {} is read, not mapped: use read_tensor",
+                    shard.path().display()
+                ),
+            ))),
+        }
+    }
+
+    /// The bytes of the tensor of that name: borrowed when its shard is
+    /// mapped, else read.
+    ///
+    /// # Errors
+    /// No such tensor, or a read that fails (naming the shard).
+    pub fn read_tensor(&self, name: &str) -> Result<std::borrow::Cow<'_, [u8]>> {
+        let (shard, info) = self.find(name)?;
+        if let Some(bytes) = shard.lend(&info)? {
+            return Ok(std::borrow::Cow::Borrowed(bytes));
+        }
+        shard.file.read_tensor(&info)
+    }
+
+    /// A slice of the tensor of that name, reading only the bytes it covers.
+    ///
+    /// # Errors
+    /// No such tensor, arguments that do not fit its shape, or a failed read.
+    pub fn read_slice(&self, name: &str, args: &[crate::SliceArg]) -> Result<Vec<u8>> {
+        let (shard, info) = self.find(name)?;
+        shard.file.read_slice(&crate::TensorSlice::new(info, args)?)
+    }
+
+    /// Every tensor as [`TensorData`], shard by shard, each in data order:
+    /// what the writer and the transforms take.
+    pub fn tensor_data(&self) -> Vec<SetTensor<'_>> {
+        self.infos()
+            .map(|(shard, info)| SetTensor { shard, info })
+            .collect()
+    }
+
+    /// Where the set's files are.
+    pub fn location(&self) -> &Arc<dyn Location> {
+        &self.location
     }
 
     /// Every tensor's description with its shard: shard by shard, each in
@@ -662,7 +938,7 @@ impl ShardedTensors {
     pub fn infos(&self) -> impl Iterator<Item = (&Shard, TensorInfo<'_>)> + '_ {
         self.shards
             .iter()
-            .flat_map(|s| s.header.tensors().map(move |t| (s, t)))
+            .flat_map(|s| s.header().tensors().map(move |t| (s, t)))
     }
 
     /// The union of the shards' metadata. A key with two different values
@@ -670,7 +946,7 @@ impl ShardedTensors {
     pub fn metadata(&self) -> Result<Metadata, ShardError> {
         let mut union: BTreeMap<String, (String, &str)> = BTreeMap::new();
         for shard in &self.shards {
-            for (key, value) in shard.header.metadata().into_iter().flatten() {
+            for (key, value) in shard.header().metadata().into_iter().flatten() {
                 match union.get(key) {
                     Some((first, first_shard)) if first != value => {
                         return Err(ShardError::MetadataConflict {

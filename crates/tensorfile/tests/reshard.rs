@@ -21,7 +21,7 @@ fn options(max: u64) -> SplitOptions {
     }
 }
 
-fn no_progress() -> impl FnMut(u64) {
+fn no_progress() -> impl Fn(u64) + Sync {
     |_| {}
 }
 
@@ -29,12 +29,12 @@ fn no_progress() -> impl FnMut(u64) {
 fn round_trip(file: &Path, max: u64) -> usize {
     let tmp = tempfile::tempdir().unwrap();
     let source = ShardedTensors::open(file).unwrap();
-    let mut written = 0u64;
-    let summary = split(&source, &tmp.path().join("out"), &options(max), &mut |n| {
-        written += n
-    })
-    .unwrap();
-    assert_eq!(written, source.data_len());
+    let written = std::sync::atomic::AtomicU64::new(0);
+    let count = |n| {
+        written.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+    };
+    let summary = split(&source, &tmp.path().join("out"), &options(max), &count).unwrap();
+    assert_eq!(written.into_inner(), source.data_len());
     assert_eq!(summary.total_size, source.data_len());
     assert_eq!(summary.index.is_some(), summary.files.len() > 1);
     let set = ShardedTensors::open(tmp.path().join("out")).unwrap();
@@ -50,7 +50,7 @@ fn round_trip(file: &Path, max: u64) -> usize {
         assert!(shard.header().data_len() <= max || shard.header().len() == 1);
     }
     let merged = tmp.path().join("merged.safetensors");
-    merge(&set, &merged, &WriteOptions::default(), &mut no_progress()).unwrap();
+    merge(&set, &merged, &WriteOptions::default(), &no_progress()).unwrap();
     assert_eq!(
         fs::read(&merged).unwrap(),
         fs::read(file).unwrap(),
@@ -84,7 +84,7 @@ fn single_file_when_everything_fits() {
     let tmp = tempfile::tempdir().unwrap();
     let src = fixtures().join("models/bigram/model.safetensors");
     let source = ShardedTensors::open(&src).unwrap();
-    let summary = split(&source, tmp.path(), &options(4096), &mut no_progress()).unwrap();
+    let summary = split(&source, tmp.path(), &options(4096), &no_progress()).unwrap();
     assert_eq!(summary.files, [tmp.path().join("model.safetensors")]);
     assert_eq!(summary.index, None);
     let names: Vec<_> = fs::read_dir(tmp.path())
@@ -119,7 +119,7 @@ fn greedy_fill_in_data_order_like_huggingface_hub() {
         prefix: "m".into(),
         ..options(20)
     };
-    let summary = split(&source, &out, &opts, &mut no_progress()).unwrap();
+    let summary = split(&source, &out, &opts, &no_progress()).unwrap();
     // z (8) opens a shard; y (40) goes alone at once; x (8) joins z (16);
     // w (8) would make 24 > 20, so it starts the next shard.
     let expected = "{\n  \"metadata\": {\n    \"total_size\": 64\n  },\n  \"weight_map\": {\n    \"w\": \"m-00003-of-00003.safetensors\",\n    \"x\": \"m-00002-of-00003.safetensors\",\n    \"y\": \"m-00001-of-00003.safetensors\",\n    \"z\": \"m-00002-of-00003.safetensors\"\n  }\n}\n";
@@ -157,7 +157,7 @@ fn index_escapes_like_python_ensure_ascii() {
         &ShardedTensors::open(&src).unwrap(),
         &out,
         &options(4),
-        &mut no_progress(),
+        &no_progress(),
     )
     .unwrap();
     // json.dumps({...}, indent=2, sort_keys=True): code point order, \u escapes.
@@ -177,14 +177,14 @@ fn refuses_an_output_directory_holding_weights() {
     let tmp = tempfile::tempdir().unwrap();
     let source = ShardedTensors::open(fixtures().join("models/bigram/model.safetensors")).unwrap();
     fs::write(tmp.path().join("model-00001-of-00002.safetensors"), b"old").unwrap();
-    let err = split(&source, tmp.path(), &options(1), &mut no_progress()).unwrap_err();
+    let err = split(&source, tmp.path(), &options(1), &no_progress()).unwrap_err();
     assert!(err.to_string().contains("already holds weights"), "{err}");
     // Another prefix is fine.
     let opts = SplitOptions {
         prefix: "other".into(),
         ..options(1)
     };
-    split(&source, tmp.path(), &opts, &mut no_progress()).unwrap();
+    split(&source, tmp.path(), &opts, &no_progress()).unwrap();
     assert!(tmp.path().join("other.safetensors").exists());
 }
 
@@ -213,7 +213,7 @@ fn merge_refuses_conflicting_metadata_and_writes_nothing() {
     .unwrap();
     let set = ShardedTensors::open(tmp.path()).unwrap();
     let out = tmp.path().join("merged.safetensors");
-    let err = merge(&set, &out, &WriteOptions::default(), &mut no_progress()).unwrap_err();
+    let err = merge(&set, &out, &WriteOptions::default(), &no_progress()).unwrap_err();
     assert!(matches!(err, Error::Shard(_)));
     assert!(err.to_string().contains("metadata key \"k\""), "{err}");
     assert!(!out.exists());
@@ -225,7 +225,7 @@ fn merge_refuses_conflicting_metadata_and_writes_nothing() {
         &[("format", "tinyllm"), ("j", "3")],
     );
     let set = ShardedTensors::open(tmp.path()).unwrap();
-    merge(&set, &out, &WriteOptions::default(), &mut no_progress()).unwrap();
+    merge(&set, &out, &WriteOptions::default(), &no_progress()).unwrap();
     let merged = tensorfile::SafeTensors::open(&out).unwrap();
     let keys: Vec<&String> = merged.metadata().unwrap().keys().collect();
     assert_eq!(keys, ["format", "j", "k"]);

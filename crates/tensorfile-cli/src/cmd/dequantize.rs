@@ -89,11 +89,10 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     }
     let mlx = given_params(&args)?;
     let read = args.io.read_options();
-    let set = ShardedTensors::open_with(&args.io.input, &read)?;
-    let mut tensors = Vec::with_capacity(set.len());
-    for shard in set.shards() {
-        tensors.extend(shard.file()?.tensors());
-    }
+    // Read, not mapped: a long read of an input must end in an error,
+    // never a signal, if the file is truncated underneath.
+    let set = ShardedTensors::open_pread(&args.io.input, &read)?;
+    let tensors = set.tensor_data();
     let metadata = set.metadata()?;
     let opts = DequantizeOptions {
         mlx,

@@ -35,7 +35,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         ..WriteOptions::default()
     };
     let bar = crate::progress::bytes(source.data_len(), "merge");
-    let result = merge(&source, &args.output, &options, &mut |n| {
+    let result = merge(&source, &args.output, &options, &|n| {
         if let Some(bar) = &bar {
             bar.inc(n);
         }

@@ -56,7 +56,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         },
     };
     let bar = crate::progress::bytes(source.data_len(), "shard");
-    let summary = split(&source, &args.out_dir, &options, &mut |n| {
+    let summary = split(&source, &args.out_dir, &options, &|n| {
         if let Some(bar) = &bar {
             bar.inc(n);
         }
