@@ -1,0 +1,614 @@
+#!/usr/bin/env python3
+"""Make tests/fixtures/real/: files written by the real tools (transformers,
+torch, mlx, mlx-lm, diffusers), with a manifest.json per group.
+
+Not run by CI. Run by hand, from the repository root, with the `tools` venv:
+
+    python3 -m venv /work/venvs/tools
+    /work/venvs/tools/bin/pip install -r scripts/requirements-tools.txt
+    python3 -m venv /work/venvs/tf5
+    /work/venvs/tf5/bin/pip install -r scripts/requirements-tf5.txt
+    /work/venvs/tools/bin/python scripts/make_real_fixtures.py all      # or one group
+
+Groups: mlx_quant, checkpoint, tied_bin, sharded, hf, mlx_lm.
+The transformers-5 (and mlx-lm 0.32) parts run in a subprocess with the tf5 venv
+(TF5_PYTHON, default /work/venvs/tf5/bin/python): this same file, `_tf5 JOB.json`.
+
+Everything is random-initialized from configs made here (seeded), tokenizers are
+trained here with `tokenizers`; nothing is downloaded. A group's folder is
+deleted and rewritten whole.
+"""
+import collections
+import contextlib
+import hashlib
+import io
+import json
+import logging
+import os
+import pickle
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import warnings
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "tests" / "fixtures" / "real"
+TF5_PY = os.environ.get("TF5_PYTHON", "/work/venvs/tf5/bin/python")
+INPUT_IDS = [1, 2, 3, 4, 5]
+
+
+# ---------------------------------------------------------------- helpers
+
+def sha256(b):
+    return hashlib.sha256(b).hexdigest()
+
+
+def write_json(path, obj):
+    path.write_text(json.dumps(obj, indent=1, sort_keys=False, allow_nan=True) + "\n")
+
+
+def versions():
+    out = {"python": sys.version.split()[0]}
+    for mod in ["torch", "transformers", "safetensors", "numpy", "mlx", "mlx_lm",
+                "diffusers", "tokenizers", "accelerate", "huggingface_hub"]:
+        try:
+            m = __import__(mod)
+            v = getattr(m, "__version__", None)
+            if v is None and mod == "mlx":
+                import mlx.core as mx
+                v = mx.__version__
+            out[mod] = v
+        except Exception:
+            pass
+    return out
+
+
+def rel(p):
+    return str(Path(p).resolve().relative_to(OUT.resolve()))
+
+
+def describe_safetensors(path):
+    """What a safetensors reader sees: header order, dtypes, shapes, sha256 of bytes."""
+    data = Path(path).read_bytes()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    meta = header.pop("__metadata__", None)
+    base = 8 + n
+    tensors = []
+    for name, info in header.items():
+        a, b = info["data_offsets"]
+        tensors.append({"name": name, "dtype": info["dtype"], "shape": info["shape"],
+                        "data_offsets": [a, b], "sha256": sha256(data[base + a:base + b])})
+    return {"file": Path(path).name, "size": len(data), "sha256": sha256(data),
+            "header_len": n, "metadata": meta, "tensors": tensors}
+
+
+TORCH_ST = {"float32": "F32", "float16": "F16", "bfloat16": "BF16", "float64": "F64",
+            "int64": "I64", "int32": "I32", "int16": "I16", "int8": "I8", "uint8": "U8",
+            "bool": "BOOL", "float8_e4m3fn": "F8_E4M3", "float8_e5m2": "F8_E5M2"}
+
+
+def torch_bytes(t):
+    import torch
+    t = t.detach().cpu().contiguous()
+    if t.dtype == torch.bfloat16:
+        t = t.view(torch.int16)
+    return t.numpy().tobytes()
+
+
+def st_dtype(t):
+    return TORCH_ST[str(t.dtype).replace("torch.", "")]
+
+
+def f32_hex(values):
+    return ["%08x" % struct.unpack("<I", struct.pack("<f", v))[0] for v in values]
+
+
+def logits_record(t):
+    """t: a float tensor (torch); recorded as float32 bits (big-endian hex per value)."""
+    import torch
+    f = t.detach().float().cpu().contiguous()
+    b = f.numpy().astype("<f4").tobytes()
+    return {"input_ids": INPUT_IDS, "shape": list(f.shape), "source_dtype": str(t.dtype).replace("torch.", ""),
+            "sha256_f32": sha256(b), "f32_hex": f32_hex(f.flatten().tolist())}
+
+
+class _Ref:
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+
+
+class _Recorder(pickle.Unpickler):
+    """Unpickles a torch checkpoint pickle without torch, recording each tensor's
+    storage key, dtype, offset, shape and stride (what a Rust loader sees)."""
+
+    def __init__(self, f):
+        super().__init__(f)
+        self.storage_order = []
+
+    def find_class(self, module, name):
+        if module == "torch._utils" and name == "_rebuild_tensor_v2":
+            return lambda storage, offset, size, stride, *a: _Ref(kind="tensor", storage=storage, offset=offset,
+                                                                   shape=list(size), stride=list(stride))
+        if module == "torch._utils" and name == "_rebuild_parameter":
+            return lambda data, *a: data
+        if module == "torch" and name.endswith("Storage"):
+            return name
+        if module == "collections" and name == "OrderedDict":
+            return collections.OrderedDict
+        if module == "torch" and name in ("float32", "float16", "bfloat16", "int64"):
+            return name
+        return lambda *a, **k: _Ref(kind="object", cls=f"{module}.{name}")
+
+    def persistent_load(self, pid):
+        # zip: ('storage', StorageType, key, location, numel)
+        # legacy: ('storage', StorageType, root_key, location, numel, view_metadata)
+        key = pid[2]
+        if key not in [s["key"] for s in self.storage_order]:
+            self.storage_order.append({"key": key, "storage_type": pid[1], "numel": pid[4]})
+        return _Ref(kind="storage", key=key, storage_type=pid[1], numel=pid[4])
+
+
+def _flatten(obj, prefix, out):
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            _flatten(v, f"{prefix}.{k}" if prefix else str(k), out)
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            _flatten(v, f"{prefix}.{i}" if prefix else str(i), out)
+    else:
+        out.append((prefix, obj))
+
+
+def pickle_view(path):
+    """Tensor records of a torch checkpoint in pickle order, and its storages in first-use order."""
+    path = Path(path)
+    if zipfile.is_zipfile(path):
+        with zipfile.ZipFile(path) as z:
+            pkl = [n for n in z.namelist() if n.endswith("/data.pkl")]
+            rec = _Recorder(io.BytesIO(z.read(pkl[0])))
+            obj = rec.load()
+            fmt = {"format": "zip", "records": z.namelist()}
+    else:
+        with open(path, "rb") as f:
+            for _ in range(3):  # magic, protocol, sys_info
+                pickle.load(f)
+            rec = _Recorder(f)
+            obj = rec.load()
+            keys = pickle.load(f)
+        fmt = {"format": "legacy", "storage_keys_in_file_order": keys}
+    items = []
+    _flatten(obj, "", items)
+    tensors = []
+    for name, v in items:
+        if isinstance(v, _Ref) and v.kind == "tensor":
+            tensors.append({"name": name, "storage_key": v.storage.key, "storage_type": v.storage.storage_type,
+                            "storage_offset": v.offset, "shape": v.shape, "stride": v.stride})
+    return fmt, tensors, rec.storage_order, obj
+
+
+def describe_bin(path, obj=None):
+    """A torch checkpoint: file facts, each tensor (pickle order) with its storage, tied groups."""
+    import torch
+    path = Path(path)
+    data = path.read_bytes()
+    fmt, recs, storages, _ = pickle_view(path)
+    loaded = torch.load(path, map_location="cpu", weights_only=True)
+    flat = []
+    _flatten(loaded, "", flat)
+    flat = {k: v for k, v in flat if isinstance(v, torch.Tensor)}
+    by_storage = collections.OrderedDict()
+    for r in recs:
+        t = flat[r["name"]]
+        r["dtype"] = st_dtype(t)
+        r["sha256"] = sha256(torch_bytes(t))
+        by_storage.setdefault(r["storage_key"], []).append(r["name"])
+    return {"file": path.name, "size": len(data), "sha256": sha256(data), **fmt,
+            "storages_in_pickle_order": storages,
+            "tensors": recs,
+            "tied_groups": [names for names in by_storage.values() if len(names) > 1]}
+
+
+def describe_dir(d):
+    d = Path(d)
+    out = {"dir": rel(d), "files": sorted(p.name for p in d.iterdir())}
+    for p in sorted(d.iterdir()):
+        if p.suffix == ".safetensors":
+            out.setdefault("safetensors", []).append(describe_safetensors(p))
+        elif p.suffix == ".bin":
+            out.setdefault("bin", []).append(describe_bin(p))
+        elif p.name.endswith(".index.json"):
+            out.setdefault("index", {})[p.name] = json.loads(p.read_text())
+    return out
+
+
+def state_dict_record(model):
+    """Names, dtypes, shapes of model.state_dict() and which names share storage."""
+    sd = model.state_dict()
+    groups = collections.OrderedDict()
+    rows = []
+    for k, t in sd.items():
+        rows.append({"name": k, "dtype": st_dtype(t), "shape": list(t.shape)})
+        if t.device.type != "meta":
+            groups.setdefault((t.untyped_storage().data_ptr(), t.storage_offset()), []).append(k)
+    return rows, [g for g in groups.values() if len(g) > 1]
+
+
+@contextlib.contextmanager
+def capture():
+    """Collects transformers' log records, Python warnings, stdout and stderr."""
+    rec = {"logs": [], "warnings": [], "stdout": "", "stderr": ""}
+
+    class H(logging.Handler):
+        def emit(self, r):
+            rec["logs"].append({"level": r.levelname, "logger": r.name, "message": r.getMessage()})
+
+    h = H()
+    loggers = [logging.getLogger(n) for n in ("transformers", "diffusers", "accelerate", "huggingface_hub")]
+    old = [(lg, lg.level, lg.propagate) for lg in loggers]
+    for lg in loggers:
+        lg.addHandler(h)
+        lg.setLevel(logging.INFO)
+    out, err = io.StringIO(), io.StringIO()
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                yield rec
+            finally:
+                rec["warnings"] = [f"{x.category.__name__}: {x.message}" for x in w]
+                rec["stdout"], rec["stderr"] = out.getvalue(), err.getvalue()
+                for lg, lvl, prop in old:
+                    lg.removeHandler(h)
+                    lg.setLevel(lvl)
+
+
+def scrub(obj, d):
+    """Replaces a temporary directory path in messages by <dir>."""
+    s = json.dumps(obj)
+    for p in {str(d), str(Path(d).resolve())}:
+        s = s.replace(json.dumps(p)[1:-1], "<dir>")
+    return json.loads(s)
+
+
+def forward_logits(model):
+    import torch
+    ids = torch.tensor([INPUT_IDS])
+    with torch.no_grad():
+        if getattr(model.config, "is_encoder_decoder", False):
+            out = model(input_ids=ids, decoder_input_ids=ids)
+        else:
+            out = model(input_ids=ids)
+    return out.logits
+
+
+def probe(d, cls_name, save_to=None, safe=True):
+    """Loads directory d with transformers' from_pretrained (class cls_name) and
+    reports what happened; optionally saves it again (save_pretrained) to save_to."""
+    import torch
+    import transformers
+    transformers.logging.set_verbosity_info()
+    cls = getattr(transformers, cls_name)
+    res = {"transformers": transformers.__version__, "class": cls_name, "loaded": False}
+    with capture() as rec:
+        try:
+            model = cls.from_pretrained(str(d))
+            res["loaded"] = True
+        except Exception as e:
+            res["error"] = {"type": type(e).__name__, "message": str(e)}
+            model = None
+    res["load_output"] = {k: v for k, v in rec.items()
+                          if k != "logs" or True}
+    # keep log messages only at warning level and above, plus the 'newly initialized' info lines
+    res["load_output"]["logs"] = [r for r in rec["logs"] if r["level"] in ("WARNING", "ERROR", "CRITICAL")
+                                  or "initialized" in r["message"] or "MISSING" in r["message"]
+                                  or "missing" in r["message"].lower()]
+    if model is not None:
+        model.eval()
+        sd_rows, sd_tied = state_dict_record(model)
+        res["state_dict"] = sd_rows
+        res["state_dict_tied"] = sd_tied
+        res["meta_tensors"] = [n for n, t in list(model.named_parameters()) + list(model.named_buffers())
+                               if t.device.type == "meta"]
+        try:
+            emb = model.get_input_embeddings().weight
+            out = model.get_output_embeddings()
+            res["input_embedding_device"] = emb.device.type
+            if out is not None:
+                res["output_embedding_is_input_embedding"] = out.weight is emb
+                res["output_embedding_shares_storage"] = (
+                    out.weight.device.type != "meta" and emb.device.type != "meta"
+                    and out.weight.untyped_storage().data_ptr() == emb.untyped_storage().data_ptr())
+        except Exception as e:
+            res["embedding_check_error"] = f"{type(e).__name__}: {e}"
+        try:
+            res["logits"] = logits_record(forward_logits(model))
+        except Exception as e:
+            res["forward_error"] = {"type": type(e).__name__, "message": str(e)}
+        if save_to is not None:
+            with capture() as rec2:
+                model.save_pretrained(str(save_to), safe_serialization=safe) if safe is not None \
+                    else model.save_pretrained(str(save_to))
+            res["save_output"] = {"logs": [r for r in rec2["logs"] if r["level"] != "INFO"],
+                                  "warnings": rec2["warnings"]}
+            res["saved_files"] = sorted(p.name for p in Path(save_to).iterdir())
+            res["saved_tensors"] = []
+            for p in sorted(Path(save_to).glob("*.safetensors")):
+                res["saved_tensors"] += [t["name"] for t in describe_safetensors(p)["tensors"]]
+    return scrub(res, d)
+
+
+def run_tf5(jobs):
+    """Runs probe() jobs in the tf5 venv. jobs: list of dicts (probe kwargs)."""
+    with tempfile.TemporaryDirectory() as t:
+        jf = Path(t) / "job.json"
+        of = Path(t) / "out.json"
+        jf.write_text(json.dumps(jobs))
+        subprocess.run([TF5_PY, __file__, "_tf5", str(jf), str(of)], check=True)
+        return json.loads(of.read_text())
+
+
+def tf5_main(jf, of):
+    jobs = json.loads(Path(jf).read_text())
+    results = []
+    for j in jobs:
+        kind = j.pop("kind", "probe")
+        if kind == "probe":
+            results.append(probe(**j))
+        elif kind == "versions":
+            results.append(versions())
+        elif kind == "mlx_moe_global_scale":
+            results.append(mlx_moe_global_scale(**j))
+    Path(of).write_text(json.dumps(results))
+
+
+# ---------------------------------------------------------------- tiny models
+
+def train_tokenizer(vocab_size=256):
+    """A tiny BPE tokenizer trained locally, wrapped as a transformers fast tokenizer."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers, decoders
+    from transformers import PreTrainedTokenizerFast
+    corpus = [
+        "the quick brown fox jumps over the lazy dog",
+        "tensorfile reads and writes safetensors files for models",
+        "a tiny random llama model has two layers and a small vocabulary",
+        "mixture of experts models route each token to two of four experts",
+        "quantized weights are packed into unsigned thirty two bit integers",
+        "hello world, this is a test of the tokenizer training code.",
+    ] * 20
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.decoder = decoders.BPEDecoder()
+    tr = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<unk>", "<s>", "</s>"], show_progress=False)
+    tok.train_from_iterator(corpus, tr)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
+
+
+def cfg_common(vocab=256, hidden=64, layers=2, heads=4, kv=2, inter=128):
+    return dict(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+                num_key_value_heads=kv, intermediate_size=inter, max_position_embeddings=128,
+                bos_token_id=1, eos_token_id=2)
+
+
+def make_config(arch, **over):
+    import transformers as T
+    c = cfg_common()
+    if arch == "llama":
+        cfg = T.LlamaConfig(**c, tie_word_embeddings=False)
+        cls = "LlamaForCausalLM"
+    elif arch == "llama_tied":
+        cfg = T.LlamaConfig(**c, tie_word_embeddings=True)
+        cls = "LlamaForCausalLM"
+    elif arch == "mistral":
+        cfg = T.MistralConfig(**c, head_dim=16, sliding_window=None, tie_word_embeddings=False)
+        cls = "MistralForCausalLM"
+    elif arch == "qwen2":
+        cfg = T.Qwen2Config(**c, tie_word_embeddings=False)
+        cls = "Qwen2ForCausalLM"
+    elif arch == "qwen2_tied":
+        cfg = T.Qwen2Config(**c, tie_word_embeddings=True)
+        cls = "Qwen2ForCausalLM"
+    elif arch == "qwen3":
+        cfg = T.Qwen3Config(**c, head_dim=16, tie_word_embeddings=True)
+        cls = "Qwen3ForCausalLM"
+    elif arch == "gemma":
+        cfg = T.GemmaConfig(**c, head_dim=16, pad_token_id=0)
+        cls = "GemmaForCausalLM"
+    elif arch == "phi3":
+        cfg = T.Phi3Config(**c, pad_token_id=0, tie_word_embeddings=False)
+        cls = "Phi3ForCausalLM"
+    elif arch == "mixtral":
+        c["intermediate_size"] = 64
+        cfg = T.MixtralConfig(**c, num_local_experts=4, num_experts_per_tok=2, tie_word_embeddings=False)
+        cls = "MixtralForCausalLM"
+    elif arch == "qwen2_moe":
+        c["intermediate_size"] = 64
+        cfg = T.Qwen2MoeConfig(**c, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64,
+                               shared_expert_intermediate_size=64, decoder_sparse_step=1, tie_word_embeddings=False)
+        cls = "Qwen2MoeForCausalLM"
+    elif arch == "qwen3_moe":
+        c["intermediate_size"] = 64
+        cfg = T.Qwen3MoeConfig(**c, head_dim=16, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64,
+                               decoder_sparse_step=1, tie_word_embeddings=False)
+        cls = "Qwen3MoeForCausalLM"
+    elif arch == "gpt2":
+        cfg = T.GPT2Config(vocab_size=256, n_positions=64, n_embd=64, n_layer=2, n_head=4,
+                           bos_token_id=1, eos_token_id=2)
+        cls = "GPT2LMHeadModel"
+    elif arch == "bert_mlm":
+        cfg = T.BertConfig(vocab_size=256, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                           intermediate_size=128, max_position_embeddings=64, type_vocab_size=2, pad_token_id=0)
+        cls = "BertForMaskedLM"
+    elif arch == "bert":
+        cfg = T.BertConfig(vocab_size=256, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                           intermediate_size=128, max_position_embeddings=64, type_vocab_size=2, pad_token_id=0)
+        cls = "BertModel"
+    elif arch == "t5":
+        cfg = T.T5Config(vocab_size=256, d_model=64, d_kv=16, d_ff=128, num_layers=2, num_decoder_layers=2,
+                         num_heads=4, relative_attention_num_buckets=8, relative_attention_max_distance=16,
+                         decoder_start_token_id=0, pad_token_id=0, eos_token_id=2)
+        cls = "T5ForConditionalGeneration"
+    else:
+        raise ValueError(arch)
+    for k, v in over.items():
+        setattr(cfg, k, v)
+    return cfg, cls
+
+
+def make_model(arch, seed, dtype="float32", **over):
+    import torch
+    import transformers
+    cfg, cls = make_config(arch, **over)
+    torch.manual_seed(seed)
+    model = getattr(transformers, cls)(cfg)
+    if dtype != "float32":
+        model = model.to(getattr(torch, dtype))
+    model.eval()
+    return model, cls
+
+
+# ---------------------------------------------------------------- group: mlx_quant (issue 16)
+
+EDGE_ROWS = [
+    "0: normal(0, 1)",
+    "1: cols 0-127 all 0 (constant zero groups), cols 128-255 all 0.75 (constant non-zero groups)",
+    "2: normal(0, 0.01) with one outlier of +-40 at col 7 of every 32-col block (sign alternates by block)",
+    "3: near the dtype's float limit L (65504 for F16, 3e38 for F32/BF16): cols 0-63 uniform(-L, L) with "
+    "col0 = L, col1 = -L; cols 64-127 uniform(L/2, L); cols 128-191 uniform(-L, -L/2); "
+    "cols 192-255 normal(0,1) with col 200 = L",
+    "4: tiny values: cols 0-127 random sign x 10^uniform(log10(min subnormal), log10(min normal)) "
+    "(subnormals of the dtype); cols 128-255 cycle of [0, -0, +min_subnormal, -min_subnormal, "
+    "+min_normal, -min_normal, 1e-3, -1e-3]",
+    "5: mixed signs: (-1)^col x uniform(0.1, 1), with -0.0 at cols 16, 48, 80",
+    "6: cols 0-127 all -2.5 (constant negative), cols 128-255 5.0 + normal(0, 1e-3) (narrow range, offset)",
+    "7: normal(0, 0.1) with a single outlier per 128-col group: col 5 = 25.0, col 133 = -25.0",
+]
+
+LIMITS = {"float32": (3e38, 1.401298464324817e-45, 1.1754943508222875e-38),
+          "float16": (65504.0, 5.960464477539063e-08, 6.103515625e-05),
+          "bfloat16": (3e38, 9.183549615799121e-41, 1.1754943508222875e-38)}
+
+
+def edge_matrix(dtype, seed=16):
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    L, sub, nor = LIMITS[dtype]
+    m = np.zeros((8, 256), dtype=np.float64)
+    m[0] = rng.normal(0, 1, 256)
+    m[1, :128] = 0.0
+    m[1, 128:] = 0.75
+    m[2] = rng.normal(0, 0.01, 256)
+    for b in range(8):
+        m[2, b * 32 + 7] = 40.0 if b % 2 == 0 else -40.0
+    m[3, :64] = rng.uniform(-L, L, 64)
+    m[3, 0], m[3, 1] = L, -L
+    m[3, 64:128] = rng.uniform(L / 2, L, 64)
+    m[3, 128:192] = rng.uniform(-L, -L / 2, 64)
+    m[3, 192:] = rng.normal(0, 1, 64)
+    m[3, 200] = L
+    m[4, :128] = rng.choice([-1.0, 1.0], 128) * 10 ** rng.uniform(np.log10(sub), np.log10(nor), 128)
+    cyc = [0.0, -0.0, sub, -sub, nor, -nor, 1e-3, -1e-3]
+    m[4, 128:] = [cyc[i % 8] for i in range(128)]
+    m[5] = np.array([(-1) ** i for i in range(256)]) * rng.uniform(0.1, 1.0, 256)
+    m[5, [16, 48, 80]] = -0.0
+    m[6, :128] = -2.5
+    m[6, 128:] = 5.0 + rng.normal(0, 1e-3, 128)
+    m[7] = rng.normal(0, 0.1, 256)
+    m[7, 5], m[7, 133] = 25.0, -25.0
+    return m
+
+
+def mx_bytes(a):
+    import mlx.core as mx
+    import numpy as np
+    if a.dtype == mx.bfloat16:
+        return np.array(a.view(mx.uint16)).tobytes()
+    return np.array(a).tobytes()
+
+
+def mx_desc(name, a):
+    return {"name": name, "dtype": str(a.dtype).replace("mlx.core.", ""), "shape": list(a.shape),
+            "sha256": sha256(mx_bytes(a))}
+
+
+def group_mlx_quant():
+    import mlx.core as mx
+    import numpy as np
+    d = OUT / "mlx_quant"
+    shutil.rmtree(d, ignore_errors=True)
+    d.mkdir(parents=True)
+    combos = [("affine", b, g) for b in (2, 3, 4, 5, 6, 8) for g in (32, 64, 128)]
+    combos += [("mxfp4", 4, 32), ("mxfp8", 8, 32), ("nvfp4", 4, 16)]
+    dtypes = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}
+    short = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
+    files = []
+    for mode, bits, gs in combos:
+        for gscale in ([False, True] if mode == "nvfp4" else [False]):
+            fname = f"{mode}_b{bits}_g{gs}{'_global_scale' if gscale else ''}.safetensors"
+            arrays, entries = {}, []
+            for dn, dt in dtypes.items():
+                w = mx.array(edge_matrix(dn).astype(np.float32)).astype(dt)
+                p = short[dn]
+                kw = {}
+                if gscale:
+                    # as mlx-lm 0.32 does for experts (switch_layers._quantize_experts): max |w| as float32
+                    kw["global_scale"] = mx.max(mx.abs(w)).astype(mx.float32)
+                q = mx.quantize(w, group_size=gs, bits=bits, mode=mode, **kw)
+                wq, scales = q[0], q[1]
+                biases = q[2] if len(q) > 2 else None
+                deq = mx.dequantize(wq, scales, biases, group_size=gs, bits=bits, mode=mode, **kw)
+                deq32 = mx.dequantize(wq, scales, biases, group_size=gs, bits=bits, mode=mode,
+                                      dtype=mx.float32, **kw)
+                out = {f"{p}.original": w, f"{p}.weight": wq, f"{p}.scales": scales}
+                if biases is not None:
+                    out[f"{p}.biases"] = biases
+                if gscale:
+                    out[f"{p}.global_scale"] = kw["global_scale"]
+                out[f"{p}.dequantized"] = deq
+                out[f"{p}.dequantized_f32"] = deq32
+                mx.eval(out)
+                arrays.update(out)
+                entries.append({
+                    "input_dtype": dn, "mode": mode, "bits": bits, "group_size": gs,
+                    "global_scale": gscale,
+                    "tensors": {k.split(".", 1)[1]: mx_desc(k, v) for k, v in out.items()},
+                    "dequantize_default_dtype": str(deq.dtype).replace("mlx.core.", ""),
+                    "nan_in_dequantized": bool(mx.any(mx.isnan(deq32)).item()),
+                    "inf_in_dequantized": bool(mx.any(mx.isinf(deq32)).item()),
+                })
+            mx.save_safetensors(str(d / fname), arrays)
+            files.append({"file": fname, "entries": entries, "layout": describe_safetensors(d / fname)})
+    write_json(d / "manifest.json", {
+        "about": "mx.quantize outputs for every mode/bits/group size and input dtype (F32, F16, BF16), "
+                 "saved with mx.save_safetensors (no metadata). Each file holds, per input dtype prefix "
+                 "(f32., f16., bf16.): original (the input, in that dtype), weight (U32 packed), scales, "
+                 "biases (affine only), global_scale (the nvfp4 *_global_scale files only: max |w| as F32 "
+                 "scalar, passed to both quantize and dequantize), dequantized (mx.dequantize with dtype "
+                 "left to MLX: the scales' dtype for affine, bfloat16 for mx/nv modes) and dequantized_f32 "
+                 "(mx.dequantize(..., dtype=float32)). Matrix 8 x 256, rows as in 'rows'.",
+        "versions": versions(),
+        "rows": EDGE_ROWS,
+        "made_by": "scripts/make_real_fixtures.py mlx_quant",
+        "files": files})
+
+
+# ---------------------------------------------------------------- main
+
+def main():
+    group = sys.argv[1] if len(sys.argv) > 1 else "all"
+    if group == "_tf5":
+        return tf5_main(sys.argv[2], sys.argv[3])
+    import importlib
+    groups = ["mlx_quant", "checkpoint", "tied_bin", "sharded", "hf", "mlx_lm"]
+    todo = groups if group == "all" else [group]
+    for g in todo:
+        print("==", g, flush=True)
+        globals()["group_" + g]()
+
+
+if __name__ == "__main__":
+    main()
