@@ -331,8 +331,11 @@ def probe(d, cls_name, save_to=None, safe=True):
             res["forward_error"] = {"type": type(e).__name__, "message": str(e)}
         if save_to is not None:
             with capture() as rec2:
-                model.save_pretrained(str(save_to), safe_serialization=safe) if safe is not None \
-                    else model.save_pretrained(str(save_to))
+                try:
+                    model.save_pretrained(str(save_to), safe_serialization=safe)
+                except TypeError as e:
+                    res["save_note"] = f"save_pretrained(safe_serialization=...) refused ({e}); saved with defaults"
+                    model.save_pretrained(str(save_to))
             res["save_output"] = {"logs": [r for r in rec2["logs"] if r["level"] != "INFO"],
                                   "warnings": rec2["warnings"]}
             res["saved_files"] = sorted(p.name for p in Path(save_to).iterdir())
@@ -394,9 +397,12 @@ def cfg_common(vocab=256, hidden=64, layers=2, heads=4, kv=2, inter=128):
                 bos_token_id=1, eos_token_id=2)
 
 
-def make_config(arch, **over):
+def make_config(arch, small=False, **over):
+    """small=True: hidden 32 (the tied_bin group, which keeps four copies of each model)."""
     import transformers as T
-    c = cfg_common()
+    H = 32 if small else 64
+    c = cfg_common(hidden=H, inter=2 * H)
+    hd = H // 4
     if arch == "llama":
         cfg = T.LlamaConfig(**c, tie_word_embeddings=False)
         cls = "LlamaForCausalLM"
@@ -404,7 +410,7 @@ def make_config(arch, **over):
         cfg = T.LlamaConfig(**c, tie_word_embeddings=True)
         cls = "LlamaForCausalLM"
     elif arch == "mistral":
-        cfg = T.MistralConfig(**c, head_dim=16, sliding_window=None, tie_word_embeddings=False)
+        cfg = T.MistralConfig(**c, head_dim=hd, sliding_window=None, tie_word_embeddings=False)
         cls = "MistralForCausalLM"
     elif arch == "qwen2":
         cfg = T.Qwen2Config(**c, tie_word_embeddings=False)
@@ -413,42 +419,42 @@ def make_config(arch, **over):
         cfg = T.Qwen2Config(**c, tie_word_embeddings=True)
         cls = "Qwen2ForCausalLM"
     elif arch == "qwen3":
-        cfg = T.Qwen3Config(**c, head_dim=16, tie_word_embeddings=True)
+        cfg = T.Qwen3Config(**c, head_dim=hd, tie_word_embeddings=True)
         cls = "Qwen3ForCausalLM"
     elif arch == "gemma":
-        cfg = T.GemmaConfig(**c, head_dim=16, pad_token_id=0)
+        cfg = T.GemmaConfig(**c, head_dim=hd, pad_token_id=0)
         cls = "GemmaForCausalLM"
     elif arch == "phi3":
         cfg = T.Phi3Config(**c, pad_token_id=0, tie_word_embeddings=False)
         cls = "Phi3ForCausalLM"
     elif arch == "mixtral":
-        c["intermediate_size"] = 64
+        c["intermediate_size"] = H
         cfg = T.MixtralConfig(**c, num_local_experts=4, num_experts_per_tok=2, tie_word_embeddings=False)
         cls = "MixtralForCausalLM"
     elif arch == "qwen2_moe":
-        c["intermediate_size"] = 64
-        cfg = T.Qwen2MoeConfig(**c, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64,
-                               shared_expert_intermediate_size=64, decoder_sparse_step=1, tie_word_embeddings=False)
+        c["intermediate_size"] = H
+        cfg = T.Qwen2MoeConfig(**c, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=H,
+                               shared_expert_intermediate_size=H, decoder_sparse_step=1, tie_word_embeddings=False)
         cls = "Qwen2MoeForCausalLM"
     elif arch == "qwen3_moe":
-        c["intermediate_size"] = 64
-        cfg = T.Qwen3MoeConfig(**c, head_dim=16, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64,
+        c["intermediate_size"] = H
+        cfg = T.Qwen3MoeConfig(**c, head_dim=hd, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=H,
                                decoder_sparse_step=1, tie_word_embeddings=False)
         cls = "Qwen3MoeForCausalLM"
     elif arch == "gpt2":
-        cfg = T.GPT2Config(vocab_size=256, n_positions=64, n_embd=64, n_layer=2, n_head=4,
+        cfg = T.GPT2Config(vocab_size=256, n_positions=64, n_embd=H, n_layer=2, n_head=4,
                            bos_token_id=1, eos_token_id=2)
         cls = "GPT2LMHeadModel"
     elif arch == "bert_mlm":
-        cfg = T.BertConfig(vocab_size=256, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                           intermediate_size=128, max_position_embeddings=64, type_vocab_size=2, pad_token_id=0)
+        cfg = T.BertConfig(vocab_size=256, hidden_size=H, num_hidden_layers=2, num_attention_heads=4,
+                           intermediate_size=2 * H, max_position_embeddings=64, type_vocab_size=2, pad_token_id=0)
         cls = "BertForMaskedLM"
     elif arch == "bert":
-        cfg = T.BertConfig(vocab_size=256, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                           intermediate_size=128, max_position_embeddings=64, type_vocab_size=2, pad_token_id=0)
+        cfg = T.BertConfig(vocab_size=256, hidden_size=H, num_hidden_layers=2, num_attention_heads=4,
+                           intermediate_size=2 * H, max_position_embeddings=64, type_vocab_size=2, pad_token_id=0)
         cls = "BertModel"
     elif arch == "t5":
-        cfg = T.T5Config(vocab_size=256, d_model=64, d_kv=16, d_ff=128, num_layers=2, num_decoder_layers=2,
+        cfg = T.T5Config(vocab_size=256, d_model=H, d_kv=hd, d_ff=2 * H, num_layers=2, num_decoder_layers=2,
                          num_heads=4, relative_attention_num_buckets=8, relative_attention_max_distance=16,
                          decoder_start_token_id=0, pad_token_id=0, eos_token_id=2)
         cls = "T5ForConditionalGeneration"
@@ -459,10 +465,10 @@ def make_config(arch, **over):
     return cfg, cls
 
 
-def make_model(arch, seed, dtype="float32", **over):
+def make_model(arch, seed, dtype="float32", small=False, **over):
     import torch
     import transformers
-    cfg, cls = make_config(arch, **over)
+    cfg, cls = make_config(arch, small=small, **over)
     torch.manual_seed(seed)
     model = getattr(transformers, cls)(cfg)
     if dtype != "float32":
@@ -594,6 +600,185 @@ def group_mlx_quant():
         "rows": EDGE_ROWS,
         "made_by": "scripts/make_real_fixtures.py mlx_quant",
         "files": files})
+
+
+# ---------------------------------------------------------------- group: checkpoint (issue 15, item 4)
+
+def group_checkpoint():
+    import torch
+    from torch import nn
+    d = OUT / "checkpoint"
+    shutil.rmtree(d, ignore_errors=True)
+    d.mkdir(parents=True)
+    torch.manual_seed(4)
+    model = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 3))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x, y = torch.randn(6, 4), torch.randn(6, 3)
+    loss = ((model(x) - y) ** 2).mean()
+    loss.backward()
+    opt.step()
+    model.eval()
+    ckpt = {"model": model.state_dict(), "optimizer": opt.state_dict(), "epoch": 3, "lr": 1e-3}
+    path = d / "legacy_train_checkpoint.pt"
+    torch.save(ckpt, path, _use_new_zipfile_serialization=False)
+    desc = describe_bin(path)
+    model_rows = [dict(t, name=t["name"][len("model."):]) for t in desc["tensors"] if t["name"].startswith("model.")]
+    used = {t["storage_key"] for t in model_rows}
+    write_json(d / "manifest.json", {
+        "about": "A training checkpoint in torch's legacy (non-zip) format: torch.save({'model': state_dict, "
+                 "'optimizer': Adam state after one step, 'epoch': 3, 'lr': 1e-3}, _use_new_zipfile_serialization="
+                 "False). The model subtree uses only some of the file's storages (the optimizer's exp_avg, "
+                 "exp_avg_sq and step tensors are storages of their own). Legacy storage keys are the storages' "
+                 "memory addresses (str of an int), and the raw storages follow in the order of "
+                 "storage_keys_in_file_order (torch sorts the key strings), not pickle order; so re-running the "
+                 "generator gives other keys and another file sha256.",
+        "versions": versions(),
+        "made_by": "scripts/make_real_fixtures.py checkpoint: nn.Sequential(Linear(4,8), BatchNorm1d(8), ReLU(), "
+                   "Linear(8,3)), seed 4, one Adam step (lr 1e-3) on a random batch of 6, then eval()",
+        "files": {
+            path.name: {
+                "file": desc,
+                "non_tensor_values": {"epoch": 3, "lr": 1e-3,
+                                      "optimizer.param_groups": json.loads(json.dumps(
+                                          opt.state_dict()["param_groups"], default=str))},
+                "expected_key_model": {
+                    "about": "what `--key model` must give: the model subtree's tensors, names relative to it",
+                    "tensors": model_rows,
+                    "storage_keys_used": sorted(used, key=int),
+                    "storage_keys_unused": [s["key"] for s in desc["storages_in_pickle_order"]
+                                            if s["key"] not in used],
+                },
+            }
+        }})
+
+
+# ---------------------------------------------------------------- group: tied_bin (issue 15, item 2)
+
+def summarize(res, ref_logits=None):
+    """The parts of a probe() result a manifest keeps."""
+    out = {k: res[k] for k in ("transformers", "class", "loaded", "error", "meta_tensors", "input_embedding_device",
+                               "output_embedding_is_input_embedding", "output_embedding_shares_storage",
+                               "forward_error", "saved_files", "saved_tensors", "save_note", "state_dict_tied")
+           if k in res}
+    lo = res.get("load_output", {})
+    out["load_messages"] = [f"{r['level']} {r['logger']}: {r['message']}" for r in lo.get("logs", [])]
+    out["load_warnings"] = lo.get("warnings", [])
+    if lo.get("stderr"):
+        out["load_stderr"] = lo["stderr"]
+    if lo.get("stdout"):
+        out["load_stdout"] = lo["stdout"]
+    if "save_output" in res:
+        out["save_messages"] = [f"{r['level']} {r['logger']}: {r['message']}" for r in res["save_output"]["logs"]]
+        out["save_warnings"] = res["save_output"]["warnings"]
+    if "logits" in res:
+        out["logits_sha256_f32"] = res["logits"]["sha256_f32"]
+        if ref_logits is not None:
+            out["logits_equal_original"] = res["logits"]["sha256_f32"] == ref_logits["sha256_f32"]
+            a = [struct.unpack(">f", bytes.fromhex(h))[0] for h in res["logits"]["f32_hex"]]
+            b = [struct.unpack(">f", bytes.fromhex(h))[0] for h in ref_logits["f32_hex"]]
+            out["logits_max_abs_diff"] = max(abs(x - y) for x, y in zip(a, b)) if len(a) == len(b) else None
+    return out
+
+
+TIED_MODELS = [("llama", "llama_tied", 21), ("qwen2", "qwen2_tied", 22), ("gpt2", "gpt2", 23),
+               ("t5", "t5", 24), ("bert_mlm", "bert_mlm", 25)]
+
+
+def rewrite_st(src, dst, rename=None, drop=()):
+    """Rewrites a safetensors file with safetensors.torch.save_file, renaming or dropping tensors."""
+    from safetensors.torch import load_file, save_file
+    sd = load_file(str(src))
+    out = {}
+    for k, v in sd.items():
+        if k in drop:
+            continue
+        out[(rename or {}).get(k, k)] = v
+    save_file(out, str(dst), metadata={"format": "pt"})
+
+
+def group_tied_bin():
+    import transformers
+    d = OUT / "tied_bin"
+    shutil.rmtree(d, ignore_errors=True)
+    d.mkdir(parents=True)
+    models, jobs, local = {}, [], {}
+    for name, arch, seed in TIED_MODELS:
+        model, cls = make_model(arch, seed, small=True)
+        sd_rows, sd_tied = state_dict_record(model)
+        logits = logits_record(forward_logits(model))
+        md = d / name
+        with capture() as r1:
+            model.save_pretrained(str(md / "bin"), safe_serialization=False)
+        with capture() as r2:
+            model.save_pretrained(str(md / "safetensors"), safe_serialization=True)
+        entry = {"arch": arch, "class": cls, "seed": seed,
+                 "tie_word_embeddings": model.config.tie_word_embeddings,
+                 "_tied_weights_keys": getattr(model, "_tied_weights_keys", None),
+                 "state_dict": sd_rows, "state_dict_tied_groups": sd_tied,
+                 "logits": logits,
+                 "save_messages_4.57": [m["message"] for m in r1["logs"] + r2["logs"] if m["level"] != "INFO"]
+                 + r1["warnings"] + r2["warnings"]}
+        models[name] = entry
+        jobs.append({"d": str(md / "bin"), "cls_name": cls, "save_to": str(md / "safetensors_tf5")})
+        jobs.append({"d": str(md / "safetensors"), "cls_name": cls})
+        local[name] = [probe(md / "bin", cls), probe(md / "safetensors", cls)]
+        if name in ("llama", "qwen2"):
+            # the tied weight stored under lm_head.weight only / under the embedding only
+            lo = md / "lm_head_only"
+            lo.mkdir()
+            shutil.copy(md / "safetensors" / "config.json", lo / "config.json")
+            emb = {"llama": "model.embed_tokens.weight", "qwen2": "model.embed_tokens.weight"}[name]
+            rewrite_st(md / "safetensors" / "model.safetensors", lo / "model.safetensors",
+                       rename={emb: "lm_head.weight"})
+            jobs.append({"d": str(lo), "cls_name": cls})
+            local[name].append(probe(lo, cls))
+    tf5 = run_tf5(jobs + [{"kind": "versions"}])
+    tf5_versions = tf5.pop()
+    it = iter(tf5)
+    for name, arch, seed in TIED_MODELS:
+        e = models[name]
+        md = d / name
+        ref = e["logits"]
+        bin_desc, st_desc, st5_desc = (describe_dir(md / x) for x in ("bin", "safetensors", "safetensors_tf5"))
+        e["dirs"] = {"bin": bin_desc, "safetensors": st_desc, "safetensors_tf5": st5_desc}
+        a, b = st_desc["safetensors"][0], st5_desc["safetensors"][0]
+        if a["sha256"] == b["sha256"]:
+            (md / "safetensors_tf5" / "model.safetensors").unlink()
+            e["dirs"]["safetensors_tf5"]["note"] = ("model.safetensors written by transformers 5 had the same bytes "
+                                                    "(sha256) as safetensors/model.safetensors, so it is not kept")
+        pickle_groups = bin_desc["bin"][0]["tied_groups"]
+        e["tied_names_in_pickle_order"] = pickle_groups
+        st_names = {t["name"] for f in st_desc["safetensors"] for t in f["tensors"]}
+        st5_names = {t["name"] for f in st5_desc.get("safetensors", []) for t in f["tensors"]}
+        e["kept_on_safetensors_save"] = {
+            "transformers_4.57": [[n for n in g if n in st_names] for g in pickle_groups],
+            "transformers_5": [[n for n in g if n in st5_names] for g in pickle_groups]}
+        p5_bin, p5_st = next(it), next(it)
+        e["reload"] = {
+            "transformers_4.57": {"bin": summarize(local[name][0], ref), "safetensors": summarize(local[name][1], ref)},
+            "transformers_5": {"bin_then_save_safetensors": summarize(p5_bin, ref),
+                               "safetensors": summarize(p5_st, ref)}}
+        if name in ("llama", "qwen2"):
+            e["dirs"]["lm_head_only"] = describe_dir(md / "lm_head_only")
+            e["tied_weight_under_lm_head_only"] = {
+                "about": "safetensors/model.safetensors rewritten (safetensors.torch.save_file) with "
+                         "model.embed_tokens.weight renamed to lm_head.weight; config.json unchanged (tied)",
+                "transformers_4.57": summarize(local[name][2], ref),
+                "transformers_5": summarize(next(it), ref)}
+            e["tied_weight_under_embedding_only"] = {
+                "about": "that is the safetensors/ directory as transformers 4.57 writes it: see reload.*.safetensors"}
+    write_json(d / "manifest.json", {
+        "about": "Tiny random-init models with tied weights, saved by transformers 4.57 save_pretrained as "
+                 "pytorch_model.bin (safe_serialization=False, bin/) and as model.safetensors (safetensors/); "
+                 "safetensors_tf5/ is the bin/ directory loaded and saved again by transformers 5 "
+                 "(save_pretrained). Per model: the state_dict names, every name under which a tied storage "
+                 "appears in the pickle in pickle order (tied_names_in_pickle_order), the name each "
+                 "transformers version keeps in safetensors, the logits of the original model on token ids "
+                 "[1,2,3,4,5] (T5: the same ids as decoder_input_ids), and what each version does when "
+                 "it loads the files again (logits_equal_original compares float32 bits).",
+        "versions": {"tools": versions(), "tf5": tf5_versions},
+        "made_by": "scripts/make_real_fixtures.py tied_bin",
+        "models": models})
 
 
 # ---------------------------------------------------------------- main
