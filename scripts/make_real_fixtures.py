@@ -781,6 +781,90 @@ def group_tied_bin():
         "models": models})
 
 
+# ---------------------------------------------------------------- group: sharded (issue 15, item 3)
+
+def group_sharded():
+    import torch
+    import diffusers
+    d = OUT / "sharded"
+    shutil.rmtree(d, ignore_errors=True)
+    d.mkdir(parents=True)
+    man = {"about": "Sharded and diffusers sets. llama_tied_bin/: a tied Llama (hidden 64, F32) saved by "
+                    "transformers 4.57 save_pretrained(safe_serialization=False, max_shard_size='100KB'): "
+                    "pytorch_model-0000K-of-0000N.bin + pytorch_model.bin.index.json. unet_*: a tiny "
+                    "random-init diffusers UNet2DModel saved as diffusion_pytorch_model.safetensors, as "
+                    "diffusion_pytorch_model.bin, and sharded (max_shard_size='50KB').",
+           "versions": versions(), "made_by": "scripts/make_real_fixtures.py sharded", "sets": {}}
+    # tied llama, sharded .bin
+    model, cls = make_model("llama_tied", 31)
+    sd_rows, sd_tied = state_dict_record(model)
+    ld = d / "llama_tied_bin"
+    with capture() as r:
+        model.save_pretrained(str(ld), safe_serialization=False, max_shard_size="100KB")
+    desc = describe_dir(ld)
+    index = desc["index"]["pytorch_model.bin.index.json"]
+    where = {}
+    for b in desc["bin"]:
+        for t in b["tensors"]:
+            where.setdefault(t["name"], []).append(b["file"])
+    man["sets"]["llama_tied_bin"] = {
+        "class": cls, "state_dict": sd_rows, "state_dict_tied_groups": sd_tied,
+        "logits": logits_record(forward_logits(model)),
+        "dir": desc,
+        "tied_weights_placement": {
+            "about": "for each tied group of the state_dict: the shard(s) holding each name (from the pickles) "
+                     "and what the index's weight_map says",
+            "groups": [{n: {"in_shards": where.get(n, []), "index_says": index["weight_map"].get(n)} for n in g}
+                       for g in sd_tied]},
+        "save_messages": [m["message"] for m in r["logs"] if m["level"] != "INFO"] + r["warnings"],
+        "reload_transformers_4.57": summarize(probe(ld, cls), None)}
+    # diffusers UNet
+    torch.manual_seed(32)
+    unet = diffusers.UNet2DModel(sample_size=8, in_channels=3, out_channels=3, layers_per_block=1,
+                                 block_out_channels=(8, 16), norm_num_groups=4,
+                                 down_block_types=("DownBlock2D", "AttnDownBlock2D"),
+                                 up_block_types=("AttnUpBlock2D", "UpBlock2D"))
+    unet.eval()
+    sd_rows, sd_tied = state_dict_record(unet)
+    torch.manual_seed(0)
+    sample = torch.randn(1, 3, 8, 8)
+    with torch.no_grad():
+        out = unet(sample, timestep=10).sample
+    outs = {}
+    for sub, kw in [("unet_safetensors", {"safe_serialization": True}),
+                    ("unet_bin", {"safe_serialization": False}),
+                    ("unet_sharded_safetensors", {"safe_serialization": True, "max_shard_size": "50KB"})]:
+        with capture() as r:
+            try:
+                unet.save_pretrained(str(d / sub), **kw)
+                err = None
+            except Exception as e:
+                err = f"{type(e).__name__}: {e}"
+        entry = {"save_pretrained_kwargs": kw, "error": err,
+                 "save_messages": [m["message"] for m in r["logs"] if m["level"] != "INFO"] + r["warnings"]}
+        if err is None:
+            entry["dir"] = describe_dir(d / sub)
+            with capture() as r2:
+                back = diffusers.UNet2DModel.from_pretrained(str(d / sub))
+            with torch.no_grad():
+                o2 = back.eval()(sample, timestep=10).sample
+            sa, sb = unet.state_dict(), back.state_dict()
+            entry["reload_state_dict_equal"] = sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+            # the same weights can give outputs that differ in the last bits (CPU kernels, memory alignment)
+            entry["reload_output_max_abs_diff"] = float((o2 - out).abs().max())
+            entry["reload_messages"] = scrub([m["message"] for m in r2["logs"] if m["level"] != "INFO"]
+                                             + r2["warnings"], d / sub)
+        outs[sub] = entry
+    man["sets"]["unet"] = {
+        "class": "diffusers.UNet2DModel",
+        "config": json.loads((d / "unet_safetensors" / "config.json").read_text()),
+        "state_dict": sd_rows, "state_dict_tied_groups": sd_tied,
+        "forward": {"about": "unet(sample, timestep=10).sample, sample = torch.randn(1,3,8,8) after "
+                             "torch.manual_seed(0); float32 bits", **logits_record(out), "input_ids": None},
+        "saves": outs}
+    write_json(d / "manifest.json", man)
+
+
 # ---------------------------------------------------------------- main
 
 def main():
