@@ -865,6 +865,122 @@ def group_sharded():
     write_json(d / "manifest.json", man)
 
 
+# ---------------------------------------------------------------- group: hf (issue 15, item 5)
+
+HF_ARCHS = [("llama", 51), ("mistral", 52), ("qwen2", 53), ("qwen3", 54), ("gemma", 55), ("phi3", 56),
+            ("gpt2", 57), ("bert", 58), ("t5", 59), ("mixtral", 60), ("qwen2_moe", 61), ("qwen3_moe", 62)]
+
+SHAPE_KEYS = ["vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+              "num_key_value_heads", "head_dim", "tie_word_embeddings", "attention_bias", "mlp_bias",
+              "num_local_experts", "num_experts", "num_experts_per_tok", "moe_intermediate_size",
+              "shared_expert_intermediate_size", "decoder_sparse_step", "mlp_only_layers",
+              "n_embd", "n_layer", "n_head", "n_positions", "n_inner", "max_position_embeddings",
+              "type_vocab_size", "d_model", "d_kv", "d_ff", "num_layers", "num_decoder_layers", "num_heads",
+              "relative_attention_num_buckets", "is_gated_act", "feed_forward_proj"]
+
+
+def names_shapes(rows):
+    return {r["name"]: r["shape"] for r in rows}
+
+
+def group_hf():
+    d = OUT / "hf"
+    shutil.rmtree(d, ignore_errors=True)
+    d.mkdir(parents=True)
+    models, jobs, local = {}, [], {}
+    tmp = Path(tempfile.mkdtemp())
+    for arch, seed in HF_ARCHS:
+        model, cls = make_model(arch, seed, dtype="bfloat16")
+        sd_rows, sd_tied = state_dict_record(model)
+        md = d / arch
+        with capture() as r:
+            model.save_pretrained(str(md), safe_serialization=True)
+        cfg = json.loads((md / "config.json").read_text())
+        desc = describe_dir(md)
+        file_names = {t["name"] for f in desc["safetensors"] for t in f["tensors"]}
+        models[arch] = {
+            "class": cls, "seed": seed,
+            "config_keys_for_shapes": {k: cfg[k] for k in SHAPE_KEYS if k in cfg},
+            "tied": bool(sd_tied), "tie_word_embeddings": cfg.get("tie_word_embeddings"),
+            "state_dict": sd_rows, "state_dict_tied_groups": sd_tied,
+            "state_dict_names_not_in_file": [x["name"] for x in sd_rows if x["name"] not in file_names],
+            "dir": desc,
+            "save_messages": [m["message"] for m in r["logs"] if m["level"] != "INFO"] + r["warnings"],
+        }
+        local[arch] = probe(md, cls)
+        jobs.append({"d": str(md), "cls_name": cls, "save_to": str(tmp / arch)})
+    # broken copies
+    broken = {}
+    bd = OUT / "hf_broken"
+    shutil.rmtree(bd, ignore_errors=True)
+    bd.mkdir(parents=True)
+    for arch in ("llama", "qwen2"):
+        cls = models[arch]["class"]
+        h = bd / f"{arch}_hidden_mismatch"
+        h.mkdir()
+        cfg = json.loads((d / arch / "config.json").read_text())
+        cfg["hidden_size"] = 48
+        (h / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+        shutil.copy(d / arch / "model.safetensors", h / "model.safetensors")
+        m = bd / f"{arch}_missing_down_proj"
+        m.mkdir()
+        shutil.copy(d / arch / "config.json", m / "config.json")
+        rewrite_st(d / arch / "model.safetensors", m / "model.safetensors",
+                   drop={"model.layers.1.mlp.down_proj.weight"})
+        broken[h.name] = {"from": f"hf/{arch}", "change": "config.json hidden_size 64 -> 48 (rewritten with "
+                          "json.dumps(indent=2, sort_keys=True)); model.safetensors unchanged",
+                          "dir": describe_dir(h), "transformers_4.57": summarize(probe(h, cls))}
+        broken[m.name] = {"from": f"hf/{arch}", "change": "model.layers.1.mlp.down_proj.weight removed "
+                          "(safetensors.torch.save_file, metadata format=pt); config.json unchanged",
+                          "dir": describe_dir(m), "transformers_4.57": summarize(probe(m, cls))}
+        jobs.append({"d": str(h), "cls_name": cls})
+        jobs.append({"d": str(m), "cls_name": cls})
+    tf5 = run_tf5(jobs + [{"kind": "versions"}])
+    tf5_versions = tf5.pop()
+    it = iter(tf5)
+    for arch, seed in HF_ARCHS:
+        e = models[arch]
+        p5 = next(it)
+        e["reload"] = {"transformers_4.57": summarize(local[arch], local[arch].get("logits")),
+                       "transformers_5": summarize(p5, local[arch].get("logits"))}
+        s457 = names_shapes(e["state_dict"])
+        s5 = names_shapes(p5.get("state_dict", []))
+        file_names = [t["name"] for f in e["dir"]["safetensors"] for t in f["tensors"]]
+        e["transformers_5"] = {
+            "state_dict_same_names_and_shapes": s457 == s5,
+            "saved_tensor_names_same": sorted(p5.get("saved_tensors", [])) == sorted(file_names),
+        }
+        if s457 != s5:
+            e["transformers_5"]["state_dict"] = p5.get("state_dict")
+        if sorted(p5.get("saved_tensors", [])) != sorted(file_names):
+            keep = OUT / "hf_tf5" / arch
+            shutil.rmtree(keep, ignore_errors=True)
+            keep.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copytree(tmp / arch, keep)
+            e["transformers_5"]["saved_dir"] = describe_dir(keep)
+    for arch in ("llama", "qwen2"):
+        broken[f"{arch}_hidden_mismatch"]["transformers_5"] = summarize(next(it))
+        broken[f"{arch}_missing_down_proj"]["transformers_5"] = summarize(next(it))
+    shutil.rmtree(tmp)
+    write_json(d / "manifest.json", {
+        "about": "Tiny random-init Hugging Face directories (config.json, generation_config.json where written, "
+                 "model.safetensors) saved by transformers 4.57 save_pretrained from a BF16 model "
+                 "(hidden 64, 2 layers, vocab 256; MoE: 4 experts, top 2). Per architecture: the config keys that "
+                 "determine the tensor shapes, the state_dict (names, dtypes, shapes; tied names share storage), "
+                 "which state_dict names the file omits, the file as a reader sees it, and what transformers 4.57 "
+                 "and 5 do when loading it (transformers_5: whether 5.x sees the same state_dict and writes the "
+                 "same names on save_pretrained; where it does not, its saved directory is in ../hf_tf5/<arch>/).",
+        "versions": {"tools": versions(), "tf5": tf5_versions},
+        "made_by": "scripts/make_real_fixtures.py hf",
+        "models": models})
+    write_json(bd / "manifest.json", {
+        "about": "Broken copies of hf/llama and hf/qwen2, and what transformers 4.57 and 5 say when loading them "
+                 "(from_pretrained; the directory path is replaced by <dir>).",
+        "versions": {"tools": versions(), "tf5": tf5_versions},
+        "made_by": "scripts/make_real_fixtures.py hf",
+        "dirs": broken})
+
+
 # ---------------------------------------------------------------- main
 
 def main():
