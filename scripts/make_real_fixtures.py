@@ -365,6 +365,7 @@ def tf5_main(jf, of):
         elif kind == "versions":
             results.append(versions())
         elif kind == "mlx_moe_global_scale":
+            j.pop("kind", None)
             results.append(mlx_moe_global_scale(**j))
     Path(of).write_text(json.dumps(results))
 
@@ -979,6 +980,169 @@ def group_hf():
         "versions": {"tools": versions(), "tf5": tf5_versions},
         "made_by": "scripts/make_real_fixtures.py hf",
         "dirs": broken})
+
+
+# ---------------------------------------------------------------- group: mlx_lm (issue 15 item 1, 5; issue 16 item 7)
+
+def mx_hex(a):
+    import mlx.core as mx
+    import numpy as np
+    f = np.array(a.astype(mx.float32)).astype("<f4")
+    return {"input_ids": INPUT_IDS, "shape": list(f.shape), "source_dtype": str(a.dtype).replace("mlx.core.", ""),
+            "sha256_f32": sha256(f.tobytes()), "f32_hex": f32_hex(f.flatten().tolist())}
+
+
+def mlx_dir_record(d):
+    """An mlx-lm model directory: files, safetensors layout, index, config's quantization block, the
+    dequantized weight of every quantized layer (per expert for 3-D switch_mlp stacks), and the logits
+    of mlx_lm.load(d) on INPUT_IDS."""
+    import mlx.core as mx
+    import mlx_lm
+    d = Path(d)
+    rec = describe_dir(d)
+    rec.pop("dir", None)
+    cfg = json.loads((d / "config.json").read_text())
+    rec["config"] = cfg
+    idx = json.loads((d / "model.safetensors.index.json").read_text())
+    rec["index_points_only_to"] = sorted(set(idx["weight_map"].values()))
+    st_names = [t["name"] for f in rec["safetensors"] for t in f["tensors"]]
+    rec["index_weight_map_equals_file_tensors"] = sorted(idx["weight_map"]) == sorted(st_names)
+    rec["index_weight_map_sorted"] = list(idx["weight_map"]) == sorted(idx["weight_map"])
+    q = cfg.get("quantization")
+    deq = []
+    if q is not None:
+        w = {}
+        for f in sorted(d.glob("*.safetensors")):
+            w.update(mx.load(str(f)))
+        for k in sorted(w):
+            if not k.endswith(".scales"):
+                continue
+            base = k[: -len(".scales")]
+            p = q.get(base) if isinstance(q.get(base), dict) else q
+            gs, bits, mode = p["group_size"], p["bits"], p.get("mode", "affine")
+            wq, sc, bi, g = w[base + ".weight"], w[k], w.get(base + ".biases"), w.get(base + ".global_scale")
+            if g is not None and g.ndim == 1 and wq.ndim == 3:
+                parts = [mx.dequantize(wq[e], sc[e], None, group_size=gs, bits=bits, mode=mode, global_scale=g[e])
+                         for e in range(wq.shape[0])]
+                full = mx.stack(parts)
+            else:
+                kw = {"global_scale": g} if g is not None else {}
+                full = mx.dequantize(wq, sc, bi, group_size=gs, bits=bits, mode=mode, **kw)
+                parts = [full[e] for e in range(full.shape[0])] if wq.ndim == 3 else None
+            mx.eval(full)
+            r = {"layer": base, "mode": mode, "bits": bits, "group_size": gs,
+                 "weight": {"dtype": str(wq.dtype).replace("mlx.core.", ""), "shape": list(wq.shape)},
+                 "scales": {"dtype": str(sc.dtype).replace("mlx.core.", ""), "shape": list(sc.shape)},
+                 "biases": None if bi is None else {"dtype": str(bi.dtype).replace("mlx.core.", ""),
+                                                    "shape": list(bi.shape)},
+                 "global_scale": None if g is None else {"dtype": str(g.dtype).replace("mlx.core.", ""),
+                                                         "shape": list(g.shape),
+                                                         "f32_hex": f32_hex(g.astype(mx.float32).tolist()
+                                                                            if g.ndim else [g.item()])},
+                 "dequantized": mx_desc("dequantized", full)}
+            if parts is not None:
+                r["dequantized_per_expert_sha256"] = [sha256(mx_bytes(x)) for x in parts]
+            deq.append(r)
+    rec["quantized_layers"] = deq
+    model, _ = mlx_lm.load(str(d))
+    try:
+        logits = model(mx.array([INPUT_IDS]))
+        mx.eval(logits)
+        rec["logits"] = mx_hex(logits)
+    except Exception as e:
+        # MLX's CPU gather_mm (the float switch_mlp path) takes float32 only
+        rec["forward_error"] = f"{type(e).__name__}: {e}"
+        from mlx.utils import tree_map
+        model.update(tree_map(lambda a: a.astype(mx.float32) if mx.issubdtype(a.dtype, mx.floating) else a,
+                              model.parameters()))
+        try:
+            logits = model(mx.array([INPUT_IDS]))
+            mx.eval(logits)
+        except Exception as e2:
+            rec["forward_error_after_float32_cast"] = f"{type(e2).__name__}: {e2}"
+            return rec
+        rec["logits_after_float32_cast"] = dict(mx_hex(logits), about=(
+            "forward failed as loaded (forward_error); these are the logits after casting every floating "
+            "parameter (BF16 weights, scales, biases: exact) to float32 in memory"))
+    return rec
+
+
+def mlx_moe_global_scale(src, dst, llama_src, llama_ref_sha):
+    """(tf5 venv, mlx-lm 0.32) nvfp4 with one global scale per expert, and a plain 4-bit llama convert
+    compared with the one mlx-lm 0.29 wrote."""
+    import mlx_lm
+    from mlx_lm.utils import load, quantize_model, save
+    from mlx_lm import convert
+    model, tok, config = load(src, return_config=True, lazy=True)
+    with capture() as r:
+        model, config = quantize_model(model, config, 16, 4, mode="nvfp4", global_scale=True)
+        save(dst, src, model, tok, config)
+    out = {"mlx_lm": mlx_lm.__version__, "record": mlx_dir_record(dst), "stdout": r["stdout"]}
+    with tempfile.TemporaryDirectory() as t:
+        with capture():
+            convert(llama_src, str(Path(t) / "q"), quantize=True, q_group_size=64, q_bits=4)
+        out["llama_q4_same_model_safetensors"] = sha256((Path(t) / "q" / "model.safetensors").read_bytes()) == \
+            llama_ref_sha
+        out["llama_q4_files"] = sorted(p.name for p in (Path(t) / "q").iterdir())
+        out["llama_q4_config"] = json.loads((Path(t) / "q" / "config.json").read_text())
+    return out
+
+
+def group_mlx_lm():
+    from mlx_lm import convert
+    d = OUT / "mlx_lm"
+    shutil.rmtree(d, ignore_errors=True)
+    d.mkdir(parents=True)
+    tmp = Path(tempfile.mkdtemp())
+    tok = train_tokenizer()
+    srcs = {}
+    for arch, seed in [("llama", 51), ("mixtral", 60)]:
+        model, cls = make_model(arch, seed, dtype="bfloat16")
+        src = tmp / f"hf_{arch}"
+        model.save_pretrained(str(src), safe_serialization=True)
+        tok.save_pretrained(str(src))
+        srcs[arch] = {"path": src, "sha": sha256((src / "model.safetensors").read_bytes())}
+    made = {}
+    plan = [("llama_bf16", "llama", {}),
+            ("llama_q4", "llama", {"quantize": True, "q_group_size": 64, "q_bits": 4}),
+            ("mixtral_bf16", "mixtral", {}),
+            ("mixtral_q4", "mixtral", {"quantize": True, "q_group_size": 64, "q_bits": 4}),
+            ("mixtral_nvfp4", "mixtral", {"quantize": True, "q_group_size": 16, "q_bits": 4, "q_mode": "nvfp4"})]
+    for name, arch, kw in plan:
+        with capture() as r:
+            convert(str(srcs[arch]["path"]), str(d / name), **kw)
+        rec = mlx_dir_record(d / name)
+        rec.update({"source": f"hf/{arch} (the same bytes: made again from the same seed; "
+                              f"sha256 {srcs[arch]['sha']})", "mlx_lm_call": f"mlx_lm.convert(hf_path, mlx_path, **{kw})",
+                    "convert_stdout": r["stdout"]})
+        made[name] = rec
+    ref = sha256((d / "llama_q4" / "model.safetensors").read_bytes())
+    g = run_tf5([{"kind": "mlx_moe_global_scale", "src": str(srcs["mixtral"]["path"]),
+                  "dst": str(d / "mixtral_nvfp4_global_scale"), "llama_src": str(srcs["llama"]["path"]),
+                  "llama_ref_sha": ref}, {"kind": "versions"}])
+    gs, tf5_versions = g
+    made["mixtral_nvfp4_global_scale"] = dict(gs["record"], source="hf/mixtral", mlx_lm_call=(
+        "mlx-lm %s: model, tok, config = mlx_lm.utils.load(src, return_config=True, lazy=True); "
+        "quantize_model(model, config, 16, 4, mode='nvfp4', global_scale=True); "
+        "mlx_lm.utils.save(dst, src, model, tok, config)" % gs["mlx_lm"]), convert_stdout=gs["stdout"])
+    hf_ok = {a: (OUT / "hf" / a / "model.safetensors").exists() and
+             sha256((OUT / "hf" / a / "model.safetensors").read_bytes()) == srcs[a]["sha"] for a in srcs}
+    shutil.rmtree(tmp)
+    write_json(d / "manifest.json", {
+        "about": "mlx-lm model directories converted from the tiny BF16 Llama and Mixtral of ../hf/ (with a BPE "
+                 "tokenizer trained locally, vocab 256, added to the source directory as mlx_lm.convert needs one). "
+                 "mlx-lm 0.29.1 (the version that installs beside transformers 4.57) wrote all but "
+                 "mixtral_nvfp4_global_scale, written by mlx-lm 0.32 (tf5 venv), which stores one F32 "
+                 "global_scale per expert stack. Per directory: files, each safetensors file as a reader sees "
+                 "it, the index, config.json (with its quantization block), every quantized layer's "
+                 "mx.dequantize output (sha256; per expert for 3-D switch_mlp stacks), and the logits of "
+                 "mlx_lm.load(dir) on token ids [1,2,3,4,5].",
+        "versions": {"tools": versions(), "tf5": tf5_versions},
+        "made_by": "scripts/make_real_fixtures.py mlx_lm",
+        "source_equals_hf_fixture": hf_ok,
+        "mlx_lm_0.32_llama_q4": {"same_model_safetensors_bytes_as_llama_q4": gs["llama_q4_same_model_safetensors"],
+                                 "files": gs["llama_q4_files"], "config": gs["llama_q4_config"]},
+        "dirs": made})
 
 
 # ---------------------------------------------------------------- main
