@@ -294,6 +294,7 @@ def probe(d, cls_name, save_to=None, safe=True):
     transformers.logging.set_verbosity_info()
     cls = getattr(transformers, cls_name)
     res = {"transformers": transformers.__version__, "class": cls_name, "loaded": False}
+    torch.manual_seed(0)  # newly initialized (missing) weights are then the same on every run
     with capture() as rec:
         try:
             model = cls.from_pretrained(str(d))
@@ -351,7 +352,9 @@ def run_tf5(jobs):
         jf = Path(t) / "job.json"
         of = Path(t) / "out.json"
         jf.write_text(json.dumps(jobs))
-        subprocess.run([TF5_PY, __file__, "_tf5", str(jf), str(of)], check=True)
+        # a fixed hash seed: transformers 5's load report lists keys in set order
+        subprocess.run([TF5_PY, __file__, "_tf5", str(jf), str(of)], check=True,
+                       env=dict(os.environ, PYTHONHASHSEED="0"))
         return json.loads(of.read_text())
 
 
@@ -655,6 +658,14 @@ def group_checkpoint():
 
 # ---------------------------------------------------------------- group: tied_bin (issue 15, item 2)
 
+def strip_progress(text):
+    """Drops tqdm progress bars ('\\r...it/s]'), whose timings change from run to run."""
+    import re
+    text = re.sub(r"[^\r\n]*\d+it/s\]", "", text)
+    text = re.sub(r"[^\r\n]*\?it/s\]", "", text)
+    return text.replace("\r", "").strip()
+
+
 def summarize(res, ref_logits=None):
     """The parts of a probe() result a manifest keeps."""
     out = {k: res[k] for k in ("transformers", "class", "loaded", "error", "meta_tensors", "input_embedding_device",
@@ -664,8 +675,9 @@ def summarize(res, ref_logits=None):
     lo = res.get("load_output", {})
     out["load_messages"] = [f"{r['level']} {r['logger']}: {r['message']}" for r in lo.get("logs", [])]
     out["load_warnings"] = lo.get("warnings", [])
-    if lo.get("stderr"):
-        out["load_stderr"] = lo["stderr"]
+    err = strip_progress(lo.get("stderr", ""))
+    if err:
+        out["load_stderr"] = err
     if lo.get("stdout"):
         out["load_stdout"] = lo["stdout"]
     if "save_output" in res:
