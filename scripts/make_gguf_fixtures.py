@@ -792,6 +792,205 @@ def step_files() -> None:
     save_manifest("files", files)
 
 
+# --------------------------------------------------------------------------
+# 4: a tiny random Llama, llama.cpp's converter, logits
+# --------------------------------------------------------------------------
+
+PROMPT_IDS = [0, 17, 42, 99, 150, 7, 280, 33, 64, 5, 199, 260, 1, 123, 298, 2]
+SAMPLE_TEXT = "the quick llama reads 42 tensors, then the small model writes them."
+
+
+def tokenizer_corpus() -> list[str]:
+    rng = np.random.default_rng(11)
+    words = ("the a small quick brown llama model reads writes tensor tensors file files byte bytes "
+             "weight weights layer layers head heads token tokens then and of to in is was safe "
+             "numpy gguf quant block scale zero one two three 42 7 2026").split()
+    lines = []
+    for _ in range(2000):
+        n = int(rng.integers(4, 12))
+        w = [words[int(i)] for i in rng.integers(0, len(words), n)]
+        lines.append(" ".join(w) + rng.choice([".", ",", "!", "?", ""]))
+    return lines
+
+
+def train_tokenizer(d: Path) -> dict:
+    from tokenizers import Tokenizer, models, pre_tokenizers, decoders, trainers, processors
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<s>", "</s>", "<pad>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(tokenizer_corpus(), trainer=trainer)
+    tok.save(str(d / "tokenizer.json"))
+    (d / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>",
+        "pad_token": "<pad>", "model_max_length": 128, "clean_up_tokenization_spaces": False,
+    }, indent=1) + "\n")
+    j = json.loads((d / "tokenizer.json").read_text())
+    return {"vocab_size": tok.get_vocab_size(), "n_merges": len(j["model"]["merges"]),
+            "special_tokens": {"<s>": tok.token_to_id("<s>"), "</s>": tok.token_to_id("</s>"),
+                               "<pad>": tok.token_to_id("<pad>")},
+            "how": "tokenizers BpeTrainer(vocab_size=300), ByteLevel pre-tokenizer (GPT-2 regex), "
+                   "trained on 2000 generated lines (seed 11)"}
+
+
+def tools(*args) -> dict:
+    env = dict(os.environ)
+    shim = Path("/work/src/gguf-shim")
+    if args[0] == "load-gguf":
+        env["PYTHONPATH"] = str(shim)   # gguf (PyPI) for transformers, without touching the tools venv
+    p = subprocess.run([TOOLS_PY, str(Path(__file__).parent / "gguf_fixture_hf.py"), *map(str, args)],
+                       capture_output=True, text=True, env=env)
+    if p.returncode != 0:
+        raise RuntimeError(f"{args[0]} failed:\n{p.stderr[-4000:]}")
+    return {"result": json.loads(p.stdout.strip().splitlines()[-1]), "stderr": p.stderr}
+
+
+def permute_qk(w: np.ndarray, n_head: int) -> np.ndarray:
+    """The converter's LlamaModel.permute (conversion/llama.py), restated."""
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def gguf_arrays(path: Path) -> dict[str, tuple[str, np.ndarray, list[int]]]:
+    r = gguf.GGUFReader(path)
+    out = {}
+    for t in r.tensors:
+        raw = np.asarray(t.data)
+        dims = [int(x) for x in t.shape]
+        if t.tensor_type == T.F32:
+            a = raw.astype(np.float32).reshape(dims[::-1])
+        else:
+            a = gguf.quants.dequantize(raw.view(np.uint8).reshape(-1), t.tensor_type).reshape(dims[::-1])
+        out[t.name] = (t.tensor_type.name, a, dims)
+    return out
+
+
+def llama_cpp_logits(path: Path, ids, kv_f32: bool = False) -> np.ndarray:
+    import llama_cpp
+    kw = {"type_k": int(T.F32), "type_v": int(T.F32)} if kv_f32 else {}
+    llm = llama_cpp.Llama(model_path=str(path), n_ctx=64, n_batch=64, logits_all=True,
+                          n_threads=2, verbose=False, seed=0, **kw)
+    llm.eval(ids)
+    sc = np.array(llm.scores[:len(ids)], dtype=np.float32)
+    toks = llm.tokenize(SAMPLE_TEXT.encode(), add_bos=False, special=False)
+    llm.close()
+    return sc, toks
+
+
+def step_model() -> None:
+    mdir = OUT / "model"
+    hf = mdir / "hf_llama_tiny"
+    hf.mkdir(parents=True, exist_ok=True)
+    res = {"prompt_ids": PROMPT_IDS}
+    res["tokenizer"] = train_tokenizer(hf)
+    r = tools("make-model", hf)
+    res["hf"] = {"dir": rel(hf), "config": json.loads((hf / "config.json").read_text()),
+                 "written_by": f"transformers {r['result']['versions']['transformers']} save_pretrained "
+                               f"(torch {r['result']['versions']['torch']}), seed 20260301, all weights "
+                               "N(0, 0.08), norms 1 + N(0, 0.1)",
+                 "files": {f.name: {"size": f.stat().st_size, "sha256": sha256(f.read_bytes())}
+                           for f in sorted(hf.iterdir())}}
+    from safetensors.numpy import load_file
+    orig = load_file(str(hf / "model.safetensors"))
+    cfg = res["hf"]["config"]
+
+    ggufs = {}
+    for outtype in ("f32", "f16", "q8_0"):
+        out = mdir / f"llama_tiny-{outtype.upper()}.gguf"
+        r = tools("convert", hf, out, outtype)
+        ggufs[outtype.upper()] = out
+        res.setdefault("convert", {})[outtype] = {
+            "file": rel(out), "size": out.stat().st_size, "sha256": sha256(out.read_bytes()),
+            "command": f"convert_hf_to_gguf.py {rel(hf)} --outfile {out.name} --outtype {outtype}",
+            "pre_tokenizer": r["result"]["pre_tokenizer"], "gguf_py_used": r["result"]["gguf_py_used"],
+            "converter_log": [l for l in r["stderr"].splitlines() if "-->" in l or "WARNING" in l.upper()][:80],
+        }
+    # Q4_K_M with llama.cpp's quantizer (no importance matrix) from the F32 file
+    import llama_cpp
+    for label, ft, pure in (("Q4_K_M", llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_K_M, False),
+                            ("Q4_K_M_pure", llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_K_M, True)):
+        out = mdir / f"llama_tiny-{label}.gguf"
+        rc = llama_quantize(ggufs["F32"], out, ft, pure)
+        assert rc == 0, rc
+        ggufs[label] = out
+        res.setdefault("quantize", {})[label] = {
+            "file": rel(out), "size": out.stat().st_size, "sha256": sha256(out.read_bytes()),
+            "how": f"llama_model_quantize(F32 gguf, ftype={ftype_name(ft)}, pure={pure}, no imatrix)",
+            "tensor_types": {t.name: t.tensor_type.name for t in gguf.GGUFReader(out).tensors}}
+
+    # every GGUF: header, KVs (tokens/merges in full for F32 only), tensors
+    for label, path in ggufs.items():
+        d = parse_gguf(path)
+        if label != "F32":
+            f32kv = {kv["key"]: kv for kv in res["gguf"]["F32"]["kv"]}
+            d["kv_differing_from_F32"] = [kv for kv in d["kv"] if f32kv.get(kv["key"]) != kv]
+            d["kv_keys"] = [kv["key"] for kv in d["kv"]]
+            del d["kv"]
+        res.setdefault("gguf", {})[label] = d
+
+    # name mapping and permutation, found from the data
+    g32 = gguf_arrays(ggufs["F32"])
+    mapping = {}
+    n_head, n_kv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    for hn, ha in orig.items():
+        found = None
+        for gn, (gt, ga, dims) in g32.items():
+            if ga.shape != ha.shape:
+                continue
+            if np.array_equal(ga, ha):
+                found = {"gguf": gn, "transform": "none", "dims": dims}
+            elif hn.endswith("q_proj.weight") and np.array_equal(ga, permute_qk(ha, n_head)):
+                found = {"gguf": gn, "transform": f"permute(n_head={n_head})", "dims": dims}
+            elif hn.endswith("k_proj.weight") and np.array_equal(ga, permute_qk(ha, n_kv)):
+                found = {"gguf": gn, "transform": f"permute(n_head={n_kv}) (k uses n_head_kv)", "dims": dims}
+            if found:
+                break
+        mapping[hn] = found
+    res["name_mapping"] = mapping
+    res["unmapped_gguf_tensors"] = sorted(set(g32) - {m["gguf"] for m in mapping.values() if m})
+
+    # logits
+    ldir = mdir / "logits"
+    ldir.mkdir(exist_ok=True)
+    res["logits"] = {"prompt_ids": PROMPT_IDS, "shape": [len(PROMPT_IDS), cfg["vocab_size"]],
+                     "format": "raw little-endian f32, row-major [n_tokens, vocab]"}
+    runs = [("F32", "F32", False), ("F32_kv_f32", "F32", True), ("F16", "F16", False),
+            ("Q8_0", "Q8_0", False), ("Q4_K_M", "Q4_K_M", False)]
+    for label, g, kv_f32 in runs:
+        sc, toks = llama_cpp_logits(ggufs[g], PROMPT_IDS, kv_f32)
+        f = ldir / f"llama_cpp-{label}.f32"
+        f.write_bytes(sc.astype("<f4").tobytes())
+        res["logits"][f"llama_cpp_{label}"] = {
+            "file": rel(f), "sha256": sha256(f.read_bytes()), "gguf": rel(ggufs[g]),
+            "how": "llama_cpp.Llama(model_path, n_ctx=64, logits_all=True, n_threads=2"
+                   + (", type_k=F32, type_v=F32" if kv_f32 else "; default F16 KV cache") + ").eval(ids); .scores"}
+        res.setdefault("llama_cpp_tokenize", {})[label] = toks
+    r = tools("logits", hf, json.dumps(PROMPT_IDS))
+    hl = np.frombuffer(bytes.fromhex(r["result"]["logits"]), "<f4").reshape(len(PROMPT_IDS), -1)
+    f = ldir / "transformers.f32"
+    f.write_bytes(hl.astype("<f4").tobytes())
+    res["logits"]["transformers"] = {"file": rel(f), "sha256": sha256(f.read_bytes()),
+                                     "how": "LlamaForCausalLM.from_pretrained(hf dir, float32)(ids).logits"}
+    cmp = {}
+    for label, _, _ in runs:
+        a = np.frombuffer((OUT / res["logits"][f"llama_cpp_{label}"]["file"]).read_bytes(), "<f4").reshape(hl.shape)
+        cmp[label] = {"max_abs_diff_vs_transformers": float(np.abs(a - hl).max()),
+                      "argmax_equal_all_positions": bool((a.argmax(1) == hl.argmax(1)).all())}
+    res["logits"]["comparison"] = cmp
+    res["logits"]["logit_range_transformers"] = [float(hl.min()), float(hl.max())]
+    res["hf_tokenize"] = tools("tokenize", hf, SAMPLE_TEXT)["result"]
+    res["sample_text"] = SAMPLE_TEXT
+    # transformers reading the F32 GGUF
+    try:
+        res["transformers_gguf_file"] = tools("load-gguf", hf, ggufs["F32"])["result"]
+    except Exception as ex:  # noqa
+        res["transformers_gguf_file"] = {"ok": False, "error": str(ex)[-2000:]}
+    save_manifest("model", res)
+    print(json.dumps({k: res[k] for k in ("name_mapping", "unmapped_gguf_tensors")}, indent=1))
+    print(json.dumps(res["logits"]["comparison"], indent=1))
+
+
 def main():
     steps = sys.argv[1:] or ["all"]
     if "all" in steps:
