@@ -4,9 +4,10 @@
 Runs under a venv with torch + transformers (TOOLS_PY, default
 /work/venvs/tools/bin/python); prints one JSON object on its last stdout line.
 
-  make-model DIR                 random tiny Llama (seeded) saved by save_pretrained
+  make-model DIR [wide]          random tiny Llama (seeded) saved by save_pretrained
   convert DIR OUTFILE OUTTYPE    llama.cpp's convert_hf_to_gguf.py (see below)
   logits DIR IDS_JSON            transformers' logits for the token ids
+  gguf-logits GGUF IDS_JSON      transformers' logits from from_pretrained(gguf_file=GGUF)
   load-gguf DIR GGUF             transformers' from_pretrained(DIR, gguf_file=GGUF)
   tokenize DIR TEXT              the HF tokenizer's ids for TEXT
 
@@ -35,11 +36,15 @@ CONFIG = dict(
 )
 
 
-def make_model(d: Path):
+# rows of 256: the K-quants apply (the tiny model's rows of 64 make llama.cpp fall back)
+CONFIG_WIDE = dict(CONFIG, hidden_size=256, intermediate_size=256, num_hidden_layers=1)
+
+
+def make_model(d: Path, wide: bool = False):
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
     torch.manual_seed(20260301)
-    cfg = LlamaConfig(**CONFIG, torch_dtype="float32")
+    cfg = LlamaConfig(**(CONFIG_WIDE if wide else CONFIG), torch_dtype="float32")
     m = LlamaForCausalLM(cfg).eval()
     with torch.no_grad():
         for n, p in m.named_parameters():
@@ -86,6 +91,16 @@ def logits(d: Path, ids):
     return {"logits": out.numpy().astype("<f4").tobytes().hex(), "shape": list(out.shape)}
 
 
+def gguf_logits(g: Path, ids):
+    """transformers on a GGUF (it dequantizes with gguf-py and undoes the q/k permutation)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+    m = AutoModelForCausalLM.from_pretrained(g.parent, gguf_file=g.name, torch_dtype=torch.float32).eval()
+    with torch.no_grad():
+        out = m(torch.tensor([ids])).logits[0]
+    return {"logits": out.numpy().astype("<f4").tobytes().hex(), "shape": list(out.shape)}
+
+
 def load_gguf(d: Path, g: Path):
     import torch
     from safetensors.numpy import load_file
@@ -124,11 +139,13 @@ def tokenize(d: Path, text: str):
 def main():
     cmd, *a = sys.argv[1:]
     if cmd == "make-model":
-        r = make_model(Path(a[0]))
+        r = make_model(Path(a[0]), wide=len(a) > 1 and a[1] == "wide")
     elif cmd == "convert":
         r = convert(Path(a[0]), Path(a[1]), a[2])
     elif cmd == "logits":
         r = logits(Path(a[0]), json.loads(a[1]))
+    elif cmd == "gguf-logits":
+        r = gguf_logits(Path(a[0]), json.loads(a[1]))
     elif cmd == "load-gguf":
         r = load_gguf(Path(a[0]), Path(a[1]))
     elif cmd == "tokenize":

@@ -14,6 +14,7 @@ Usage:
   python scripts/make_gguf_fixtures.py quants   # 1 + 2: dequant / quant vectors
   python scripts/make_gguf_fixtures.py files    # 3: whole files by GGUFWriter
   python scripts/make_gguf_fixtures.py model    # 4: tiny Llama, converter, logits
+  python scripts/make_gguf_fixtures.py model_wide  # 4b: 256-wide Llama, real Q4_K_M
   python scripts/make_gguf_fixtures.py all
 
 Every step is deterministic (fixed seeds); every output is described in
@@ -838,7 +839,7 @@ def train_tokenizer(d: Path) -> dict:
 def tools(*args) -> dict:
     env = dict(os.environ)
     shim = Path("/work/src/gguf-shim")
-    if args[0] == "load-gguf":
+    if args[0] in ("load-gguf", "gguf-logits"):
         env["PYTHONPATH"] = str(shim)   # gguf (PyPI) for transformers, without touching the tools venv
     p = subprocess.run([TOOLS_PY, str(Path(__file__).parent / "gguf_fixture_hf.py"), *map(str, args)],
                        capture_output=True, text=True, env=env)
@@ -991,10 +992,76 @@ def step_model() -> None:
     print(json.dumps(res["logits"]["comparison"], indent=1))
 
 
+def step_model_wide() -> None:
+    """A 256-wide one-layer variant whose Q4_K_M file really holds K blocks.
+    Only the Q4_K_M GGUF and the logits are kept (the HF and F32 files are
+    regenerated in a temporary folder: about 2 MB)."""
+    import tempfile
+    import llama_cpp
+    mdir = OUT / "model"
+    ldir = mdir / "logits"
+    ldir.mkdir(parents=True, exist_ok=True)
+    res = {"prompt_ids": PROMPT_IDS}
+    with tempfile.TemporaryDirectory() as td:
+        hf = Path(td) / "hf_llama_wide256"
+        hf.mkdir()
+        train_tokenizer(hf)
+        tools("make-model", hf, "wide")
+        res["hf_config"] = json.loads((hf / "config.json").read_text())
+        res["hf_files_sha256"] = {f.name: sha256(f.read_bytes()) for f in sorted(hf.iterdir())}
+        f32 = Path(td) / "llama_wide256-F32.gguf"
+        tools("convert", hf, f32, "f32")
+        res["f32_gguf_sha256_not_kept"] = sha256(f32.read_bytes())
+        out = mdir / "llama_wide256-Q4_K_M.gguf"
+        assert llama_quantize(f32, out, llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_K_M, False) == 0
+        res["file"] = rel(out)
+        res["size"] = out.stat().st_size
+        res["sha256"] = sha256(out.read_bytes())
+        res["how"] = ("tokenizer as model/hf_llama_tiny, transformers LlamaForCausalLM (hidden 256, ffn 256, 1 layer, "
+                      "4 heads, 2 KV heads, vocab 300, same seed and init), convert_hf_to_gguf --outtype f32, "
+                      "llama_model_quantize MOSTLY_Q4_K_M without imatrix")
+        d = parse_gguf(out)
+        d["kv"] = [kv for kv in d["kv"] if not kv["key"].startswith("tokenizer.ggml.")] + \
+            [{"key": kv["key"], "type": kv["type"], "note": "as in model/llama_tiny-F32.gguf"}
+             for kv in d["kv"] if kv["key"].startswith("tokenizer.ggml.")]
+        res["gguf"] = d
+        runs = [("wide256-F32_kv_f32", f32, True), ("wide256-Q4_K_M", out, False),
+                ("wide256-Q4_K_M_kv_f32", out, True)]
+        hl = np.frombuffer(bytes.fromhex(tools("logits", hf, json.dumps(PROMPT_IDS))["result"]["logits"]), "<f4")
+        hl = hl.reshape(len(PROMPT_IDS), -1)
+        f = ldir / "transformers-wide256.f32"
+        f.write_bytes(hl.tobytes())
+        res["logits"] = {"transformers": {"file": rel(f), "sha256": sha256(f.read_bytes())}}
+        for label, path, kv in runs:
+            sc, _ = llama_cpp_logits(path, PROMPT_IDS, kv)
+            e = {"max_abs_diff_vs_transformers": float(np.abs(sc - hl).max()),
+                 "argmax_equal_positions": int((sc.argmax(1) == hl.argmax(1)).sum())}
+            if path == out:
+                f = ldir / f"llama_cpp-{label}.f32"
+                f.write_bytes(sc.astype("<f4").tobytes())
+                e.update({"file": rel(f), "sha256": sha256(f.read_bytes())})
+            res["logits"][f"llama_cpp_{label}"] = e
+    # transformers on the Q4_K_M file itself: the same (dequantized) weights as llama.cpp
+    r = tools("gguf-logits", out, json.dumps(PROMPT_IDS))
+    gl = np.frombuffer(bytes.fromhex(r["result"]["logits"]), "<f4").reshape(len(PROMPT_IDS), -1)
+    f = ldir / "transformers_from_gguf-wide256-Q4_K_M.f32"
+    f.write_bytes(gl.tobytes())
+    lq = np.frombuffer((OUT / res["logits"]["llama_cpp_wide256-Q4_K_M_kv_f32"]["file"]).read_bytes(), "<f4").reshape(gl.shape)
+    res["logits"]["transformers_from_gguf_Q4_K_M"] = {
+        "file": rel(f), "sha256": sha256(f.read_bytes()),
+        "how": "AutoModelForCausalLM.from_pretrained(model/, gguf_file=llama_wide256-Q4_K_M.gguf) (gguf-py dequantizes)",
+        "max_abs_diff_vs_llama_cpp_Q4_K_M_kv_f32": float(np.abs(gl - lq).max()),
+        "argmax_equal_positions_vs_llama_cpp": int((gl.argmax(1) == lq.argmax(1)).sum())}
+    res["logits"]["logit_range_transformers"] = [float(hl.min()), float(hl.max())]
+    save_manifest("model_wide", res)
+    print(json.dumps(res["logits"], indent=1))
+    print({t["name"]: t["ggml_type"] for t in res["gguf"]["tensors"]})
+
+
 def main():
     steps = sys.argv[1:] or ["all"]
     if "all" in steps:
-        steps = ["quants", "kquant_model", "files", "model"]
+        steps = ["quants", "kquant_model", "files", "model", "model_wide"]
     for s in steps:
         if s == "quants":
             step_quants(Ggml())
@@ -1004,6 +1071,8 @@ def main():
             step_files()
         elif s == "model":
             step_model()
+        elif s == "model_wide":
+            step_model_wide()
         else:
             raise SystemExit(f"unknown step {s}")
 
