@@ -14,7 +14,7 @@ use crate::reader::{agree, row, Reference, COLUMNS};
 use crate::report::{ratio, verdicts, Table, Verdict};
 use crate::{BenchError, Config};
 
-fn bench_err(what: &str) -> impl Fn(tensorfile::Error) -> BenchError + '_ {
+fn bench_err<E: std::fmt::Display>(what: &str) -> impl Fn(E) -> BenchError + '_ {
     move |e| BenchError(format!("{what}: {e}"))
 }
 

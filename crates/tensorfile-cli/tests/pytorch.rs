@@ -2,6 +2,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use tensorfile::Decode;
 
 use serde_json::Value;
 

@@ -4,6 +4,7 @@
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use tensorfile::Decode;
 
 use serde_json::Value;
 use tensorfile::{Dtype, Metadata, SafeTensors, TensorRef, WriteOptions};

@@ -101,7 +101,7 @@ impl From<tensorfile_pytorch::Error> for Failure {
             E::Zip(ZipError::Unsupported { .. }) | E::NotACheckpoint(_) | E::Refused { .. } => {
                 TL_EUNSUPPORTED
             }
-            E::Write(inner) => core_code(inner),
+            E::Write(inner) => inner.core().map_or(TL_EINVAL, core_code),
             // Malformed archives, storages and views.
             _ => TL_EFORMAT,
         };

@@ -139,7 +139,8 @@ pub fn convert_checkpoint(
                     .get(slot.name())
                     .ok_or_else(|| aborted(format!("no tensor {:?} to write", slot.name())))
             })
-            .collect::<tensorfile::Result<_>>()?;
+            .collect::<tensorfile::Result<_>>()
+            .map_err(tensorfile_core::Error::from)?;
         let next = AtomicUsize::new(0);
         let stop = AtomicBool::new(false);
         let (done, finished) = std::sync::mpsc::channel::<std::result::Result<usize, Failed>>();
@@ -191,10 +192,10 @@ pub fn convert_checkpoint(
             }
             match first {
                 None => Ok(()),
-                Some(Failed::Write(e)) => Err(e),
+                Some(Failed::Write(e)) => Err(e.into()),
                 Some(Failed::Load(name, e)) => {
                     failure = Some(*e);
-                    Err(aborted(format!("tensor {name:?} could not be read")))
+                    Err(aborted(format!("tensor {name:?} could not be read")).into())
                 }
             }
         })
@@ -254,7 +255,8 @@ fn write_tensor(
         for chunk in bytes.chunks(PIECE) {
             buf.clear();
             caster.push(chunk, buf).map_err(Failed::Write)?;
-            w.write(index, offset, buf).map_err(Failed::Write)?;
+            w.write(index, offset, buf)
+                .map_err(|e| Failed::Write(e.into()))?;
             offset += buf.len() as u64;
         }
         return caster.finish().map_err(Failed::Write);
@@ -274,20 +276,22 @@ fn write_tensor(
                         return Err(load(Error::Tensor { name, reason }));
                     }
                 };
-                w.write(index, offset, &buf[..n]).map_err(Failed::Write)?;
+                w.write(index, offset, &buf[..n])
+                    .map_err(|e| Failed::Write(e.into()))?;
                 offset += n as u64;
             }
         }
         None => {
             let bytes = t.bytes().map_err(load)?;
-            w.write(index, 0, &bytes).map_err(Failed::Write)
+            w.write(index, 0, &bytes)
+                .map_err(|e| Failed::Write(e.into()))
         }
     }
 }
 
 /// Stops the writer (which then removes its temporary file).
 fn aborted(why: String) -> tensorfile::Error {
-    tensorfile::Error::Stream(std::io::Error::other(why))
+    tensorfile::Error::from(std::io::Error::other(why))
 }
 
 /// The output's metadata: `"format": "pt"`, one `"removed": "kept"` entry

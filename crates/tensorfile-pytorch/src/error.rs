@@ -104,3 +104,9 @@ impl Error {
 
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl From<tensorfile_core::Error> for Error {
+    fn from(e: tensorfile_core::Error) -> Error {
+        Error::Write(e.into())
+    }
+}

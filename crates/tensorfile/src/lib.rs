@@ -22,44 +22,28 @@
 #![forbid(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
-#[cfg(target_endian = "big")]
-compile_error!("tensorfile assumes a little-endian host: safetensors data is little-endian and views are zero-copy");
+// The format core, under the same paths: `tensorfile::header`,
+// `tensorfile::SafeTensors`, ...
+pub use tensorfile_core::{
+    accept, atomic, dtype, file, header, parallel, plan, slice, source, view, writer,
+};
+pub use tensorfile_core::{
+    read_header, read_header_from, read_header_from_path, save, save_plan, save_positional,
+    save_streaming, serialize, serialize_with, Accept, Align, AtomicFile, ByteSource, Dtype,
+    DtypeSet, Element, FileSource, FileTensor, FormatError, Header, InMemory, MappedFile, Metadata,
+    Plan, PositionalWriter, ReadOptions, SafeTensors, SliceArg, SlicedView, StreamWriter,
+    TensorData, TensorInfo, TensorRef, TensorSlice, TensorSpec, TensorView, WriteError,
+    WriteOptions, DEFAULT_MAX_HEADER_LEN,
+};
 
-pub mod atomic;
 pub mod cast;
-pub mod dtype;
 pub mod error;
-pub mod file;
-pub mod header;
-mod json;
 pub mod model;
-mod parallel;
-pub mod plan;
 pub mod quant;
 pub mod reshard;
 pub mod shard;
-pub mod slice;
-pub mod source;
-pub mod view;
-pub mod writer;
 
-pub use atomic::{save, save_plan, save_positional, save_streaming, AtomicFile, PositionalWriter};
-pub use dtype::Dtype;
-pub use error::{Error, FormatError, Result, WriteError};
-pub use file::{read_header, read_header_from, read_header_from_path, FileTensor, SafeTensors};
-pub use header::{Contract, Header, ReadOptions, TensorInfo};
-pub use plan::Plan;
+pub use cast::Decode;
+pub use error::{Error, Result};
+pub use model::Contract;
 pub use shard::{ShardError, ShardedTensors};
-pub use slice::{SliceArg, SlicedView, TensorSlice};
-pub use source::{ByteSource, FileSource, InMemory, MappedFile};
-pub use view::{Element, TensorView};
-pub use writer::{
-    serialize, serialize_with, Align, StreamWriter, TensorData, TensorRef, TensorSpec, WriteOptions,
-};
-
-/// A file's metadata: string keys to string values, kept in ascending byte
-/// order of the keys (the order the canonical writer uses).
-pub type Metadata = std::collections::BTreeMap<String, String>;
-
-/// The default cap on the header length N: 100,000,000 bytes (reader rule 1).
-pub const DEFAULT_MAX_HEADER_LEN: u64 = 100_000_000;

@@ -185,10 +185,10 @@ fn write_file(
     for name in names {
         let t = by_name
             .get(name)
-            .ok_or_else(|| Error::NotFound(name.to_string()))?;
+            .ok_or_else(|| Error::not_found(name.to_string()))?;
         plan.copy(*t);
     }
-    save_plan(path, &plan, options, progress)
+    Ok(save_plan(path, &plan, options, progress)?)
 }
 
 /// Splits a set (a file, or any set [`ShardedTensors::open`] takes) into

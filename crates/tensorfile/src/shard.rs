@@ -537,7 +537,7 @@ impl TensorData for SetTensor<'_> {
         // A map that fails is not an error here: the bytes are then read.
         self.shard.lend(&self.info).ok().flatten()
     }
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> tensorfile_core::Result<()> {
         self.shard.file.read_at(&self.info, offset, buf)
     }
 }
@@ -699,7 +699,7 @@ impl ShardedTensors {
         for ((name, tensors), result) in wanted.into_iter().zip(read) {
             match result {
                 Ok(shard) => shards.push(shard),
-                Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                Err(e) if e.is_not_found_file() => {
                     return Err(ShardError::MissingShard {
                         shard: name.into(),
                         tensor: tensors.first().map(|t| t.to_string()).unwrap_or_default(),
@@ -709,7 +709,14 @@ impl ShardedTensors {
                 }
                 // Kept as is, so that "unsupported" stays distinct from
                 // "malformed" whichever way a set is opened.
-                Err(e) if matches!(e.detail(), Error::UnsupportedFormat { .. }) => return Err(e),
+                Err(e)
+                    if matches!(
+                        e.core(),
+                        Some(tensorfile_core::Error::UnsupportedFormat { .. })
+                    ) =>
+                {
+                    return Err(e)
+                }
                 Err(e) => {
                     return Err(ShardError::InvalidShard {
                         shard: name.into(),
@@ -872,7 +879,7 @@ impl ShardedTensors {
     fn find(&self, name: &str) -> Result<(&Shard, TensorInfo<'_>)> {
         let shard = self
             .shard_of(name)
-            .ok_or_else(|| Error::NotFound(name.to_string()))?;
+            .ok_or_else(|| Error::not_found(name.to_string()))?;
         let info = shard.file.info(name)?;
         Ok((shard, info))
     }
@@ -887,8 +894,8 @@ impl ShardedTensors {
     pub fn tensor(&self, name: &str) -> Result<TensorView<'_>> {
         let (shard, info) = self.find(name)?;
         match shard.lend(&info)? {
-            Some(bytes) => Ok(TensorView::new(info, bytes)),
-            None => Err(Error::Stream(std::io::Error::new(
+            Some(bytes) => Ok(TensorView::from_parts(info, bytes)?),
+            None => Err(Error::from(std::io::Error::new(
                 std::io::ErrorKind::Unsupported,
                 format!(
                     "tensor {name:?}: {} is read, not mapped: use read_tensor",
@@ -908,7 +915,7 @@ impl ShardedTensors {
         if let Some(bytes) = shard.lend(&info)? {
             return Ok(std::borrow::Cow::Borrowed(bytes));
         }
-        shard.file.read_tensor(&info)
+        Ok(shard.file.read_tensor(&info)?)
     }
 
     /// A slice of the tensor of that name, reading only the bytes it covers.
@@ -917,7 +924,9 @@ impl ShardedTensors {
     /// No such tensor, arguments that do not fit its shape, or a failed read.
     pub fn read_slice(&self, name: &str, args: &[crate::SliceArg]) -> Result<Vec<u8>> {
         let (shard, info) = self.find(name)?;
-        shard.file.read_slice(&crate::TensorSlice::new(info, args)?)
+        Ok(shard
+            .file
+            .read_slice(&crate::TensorSlice::new(info, args)?)?)
     }
 
     /// Every tensor as [`TensorData`], shard by shard, each in data order:

@@ -6,9 +6,10 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use tensorfile::{
-    save, save_streaming, serialize, Dtype, Error, Metadata, TensorRef, TensorSpec, WriteError,
+    save, save_streaming, serialize, Dtype, Metadata, TensorRef, TensorSpec, WriteError,
     WriteOptions,
 };
+use tensorfile_core::Error;
 
 const OLD: &[u8] = b"the old file, which must survive";
 

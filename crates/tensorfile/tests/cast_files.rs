@@ -2,6 +2,7 @@
 //! every float format.
 
 use std::path::{Path, PathBuf};
+use tensorfile::Decode;
 
 use tensorfile::cast::{self, cast_tensor, save_converted, CastError, CastOptions};
 use tensorfile::{Dtype, Error, SafeTensors, TensorView, WriteOptions};

@@ -184,7 +184,12 @@ fn missing_or_broken_files() {
         kinds(&check_dir(dir.path(), Contract::Any)),
         [(ProblemKind::MissingFile, "config.json".into())]
     );
-    assert!(matches!(ModelDir::open(dir.path()), Err(Error::Io { .. })));
+    assert!(matches!(
+        ModelDir::open(dir.path()).map_err(|e| e
+            .core()
+            .map(|c| matches!(c, tensorfile_core::Error::Io { .. }))),
+        Err(Some(true))
+    ));
 
     let dir = copy_model("bigram");
     fs::write(dir.path().join("config.json"), "[1, 2]").unwrap();
@@ -293,25 +298,28 @@ fn contract_v0_refuses_bf16() {
 
     // The reader option: a distinct error, not a format (rule) error.
     let path = dir.path().join("model.safetensors");
-    let options = ReadOptions::default().contract(Contract::V0);
+    let options = ReadOptions::default().accept(Contract::V0);
     for err in [
-        SafeTensors::open_with(&path, &options).unwrap_err(),
-        tensorfile::read_header_from_path(&path, &options).unwrap_err(),
+        Error::from(SafeTensors::open_with(&path, &options).unwrap_err()),
+        Error::from(tensorfile::read_header_from_path(&path, &options).unwrap_err()),
         ShardedTensors::open_with(dir.path(), &options).unwrap_err(),
     ] {
         assert!(
             matches!(
-                err.detail(),
-                Error::UnsupportedFormat {
+                err.core(),
+                Some(tensorfile_core::Error::UnsupportedFormat {
                     dtype: Dtype::BF16,
                     ..
-                }
+                })
             ),
             "{err}"
         );
         assert_eq!(err.rule(), None);
         assert!(
-            err.detail().to_string().starts_with("unsupported format"),
+            err.core()
+                .unwrap()
+                .to_string()
+                .starts_with("unsupported format"),
             "{err}"
         );
         assert!(err.to_string().contains("model.safetensors: "), "{err}");
@@ -596,10 +604,13 @@ fn sharded_model_directory() {
         &[T::new("model.norm.weight", Dtype::BF16, &[32])],
         &[],
     );
-    let v0 = ReadOptions::default().contract(Contract::V0);
+    let v0 = ReadOptions::default().accept(Contract::V0);
     let err = ShardedTensors::open_with(dir.path(), &v0).unwrap_err();
     assert!(
-        matches!(err.detail(), Error::UnsupportedFormat { .. }),
+        matches!(
+            err.core(),
+            Some(tensorfile_core::Error::UnsupportedFormat { .. })
+        ),
         "{err}"
     );
     assert_eq!(model.weights().shards().len(), 2);

@@ -3,6 +3,7 @@
 
 use std::fs;
 use std::path::Path;
+use tensorfile::Decode;
 
 use tensorfile::{ReadOptions, SafeTensors, SliceArg};
 

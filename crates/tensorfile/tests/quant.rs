@@ -2,6 +2,7 @@
 //! selection rules, and every bad input.
 
 use std::path::{Path, PathBuf};
+use tensorfile::Decode;
 
 use serde_json::Value;
 use tensorfile::quant::{

@@ -4,10 +4,12 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
+use tensorfile::Decode;
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use tensorfile::{Dtype, Error, ReadOptions, SafeTensors, TensorView};
+use tensorfile::{Dtype, ReadOptions, SafeTensors, TensorView};
+use tensorfile_core::Error;
 
 fn fixtures(dir: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

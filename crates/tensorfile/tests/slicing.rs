@@ -1,7 +1,8 @@
 //! Slicing, checked against a direct element-by-element model of NumPy
 //! semantics on the same tensors.
 
-use tensorfile::{Error, SafeTensors, SliceArg};
+use tensorfile::{SafeTensors, SliceArg};
+use tensorfile_core::Error;
 
 fn file_of(dtype: &str, shape: &[u64], data: &[u8]) -> SafeTensors {
     let shape_json = format!("{shape:?}").replace(' ', "");

@@ -340,7 +340,7 @@ proptest! {
         // (reader rule 2); the reference keeps the last one.
         let stricter = matches!(
             &ours,
-            Err(tensorfile::Error::Format(FormatError::DuplicateKey { .. }))
+            Err(tensorfile_core::Error::Format(FormatError::DuplicateKey { .. }))
         );
         if !stricter {
             prop_assert_eq!(

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use serde_json::json;
-use tensorfile::{read_header_from_path, Error, ReadOptions};
+use tensorfile::{read_header_from_path, ReadOptions};
 
 use super::{out, Failure};
 
@@ -43,7 +43,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
             out(json!({
                 "file": path,
                 "valid": error.is_none(),
-                "rule": error.as_ref().and_then(Error::rule),
+                "rule": error.as_ref().and_then(|e| e.rule()),
                 "error": error.as_ref().map(|e| super::one_line(e.detail() as &(dyn std::error::Error + 'static))),
                 "warnings": warnings,
             }));

@@ -67,11 +67,76 @@ mod packing;
 mod tensor;
 
 pub use file::{
-    converted_dtype, plan_targets, quant_companions, save_converted, ConvertSummary, Target,
+    convert_plan, converted_dtype, plan_targets, quant_companions, save_converted, ConvertSummary,
+    Target,
 };
 pub use tensor::{cast_tensor, TensorCast};
 
-use crate::Dtype;
+use crate::{Dtype, Error, Result, TensorView};
+
+/// Decoding a tensor's elements to `f32` or `f64`, for every real float
+/// dtype: methods on [`TensorView`] (bring the trait into scope, or use the
+/// crate root's re-export).
+///
+/// ```
+/// use tensorfile::{Decode, Dtype, SafeTensors, TensorRef};
+/// let bf16 = [0x80, 0x3F, 0x00, 0xC0]; // 1.0, -2.0
+/// let t = TensorRef { name: "w", dtype: Dtype::BF16, shape: &[2], data: &bf16 };
+/// let bytes = tensorfile::serialize([t], None)?;
+/// let file = SafeTensors::from_slice(&bytes)?;
+/// assert_eq!(file.tensor("w")?.to_f32_vec()?, [1.0, -2.0]);
+/// # Ok::<(), tensorfile::Error>(())
+/// ```
+pub trait Decode {
+    /// The elements decoded to `f32` (F64 rounds to nearest even; the
+    /// others are exact).
+    ///
+    /// # Errors
+    /// [`tensorfile_core::Error::UnsupportedDtype`] for integers, BOOL and C64.
+    fn to_f32_vec(&self) -> Result<Vec<f32>>;
+    /// The elements decoded to `f64`, exactly.
+    ///
+    /// # Errors
+    /// As [`Decode::to_f32_vec`].
+    fn to_f64_vec(&self) -> Result<Vec<f64>>;
+}
+
+impl Decode for TensorView<'_> {
+    fn to_f32_vec(&self) -> Result<Vec<f32>> {
+        if self.dtype() == Dtype::F32 {
+            return Ok(self.as_slice::<f32>()?.into_owned());
+        }
+        decodable(self, "decoding to f32")?;
+        decode_f32_vec(self.dtype(), self.data()).map_err(|source| Error::Cast {
+            tensor: self.name().to_string(),
+            source,
+        })
+    }
+
+    fn to_f64_vec(&self) -> Result<Vec<f64>> {
+        if self.dtype() == Dtype::F64 {
+            return Ok(self.as_slice::<f64>()?.into_owned());
+        }
+        decodable(self, "decoding to f64")?;
+        decode_f64_vec(self.dtype(), self.data()).map_err(|source| Error::Cast {
+            tensor: self.name().to_string(),
+            source,
+        })
+    }
+}
+
+/// Refuses what has no float decoding: integers, BOOL, C64.
+fn decodable(t: &TensorView<'_>, operation: &'static str) -> Result<()> {
+    if t.dtype().is_float() && t.dtype() != Dtype::C64 {
+        return Ok(());
+    }
+    Err(tensorfile_core::Error::UnsupportedDtype {
+        tensor: t.name().to_string(),
+        dtype: t.dtype(),
+        operation,
+    }
+    .into())
+}
 
 /// Options of a cast.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

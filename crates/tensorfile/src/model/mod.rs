@@ -17,6 +17,7 @@
 //! ```
 
 mod arch;
+mod contract;
 pub mod report;
 
 use std::collections::HashSet;
@@ -25,11 +26,12 @@ use std::path::{Path, PathBuf};
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
-use crate::header::{Contract, ReadOptions};
 use crate::shard::{ShardError, ShardedTensors};
+use crate::ReadOptions;
 
 pub use crate::quant::{logical_weight, LogicalWeight, QuantConfig, QuantParams, Storage};
 pub use arch::ARCHITECTURES;
+pub use contract::Contract;
 pub use report::{Problem, ProblemKind, Report, Severity};
 
 use arch::{DtypeRule, Plan};
@@ -155,7 +157,7 @@ pub fn check_dir(dir: impl AsRef<Path>, contract: Contract) -> Report {
     let config_path = dir.join(CONFIG_NAME);
     let config = match read_config(&config_path) {
         Ok(config) => Some(config),
-        Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+        Err(e) if e.is_not_found_file() => {
             report.push(Problem::error(
                 ProblemKind::MissingFile,
                 CONFIG_NAME,

@@ -482,17 +482,17 @@ pub fn quantize_plan<'a, T: TensorData>(
             Some(&QJob::Copy(i)) => {
                 let t = tensors
                     .get(i)
-                    .ok_or_else(|| Error::NotFound(spec.name.clone()))?;
+                    .ok_or_else(|| Error::not_found(spec.name.clone()))?;
                 plan.copy(t);
             }
             Some(&QJob::Quant { src, part }) => {
                 let out = plan.declare(spec.clone());
                 by_source
                     .get_mut(src)
-                    .ok_or_else(|| Error::NotFound(spec.name.clone()))?
+                    .ok_or_else(|| Error::not_found(spec.name.clone()))?
                     .push((out, part));
             }
-            None => return Err(Error::NotFound(spec.name.clone())),
+            None => return Err(Error::not_found(spec.name.clone())),
         }
     }
     let scheme = opts.scheme;
@@ -706,6 +706,7 @@ fn dequantize_into<'a, T: TensorData + 'a>(
             parts
                 .iter()
                 .try_for_each(|bytes| sink.write(out, (first_row * row_bytes) as u64, bytes))
+                .map_err(Error::from)
         },
     )
 }

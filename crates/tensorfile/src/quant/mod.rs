@@ -42,8 +42,8 @@ use std::str::FromStr;
 
 pub use config::{int4_group, QuantConfig, QUANTIZATION_KEY, QUANT_KEY};
 pub use file::{
-    dequantize_file, is_dequantize_dtype, quantize_file, DequantizeOptions, DequantizeSummary,
-    QuantizeOptions, QuantizeSummary,
+    dequantize_file, dequantize_plan, is_dequantize_dtype, quantize_file, quantize_plan,
+    DequantizeOptions, DequantizeSummary, QuantizeOptions, QuantizeSummary,
 };
 pub use layout::{logical_weight, quantized_weights, LayoutError, LogicalWeight, Storage};
 pub use rows::dequantize_weight;

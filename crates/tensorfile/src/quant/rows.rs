@@ -203,7 +203,7 @@ impl<'a, T: TensorData> RowSource<'a, T> {
                     QuantError::Layout("a part is shorter than its shape".into()),
                 ));
             }
-            part.bytes_at(at as u64, len, raw)
+            Ok(part.bytes_at(at as u64, len, raw)?)
         }
         let groups = self.scale_buf.len();
         let cols = self.cols;

@@ -81,13 +81,13 @@ impl InMemory for Backing {
 /// tensor it hands out is in bounds and has the right length.
 ///
 /// ```
-/// # fn main() -> tensorfile::Result<()> {
+/// # fn main() -> tensorfile_core::Result<()> {
 /// // A file made in memory (the format page's worked example).
 /// let data: Vec<u8> = [1f32, 2., 3., 4.].iter().flat_map(|x| x.to_le_bytes()).collect();
-/// let w = tensorfile::TensorRef { name: "w", dtype: tensorfile::Dtype::F32, shape: &[2, 2], data: &data };
-/// let bytes = tensorfile::serialize([w], None)?;
+/// let w = tensorfile_core::TensorRef { name: "w", dtype: tensorfile_core::Dtype::F32, shape: &[2, 2], data: &data };
+/// let bytes = tensorfile_core::serialize([w], None)?;
 ///
-/// let file = tensorfile::SafeTensors::from_slice(&bytes)?; // borrowed: no copy
+/// let file = tensorfile_core::SafeTensors::from_slice(&bytes)?; // borrowed: no copy
 /// let w = file.tensor("w")?;
 /// assert_eq!(w.shape(), &[2, 2]);
 /// assert_eq!(&*w.as_slice::<f32>()?, &[1.0, 2.0, 3.0, 4.0]);
@@ -594,7 +594,7 @@ pub fn read_header_from(source: &impl ByteSource, options: &ReadOptions) -> Resu
             Header::parse(&head[8..end], len - end as u64)?
         }
     };
-    options.contract.check(&header)?;
+    options.check_accepted(&header)?;
     Ok(header)
 }
 
@@ -614,7 +614,7 @@ pub fn read_header<R: Read + Seek>(mut reader: R, options: &ReadOptions) -> Resu
     let mut text = vec![0u8; header_len as usize];
     reader.read_exact(&mut text)?;
     let header = Header::parse(&text, len - 8 - header_len)?;
-    options.contract.check(&header)?;
+    options.check_accepted(&header)?;
     Ok(header)
 }
 

@@ -59,14 +59,14 @@ pub fn save<T: TensorData>(
 /// fails, or leaves a tensor short, nothing at `path` changes.
 ///
 /// ```no_run
-/// use tensorfile::{save_streaming, Dtype, TensorSpec, WriteOptions};
+/// use tensorfile_core::{save_streaming, Dtype, TensorSpec, WriteOptions};
 /// let specs = [TensorSpec::new("x", Dtype::F32, [1 << 20])];
 /// save_streaming("x.safetensors", &specs, None, &WriteOptions::default(), |w| {
-///     let source = std::fs::File::open("x.bin").map_err(tensorfile::Error::Stream)?;
+///     let source = std::fs::File::open("x.bin").map_err(tensorfile_core::Error::Stream)?;
 ///     w.write_from("x", source)?;
 ///     Ok(())
 /// })?;
-/// # Ok::<(), tensorfile::Error>(())
+/// # Ok::<(), tensorfile_core::Error>(())
 /// ```
 pub fn save_streaming<F>(
     path: impl AsRef<Path>,
@@ -140,7 +140,7 @@ where
 /// use std::io::Write;
 /// let dir = tempfile::tempdir()?;
 /// let path = dir.path().join("out.bin");
-/// let out = tensorfile::atomic::AtomicFile::create(&path)?;
+/// let out = tensorfile_core::atomic::AtomicFile::create(&path)?;
 /// out.file().write_all(b"hello")?;
 /// out.commit(true)?;
 /// assert_eq!(std::fs::read(&path)?, b"hello");

@@ -7,7 +7,6 @@ use std::ops::Range;
 
 use crate::error::{Error, Result};
 use crate::header::TensorInfo;
-use crate::view::TensorView;
 
 /// How to slice one dimension.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,7 +56,7 @@ struct Kept {
 
 /// A slice of a tensor: its shape and where its bytes are, from the
 /// tensor's description alone. [`crate::SafeTensors::read_slice`] reads it
-/// from any source; [`TensorView::slice`] gives one over bytes at hand.
+/// from any source; [`crate::TensorView::slice`] gives one over bytes at hand.
 #[derive(Debug, Clone)]
 pub struct TensorSlice<'a> {
     info: TensorInfo<'a>,
@@ -288,7 +287,8 @@ impl<'a> TensorSlice<'a> {
     }
 }
 
-/// A slice of a tensor whose bytes are at hand ([`TensorView::slice`]): a
+/// A slice of a tensor whose bytes are at hand
+/// ([`TensorView::slice`](crate::TensorView::slice)): a
 /// [`TensorSlice`] (by `Deref`) that can also copy itself out.
 #[derive(Debug, Clone)]
 pub struct SlicedView<'a> {
@@ -297,10 +297,14 @@ pub struct SlicedView<'a> {
 }
 
 impl<'a> SlicedView<'a> {
-    pub(crate) fn new(view: TensorView<'a>, args: &[SliceArg]) -> Result<SlicedView<'a>> {
+    pub(crate) fn new(
+        info: TensorInfo<'a>,
+        data: &'a [u8],
+        args: &[SliceArg],
+    ) -> Result<SlicedView<'a>> {
         Ok(SlicedView {
-            slice: TensorSlice::new(view.info(), args)?,
-            data: view.data(),
+            slice: TensorSlice::new(info, args)?,
+            data,
         })
     }
 

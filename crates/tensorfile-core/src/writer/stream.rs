@@ -18,8 +18,8 @@ const READ_PIECE: usize = 1 << 20;
 /// tensor is complete.
 ///
 /// ```
-/// use tensorfile::writer::{StreamWriter, TensorSpec, WriteOptions};
-/// use tensorfile::Dtype;
+/// use tensorfile_core::writer::{StreamWriter, TensorSpec, WriteOptions};
+/// use tensorfile_core::Dtype;
 ///
 /// let specs = vec![
 ///     TensorSpec::new("c", Dtype::U8, [1]),
@@ -33,7 +33,7 @@ const READ_PIECE: usize = 1 << 20;
 /// w.write_from("c", &[6u8][..])?; // a whole tensor, from any `Read`
 /// let bytes = w.finish()?;
 /// assert_eq!(&bytes[bytes.len() - 6..], &[1, 2, 3, 4, 5, 6]);
-/// # Ok::<(), tensorfile::Error>(())
+/// # Ok::<(), tensorfile_core::Error>(())
 /// ```
 #[derive(Debug)]
 pub struct StreamWriter<W: Write> {

@@ -11,6 +11,7 @@ use std::hash::BuildHasher;
 
 use hashbrown::HashTable;
 
+use crate::accept::Accept;
 use crate::dtype::{numel, Dtype};
 use crate::error::FormatError;
 use crate::{Metadata, DEFAULT_MAX_HEADER_LEN};
@@ -27,15 +28,15 @@ pub struct ReadOptions {
     /// header with 32-bit offsets.
     pub max_header_len: u64,
     /// The dtypes the caller accepts, checked after a successful parse.
-    /// Default: [`Contract::Any`].
-    pub contract: Contract,
+    /// Default: every dtype.
+    pub accept: Accept,
 }
 
 impl Default for ReadOptions {
     fn default() -> Self {
         ReadOptions {
             max_header_len: DEFAULT_MAX_HEADER_LEN,
-            contract: Contract::Any,
+            accept: Accept::default(),
         }
     }
 }
@@ -47,56 +48,30 @@ impl ReadOptions {
         self
     }
 
-    /// Sets the contract.
-    pub fn contract(mut self, contract: Contract) -> Self {
-        self.contract = contract;
+    /// Sets the dtypes accepted (anything that converts to an [`Accept`],
+    /// such as the model layer's contracts).
+    pub fn accept(mut self, accept: impl Into<Accept>) -> Self {
+        self.accept = accept.into();
         self
     }
-}
 
-/// Which dtypes a reader accepts. A well-formed file with a dtype outside
-/// the contract is refused with [`crate::Error::UnsupportedFormat`], which is
-/// distinct from a malformed file ([`crate::Error::Format`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-#[non_exhaustive]
-pub enum Contract {
-    /// Every dtype of the format.
-    #[default]
-    Any,
-    /// The course's contract v0 (its first lessons and its tracer engine):
-    /// F32 only.
-    V0,
-}
-
-impl Contract {
-    /// Whether the contract allows tensors of this dtype.
-    pub fn allows(self, dtype: Dtype) -> bool {
-        match self {
-            Contract::Any => true,
-            Contract::V0 => dtype == Dtype::F32,
+    /// Checks every tensor of a parsed header against [`ReadOptions::accept`],
+    /// in data order; the first one outside it is the error.
+    ///
+    /// # Errors
+    /// [`crate::Error::UnsupportedFormat`] naming the tensor.
+    pub fn check_accepted(&self, header: &Header) -> Result<(), crate::Error> {
+        if self.accept.is_any() {
+            return Ok(());
         }
-    }
-
-    /// Checks every tensor of a parsed header, in data order; the first
-    /// one outside the contract is the error.
-    pub fn check(self, header: &Header) -> Result<(), crate::Error> {
-        match header.tensors().find(|t| !self.allows(t.dtype)) {
+        match header.tensors().find(|t| !self.accept.allows(t.dtype)) {
             None => Ok(()),
             Some(t) => Err(crate::Error::UnsupportedFormat {
                 tensor: t.name.to_string(),
                 dtype: t.dtype,
-                contract: self,
+                accepted: self.accept,
             }),
         }
-    }
-}
-
-impl fmt::Display for Contract {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Contract::Any => "any (every dtype)",
-            Contract::V0 => "v0 (F32 only)",
-        })
     }
 }
 

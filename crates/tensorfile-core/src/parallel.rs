@@ -1,12 +1,12 @@
 //! Parallelism: one pool (rayon's global pool) for every parallel part of
-//! the library.
+//! the library and the layers above it.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// Runs `background` on another thread of the pool and `here` on this one,
 /// and returns both results. A panic in either is a bug and is resumed
 /// here, not turned into a value.
-pub(crate) fn both<A: Send, B: Send>(
+pub fn both<A: Send, B: Send>(
     background: impl FnOnce() -> A + Send,
     here: impl FnOnce() -> B + Send,
 ) -> (A, B) {
@@ -18,7 +18,7 @@ pub(crate) fn both<A: Send, B: Send>(
 /// the next index in turn (so work advances in index order on every
 /// thread, which keeps writes near each other in a file). Once an `f`
 /// returns `false`, no further index is started.
-pub(crate) fn for_each_index(n: usize, f: impl Fn(usize) -> bool + Sync) {
+pub fn for_each_index(n: usize, f: impl Fn(usize) -> bool + Sync) {
     let next = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);
     let work = || loop {

@@ -42,6 +42,21 @@ impl<'a> TensorView<'a> {
         TensorView { info, data }
     }
 
+    /// A view of `data` described by `info` (from a validated header),
+    /// for readers of other containers of safetensors files.
+    ///
+    /// # Errors
+    /// [`Error::Slice`] when `data` is not as long as `info` says.
+    pub fn from_parts(info: TensorInfo<'a>, data: &'a [u8]) -> Result<Self> {
+        if data.len() as u64 != info.nbytes() {
+            return Err(Error::Slice {
+                tensor: info.name.to_string(),
+                problem: format!("{} bytes given for {} bytes", data.len(), info.nbytes()),
+            });
+        }
+        Ok(TensorView { info, data })
+    }
+
     /// The tensor's name.
     pub fn name(&self) -> &'a str {
         self.info.name
@@ -100,57 +115,15 @@ impl<'a> TensorView<'a> {
         })
     }
 
-    /// The elements decoded to `f32`, for every real float dtype (F64
-    /// rounds to nearest even; the others are exact). See [`crate::cast`].
-    pub fn to_f32_vec(&self) -> Result<Vec<f32>> {
-        if self.dtype() == Dtype::F32 {
-            return Ok(self.as_slice::<f32>()?.into_owned());
-        }
-        self.decodable("decoding to f32")?;
-        crate::cast::decode_f32_vec(self.dtype(), self.data).map_err(|e| self.cast_error(e))
-    }
-
-    /// The elements decoded to `f64`, exactly, for every real float dtype.
-    pub fn to_f64_vec(&self) -> Result<Vec<f64>> {
-        if self.dtype() == Dtype::F64 {
-            return Ok(self.as_slice::<f64>()?.into_owned());
-        }
-        self.decodable("decoding to f64")?;
-        crate::cast::decode_f64_vec(self.dtype(), self.data).map_err(|e| self.cast_error(e))
-    }
-
-    fn decodable(&self, operation: &'static str) -> Result<()> {
-        match self.dtype() {
-            Dtype::C64 => Err(self.unsupported(Dtype::C64, operation)),
-            d if d.is_float() => Ok(()),
-            other => Err(self.unsupported(other, operation)),
-        }
-    }
-
-    fn cast_error(&self, source: crate::cast::CastError) -> Error {
-        Error::Cast {
-            tensor: self.name().to_string(),
-            source,
-        }
-    }
-
-    fn unsupported(&self, dtype: Dtype, operation: &'static str) -> Error {
-        Error::UnsupportedDtype {
-            tensor: self.name().to_string(),
-            dtype,
-            operation,
-        }
-    }
-
     /// A NumPy-style slice: one [`SliceArg`] per leading dimension (missing
     /// ones take the whole dimension). See [`crate::TensorSlice`].
     ///
     /// ```
-    /// # fn main() -> tensorfile::Result<()> {
+    /// # fn main() -> tensorfile_core::Result<()> {
     /// # let bytes = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"),
     /// #     "/../../tests/fixtures/valid/worked_example.safetensors"))?;
-    /// # let file = tensorfile::SafeTensors::from_bytes(bytes)?;
-    /// use tensorfile::SliceArg;
+    /// # let file = tensorfile_core::SafeTensors::from_bytes(bytes)?;
+    /// use tensorfile_core::SliceArg;
     /// let w = file.tensor("w")?; // [[1, 2], [3, 4]]
     /// let column = w.slice(&[SliceArg::full(), SliceArg::Index(1)])?;
     /// assert_eq!(column.shape(), &[2]);
@@ -158,6 +131,6 @@ impl<'a> TensorView<'a> {
     /// # Ok(()) }
     /// ```
     pub fn slice(&self, args: &[SliceArg]) -> Result<SlicedView<'a>> {
-        SlicedView::new(*self, args)
+        SlicedView::new(self.info, self.data, args)
     }
 }

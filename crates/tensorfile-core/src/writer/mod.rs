@@ -11,15 +11,15 @@
 //! ([`TensorData`]).
 //!
 //! ```
-//! use tensorfile::writer::{serialize, TensorRef};
-//! use tensorfile::{Dtype, Metadata};
+//! use tensorfile_core::writer::{serialize, TensorRef};
+//! use tensorfile_core::{Dtype, Metadata};
 //!
 //! let data: Vec<u8> = [1.0f32, 2.0, 3.0, 4.0].iter().flat_map(|x| x.to_le_bytes()).collect();
 //! let w = TensorRef { name: "w", dtype: Dtype::F32, shape: &[2, 2], data: &data };
 //! let metadata = Metadata::from([("format".to_string(), "tinyllm".to_string())]);
 //! let bytes = serialize([w], Some(&metadata))?;
 //! assert_eq!(bytes.len(), 120); // the format page's worked example
-//! # Ok::<(), tensorfile::Error>(())
+//! # Ok::<(), tensorfile_core::Error>(())
 //! ```
 
 mod layout;

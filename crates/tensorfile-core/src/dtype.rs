@@ -8,7 +8,7 @@ use std::fmt;
 /// library's `tl_dtype`): `Bool` is 0, `U64` is 21.
 ///
 /// ```
-/// use tensorfile::Dtype;
+/// use tensorfile_core::Dtype;
 /// assert_eq!(Dtype::from_name("BF16"), Some(Dtype::BF16));
 /// assert_eq!(Dtype::BF16.bits(), 16);
 /// assert_eq!(Dtype::F4.byte_len(3), None); // 12 bits: not a whole number of bytes
@@ -270,7 +270,7 @@ impl Dtype {
     /// from a count of sub-byte elements that does not fill whole bytes.
     ///
     /// ```
-    /// use tensorfile::dtype::{ByteLenError, Dtype};
+    /// use tensorfile_core::dtype::{ByteLenError, Dtype};
     /// assert_eq!(Dtype::F32.tensor_bytes(&[2, 3]), Ok(24));
     /// assert_eq!(Dtype::F4.tensor_bytes(&[3]), Err(ByteLenError::NotWholeBytes { numel: 3 }));
     /// assert_eq!(Dtype::U8.tensor_bytes(&[u64::MAX, 2]), Err(ByteLenError::Overflow));

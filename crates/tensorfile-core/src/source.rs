@@ -22,7 +22,7 @@
 //! [`truncated`]'s error instead.
 //!
 //! ```
-//! use tensorfile::source::ByteSource;
+//! use tensorfile_core::source::ByteSource;
 //! let bytes: &[u8] = b"0123456789";
 //! let mut buf = [0u8; 3];
 //! bytes.read_exact_at(4, &mut buf)?;

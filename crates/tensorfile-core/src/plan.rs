@@ -15,15 +15,15 @@
 //! formats' writers their own layouts.
 //!
 //! ```
-//! use tensorfile::plan::Plan;
-//! use tensorfile::{Dtype, TensorRef};
+//! use tensorfile_core::plan::Plan;
+//! use tensorfile_core::{Dtype, TensorRef};
 //! let data = [1u8, 2, 3];
 //! let t = TensorRef { name: "t", dtype: Dtype::U8, shape: &[3], data: &data };
 //! let mut plan = Plan::new(None);
 //! plan.copy(&t);
 //! let tensors = plan.into_tensors()?;
 //! assert_eq!(tensors[0].data, [1, 2, 3]);
-//! # Ok::<(), tensorfile::Error>(())
+//! # Ok::<(), tensorfile_core::Error>(())
 //! ```
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -54,9 +54,15 @@ pub trait Job: Send + Sync {
     fn run(&self, sink: &dyn Sink) -> Result<()>;
 }
 
-impl<F: Fn(&dyn Sink) -> Result<()> + Send + Sync> Job for F {
+/// A closure is a job; its error may be any that converts into the core's
+/// (the layers above carry their own errors through [`Error::Other`]).
+impl<F, E> Job for F
+where
+    F: Fn(&dyn Sink) -> std::result::Result<(), E> + Send + Sync,
+    E: Into<Error>,
+{
     fn run(&self, sink: &dyn Sink) -> Result<()> {
-        self(sink)
+        self(sink).map_err(Into::into)
     }
 }
 
@@ -653,7 +659,7 @@ mod tests {
         assert!(plan.into_tensors().is_err());
         let mut plan = Plan::new(None);
         plan.copy(&ta);
-        plan.push(vec![7], |_: &dyn Sink| Ok(()));
+        plan.push(vec![7], |_: &dyn Sink| Ok::<(), Error>(()));
         assert!(plan.into_tensors().is_err());
 
         // A job that leaves its tensor short, or writes a byte twice.

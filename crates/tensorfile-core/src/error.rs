@@ -1,0 +1,467 @@
+//! Errors. Every rejection says what is wrong and where.
+
+use std::io;
+use std::path::PathBuf;
+
+use crate::Dtype;
+
+/// A violation of one of the five reader rules of the format.
+///
+/// [`FormatError::rule`] gives the rule's number (1 to 5); the message names
+/// the rule, the tensor and the offsets or header byte position involved.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum FormatError {
+    /// Rule 1: fewer than 8 bytes.
+    #[error("rule 1: the file is {len} bytes long, shorter than the 8-byte header length field")]
+    TooShort {
+        /// Length of the input.
+        len: u64,
+    },
+    /// Rule 1: N is above the header cap.
+    #[error("rule 1: the header length is {header_len} bytes, over the limit of {limit}")]
+    HeaderTooLarge {
+        /// N as stored in the first 8 bytes.
+        header_len: u64,
+        /// The cap in force.
+        limit: u64,
+    },
+    /// Rule 1: 8 + N is past the end of the input.
+    #[error("rule 1: the header ends at byte {end} (8 + {header_len}), past the end of the file at byte {len}")]
+    HeaderPastEof {
+        /// N.
+        header_len: u64,
+        /// 8 + N.
+        end: u64,
+        /// Length of the input.
+        len: u64,
+    },
+    /// Rule 2: the header is not UTF-8.
+    #[error("rule 2: the header is not valid UTF-8 (bad byte at header position {pos})")]
+    NotUtf8 {
+        /// Byte position in the header of the first invalid byte.
+        pos: usize,
+    },
+    /// Rule 2: the header is not valid JSON.
+    #[error("rule 2: the header is not valid JSON at header position {pos}: {msg}")]
+    Json {
+        /// Byte position in the header.
+        pos: usize,
+        /// What the JSON parser said.
+        msg: String,
+    },
+    /// Rule 2: the header is JSON, but not an object.
+    #[error("rule 2: the header is a JSON {found}, not an object")]
+    NotObject {
+        /// What it is instead (`array`, `string`, ...).
+        found: &'static str,
+    },
+    /// Rule 2: a key appears twice in one object.
+    #[error("rule 2: duplicate key {key:?} in {place} (header position {pos})")]
+    DuplicateKey {
+        /// The key, unescaped.
+        key: String,
+        /// Where: `the header`, `__metadata__`, or `tensor "name"`.
+        place: String,
+        /// Byte position in the header of the second occurrence.
+        pos: usize,
+    },
+    /// Rule 3: `__metadata__` is neither an object nor null.
+    #[error("rule 3: __metadata__ must be an object of strings, found a {found}")]
+    MetadataNotObject {
+        /// What it is instead.
+        found: &'static str,
+    },
+    /// Rule 3: a metadata value is not a string.
+    #[error("rule 3: metadata value of {key:?} must be a string, found a {found}")]
+    MetadataNotString {
+        /// The metadata key.
+        key: String,
+        /// What the value is instead.
+        found: &'static str,
+    },
+    /// Rule 4: a tensor entry is not an object, lacks a field, or a field has the wrong type.
+    #[error("rule 4: tensor {tensor:?}: {problem}")]
+    BadEntry {
+        /// The tensor name.
+        tensor: String,
+        /// What is wrong with the entry.
+        problem: String,
+    },
+    /// Rule 4: an unknown dtype name.
+    #[error("rule 4: tensor {tensor:?}: unknown dtype {dtype:?}")]
+    UnknownDtype {
+        /// The tensor name.
+        tensor: String,
+        /// The dtype string as written.
+        dtype: String,
+    },
+    /// Rule 4: the shape's byte count overflows 64 bits.
+    #[error(
+        "rule 4: tensor {tensor:?}: the byte count of shape {shape:?} x {dtype} overflows 64 bits"
+    )]
+    ShapeOverflow {
+        /// The tensor name.
+        tensor: String,
+        /// Its dtype.
+        dtype: Dtype,
+        /// Its shape.
+        shape: Vec<u64>,
+    },
+    /// Rule 4: a sub-byte dtype whose element count does not fill whole bytes.
+    #[error(
+        "rule 4: tensor {tensor:?}: {numel} elements of {dtype} are not a whole number of bytes"
+    )]
+    NotWholeBytes {
+        /// The tensor name.
+        tensor: String,
+        /// Its dtype.
+        dtype: Dtype,
+        /// Its element count.
+        numel: u64,
+    },
+    /// Rule 4: `end - begin` disagrees with shape x dtype size (or `begin > end`).
+    #[error("rule 4: tensor {tensor:?}: data_offsets [{begin}, {end}] hold {actual} bytes, but shape {shape:?} x {dtype} needs {expected}")]
+    SizeMismatch {
+        /// The tensor name.
+        tensor: String,
+        /// Its dtype.
+        dtype: Dtype,
+        /// Its shape.
+        shape: Vec<u64>,
+        /// Begin offset.
+        begin: u64,
+        /// End offset.
+        end: u64,
+        /// Bytes the offsets give (negative when reversed).
+        actual: i128,
+        /// Bytes the shape and dtype need.
+        expected: u64,
+    },
+    /// Rule 5: sorted by begin, a tensor does not begin where the previous one ended.
+    #[error("rule 5: tensor {tensor:?} begins at data byte {begin}, but {}", match previous {
+        None => format!("the data buffer begins at {expected}"),
+        Some(p) => format!("the previous tensor {p:?} ends at {expected}"),
+    })]
+    NotContiguous {
+        /// The tensor name.
+        tensor: String,
+        /// Its begin offset.
+        begin: u64,
+        /// Where it should begin.
+        expected: u64,
+        /// The tensor before it, if any.
+        previous: Option<String>,
+    },
+    /// Rule 5: the tensors do not end exactly at the end of the file.
+    #[error("rule 5: the tensors end at data byte {end}, but the data buffer is {data_len} bytes ({})", if *.end < *.data_len { "trailing bytes" } else { "the file is truncated" })]
+    NotCovered {
+        /// Where the last tensor ends.
+        end: u64,
+        /// Length of the data buffer (file size - 8 - N).
+        data_len: u64,
+    },
+}
+
+impl FormatError {
+    /// The number (1 to 5) of the reader rule this error breaks.
+    pub fn rule(&self) -> u8 {
+        use FormatError::*;
+        match self {
+            TooShort { .. } | HeaderTooLarge { .. } | HeaderPastEof { .. } => 1,
+            NotUtf8 { .. } | Json { .. } | NotObject { .. } | DuplicateKey { .. } => 2,
+            MetadataNotObject { .. } | MetadataNotString { .. } => 3,
+            BadEntry { .. }
+            | UnknownDtype { .. }
+            | ShapeOverflow { .. }
+            | NotWholeBytes { .. }
+            | SizeMismatch { .. } => 4,
+            NotContiguous { .. } | NotCovered { .. } => 5,
+        }
+    }
+}
+
+/// Why the writer refused its input or stopped.
+///
+/// The checks on declarations ([`WriteError::DuplicateName`] to
+/// [`WriteError::HeaderTooLarge`]) run before a single byte is written; the
+/// others arise while the tensors' bytes stream in.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum WriteError {
+    /// Two tensors share a name.
+    #[error("two tensors are named {name:?}")]
+    DuplicateName {
+        /// The name.
+        name: String,
+    },
+    /// A tensor is named `__metadata__`, the key of the metadata map.
+    #[error("a tensor cannot be named \"__metadata__\": that key holds the metadata map")]
+    ReservedName,
+    /// The byte count of a shape overflows 64 bits.
+    #[error("tensor {tensor:?}: the byte count of shape {shape:?} x {dtype} overflows 64 bits")]
+    ShapeOverflow {
+        /// The tensor name.
+        tensor: String,
+        /// Its dtype.
+        dtype: Dtype,
+        /// Its shape.
+        shape: Vec<u64>,
+    },
+    /// A sub-byte dtype whose element count does not fill whole bytes.
+    #[error("tensor {tensor:?}: {numel} elements of {dtype} are not a whole number of bytes")]
+    NotWholeBytes {
+        /// The tensor name.
+        tensor: String,
+        /// Its dtype.
+        dtype: Dtype,
+        /// Its element count.
+        numel: u64,
+    },
+    /// The bytes given for a tensor disagree with its dtype and shape.
+    #[error(
+        "tensor {tensor:?}: {actual} bytes given, but shape {shape:?} x {dtype} needs {expected}"
+    )]
+    LengthMismatch {
+        /// The tensor name.
+        tensor: String,
+        /// Its dtype.
+        dtype: Dtype,
+        /// Its shape.
+        shape: Vec<u64>,
+        /// Bytes the shape and dtype need.
+        expected: u64,
+        /// Bytes given.
+        actual: u64,
+    },
+    /// The tensors hold more than `u64::MAX` bytes together.
+    #[error("the tensors hold more than 2^64 - 1 bytes together (at tensor {tensor:?})")]
+    DataTooLarge {
+        /// The tensor whose bytes overflow the total.
+        tensor: String,
+    },
+    /// The header, padding included, is over the cap.
+    #[error("the header would be {header_len} bytes, over the limit of {limit}")]
+    HeaderTooLarge {
+        /// N, padding included.
+        header_len: u64,
+        /// The cap in force.
+        limit: u64,
+    },
+    /// Bytes were handed over for another tensor than the one expected next.
+    #[error("tensor {got:?} was given, but {} is next in file order", match .expected { Some(t) => format!("tensor {t:?}"), None => "no tensor".to_string() })]
+    OutOfOrder {
+        /// The tensor expected next (`None` when every tensor is complete).
+        expected: Option<String>,
+        /// The tensor given.
+        got: String,
+    },
+    /// [`StreamWriter`](crate::StreamWriter): a whole tensor was given
+    /// after some of its bytes were written.
+    #[error("tensor {tensor:?}: {filled} of its bytes were already written")]
+    Started {
+        /// The tensor name.
+        tensor: String,
+        /// Bytes of it written before.
+        filled: u64,
+    },
+    /// A positional write covered bytes of a tensor already written.
+    #[error(
+        "tensor {tensor:?}: bytes {}..{} were given again (bytes {}..{} are already written)",
+        range.0, range.1, written.0, written.1
+    )]
+    Overlap {
+        /// The tensor name.
+        tensor: String,
+        /// The byte range given, within the tensor.
+        range: (u64, u64),
+        /// The range already written that it overlaps.
+        written: (u64, u64),
+    },
+    /// A tensor received more bytes than it holds.
+    #[error("tensor {tensor:?}: holds {expected} bytes, but at least {received} were given")]
+    TooLong {
+        /// The tensor name.
+        tensor: String,
+        /// Bytes it holds.
+        expected: u64,
+        /// Bytes given, at least.
+        received: u64,
+    },
+    /// A tensor received fewer bytes than it holds.
+    #[error("tensor {tensor:?}: holds {expected} bytes, but only {received} were given")]
+    TooShort {
+        /// The tensor name.
+        tensor: String,
+        /// Bytes it holds.
+        expected: u64,
+        /// Bytes given.
+        received: u64,
+    },
+    /// Bytes were given after every tensor was complete.
+    #[error("every tensor is complete, but {extra} more bytes were given")]
+    Trailing {
+        /// Bytes given past the end.
+        extra: u64,
+    },
+    /// Reading a tensor's bytes from its source failed.
+    #[error(
+        "tensor {tensor:?}: reading its bytes failed after {received} of {expected}: {source}"
+    )]
+    Input {
+        /// The tensor name.
+        tensor: String,
+        /// Bytes it holds.
+        expected: u64,
+        /// Bytes read before the failure.
+        received: u64,
+        /// What the source said.
+        #[source]
+        source: io::Error,
+    },
+    /// Writing to the output failed.
+    #[error("writing the output failed: {0}")]
+    Output(#[source] io::Error),
+    /// An earlier error left the output incomplete; the writer takes no more.
+    #[error("an earlier error stopped this writer")]
+    Poisoned,
+}
+
+/// Any error of the format core.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The input breaks the format.
+    #[error(transparent)]
+    Format(#[from] FormatError),
+    /// An I/O error on a named file.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What the system said.
+        #[source]
+        source: io::Error,
+    },
+    /// An I/O error on a stream.
+    #[error("I/O error: {0}")]
+    Stream(#[from] io::Error),
+    /// An error about a named file (its format, a tensor in it, ...).
+    /// [`Error::detail`] gives the error without the file.
+    #[error("{}: {source}", path.display())]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        #[source]
+        source: Box<Error>,
+    },
+    /// No tensor by that name.
+    #[error("no tensor named {0:?}")]
+    NotFound(String),
+    /// A typed view asked for the wrong element type.
+    #[error("tensor {tensor:?} is {actual}, not {requested}")]
+    DtypeMismatch {
+        /// The tensor name.
+        tensor: String,
+        /// Its dtype.
+        actual: Dtype,
+        /// The dtype the caller asked for.
+        requested: Dtype,
+    },
+    /// An operation does not support this dtype.
+    #[error("tensor {tensor:?}: {operation} does not support {dtype}")]
+    UnsupportedDtype {
+        /// The tensor name.
+        tensor: String,
+        /// Its dtype.
+        dtype: Dtype,
+        /// What was attempted.
+        operation: &'static str,
+    },
+    /// A slice request does not fit the tensor.
+    #[error("tensor {tensor:?}: {problem}")]
+    Slice {
+        /// The tensor name.
+        tensor: String,
+        /// What is wrong with the request.
+        problem: String,
+    },
+    /// A well-formed file holds a dtype the reader does not accept
+    /// ([`crate::ReadOptions::accept`]): an unsupported format, not a
+    /// malformed one.
+    #[error("unsupported format: tensor {tensor:?} is {dtype}, which {accepted} does not read")]
+    UnsupportedFormat {
+        /// The first tensor (in data order) outside the accepted dtypes.
+        tensor: String,
+        /// Its dtype.
+        dtype: Dtype,
+        /// The dtypes accepted.
+        accepted: crate::accept::Accept,
+    },
+    /// An error of a layer above the core (a cast or a quantization that a
+    /// plan's job runs), carried through the core as it is: that layer
+    /// takes it back out.
+    #[error(transparent)]
+    Other(Box<dyn std::error::Error + Send + Sync>),
+    /// The writer refused its input, or writing failed.
+    #[error("cannot write: {0}")]
+    Write(#[from] WriteError),
+}
+
+impl Error {
+    /// Attaches a path to an I/O error.
+    pub fn io(path: impl Into<PathBuf>, source: io::Error) -> Error {
+        Error::Io {
+            path: path.into(),
+            source,
+        }
+    }
+
+    /// Names the file this error is about: a stream I/O error becomes
+    /// [`Error::Io`], any other error is wrapped in [`Error::File`]. An
+    /// error that already names a file is returned as it is.
+    pub fn at(self, path: impl Into<PathBuf>) -> Error {
+        match self {
+            Error::Stream(source) => Error::io(path, source),
+            named @ (Error::Io { .. } | Error::File { .. }) => named,
+            other => Error::File {
+                path: path.into(),
+                source: Box::new(other),
+            },
+        }
+    }
+
+    /// The error without the file it is about ([`Error::File`] unwrapped):
+    /// what to match on.
+    pub fn detail(&self) -> &Error {
+        match self {
+            Error::File { source, .. } => source.detail(),
+            other => other,
+        }
+    }
+
+    /// The file this error is about, if it names one.
+    pub fn file(&self) -> Option<&std::path::Path> {
+        match self {
+            Error::File { path, .. } | Error::Io { path, .. } => Some(path),
+            _ => None,
+        }
+    }
+
+    /// The format error, if this is one (about a named file or not).
+    pub fn format(&self) -> Option<&FormatError> {
+        match self.detail() {
+            Error::Format(e) => Some(e),
+            _ => None,
+        }
+    }
+
+    /// The reader rule broken, if this is a format error.
+    pub fn rule(&self) -> Option<u8> {
+        self.format().map(FormatError::rule)
+    }
+}
+
+/// `Result` with this library's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,70 @@
+//! # tensorfile-core
+//!
+//! The format core of [tensorfile](https://docs.rs/tensorfile): everything
+//! a loader of [safetensors](https://huggingface.co/docs/safetensors) files
+//! needs, and nothing above it (casts, quantization, shards and model
+//! directories live in the `tensorfile` crate).
+//!
+//! - [`source`]: byte sources (slices, buffers, memory maps, files read with
+//!   positional reads, and any source other crates add).
+//! - [`header`] and [`file`](mod@file): the strict reader. Every way in checks the
+//!   format's five reader rules, with typed errors naming the rule, the
+//!   place and the file, and never panics on input.
+//! - [`view`] and [`slice`](mod@slice): zero-copy views and NumPy-style slices planned
+//!   from the header alone.
+//! - [`writer`] and [`atomic`]: the canonical writer (the reference
+//!   library's bytes) and atomic saves.
+//! - [`plan`]: tensors whose bytes are made on demand by jobs, which
+//!   transforms produce and writers consume.
+//!
+//! ```
+//! use tensorfile_core::{serialize, Dtype, SafeTensors, TensorRef};
+//! let data: Vec<u8> = [1f32, 2., 3., 4.].iter().flat_map(|x| x.to_le_bytes()).collect();
+//! let bytes = serialize([TensorRef { name: "w", dtype: Dtype::F32, shape: &[2, 2], data: &data }], None)?;
+//! let file = SafeTensors::from_slice(&bytes)?;
+//! for t in file.tensors() {
+//!     println!("{} {} {:?}", t.name(), t.dtype(), t.shape());
+//! }
+//! # Ok::<(), tensorfile_core::Error>(())
+//! ```
+
+#![forbid(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
+
+#[cfg(target_endian = "big")]
+compile_error!("tensorfile assumes a little-endian host: safetensors data is little-endian and views are zero-copy");
+
+pub mod accept;
+pub mod atomic;
+pub mod dtype;
+pub mod error;
+pub mod file;
+pub mod header;
+mod json;
+pub mod parallel;
+pub mod plan;
+pub mod slice;
+pub mod source;
+pub mod view;
+pub mod writer;
+
+pub use accept::{Accept, DtypeSet};
+pub use atomic::{save, save_plan, save_positional, save_streaming, AtomicFile, PositionalWriter};
+pub use dtype::Dtype;
+pub use error::{Error, FormatError, Result, WriteError};
+pub use file::{read_header, read_header_from, read_header_from_path, FileTensor, SafeTensors};
+pub use header::{Header, ReadOptions, TensorInfo};
+pub use plan::Plan;
+pub use slice::{SliceArg, SlicedView, TensorSlice};
+pub use source::{ByteSource, FileSource, InMemory, MappedFile};
+pub use view::{Element, TensorView};
+pub use writer::{
+    serialize, serialize_with, Align, StreamWriter, TensorData, TensorRef, TensorSpec, WriteOptions,
+};
+
+/// A file's metadata: string keys to string values, kept in ascending byte
+/// order of the keys (the order the canonical writer uses).
+pub type Metadata = std::collections::BTreeMap<String, String>;
+
+/// The default cap on the header length N: 100,000,000 bytes (reader rule 1).
+pub const DEFAULT_MAX_HEADER_LEN: u64 = 100_000_000;
