@@ -53,10 +53,10 @@ fn load(path: &std::path::Path) -> Result<fs_file, Failure> {
     let metadata: Metadata = checkpoint.values().iter().cloned().collect();
     let file = fs_file::build(&parts, Some(&metadata))?;
     drop(parts);
-    Ok(file.with_storage(Storage::Pytorch(Loaded {
+    Ok(file.with_storage(Storage::Other(Box::new(Loaded {
         _gathered: gathered,
         _checkpoint: checkpoint,
-    })))
+    }))))
 }
 
 /// Loads a PyTorch checkpoint (`torch.save`: the zip format and the legacy

@@ -21,8 +21,9 @@ pub(crate) enum Storage {
     Mapped(#[allow(dead_code)] SafeTensors),
     /// The file read into 64-aligned slots (`fs_open`).
     Aligned(#[allow(dead_code)] AlignedFile),
-    /// A PyTorch checkpoint and the tensors gathered from it.
-    Pytorch(#[allow(dead_code)] crate::pytorch::Loaded),
+    /// Whatever another loader keeps alive (a PyTorch checkpoint and the
+    /// tensors gathered from it).
+    Other(#[allow(dead_code)] Box<dyn std::any::Any + Send + Sync>),
 }
 
 /// An open file: an opaque handle from `fs_open`, `fs_mmap` or

@@ -42,116 +42,15 @@ use crate::view::TensorView;
 use crate::writer::TensorData;
 use crate::Metadata;
 
-/// The file name of a sharded checkpoint's index.
-pub const INDEX_NAME: &str = "model.safetensors.index.json";
+mod error;
+mod names;
 
-/// The file name of an unsharded model's weights.
-pub const SINGLE_NAME: &str = "model.safetensors";
+pub use error::ShardError;
+pub use names::{INDEX_NAME, SINGLE_NAME};
 
 /// The largest index file read, in bytes: an index lists names only, so
 /// even the largest hub models stay far below this.
 pub const MAX_INDEX_LEN: u64 = 100_000_000;
-
-/// A problem with a sharded set: the index, a shard, or how they agree.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ShardError {
-    /// The index is not the expected JSON.
-    #[error("{}: not a valid index: {problem}", index.display())]
-    BadIndex {
-        /// The index file.
-        index: PathBuf,
-        /// What is wrong.
-        problem: String,
-    },
-    /// A shard name is not a plain `.safetensors` file name.
-    #[error("tensor {tensor:?} is mapped to shard {shard:?}, which is not a plain file name in the index's directory: {problem}")]
-    BadShardName {
-        /// The first tensor mapped to it.
-        tensor: String,
-        /// The shard name as written in the index.
-        shard: String,
-        /// Why it is refused.
-        problem: &'static str,
-    },
-    /// A shard named by the index does not exist.
-    #[error("shard {shard:?} (holding tensor {tensor:?}) does not exist in {}", dir.display())]
-    MissingShard {
-        /// The shard's file name.
-        shard: String,
-        /// The first tensor mapped to it.
-        tensor: String,
-        /// The directory it should be in.
-        dir: PathBuf,
-    },
-    /// A shard is not a valid safetensors file (or cannot be read). The
-    /// source error names the shard's path.
-    #[error("{source}")]
-    InvalidShard {
-        /// The shard's file name.
-        shard: String,
-        /// Why it was refused.
-        #[source]
-        source: Box<Error>,
-    },
-    /// The index maps a tensor to a shard that does not hold it.
-    #[error("tensor {tensor:?} is mapped to shard {shard:?}, which does not hold it{}", match found_in {
-        Some(other) => format!(" (shard {other:?} does)"),
-        None => String::new(),
-    })]
-    NotInShard {
-        /// The tensor.
-        tensor: String,
-        /// The shard the index names.
-        shard: String,
-        /// A shard that does hold it, if any.
-        found_in: Option<String>,
-    },
-    /// A tensor is held by two shards.
-    #[error("tensor {tensor:?} is in two shards: {first:?} and {second:?}")]
-    InTwoShards {
-        /// The tensor.
-        tensor: String,
-        /// The shard the index maps it to.
-        first: String,
-        /// Another shard holding it.
-        second: String,
-    },
-    /// A shard holds a tensor that the index does not list.
-    #[error("shard {shard:?} holds tensor {tensor:?}, which the index's weight_map does not list")]
-    NotInMap {
-        /// The tensor.
-        tensor: String,
-        /// The shard holding it.
-        shard: String,
-    },
-    /// A directory holds both a single file and an index.
-    #[error("{}: holds both {SINGLE_NAME} and {INDEX_NAME}, so which one is the model is ambiguous", dir.display())]
-    Ambiguous {
-        /// The directory.
-        dir: PathBuf,
-    },
-    /// A directory holds neither a single file nor an index.
-    #[error("{}: holds neither {SINGLE_NAME} nor {INDEX_NAME}", dir.display())]
-    NoWeights {
-        /// The directory.
-        dir: PathBuf,
-    },
-    /// Two shards give one metadata key different values.
-    #[error("metadata key {key:?} is {first:?} in shard {first_shard:?} but {second:?} in shard {second_shard:?}")]
-    MetadataConflict {
-        /// The key.
-        key: String,
-        /// Its first value.
-        first: String,
-        /// The shard giving the first value.
-        first_shard: String,
-        /// Its other value.
-        second: String,
-        /// The shard giving the other value.
-        second_shard: String,
-    },
-}
 
 /// A parsed index: its metadata and which shard holds each tensor.
 ///
@@ -420,9 +319,15 @@ impl fmt::Debug for Shard {
 
 impl Shard {
     /// Opens a shard and reads and validates its header (the data is not read).
-    fn read(name: &str, location: &Arc<dyn Location>, options: &ReadOptions) -> Result<Shard> {
+    fn read(
+        name: &str,
+        location: &Arc<dyn Location>,
+        options: &ReadOptions,
+    ) -> tensorfile_core::Result<Shard> {
         let path = location.path_of(name);
-        let source = location.open(name).map_err(|e| Error::io(&path, e))?;
+        let source = location
+            .open(name)
+            .map_err(|e| tensorfile_core::Error::io(&path, e))?;
         let file = SafeTensors::from_source_with(source, options)
             .map_err(|e| e.at(&path))?
             .named(path);
@@ -688,7 +593,7 @@ impl ShardedTensors {
         }
         // Every shard's header, at once (remote shards cost a request each).
         let wanted: Vec<(&str, &Vec<&str>)> = by_shard.iter().map(|(&n, t)| (n, t)).collect();
-        let read: Vec<Result<Shard>> = {
+        let read: Vec<tensorfile_core::Result<Shard>> = {
             use rayon::prelude::*;
             wanted
                 .par_iter()
@@ -699,7 +604,9 @@ impl ShardedTensors {
         for ((name, tensors), result) in wanted.into_iter().zip(read) {
             match result {
                 Ok(shard) => shards.push(shard),
-                Err(e) if e.is_not_found_file() => {
+                Err(tensorfile_core::Error::Io { source, .. })
+                    if source.kind() == std::io::ErrorKind::NotFound =>
+                {
                     return Err(ShardError::MissingShard {
                         shard: name.into(),
                         tensor: tensors.first().map(|t| t.to_string()).unwrap_or_default(),
@@ -710,12 +617,9 @@ impl ShardedTensors {
                 // Kept as is, so that "unsupported" stays distinct from
                 // "malformed" whichever way a set is opened.
                 Err(e)
-                    if matches!(
-                        e.core(),
-                        Some(tensorfile_core::Error::UnsupportedFormat { .. })
-                    ) =>
+                    if matches!(e.detail(), tensorfile_core::Error::UnsupportedFormat { .. }) =>
                 {
-                    return Err(e)
+                    return Err(e.into())
                 }
                 Err(e) => {
                     return Err(ShardError::InvalidShard {

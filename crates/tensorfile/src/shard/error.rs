@@ -1,0 +1,106 @@
+//! A problem with a sharded set (a leaf: the umbrella error wraps it).
+
+use std::path::PathBuf;
+
+use super::names::{INDEX_NAME, SINGLE_NAME};
+
+/// A problem with a sharded set: the index, a shard, or how they agree.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ShardError {
+    /// The index is not the expected JSON.
+    #[error("{}: not a valid index: {problem}", index.display())]
+    BadIndex {
+        /// The index file.
+        index: PathBuf,
+        /// What is wrong.
+        problem: String,
+    },
+    /// A shard name is not a plain `.safetensors` file name.
+    #[error("tensor {tensor:?} is mapped to shard {shard:?}, which is not a plain file name in the index's directory: {problem}")]
+    BadShardName {
+        /// The first tensor mapped to it.
+        tensor: String,
+        /// The shard name as written in the index.
+        shard: String,
+        /// Why it is refused.
+        problem: &'static str,
+    },
+    /// A shard named by the index does not exist.
+    #[error("shard {shard:?} (holding tensor {tensor:?}) does not exist in {}", dir.display())]
+    MissingShard {
+        /// The shard's file name.
+        shard: String,
+        /// The first tensor mapped to it.
+        tensor: String,
+        /// The directory it should be in.
+        dir: PathBuf,
+    },
+    /// A shard is not a valid safetensors file (or cannot be read). The
+    /// source error names the shard's path.
+    #[error("{source}")]
+    InvalidShard {
+        /// The shard's file name.
+        shard: String,
+        /// Why it was refused.
+        #[source]
+        source: Box<tensorfile_core::Error>,
+    },
+    /// The index maps a tensor to a shard that does not hold it.
+    #[error("tensor {tensor:?} is mapped to shard {shard:?}, which does not hold it{}", match found_in {
+        Some(other) => format!(" (shard {other:?} does)"),
+        None => String::new(),
+    })]
+    NotInShard {
+        /// The tensor.
+        tensor: String,
+        /// The shard the index names.
+        shard: String,
+        /// A shard that does hold it, if any.
+        found_in: Option<String>,
+    },
+    /// A tensor is held by two shards.
+    #[error("tensor {tensor:?} is in two shards: {first:?} and {second:?}")]
+    InTwoShards {
+        /// The tensor.
+        tensor: String,
+        /// The shard the index maps it to.
+        first: String,
+        /// Another shard holding it.
+        second: String,
+    },
+    /// A shard holds a tensor that the index does not list.
+    #[error("shard {shard:?} holds tensor {tensor:?}, which the index's weight_map does not list")]
+    NotInMap {
+        /// The tensor.
+        tensor: String,
+        /// The shard holding it.
+        shard: String,
+    },
+    /// A directory holds both a single file and an index.
+    #[error("{}: holds both {SINGLE_NAME} and {INDEX_NAME}, so which one is the model is ambiguous", dir.display())]
+    Ambiguous {
+        /// The directory.
+        dir: PathBuf,
+    },
+    /// A directory holds neither a single file nor an index.
+    #[error("{}: holds neither {SINGLE_NAME} nor {INDEX_NAME}", dir.display())]
+    NoWeights {
+        /// The directory.
+        dir: PathBuf,
+    },
+    /// Two shards give one metadata key different values.
+    #[error("metadata key {key:?} is {first:?} in shard {first_shard:?} but {second:?} in shard {second_shard:?}")]
+    MetadataConflict {
+        /// The key.
+        key: String,
+        /// Its first value.
+        first: String,
+        /// The shard giving the first value.
+        first_shard: String,
+        /// Its other value.
+        second: String,
+        /// The shard giving the other value.
+        second_shard: String,
+    },
+}
