@@ -15,7 +15,8 @@ use std::process::ExitCode;
 
 use serde_json::json;
 use tensorfile::cast::{save_converted, CastOptions};
-use tensorfile::{Dtype, Metadata, ReadOptions, SafeTensors, TensorRef};
+use tensorfile::source::FileSource;
+use tensorfile::{Dtype, FileTensor, Metadata, ReadOptions, SafeTensors};
 
 use super::{out, Failure};
 
@@ -43,21 +44,13 @@ pub struct Args {
 
 /// An opened input: what `convert` reads.
 pub struct Input {
-    file: SafeTensors,
+    file: SafeTensors<FileSource>,
 }
 
 impl Input {
-    /// Every tensor: name, dtype, shape and bytes (borrowed from the input).
-    pub fn tensors(&self) -> Vec<TensorRef<'_>> {
-        self.file
-            .tensors()
-            .map(|t| TensorRef {
-                name: t.name(),
-                dtype: t.dtype(),
-                shape: t.shape(),
-                data: t.data(),
-            })
-            .collect()
+    /// Every tensor: name, dtype, shape, and bytes read on demand.
+    pub fn tensors(&self) -> Vec<FileTensor<'_, FileSource>> {
+        self.file.tensor_data().collect()
     }
 
     /// The input's metadata, kept as it is.
@@ -66,12 +59,13 @@ impl Input {
     }
 }
 
-/// Opens IN: a safetensors file, memory-mapped and checked against the
-/// format's reader rules.
+/// Opens IN: a safetensors file, checked against the format's reader rules
+/// and read with positional reads (a file truncated underneath is an
+/// error naming it, never a signal).
 pub fn open_input(path: &Path, max_header_len: u64) -> Result<Input, Failure> {
     let read = ReadOptions::default().max_header_len(max_header_len);
     Ok(Input {
-        file: SafeTensors::open_with(path, &read)?,
+        file: SafeTensors::open_pread_with(path, &read)?,
     })
 }
 
@@ -101,8 +95,8 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         allow_int: args.allow_int,
     };
     let write = args.io.write_options();
-    // The map of IN stays valid even when OUT is IN: the save renames a new
-    // inode over the name, it never writes into the mapped one.
+    // OUT may be IN: the save renames a new inode over the name, and IN's
+    // open file keeps reading the old one.
     let summary = save_converted(
         &args.io.output,
         &tensors,

@@ -5,7 +5,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 use tensorfile::{read_header_from_path, Dtype, Header, ReadOptions, SafeTensors};
 
 use super::{out, Failure};
@@ -52,9 +51,10 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         return super::inspect_pytorch::run(&args.file, args.json, args.hash);
     }
     let options = ReadOptions::default();
-    // Hashing needs the bytes; a summary needs only the header.
+    // Hashing needs the bytes, read with positional reads (a file truncated
+    // underneath is an error, not a signal); a summary needs only the header.
     let file = if args.hash {
-        Some(SafeTensors::open_with(&args.file, &options)?)
+        Some(SafeTensors::open_pread_with(&args.file, &options)?)
     } else {
         None
     };
@@ -86,10 +86,13 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     let names = header.tensors().map(|t| t.name);
     let quantized = super::quantized::describe(dir, header.metadata(), names, |n| header.get(n));
 
-    let digest = |name: &str| -> Option<String> {
-        let t = file.as_ref()?.get(name)?;
-        Some(hex::encode(Sha256::digest(t.data())))
-    };
+    let mut digests = std::collections::HashMap::new();
+    if let Some(file) = &file {
+        for t in file.tensor_data() {
+            digests.insert(t.info().name, super::sha256_hex(&t)?);
+        }
+    }
+    let digest = |name: &str| -> Option<String> { digests.get(name).cloned() };
 
     if args.json {
         let tensors: Vec<Value> = header

@@ -29,7 +29,8 @@ pub struct Args {
 
 /// Validates the set, then streams every tensor into OUT.
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
-    let source = ShardedTensors::open(&args.input)?;
+    // Read, not mapped: a file truncated underneath is an error, not a signal.
+    let source = ShardedTensors::open_pread(&args.input, &tensorfile::ReadOptions::default())?;
     let options = WriteOptions {
         sync: !args.no_sync,
         ..WriteOptions::default()

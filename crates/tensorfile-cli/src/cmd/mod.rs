@@ -76,6 +76,17 @@ pub fn print_dtypes(per_dtype: &std::collections::BTreeMap<tensorfile::Dtype, (u
     }
 }
 
+/// The sha256 of a tensor's bytes, in hex, read a piece at a time.
+pub fn sha256_hex(t: &impl tensorfile::TensorData) -> Result<String, tensorfile::Error> {
+    use sha2::{Digest, Sha256};
+    let mut hasher = Sha256::new();
+    t.produce(&mut |_, piece| {
+        hasher.update(piece);
+        Ok(())
+    })?;
+    Ok(hex::encode(hasher.finalize()))
+}
+
 /// A failure that ends a command: exit status 2 for a [`Usage`] error, else 1.
 pub type Failure = Box<dyn std::error::Error + Send + Sync>;
 

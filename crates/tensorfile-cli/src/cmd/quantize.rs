@@ -39,7 +39,8 @@ pub struct Args {
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
     let scheme = Scheme::parse(&args.scheme, args.bits, args.group_size).map_err(Usage::failure)?;
     let read = args.io.read_options();
-    let input = SafeTensors::open_with(&args.io.input, &read)?;
+    // Read, not mapped: a file truncated underneath is an error, not a signal.
+    let input = SafeTensors::open_pread_with(&args.io.input, &read)?;
     let opts = QuantizeOptions {
         scheme,
         selection: Selection {
@@ -48,7 +49,8 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         },
         write: args.io.write_options(),
     };
-    let tensors = input.tensors_by_name();
+    let mut tensors: Vec<_> = input.tensor_data().collect();
+    tensors.sort_unstable_by(|a, b| a.info().name.cmp(b.info().name));
     let summary = quantize_file(&args.io.output, &tensors, input.metadata(), &opts)?;
     let bytes = args.io.output_size()?;
     if args.io.json {

@@ -3,7 +3,8 @@
 use std::process::ExitCode;
 
 use serde_json::json;
-use tensorfile::{save, Align, SafeTensors, WriteOptions};
+use tensorfile::cast::{save_converted, CastOptions};
+use tensorfile::{Align, SafeTensors, WriteOptions};
 
 use super::{out, Failure};
 
@@ -25,17 +26,27 @@ fn parse_align(s: &str) -> Result<Align, String> {
         .ok_or_else(|| format!("`{s}` is not an alignment; expected 8, 64 or 4096"))
 }
 
-/// Reads IN (memory-mapped) and streams its tensors into an atomic save of OUT.
+/// Reads IN (positional reads: a file truncated underneath is an error,
+/// not a signal) and copies its tensors into an atomic save of OUT.
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
     let read = args.io.read_options();
-    let input = SafeTensors::open_with(&args.io.input, &read)?;
+    let input = SafeTensors::open_pread_with(&args.io.input, &read)?;
     let options = WriteOptions {
         align: args.align,
         ..args.io.write_options()
     };
-    // The map of IN stays valid even when OUT is IN: the save renames a new
-    // inode over the name, it never writes into the mapped one.
-    save(&args.io.output, input.tensors(), input.metadata(), &options)?;
+    // OUT may be IN: the save renames a new inode over the name, and IN's
+    // open file keeps reading the old one.
+    let tensors: Vec<_> = input.tensor_data().collect();
+    let metadata = input.metadata();
+    save_converted(
+        &args.io.output,
+        &tensors,
+        metadata,
+        None,
+        CastOptions::default(),
+        &options,
+    )?;
     let bytes = args.io.output_size()?;
     if args.io.json {
         out(json!({

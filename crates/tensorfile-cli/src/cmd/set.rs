@@ -6,7 +6,6 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 use tensorfile::model::{read_config, CONFIG_NAME, TOKENIZER_NAME};
 use tensorfile::{Dtype, Error, ReadOptions, ShardedTensors};
 
@@ -62,13 +61,16 @@ pub fn validate(path: &Path, options: &ReadOptions, json: bool) -> bool {
 /// Describes a set: the model's config (for a directory), each shard, totals
 /// across shards, and every tensor with its shard.
 pub fn inspect(path: &Path, json: bool, hash: bool) -> Result<ExitCode, Failure> {
-    let set = ShardedTensors::open(path)?;
-    let digest = |name: &str| -> Result<Option<String>, Error> {
-        if !hash {
-            return Ok(None);
+    // Read, not mapped: hashing reads every byte, and a file truncated
+    // underneath must be an error, not a signal.
+    let set = ShardedTensors::open_pread(path, &ReadOptions::default())?;
+    let mut digests = std::collections::HashMap::new();
+    if hash {
+        for t in set.tensor_data() {
+            digests.insert(t.info().name, super::sha256_hex(&t)?);
         }
-        Ok(Some(hex::encode(Sha256::digest(set.tensor(name)?.data()))))
-    };
+    }
+    let digest = |name: &str| -> Result<Option<String>, Error> { Ok(digests.get(name).cloned()) };
     let model = model_summary(path);
     let names = set.infos().map(|(_, t)| t.name);
     // Without the shards' metadata (say, two shards disagree) the int4

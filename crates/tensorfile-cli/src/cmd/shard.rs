@@ -46,7 +46,8 @@ fn parse_prefix(s: &str) -> Result<String, String> {
 
 /// Splits IN into OUTDIR.
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
-    let source = ShardedTensors::open(&args.input)?;
+    // Read, not mapped: a file truncated underneath is an error, not a signal.
+    let source = ShardedTensors::open_pread(&args.input, &tensorfile::ReadOptions::default())?;
     let options = SplitOptions {
         max_shard_size: args.max_shard_size,
         prefix: args.prefix,
