@@ -19,8 +19,8 @@ struct Counting {
 
 impl Counting {
     fn new(specs: &[TensorSpec]) -> Counting {
-        let layout = tensorfile_core::writer::Layout::new(specs, None, &WriteOptions::default())
-            .unwrap();
+        let layout =
+            tensorfile_core::writer::Layout::new(specs, None, &WriteOptions::default()).unwrap();
         Counting {
             header: layout.header().to_vec(),
             data_len: layout.data_len(),
@@ -70,9 +70,7 @@ fn a_row_of_a_1_gib_tensor_reads_only_that_row_and_the_first_header_read() {
     assert!(after_header <= HEADER_PROBE && after_header >= header_len);
 
     let row = 1234u64;
-    let slice = file
-        .slice("embed", &[SliceArg::Index(row as i64)])
-        .unwrap();
+    let slice = file.slice("embed", &[SliceArg::Index(row as i64)]).unwrap();
     assert_eq!(slice.shape(), &[cols]);
     let bytes = file.read_slice(&slice).unwrap();
     let read = file.source().bytes.load(Ordering::Relaxed) - after_header;
@@ -88,11 +86,17 @@ fn a_row_of_a_1_gib_tensor_reads_only_that_row_and_the_first_header_read() {
     // A column slice of a few rows: one range per row, each read once.
     let before = file.source().bytes.load(Ordering::Relaxed);
     let slice = file
-        .slice("embed", &[SliceArg::range(10, 13), SliceArg::range(100, 108)])
+        .slice(
+            "embed",
+            &[SliceArg::range(10, 13), SliceArg::range(100, 108)],
+        )
         .unwrap();
     let bytes = file.read_slice(&slice).unwrap();
     assert_eq!(bytes.len(), 3 * 8 * 4);
-    assert_eq!(file.source().bytes.load(Ordering::Relaxed) - before, 3 * 8 * 4);
+    assert_eq!(
+        file.source().bytes.load(Ordering::Relaxed) - before,
+        3 * 8 * 4
+    );
 }
 
 #[test]

@@ -57,13 +57,13 @@
 // a dimension that does not fit `int64_t`).
 #define TL_EUNSUPPORTED -6
 
-// An element type. The values are the reference library's dtype order
-// (`TL_BOOL` = 0 ... `TL_U64` = 21), so a `tl_dtype` converts to and from
-// the Rust `tensorfile::Dtype` by value.
+// An element type. The values are fixed (an ABI): a dtype added later
+// gets the next free number; `fs_dtype_name` and `fs_dtype_from_name`
+// convert to and from the header names.
 typedef enum tl_dtype {
-  // Boolean, one byte per value.
+  // Boolean, one byte per value (0 or 1).
   TL_BOOL = 0,
-  // 4-bit float E2M1, two values per byte (low nibble first).
+  // 4-bit float E2M1 (no NaN, no infinity), two values per byte.
   TL_F4 = 1,
   // 6-bit float E2M3, four values per three bytes.
   TL_F6_E2M3 = 2,
@@ -73,15 +73,15 @@ typedef enum tl_dtype {
   TL_U8 = 4,
   // Signed 8-bit integer.
   TL_I8 = 5,
-  // 8-bit float E5M2.
+  // 8-bit float E5M2 (IEEE-like, with infinities).
   TL_F8_E5M2 = 6,
-  // 8-bit float E4M3 (fn).
+  // 8-bit float E4M3 "fn" (no infinity; NaN is S.1111.111).
   TL_F8_E4M3 = 7,
-  // 8-bit power of two E8M0.
+  // 8-bit power of two E8M0 (scale format of the MX types).
   TL_F8_E8M0 = 8,
-  // 8-bit float E4M3 (fnuz).
+  // 8-bit float E4M3 "fnuz" (no infinity, no negative zero; NaN is 0x80).
   TL_F8_E4M3FNUZ = 9,
-  // 8-bit float E5M2 (fnuz).
+  // 8-bit float E5M2 "fnuz" (no infinity, no negative zero; NaN is 0x80).
   TL_F8_E5M2FNUZ = 10,
   // Signed 16-bit integer.
   TL_I16 = 11,
@@ -97,7 +97,7 @@ typedef enum tl_dtype {
   TL_U32 = 16,
   // IEEE single precision.
   TL_F32 = 17,
-  // Complex: two F32 (real, imaginary).
+  // Complex number of two F32 (real, imaginary).
   TL_C64 = 18,
   // IEEE double precision.
   TL_F64 = 19,

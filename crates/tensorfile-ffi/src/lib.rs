@@ -20,6 +20,7 @@
 
 mod aligned;
 mod args;
+mod dtype_abi;
 pub mod error;
 pub mod pytorch;
 pub mod reader;
