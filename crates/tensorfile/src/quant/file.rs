@@ -426,7 +426,8 @@ fn quantize_weight<T: TensorData>(
                 for (out, &(_, part)) in outs.iter_mut().zip(parts) {
                     let floats = match part {
                         Part::MlxCodes => {
-                            mlx::pack(p.bits as u32, codes, out);
+                            mlx::pack(p.bits as u32, codes, out)
+                                .map_err(|e| quant_error(name, e))?;
                             continue;
                         }
                         Part::MlxScales => &*s,
