@@ -1316,3 +1316,36 @@ fn dequantize_weight_refuses_storage_its_parts_do_not_make() {
     };
     assert!(dequantize_weight(&bad, &mlx_parts).is_err());
 }
+
+/// `Scheme::Mlx` takes any parameters: a floating-point mode, which the
+/// rows are not quantized in (they are affine), is refused before a file
+/// is written. It wrote affine codes and scales under a metadata key
+/// saying mxfp8, a file that did not read back.
+#[test]
+fn quantize_file_refuses_mlx_modes_it_does_not_quantize() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.safetensors");
+    let w = f32_bytes(&[0.5; 64]);
+    let tensors = [TensorRef {
+        name: "a.weight",
+        dtype: Dtype::F32,
+        shape: &[2, 32],
+        data: &w,
+    }];
+    for mode in [Mode::Mxfp4, Mode::Mxfp8, Mode::Nvfp4] {
+        let (bits, group_size) = mode.fixed().unwrap();
+        let p = QuantParams {
+            bits,
+            group_size,
+            mode,
+        };
+        let e = quantize_file(&out, &tensors, None, &qopts(Scheme::Mlx(p))).unwrap_err();
+        assert!(
+            matches!(quant_problem(&e).1, QuantError::Params(m) if m.contains("affine")),
+            "{mode}: {e}"
+        );
+        assert!(!out.exists());
+    }
+    let p = QuantParams::affine(8, 32);
+    quantize_file(&out, &tensors, None, &qopts(Scheme::Mlx(p))).unwrap();
+}

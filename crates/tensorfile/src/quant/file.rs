@@ -135,6 +135,17 @@ fn plan_quantize<T: TensorData>(
         Scheme::Mlx(p) => {
             p.validate()
                 .map_err(|e| quant_error("__metadata__", QuantError::Params(e)))?;
+            if p.mode != Mode::Affine {
+                // The rows are quantized affine: a file saying another
+                // mode would not read back as what was written.
+                return Err(quant_error(
+                    "__metadata__",
+                    QuantError::Params(format!(
+                        "only affine mode quantizes, not {} (the floating-point modes dequantize)",
+                        p.mode
+                    )),
+                ));
+            }
             (p.group_size, p.bits)
         }
     };
