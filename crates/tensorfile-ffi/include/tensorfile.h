@@ -257,6 +257,8 @@ struct tm_tensor *fs_get_tensor_at(const struct fs_file *f, int i);
 
 // The metadata value of `key`. NULL on failure: `TL_EINVAL` (NULL
 // argument, `key` not UTF-8), `TL_ENOTFOUND` (no such key, or no metadata).
+// A key or value holding a NUL character cannot be given or read whole
+// here: see `fs_metadata_key_at` and `fs_metadata_value_at`.
 //
 // Ownership: the string belongs to `f` and lives until `fs_close(f)`.
 //
@@ -268,11 +270,44 @@ const char *fs_get_metadata(const struct fs_file *f, const char *key);
 // the file has no metadata). NULL with `TL_EINVAL` when `f` is NULL.
 //
 // Ownership: the array and the strings belong to `f` and live until
-// `fs_close(f)`.
+// `fs_close(f)`. A key holding a NUL character reads as cut short here:
+// see `fs_metadata_key_at`.
 //
 // # Safety
 // `f` is NULL or a live handle.
 const char **fs_metadata_keys(const struct fs_file *f);
+
+// The number of metadata entries (0 when the file has no metadata), or a
+// negative code (`TL_EINVAL` for NULL).
+//
+// # Safety
+// `f` is NULL or a live handle.
+int fs_num_metadata(const struct fs_file *f);
+
+// The key of metadata entry `i` (ascending byte order of the keys, `0 <=
+// i < fs_num_metadata(f)`); when `len` is not NULL, `*len` receives its
+// length in bytes, which counts any NUL characters inside the key. The
+// string is NUL-terminated after those `*len` bytes. NULL on failure:
+// `TL_EINVAL` (NULL `f`, negative `i`), `TL_ENOTFOUND` (`i` past the end).
+//
+// Ownership: as for `fs_metadata_keys` (the same pointer as its `i`th).
+//
+// # Safety
+// `f` is NULL or a live handle; `len` is NULL or writable.
+const char *fs_metadata_key_at(const struct fs_file *f, int i, size_t *len);
+
+// The value of metadata entry `i` (the entry whose key
+// `fs_metadata_key_at` gives); when `len` is not NULL, `*len` receives
+// its length in bytes, which counts any NUL characters inside the value.
+// The way to read every value, those of keys or values holding NUL
+// characters included. NULL on failure, with the codes of
+// `fs_metadata_key_at`.
+//
+// Ownership: as for `fs_get_metadata` (the same pointer for the same key).
+//
+// # Safety
+// `f` is NULL or a live handle; `len` is NULL or writable.
+const char *fs_metadata_value_at(const struct fs_file *f, int i, size_t *len);
 
 // Closes a file: frees the handle, its tensors, names and strings, and
 // unmaps or frees the data. Every pointer obtained from `f` becomes

@@ -368,6 +368,8 @@ pub unsafe extern "C" fn fs_get_tensor_at(f: *const fs_file, i: c_int) -> *mut t
 
 /// The metadata value of `key`. NULL on failure: `TL_EINVAL` (NULL
 /// argument, `key` not UTF-8), `TL_ENOTFOUND` (no such key, or no metadata).
+/// A key or value holding a NUL character cannot be given or read whole
+/// here: see `fs_metadata_key_at` and `fs_metadata_value_at`.
 ///
 /// Ownership: the string belongs to `f` and lives until `fs_close(f)`.
 ///
@@ -392,7 +394,8 @@ pub unsafe extern "C" fn fs_get_metadata(f: *const fs_file, key: *const c_char) 
 /// the file has no metadata). NULL with `TL_EINVAL` when `f` is NULL.
 ///
 /// Ownership: the array and the strings belong to `f` and live until
-/// `fs_close(f)`.
+/// `fs_close(f)`. A key holding a NUL character reads as cut short here:
+/// see `fs_metadata_key_at`.
 ///
 /// # Safety
 /// `f` is NULL or a live handle.
@@ -402,6 +405,95 @@ pub unsafe extern "C" fn fs_metadata_keys(f: *const fs_file) -> *mut *const c_ch
         // SAFETY: by the caller's contract.
         let f = unsafe { handle(f, "file") }?;
         Ok(f.view.meta_keys.ptrs().cast_mut())
+    })
+}
+
+/// The number of metadata entries (0 when the file has no metadata), or a
+/// negative code (`TL_EINVAL` for NULL).
+///
+/// # Safety
+/// `f` is NULL or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn fs_num_metadata(f: *const fs_file) -> c_int {
+    guard(|| {
+        // SAFETY: by the caller's contract.
+        let f = unsafe { handle(f, "file") }?;
+        c_int::try_from(f.view.meta_keys.len())
+            .map_err(|_| Failure::new(TL_EUNSUPPORTED, "more than INT_MAX metadata entries"))
+    })
+}
+
+/// Entry `i` of `table` (the metadata keys or values) for C: its pointer,
+/// with its length written to `len` when that is not NULL.
+///
+/// # Safety
+/// `len` is NULL or writable.
+unsafe fn metadata_at(
+    table: &StringTable,
+    i: c_int,
+    len: *mut usize,
+) -> Result<*const c_char, Failure> {
+    let index = usize::try_from(i)
+        .map_err(|_| Failure::invalid(format!("metadata index {i} is negative")))?;
+    let (ptr, n) = table.get(index).ok_or_else(|| {
+        Failure::not_found(format!(
+            "metadata index {i} is out of range (the file has {} entries)",
+            table.len()
+        ))
+    })?;
+    if !len.is_null() {
+        // SAFETY: non-NULL and writable, by the caller's contract.
+        unsafe { len.write(n) };
+    }
+    Ok(ptr)
+}
+
+/// The key of metadata entry `i` (ascending byte order of the keys, `0 <=
+/// i < fs_num_metadata(f)`); when `len` is not NULL, `*len` receives its
+/// length in bytes, which counts any NUL characters inside the key. The
+/// string is NUL-terminated after those `*len` bytes. NULL on failure:
+/// `TL_EINVAL` (NULL `f`, negative `i`), `TL_ENOTFOUND` (`i` past the end).
+///
+/// Ownership: as for `fs_metadata_keys` (the same pointer as its `i`th).
+///
+/// # Safety
+/// `f` is NULL or a live handle; `len` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn fs_metadata_key_at(
+    f: *const fs_file,
+    i: c_int,
+    len: *mut usize,
+) -> *const c_char {
+    guard(|| {
+        // SAFETY: by the caller's contract.
+        let f = unsafe { handle(f, "file") }?;
+        // SAFETY: by the caller's contract.
+        unsafe { metadata_at(&f.view.meta_keys, i, len) }
+    })
+}
+
+/// The value of metadata entry `i` (the entry whose key
+/// `fs_metadata_key_at` gives); when `len` is not NULL, `*len` receives
+/// its length in bytes, which counts any NUL characters inside the value.
+/// The way to read every value, those of keys or values holding NUL
+/// characters included. NULL on failure, with the codes of
+/// `fs_metadata_key_at`.
+///
+/// Ownership: as for `fs_get_metadata` (the same pointer for the same key).
+///
+/// # Safety
+/// `f` is NULL or a live handle; `len` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn fs_metadata_value_at(
+    f: *const fs_file,
+    i: c_int,
+    len: *mut usize,
+) -> *const c_char {
+    guard(|| {
+        // SAFETY: by the caller's contract.
+        let f = unsafe { handle(f, "file") }?;
+        // SAFETY: by the caller's contract.
+        unsafe { metadata_at(&f.view.meta_values, i, len) }
     })
 }
 

@@ -170,9 +170,20 @@ fn generate_table(fixtures: &Path) -> String {
             .unwrap();
         }
         writeln!(body, "    NULL\n}};").unwrap();
+        let lens: Vec<String> = meta
+            .iter()
+            .flat_map(|(k, v)| [k.len().to_string(), v.len().to_string()])
+            .chain(["0".to_string()])
+            .collect();
+        writeln!(
+            body,
+            "static const size_t fx_meta_len_{n}[] = {{{}}};",
+            lens.join(", ")
+        )
+        .unwrap();
         writeln!(
             files_rows,
-            "    {{{}, {}, fx_tensors_{n}, {}, fx_meta_{n}, {}}},",
+            "    {{{}, {}, fx_tensors_{n}, {}, fx_meta_{n}, fx_meta_len_{n}, {}}},",
             c_literal(file.to_str().expect("UTF-8 path").as_bytes()),
             c_literal(
                 manifest
@@ -273,7 +284,7 @@ fn pytorch_table(fixtures: &Path) -> String {
         writeln!(body, "    {{0}}\n}};").unwrap();
         writeln!(
             ok,
-            "    {{{path}, {}, fx_pt_{n}, {}, NULL, -1}},",
+            "    {{{path}, {}, fx_pt_{n}, {}, NULL, NULL, -1}},",
             c_literal(file.as_bytes()),
             tensors.len()
         )

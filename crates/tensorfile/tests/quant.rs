@@ -661,7 +661,7 @@ fn mlx_affine_quantizer_follows_mlx_and_keeps_every_weight_within_half_a_step() 
         assert_eq!(file.tensor("w.scales").unwrap().dtype(), Dtype::F32);
         let codes = |packed: &[u8]| {
             let mut c = vec![0u8; original.len()];
-            mlx::unpack(bits as u32, packed, &mut c);
+            mlx::unpack(bits as u32, packed, &mut c).unwrap();
             c
         };
         let (our_scales, our_biases) = (f32_values(&ours.scales), f32_values(&ours.biases));
@@ -844,7 +844,7 @@ fn mlx_affine_weights_are_within_half_a_step_whatever_the_group() {
             let q = mlx::quantize_affine("w", Dtype::F32, &shape, &f32_bytes(&w), params).unwrap();
             let (scales, biases) = (f32_values(&q.scales), f32_values(&q.biases));
             let mut codes = vec![0u8; w.len()];
-            mlx::unpack(bits, &q.weight, &mut codes);
+            mlx::unpack(bits, &q.weight, &mut codes).unwrap();
             for (i, (&a, &code)) in w.iter().zip(&codes).enumerate() {
                 let (step, bias) = (scales[i / group], biases[i / group]);
                 let back = step * f32::from(code) + bias;
@@ -891,7 +891,7 @@ fn mlx_affine_refuses_groups_f32_cannot_span_and_keeps_huge_constants() {
         let q = q.unwrap();
         let (scales, biases) = (f32_values(&q.scales), f32_values(&q.biases));
         let mut codes = vec![0u8; w.len()];
-        mlx::unpack(bits as u32, &q.weight, &mut codes);
+        mlx::unpack(bits as u32, &q.weight, &mut codes).unwrap();
         for (i, &x) in w[32..].iter().enumerate() {
             let back = scales[1] * f32::from(codes[32 + i]) + biases[1];
             assert_eq!(back, x, "{pattern:?} [{i}]");
@@ -1028,9 +1028,9 @@ fn packing_round_trips_for_every_width() {
             .map(|i| ((i * 7 + 3) % (1 << bits)) as u8)
             .collect();
         let mut packed = vec![0u8; 64 * bits as usize / 8];
-        mlx::pack(bits, &codes, &mut packed);
+        mlx::pack(bits, &codes, &mut packed).unwrap();
         let mut back = vec![0u8; 64];
-        mlx::unpack(bits, &packed, &mut back);
+        mlx::unpack(bits, &packed, &mut back).unwrap();
         assert_eq!(back, codes, "{bits}");
         // LSB-first stream: code k at bits k*bits.
         let stream = |k: usize| {
@@ -1142,6 +1142,211 @@ fn hostile_shapes_and_groups_are_refused_or_empty() {
     assert!(int4::quantize("w", Dtype::F32, &[0, 1 << 40], &[], 32).is_ok());
     assert!(int4::dequantize("w", &[], &[], &[1 << 33, 1 << 33], 32).is_err());
     let mut codes = [0u8; 8];
-    mlx::unpack(8, &[1, 2], &mut codes);
+    mlx::unpack(8, &[1, 2], &mut codes).unwrap();
     assert_eq!(codes, [1, 2, 0, 0, 0, 0, 0, 0]);
+}
+
+/// MLX affine on shapes with no values but a huge other dimension: an
+/// empty result at once, not a loop over 2^40 rows or a row buffer of 2^60
+/// values (which aborted on the allocation).
+#[test]
+fn mlx_quantize_affine_of_empty_shapes_allocates_nothing() {
+    let params = QuantParams::affine(4, 64);
+    for shape in [[1u64 << 40, 0], [0, 1 << 60], [0, 0]] {
+        let q = mlx::quantize_affine("w", Dtype::F32, &shape, &[], params).unwrap();
+        assert!(
+            q.weight.is_empty() && q.scales.is_empty() && q.biases.is_empty(),
+            "{shape:?}"
+        );
+    }
+    // The bytes must still be the shape's: [1, 0] holds none, [0, 64] none.
+    assert!(mlx::quantize_affine("w", Dtype::F32, &[1 << 40, 0], &[0; 4], params).is_err());
+}
+
+/// `pack`, `unpack` and `affine_params` take only the widths MLX packs:
+/// 0 bits (a zero chunk size), 1, 7 and 9 or more bits (shifts past 64)
+/// are a parameter error.
+#[test]
+fn mlx_packing_refuses_widths_it_does_not_pack() {
+    let codes = [1u8; 64];
+    let mut packed = [0u8; 128];
+    let mut back = [0u8; 64];
+    for bits in [0u32, 1, 7, 9, 16, 32, 63, 64, 65, u32::MAX] {
+        let e = mlx::pack(bits, &codes, &mut packed).unwrap_err();
+        assert!(matches!(e, QuantError::Params(_)), "{bits}: {e}");
+        let e = mlx::unpack(bits, &packed, &mut back).unwrap_err();
+        assert!(matches!(e, QuantError::Params(_)), "{bits}: {e}");
+        assert!(mlx::affine_params(&[1.0, 2.0], bits).is_err(), "{bits}");
+    }
+    for bits in [2u32, 3, 4, 5, 6, 8] {
+        let n = 64 * bits as usize / 8;
+        mlx::pack(bits, &codes, &mut packed[..n]).unwrap();
+        mlx::unpack(bits, &packed[..n], &mut back).unwrap();
+        assert_eq!(back, codes, "{bits}");
+    }
+}
+
+/// A weight's fields are public: storage that its parts do not make (a
+/// zero, odd or wrong group, bits MLX does not pack, another mode) is a
+/// layout error from `dequantize_weight`, never a panic in the row
+/// arithmetic (zero-sized chunks, shifts past 64 bits).
+#[test]
+fn dequantize_weight_refuses_storage_its_parts_do_not_make() {
+    let t = |name, dtype, shape, data| TensorRef {
+        name,
+        dtype,
+        shape,
+        data,
+    };
+    let layout_error = |e: &Error| {
+        matches!(
+            e,
+            Error::Quant {
+                problem: QuantError::Layout(_),
+                ..
+            }
+        )
+    };
+    // int4 [2, 4] in groups of 4: qweight [2, 2], scales [2, 1].
+    let one = half::f16::from_f32(1.0).to_le_bytes();
+    let scales = [one, one].concat();
+    let int4_parts = [
+        t(
+            "a.qweight",
+            Dtype::U8,
+            &[2, 2],
+            &[0x21u8, 0x43, 0x65, 0x07][..],
+        ),
+        t("a.scales", Dtype::F16, &[2, 1], &scales[..]),
+    ];
+    let good = quant::LogicalWeight {
+        name: "a".into(),
+        storage: Storage::Int4 { group_size: 4 },
+        dtype: Dtype::F16,
+        shape: vec![2, 4],
+        parts: vec!["a.qweight", "a.scales"],
+    };
+    assert_eq!(
+        dequantize_weight(&good, &int4_parts).unwrap(),
+        [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 0.0]
+    );
+    for group_size in [0, 1, 2, 3, 8, u64::MAX] {
+        let bad = quant::LogicalWeight {
+            storage: Storage::Int4 { group_size },
+            ..good.clone()
+        };
+        let e = dequantize_weight(&bad, &int4_parts).unwrap_err();
+        assert!(layout_error(&e), "group {group_size}: {e}");
+    }
+    // Parts named but given as MLX: the layout is not MLX's.
+    let bad = quant::LogicalWeight {
+        storage: Storage::Mlx(QuantParams::affine(4, 4)),
+        ..good.clone()
+    };
+    assert!(layout_error(
+        &dequantize_weight(&bad, &int4_parts).unwrap_err()
+    ));
+
+    // MLX affine, 4 bits in groups of 8: weight U32 [1, 1], scales and
+    // biases F32 [1, 1].
+    let s = f32_bytes(&[1.0]);
+    let b = f32_bytes(&[0.0]);
+    let words = [0x21u8, 0x43, 0x65, 0x07];
+    let mlx_parts = [
+        t("m.weight", Dtype::U32, &[1, 1], &words[..]),
+        t("m.scales", Dtype::F32, &[1, 1], &s[..]),
+        t("m.biases", Dtype::F32, &[1, 1], &b[..]),
+    ];
+    let good = quant::LogicalWeight {
+        name: "m.weight".into(),
+        storage: Storage::Mlx(QuantParams::affine(4, 8)),
+        dtype: Dtype::F32,
+        shape: vec![1, 8],
+        parts: vec!["m.weight", "m.scales", "m.biases"],
+    };
+    assert_eq!(
+        dequantize_weight(&good, &mlx_parts).unwrap(),
+        [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 0.0]
+    );
+    let params = |bits, group_size, mode| QuantParams {
+        bits,
+        group_size,
+        mode,
+    };
+    for p in [
+        params(4, 0, Mode::Affine),
+        params(4, 1, Mode::Affine),
+        params(4, 4, Mode::Affine),
+        params(4, 32, Mode::Mxfp4),
+        params(4, 16, Mode::Nvfp4),
+    ] {
+        let bad = quant::LogicalWeight {
+            storage: Storage::Mlx(p),
+            ..good.clone()
+        };
+        let e = dequantize_weight(&bad, &mlx_parts).unwrap_err();
+        assert!(layout_error(&e), "{p:?}: {e}");
+    }
+    // 9 bits a code: nine words hold 32 codes, whose unpacking shifted a
+    // byte by 64 bits.
+    let nine = [0u8; 36];
+    let nine_parts = [
+        t("m.weight", Dtype::U32, &[1, 9], &nine[..]),
+        t("m.scales", Dtype::F32, &[1, 1], &s[..]),
+        t("m.biases", Dtype::F32, &[1, 1], &b[..]),
+    ];
+    let bad = quant::LogicalWeight {
+        storage: Storage::Mlx(params(9, 32, Mode::Affine)),
+        shape: vec![1, 32],
+        ..good.clone()
+    };
+    assert!(layout_error(
+        &dequantize_weight(&bad, &nine_parts).unwrap_err()
+    ));
+    // A name that is no MLX weight's, or parts that are not the weight's own.
+    let bad = quant::LogicalWeight {
+        name: "m".into(),
+        ..good.clone()
+    };
+    assert!(layout_error(
+        &dequantize_weight(&bad, &mlx_parts).unwrap_err()
+    ));
+    let bad = quant::LogicalWeight {
+        parts: vec!["m.weight", "m.biases", "m.scales"],
+        ..good.clone()
+    };
+    assert!(dequantize_weight(&bad, &mlx_parts).is_err());
+}
+
+/// `Scheme::Mlx` takes any parameters: a floating-point mode, which the
+/// rows are not quantized in (they are affine), is refused before a file
+/// is written. It wrote affine codes and scales under a metadata key
+/// saying mxfp8, a file that did not read back.
+#[test]
+fn quantize_file_refuses_mlx_modes_it_does_not_quantize() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.safetensors");
+    let w = f32_bytes(&[0.5; 64]);
+    let tensors = [TensorRef {
+        name: "a.weight",
+        dtype: Dtype::F32,
+        shape: &[2, 32],
+        data: &w,
+    }];
+    for mode in [Mode::Mxfp4, Mode::Mxfp8, Mode::Nvfp4] {
+        let (bits, group_size) = mode.fixed().unwrap();
+        let p = QuantParams {
+            bits,
+            group_size,
+            mode,
+        };
+        let e = quantize_file(&out, &tensors, None, &qopts(Scheme::Mlx(p))).unwrap_err();
+        assert!(
+            matches!(quant_problem(&e).1, QuantError::Params(m) if m.contains("affine")),
+            "{mode}: {e}"
+        );
+        assert!(!out.exists());
+    }
+    let p = QuantParams::affine(8, 32);
+    quantize_file(&out, &tensors, None, &qopts(Scheme::Mlx(p))).unwrap();
 }

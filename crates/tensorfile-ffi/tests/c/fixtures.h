@@ -24,6 +24,7 @@ struct fx_file {
     const struct fx_tensor *tensors; /* file (data) order */
     int ntensors;
     const char *const *meta; /* key, value, key, value, ... NULL; keys ascending */
+    const size_t *meta_len;  /* the byte lengths of meta's strings (NULs inside count) */
     int nmeta;               /* -1: metadata not checked */
 };
 

@@ -136,6 +136,17 @@ fn plan_quantize<T: TensorData>(
         Scheme::Mlx(p) => {
             p.validate()
                 .map_err(|e| quant_error("__metadata__", QuantError::Params(e)))?;
+            if p.mode != Mode::Affine {
+                // The rows are quantized affine: a file saying another
+                // mode would not read back as what was written.
+                return Err(quant_error(
+                    "__metadata__",
+                    QuantError::Params(format!(
+                        "only affine mode quantizes, not {} (the floating-point modes dequantize)",
+                        p.mode
+                    )),
+                ));
+            }
             (p.group_size, p.bits)
         }
     };
@@ -432,7 +443,8 @@ fn quantize_weight<T: TensorData>(
                 for (out, &(_, part)) in outs.iter_mut().zip(parts) {
                     let floats = match part {
                         Part::MlxCodes => {
-                            mlx::pack(p.bits as u32, codes, out);
+                            mlx::pack(p.bits as u32, codes, out)
+                                .map_err(|e| quant_error(name, e))?;
                             continue;
                         }
                         Part::MlxScales => &*s,

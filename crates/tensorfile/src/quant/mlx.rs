@@ -8,27 +8,43 @@
 //! ```
 //! use tensorfile::quant::mlx;
 //! let mut packed = [0u8; 4];
-//! mlx::pack(4, &[1, 2, 3, 4, 5, 6, 7, 8], &mut packed);
+//! mlx::pack(4, &[1, 2, 3, 4, 5, 6, 7, 8], &mut packed)?;
 //! assert_eq!(packed, [0x21, 0x43, 0x65, 0x87]); // first code in the low bits
 //! let codes = [1u8, 2, 3, 4, 5, 6, 7, 0]; // eight 3-bit codes: three bytes
 //! let mut packed = [0u8; 3];
-//! mlx::pack(3, &codes, &mut packed);
+//! mlx::pack(3, &codes, &mut packed)?;
 //! assert_eq!(packed[0], 0b11_010_001); // code 2 straddles the first two bytes
 //! let mut back = [0u8; 8];
-//! mlx::unpack(3, &packed, &mut back);
+//! mlx::unpack(3, &packed, &mut back)?;
 //! assert_eq!(back, codes);
+//! assert!(mlx::unpack(0, &packed, &mut back).is_err()); // MLX packs 2 to 8 bits
+//! # Ok::<(), tensorfile::quant::QuantError>(())
 //! ```
 
 use half::{bf16, f16};
 
-use super::{Mode, QuantError, QuantParams};
+use super::{Mode, QuantError, QuantParams, MLX_BITS};
 use crate::{Dtype, Error, Result};
+
+/// `bits` as a width MLX packs (2, 3, 4, 5, 6 or 8), or the error saying
+/// it is not one.
+fn packed_width(bits: u32) -> Result<u32, QuantError> {
+    if MLX_BITS.contains(&u64::from(bits)) {
+        Ok(bits)
+    } else {
+        Err(QuantError::Params(format!(
+            "MLX packs 2, 3, 4, 5, 6 or 8 bits a code, not {bits}"
+        )))
+    }
+}
 
 /// Unpacks `codes.len()` codes of `bits` (2, 3, 4, 5, 6 or 8) from the bit
 /// stream `packed`, which holds exactly `codes.len() * bits / 8` bytes; the
-/// count is a multiple of 8 (as in any whole number of U32 words).
-pub fn unpack(bits: u32, packed: &[u8], codes: &mut [u8]) {
-    match bits {
+/// count is a multiple of 8 (as in any whole number of U32 words). A
+/// shorter stream fills only the codes it holds. Any other width is a
+/// [`QuantError::Params`].
+pub fn unpack(bits: u32, packed: &[u8], codes: &mut [u8]) -> Result<(), QuantError> {
+    match packed_width(bits)? {
         8 => {
             let n = codes.len().min(packed.len());
             codes[..n].copy_from_slice(&packed[..n]);
@@ -64,12 +80,15 @@ pub fn unpack(bits: u32, packed: &[u8], codes: &mut [u8]) {
             }
         }
     }
+    Ok(())
 }
 
 /// Packs codes (each below `2^bits`) into the bit stream `packed`
-/// (`codes.len() * bits / 8` bytes); the inverse of [`unpack`].
-pub fn pack(bits: u32, codes: &[u8], packed: &mut [u8]) {
-    match bits {
+/// (`codes.len() * bits / 8` bytes); the inverse of [`unpack`]. A shorter
+/// buffer takes only the codes it holds. `bits` is 2, 3, 4, 5, 6 or 8;
+/// any other width is a [`QuantError::Params`].
+pub fn pack(bits: u32, codes: &[u8], packed: &mut [u8]) -> Result<(), QuantError> {
+    match packed_width(bits)? {
         8 => {
             let n = packed.len().min(codes.len());
             packed[..n].copy_from_slice(&codes[..n]);
@@ -95,6 +114,7 @@ pub fn pack(bits: u32, codes: &[u8], packed: &mut [u8]) {
             }
         }
     }
+    Ok(())
 }
 
 /// The affine parameters `(scale, bias)` of one group, in f32: MLX's,
@@ -114,7 +134,18 @@ pub fn pack(bits: u32, codes: &[u8], packed: &mut [u8]) {
 /// end would land more than half a step past the grid, |q0| is lowered
 /// (a coarser step; the edge stays exact and the bias is still the edge)
 /// until it does not. Every other group gets MLX's parameters bit for bit.
-pub fn affine_params(group: &[f32], bits: u32) -> (f32, f32) {
+///
+/// `bits` is 2, 3, 4, 5, 6 or 8 (any other width is a
+/// [`QuantError::Params`]); `group` holds finite values (an empty group,
+/// or one with NaN or an infinity, gives parameters of no use, but no
+/// failure).
+pub fn affine_params(group: &[f32], bits: u32) -> Result<(f32, f32), QuantError> {
+    let bits = packed_width(bits)?;
+    Ok(affine_params_of(group, bits))
+}
+
+/// [`affine_params`] for a width already checked.
+fn affine_params_of(group: &[f32], bits: u32) -> (f32, f32) {
     let n = ((1u32 << bits) - 1) as f32;
     let (mut lo, mut hi) = (f32::INFINITY, f32::NEG_INFINITY);
     for &w in group {
@@ -174,7 +205,7 @@ pub(crate) fn affine_quantize_row(
     let groups = row.chunks_exact(group).zip(codes.chunks_exact_mut(group));
     let params = scales.iter_mut().zip(biases.iter_mut());
     for (i, ((g, c), (s, b))) in groups.zip(params).enumerate() {
-        let (scale, bias) = affine_params(g, bits);
+        let (scale, bias) = affine_params_of(g, bits);
         // Weights near f32's limits can span more than f32 holds: the
         // range, the scale or the top code's value (scale * n + bias, as
         // the dequantizer computes it) would be infinite, and the weights
@@ -357,6 +388,17 @@ pub fn quantize_affine(
             data.len()
         ))));
     }
+    if rows == 0 || cols == 0 {
+        // No values, so every part is empty; and a shape like [2^40, 0] or
+        // [0, 2^60] must cost neither a loop over its rows nor a row buffer.
+        return Ok(MlxTensor {
+            weight: Vec::new(),
+            scales: Vec::new(),
+            biases: Vec::new(),
+        });
+    }
+    // `data` holds rows * cols values, so every size below is at most its
+    // length (and a row buffer at most one row of it).
     let (bits, group) = (params.bits as u32, params.group_size as usize);
     let groups = cols / group;
     let row_bytes = cols * bits as usize / 8;
@@ -383,7 +425,8 @@ pub fn quantize_affine(
             bits,
             &codes,
             &mut out.weight[r * row_bytes..(r + 1) * row_bytes],
-        );
+        )
+        .map_err(&err)?;
         let span = r * groups * elem..(r + 1) * groups * elem;
         encode(&s, &mut out.scales[span.clone()])?;
         encode(&b, &mut out.biases[span])?;
@@ -423,7 +466,7 @@ mod tests {
                     _ => center + ((next() >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * mag,
                 })
                 .collect();
-            let (scale, bias) = affine_params(&group, bits);
+            let (scale, bias) = affine_params(&group, bits).unwrap();
             assert!(
                 scale.is_finite() && scale != 0.0 && bias.is_finite(),
                 "b{bits} {group:?}: ({scale}, {bias})"

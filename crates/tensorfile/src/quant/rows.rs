@@ -6,10 +6,11 @@
 use half::f16;
 
 use super::int4;
-use super::layout::{LogicalWeight, Storage};
+use super::layout::{int4_weight, mlx_weight, LogicalWeight, Storage};
 use super::mlx::{self, Arith};
 use super::{quant_error, QuantError};
 use crate::cast::decode_f32;
+use crate::header::TensorInfo;
 use crate::writer::{TensorData, TensorSpec};
 use crate::{Dtype, Result};
 
@@ -103,6 +104,7 @@ pub fn dequantize_weight<T: TensorData>(
     if numel == 0 {
         return Ok(Vec::new());
     }
+    check_storage(weight, tensors)?;
     let mut source: RowSource<'_, T> =
         RowSource::new(weight, |j| weight.parts.get(j).and_then(|n| part(n)))?;
     let mut out = vec![0f32; numel];
@@ -110,6 +112,54 @@ pub fn dequantize_weight<T: TensorData>(
         source.row(r, row, &weight.name)?;
     }
     Ok(out)
+}
+
+/// Checks a quantized weight against what its parts make of it under the
+/// layout rules ([`int4_weight`], [`mlx_weight`]). A weight's fields are
+/// public, so its storage may hold any group size or bits and its parts
+/// any shapes; the row arithmetic relies on what those rules check (an
+/// even group dividing the inputs, MLX's widths and group sizes, scales
+/// of `[out, in / group]`), so anything else is a [`QuantError::Layout`].
+fn check_storage<T: TensorData>(weight: &LogicalWeight<'_>, tensors: &[T]) -> Result<()> {
+    // Only the weight's own parts are looked at.
+    let lookup = |n: &str| -> Option<TensorInfo<'_>> {
+        if !weight.parts.contains(&n) {
+            return None;
+        }
+        let t = tensors.iter().find(|t| t.name() == n)?;
+        Some(TensorInfo {
+            name: t.name(),
+            dtype: t.dtype(),
+            shape: t.shape(),
+            data_offsets: (0, t.byte_len()),
+        })
+    };
+    let derived = match weight.storage {
+        Storage::Plain => return Ok(()),
+        Storage::Int4 { group_size } => int4_weight(&weight.name, &lookup, Some(group_size)),
+        Storage::Mlx(p) => match weight.name.strip_suffix(".weight") {
+            Some(module) => mlx_weight(module, &lookup, Some(p)),
+            None => Ok(None),
+        },
+    };
+    let wrong = |why: String| {
+        quant_error(
+            &weight.name,
+            QuantError::Layout(format!(
+                "is not the weight its parts {:?} make as {:?} of shape {:?}: {why}",
+                weight.parts, weight.storage, weight.shape
+            )),
+        )
+    };
+    match derived {
+        Ok(Some(d)) if d == *weight => Ok(()),
+        Ok(Some(d)) => Err(wrong(format!(
+            "they make {:?} of shape {:?} from {:?}",
+            d.storage, d.shape, d.parts
+        ))),
+        Ok(None) => Err(wrong("they are not a quantized weight".into())),
+        Err(e) => Err(wrong(e.to_string())),
+    }
 }
 
 /// Dequantizes one row of a weight into f32, reading the row's bytes of
@@ -256,7 +306,8 @@ impl<'a, T: TensorData> RowSource<'a, T> {
                         let b = span(biases, at, len, &mut self.raw_biases, name)?;
                         decode_f32(self.scale_dtype, s, &mut self.scale_buf).map_err(bad)?;
                         decode_f32(self.scale_dtype, b, &mut self.bias_buf).map_err(bad)?;
-                        mlx::unpack(p.bits as u32, codes, &mut self.code_buf);
+                        mlx::unpack(p.bits as u32, codes, &mut self.code_buf)
+                            .map_err(|e| quant_error(name, e))?;
                         let arith = Arith::of(self.scale_dtype).unwrap_or(Arith::F32);
                         mlx::affine_row(
                             arith,
