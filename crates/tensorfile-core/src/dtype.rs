@@ -2,7 +2,7 @@
 //! the enum, the names, the sizes, the writer's order and the C library's
 //! numbers all come.
 //!
-//! Adding a dtype is adding one row to [`dtype_table!`]'s invocation below
+//! Adding a dtype is adding one row to the `dtype_table!` invocation below
 //! (and, in the C library, regenerating its `tl_dtype` enum, which a test
 //! checks against this table).
 
