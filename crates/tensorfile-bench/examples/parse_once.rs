@@ -1,6 +1,8 @@
 //! One parse in a process of its own, for peak resident memory as the
 //! system sees it (`/usr/bin/time -v`: "Maximum resident set size"), which
-//! the benchmark's heap counter cannot give per case in one process.
+//! the benchmark's heap counter cannot give per case in one process. Prints
+//! the parse's wall time and the time the thread was on a CPU (the fairer
+//! figure on a shared machine).
 //!
 //! ```text
 //! parse_once unknown FIELDS PATH     write a file of one entry with FIELDS unknown fields
@@ -16,7 +18,7 @@ mod fixture;
 
 use std::path::Path;
 use std::process::ExitCode;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -45,6 +47,7 @@ fn run(args: &[String]) -> Result<(), String> {
         }
         [what, path] => {
             let bytes = std::fs::read(path).map_err(|e| format!("{path}: {e}"))?;
+            let cpu = cpu_time();
             let start = Instant::now();
             let tensors = match what.as_str() {
                 "read" => 0,
@@ -59,9 +62,24 @@ fn run(args: &[String]) -> Result<(), String> {
                     .len(),
                 other => return Err(format!("unknown mode {other:?}")),
             };
-            println!("{what}: {tensors} tensors in {:?}", start.elapsed());
+            let wall = start.elapsed();
+            match (cpu, cpu_time()) {
+                (Some(a), Some(b)) => println!(
+                    "{what}: {tensors} tensors in {wall:?} (on a CPU {:?})",
+                    b.saturating_sub(a)
+                ),
+                _ => println!("{what}: {tensors} tensors in {wall:?}"),
+            }
         }
         _ => return Err("usage: see the source's header comment".into()),
     }
     Ok(())
+}
+
+/// Time this thread has spent on a CPU (Linux: `/proc/thread-self/schedstat`),
+/// which a loaded machine's waiting does not inflate; `None` elsewhere.
+fn cpu_time() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    let ns = stat.split_whitespace().next()?.parse::<u64>().ok()?;
+    Some(Duration::from_nanos(ns))
 }
