@@ -50,6 +50,26 @@ pub enum FormatError {
         /// What the JSON parser said.
         msg: String,
     },
+    /// Rule 2: a number whose magnitude rounds past the largest 64-bit float
+    /// (`1e400`, an integer of 400 digits), wherever it stands in the header,
+    /// unknown fields and metadata included.
+    ///
+    /// JSON's grammar puts no bound on numbers, but RFC 8259 (section 6) lets
+    /// a reader bound the range it accepts, and the reader the format is
+    /// pinned to holds every number as a 64-bit integer or float: it refuses
+    /// such a number as malformed JSON ("number out of range") while reading
+    /// the text, before it looks at any field. A header holding one is
+    /// therefore not JSON the format can read: rule 2, at its position, not a
+    /// rule 4 problem of the entry it is in.
+    #[error("rule 2: the header is not valid JSON at header position {pos}: the number {number} in {place} is out of range (it rounds past the largest 64-bit float)")]
+    NumberOutOfRange {
+        /// Byte position in the header of the number's first character.
+        pos: usize,
+        /// The number as written (cut short when long).
+        number: String,
+        /// Where it is: `field "x" of tensor "a"`, `__metadata__ value of "k"`, ...
+        place: String,
+    },
     /// Rule 2: the header is JSON, but not an object.
     #[error("rule 2: the header is a JSON {found}, not an object")]
     NotObject {
@@ -87,6 +107,24 @@ pub enum FormatError {
         tensor: String,
         /// What is wrong with the entry.
         problem: String,
+    },
+    /// Rule 4: a dimension or data offset written `-0`.
+    ///
+    /// `-0` is valid JSON, but a JSON reader takes it for the float -0.0
+    /// (JSON integers have no negative zero; the reference reader refuses it
+    /// with "invalid type: floating point -0.0, expected usize"). Rule 4 asks
+    /// for non-negative integers, so `-0` is refused as `0.0` and `0e0` are:
+    /// a well-formed number of the wrong kind for the field, an entry error.
+    #[error("rule 4: tensor {tensor:?}: {field} element {index} is -0 (header position {pos}), which JSON readers take for the float -0.0, not an unsigned integer")]
+    NegativeZero {
+        /// The tensor name.
+        tensor: String,
+        /// `shape` or `data_offsets`.
+        field: &'static str,
+        /// The element's index in that array.
+        index: usize,
+        /// Byte position in the header of the `-`.
+        pos: usize,
     },
     /// Rule 4: an unknown dtype name.
     #[error("rule 4: tensor {tensor:?}: unknown dtype {dtype:?}")]
@@ -169,9 +207,14 @@ impl FormatError {
         use FormatError::*;
         match self {
             TooShort { .. } | HeaderTooLarge { .. } | HeaderPastEof { .. } => 1,
-            NotUtf8 { .. } | Json { .. } | NotObject { .. } | DuplicateKey { .. } => 2,
+            NotUtf8 { .. }
+            | Json { .. }
+            | NumberOutOfRange { .. }
+            | NotObject { .. }
+            | DuplicateKey { .. } => 2,
             MetadataNotObject { .. } | MetadataNotString { .. } => 3,
             BadEntry { .. }
+            | NegativeZero { .. }
             | UnknownDtype { .. }
             | ShapeOverflow { .. }
             | NotWholeBytes { .. }
