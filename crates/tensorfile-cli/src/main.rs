@@ -21,6 +21,11 @@ mod progress;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Threads for parallel work (casts, loads, quantization, conversion
+    /// writes). Default: the TENSORFILE_THREADS environment variable, else
+    /// one per core.
+    #[arg(long, global = true, value_name = "N")]
+    threads: Option<usize>,
 }
 
 #[derive(Subcommand)]
@@ -48,6 +53,12 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Some(n) = cli.threads {
+        if let Err(e) = tensorfile::parallel::set_threads(n) {
+            eprintln!("tensorfile: --threads {n}: {e}");
+            return ExitCode::from(2);
+        }
+    }
     let result = match cli.command {
         Command::Validate(args) => cmd::validate::run(args),
         Command::Inspect(args) => cmd::inspect::run(args),

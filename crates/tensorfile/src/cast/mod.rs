@@ -334,14 +334,14 @@ pub fn cast_slice(
 /// never straddle two steps).
 const BLOCK: usize = 1024;
 
-/// Elements from which a conversion is split between two threads: below
-/// it, starting a thread costs more than it saves.
-const SPLIT_FROM: usize = 1 << 20;
+/// Elements a thread converts at least: below it, handing work to another
+/// thread costs more than it saves.
+const SPLIT_FROM: usize = 1 << 19;
 
 /// The conversion proper: lengths and the pair are already checked. `base`
 /// is the index of the first element, for error messages. Large inputs are
-/// converted in two halves at once: casting is computation on independent
-/// elements, and the machines this targets have two cores or more.
+/// split into pieces converted on the pool's threads at once: casting is
+/// computation on independent elements.
 fn convert(
     from: Dtype,
     src: &[u8],
@@ -351,20 +351,31 @@ fn convert(
     base: u64,
 ) -> Result<(), CastError> {
     let n = src.len() * 8 / from.bits() as usize;
-    if n < SPLIT_FROM || from == to {
+    if n < 2 * SPLIT_FROM || from == to {
         return convert_serial(from, src, to, dst, opts, base);
     }
-    // A multiple of BLOCK elements is a whole number of bytes in every
-    // dtype (F4 and F6 included).
-    let half = n / 2 / BLOCK * BLOCK;
-    let (src_a, src_b) = src.split_at(half * from.bits() as usize / 8);
-    let (dst_a, dst_b) = dst.split_at_mut(half * to.bits() as usize / 8);
-    let (b, a) = crate::parallel::both(
-        || convert_serial(from, src_b, to, dst_b, opts, base + half as u64),
-        || convert_serial(from, src_a, to, dst_a, opts, base),
-    );
-    // The first half's error names the lower element index: report it first.
-    a.and(b)
+    // Pieces of whole BLOCKs: a multiple of BLOCK elements is a whole number
+    // of bytes in every dtype (F4 and F6 included).
+    use rayon::prelude::*;
+    let (sb, db) = (from.bits() as usize, to.bits() as usize);
+    let bounds = crate::parallel::pieces(n, BLOCK, SPLIT_FROM);
+    let mut outs = Vec::with_capacity(bounds.len());
+    let mut rest = dst;
+    for &(s, e) in &bounds {
+        let (piece, tail) = rest.split_at_mut((e - s) * db / 8);
+        outs.push(piece);
+        rest = tail;
+    }
+    let results: Vec<Result<(), CastError>> = bounds
+        .into_par_iter()
+        .zip(outs)
+        .map(|((start, end), out)| {
+            let input = &src[start * sb / 8..end * sb / 8];
+            convert_serial(from, input, to, out, opts, base + start as u64)
+        })
+        .collect();
+    // Pieces come back in order: the first error names the lowest element.
+    results.into_iter().collect()
 }
 
 /// [`convert`] on one thread.
