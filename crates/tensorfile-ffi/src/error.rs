@@ -90,17 +90,21 @@ impl From<tensorfile_pytorch::Error> for Failure {
         let code = match &e {
             E::Io { source, .. } => io_code(source),
             // Valid input refused on purpose: a global off the allow-list,
-            // a pickle over the limits, a container or zip feature not
-            // loaded (TorchScript, tar, encryption).
+            // a pickle over the limits or budget, a container or zip
+            // feature not loaded (TorchScript, tar, encryption).
             E::Pickle { source, .. } => match source.kind {
-                PickleErrorKind::ForbiddenGlobal { .. } | PickleErrorKind::Limit { .. } => {
-                    TL_EUNSUPPORTED
-                }
+                PickleErrorKind::ForbiddenGlobal { .. }
+                | PickleErrorKind::Limit { .. }
+                | PickleErrorKind::Budget { .. } => TL_EUNSUPPORTED,
+                PickleErrorKind::OutOfMemory(_) => TL_ENOMEM,
                 _ => TL_EFORMAT,
             },
-            E::Zip(ZipError::Unsupported { .. }) | E::NotACheckpoint(_) | E::Refused { .. } => {
-                TL_EUNSUPPORTED
-            }
+            // A budget of the loader (expansions, inflated storages, the
+            // walk's entries) refuses what it would have to hold.
+            E::Zip(ZipError::Unsupported { .. })
+            | E::NotACheckpoint(_)
+            | E::Refused { .. }
+            | E::Budget { .. } => TL_EUNSUPPORTED,
             E::Write(inner) => core_code(inner),
             // Malformed archives, storages and views.
             _ => TL_EFORMAT,

@@ -46,5 +46,5 @@ pub use checkpoint::{
 };
 pub use convert::{convert, ConvertOptions};
 pub use error::{Error, Result};
-pub use flatten::WalkLimits;
+pub use flatten::{WalkLimits, ENTRY_BYTES};
 pub use sharing::SharedPolicy;

@@ -89,10 +89,9 @@ impl<'p> Rebuilder<'p> {
             reason,
         };
         let pickle = self.pickle;
-        let Some(Object::Call { func, args, .. }) = pickle.get(id) else {
+        let Some((mut func, mut args)) = pickle.call(Value::Ref(id)) else {
             return Err(bad("not a tensor rebuild call".into()));
         };
-        let (mut func, mut args) = (*func, args.as_slice());
         for _ in 0..MAX_WRAPPING {
             match func {
                 Global::RebuildTensorV2 | Global::RebuildTensorV3 => {
@@ -104,11 +103,9 @@ impl<'p> Rebuilder<'p> {
                 // (data, requires_grad, backward_hooks[, state]): unwrap data.
                 Global::RebuildParameter | Global::RebuildParameterWithState => {
                     let data = args.first().copied().unwrap_or(Value::None);
-                    match pickle.deref(data) {
-                        Some(Object::Call {
-                            func: f, args: a, ..
-                        }) if Self::is_rebuild(*f) => {
-                            (func, args) = (*f, a.as_slice());
+                    match pickle.call(data) {
+                        Some((f, a)) if Self::is_rebuild(f) => {
+                            (func, args) = (f, a);
                         }
                         _ => {
                             return Err(bad(format!(
@@ -406,12 +403,8 @@ impl<'p> Rebuilder<'p> {
     /// A tuple of non-negative ints (also `torch.Size(tuple)`).
     fn uints(&self, v: Value, what: &str) -> Result<Vec<u64>, String> {
         let pickle = self.pickle;
-        let items = match pickle.deref(v) {
-            Some(Object::Call {
-                func: Global::Size,
-                args,
-                ..
-            }) => args.first().and_then(|a| pickle.as_seq(*a)),
+        let items = match pickle.call(v) {
+            Some((Global::Size, args)) => args.first().and_then(|a| pickle.as_seq(*a)),
             _ => pickle.as_seq(v),
         }
         .ok_or_else(|| format!("{what} is {}, not a tuple", pickle.kind(v)))?;
