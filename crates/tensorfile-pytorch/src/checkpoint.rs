@@ -31,8 +31,17 @@ pub struct LoadOptions {
     pub walk: WalkLimits,
     /// Largest tensor, in bytes, that a view may materialize beyond the
     /// size of its storage (stride-0 expansions): 1 GiB by default, so a
-    /// tiny hostile file cannot demand a huge buffer.
+    /// tiny hostile file cannot demand a huge buffer. Exceeding it is
+    /// [`Error::Budget`] naming `max_expanded_bytes`.
     pub max_expanded_bytes: u64,
+    /// Most bytes of expanded tensors in all: the sum, over every tensor
+    /// name, of the byte length of each view that is larger than its
+    /// storage (the bytes converting or `fs_load_pytorch` would make that
+    /// the file does not hold). Checked at load with checked arithmetic, so
+    /// that `convert` refuses before writing anything; exceeding it is
+    /// [`Error::Budget`] naming `max_expanded_total_bytes`. 4 GiB by
+    /// default; a total exactly at the budget is accepted.
+    pub max_expanded_total_bytes: u64,
 }
 
 impl Default for LoadOptions {
@@ -43,6 +52,7 @@ impl Default for LoadOptions {
             limits: Limits::default(),
             walk: WalkLimits::default(),
             max_expanded_bytes: 1 << 30,
+            max_expanded_total_bytes: 4 << 30,
         }
     }
 }
@@ -640,8 +650,30 @@ fn walk(pickle: &Pickle, options: &LoadOptions) -> Result<Walked> {
     )?;
     let has_bare = flat.tensors.iter().any(|(n, _)| n.is_empty());
     let mut tensors = Vec::with_capacity(flat.tensors.len());
+    let mut expanded = 0u64;
     for (mut name, spec_index) in flat.tensors {
         let spec = &rebuilder.specs[spec_index];
+        // Views larger than their storage are materialized by whoever reads
+        // them: count every name's, against the total budget.
+        let elem = spec.dtype.element_size();
+        let nbytes = tensorfile::dtype::numel(&spec.shape).and_then(|n| n.checked_mul(elem));
+        let storage_nbytes = rebuilder.storages[spec.storage].nbytes;
+        if let Some(nbytes) = nbytes.filter(|&n| n > storage_nbytes) {
+            let total = expanded.checked_add(nbytes);
+            match total {
+                Some(t) if t <= options.max_expanded_total_bytes => expanded = t,
+                _ => {
+                    return Err(Error::Budget {
+                        budget: "max_expanded_total_bytes",
+                        limit: options.max_expanded_total_bytes,
+                        needed: total.unwrap_or(u64::MAX),
+                        context: format!(
+                            "expanded views (larger than their storage) in all, at tensor {name:?}"
+                        ),
+                    })
+                }
+            }
+        }
         if name.is_empty() {
             if let Some(n) = &options.name {
                 name = n.clone();

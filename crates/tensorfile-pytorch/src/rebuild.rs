@@ -201,12 +201,19 @@ impl<'p> Rebuilder<'p> {
             strides: &strides,
             elem,
         };
-        let nbytes = view.nbytes().unwrap_or(u64::MAX);
-        if nbytes > self.storages[storage].nbytes && nbytes > self.max_expanded {
-            return Err(bad(format!(
-                "an expanded view of {nbytes} B over a storage of {} B exceeds the limit of {} B for materialized expansions",
-                self.storages[storage].nbytes, self.max_expanded
-            )));
+        // (A byte count that overflows is refused by `check` below.)
+        if let Some(nbytes) = view.nbytes() {
+            if nbytes > self.storages[storage].nbytes && nbytes > self.max_expanded {
+                return Err(Error::Budget {
+                    budget: "max_expanded_bytes",
+                    limit: self.max_expanded,
+                    needed: nbytes,
+                    context: format!(
+                        "tensor {name:?}: an expanded view over a storage of {} B would be materialized",
+                        self.storages[storage].nbytes
+                    ),
+                });
+            }
         }
         // Legacy storage views: the tensor indexes a window of the root storage.
         let offset = match view_size {
