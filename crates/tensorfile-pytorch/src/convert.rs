@@ -5,7 +5,10 @@
 //! tensors are read in 4 MiB pieces, contiguous views are written straight
 //! from the memory map, and other views are gathered into a buffer per
 //! tensor. Peak memory is about twice the largest tensor that needs
-//! re-ordering (one per thread), not the model. A refused or failed
+//! re-ordering (one per thread), not the model. A deflated storage is
+//! inflated once for all its tensors (only the spans they view, see
+//! [`LoadOptions::max_inflated_bytes`]) and released after the last of them
+//! is written. A refused or failed
 //! conversion leaves no output file (the writer saves to a temporary file and
 //! renames it at the end).
 
@@ -142,6 +145,15 @@ pub fn convert_checkpoint(
             .collect::<tensorfile::Result<_>>()?;
         let next = AtomicUsize::new(0);
         let stop = AtomicBool::new(false);
+        // Tensors left to write per storage: a deflated storage's inflated
+        // bytes are released after its last one.
+        let mut left: HashMap<usize, AtomicUsize> = HashMap::new();
+        for (t, _) in &order {
+            left.entry(t.storage_index())
+                .or_insert_with(|| AtomicUsize::new(0))
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        let left = &left;
         let (done, finished) = std::sync::mpsc::channel::<std::result::Result<usize, Failed>>();
         std::thread::scope(|scope| {
             for _ in 0..WORKERS {
@@ -159,6 +171,13 @@ pub fn convert_checkpoint(
                         }
                         let cast = (target != t.dtype()).then_some((target, options.cast));
                         let written = write_tensor(w, i, t, cast, &mut buf);
+                        let storage = t.storage_index();
+                        if left
+                            .get(&storage)
+                            .is_some_and(|n| n.fetch_sub(1, Ordering::AcqRel) == 1)
+                        {
+                            ckpt.release_storage(storage);
+                        }
                         if written.is_err() {
                             stop.store(true, Ordering::Relaxed);
                         }
@@ -247,7 +266,7 @@ fn write_tensor(
     use std::io::Read;
     let load = |e: Error| Failed::Load(t.name().to_string(), Box::new(e));
     if let Some((target, opts)) = cast {
-        let bytes = t.bytes().map_err(load)?;
+        let bytes = t.data().map_err(load)?;
         let mut caster =
             TensorCast::new(t.name(), t.dtype(), t.shape(), target, opts).map_err(Failed::Write)?;
         let mut offset = 0u64;
@@ -279,7 +298,7 @@ fn write_tensor(
             }
         }
         None => {
-            let bytes = t.bytes().map_err(load)?;
+            let bytes = t.data().map_err(load)?;
             w.write(index, 0, &bytes).map_err(Failed::Write)
         }
     }

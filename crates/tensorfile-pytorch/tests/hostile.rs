@@ -169,3 +169,141 @@ fn convert_refuses_expansions_before_writing() {
         "no file left"
     );
 }
+
+#[test]
+fn a_deflated_storage_is_inflated_once_for_all_its_views() {
+    // 10, 1000 and 100,000 one-element views of one 16 MiB deflated
+    // storage, spread up to its last element: one pass inflates it, and
+    // only the views' 4-byte spans are held.
+    const STORAGE: u64 = 16 << 20;
+    for views in [10u64, 1000, 100_000] {
+        let ckpt = load(
+            hostile::deflated_views(views, STORAGE, true),
+            &LoadOptions::default(),
+        )
+        .unwrap();
+        assert_eq!(ckpt.len() as u64, views);
+        for t in ckpt.tensors() {
+            assert_eq!(&*t.bytes().unwrap(), &[0u8; 4], "{}", t.name());
+        }
+        let stats = ckpt.inflate_stats();
+        assert_eq!(stats.passes, 1, "{views} views");
+        assert_eq!(stats.inflated, STORAGE, "{views} views");
+        assert_eq!((stats.held, stats.peak), (4 * views, 4 * views));
+        ckpt.release_storage(ckpt.tensors().next().unwrap().storage_index());
+        assert_eq!(ckpt.inflate_stats().held, 0);
+    }
+}
+
+#[test]
+fn a_deflated_storage_is_inflated_only_up_to_the_furthest_byte_needed() {
+    // The file: 128 one-element views at the start of a deflated
+    // GiB of zeros (about 1 MB on disk). Only their 512 bytes are inflated.
+    let file = hostile::deflated_views(128, 1 << 30, false);
+    assert!(file.len() < 2 << 20, "{} B", file.len());
+    let ckpt = load(file, &LoadOptions::default()).unwrap();
+    for t in ckpt.tensors() {
+        let d = t.data().unwrap();
+        assert!(d.is_shared(), "{}", t.name());
+        assert_eq!(&*d, &[0u8; 4]);
+    }
+    let stats = ckpt.inflate_stats();
+    assert_eq!((stats.passes, stats.inflated, stats.held), (1, 512, 512));
+}
+
+#[test]
+fn inflated_bytes_are_counted_against_their_budget() {
+    let file = || hostile::deflated_views(1000, 1 << 20, true);
+    let options = LoadOptions {
+        max_inflated_bytes: 4000 - 1,
+        ..LoadOptions::default()
+    };
+    let ckpt = load(file(), &options).unwrap();
+    let e = ckpt.tensor("t0").unwrap().bytes().unwrap_err();
+    assert_eq!(budget(&e), ("max_inflated_bytes", 3999, 4000), "{e}");
+    assert_eq!(
+        ckpt.inflate_stats().held,
+        0,
+        "a refused storage holds nothing"
+    );
+    // Exactly at the budget: read.
+    let options = LoadOptions {
+        max_inflated_bytes: 4000,
+        ..LoadOptions::default()
+    };
+    let ckpt = load(file(), &options).unwrap();
+    assert!(ckpt.tensors().all(|t| t.bytes().is_ok()));
+    assert_eq!(ckpt.inflate_stats().held, 4000);
+}
+
+#[test]
+fn views_of_a_deflated_storage_read_as_those_of_a_stored_one() {
+    use hostile::{Record, Storage, Tensor};
+    // 0, 1, 2, ... as F32: the whole, a transpose, a column, a row at the
+    // end, an expansion and an empty view.
+    let numel = 12 * 10;
+    let data: Vec<u8> = (0..numel).flat_map(|i| (i as f32).to_le_bytes()).collect();
+    let storages = [Storage {
+        key: "0".into(),
+        class: "FloatStorage",
+        elem: 4,
+        numel,
+    }];
+    let view = |name: &str, offset, shape: &[u64], strides: &[u64]| Tensor {
+        name: name.into(),
+        storage: 0,
+        offset,
+        shape: shape.to_vec(),
+        strides: strides.to_vec(),
+    };
+    let tensors = [
+        view("all", 0, &[12, 10], &[10, 1]),
+        view("col", 3, &[12], &[10]),
+        view("empty", 7, &[0, 5], &[5, 1]),
+        view("expand", 20, &[4, 10], &[0, 1]),
+        view("last", 110, &[10], &[1]),
+        view("t", 0, &[10, 12], &[1, 10]),
+    ];
+    let pickle = hostile::state_dict_pickle(&storages, &tensors);
+    let make = |deflated: bool| {
+        let record = if deflated {
+            Record::deflated("archive/data/0", &data)
+        } else {
+            Record::stored("archive/data/0", data.clone())
+        };
+        hostile::checkpoint(
+            Record::stored("archive/data.pkl", pickle.clone()),
+            vec![record],
+        )
+    };
+    let stored = load(make(false), &LoadOptions::default()).unwrap();
+    let deflated = load(make(true), &LoadOptions::default()).unwrap();
+    for (a, b) in stored.tensors().zip(deflated.tensors()) {
+        assert_eq!(a.name(), b.name());
+        assert_eq!(a.bytes().unwrap(), b.bytes().unwrap(), "{}", a.name());
+        let shared = b.data().unwrap().is_shared();
+        assert_eq!(shared, b.is_contiguous() && b.nbytes() > 0, "{}", b.name());
+    }
+    let stats = deflated.inflate_stats();
+    assert_eq!((stats.passes, stats.held), (1, numel * 4));
+}
+
+#[test]
+fn convert_inflates_each_deflated_storage_once_and_releases_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("views.pt");
+    std::fs::write(&input, hostile::deflated_views(1000, 16 << 20, true)).unwrap();
+    let ckpt = Checkpoint::open(&input).unwrap();
+    let output = dir.path().join("views.safetensors");
+    let mut options = ConvertOptions::default();
+    options.write.sync = false;
+    let report =
+        tensorfile_pytorch::convert::convert_checkpoint(&ckpt, &output, &options, |_| {}).unwrap();
+    assert_eq!(report.tensors, 1000);
+    let stats = ckpt.inflate_stats();
+    assert_eq!((stats.passes, stats.inflated), (1, 16 << 20));
+    assert_eq!((stats.held, stats.peak), (0, 4000));
+    let st = tensorfile::SafeTensors::open(&output).unwrap();
+    assert_eq!(st.len(), 1000);
+    assert!(st.tensors().all(|t| t.data() == [0u8; 4]));
+}
