@@ -27,7 +27,7 @@ pub const TL_ENOTFOUND: c_int = -5;
 pub const TL_EUNSUPPORTED: c_int = -6;
 
 /// A failure: its code and a message as specific as the Rust error.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Failure {
     pub(crate) code: c_int,
     pub(crate) message: String,

@@ -303,6 +303,13 @@ impl Checkpoint {
             })
     }
 
+    /// The tensor at `index` in [`Checkpoint::tensors`] order.
+    pub fn tensor_at(&self, index: usize) -> Option<TorchTensor<'_>> {
+        self.tensors
+            .get(index)
+            .map(|info| TorchTensor { ckpt: self, info })
+    }
+
     /// Number of tensors.
     pub fn len(&self) -> usize {
         self.tensors.len()
@@ -763,6 +770,25 @@ impl<'a> TensorData<'a> {
     /// The bytes in a vector of their own (copied unless already owned).
     pub fn into_vec(self) -> Vec<u8> {
         self.into_cow().into_owned()
+    }
+
+    /// Bytes borrowed from the input as `Err`, else the same data without
+    /// the borrow (owned, or shared with an inflated storage), which may
+    /// outlive the checkpoint: its bytes never move while it lives.
+    pub fn detach(self) -> Result<TensorData<'static>, &'a [u8]> {
+        match self.0 {
+            Repr::Borrowed(b) => Err(b),
+            Repr::Owned(v) => Ok(TensorData(Repr::Owned(v))),
+            Repr::Inflated {
+                inflated,
+                segment,
+                range,
+            } => Ok(TensorData(Repr::Inflated {
+                inflated,
+                segment,
+                range,
+            })),
+        }
     }
 }
 
