@@ -178,7 +178,7 @@ const char *fs_last_error_message(void);
 //
 // The loader's budgets apply, with their defaults: the pickle
 // interpreter holds at most 256 MiB; expanded views (larger than their
-// storage) total at most 4 GiB and 1 GiB each; deflated records hold at
+// storage) total at most 1 GiB, as does each one; deflated records hold at
 // most 4 GiB inflated at once.
 //
 // Returns NULL on failure: `TL_EUNSUPPORTED` (a pickle global that is not

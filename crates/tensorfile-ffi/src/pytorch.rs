@@ -133,7 +133,7 @@ fn load(path: &std::path::Path) -> Result<fs_file, Failure> {
 ///
 /// The loader's budgets apply, with their defaults: the pickle
 /// interpreter holds at most 256 MiB; expanded views (larger than their
-/// storage) total at most 4 GiB and 1 GiB each; deflated records hold at
+/// storage) total at most 1 GiB, as does each one; deflated records hold at
 /// most 4 GiB inflated at once.
 ///
 /// Returns NULL on failure: `TL_EUNSUPPORTED` (a pickle global that is not

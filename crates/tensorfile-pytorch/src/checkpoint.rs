@@ -42,8 +42,9 @@ pub struct LoadOptions {
     /// storage (the bytes converting or `fs_load_pytorch` would make that
     /// the file does not hold). Checked at load with checked arithmetic, so
     /// that `convert` refuses before writing anything; exceeding it is
-    /// [`Error::Budget`] naming `max_expanded_total_bytes`. 4 GiB by
-    /// default; a total exactly at the budget is accepted.
+    /// [`Error::Budget`] naming `max_expanded_total_bytes`. 1 GiB by
+    /// default (what one expanded tensor may reach); a total exactly at the
+    /// budget is accepted.
     pub max_expanded_total_bytes: u64,
     /// Most bytes of deflated storage records held inflated at once.
     ///
@@ -69,7 +70,7 @@ impl Default for LoadOptions {
             limits: Limits::default(),
             walk: WalkLimits::default(),
             max_expanded_bytes: 1 << 30,
-            max_expanded_total_bytes: 4 << 30,
+            max_expanded_total_bytes: 1 << 30,
             max_inflated_bytes: 4 << 30,
         }
     }

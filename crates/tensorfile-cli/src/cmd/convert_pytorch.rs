@@ -51,8 +51,8 @@ pub struct BudgetArgs {
     /// storage), in bytes (default 1073741824, 1 GiB).
     #[arg(long, value_name = "BYTES")]
     max_expanded_bytes: Option<u64>,
-    /// PyTorch input: most bytes of expanded tensors in all (default
-    /// 4294967296, 4 GiB).
+    /// PyTorch input: most bytes of expanded tensors in all, every name
+    /// counted (default 1073741824, 1 GiB).
     #[arg(long, value_name = "BYTES")]
     max_expanded_total_bytes: Option<u64>,
     /// PyTorch input: most bytes of deflated records held inflated at once
