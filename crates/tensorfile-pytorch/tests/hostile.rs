@@ -130,6 +130,25 @@ fn expansions_are_capped_per_tensor_and_in_total() {
         "{e}"
     );
 
+    // At the default cap of 1 GiB exactly: loaded (nothing materialized);
+    // one byte more: refused, with that byte counted.
+    let ckpt = load(
+        hostile::expansions_at_default_cap(0),
+        &LoadOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(ckpt.tensors().map(|t| t.nbytes()).sum::<u64>(), 1 << 30);
+    let e = load(
+        hostile::expansions_at_default_cap(1),
+        &LoadOptions::default(),
+    )
+    .unwrap_err();
+    assert_eq!(
+        budget(&e),
+        ("max_expanded_total_bytes", 1 << 30, (1 << 30) + 1),
+        "{e}"
+    );
+
     // Four views of 256,000 B: one byte under the total is refused,
     // exactly the total is accepted and reads back right.
     let total = 4 * 1000 * 256;

@@ -39,7 +39,7 @@ struct fx_hostile {
     int access_code;   /* when it loads, 0: every tensor reads; else each first access fails so */
     const char *part;  /* in the failure's message */
     int ntensors;      /* when it loads */
-    int content;       /* 0: unchecked, 1: all zeros, 2: rows of the bytes 0..255 */
+    int content;       /* 0: unchecked, 1: all zeros, 2: rows of the bytes 0..255, -1: not read */
 };
 
 /* Every file of tests/fixtures/valid/. */

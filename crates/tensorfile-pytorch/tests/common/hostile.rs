@@ -403,19 +403,29 @@ pub fn deflated_views(views: u64, storage_bytes: u64, spread: bool) -> Vec<u8> {
 /// `rows x 256` bytes each, all of one 256-byte storage (uint8, rows
 /// repeated): a tiny file that materializes `count * rows * 256` bytes.
 pub fn expansions(count: usize, rows: u64) -> Vec<u8> {
+    let views: Vec<(Vec<u64>, Vec<u64>)> =
+        (0..count).map(|_| (vec![rows, 256], vec![0, 1])).collect();
+    expanded_views(&views)
+}
+
+/// Views `e0`, `e1`, ... with these shapes and strides, all of one
+/// 256-byte storage holding the bytes 0..255.
+pub fn expanded_views(views: &[(Vec<u64>, Vec<u64>)]) -> Vec<u8> {
     let storages = [Storage {
         key: "0".into(),
         class: "ByteStorage",
         elem: 1,
         numel: 256,
     }];
-    let tensors: Vec<Tensor> = (0..count)
-        .map(|i| Tensor {
+    let tensors: Vec<Tensor> = views
+        .iter()
+        .enumerate()
+        .map(|(i, (shape, strides))| Tensor {
             name: format!("e{i}"),
             storage: 0,
             offset: 0,
-            shape: vec![rows, 256],
-            strides: vec![0, 1],
+            shape: shape.clone(),
+            strides: strides.clone(),
         })
         .collect();
     let pickle = state_dict_pickle(&storages, &tensors);
@@ -424,4 +434,13 @@ pub fn expansions(count: usize, rows: u64) -> Vec<u8> {
         Record::stored("archive/data.pkl", pickle),
         vec![Record::stored("archive/data/0", data)],
     )
+}
+
+/// Expanded views totalling the default cap (1 GiB) plus `extra` bytes:
+/// one of 1 GiB - 256 B, one of 256 + `extra` B (stride 0).
+pub fn expansions_at_default_cap(extra: u64) -> Vec<u8> {
+    expanded_views(&[
+        (vec![(1 << 22) - 1, 256], vec![0, 1]),
+        (vec![256 + extra], vec![0]),
+    ])
 }
