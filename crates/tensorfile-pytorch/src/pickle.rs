@@ -635,9 +635,6 @@ impl<'a> Machine<'a> {
     }
 
     fn string(&mut self, bytes: &[u8], op: &'static str) -> R<()> {
-        if std::str::from_utf8(bytes).is_err() {
-            return self.err(PickleErrorKind::Utf8(op));
-        }
         let owned = self.owned_bytes(bytes)?;
         let s = String::from_utf8(owned).or_else(|_| self.err(PickleErrorKind::Utf8(op)))?;
         self.alloc_push(Object::Str(s), 0)

@@ -364,6 +364,16 @@ pub fn clone_bomb(apply: Apply, shared: Shared, n: usize, calls: usize) -> Vec<u
     checkpoint(Record::deflated("archive/data.pkl", &pickle), Vec::new())
 }
 
+/// A pickle whose one memo id is 19,999,999 (just under the memo limit):
+/// a dense memo would need 20 million slots at once, which the
+/// interpreter's byte budget refuses before allocating.
+pub fn sparse_memo() -> Vec<u8> {
+    let mut p = Pickle::new();
+    p.op(b"N").op(b"r").op(&19_999_999u32.to_le_bytes());
+    let pickle = p.finish();
+    checkpoint(Record::stored("archive/data.pkl", pickle), Vec::new())
+}
+
 /// Issue 12 item 2: one deflated F32 storage of `storage_bytes` zeros and
 /// `views` one-element views into it, named `t0`, `t1`, ...: spread evenly
 /// up to its last element with `spread`, else its first elements. With
