@@ -625,38 +625,19 @@ impl<'a> TorchTensor<'a> {
             name: self.info.name.clone(),
             reason,
         };
-        let swap = self.ckpt.big_endian && s.dtype.swap_unit() > 1;
-        let mut data = match &s.location {
-            Location::Range(r) => {
-                let storage =
-                    self.ckpt
-                        .source
-                        .bytes()
-                        .get(r.clone())
-                        .ok_or_else(|| Error::Storage {
-                            key: s.key.clone(),
-                            problem: "outside the file".into(),
-                        })?;
-                match self.view().gather(storage).map_err(bad)? {
-                    Cow::Borrowed(b) => TensorData(Repr::Borrowed(b)),
-                    Cow::Owned(v) => TensorData(Repr::Owned(v)),
-                }
-            }
-            Location::Deflated(_) => {
-                let Some(span) = self.span() else {
-                    return Ok(TensorData(Repr::Owned(Vec::new())));
-                };
-                let inflated = self.ckpt.inflated(self.info.storage)?;
-                let (segment, start) = inflated.segment(&span).ok_or_else(|| {
-                    bad(format!(
-                        "its bytes {span:?} are not among its storage's inflated spans"
-                    ))
-                })?;
-                let elem = s.dtype.element_size();
-                // Spans start at a view's first element: a whole number of
-                // elements into the storage.
+        let mut data = match self.window()? {
+            Window::Input(storage) => match self.view().gather(storage).map_err(bad)? {
+                Cow::Borrowed(b) => TensorData(Repr::Borrowed(b)),
+                Cow::Owned(v) => TensorData(Repr::Owned(v)),
+            },
+            Window::Empty => TensorData(Repr::Owned(Vec::new())),
+            Window::Inflated {
+                inflated,
+                segment,
+                offset,
+            } => {
                 let view = View {
-                    offset: self.info.offset - start / elem,
+                    offset,
                     ..self.view()
                 };
                 let bytes = &inflated.segments[segment].1;
@@ -674,7 +655,7 @@ impl<'a> TorchTensor<'a> {
                 }
             }
         };
-        if swap {
+        if self.ckpt.big_endian && s.dtype.swap_unit() > 1 {
             let unit = s.dtype.swap_unit() as usize;
             let mut owned =
                 std::mem::replace(&mut data, TensorData(Repr::Owned(Vec::new()))).into_vec();
@@ -683,6 +664,152 @@ impl<'a> TorchTensor<'a> {
         }
         Ok(data)
     }
+
+    /// The tensor's bytes, as [`TorchTensor::bytes`] gives them, passed to
+    /// `f` in order in pieces of about `piece` bytes (larger when one step
+    /// of the view's innermost split is; at least one element), each
+    /// gathered from the storage on its own: a view that must be
+    /// re-ordered or expanded never takes more memory than a piece. Stops
+    /// at the first error of `f`.
+    pub fn for_each_piece<E: From<Error>>(
+        &self,
+        piece: usize,
+        mut f: impl FnMut(&[u8]) -> std::result::Result<(), E>,
+    ) -> std::result::Result<(), E> {
+        let s = &self.ckpt.storages[self.info.storage];
+        let bad = |reason: String| Error::Tensor {
+            name: self.info.name.clone(),
+            reason,
+        };
+        let window = self.window()?;
+        let (storage, offset): (&[u8], u64) = match &window {
+            Window::Input(b) => (b, self.info.offset),
+            Window::Inflated {
+                inflated,
+                segment,
+                offset,
+            } => (&inflated.segments[*segment].1, *offset),
+            Window::Empty => return Ok(()),
+        };
+        let elem = s.dtype.element_size();
+        let swap = self.ckpt.big_endian && s.dtype.swap_unit() > 1;
+        let (shape, strides) = (&self.info.shape[..], &self.info.strides[..]);
+        let piece = (piece as u64).max(elem);
+        // Split at the outermost dimension whose inner block fits a piece;
+        // a piece is `k` steps of that dimension at one index of the
+        // dimensions outside it.
+        let inner = |j: usize| {
+            tensorfile::dtype::numel(&shape[j + 1..])
+                .and_then(|n| n.checked_mul(elem))
+                .unwrap_or(u64::MAX)
+        };
+        let total = self.nbytes();
+        let split = (0..shape.len()).find(|&j| inner(j) <= piece);
+        let Some(j) = split.filter(|_| total > piece) else {
+            // Small enough, or a scalar: at once.
+            let view = View {
+                offset,
+                ..self.view()
+            };
+            let mut bytes = view.gather(storage).map_err(bad)?;
+            if swap {
+                byteswap(bytes.to_mut(), s.dtype.swap_unit() as usize);
+            }
+            return f(&bytes);
+        };
+        let k = (piece / inner(j).max(1)).max(1);
+        let mut index = vec![0u64; j];
+        let mut sub_shape = shape[j..].to_vec();
+        loop {
+            // The offset of this index of the outer dimensions (checked
+            // when the view was validated: within the storage).
+            let mut base = offset;
+            for (d, &i) in index.iter().enumerate() {
+                base = base.saturating_add(i.saturating_mul(strides[d]));
+            }
+            let mut i = 0;
+            while i < shape[j] {
+                let c = k.min(shape[j] - i);
+                sub_shape[0] = c;
+                let view = View {
+                    offset: base.saturating_add(i.saturating_mul(strides[j])),
+                    shape: &sub_shape,
+                    strides: &strides[j..],
+                    elem,
+                };
+                let mut bytes = view.gather(storage).map_err(bad)?;
+                if swap {
+                    byteswap(bytes.to_mut(), s.dtype.swap_unit() as usize);
+                }
+                f(&bytes)?;
+                i += c;
+            }
+            // The next index of the outer dimensions, innermost first.
+            let mut d = j;
+            loop {
+                if d == 0 {
+                    return Ok(());
+                }
+                d -= 1;
+                index[d] += 1;
+                if index[d] < shape[d] {
+                    break;
+                }
+                index[d] = 0;
+            }
+        }
+    }
+
+    /// Where the view's bytes are read from.
+    fn window(&self) -> Result<Window<'a>> {
+        let s = &self.ckpt.storages[self.info.storage];
+        match &s.location {
+            Location::Range(r) => self
+                .ckpt
+                .source
+                .bytes()
+                .get(r.clone())
+                .map(Window::Input)
+                .ok_or_else(|| Error::Storage {
+                    key: s.key.clone(),
+                    problem: "outside the file".into(),
+                }),
+            Location::Deflated(_) => {
+                let Some(span) = self.span() else {
+                    return Ok(Window::Empty);
+                };
+                let inflated = self.ckpt.inflated(self.info.storage)?;
+                let (segment, start) = inflated.segment(&span).ok_or_else(|| Error::Tensor {
+                    name: self.info.name.clone(),
+                    reason: format!(
+                        "its bytes {span:?} are not among its storage's inflated spans"
+                    ),
+                })?;
+                // Spans start at a view's first element: a whole number of
+                // elements into the storage.
+                let offset = self.info.offset - start / s.dtype.element_size();
+                Ok(Window::Inflated {
+                    inflated,
+                    segment,
+                    offset,
+                })
+            }
+        }
+    }
+}
+
+/// What a view's bytes are read from: its storage in the input, the
+/// inflated segment of a deflated storage that holds its span (with the
+/// view's offset in that segment, in elements), or nothing (a view of a
+/// deflated storage without elements).
+enum Window<'a> {
+    Input(&'a [u8]),
+    Inflated {
+        inflated: Arc<Inflated>,
+        segment: usize,
+        offset: u64,
+    },
+    Empty,
 }
 
 /// The byte span of its storage that a view reads: from its first element

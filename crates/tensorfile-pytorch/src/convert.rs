@@ -3,9 +3,9 @@
 //! Tensors go from the input to their places in the output file, written by
 //! two threads at once (each takes the next tensor in file order): stored
 //! tensors are read in 4 MiB pieces, contiguous views are written straight
-//! from the memory map, and other views are gathered into a buffer per
-//! tensor. Peak memory is about twice the largest tensor that needs
-//! re-ordering (one per thread), not the model. A deflated storage is
+//! from the memory map, and other views are gathered about 4 MiB at a time
+//! ([`TorchTensor::for_each_piece`]), so peak memory is a few pieces per
+//! thread, not the largest tensor. A deflated storage is
 //! inflated once for all its tensors (only the spans they view, see
 //! [`LoadOptions::max_inflated_bytes`]) and released after the last of them
 //! is written. A refused or failed
@@ -251,11 +251,24 @@ enum Failed {
     Write(tensorfile::Error),
 }
 
+/// Why writing one piece of a tensor stopped.
+enum PieceError {
+    Load(Error),
+    Write(tensorfile::Error),
+}
+
+impl From<Error> for PieceError {
+    fn from(e: Error) -> PieceError {
+        PieceError::Load(e)
+    }
+}
+
 /// Writes tensor `t`, the `index`-th in file order, at its place: stored
 /// tensors are read in pieces into `buf` (plain reads are faster than
 /// faulting in the memory map page by page); other views are taken from
-/// the map or gathered into memory, one tensor at a time. With `cast`, the
-/// bytes are cast in chunks on the way.
+/// the map, or gathered (re-ordered, expanded, inflated, byte-swapped) a
+/// piece at a time, so that no tensor is ever held whole. With `cast`, the
+/// bytes are cast piece by piece on the way.
 fn write_tensor(
     w: &PositionalWriter<'_>,
     index: usize,
@@ -265,17 +278,22 @@ fn write_tensor(
 ) -> std::result::Result<(), Failed> {
     use std::io::Read;
     let load = |e: Error| Failed::Load(t.name().to_string(), Box::new(e));
+    let failed = |e: PieceError| match e {
+        PieceError::Load(e) => load(e),
+        PieceError::Write(e) => Failed::Write(e),
+    };
     if let Some((target, opts)) = cast {
-        let bytes = t.data().map_err(load)?;
         let mut caster =
             TensorCast::new(t.name(), t.dtype(), t.shape(), target, opts).map_err(Failed::Write)?;
         let mut offset = 0u64;
-        for chunk in bytes.chunks(PIECE) {
+        t.for_each_piece(PIECE, |piece| {
             buf.clear();
-            caster.push(chunk, buf).map_err(Failed::Write)?;
-            w.write(index, offset, buf).map_err(Failed::Write)?;
+            caster.push(piece, buf).map_err(PieceError::Write)?;
+            w.write(index, offset, buf).map_err(PieceError::Write)?;
             offset += buf.len() as u64;
-        }
+            Ok(())
+        })
+        .map_err(failed)?;
         return caster.finish().map_err(Failed::Write);
     }
     match t.reader().map_err(load)? {
@@ -298,8 +316,13 @@ fn write_tensor(
             }
         }
         None => {
-            let bytes = t.data().map_err(load)?;
-            w.write(index, 0, &bytes).map_err(Failed::Write)
+            let mut offset = 0u64;
+            t.for_each_piece(PIECE, |piece| {
+                w.write(index, offset, piece).map_err(PieceError::Write)?;
+                offset += piece.len() as u64;
+                Ok(())
+            })
+            .map_err(failed)
         }
     }
 }

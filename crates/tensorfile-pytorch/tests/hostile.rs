@@ -305,6 +305,54 @@ fn views_of_a_deflated_storage_read_as_those_of_a_stored_one() {
     }
     let stats = deflated.inflate_stats();
     assert_eq!((stats.passes, stats.held), (1, numel * 4));
+    // In pieces, every view reads the same, no piece over its size.
+    for ckpt in [&stored, &deflated] {
+        for t in ckpt.tensors() {
+            assert_pieces(&t);
+        }
+    }
+}
+
+/// `for_each_piece` gives `bytes()` in order, in pieces no larger than
+/// asked (or one element).
+fn assert_pieces(t: &tensorfile_pytorch::TorchTensor<'_>) {
+    let whole = t.bytes().unwrap();
+    let elem = (t.dtype().bits() / 8).max(1) as usize;
+    for piece in [1, 5, 12, 40, 100, 1 << 20] {
+        let mut got = Vec::new();
+        t.for_each_piece(piece, |b| -> Result<(), Error> {
+            assert!(
+                b.len() <= piece.max(elem),
+                "{}: {} > {piece}",
+                t.name(),
+                b.len()
+            );
+            got.extend_from_slice(b);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(got, &*whole, "{} in pieces of {piece}", t.name());
+    }
+}
+
+#[test]
+fn every_fixture_reads_the_same_in_pieces() {
+    let dir = std::path::Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/fixtures/pytorch"
+    ));
+    let mut files = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let Ok(ckpt) = Checkpoint::open(&path) else {
+            continue;
+        };
+        files += 1;
+        for t in ckpt.tensors() {
+            assert_pieces(&t);
+        }
+    }
+    assert!(files >= 20, "{files} fixtures loaded");
 }
 
 #[test]
