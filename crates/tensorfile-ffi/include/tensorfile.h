@@ -24,6 +24,13 @@
  *
  * Threads: one fs_file may be read from several threads at once. A
  * fs_writer must be used by one thread at a time.
+ *
+ * PyTorch checkpoints (fs_load_pytorch): tensors that are not stored as
+ * they are (views with gaps, expansions, deflated or big-endian records)
+ * are gathered on their first fs_get_tensor / fs_get_tensor_at, not at
+ * load, once even when threads ask at the same time; that first access can
+ * fail (NULL and an error, the same on every later access), and its
+ * pointer, like every other, stays valid until fs_close.
  */
 
 #ifndef TENSORFILE_H
@@ -161,16 +168,25 @@ const char *fs_last_error_message(void);
 // (`model.layers.0.weight`) and listed in ascending byte order of their
 // names; each `data` holds the C-order little-endian bytes. Stored
 // tensors point into the mapped file (torch.save aligns records to 64
-// bytes), gathered ones (views, deflated or big-endian records) into
-// buffers of `malloc` alignment. The metadata holds the checkpoint's
+// bytes). The others (views with gaps, expansions, deflated or big-endian
+// records) are gathered on first access (`fs_get_tensor`,
+// `fs_get_tensor_at`), once, into buffers of `malloc` alignment that live
+// until `fs_close`: loading itself gathers nothing, and a first access may
+// fail (NULL with the codes below). The metadata holds the checkpoint's
 // non-tensor values (numbers, strings) rendered as text, under their
 // flattened names.
 //
+// The loader's budgets apply, with their defaults: the pickle
+// interpreter holds at most 256 MiB; expanded views (larger than their
+// storage) total at most 1 GiB, as does each one; deflated records hold at
+// most 4 GiB inflated at once.
+//
 // Returns NULL on failure: `TL_EUNSUPPORTED` (a pickle global that is not
-// allowed, a pickle over the loader's limits, TorchScript or tar archives,
-// zip features not supported, tensors safetensors cannot hold such as
-// complex128 or conjugate-bit ones), `TL_EFORMAT` (a malformed archive,
-// pickle, storage or view), `TL_EIO`, `TL_EINVAL` (NULL or empty `path`).
+// allowed, a pickle or checkpoint over the loader's limits or budgets,
+// TorchScript or tar archives, zip features not supported, tensors
+// safetensors cannot hold such as complex128 or conjugate-bit ones),
+// `TL_EFORMAT` (a malformed archive, pickle, storage or view), `TL_EIO`,
+// `TL_ENOMEM`, `TL_EINVAL` (NULL or empty `path`).
 //
 // Ownership: the caller owns the handle and frees it with `fs_close`.
 //
@@ -236,7 +252,11 @@ const char **fs_tensor_names(const struct fs_file *f);
 const char *fs_tensor_name_at(const struct fs_file *f, int i, size_t *len);
 
 // The tensor called `name`. NULL on failure: `TL_EINVAL` (NULL argument,
-// `name` not UTF-8), `TL_ENOTFOUND` (no such tensor).
+// `name` not UTF-8), `TL_ENOTFOUND` (no such tensor), and for a tensor of
+// `fs_load_pytorch` gathered on this first access, the codes of
+// `fs_load_pytorch` (`TL_EUNSUPPORTED` for a budget exceeded, `TL_EFORMAT`
+// for a broken record, `TL_ENOMEM`); a failed access fails again the same
+// way.
 //
 // Ownership: the struct, its `shape` and its `data` belong to `f` and live
 // until `fs_close(f)`; treat them as read-only. Each call returns the
@@ -249,7 +269,8 @@ struct tm_tensor *fs_get_tensor(const struct fs_file *f, const char *name);
 // Tensor `i` in file order (`0 <= i < fs_num_tensors(f)`): the way to
 // reach every tensor, those whose names hold NUL characters included.
 // NULL on failure: `TL_EINVAL` (NULL `f`, negative `i`), `TL_ENOTFOUND`
-// (`i` past the end). Ownership: as for `fs_get_tensor`.
+// (`i` past the end), or the failure of gathering a PyTorch tensor as for
+// `fs_get_tensor`. Ownership: as for `fs_get_tensor`.
 //
 // # Safety
 // `f` is NULL or a live handle.

@@ -21,6 +21,8 @@ pub struct Args {
     /// The file to describe, or a model directory or sharded index.
     #[arg(value_name = "FILE")]
     file: PathBuf,
+    #[command(flatten)]
+    budgets: super::convert_pytorch::BudgetArgs,
 }
 
 /// The alignment an element type wants in memory.
@@ -44,11 +46,15 @@ fn alignment_of(offset: u64) -> u64 {
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
     // A model directory or a sharded checkpoint's index: see `set`.
     if super::set::is_set(&args.file) {
+        args.budgets.refuse_for(&args.file)?;
         return super::set::inspect(&args.file, args.json, args.hash);
     }
     // PyTorch checkpoints are described by their own loader.
     if tensorfile_pytorch::file_looks_like_pytorch(&args.file).unwrap_or(false) {
-        return super::inspect_pytorch::run(&args.file, args.json, args.hash);
+        let load = args
+            .budgets
+            .apply(tensorfile_pytorch::LoadOptions::default());
+        return super::inspect_pytorch::run(&args.file, args.json, args.hash, &load);
     }
     let options = ReadOptions::default();
     // Hashing needs the bytes, read with positional reads (a file truncated
@@ -66,6 +72,9 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
             &header_only
         }
     };
+    // An unreadable input is that error (exit 1), not a misuse of the
+    // PyTorch options.
+    args.budgets.refuse_for(&args.file)?;
     let data_start = header.data_start();
     let misaligned = header
         .tensors()

@@ -291,6 +291,90 @@ static void test_pytorch(void) {
     CHECK_ERROR(TL_EUNSUPPORTED, "safetensors", "fs_load_pytorch(safetensors)");
 }
 
+/* ---- hostile PyTorch checkpoints (issue 12) ---- */
+
+/* The bytes of a tensor are what `content` says. */
+static int content_ok(const tm_tensor *t, int content) {
+    const unsigned char *b = t->data;
+    for (size_t i = 0; i < t->nbytes; i++) {
+        if (content == 1 && b[i] != 0) return 0;
+        if (content == 2 && b[i] != (unsigned char)(i % 256)) return 0;
+    }
+    return 1;
+}
+
+struct lazy_job {
+    fs_file *f;
+    int n;
+    const tm_tensor *got[8];
+};
+
+/* Reads every tensor of a shared file, first accesses racing. */
+static void *read_lazy(void *arg) {
+    struct lazy_job *job = arg;
+    for (int i = 0; i < job->n && i < 8; i++) job->got[i] = fs_get_tensor_at(job->f, i);
+    return NULL;
+}
+
+static void test_pytorch_hostile(void) {
+    int files = 0;
+    for (const struct fx_hostile *h = FX_HOSTILE; h->path; h++, files++) {
+        fs_file *f = fs_load_pytorch(h->path);
+        if (h->load_code) {
+            CHECK(f == NULL, "fs_load_pytorch accepted %s", h->path);
+            CHECK_ERROR(h->load_code, h->part, h->path);
+            continue;
+        }
+        CHECK(f != NULL, "fs_load_pytorch %s: %s", h->path, fs_last_error_message());
+        if (!f) continue;
+        CHECK(fs_num_tensors(f) == h->ntensors, "%s: %d tensors, expected %d", h->path,
+              fs_num_tensors(f), h->ntensors);
+        for (int i = 0; h->content >= 0 && i < h->ntensors; i++) {
+            tm_tensor *t = fs_get_tensor_at(f, i);
+            if (h->access_code) {
+                CHECK(t == NULL, "%s: tensor %d read", h->path, i);
+                CHECK_ERROR(h->access_code, h->part, h->path);
+                /* The failure is kept: the second access fails alike. */
+                CHECK(fs_get_tensor_at(f, i) == NULL, "%s: tensor %d read again", h->path, i);
+                CHECK_ERROR(h->access_code, h->part, h->path);
+                continue;
+            }
+            CHECK(t != NULL, "%s: tensor %d: %s", h->path, i, fs_last_error_message());
+            if (!t) continue;
+            CHECK(fs_get_tensor_at(f, i) == t, "%s: tensor %d moved", h->path, i);
+            CHECK(t->data != NULL && content_ok(t, h->content), "%s: tensor %d's bytes", h->path,
+                  i);
+        }
+        fs_close(f);
+    }
+    CHECK(files >= 9, "only %d hostile checkpoints", files);
+
+    /* Gathered on first access, once, when threads race for it. */
+    for (const struct fx_hostile *h = FX_HOSTILE; h->path; h++) {
+        if (!strstr(h->path, "expansions_small.pt")) continue;
+        fs_file *f = fs_load_pytorch(h->path);
+        CHECK(f != NULL, "%s: %s", h->path, fs_last_error_message());
+        if (!f) continue;
+        enum { N = 4 };
+        pthread_t threads[N];
+        struct lazy_job jobs[N];
+        for (int k = 0; k < N; k++) {
+            jobs[k] = (struct lazy_job){f, h->ntensors, {0}};
+            pthread_create(&threads[k], NULL, read_lazy, &jobs[k]);
+        }
+        for (int k = 0; k < N; k++) pthread_join(threads[k], NULL);
+        for (int i = 0; i < h->ntensors; i++) {
+            const tm_tensor *t = jobs[0].got[i];
+            CHECK(t != NULL && content_ok(t, 2) && t->nbytes == 256000,
+                  "expansion %d read by thread 0", i);
+            for (int k = 1; k < N; k++)
+                CHECK(jobs[k].got[i] == t, "thread %d got another tensor %d", k, i);
+            CHECK(fs_get_tensor_at(f, i) == t, "tensor %d moved", i);
+        }
+        fs_close(f);
+    }
+}
+
 /* ---- writing ---- */
 
 /* The format page's worked example: 120 bytes. */
@@ -635,6 +719,7 @@ int main(int argc, char **argv) {
     test_metadata_with_nul();
     test_invalid_files();
     test_pytorch();
+    test_pytorch_hostile();
     test_worked_example();
     test_rewrite_fixtures();
     test_reader_errors();
