@@ -42,8 +42,8 @@ use std::str::FromStr;
 
 pub use config::{int4_group, QuantConfig, QUANTIZATION_KEY, QUANT_KEY};
 pub use file::{
-    dequantize_file, is_dequantize_dtype, quantize_file, DequantizeOptions, DequantizeSummary,
-    QuantizeOptions, QuantizeSummary,
+    dequantize_file, dequantize_plan, is_dequantize_dtype, quantize_file, quantize_plan,
+    DequantizeOptions, DequantizeSummary, QuantizeOptions, QuantizeSummary,
 };
 pub use layout::{logical_weight, quantized_weights, LayoutError, LogicalWeight, Storage};
 pub use rows::dequantize_weight;
@@ -140,6 +140,11 @@ pub struct QuantParams {
     pub group_size: u64,
     /// How codes become values.
     pub mode: Mode,
+    /// nvfp4 only: each matrix of the weight also has one F32 scale, stored
+    /// as `<m>.global_scale` (one per index of the leading dimensions, as
+    /// mlx-lm stores one per expert), that multiplies its values. Config
+    /// entries say `"global_scale": true`.
+    pub global_scale: bool,
 }
 
 /// The bit widths MLX packs.
@@ -152,12 +157,39 @@ impl QuantParams {
             bits,
             group_size,
             mode: Mode::Affine,
+            global_scale: false,
         }
     }
 
+    /// The parameters of a floating-point mode (its fixed bits and group
+    /// size, no global scale); `None` for affine, which has no fixed ones.
+    ///
+    /// ```
+    /// use tensorfile::quant::{Mode, QuantParams};
+    /// let p = QuantParams::floating(Mode::Nvfp4).unwrap();
+    /// assert_eq!((p.bits, p.group_size, p.global_scale), (4, 16, false));
+    /// assert!(QuantParams::floating(Mode::Affine).is_none());
+    /// ```
+    pub fn floating(mode: Mode) -> Option<QuantParams> {
+        let (bits, group_size) = mode.fixed()?;
+        Some(QuantParams {
+            bits,
+            group_size,
+            mode,
+            global_scale: false,
+        })
+    }
+
     /// Checks the combination: affine takes 2, 3, 4, 5, 6 or 8 bits and a
-    /// group size of at least 2; the floating-point modes take only theirs.
+    /// group size of at least 2; the floating-point modes take only theirs;
+    /// a global scale needs nvfp4.
     pub fn validate(&self) -> Result<(), String> {
+        if self.global_scale && self.mode != Mode::Nvfp4 {
+            return Err(format!(
+                "a global scale needs nvfp4 mode, not {}",
+                self.mode
+            ));
+        }
         match self.mode.fixed() {
             Some((bits, group)) if (bits, group) != (self.bits, self.group_size) => Err(format!(
                 "{} needs bits {bits} and group size {group}, not bits {} and group size {}",
@@ -176,13 +208,18 @@ impl QuantParams {
         }
     }
 
-    /// The JSON object config.json uses for these parameters.
+    /// The JSON object config.json uses for these parameters
+    /// (`"global_scale": true` only when there is one, as mlx-lm writes).
     pub fn to_json(&self) -> serde_json::Value {
-        serde_json::json!({
+        let mut v = serde_json::json!({
             "bits": self.bits,
             "group_size": self.group_size,
             "mode": self.mode.name(),
-        })
+        });
+        if self.global_scale {
+            v["global_scale"] = true.into();
+        }
+        v
     }
 }
 
@@ -192,7 +229,11 @@ impl fmt::Display for QuantParams {
             f,
             "{} {}-bit, groups of {}",
             self.mode, self.bits, self.group_size
-        )
+        )?;
+        if self.global_scale {
+            f.write_str(", global scale")?;
+        }
+        Ok(())
     }
 }
 
@@ -204,22 +245,31 @@ pub enum Scheme {
         /// Elements per scale.
         group: u64,
     },
-    /// MLX affine (the only MLX mode quantized here).
+    /// MLX's packed format in any of its modes, quantized as MLX's
+    /// `mx.quantize` does (see [`mlx`]).
     Mlx(QuantParams),
 }
 
 impl Scheme {
-    /// Parses `int4-g<group>-sym` (e.g. `int4-g32-sym`), or
-    /// `mlx-affine` with `bits` and `group_size` (both required).
+    /// Parses `int4-g<group>-sym` (e.g. `int4-g32-sym`), `mlx-affine` with
+    /// `bits` and `group_size` (both required: there is no default), or
+    /// `mlx-mxfp4`, `mlx-mxfp8`, `mlx-nvfp4` (MLX's floating-point modes:
+    /// `mlx-` and MLX's mode name), whose bits and group size are fixed and
+    /// may be given only as those.
     ///
     /// ```
-    /// use tensorfile::quant::{QuantParams, Scheme};
+    /// use tensorfile::quant::{Mode, QuantParams, Scheme};
     /// assert_eq!(Scheme::parse("int4-g32-sym", None, None), Ok(Scheme::Int4Sym { group: 32 }));
     /// assert_eq!(
     ///     Scheme::parse("mlx-affine", Some(4), Some(64)),
     ///     Ok(Scheme::Mlx(QuantParams::affine(4, 64)))
     /// );
+    /// assert_eq!(
+    ///     Scheme::parse("mlx-nvfp4", None, None),
+    ///     Ok(Scheme::Mlx(QuantParams::floating(Mode::Nvfp4).unwrap()))
+    /// );
     /// assert!(Scheme::parse("mlx-affine", Some(4), None).is_err()); // never a default
+    /// assert!(Scheme::parse("mlx-mxfp8", Some(4), None).is_err()); // mxfp8 is 8-bit
     /// assert!(Scheme::parse("int4-g3-sym", None, None).is_err()); // odd group
     /// ```
     pub fn parse(name: &str, bits: Option<u64>, group_size: Option<u64>) -> Result<Scheme, String> {
@@ -234,20 +284,51 @@ impl Scheme {
             }
             return Ok(Scheme::Int4Sym { group });
         }
-        match name {
-            "mlx-affine" => {
+        let mode = name
+            .strip_prefix("mlx-")
+            .and_then(|m| Mode::ALL.into_iter().find(|mode| mode.name() == m));
+        let Some(mode) = mode else {
+            return Err(format!(
+                "unknown scheme {name:?} (int4-g<group>-sym, mlx-affine, mlx-mxfp4, mlx-mxfp8 or mlx-nvfp4)"
+            ));
+        };
+        let params = match QuantParams::floating(mode) {
+            None => {
                 let (Some(bits), Some(group_size)) = (bits, group_size) else {
                     return Err("mlx-affine needs --bits and --group-size".into());
                 };
-                let params = QuantParams::affine(bits, group_size);
-                params.validate()?;
-                Ok(Scheme::Mlx(params))
+                QuantParams::affine(bits, group_size)
             }
-            "mlx-mxfp4" | "mlx-mxfp8" | "mlx-nvfp4" => Err(format!(
-                "{name}: only mlx-affine is quantized here (the floating-point modes dequantize)"
-            )),
-            _ => Err(format!(
-                "unknown scheme {name:?} (int4-g<group>-sym or mlx-affine)"
+            Some(fixed) => QuantParams {
+                bits: bits.unwrap_or(fixed.bits),
+                group_size: group_size.unwrap_or(fixed.group_size),
+                ..fixed
+            },
+        };
+        params.validate().map_err(|e| format!("{name}: {e}"))?;
+        Ok(Scheme::Mlx(params))
+    }
+
+    /// The scheme with one global scale per matrix of every weight of rank 3
+    /// or more (expert stacks), as mlx-lm's `quantize_model(...,
+    /// global_scale=True)` writes: only `mlx-nvfp4` has one. 2-D weights
+    /// keep none (mlx-lm's `QuantizedLinear` takes none).
+    ///
+    /// ```
+    /// use tensorfile::quant::Scheme;
+    /// let s = Scheme::parse("mlx-nvfp4", None, None).unwrap().with_global_scale().unwrap();
+    /// assert_eq!(s.to_string(), "mlx-nvfp4 (nvfp4 4-bit, groups of 16, global scale)");
+    /// assert!(Scheme::parse("mlx-mxfp4", None, None).unwrap().with_global_scale().is_err());
+    /// ```
+    pub fn with_global_scale(self) -> Result<Scheme, String> {
+        match self {
+            Scheme::Mlx(p) if p.mode == Mode::Nvfp4 => Ok(Scheme::Mlx(QuantParams {
+                global_scale: true,
+                ..p
+            })),
+            other => Err(format!(
+                "{}: only mlx-nvfp4 has global scales",
+                other.name()
             )),
         }
     }
@@ -260,11 +341,30 @@ impl Scheme {
         }
     }
 
-    /// The scheme's name: `int4-g32-sym`, `mlx-affine`.
+    /// Bits per quantized element.
+    pub fn bits(&self) -> u64 {
+        match self {
+            Scheme::Int4Sym { .. } => 4,
+            Scheme::Mlx(p) => p.bits,
+        }
+    }
+
+    /// The scheme's name: `int4-g32-sym`, `mlx-affine`, `mlx-nvfp4`, ...
     pub fn name(&self) -> String {
         match self {
             Scheme::Int4Sym { group } => format!("int4-g{group}-sym"),
             Scheme::Mlx(p) => format!("mlx-{}", p.mode),
+        }
+    }
+}
+
+impl fmt::Display for Scheme {
+    /// The name, and for MLX the parameters: `mlx-affine (affine 4-bit,
+    /// groups of 64)`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Scheme::Int4Sym { .. } => f.write_str(&self.name()),
+            Scheme::Mlx(p) => write!(f, "{} ({p})", self.name()),
         }
     }
 }
@@ -279,7 +379,9 @@ fn parse_int4(name: &str) -> Option<u64> {
 }
 
 /// Why a tensor cannot be quantized or dequantized. Carried by
-/// [`crate::Error::Quant`] with the tensor's name.
+/// [`crate::Error::Quant`] with the tensor's name. A `row` counts the rows
+/// of every matrix of the tensor in order (row-major over every dimension
+/// but the last: row `e * out + o` of an expert stack `[E, out, in]`).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum QuantError {
@@ -303,16 +405,34 @@ pub enum QuantError {
         /// The f32 scale.
         scale: f32,
     },
-    /// MLX affine: a group's weights span so much that its scale, or the
-    /// value of its largest code, is not a finite f32.
+    /// MLX affine: MLX's parameters for a group would dequantize (in the
+    /// scales' dtype, as MLX computes) to an infinity or NaN: the weights
+    /// span more than that arithmetic holds (near the dtype's largest
+    /// values). MLX writes such parameters; they are refused here.
     #[error(
-        "row {row}, group {group}: the weights span more than f32 holds (the affine grid would reach infinity)"
+        "row {row}, group {group}: the weights span more than their dtype holds (MLX's affine parameters for them dequantize to infinity or NaN)"
     )]
     RangeOverflow {
         /// Row.
         row: u64,
         /// Group index within the row.
         group: u64,
+    },
+    /// MLX mxfp4/mxfp8: a group's E8M0 exponent is below -127 (its largest
+    /// magnitude is below about 6e-38, which only F32 holds), so the scale
+    /// byte MLX writes wraps around 256 and brings the weights back near
+    /// `2^(exponent + 256)`. MLX writes it; it is refused here.
+    #[error(
+        "row {row}, group {group}: the scale exponent {exponent} is below E8M0's -127 (MLX would store it wrapped around and read the weights back near 2^{})",
+        .exponent + 256
+    )]
+    ScaleOutOfRange {
+        /// Row.
+        row: u64,
+        /// Group index within the row.
+        group: u64,
+        /// The exponent MLX computes, `round(log2(absmax / max code))`.
+        exponent: i32,
     },
     /// The tensor's shape does not fit the scheme.
     #[error("{0}")]
