@@ -1359,3 +1359,381 @@ fn mlx_dequantize_is_mx_dequantize_on_every_fixture() {
     }
     assert_eq!(checked, 22 * 3 * 2);
 }
+
+// ---------------------------------------------------------------- mlx-lm model directories
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(bytes))
+}
+
+fn mlx_lm_config(dir: &str) -> QuantConfig {
+    let path = fixture(&format!("real/mlx_lm/{dir}/config.json"));
+    let config = tensorfile::model::read_config(&path).unwrap();
+    QuantConfig::from_config(&config).unwrap().unwrap()
+}
+
+#[test]
+fn mlx_lm_expert_stacks_dequantize_to_mx_dequantize() {
+    // Mixtral-style directories written by mlx-lm: 3-D expert stacks
+    // [experts, out, in * bits / 32] beside 2-D layers, affine and nvfp4,
+    // and nvfp4 with one F32 global scale per expert (mlx-lm 0.32). Every
+    // quantized layer, read from the file (not memory), dequantizes in
+    // MLX's default dtype to the bytes mx.dequantize gave, whole and per
+    // expert.
+    let manifest = json("real/mlx_lm/manifest.json");
+    let tmp = tempfile::tempdir().unwrap();
+    for dir in [
+        "mixtral_q4",
+        "mixtral_nvfp4",
+        "mixtral_nvfp4_global_scale",
+        "llama_q4",
+    ] {
+        let record = &manifest["dirs"][dir];
+        let config = mlx_lm_config(dir);
+        let file =
+            SafeTensors::open_pread(fixture(&format!("real/mlx_lm/{dir}/model.safetensors")))
+                .unwrap();
+        let tensors: Vec<_> = file.tensor_data().collect();
+        let out = tmp.path().join(format!("{dir}.safetensors"));
+        let summary = dequantize_file(&out, &tensors, file.metadata(), &dopts(Some(config), None))
+            .unwrap_or_else(|e| panic!("{dir}: {e}"));
+        let layers = record["quantized_layers"].as_array().unwrap();
+        assert_eq!(summary.dequantized.len(), layers.len(), "{dir}");
+        let back = SafeTensors::open(&out).unwrap();
+        let mut stacks = 0;
+        for layer in layers {
+            let name = format!("{}.weight", layer["layer"].as_str().unwrap());
+            let t = back.tensor(&name).unwrap();
+            let want = &layer["dequantized"];
+            assert_eq!(t.shape(), shape(&want["shape"]), "{dir} {name}");
+            assert_eq!(
+                t.dtype().name().to_lowercase(),
+                match want["dtype"].as_str().unwrap() {
+                    "bfloat16" => "bf16",
+                    "float32" => "f32",
+                    other => other,
+                },
+                "{dir} {name}"
+            );
+            assert_eq!(sha256_hex(t.data()), want["sha256"], "{dir} {name}");
+            if let Some(per_expert) = layer["dequantized_per_expert_sha256"].as_array() {
+                let experts = per_expert.len();
+                let size = t.data().len() / experts;
+                for (e, want) in per_expert.iter().enumerate() {
+                    let bytes = &t.data()[e * size..(e + 1) * size];
+                    assert_eq!(sha256_hex(bytes), *want, "{dir} {name} expert {e}");
+                }
+                stacks += 1;
+            }
+        }
+        // The scales, biases and global scales are gone; the rest is copied.
+        assert!(back.names().all(|n| !n.ends_with(".scales")
+            && !n.ends_with(".biases")
+            && !n.ends_with(".global_scale")));
+        assert_eq!(stacks, if dir == "llama_q4" { 0 } else { 6 }, "{dir}");
+    }
+}
+
+#[test]
+fn mlx_lm_models_quantize_to_mlx_lm_bytes() {
+    // The float models quantized here give, tensor for tensor, the bytes
+    // mlx-lm wrote for the same models: affine 4-bit groups of 64 (Llama
+    // and Mixtral, whose expert stacks are 3-D), nvfp4, and nvfp4 with one
+    // global scale per expert (mlx-lm 0.32's quantize_model(...,
+    // global_scale=True)). mlx-lm also quantizes the embedding, which the
+    // default here leaves: it is included by name.
+    let tmp = tempfile::tempdir().unwrap();
+    let nvfp4 = Scheme::parse("mlx-nvfp4", None, None).unwrap();
+    let cases = [
+        (
+            "llama_bf16",
+            "llama_q4",
+            Scheme::Mlx(QuantParams::affine(4, 64)),
+        ),
+        (
+            "mixtral_bf16",
+            "mixtral_q4",
+            Scheme::Mlx(QuantParams::affine(4, 64)),
+        ),
+        ("mixtral_bf16", "mixtral_nvfp4", nvfp4),
+        (
+            "mixtral_bf16",
+            "mixtral_nvfp4_global_scale",
+            nvfp4.with_global_scale().unwrap(),
+        ),
+    ];
+    for (float_dir, quant_dir, scheme) in cases {
+        let input = SafeTensors::open_pread(fixture(&format!(
+            "real/mlx_lm/{float_dir}/model.safetensors"
+        )))
+        .unwrap();
+        let tensors: Vec<_> = input.tensor_data().collect();
+        let mut opts = qopts(scheme);
+        opts.selection.include = vec![Glob::new("model.embed_tokens.weight")];
+        let out = tmp.path().join(format!("{quant_dir}.safetensors"));
+        let summary = quantize_file(&out, &tensors, input.metadata(), &opts).unwrap();
+        let ours = SafeTensors::open(&out).unwrap();
+        let theirs = SafeTensors::open(fixture(&format!(
+            "real/mlx_lm/{quant_dir}/model.safetensors"
+        )))
+        .unwrap();
+        let mut names: Vec<&str> = ours.names().collect();
+        let mut their_names: Vec<&str> = theirs.names().collect();
+        names.sort_unstable();
+        their_names.sort_unstable();
+        assert_eq!(names, their_names, "{quant_dir}");
+        for name in names {
+            let (a, b) = (ours.tensor(name).unwrap(), theirs.tensor(name).unwrap());
+            assert_eq!(
+                (a.dtype(), a.shape()),
+                (b.dtype(), b.shape()),
+                "{quant_dir} {name}"
+            );
+            assert!(a.data() == b.data(), "{quant_dir} {name}");
+        }
+        // The file's own parameters read it back as mlx-lm's config does.
+        let config = mlx_lm_config(quant_dir);
+        let own = QuantConfig::from_metadata(ours.metadata())
+            .unwrap()
+            .unwrap();
+        for name in &summary.quantized {
+            let module = name.strip_suffix(".weight").unwrap();
+            assert_eq!(own.for_module(module), config.for_module(module), "{name}");
+        }
+    }
+}
+
+#[test]
+fn mlx_weights_of_any_rank_round_trip_and_bad_layouts_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let q = dir.path().join("q.safetensors");
+    let d = dir.path().join("d.safetensors");
+    // A 4-D weight (two batch dimensions) in every mode, named by
+    // --include, quantizes row by row and reads back through its metadata
+    // with its logical shape; with a global scale, one per matrix.
+    let shape = [2u64, 3, 4, 64];
+    let w = noise(2 * 3 * 4 * 64, 21);
+    let nvfp4 = QuantParams::floating(Mode::Nvfp4).unwrap();
+    for params in [
+        QuantParams::affine(3, 32),
+        QuantParams::floating(Mode::Mxfp4).unwrap(),
+        QuantParams::floating(Mode::Mxfp8).unwrap(),
+        nvfp4,
+        QuantParams {
+            global_scale: true,
+            ..nvfp4
+        },
+    ] {
+        let input = [Owned::f32("conv.kernel.weight", &shape, &w)];
+        let mut opts = qopts(Scheme::Mlx(params));
+        opts.selection.include = vec![Glob::new("conv.*")];
+        quantize_file(&q, &refs(&input), None, &opts).unwrap();
+        let qf = SafeTensors::open(&q).unwrap();
+        assert_eq!(
+            qf.tensor("conv.kernel.weight").unwrap().shape(),
+            [2, 3, 4, 64 * params.bits / 32]
+        );
+        let groups = 64 / params.group_size;
+        assert_eq!(
+            qf.tensor("conv.kernel.scales").unwrap().shape(),
+            [2, 3, 4, groups]
+        );
+        let global = qf.get("conv.kernel.global_scale");
+        assert_eq!(
+            global.map(|g| g.shape().to_vec()),
+            params.global_scale.then(|| vec![2, 3])
+        );
+        // The same values as the in-memory quantizer, matrix by matrix.
+        let whole = mlx::quantize("w", Dtype::F32, &shape, &f32_bytes(&w), params).unwrap();
+        assert_eq!(
+            whole.weight,
+            qf.tensor("conv.kernel.weight").unwrap().data()
+        );
+        if let Some(g) = global {
+            assert_eq!(whole.global_scale, g.data());
+            let maxima: Vec<f32> = w
+                .chunks(4 * 64)
+                .map(|m| m.iter().fold(0f32, |a, x| a.max(x.abs())))
+                .collect();
+            assert_eq!(f32_values(g.data()), maxima);
+        }
+        let s = dequantize_file(
+            &d,
+            &qf.tensors_by_name(),
+            qf.metadata(),
+            &dopts(None, Some(Dtype::F32)),
+        )
+        .unwrap();
+        assert_eq!(s.dequantized[0].1, Storage::Mlx(params));
+        let back = values_of(&SafeTensors::open(&d).unwrap(), "conv.kernel.weight");
+        assert_eq!(back.len(), w.len());
+        let worst = w
+            .iter()
+            .zip(&back)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        assert!(worst < 0.5, "{params}: {worst}");
+    }
+    // The default takes 3-D expert stacks by their switch-layer names, and
+    // no other 3-D tensor.
+    let input = [
+        Owned::f32(
+            "m.layers.0.mlp.switch_mlp.up_proj.weight",
+            &[2, 4, 64],
+            &w[..512],
+        ),
+        Owned::f32("m.layers.0.conv1d.weight", &[2, 4, 64], &w[..512]),
+    ];
+    let s = quantize_file(
+        &q,
+        &refs(&input),
+        None,
+        &qopts(Scheme::Mlx(QuantParams::affine(4, 64))),
+    )
+    .unwrap();
+    assert_eq!(s.quantized, ["m.layers.0.mlp.switch_mlp.up_proj.weight"]);
+    let s = quantize_file(
+        &q,
+        &refs(&input),
+        None,
+        &qopts(Scheme::Int4Sym { group: 32 }),
+    );
+    assert!(s.is_err(), "int4 is 2-D only");
+
+    // Layouts that cannot be MLX weights name the tensor at fault.
+    let t = |name: &'static str, dtype, shape: &[u64]| Owned {
+        name: name.into(),
+        dtype,
+        shape: shape.to_vec(),
+        data: vec![0; shape.iter().product::<u64>() as usize * Dtype::size(dtype).unwrap()],
+    };
+    let nv = QuantConfig::uniform(nvfp4);
+    let nv_global = QuantConfig::uniform(QuantParams {
+        global_scale: true,
+        ..nvfp4
+    });
+    let affine = QuantConfig::uniform(QuantParams::affine(4, 64));
+    let cases: Vec<(Vec<Owned>, &QuantConfig, &str)> = vec![
+        // Scales whose leading dimensions are not the weight's.
+        (
+            vec![
+                t("e.weight", Dtype::U32, &[4, 8, 8]),
+                t("e.scales", Dtype::U8, &[2, 8, 4]),
+            ],
+            &nv,
+            "e.scales",
+        ),
+        // A global scale of the wrong dtype, shape, or mode; missing.
+        (
+            vec![
+                t("e.weight", Dtype::U32, &[4, 8, 8]),
+                t("e.scales", Dtype::U8, &[4, 8, 4]),
+                t("e.global_scale", Dtype::F16, &[4]),
+            ],
+            &nv,
+            "e.global_scale",
+        ),
+        (
+            vec![
+                t("e.weight", Dtype::U32, &[4, 8, 8]),
+                t("e.scales", Dtype::U8, &[4, 8, 4]),
+                t("e.global_scale", Dtype::F32, &[3]),
+            ],
+            &nv,
+            "e.global_scale",
+        ),
+        (
+            vec![
+                t("e.weight", Dtype::U32, &[4, 8, 8]),
+                t("e.scales", Dtype::BF16, &[4, 8, 1]),
+                t("e.biases", Dtype::BF16, &[4, 8, 1]),
+                t("e.global_scale", Dtype::F32, &[4]),
+            ],
+            &affine,
+            "e.global_scale",
+        ),
+        (
+            vec![
+                t("e.weight", Dtype::U32, &[4, 8, 8]),
+                t("e.scales", Dtype::U8, &[4, 8, 4]),
+            ],
+            &nv_global,
+            "e.global_scale",
+        ),
+        // A packed weight of one dimension.
+        (
+            vec![
+                t("e.weight", Dtype::U32, &[8]),
+                t("e.scales", Dtype::U8, &[4]),
+            ],
+            &nv,
+            "e.weight",
+        ),
+    ];
+    for (parts, config, at_fault) in cases {
+        let e = dequantize_file(&d, &refs(&parts), None, &dopts(Some(config.clone()), None))
+            .unwrap_err();
+        assert_eq!(quant_problem(&e).0, at_fault, "{e}");
+    }
+    // One global scale for all matrices is read as MLX's scalar.
+    let one = [
+        t("e.weight", Dtype::U32, &[4, 8, 8]),
+        t("e.scales", Dtype::U8, &[4, 8, 4]),
+        t("e.global_scale", Dtype::F32, &[]),
+    ];
+    let s = dequantize_file(&d, &refs(&one), None, &dopts(Some(nv.clone()), None)).unwrap();
+    assert_eq!(s.dequantized[0].2, Dtype::F32);
+
+    // Hostile sizes: no values beside a huge dimension give an empty
+    // result, never an allocation of its size; a global scale for matrices
+    // without values is refused.
+    let empty = [
+        Owned {
+            name: "e.weight".into(),
+            dtype: Dtype::U32,
+            shape: vec![1 << 40, 0, 8],
+            data: vec![],
+        },
+        Owned {
+            name: "e.scales".into(),
+            dtype: Dtype::U8,
+            shape: vec![1 << 40, 0, 4],
+            data: vec![],
+        },
+    ];
+    dequantize_file(&d, &refs(&empty), None, &dopts(Some(nv.clone()), None)).unwrap();
+    assert_eq!(
+        SafeTensors::open(&d)
+            .unwrap()
+            .tensor("e.weight")
+            .unwrap()
+            .shape(),
+        [1 << 40, 0, 64]
+    );
+    let empty_float = [Owned::f32("x.switch_mlp.w.weight", &[1 << 40, 0, 64], &[])];
+    let e = quantize_file(
+        &q,
+        &refs(&empty_float),
+        None,
+        &qopts(Scheme::Mlx(QuantParams {
+            global_scale: true,
+            ..nvfp4
+        })),
+    )
+    .unwrap_err();
+    assert_eq!(quant_problem(&e).0, "x.switch_mlp.w.weight", "{e}");
+    quantize_file(&q, &refs(&empty_float), None, &qopts(Scheme::Mlx(nvfp4))).unwrap();
+    // A global scale claiming more bytes than it holds.
+    let lying = [
+        t("e.weight", Dtype::U32, &[4, 8, 8]),
+        t("e.scales", Dtype::U8, &[4, 8, 4]),
+        Owned {
+            name: "e.global_scale".into(),
+            dtype: Dtype::F32,
+            shape: vec![4],
+            data: vec![0; 4],
+        },
+    ];
+    assert!(dequantize_file(&d, &refs(&lying), None, &dopts(Some(nv), None)).is_err());
+}
