@@ -16,7 +16,7 @@ use super::config::{int4_group, QuantConfig, QUANTIZATION_KEY, QUANT_KEY};
 use super::int4::{self, RowFault};
 use super::layout::{quantized_weights, LogicalWeight, Storage};
 use super::mlx::{self, Arith, RowParts};
-use super::rows::{check_len, RowSource};
+use super::rows::{check_len, default_arith, RowSource};
 use super::select::{default_take, quantizable, Selection, Verdict};
 use super::{quant_error, Mode, QuantError, QuantParams, Scheme};
 use crate::cast::{decode_f32, encode_f32, CastOptions};
@@ -782,6 +782,7 @@ pub fn dequantize_plan<'a, T: TensorData>(
         }
     }
     let by_name = std::sync::Arc::new(by_name);
+    let requested = opts.dtype;
     for weight in weights {
         let dtype = output_dtype(&weight, opts.dtype)?;
         let out = plan.declare(TensorSpec::new(
@@ -795,19 +796,20 @@ pub fn dequantize_plan<'a, T: TensorData>(
         let by_name = by_name.clone();
         plan.push(vec![out], move |sink: &dyn Sink| {
             let part = |n: &str| by_name.get(n).and_then(|&i| tensors.get(i));
-            dequantize_into(sink, out, &weight, dtype, part)
+            dequantize_into(sink, out, &weight, (dtype, requested), part)
         });
     }
     summary.tensors = plan.specs().len();
     Ok((plan, summary))
 }
 
-/// Dequantizes one weight into output `out`, a batch of rows at a time.
+/// Dequantizes one weight into output `out` of `dtype`, a batch of rows at
+/// a time; `requested` is the dtype asked for, if any.
 fn dequantize_into<'a, T: TensorData + 'a>(
     sink: &dyn Sink,
     out: usize,
     weight: &LogicalWeight<'a>,
-    dtype: Dtype,
+    (dtype, requested): (Dtype, Option<Dtype>),
     part: impl Fn(&str) -> Option<&'a T>,
 ) -> Result<()> {
     let name = weight.name.as_str();
@@ -816,7 +818,12 @@ fn dequantize_into<'a, T: TensorData + 'a>(
         // size row buffers.
         return Ok(());
     }
-    let arith = Arith::of(dtype).unwrap_or(Arith::F32);
+    // MLX's floating-point modes compute in the requested dtype, else in
+    // their default BF16 (F32 for other dtypes).
+    let arith = match requested {
+        Some(d) => Arith::of(d).unwrap_or(Arith::F32),
+        None => default_arith(weight),
+    };
     let rows: RowSource<'a, T> =
         RowSource::new(weight, arith, |j| weight.parts.get(j).and_then(|n| part(n)))?;
     let (out_rows, cols) = (rows.rows, rows.cols);
@@ -828,15 +835,14 @@ fn dequantize_into<'a, T: TensorData + 'a>(
         &mut scratch,
         |r, pieces, (rows, values)| {
             rows.row(r, values, name)?;
-            if values.iter().any(|v| v.is_nan()) {
-                // NaN as MLX's conversion to the output dtype writes it.
-                for v in values.iter_mut() {
-                    *v = mlx::mlx_nan(dtype, *v);
-                }
-            }
+            let nan = values.iter().any(|v| v.is_nan());
             for piece in pieces.iter_mut() {
                 encode_f32(values, dtype, piece, CastOptions::default())
                     .map_err(|e| quant_error(name, QuantError::Shape(e.to_string())))?;
+                if nan {
+                    // NaN as MLX's conversion to the output dtype writes it.
+                    mlx::mlx_nan_bytes(dtype, piece);
+                }
             }
             Ok(())
         },

@@ -41,9 +41,9 @@
 //! E4M3 byte 0x7F (and 0xFF) is NaN; E8M0 byte 0xFF is 2^128, infinity.
 //!
 //! Where MLX's own result would not stand for the weights, quantizing is
-//! refused with the row and group: an affine group whose parameters
-//! dequantize to infinity or NaN ([`QuantError::RangeOverflow`]; weights
-//! near F32's or F16's largest values), and an mxfp4/mxfp8 group whose
+//! refused with the row and group: a group whose values dequantize (as MLX
+//! does by default) to infinity or NaN ([`QuantError::RangeOverflow`];
+//! weights near F32's or F16's largest values), and an mxfp4/mxfp8 group whose
 //! exponent is below -127 with a code that is not zero
 //! ([`QuantError::ScaleOutOfRange`]; F32 groups whose largest magnitude is
 //! below about 6e-38), where MLX's scale byte wraps around. Weights that
@@ -218,19 +218,37 @@ fn round_bf16(x: f32) -> f32 {
     b.to_f32()
 }
 
-/// `x` with a NaN replaced by the NaN MLX's conversion to `dtype` gives,
-/// as f32: F16 NaN is always 0x7D00 with the sign kept (f32 0x7FA00000),
-/// BF16 NaN always the positive 0x7FC0 (f32 0x7FC00000); other values and
-/// dtypes are left as they are.
+/// `x` with a NaN replaced by the NaN MLX's arithmetic in `dtype` leaves,
+/// read as f32: MLX converts every F16 NaN to 0x7D00 (sign kept), which
+/// reads back as f32 0x7FE00000; every BF16 NaN to the positive 0x7FC0 (f32
+/// 0x7FC00000). Other values and dtypes are left as they are.
 #[inline]
 pub(crate) fn mlx_nan(dtype: Dtype, x: f32) -> f32 {
     if !x.is_nan() {
         return x;
     }
     match dtype {
-        Dtype::F16 => f32::from_bits((x.to_bits() & 0x8000_0000) | 0x7FA0_0000),
+        Dtype::F16 => f32::from_bits((x.to_bits() & 0x8000_0000) | 0x7FE0_0000),
         Dtype::BF16 => f32::from_bits(0x7FC0_0000),
         _ => x,
+    }
+}
+
+/// Rewrites the NaNs of encoded values (`bytes`, little-endian `dtype`) as
+/// MLX's conversion to `dtype` writes them: F16 0x7D00 with the sign kept,
+/// BF16 the positive 0x7FC0. Other dtypes are left as they are.
+pub(crate) fn mlx_nan_bytes(dtype: Dtype, bytes: &mut [u8]) {
+    let fix = |h: u16| match dtype {
+        Dtype::F16 if h & 0x7C00 == 0x7C00 && h & 0x03FF != 0 => Some((h & 0x8000) | 0x7D00),
+        Dtype::BF16 if h & 0x7F80 == 0x7F80 && h & 0x007F != 0 => Some(0x7FC0),
+        _ => None,
+    };
+    if matches!(dtype, Dtype::F16 | Dtype::BF16) {
+        for pair in bytes.chunks_exact_mut(2) {
+            if let Some(h) = fix(u16::from_le_bytes([pair[0], pair[1]])) {
+                pair.copy_from_slice(&h.to_le_bytes());
+            }
+        }
     }
 }
 
@@ -280,11 +298,12 @@ pub fn e4m3_from_f32(x: f32) -> u8 {
 }
 
 /// The value of an E4M3 byte as MLX's `from_fp8` gives it: 0x7F and 0xFF
-/// are NaN, 0x80 is -0.
+/// are NaN (f32 0x7FF00000 with the sign, as MLX decodes them through
+/// F16), 0x80 is -0.
 pub fn e4m3_to_f32(code: u8) -> f32 {
     let magnitude = code & 0x7F;
     let value = if magnitude == 0x7F {
-        f32::NAN
+        f32::from_bits(0x7FF0_0000)
     } else {
         let (exponent, mantissa) = (i32::from(magnitude >> 3), f32::from(magnitude & 7));
         if exponent == 0 {
@@ -501,6 +520,22 @@ pub(crate) fn quantize_row(
                 if exponent < -127 && any {
                     return Err(RowFault::ScaleOutOfRange { group: i, exponent });
                 }
+                // The largest value, as MLX dequantizes it by default (in
+                // BF16): infinite when rounding to the nearest code goes
+                // past 2^128 (weights near f32's largest values).
+                let largest = c
+                    .iter()
+                    .map(|&q| {
+                        if fp8 {
+                            e4m3_to_f32(q)
+                        } else {
+                            FP4_VALUES[usize::from(q & 15)]
+                        }
+                    })
+                    .fold(0f32, |m, v| m.max(v.abs()));
+                if exponent >= -127 && !round_bf16(largest * power).is_finite() {
+                    return Err(RowFault::RangeOverflow { group: i });
+                }
                 // MLX converts exponent + 127 to a byte by truncating to an
                 // integer and keeping its low 8 bits.
                 *s = (exponent + 127) as u8;
@@ -576,8 +611,9 @@ pub(crate) fn affine_row(
 
 /// Floating-point-mode dequantization of one row: `codes` holds one code
 /// per element (a nibble's value for E2M1, the byte for E4M3), `scales` one
-/// byte per group; values are computed in `arith` (the output's), or in f32
-/// with a global scale, as MLX computes them.
+/// byte per group; values are computed in `arith` (MLX's output dtype), or
+/// with a global scale in f32 from scales decoded in `arith`, as MLX
+/// computes them.
 pub(crate) fn fp_row(
     mode: Mode,
     arith: Arith,
@@ -594,7 +630,9 @@ pub(crate) fn fp_row(
     let groups = out.chunks_exact_mut(group).zip(codes.chunks_exact(group));
     for ((o, c), &s) in groups.zip(scales) {
         let (scale, arith) = match (mode, global) {
-            (Mode::Nvfp4, Some(g)) => (e4m3_to_f32(s) * (g / 2688.0), Arith::F32),
+            // MLX decodes the scale into the output dtype, then promotes
+            // to F32 to apply the global scale.
+            (Mode::Nvfp4, Some(g)) => (arith.round(e4m3_to_f32(s)) * (g / 2688.0), Arith::F32),
             (Mode::Nvfp4, None) => (arith.round(e4m3_to_f32(s)), arith),
             _ => (arith.round(e8m0_to_f32(s)), arith),
         };

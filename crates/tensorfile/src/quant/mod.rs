@@ -405,12 +405,13 @@ pub enum QuantError {
         /// The f32 scale.
         scale: f32,
     },
-    /// MLX affine: MLX's parameters for a group would dequantize (in the
-    /// scales' dtype, as MLX computes) to an infinity or NaN: the weights
-    /// span more than that arithmetic holds (near the dtype's largest
-    /// values). MLX writes such parameters; they are refused here.
+    /// MLX: MLX's quantization of a group would dequantize (as MLX does by
+    /// default: affine in the scales' dtype, mxfp4/mxfp8 in BF16) to an
+    /// infinity or NaN: the weights span more than that arithmetic holds
+    /// (near the dtype's largest values). MLX writes such groups; they are
+    /// refused here.
     #[error(
-        "row {row}, group {group}: the weights span more than their dtype holds (MLX's affine parameters for them dequantize to infinity or NaN)"
+        "row {row}, group {group}: the weights reach past what their dtype holds (MLX's quantization of them dequantizes to infinity or NaN)"
     )]
     RangeOverflow {
         /// Row.

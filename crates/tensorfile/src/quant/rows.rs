@@ -85,10 +85,11 @@ pub fn dequantize_weight<T: TensorData>(
 }
 
 /// The arithmetic MLX dequantizes a floating-point-mode weight in by
-/// default: BF16 (F32 with a global scale, which the source overrides).
+/// default: BF16, its default output dtype (with a global scale the scales
+/// are decoded in it and the values computed in F32).
 pub(super) fn default_arith(weight: &LogicalWeight<'_>) -> Arith {
     match weight.storage {
-        Storage::Mlx(p) if p.mode != Mode::Affine && !p.global_scale => Arith::BF16,
+        Storage::Mlx(p) if p.mode != Mode::Affine => Arith::BF16,
         _ => Arith::F32,
     }
 }
