@@ -1134,6 +1134,23 @@ fn hostile_shapes_and_groups_are_refused_or_empty() {
     assert!(quantize_file(&out, &huge, None, &opts).is_err());
     // The per-tensor functions.
     assert!(int4::quantize("w", Dtype::F32, &[0, 1 << 40], &[], 32).is_ok());
+    let nvfp4 = QuantParams::floating(Mode::Nvfp4).unwrap();
+    for shape in [
+        &[1u64 << 40, 0][..],
+        &[0, 1 << 40],
+        &[1 << 40, 1 << 20, 0],
+        &[0, 4, 64],
+    ] {
+        let q = mlx::quantize("w", Dtype::F32, shape, &[], nvfp4).unwrap();
+        assert!(q.weight.is_empty() && q.scales.is_empty());
+        let global = QuantParams {
+            global_scale: true,
+            ..nvfp4
+        };
+        let q = mlx::quantize("w", Dtype::F32, shape, &[], global);
+        // Refused unless there are no matrices at all.
+        assert_eq!(q.is_err(), shape.len() == 2 || shape[0] > 0, "{shape:?}");
+    }
     assert!(int4::dequantize("w", &[], &[], &[1 << 33, 1 << 33], 32).is_err());
     let mut codes = [0u8; 8];
     mlx::unpack(8, &[1, 2], &mut codes);

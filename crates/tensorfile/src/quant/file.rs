@@ -429,7 +429,7 @@ fn source_row<'s, T: TensorData>(
 fn matrix_maxima<T: TensorData>(t: &T, geometry: &mlx::Geometry) -> Result<Vec<f32>> {
     let (mut raw, mut buf) = (Vec::new(), Vec::new());
     mlx::global_scales(geometry, |r| {
-        source_row(t, r, geometry.cols, &mut raw, &mut buf).map(<[f32]>::to_vec)
+        source_row(t, r, geometry.cols, &mut raw, &mut buf).map(mlx::abs_max)
     })
 }
 

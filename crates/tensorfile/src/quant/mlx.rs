@@ -735,18 +735,24 @@ fn wrap(name: &str) -> impl Fn(QuantError) -> Error + '_ {
 
 /// The largest magnitude of each matrix of a weight: the global scale
 /// mlx-lm gives each expert (`max(abs(w))` in the weight's dtype, as F32).
-/// `row(r)` gives the values of row `r`.
+/// `row_max(r)` gives the largest magnitude of row `r`.
 pub(crate) fn global_scales(
     geometry: &Geometry,
-    mut row: impl FnMut(usize) -> Result<Vec<f32>>,
+    mut row_max: impl FnMut(usize) -> Result<f32>,
 ) -> Result<Vec<f32>> {
     let mut out = vec![0f32; geometry.matrices];
     for r in 0..geometry.rows {
-        let amax = row(r)?.iter().fold(0f32, |m, w| m.max(w.abs()));
-        let slot = &mut out[geometry.matrix_of(r)];
-        *slot = slot.max(amax);
+        let amax = row_max(r)?;
+        if let Some(slot) = out.get_mut(geometry.matrix_of(r)) {
+            *slot = slot.max(amax);
+        }
     }
     Ok(out)
+}
+
+/// The largest magnitude of `values`.
+pub(crate) fn abs_max(values: &[f32]) -> f32 {
+    values.iter().fold(0f32, |m, w| m.max(w.abs()))
 }
 
 /// Quantizes a whole weight (`data`: the little-endian bytes of F32, F16 or
@@ -791,6 +797,21 @@ pub fn quantize(
             data.len()
         ))));
     }
+    if g.rows == 0 || g.cols == 0 {
+        // No values, whatever the other dimensions say: empty parts, and no
+        // global scales to make up for matrices without values.
+        if params.global_scale && g.matrices > 0 {
+            return Err(err(QuantError::Shape(format!(
+                "has shape {shape:?}: matrices without values get no global scale"
+            ))));
+        }
+        return Ok(MlxTensor {
+            weight: Vec::new(),
+            scales: Vec::new(),
+            biases: Vec::new(),
+            global_scale: Vec::new(),
+        });
+    }
     let group = params.group_size as usize;
     let groups = g.cols / group;
     let scale_size = if params.mode == Mode::Affine { elem } else { 1 };
@@ -817,7 +838,7 @@ pub fn quantize(
         Ok(v)
     };
     let globals = if params.global_scale {
-        let s = global_scales(&g, decode)?;
+        let s = global_scales(&g, |r| decode(r).map(|row| abs_max(&row)))?;
         out.global_scale = s.iter().flat_map(|x| x.to_le_bytes()).collect();
         Some(s)
     } else {
