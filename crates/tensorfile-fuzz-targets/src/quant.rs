@@ -91,6 +91,7 @@ fn params(input: &mut Input<'_>) -> QuantParams {
         bits: input.pick(&BITS),
         group_size: input.pick(&GROUPS),
         mode: input.pick(&Mode::ALL),
+        global_scale: input.below(4) == 0,
     }
 }
 

@@ -27,7 +27,8 @@ pub struct Args {
     #[command(flatten)]
     io: super::FileArgs,
     /// The dtype of the dequantized weights. Default: F32 for int4, the
-    /// scales' dtype for MLX affine, BF16 for mxfp4/mxfp8/nvfp4.
+    /// scales' dtype for MLX affine, BF16 for mxfp4/mxfp8/nvfp4, F32 for
+    /// nvfp4 with global scales (MLX's defaults).
     #[arg(long, value_name = "DTYPE")]
     dtype: Option<Dtype>,
     /// A config.json whose `quantization` gives MLX's bits and group sizes.
@@ -71,10 +72,12 @@ fn given_params(args: &Args) -> Result<Option<QuantConfig>, Failure> {
         }
         _ => return Err(Usage::failure("affine mode needs --bits and --group-size")),
     };
+    // A global scale (nvfp4) is found beside each weight that has one.
     let params = QuantParams {
         bits,
         group_size,
         mode,
+        global_scale: false,
     };
     params.validate().map_err(Usage::failure)?;
     Ok(Some(QuantConfig::uniform(params)))

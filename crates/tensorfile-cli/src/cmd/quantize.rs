@@ -1,6 +1,7 @@
 //! `tensorfile quantize IN OUT --scheme int4-g32-sym | --scheme mlx-affine
-//! --bits B --group-size G [--include GLOB]... [--exclude GLOB]...`:
-//! quantize the weights of a file.
+//! --bits B --group-size G | --scheme mlx-mxfp4 | mlx-mxfp8 | mlx-nvfp4
+//! [--global-scale] [--include GLOB]... [--exclude GLOB]...`: quantize the
+//! weights of a file.
 
 use std::process::ExitCode;
 
@@ -15,19 +16,31 @@ use super::{out, Failure, Usage};
 pub struct Args {
     #[command(flatten)]
     io: super::FileArgs,
-    /// `int4-g<group>-sym` (e.g. int4-g32-sym: the format page's int4) or
-    /// `mlx-affine` (MLX's packed format; needs --bits and --group-size).
+    /// `int4-g<group>-sym` (e.g. int4-g32-sym: the format page's int4),
+    /// `mlx-affine` (MLX's packed format; needs --bits and --group-size), or
+    /// MLX's floating-point modes `mlx-mxfp4` (E2M1 codes, E8M0 scales,
+    /// groups of 32), `mlx-mxfp8` (E4M3 codes, groups of 32), `mlx-nvfp4`
+    /// (E2M1 codes, E4M3 scales, groups of 16). MLX schemes quantize as
+    /// MLX's mx.quantize does, byte for byte.
     #[arg(long, value_name = "SCHEME")]
     scheme: String,
-    /// Bits per weight for mlx-affine: 2, 3, 4, 5, 6 or 8.
+    /// Bits per weight for mlx-affine: 2, 3, 4, 5, 6 or 8 (the
+    /// floating-point modes fix theirs).
     #[arg(long, value_name = "B")]
     bits: Option<u64>,
     /// Weights per scale for mlx-affine.
     #[arg(long, value_name = "G")]
     group_size: Option<u64>,
+    /// mlx-nvfp4: give each expert of a 3-D expert stack its own F32 scale
+    /// (`<m>.global_scale`, its largest magnitude), as mlx-lm's
+    /// quantize_model(..., global_scale=True) does; 2-D weights get none.
+    #[arg(long)]
+    global_scale: bool,
     /// Also quantize tensors whose names match (`*` is any run of
     /// characters); repeatable. By default the 2-D .weight matrices whose
-    /// input dimension the group divides are taken, not norms or embeddings.
+    /// input dimension the group divides are taken, not norms or
+    /// embeddings, and with an MLX scheme the 3-D expert stacks of mlx-lm's
+    /// switch layers (under `experts` or `switch_*`).
     #[arg(long, value_name = "GLOB")]
     include: Vec<String>,
     /// Never quantize tensors whose names match; repeatable; wins over --include.
@@ -37,7 +50,11 @@ pub struct Args {
 
 /// Quantizes IN into an atomic save of OUT.
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
-    let scheme = Scheme::parse(&args.scheme, args.bits, args.group_size).map_err(Usage::failure)?;
+    let mut scheme =
+        Scheme::parse(&args.scheme, args.bits, args.group_size).map_err(Usage::failure)?;
+    if args.global_scale {
+        scheme = scheme.with_global_scale().map_err(Usage::failure)?;
+    }
     let read = args.io.read_options();
     // Read, not mapped: a file truncated underneath is an error, not a signal.
     let input = SafeTensors::open_pread_with(&args.io.input, &read)?;
@@ -59,7 +76,9 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
             "output": args.io.output,
             "scheme": scheme.name(),
             "group_size": scheme.group_size(),
-            "bits": match scheme { Scheme::Int4Sym { .. } => 4, Scheme::Mlx(p) => p.bits },
+            "bits": scheme.bits(),
+            "mode": match scheme { Scheme::Int4Sym { .. } => None, Scheme::Mlx(p) => Some(p.mode.name()) },
+            "global_scale": matches!(scheme, Scheme::Mlx(p) if p.global_scale),
             "quantized": summary.quantized,
             "tensors": summary.tensors,
             "metadata": summary.metadata,

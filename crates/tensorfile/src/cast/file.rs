@@ -27,7 +27,9 @@ pub struct ConvertSummary {
 /// The tensors of a quantized weight, which a dtype conversion must not
 /// touch: the int4 pair `<name>.qweight` + `<name>.scales` (the format
 /// page's layout) and MLX's `<name>.weight` (U32, packed) with
-/// `<name>.scales` and `<name>.biases`. Detected by name pairing.
+/// `<name>.scales`, `<name>.biases` and `<name>.global_scale` (nvfp4's F32
+/// scale per expert, which MLX takes only as F32). Detected by name
+/// pairing.
 ///
 /// ```
 /// use tensorfile::cast::quant_companions;
@@ -35,10 +37,11 @@ pub struct ConvertSummary {
 /// let t = [
 ///     ("a.qweight", Dtype::U8), ("a.scales", Dtype::F16),
 ///     ("m.weight", Dtype::U32), ("m.scales", Dtype::F32), ("m.biases", Dtype::F32),
+///     ("e.weight", Dtype::U32), ("e.scales", Dtype::U8), ("e.global_scale", Dtype::F32),
 ///     ("n.weight", Dtype::F32), ("n.scales", Dtype::F32), // not packed: plain floats
 /// ];
 /// let kept = quant_companions(t.iter().copied());
-/// assert_eq!(kept.len(), 5);
+/// assert_eq!(kept.len(), 8);
 /// assert!(!kept.contains("n.scales"));
 /// ```
 pub fn quant_companions<'a>(
@@ -62,8 +65,11 @@ pub fn quant_companions<'a>(
                 continue;
             }
             kept.extend([weight, name]);
-            if let Some((&biases, _)) = dtypes.get_key_value(format!("{base}.biases").as_str()) {
-                kept.insert(biases);
+            for companion in ["biases", "global_scale"] {
+                let key = format!("{base}.{companion}");
+                if let Some((&c, _)) = dtypes.get_key_value(key.as_str()) {
+                    kept.insert(c);
+                }
             }
         }
     }
