@@ -172,7 +172,9 @@ const char *fs_last_error_message(void);
 // records) are gathered on first access (`fs_get_tensor`,
 // `fs_get_tensor_at`), once, into buffers of `malloc` alignment that live
 // until `fs_close`: loading itself gathers nothing, and a first access may
-// fail (NULL with the codes below). The metadata holds the checkpoint's
+// fail (NULL with the codes below). The file is memory-mapped for the
+// handle's life: another process truncating it meanwhile makes a later
+// access raise `SIGBUS`, as for `fs_open`. The metadata holds the checkpoint's
 // non-tensor values (numbers, strings) rendered as text, under their
 // flattened names.
 //

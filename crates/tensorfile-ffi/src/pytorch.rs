@@ -1,8 +1,13 @@
 //! `fs_load_pytorch`: a PyTorch checkpoint as an `fs_file`.
 //!
-//! The checkpoint is loaded by `tensorfile-pytorch` (memory-mapped; no
-//! code in it is run). Tensors whose bytes lie in the file as they are
-//! point into the map from the start. The others (views with gaps,
+//! The checkpoint is loaded by `tensorfile-pytorch` from a read-only
+//! memory map (no code in it is run). Tensors whose bytes lie in the file
+//! as they are point into the map from the start: zero-copy, as `fs_open`
+//! gives for safetensors files, which is what C callers of a loader expect
+//! (reading them instead would double the memory of every stored tensor).
+//! Like every map, it is not safe against the file being truncated by
+//! another process while open: touching a page past the new end raises
+//! `SIGBUS` (see `fs_load_pytorch`). The others (views with gaps,
 //! expansions, deflated records, big-endian data) are gathered on first
 //! access, once per rebuilt object (names of one object share it), into
 //! buffers the `fs_file` owns until `fs_close`: loading holds none of them.
@@ -14,7 +19,7 @@ use std::ffi::c_char;
 use std::sync::OnceLock;
 
 use tensorfile_core::Metadata;
-use tensorfile_pytorch::{Checkpoint, TensorData};
+use tensorfile_pytorch::{Checkpoint, LoadOptions, TensorBytes};
 
 use crate::args::c_path;
 use crate::error::{guard, Failure};
@@ -26,7 +31,7 @@ enum Kept {
     /// such as one with only size-1 dimensions around a block).
     Mapped(*const u8),
     /// A buffer of its own, or an inflated storage's bytes.
-    Data(TensorData<'static>),
+    Data(TensorBytes<'static>),
 }
 
 impl Kept {
@@ -77,7 +82,7 @@ impl crate::reader::Lazy for Loaded {
 }
 
 fn load(path: &std::path::Path) -> Result<fs_file, Failure> {
-    let checkpoint = Checkpoint::open(path)?;
+    let checkpoint = Checkpoint::open_mapped(path, &LoadOptions::default())?;
     let mut objects: HashMap<usize, usize> = HashMap::new();
     let mut object_of = Vec::with_capacity(checkpoint.len());
     let mut data = Vec::with_capacity(checkpoint.len());
@@ -132,7 +137,9 @@ fn load(path: &std::path::Path) -> Result<fs_file, Failure> {
 /// records) are gathered on first access (`fs_get_tensor`,
 /// `fs_get_tensor_at`), once, into buffers of `malloc` alignment that live
 /// until `fs_close`: loading itself gathers nothing, and a first access may
-/// fail (NULL with the codes below). The metadata holds the checkpoint's
+/// fail (NULL with the codes below). The file is memory-mapped for the
+/// handle's life: another process truncating it meanwhile makes a later
+/// access raise `SIGBUS`, as for `fs_open`. The metadata holds the checkpoint's
 /// non-tensor values (numbers, strings) rendered as text, under their
 /// flattened names.
 ///

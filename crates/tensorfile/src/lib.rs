@@ -39,6 +39,7 @@ pub use tensorfile_core::{
 pub mod cast;
 pub mod error;
 pub mod model;
+pub mod pytorch;
 pub mod quant;
 pub mod reshard;
 pub mod shard;

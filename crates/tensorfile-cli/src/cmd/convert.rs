@@ -4,7 +4,9 @@
 //!
 //! A PyTorch checkpoint as IN (`.pt`, `.pth`, `.bin`) goes through
 //! [`super::convert_pytorch`] instead: loaded without executing anything,
-//! then streamed (or cast) the same way.
+//! then streamed (or cast) the same way. So does a sharded `.bin` set:
+//! `tensorfile convert pytorch_model.bin.index.json OUTDIR` (or the
+//! directory holding the index) writes a sharded safetensors set.
 //!
 //! The input side is [`open_input`] alone: it turns a path into named
 //! tensors with their bytes. Everything after it (casting, companions of
@@ -38,6 +40,11 @@ pub struct Args {
     /// not fit refuses the conversion.
     #[arg(long)]
     allow_int: bool,
+    /// Sharded `.bin` input: cut the output into shards of at most SIZE
+    /// tensor bytes (`5GB`, `500MB`, bytes), as `shard` does, instead of
+    /// one output shard per input shard.
+    #[arg(long, value_name = "SIZE", value_parser = tensorfile::reshard::parse_size)]
+    max_shard_size: Option<u64>,
     #[command(flatten)]
     pytorch: super::convert_pytorch::PytorchArgs,
 }
@@ -71,7 +78,34 @@ pub fn open_input(path: &Path, max_header_len: u64) -> Result<Input, Failure> {
 
 /// Converts IN into an atomic save of OUT, one tensor at a time.
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
-    if tensorfile_pytorch::file_looks_like_pytorch(&args.io.input).unwrap_or(false) {
+    let input = &args.io.input;
+    let set = tensorfile::pytorch::CheckpointSet::find_index(input);
+    if set.is_none() && input.is_dir() {
+        return Err(Box::new(tensorfile::Error::io(
+            input,
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "a directory with no pytorch_model.bin.index.json or diffusion_pytorch_model.bin.index.json: convert takes a file, or a sharded .bin set (its index, or the directory holding it); for a safetensors set use `tensorfile merge` or `tensorfile shard`",
+            ),
+        )));
+    }
+    let cast = CastOptions {
+        saturate: args.saturate,
+        allow_int: args.allow_int,
+    };
+    if set.is_some() {
+        return super::convert_pytorch::run_set(super::convert_pytorch::Job {
+            input,
+            output: &args.io.output,
+            dtype: args.dtype,
+            cast,
+            sync: !args.io.no_sync,
+            json: args.io.json,
+            pytorch: args.pytorch,
+            max_shard_size: args.max_shard_size,
+        });
+    }
+    if tensorfile::pytorch::file_looks_like_pytorch(&args.io.input).unwrap_or(false) {
         return super::convert_pytorch::run(super::convert_pytorch::Job {
             input: &args.io.input,
             output: &args.io.output,
@@ -83,17 +117,20 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
             sync: !args.io.no_sync,
             json: args.io.json,
             pytorch: args.pytorch,
+            max_shard_size: args.max_shard_size,
         });
     }
     // An input that cannot be read is that error (exit 1), not a misuse of
     // the PyTorch options.
     let input = open_input(&args.io.input, args.io.max_header_len)?;
     args.pytorch.refuse_for(&args.io.input)?;
+    if args.max_shard_size.is_some() {
+        return Err(super::Usage::failure(format_args!(
+            "--max-shard-size applies to sharded .bin sets; {} is a safetensors file (use `tensorfile shard`)",
+            args.io.input.display()
+        )));
+    }
     let tensors = input.tensors();
-    let cast = CastOptions {
-        saturate: args.saturate,
-        allow_int: args.allow_int,
-    };
     let write = args.io.write_options();
     // OUT may be IN: the save renames a new inode over the name, and IN's
     // open file keeps reading the old one.

@@ -50,10 +50,10 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         return super::set::inspect(&args.file, args.json, args.hash);
     }
     // PyTorch checkpoints are described by their own loader.
-    if tensorfile_pytorch::file_looks_like_pytorch(&args.file).unwrap_or(false) {
+    if tensorfile::pytorch::file_looks_like_pytorch(&args.file).unwrap_or(false) {
         let load = args
             .budgets
-            .apply(tensorfile_pytorch::LoadOptions::default());
+            .apply(tensorfile::pytorch::LoadOptions::default());
         return super::inspect_pytorch::run(&args.file, args.json, args.hash, &load);
     }
     let options = ReadOptions::default();
