@@ -58,12 +58,31 @@ pub struct ViewKey {
 
 /// A piece's storage span may be this many times its bytes (plus
 /// [`SPAN_SLACK`]) and still be read whole for it.
-const SPAN_FACTOR: u64 = 8;
-/// See [`SPAN_FACTOR`].
+const SPAN_FACTOR: u64 = 2;
+/// See [`SPAN_FACTOR`]; also the most a window of a sparse view reads.
 const SPAN_SLACK: u64 = 1 << 20;
 
 fn span_limit(bytes: u64) -> u64 {
     bytes.saturating_mul(SPAN_FACTOR).saturating_add(SPAN_SLACK)
+}
+
+/// Whether the view walks its storage forward, outer dimensions by larger
+/// steps (strides non-increasing, ignoring dimensions of size 1 and
+/// stride 0): then splitting its outer dimension gives parts with spans of
+/// their own. A permutation (a transpose) does not: each part spans most
+/// of the storage.
+fn ordered(shape: &[u64], strides: &[u64]) -> bool {
+    let mut last = u64::MAX;
+    for (&d, &s) in shape.iter().zip(strides) {
+        if d <= 1 || s == 0 {
+            continue;
+        }
+        if s > last {
+            return false;
+        }
+        last = s;
+    }
+    true
 }
 
 impl<'a> TorchTensor<'a> {
@@ -374,18 +393,12 @@ impl<'a> TorchTensor<'a> {
                         base: 0,
                     })
                 }
-                None => {
-                    let whole = self.span();
-                    let dense = whole
-                        .as_ref()
-                        .is_some_and(|w| w.end - w.start <= span_limit(self.nbytes()));
-                    Ok(Access::Source {
-                        start: r.start,
-                        dense,
-                        buf: Vec::new(),
-                        whole: None,
-                    })
-                }
+                None => Ok(Access::Source {
+                    start: r.start,
+                    ordered: ordered(&self.info.shape, &self.info.strides),
+                    buf: Vec::new(),
+                    whole: None,
+                }),
             },
             Location::Deflated(_) => {
                 let Some(span) = self.span() else {
@@ -449,12 +462,12 @@ enum Access<'a> {
         base: u64,
     },
     /// Read from the source by range: the storage starts at byte `start`
-    /// of the source. `dense` when the view's whole span is not much more
-    /// than its bytes; `whole` holds that span (from element `.0`) once a
-    /// piece of a dense view needed most of it.
+    /// of the source. `ordered` as [`ordered`] says; `whole` holds the
+    /// view's whole span (from element `.0`) once a piece of a view that
+    /// is not ordered (a transpose) needed much more than its bytes.
     Source {
         start: u64,
-        dense: bool,
+        ordered: bool,
         buf: Vec<u8>,
         whole: Option<(u64, Vec<u8>)>,
     },
@@ -476,7 +489,7 @@ impl Access<'_> {
             Access::Empty => Ok(Cow::Borrowed(&[])),
             Access::Source {
                 start,
-                dense,
+                ordered,
                 buf,
                 whole,
             } => {
@@ -490,13 +503,21 @@ impl Access<'_> {
                     return Ok(Cow::Borrowed(&[]));
                 };
                 let bytes = view.nbytes().unwrap_or(0);
-                if span.end - span.start <= span_limit(bytes) {
+                // An ordered view's piece may read twice its bytes; a
+                // re-ordering's piece only its bytes (and the slack), else
+                // its pieces would read the storage again and again.
+                let fits = if *ordered {
+                    span_limit(bytes)
+                } else {
+                    bytes.saturating_add(SPAN_SLACK)
+                };
+                if span.end - span.start <= fits {
                     read_span(t, *start, &span, buf)?;
                     return t.gather_in(buf, span.start / view.elem, view);
                 }
-                if *dense {
-                    // Most of the storage is needed anyway: read the view's
-                    // whole span once.
+                if !*ordered {
+                    // A re-ordering (a transpose): every piece spans most
+                    // of what the view reads, so read that once.
                     let all = t.span().unwrap_or(span);
                     let mut held = Vec::new();
                     read_span(t, *start, &all, &mut held)?;
@@ -507,8 +528,9 @@ impl Access<'_> {
                     };
                     return t.gather_in(bytes, *base, view);
                 }
-                // A sparse view (a column of a wide matrix): its parts are
-                // read one bounded span at a time.
+                // A view with gaps (a column of a wide matrix, a strided
+                // slice): its parts are read one bounded window at a time,
+                // each window once.
                 let mut out = Vec::new();
                 out.try_reserve_exact(usize::try_from(bytes).unwrap_or(usize::MAX))
                     .map_err(|_| t.bad(format!("cannot allocate {bytes} bytes")))?;
