@@ -71,7 +71,8 @@ pub fn open_input(path: &Path, max_header_len: u64) -> Result<Input, Failure> {
 
 /// Converts IN into an atomic save of OUT, one tensor at a time.
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
-    if tensorfile_pytorch::file_looks_like_pytorch(&args.io.input).unwrap_or(false) {
+    let kind = super::input_kind(&args.io.input)?;
+    if kind == tensorfile::input::Kind::Pytorch {
         return super::convert_pytorch::run(super::convert_pytorch::Job {
             input: &args.io.input,
             output: &args.io.output,
@@ -84,6 +85,13 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
             json: args.io.json,
             pytorch: args.pytorch,
         });
+    }
+    if kind != tensorfile::input::Kind::Safetensors {
+        return Err(format!(
+            "{}: this is {kind}; convert takes a safetensors file or a PyTorch checkpoint",
+            args.io.input.display()
+        )
+        .into());
     }
     // An input that cannot be read is that error (exit 1), not a misuse of
     // the PyTorch options.

@@ -85,6 +85,7 @@ fn given_params(args: &Args) -> Result<Option<QuantConfig>, Failure> {
 
 /// Dequantizes IN into an atomic save of OUT.
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
+    super::safetensors_input(&args.io.input)?;
     if let Some(dtype) = args.dtype.filter(|&d| !is_dequantize_dtype(d)) {
         return Err(Usage::failure(format_args!(
             "--dtype {dtype}: dequantized weights are written as a float dtype of whole bytes (F32, F16, BF16, F64, F8_E4M3, ...)"

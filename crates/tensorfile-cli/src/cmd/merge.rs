@@ -29,6 +29,7 @@ pub struct Args {
 
 /// Validates the set, then streams every tensor into OUT.
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
+    super::safetensors_input(&args.input)?;
     // Read, not mapped: a file truncated underneath is an error, not a signal.
     let source = ShardedTensors::open_pread(&args.input, &tensorfile::ReadOptions::default())?;
     let options = WriteOptions {

@@ -76,6 +76,31 @@ pub fn print_dtypes(per_dtype: &std::collections::BTreeMap<tensorfile::Dtype, (u
     }
 }
 
+/// What the input at `path` is (the library's one way in).
+pub fn input_kind(path: &std::path::Path) -> Result<tensorfile::input::Kind, Failure> {
+    Ok(tensorfile::input::detect(path)?)
+}
+
+/// Why a command that reads safetensors does not take an input of `kind`,
+/// and what to do instead.
+pub fn not_safetensors(path: &std::path::Path, kind: tensorfile::input::Kind) -> String {
+    format!(
+        "{}: this is {kind}, not safetensors; `tensorfile convert` turns it into safetensors",
+        path.display()
+    )
+}
+
+/// Refuses an input that is not a safetensors file or set (exit 1, with
+/// what it is and what to do instead); returns which of the two it is.
+pub fn safetensors_input(path: &std::path::Path) -> Result<tensorfile::input::Kind, Failure> {
+    let kind = input_kind(path)?;
+    if kind.is_safetensors() {
+        Ok(kind)
+    } else {
+        Err(not_safetensors(path, kind).into())
+    }
+}
+
 /// The sha256 of a tensor's bytes, in hex, read a piece at a time.
 pub fn sha256_hex(t: &impl tensorfile::TensorData) -> Result<String, tensorfile::Error> {
     use sha2::{Digest, Sha256};

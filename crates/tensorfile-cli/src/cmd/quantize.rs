@@ -50,6 +50,7 @@ pub struct Args {
 
 /// Quantizes IN into an atomic save of OUT.
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
+    super::safetensors_input(&args.io.input)?;
     let mut scheme =
         Scheme::parse(&args.scheme, args.bits, args.group_size).map_err(Usage::failure)?;
     if args.global_scale {

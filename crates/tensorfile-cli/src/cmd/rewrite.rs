@@ -29,6 +29,7 @@ fn parse_align(s: &str) -> Result<Align, String> {
 /// Reads IN (positional reads: a file truncated underneath is an error,
 /// not a signal) and copies its tensors into an atomic save of OUT.
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
+    super::safetensors_input(&args.io.input)?;
     let read = args.io.read_options();
     let input = SafeTensors::open_pread_with(&args.io.input, &read)?;
     let options = WriteOptions {

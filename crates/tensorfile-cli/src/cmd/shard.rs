@@ -46,6 +46,7 @@ fn parse_prefix(s: &str) -> Result<String, String> {
 
 /// Splits IN into OUTDIR.
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
+    super::safetensors_input(&args.input)?;
     // Read, not mapped: a file truncated underneath is an error, not a signal.
     let source = ShardedTensors::open_pread(&args.input, &tensorfile::ReadOptions::default())?;
     let options = SplitOptions {
