@@ -38,6 +38,7 @@ pub struct Args {
 /// Quantizes IN into an atomic save of OUT.
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
     let scheme = Scheme::parse(&args.scheme, args.bits, args.group_size).map_err(Usage::failure)?;
+    super::refuse_input_as_output(&args.io.output, [&args.io.input])?;
     let read = args.io.read_options();
     // Read, not mapped: a file truncated underneath is an error, not a signal.
     let input = SafeTensors::open_pread_with(&args.io.input, &read)?;
