@@ -11,11 +11,16 @@
 //! shard stays open. One shard is written as `<prefix>.safetensors` with no
 //! index; several as `<prefix>-00001-of-0000N.safetensors` and
 //! `<prefix>.safetensors.index.json`.
+//!
+//! A split is all or nothing: every file is written as a temporary
+//! ([`AtomicSet`]), then all are put in place, the index last; a failure
+//! (a full disk, an interruption) leaves none of them, so running it again
+//! works.
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use crate::atomic::{check_not_input, write_plan, AtomicFile, AtomicSet};
 use crate::error::{Error, Result};
 use crate::plan::Plan;
 use crate::shard::{SetTensor, ShardIndex, ShardedTensors};
@@ -169,9 +174,15 @@ fn check_out_dir(dir: &Path, prefix: &str) -> Result<()> {
     Ok(())
 }
 
-/// Copies `names` (tensors of `source`) into one atomic, canonical file.
+/// Where a copy of tensors goes: a file saved on its own, or one of a set.
+enum Out<'a> {
+    Save(&'a Path),
+    Into(&'a AtomicFile),
+}
+
+/// Copies `names` (tensors of `source`) into one canonical file.
 fn write_file(
-    path: &Path,
+    out: Out<'_>,
     source: &ShardedTensors,
     names: &[&str],
     metadata: &Metadata,
@@ -188,12 +199,27 @@ fn write_file(
             .ok_or_else(|| Error::not_found(name.to_string()))?;
         plan.copy(*t);
     }
-    Ok(save_plan(path, &plan, options, progress)?)
+    match out {
+        Out::Save(path) => save_plan(path, &plan, options, progress)?,
+        Out::Into(file) => write_plan(file, &plan, options, progress)?,
+    }
+    Ok(())
+}
+
+/// The files a set was read from: its shards and its index.
+fn inputs(source: &ShardedTensors) -> impl Iterator<Item = &Path> + '_ {
+    let shards = source.shards().iter().map(|s| s.path());
+    shards.chain(source.index_path())
 }
 
 /// Splits a set (a file, or any set [`ShardedTensors::open`] takes) into
 /// shards in `out_dir`, each keeping the source's metadata. `progress` is
-/// told each time more data bytes are written.
+/// told each time more data bytes are written. All the files appear at the
+/// end, the index last, or none does (see the [module docs](self)).
+///
+/// # Errors
+/// `out_dir` already holds weights with this prefix; reading or writing
+/// fails (naming the file); or the commit fails ([`tensorfile_core::Error::Set`]).
 pub fn split(
     source: &ShardedTensors,
     out_dir: &Path,
@@ -209,31 +235,43 @@ pub fn split(
     let count = plan.len().max(1);
     let mut files = Vec::with_capacity(count);
     let mut weight_map = BTreeMap::new();
-    for (i, shard) in plan.iter().enumerate() {
+    let mut set = AtomicSet::new();
+    // No tensors: still one (empty) file, as for a model that fits.
+    let shards: Vec<&[usize]> = match plan.is_empty() {
+        true => vec![&[]],
+        false => plan.iter().map(Vec::as_slice).collect(),
+    };
+    for (i, shard) in shards.into_iter().enumerate() {
         let name = shard_name(&options.prefix, i, count);
         let names: Vec<&str> = shard.iter().map(|&j| tensors[j].0).collect();
         let path = out_dir.join(&name);
-        write_file(&path, source, &names, &metadata, &options.write, progress)?;
+        let file = set.create(&path)?;
+        write_file(
+            Out::Into(&file),
+            source,
+            &names,
+            &metadata,
+            &options.write,
+            progress,
+        )?;
+        set.add(file)?;
         for tensor in names {
             weight_map.insert(tensor.to_string(), name.clone());
         }
-        files.push(path);
-    }
-    if plan.is_empty() {
-        // No tensors: still one (empty) file, as for a model that fits.
-        let path = out_dir.join(shard_name(&options.prefix, 0, 1));
-        write_file(&path, source, &[], &metadata, &options.write, progress)?;
         files.push(path);
     }
     let total_size = sizes.iter().fold(0u64, |a, &b| a.saturating_add(b));
     let index = if count > 1 {
         let path = out_dir.join(format!("{}.safetensors.index.json", options.prefix));
         let text = ShardIndex::new(total_size, weight_map).to_json();
-        write_atomic(&path, text.as_bytes())?;
+        let file = set.create(&path)?;
+        file.write_all_at(text.as_bytes(), 0)?;
+        set.add(file)?;
         Some(path)
     } else {
         None
     };
+    set.commit(options.write.sync)?;
     Ok(SplitSummary {
         files,
         index,
@@ -244,32 +282,21 @@ pub fn split(
 /// Merges a set into one canonical file at `out`, whose metadata is the
 /// union of the shards' (a key with two values is an error, and nothing is
 /// written).
+///
+/// # Errors
+/// `out` is one of the set's files, a shard or the index
+/// ([`tensorfile_core::OutputError::IsInput`]); the shards' metadata
+/// disagree; reading or writing fails.
 pub fn merge(
     source: &ShardedTensors,
     out: &Path,
     options: &WriteOptions,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<()> {
+    check_not_input(out, inputs(source))?;
     let metadata = source.metadata()?;
     let names: Vec<&str> = source.infos().map(|(_, t)| t.name).collect();
-    write_file(out, source, &names, &metadata, options, progress)
-}
-
-/// Writes a small file atomically: a temporary file beside it, then a rename.
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".index.")
-        .suffix(".tmp")
-        .tempfile_in(dir)
-        .map_err(|e| Error::io(dir, e))?;
-    tmp.write_all(bytes).map_err(|e| Error::io(tmp.path(), e))?;
-    tmp.as_file().sync_all().map_err(|e| Error::io(path, e))?;
-    tmp.persist(path).map_err(|e| Error::io(path, e.error))?;
-    Ok(())
+    write_file(Out::Save(out), source, &names, &metadata, options, progress)
 }
 
 #[cfg(test)]

@@ -230,3 +230,48 @@ fn merge_refuses_conflicting_metadata_and_writes_nothing() {
     let keys: Vec<&String> = merged.metadata().unwrap().keys().collect();
     assert_eq!(keys, ["format", "j", "k"]);
 }
+
+#[test]
+fn every_file_of_a_split_gets_the_mode_of_a_plain_create() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    // What open(2) with 0666 gives under the current umask.
+    let plain = tmp.path().join("plain");
+    fs::File::create(&plain).unwrap();
+    let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+    let expected = mode(&plain);
+    let source =
+        ShardedTensors::open(fixtures().join("models/llama_tiny/model.safetensors")).unwrap();
+    let out = tmp.path().join("out");
+    let summary = split(&source, &out, &options(30_000), &no_progress()).unwrap();
+    let index = summary.index.unwrap();
+    for file in summary.files.iter().chain([&index]) {
+        assert_eq!(mode(file), expected, "{}", file.display());
+    }
+}
+
+#[test]
+fn merge_refuses_to_write_over_a_file_of_its_set() {
+    let tmp = tempfile::tempdir().unwrap();
+    let source =
+        ShardedTensors::open(fixtures().join("models/llama_tiny/model.safetensors")).unwrap();
+    let out = tmp.path().join("out");
+    let summary = split(&source, &out, &options(30_000), &no_progress()).unwrap();
+    let set = ShardedTensors::open(&out).unwrap();
+    let index = summary.index.unwrap();
+    for target in [&summary.files[1], &index] {
+        let before = fs::read(target).unwrap();
+        let err = merge(&set, target, &WriteOptions::default(), &no_progress()).unwrap_err();
+        assert!(
+            matches!(
+                err.core(),
+                Some(tensorfile_core::Error::Output {
+                    problem: tensorfile::OutputError::IsInput { .. },
+                    ..
+                })
+            ),
+            "{err:?}"
+        );
+        assert_eq!(fs::read(target).unwrap(), before);
+    }
+}

@@ -97,14 +97,18 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     // the PyTorch options.
     let input = open_input(&args.io.input, args.io.max_header_len)?;
     args.pytorch.refuse_for(&args.io.input)?;
+    if args.dtype.is_some() {
+        // Only the canonical rewrite may replace IN.
+        super::refuse_input_as_output(&args.io.output, [&args.io.input])?;
+    }
     let tensors = input.tensors();
     let cast = CastOptions {
         saturate: args.saturate,
         allow_int: args.allow_int,
     };
     let write = args.io.write_options();
-    // OUT may be IN: the save renames a new inode over the name, and IN's
-    // open file keeps reading the old one.
+    // OUT may be IN (a canonical rewrite): the save renames a new inode
+    // over the name, and IN's open file keeps reading the old one.
     let summary = save_converted(
         &args.io.output,
         &tensors,

@@ -149,6 +149,8 @@ pub struct Job<'a> {
 
 /// Converts the checkpoint; exit 1 (and no OUT) when it is refused.
 pub fn run(job: Job<'_>) -> Result<ExitCode, Failure> {
+    // OUT must not be the checkpoint itself (safetensors bytes under its name).
+    super::refuse_input_as_output(job.output, [job.input])?;
     let p = job.pytorch;
     let load = p.budgets.apply(LoadOptions {
         key: p.key,

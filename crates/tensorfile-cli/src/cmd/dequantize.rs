@@ -96,6 +96,9 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     // Read, not mapped: a long read of an input must end in an error,
     // never a signal, if the file is truncated underneath.
     let set = ShardedTensors::open_pread(&args.io.input, &read)?;
+    let shards = set.shards().iter().map(|s| s.path());
+    let inputs = shards.chain(set.index_path()).chain(args.config.as_deref());
+    super::refuse_input_as_output(&args.io.output, inputs)?;
     let tensors = set.tensor_data();
     let metadata = set.metadata()?;
     let opts = DequantizeOptions {

@@ -4,7 +4,7 @@
 
 use std::fmt::Display;
 use std::io::{self, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 pub mod check;
 pub mod convert;
@@ -26,7 +26,8 @@ pub struct FileArgs {
     /// The file to read.
     #[arg(value_name = "IN")]
     pub input: PathBuf,
-    /// The file to write (replaced atomically; may be IN itself).
+    /// The file to write (replaced atomically). It may be IN itself only
+    /// for a canonical rewrite.
     #[arg(value_name = "OUT")]
     pub output: PathBuf,
     /// Largest header length accepted in IN and written to OUT, in bytes.
@@ -62,6 +63,18 @@ impl FileArgs {
             std::fs::metadata(&self.output).map_err(|e| tensorfile::Error::io(&self.output, e))?;
         Ok(meta.len())
     }
+}
+
+/// Refuses to write OUT when it is one of the inputs (the same file by
+/// device and inode, whatever its name): exit 1, naming both. Commands
+/// that write call it before reading; an in-place canonical rewrite of a
+/// safetensors file (`rewrite F F`, `convert F F` without `--dtype`) is
+/// the one case allowed.
+pub fn refuse_input_as_output<P: AsRef<Path>>(
+    output: &Path,
+    inputs: impl IntoIterator<Item = P>,
+) -> Result<(), Failure> {
+    Ok(tensorfile::atomic::check_not_input(output, inputs)?)
 }
 
 /// Prints the per-dtype lines of a summary (`dtypes:`, then one line per

@@ -56,6 +56,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     if args.global_scale {
         scheme = scheme.with_global_scale().map_err(Usage::failure)?;
     }
+    super::refuse_input_as_output(&args.io.output, [&args.io.input])?;
     let read = args.io.read_options();
     // Read, not mapped: a file truncated underneath is an error, not a signal.
     let input = SafeTensors::open_pread_with(&args.io.input, &read)?;

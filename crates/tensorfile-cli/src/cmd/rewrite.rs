@@ -36,8 +36,9 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         align: args.align,
         ..args.io.write_options()
     };
-    // OUT may be IN: the save renames a new inode over the name, and IN's
-    // open file keeps reading the old one.
+    // OUT may be IN (the in-place canonical rewrite, the one case
+    // `refuse_input_as_output` is not asked about): the save renames a new
+    // inode over the name, and IN's open file keeps reading the old one.
     let tensors: Vec<_> = input.tensor_data().collect();
     let metadata = input.metadata();
     save_converted(
