@@ -455,27 +455,56 @@ fn convert_writes_a_sharded_set_from_a_bin_set() {
 }
 
 #[test]
-fn convert_explains_a_directory_without_a_bin_index() {
+fn convert_takes_a_directory_of_one_checkpoint_and_cuts_with_max_shard_size() {
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out");
     let input = real("tied_bin/llama/bin");
-    let o = tensorfile(&["convert", input.to_str().unwrap(), out.to_str().unwrap()]);
-    assert_eq!(o.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("no pytorch_model.bin.index.json"), "{err}");
-    assert!(err.contains("llama/bin"), "{err}");
-    assert_eq!(err.trim().lines().count(), 1, "{err}");
-    assert!(!out.exists());
-    // --max-shard-size on a single checkpoint is a usage error.
     let bin = input.join("pytorch_model.bin");
+    // A directory holding one pytorch_model.bin and no index is that
+    // checkpoint, as a directory holding one model.safetensors is that file.
+    let from_dir = dir.path().join("from_dir.safetensors");
+    let from_bin = dir.path().join("from_bin.safetensors");
+    for (input, out) in [(&input, &from_dir), (&bin, &from_bin)] {
+        let o = tensorfile(&[
+            "convert",
+            "--no-sync",
+            input.to_str().unwrap(),
+            out.to_str().unwrap(),
+        ]);
+        assert_eq!(o.status.code(), Some(0), "{o:?}");
+    }
+    assert_eq!(
+        std::fs::read(&from_dir).unwrap(),
+        std::fs::read(&from_bin).unwrap()
+    );
+    // --max-shard-size makes a set of a single checkpoint's conversion, as
+    // of a single safetensors file's.
+    let cut = dir.path().join("cut");
     let o = tensorfile(&[
         "convert",
+        "--no-sync",
+        "--json",
         "--max-shard-size",
-        "1MB",
+        "40KB",
         bin.to_str().unwrap(),
-        out.to_str().unwrap(),
+        cut.to_str().unwrap(),
     ]);
-    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let files = v["files"].as_array().unwrap();
+    assert!(files.len() > 1, "{v}");
+    assert!(cut.join("model.safetensors.index.json").exists());
+    let o = tensorfile(&["validate", cut.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    // A directory with no weights explains itself on one line.
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let out = dir.path().join("out");
+    let o = tensorfile(&["convert", empty.to_str().unwrap(), out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("no model weights"), "{err}");
+    assert!(err.contains("empty"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(!out.exists());
 }
 

@@ -370,6 +370,40 @@ pub enum WriteError {
     Poisoned,
 }
 
+/// Why a path cannot be written to ([`Error::Output`]): what is at the
+/// path, or that it is one of the inputs being read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum OutputError {
+    /// A directory is at the path.
+    #[error("is a directory, not a file to write")]
+    Directory,
+    /// A FIFO, socket or device is at the path: a save would replace it
+    /// with a regular file, so it is refused.
+    #[error("is not a regular file (a FIFO, socket or device), so it is not replaced")]
+    NotRegular,
+    /// A symbolic link to a directory is at the path.
+    #[error("is a symbolic link to the directory {}", target.display())]
+    LinkToDirectory {
+        /// Where the link leads.
+        target: PathBuf,
+    },
+    /// A symbolic link is at the path, and what it leads to does not exist
+    /// (or cannot be reached).
+    #[error("is a symbolic link that leads nowhere ({problem})")]
+    DanglingLink {
+        /// What resolving it said.
+        problem: String,
+    },
+    /// The path is one of the files being read (the same file, whatever
+    /// its name: same device and inode).
+    #[error("is the input {}: writing it would replace what is being read", input.display())]
+    IsInput {
+        /// The input as it was named.
+        input: PathBuf,
+    },
+}
+
 /// Any error of the format core.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -450,6 +484,41 @@ pub enum Error {
     /// The writer refused its input, or writing failed.
     #[error("cannot write: {0}")]
     Write(#[from] WriteError),
+    /// A path cannot be written to: see [`OutputError`]. Nothing was written.
+    #[error("{}: {problem}", path.display())]
+    Output {
+        /// The output path, as given.
+        path: PathBuf,
+        /// What is wrong with it.
+        problem: OutputError,
+    },
+    /// Committing a set of files ([`crate::atomic::AtomicSet`]) failed at
+    /// `path`. The files of the set committed before it were removed again,
+    /// except those that had replaced an older file (the old one is gone):
+    /// `kept` lists them.
+    #[error("{}: {source}{}", path.display(), kept_note(kept))]
+    Set {
+        /// The file whose commit failed.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: Box<Error>,
+        /// Files of the set that were committed and remain.
+        kept: Vec<PathBuf>,
+    },
+}
+
+/// The end of [`Error::Set`]'s message: what remains of the set.
+fn kept_note(kept: &[PathBuf]) -> String {
+    if kept.is_empty() {
+        " (no file of the set was kept)".to_string()
+    } else {
+        let names: Vec<String> = kept.iter().map(|p| p.display().to_string()).collect();
+        format!(
+            " (committed before the failure and kept, having replaced older files: {})",
+            names.join(", ")
+        )
+    }
 }
 
 impl Error {
@@ -467,7 +536,10 @@ impl Error {
     pub fn at(self, path: impl Into<PathBuf>) -> Error {
         match self {
             Error::Stream(source) => Error::io(path, source),
-            named @ (Error::Io { .. } | Error::File { .. }) => named,
+            named @ (Error::Io { .. }
+            | Error::File { .. }
+            | Error::Output { .. }
+            | Error::Set { .. }) => named,
             other => Error::File {
                 path: path.into(),
                 source: Box::new(other),
@@ -487,7 +559,10 @@ impl Error {
     /// The file this error is about, if it names one.
     pub fn file(&self) -> Option<&std::path::Path> {
         match self {
-            Error::File { path, .. } | Error::Io { path, .. } => Some(path),
+            Error::File { path, .. }
+            | Error::Io { path, .. }
+            | Error::Output { path, .. }
+            | Error::Set { path, .. } => Some(path),
             _ => None,
         }
     }

@@ -2,24 +2,22 @@
 //! the float tensors of a file to one dtype, or (without `--dtype`) write
 //! the canonical file.
 //!
-//! A PyTorch checkpoint as IN (`.pt`, `.pth`, `.bin`) goes through
-//! [`super::convert_pytorch`] instead: loaded without executing anything,
-//! then streamed (or cast) the same way. So does a sharded `.bin` set:
-//! `tensorfile convert pytorch_model.bin.index.json OUTDIR` (or the
-//! directory holding the index) writes a sharded safetensors set.
+//! A PyTorch checkpoint as IN (`.pt`, `.pth`, `.bin`), or a sharded `.bin`
+//! set (`pytorch_model.bin.index.json`, diffusers' own, or the directory
+//! holding one), goes through [`super::convert_pytorch`] instead: loaded
+//! without executing anything, then streamed (or cast) the same way.
 //!
-//! The input side is [`open_input`] alone: it turns a path into named
-//! tensors with their bytes. Everything after it (casting, companions of
-//! quantized weights, the streaming atomic save) only sees those tensors.
+//! IN may be a set (a directory or an index): OUT is then a directory
+//! holding the converted set, one output shard per input shard (or cut by
+//! `--max-shard-size`), for safetensors and `.bin` sets alike.
 
-use std::path::Path;
 use std::process::ExitCode;
 
 use serde_json::json;
-use tensorfile::cast::{save_converted, CastOptions};
-use tensorfile::source::FileSource;
-use tensorfile::{Dtype, FileTensor, Metadata, ReadOptions, SafeTensors};
+use tensorfile::cast::{convert_plan, CastOptions};
+use tensorfile::Dtype;
 
+use super::inout::{self, Input};
 use super::{out, Failure};
 
 /// Arguments of `convert`.
@@ -40,118 +38,67 @@ pub struct Args {
     /// not fit refuses the conversion.
     #[arg(long)]
     allow_int: bool,
-    /// Sharded `.bin` input: cut the output into shards of at most SIZE
-    /// tensor bytes (`5GB`, `500MB`, bytes), as `shard` does, instead of
-    /// one output shard per input shard.
-    #[arg(long, value_name = "SIZE", value_parser = tensorfile::reshard::parse_size)]
-    max_shard_size: Option<u64>,
     #[command(flatten)]
     pytorch: super::convert_pytorch::PytorchArgs,
 }
 
-/// An opened input: what `convert` reads.
-pub struct Input {
-    file: SafeTensors<FileSource>,
-}
-
-impl Input {
-    /// Every tensor: name, dtype, shape, and bytes read on demand.
-    pub fn tensors(&self) -> Vec<FileTensor<'_, FileSource>> {
-        self.file.tensor_data().collect()
-    }
-
-    /// The input's metadata, kept as it is.
-    pub fn metadata(&self) -> Option<&Metadata> {
-        self.file.metadata()
-    }
-}
-
-/// Opens IN: a safetensors file, checked against the format's reader rules
-/// and read with positional reads (a file truncated underneath is an
-/// error naming it, never a signal).
-pub fn open_input(path: &Path, max_header_len: u64) -> Result<Input, Failure> {
-    let read = ReadOptions::default().max_header_len(max_header_len);
-    Ok(Input {
-        file: SafeTensors::open_pread_with(path, &read)?,
-    })
-}
-
-/// Converts IN into an atomic save of OUT, one tensor at a time.
+/// Converts IN (a file or a set) into an atomic save of OUT, one piece of
+/// one tensor at a time.
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
-    let input = &args.io.input;
-    let set = tensorfile::pytorch::CheckpointSet::find_index(input);
-    if set.is_none() && input.is_dir() {
-        return Err(Box::new(tensorfile::Error::io(
-            input,
-            std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                "a directory with no pytorch_model.bin.index.json or diffusion_pytorch_model.bin.index.json: convert takes a file, or a sharded .bin set (its index, or the directory holding it); for a safetensors set use `tensorfile merge` or `tensorfile shard`",
-            ),
-        )));
-    }
+    let kind = super::input_kind(&args.io.input)?;
     let cast = CastOptions {
         saturate: args.saturate,
         allow_int: args.allow_int,
     };
-    if set.is_some() {
-        return super::convert_pytorch::run_set(super::convert_pytorch::Job {
-            input,
+    if matches!(
+        kind,
+        tensorfile::input::Kind::Pytorch | tensorfile::input::Kind::PytorchSet
+    ) {
+        return super::convert_pytorch::run(super::convert_pytorch::Job {
+            input: &args.io.input,
+            set: kind.is_set(),
             output: &args.io.output,
             dtype: args.dtype,
             cast,
             sync: !args.io.no_sync,
             json: args.io.json,
             pytorch: args.pytorch,
-            max_shard_size: args.max_shard_size,
-        });
-    }
-    if tensorfile::pytorch::file_looks_like_pytorch(&args.io.input).unwrap_or(false) {
-        return super::convert_pytorch::run(super::convert_pytorch::Job {
-            input: &args.io.input,
-            output: &args.io.output,
-            dtype: args.dtype,
-            cast: CastOptions {
-                saturate: args.saturate,
-                allow_int: args.allow_int,
-            },
-            sync: !args.io.no_sync,
-            json: args.io.json,
-            pytorch: args.pytorch,
-            max_shard_size: args.max_shard_size,
+            max_shard_size: args.io.max_shard_size,
         });
     }
     // An input that cannot be read is that error (exit 1), not a misuse of
     // the PyTorch options.
-    let input = open_input(&args.io.input, args.io.max_header_len)?;
+    let input = Input::open(&args.io.input, &args.io.read_options())?;
     args.pytorch.refuse_for(&args.io.input)?;
-    if args.max_shard_size.is_some() {
-        return Err(super::Usage::failure(format_args!(
-            "--max-shard-size applies to sharded .bin sets; {} is a safetensors file (use `tensorfile shard`)",
-            args.io.input.display()
-        )));
+    if args.dtype.is_some() {
+        // Only the canonical rewrite may replace IN.
+        super::refuse_input_as_output(&args.io.output, input.files())?;
     }
     let tensors = input.tensors();
-    let write = args.io.write_options();
-    // OUT may be IN: the save renames a new inode over the name, and IN's
-    // open file keeps reading the old one.
-    let summary = save_converted(
-        &args.io.output,
+    let metadata = input.metadata()?;
+    // OUT may be IN (a canonical rewrite): the save renames a new inode
+    // over the name, and IN's open file keeps reading the old one.
+    let (plan, summary) = convert_plan(&tensors, metadata.as_ref(), args.dtype, cast)?;
+    let written = inout::write(
+        &input,
         &tensors,
-        input.metadata(),
-        args.dtype,
-        cast,
-        &write,
+        &plan,
+        &args.io.output,
+        args.io.max_shard_size,
+        &args.io.write_options(),
+        "convert",
     )?;
-    let bytes = args.io.output_size()?;
     if args.io.json {
         out(json!({
             "input": args.io.input,
             "output": args.io.output,
+            "files": written.files,
+            "index": written.index,
             "dtype": args.dtype.map(|d| d.name()),
             "tensors": summary.tensors,
             "cast": summary.cast,
             "companions": summary.companions,
-            "bytes": bytes,
+            "bytes": written.bytes,
         }));
     } else {
         let what = match args.dtype {
@@ -162,8 +109,9 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
             None => format!("{} tensors", summary.tensors),
         };
         out(format_args!(
-            "{}: {what}, {bytes} bytes",
-            args.io.output.display()
+            "{}: {what}, {} bytes",
+            args.io.output.display(),
+            written.bytes
         ));
     }
     Ok(ExitCode::SUCCESS)

@@ -44,17 +44,22 @@ fn alignment_of(offset: u64) -> u64 {
 
 /// Describes one file; exit 1 when it is invalid or unreadable.
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
-    // A model directory or a sharded checkpoint's index: see `set`.
-    if super::set::is_set(&args.file) {
-        args.budgets.refuse_for(&args.file)?;
-        return super::set::inspect(&args.file, args.json, args.hash);
-    }
-    // PyTorch checkpoints are described by their own loader.
-    if tensorfile::pytorch::file_looks_like_pytorch(&args.file).unwrap_or(false) {
-        let load = args
-            .budgets
-            .apply(tensorfile::pytorch::LoadOptions::default());
-        return super::inspect_pytorch::run(&args.file, args.json, args.hash, &load);
+    use tensorfile::input::Kind;
+    match super::input_kind(&args.file)? {
+        // A model directory or a sharded checkpoint's index: see `set`.
+        Kind::SafetensorsSet => {
+            args.budgets.refuse_for(&args.file)?;
+            return super::set::inspect(&args.file, args.json, args.hash);
+        }
+        // PyTorch checkpoints are described by their own loader.
+        Kind::Pytorch => {
+            let load = args
+                .budgets
+                .apply(tensorfile::pytorch::LoadOptions::default());
+            return super::inspect_pytorch::run(&args.file, args.json, args.hash, &load);
+        }
+        Kind::Safetensors => {}
+        other => return Err(super::not_safetensors(&args.file, other).into()),
     }
     let options = ReadOptions::default();
     // Hashing needs the bytes, read with positional reads (a file truncated

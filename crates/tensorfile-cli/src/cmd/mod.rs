@@ -4,12 +4,13 @@
 
 use std::fmt::Display;
 use std::io::{self, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 pub mod check;
 pub mod convert;
 pub mod convert_pytorch;
 pub mod dequantize;
+pub mod inout;
 pub mod inspect;
 pub mod inspect_pytorch;
 pub mod merge;
@@ -26,9 +27,17 @@ pub struct FileArgs {
     /// The file to read.
     #[arg(value_name = "IN")]
     pub input: PathBuf,
-    /// The file to write (replaced atomically; may be IN itself).
+    /// The file to write (replaced atomically; it may be IN itself only for
+    /// a canonical rewrite), or the directory to write a set into when IN
+    /// is a set (a directory or an index) or --max-shard-size is given.
     #[arg(value_name = "OUT")]
     pub output: PathBuf,
+    /// Write OUT as a set cut into shards of at most this many data bytes
+    /// (bytes, or decimal KB, MB, GB, TB, as huggingface_hub counts).
+    /// Default for a set: one output shard per input shard, holding the
+    /// same tensors.
+    #[arg(long, value_name = "SIZE", value_parser = tensorfile::reshard::parse_size)]
+    pub max_shard_size: Option<u64>,
     /// Largest header length accepted in IN and written to OUT, in bytes.
     #[arg(long, value_name = "BYTES", default_value_t = tensorfile::DEFAULT_MAX_HEADER_LEN)]
     pub max_header_len: u64,
@@ -55,13 +64,18 @@ impl FileArgs {
             ..tensorfile::WriteOptions::default()
         }
     }
+}
 
-    /// The size of OUT once written.
-    pub fn output_size(&self) -> Result<u64, Failure> {
-        let meta =
-            std::fs::metadata(&self.output).map_err(|e| tensorfile::Error::io(&self.output, e))?;
-        Ok(meta.len())
-    }
+/// Refuses to write OUT when it is one of the inputs (the same file by
+/// device and inode, whatever its name): exit 1, naming both. Commands
+/// that write call it before reading; an in-place canonical rewrite of a
+/// safetensors file (`rewrite F F`, `convert F F` without `--dtype`) is
+/// the one case allowed.
+pub fn refuse_input_as_output<P: AsRef<Path>>(
+    output: &Path,
+    inputs: impl IntoIterator<Item = P>,
+) -> Result<(), Failure> {
+    Ok(tensorfile::atomic::check_not_input(output, inputs)?)
 }
 
 /// Prints the per-dtype lines of a summary (`dtypes:`, then one line per
@@ -73,6 +87,31 @@ pub fn print_dtypes(per_dtype: &std::collections::BTreeMap<tensorfile::Dtype, (u
             "  {:<11}  {count} tensors, {bytes} bytes",
             dtype.name()
         ));
+    }
+}
+
+/// What the input at `path` is (the library's one way in).
+pub fn input_kind(path: &std::path::Path) -> Result<tensorfile::input::Kind, Failure> {
+    Ok(tensorfile::input::detect(path)?)
+}
+
+/// Why a command that reads safetensors does not take an input of `kind`,
+/// and what to do instead.
+pub fn not_safetensors(path: &std::path::Path, kind: tensorfile::input::Kind) -> String {
+    format!(
+        "{}: this is {kind}, not safetensors; `tensorfile convert` turns it into safetensors",
+        path.display()
+    )
+}
+
+/// Refuses an input that is not a safetensors file or set (exit 1, with
+/// what it is and what to do instead); returns which of the two it is.
+pub fn safetensors_input(path: &std::path::Path) -> Result<tensorfile::input::Kind, Failure> {
+    let kind = input_kind(path)?;
+    if kind.is_safetensors() {
+        Ok(kind)
+    } else {
+        Err(not_safetensors(path, kind).into())
     }
 }
 

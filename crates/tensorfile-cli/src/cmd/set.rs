@@ -11,11 +11,6 @@ use tensorfile::{Dtype, Error, ReadOptions, ShardedTensors};
 
 use super::{one_line, out, Failure};
 
-/// Whether a path names a set (a directory or an index) rather than a file.
-pub fn is_set(path: &Path) -> bool {
-    path.is_dir() || path.extension().is_some_and(|e| e == "json")
-}
-
 /// Validates a set; prints the verdict and totals; returns whether it is valid.
 pub fn validate(path: &Path, options: &ReadOptions, json: bool) -> bool {
     let name = path.display();

@@ -46,6 +46,7 @@ fn parse_prefix(s: &str) -> Result<String, String> {
 
 /// Splits IN into OUTDIR.
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
+    super::safetensors_input(&args.input)?;
     // Read, not mapped: a file truncated underneath is an error, not a signal.
     let source = ShardedTensors::open_pread(&args.input, &tensorfile::ReadOptions::default())?;
     let options = SplitOptions {
@@ -56,15 +57,9 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
             ..WriteOptions::default()
         },
     };
-    let bar = crate::progress::bytes(source.data_len(), "shard");
-    let summary = split(&source, &args.out_dir, &options, &|n| {
-        if let Some(bar) = &bar {
-            bar.inc(n);
-        }
-    });
-    if let Some(bar) = &bar {
-        bar.finish_and_clear();
-    }
+    let bar = crate::progress::Progress::bytes(source.data_len(), "shard");
+    let summary = split(&source, &args.out_dir, &options, &|n| bar.inc(n));
+    drop(bar);
     let summary = summary?;
     if args.json {
         out(json!({

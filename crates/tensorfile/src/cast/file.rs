@@ -219,15 +219,14 @@ where
         companions: 0,
     };
     let mut plan = Plan::new(metadata.cloned());
-    for (t, target) in tensors {
+    for (i, (t, target)) in tensors.into_iter().enumerate() {
         if target.dtype == t.dtype() {
             summary.companions += usize::from(target.companion);
-            let out = plan.declare(TensorSpec::new(t.name(), t.dtype(), t.shape()));
-            plan.push(vec![out], move |sink: &dyn Sink| copy_into(&*t, out, sink));
+            plan.copy_from(t, i);
             continue;
         }
         summary.cast += 1;
-        let out = plan.declare(TensorSpec::new(t.name(), target.dtype, t.shape()));
+        let out = plan.declare_from(TensorSpec::new(t.name(), target.dtype, t.shape()), i);
         let cast = TensorCast::new(t.name(), t.dtype(), t.shape(), target.dtype, opts)?;
         if !t.seekable() {
             plan.push(vec![out], move |sink: &dyn Sink| {
@@ -259,23 +258,6 @@ where
         }
     }
     Ok((plan, summary))
-}
-
-/// Copies a tensor's bytes unchanged into output `out`: borrowed bytes in
-/// pieces (so that progress advances smoothly), others as they produce
-/// them.
-fn copy_into<T: TensorData + ?Sized>(
-    t: &T,
-    out: usize,
-    sink: &dyn Sink,
-) -> tensorfile_core::Result<()> {
-    if let Some(all) = t.bytes() {
-        for (k, piece) in all.chunks(crate::writer::PIECE).enumerate() {
-            sink.write(out, (k * crate::writer::PIECE) as u64, piece)?;
-        }
-        return Ok(());
-    }
-    t.produce(&mut |offset, piece| sink.write(out, offset, piece))
 }
 
 /// Casts a tensor that is best read in its own pieces, in one pass.

@@ -28,8 +28,7 @@ use crate::{save_plan, Dtype, Metadata, Plan, WriteOptions};
 mod set;
 
 pub use set::{
-    convert_set, plan_set, write_set, CheckpointSet, SetFile, SetPlan, SetReport, SetShard,
-    BIN_INDEX_NAMES,
+    convert_set, plan_set, CheckpointSet, SetPlan, SetReport, SetShard, BIN_INDEX_NAMES,
 };
 
 /// How to convert.
