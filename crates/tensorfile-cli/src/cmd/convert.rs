@@ -37,17 +37,35 @@ pub struct Args {
     /// not fit refuses the conversion.
     #[arg(long)]
     allow_int: bool,
+    /// Refuse the conversion (exit 1, nothing written) when a value would
+    /// overflow to infinity, become NaN, saturate or flush to zero; without
+    /// it, each tensor that lost values is reported on a warning line.
+    #[arg(long)]
+    strict: bool,
     #[command(flatten)]
     pytorch: super::convert_pytorch::PytorchArgs,
+}
+
+impl Args {
+    /// The input errors are reported against, and whether as JSON.
+    pub fn report_to(&self) -> (Option<&std::path::Path>, bool) {
+        self.io.report_to()
+    }
 }
 
 /// Converts IN (a file or a set) into an atomic save of OUT, one piece of
 /// one tensor at a time.
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
+    if let Some(d) = args.dtype.filter(|d| d.is_int() && !args.allow_int) {
+        return Err(super::Usage::failure(format_args!(
+            "--dtype {d} is an integer dtype: add --allow-int to cast to it"
+        )));
+    }
     let kind = super::input_kind(&args.io.input)?;
     let cast = CastOptions {
         saturate: args.saturate,
         allow_int: args.allow_int,
+        strict: args.strict,
     };
     if kind == tensorfile::input::Kind::Pytorch {
         return super::convert_pytorch::run(super::convert_pytorch::Job {
@@ -82,6 +100,8 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         &args.io.write_options(),
         "convert",
     )?;
+    let losses = summary.losses();
+    report_losses(&args.io.output, &losses);
     if args.io.json {
         out(json!({
             "input": args.io.input,
@@ -93,6 +113,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
             "cast": summary.cast,
             "companions": summary.companions,
             "bytes": written.bytes,
+            "losses": losses_json(&losses),
         }));
     } else {
         let what = match args.dtype {
@@ -109,4 +130,32 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         ));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// One warning line per tensor whose cast changed values beyond rounding.
+pub fn report_losses(output: &std::path::Path, losses: &[(&str, tensorfile::cast::Losses)]) {
+    for (name, l) in losses {
+        super::warn(format_args!(
+            "{}: tensor {}: {l} (--strict refuses this)",
+            output.display(),
+            super::quoted(name)
+        ));
+    }
+}
+
+/// The losses as JSON: `{name: {to_inf, to_nan, saturated, flushed}}`.
+pub fn losses_json(losses: &[(&str, tensorfile::cast::Losses)]) -> serde_json::Value {
+    let map: serde_json::Map<String, serde_json::Value> = losses
+        .iter()
+        .map(|(name, l)| {
+            let counts = json!({
+                "to_inf": l.to_inf,
+                "to_nan": l.to_nan,
+                "saturated": l.saturated,
+                "flushed": l.flushed,
+            });
+            (name.to_string(), counts)
+        })
+        .collect();
+    serde_json::Value::Object(map)
 }
