@@ -46,6 +46,6 @@ pub mod reshard;
 pub mod shard;
 
 pub use cast::Decode;
-pub use error::{Error, Result};
+pub use error::{Error, ParseError, Result};
 pub use model::Contract;
 pub use shard::{ShardError, ShardedTensors};

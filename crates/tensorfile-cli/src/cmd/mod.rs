@@ -173,7 +173,11 @@ pub fn report(err: &(dyn std::error::Error + 'static), input: Option<&Path>, jso
     let mut text = one_line(err);
     if named.is_none() {
         if let Some(input) = input {
-            text = format!("{}: {text}", input.display());
+            // Messages made here often start with the path already.
+            let shown = input.display().to_string();
+            if !text.starts_with(&shown) {
+                text = format!("{shown}: {text}");
+            }
         }
     }
     if json {
@@ -217,7 +221,6 @@ pub fn one_line(err: &(dyn std::error::Error + 'static)) -> String {
     // other control character survives.
     escape_text(&line).into_owned()
 }
-
 
 /// Text that came from a file (tensor names, metadata) made safe for a
 /// terminal: control characters (C0, DEL, C1) and the bidirectional
