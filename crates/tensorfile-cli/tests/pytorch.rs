@@ -1,8 +1,9 @@
 //! `inspect` and `convert` on PyTorch checkpoints, run as a user runs them.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 use tensorfile::Decode;
+use tensorfile_testkit::stdout;
 
 use serde_json::Value;
 
@@ -17,14 +18,7 @@ fn pytorch(name: &str) -> PathBuf {
 }
 
 fn tensorfile(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tensorfile"))
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8(o.stdout.clone()).unwrap()
+    tensorfile_testkit::run(env!("CARGO_BIN_EXE_tensorfile"), args)
 }
 
 #[test]
@@ -528,4 +522,52 @@ fn inspect_counts_a_tied_tensor_once() {
         .sum();
     // The embedding (256 x 32) is also lm_head.weight.
     assert_eq!(v["parameters"].as_u64(), Some(all - 256 * 32));
+}
+
+#[test]
+fn a_cast_of_a_checkpoint_reports_what_it_lost_and_strict_refuses_it() {
+    use hostile::{Record, Storage, Tensor};
+    let dir = tempfile::tempdir().unwrap();
+    let values: [f32; 4] = [1e6, -1e6, 1e-9, 1.0];
+    let storages = [Storage {
+        key: "0".into(),
+        class: "FloatStorage",
+        elem: 4,
+        numel: 4,
+    }];
+    let tensors = [Tensor {
+        name: "big".into(),
+        storage: 0,
+        offset: 0,
+        shape: vec![4],
+        strides: vec![1],
+    }];
+    let bytes = hostile::checkpoint(
+        Record::stored(
+            "archive/data.pkl",
+            hostile::state_dict_pickle(&storages, &tensors),
+        ),
+        vec![Record::stored(
+            "archive/data/0",
+            values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        )],
+    );
+    let input = dir.path().join("big.pt");
+    std::fs::write(&input, bytes).unwrap();
+    let out = dir.path().join("out.safetensors");
+    let (i, o) = (input.to_str().unwrap(), out.to_str().unwrap());
+    let r = tensorfile(&["convert", "--json", "--dtype", "f16", i, o]);
+    assert_eq!(r.status.code(), Some(0), "{r:?}");
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert_eq!(
+        err.trim_end(),
+        format!("tensorfile: warning: {o}: tensor \"big\": 2 overflowed to inf, 1 flushed to zero (--strict refuses this)")
+    );
+    let v: Value = serde_json::from_str(&stdout(&r)).unwrap();
+    assert_eq!(v["losses"]["big"]["to_inf"], 2);
+    std::fs::remove_file(&out).unwrap();
+    let r = tensorfile(&["convert", "--strict", "--dtype", "f16", i, o]);
+    assert_eq!(r.status.code(), Some(1), "{r:?}");
+    assert!(String::from_utf8_lossy(&r.stderr).contains("overflows to inf in F16"));
+    assert!(!out.exists(), "a refused conversion writes nothing");
 }

@@ -38,17 +38,35 @@ pub struct Args {
     /// not fit refuses the conversion.
     #[arg(long)]
     allow_int: bool,
+    /// Refuse the conversion (exit 1, nothing written) when a value would
+    /// overflow to infinity, become NaN, saturate or flush to zero; without
+    /// it, each tensor that lost values is reported on a warning line.
+    #[arg(long)]
+    strict: bool,
     #[command(flatten)]
     pytorch: super::convert_pytorch::PytorchArgs,
+}
+
+impl Args {
+    /// The input errors are reported against, and whether as JSON.
+    pub fn report_to(&self) -> (Option<&std::path::Path>, bool) {
+        self.io.report_to()
+    }
 }
 
 /// Converts IN (a file or a set) into an atomic save of OUT, one piece of
 /// one tensor at a time.
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
+    if let Some(d) = args.dtype.filter(|d| d.is_int() && !args.allow_int) {
+        return Err(super::Usage::failure(format_args!(
+            "--dtype {d} is an integer dtype: add --allow-int to cast to it"
+        )));
+    }
     let kind = super::input_kind(&args.io.input)?;
     let cast = CastOptions {
         saturate: args.saturate,
         allow_int: args.allow_int,
+        strict: args.strict,
     };
     if matches!(
         kind,
@@ -88,6 +106,8 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         &args.io.write_options(),
         "convert",
     )?;
+    let losses = summary.losses();
+    super::losses::report(&args.io.output, &losses);
     if args.io.json {
         out(json!({
             "input": args.io.input,
@@ -99,6 +119,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
             "cast": summary.cast,
             "companions": summary.companions,
             "bytes": written.bytes,
+            "losses": super::losses::json(&losses),
         }));
     } else {
         let what = match args.dtype {

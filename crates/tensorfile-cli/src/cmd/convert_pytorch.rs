@@ -180,11 +180,12 @@ impl Job<'_> {
     }
 }
 
-/// What a conversion planned, for the summary.
-struct Counts {
+/// What a conversion planned and what its casts lost, for the summary.
+struct Counts<'r> {
     tensors: usize,
     aliases: usize,
     cast: usize,
+    losses: Vec<(&'r str, tensorfile::cast::Losses)>,
 }
 
 /// Converts the checkpoint or the set; exit 1 (and no OUT) when it is
@@ -240,6 +241,7 @@ fn run_checkpoint(mut job: Job<'_>, input: &Path) -> Result<ExitCode, Failure> {
         tensors: report.tensors,
         aliases: report.aliases,
         cast: report.cast,
+        losses: report.losses(),
     };
     print(&job, input, "pytorch", &counts, &written);
     Ok(ExitCode::SUCCESS)
@@ -289,13 +291,16 @@ fn run_set(mut job: Job<'_>, index: &Path) -> Result<ExitCode, Failure> {
         tensors: r.tensors,
         aliases: r.aliases,
         cast: r.cast,
+        losses: r.losses(),
     };
     print(&job, set.index_path(), "pytorch-set", &counts, &written);
     Ok(ExitCode::SUCCESS)
 }
 
-/// Prints what was written: one line, or one JSON object.
-fn print(job: &Job<'_>, input: &Path, format: &str, c: &Counts, written: &Written) {
+/// Prints what was written: one line, or one JSON object, after a warning
+/// line per tensor whose cast lost values.
+fn print(job: &Job<'_>, input: &Path, format: &str, c: &Counts<'_>, written: &Written) {
+    super::losses::report(job.output, &c.losses);
     if job.json {
         out(json!({
             "input": input,
@@ -308,6 +313,7 @@ fn print(job: &Job<'_>, input: &Path, format: &str, c: &Counts, written: &Writte
             "aliases": c.aliases,
             "cast": c.cast,
             "bytes": written.bytes,
+            "losses": super::losses::json(&c.losses),
         }));
         return;
     }

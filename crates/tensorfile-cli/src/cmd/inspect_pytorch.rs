@@ -35,8 +35,10 @@ pub fn run(
     let mut digests = BTreeMap::new();
     if hash {
         // A piece at a time, read with positional reads.
+        let total = ckpt.tensors().map(|t| t.nbytes()).sum();
+        let bar = crate::progress::Progress::bytes(total, "hashing");
         for t in ckpt.tensors() {
-            digests.insert(t.name(), super::sha256_hex(&t)?);
+            digests.insert(t.name(), super::sha256_hex(&t, &bar)?);
         }
     }
     // Names that are exact aliases of one another (tied weights) are one

@@ -306,10 +306,21 @@ pub struct SetReport {
     pub aliases: usize,
     /// Tensors cast to `dtype`.
     pub cast: usize,
+    /// The running loss count of each cast tensor, filled in as the plan
+    /// runs: read [`SetReport::losses`] after writing.
+    pub tallies: Vec<(String, cast::LossTally)>,
     /// Output tensor bytes (`total_size`).
     pub total_size: u64,
     /// Parameters written (a tied tensor counted once: `total_parameters`).
     pub total_parameters: u128,
+}
+
+impl SetReport {
+    /// The tensors whose cast changed values beyond rounding, with how
+    /// many (see [`cast::ConvertSummary::losses`]).
+    pub fn losses(&self) -> Vec<(&str, cast::Losses)> {
+        cast::losses_of(&self.tallies)
+    }
 }
 
 /// A tensor to write, with where it comes from.
@@ -383,6 +394,7 @@ pub fn plan_set<'a>(set: &'a CheckpointSet, options: &ConvertOptions) -> Result<
         tensors,
         aliases,
         cast: summary.cast,
+        tallies: summary.tallies,
         total_size: plan.data_len()?,
         total_parameters,
     };
