@@ -41,6 +41,7 @@ pub mod cast;
 pub mod error;
 pub mod input;
 pub mod model;
+pub mod pytorch;
 pub mod quant;
 pub mod reshard;
 pub mod shard;
