@@ -476,7 +476,16 @@ fn c_test_program_passes() {
     let c_dir = crate_dir.join("tests/c");
     let mut compile = Command::new(&cc);
     compile
-        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-g"])
+        // -Wcast-qual: nothing in the tests (or the header) casts a const
+        // away; -Wwrite-strings: string literals are const.
+        .args([
+            "-std=c11",
+            "-Wall",
+            "-Wextra",
+            "-Wcast-qual",
+            "-Wwrite-strings",
+        ])
+        .args(["-Werror", "-O1", "-g"])
         .args(extra.split_whitespace())
         .arg(format!(
             "-DTF_EXPECTED_VERSION=\"{}\"",

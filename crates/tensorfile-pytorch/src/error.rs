@@ -4,7 +4,9 @@
 use std::io;
 use std::path::PathBuf;
 
-use crate::pickle::PickleError;
+use tensorfile_core::ErrorKind;
+
+use crate::pickle::{PickleError, PickleErrorKind};
 use crate::zip::ZipError;
 
 /// Any error of this crate.
@@ -122,5 +124,63 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 impl From<tensorfile_core::Error> for Error {
     fn from(e: tensorfile_core::Error) -> Error {
         Error::Write(e.into())
+    }
+}
+
+impl Error {
+    /// This error's kind: a malformed archive, pickle, storage or view is
+    /// [`ErrorKind::Format`]; what is refused on purpose (a pickle global
+    /// off the allow-list, TorchScript or tar containers, zip features not
+    /// supported, tensors safetensors cannot hold, shared storage the policy
+    /// refuses) [`ErrorKind::Unsupported`]; the pickle's limits and the
+    /// loader's budgets [`ErrorKind::Limit`]; a failed write its own kind.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::Io { source, .. } => ErrorKind::of_io(source),
+            Error::Zip(e) => match e {
+                ZipError::Unsupported { .. } => ErrorKind::Unsupported,
+                ZipError::NoEndOfCentralDirectory { .. }
+                | ZipError::OutOfBounds { .. }
+                | ZipError::Malformed { .. }
+                | ZipError::DuplicateEntry(_)
+                | ZipError::Inflate { .. } => ErrorKind::Format,
+            },
+            Error::Pickle { source, .. } => source.kind.error_kind(),
+            Error::NotACheckpoint(_) | Error::Refused { .. } | Error::Shared(_) => {
+                ErrorKind::Unsupported
+            }
+            Error::Archive(_)
+            | Error::Legacy(_)
+            | Error::Storage { .. }
+            | Error::DtypeConflict { .. }
+            | Error::Tensor { .. }
+            | Error::Structure(_) => ErrorKind::Format,
+            Error::Budget { .. } => ErrorKind::Limit,
+            Error::Write(e) => e.kind(),
+        }
+    }
+}
+
+impl PickleErrorKind {
+    /// The [`ErrorKind`] of this pickle problem: a refused global is
+    /// [`ErrorKind::Unsupported`], the limits and the budget
+    /// [`ErrorKind::Limit`], the rest a malformed pickle.
+    pub fn error_kind(&self) -> ErrorKind {
+        use PickleErrorKind as K;
+        match self {
+            K::ForbiddenGlobal { .. } => ErrorKind::Unsupported,
+            K::Limit { .. } | K::Budget { .. } => ErrorKind::Limit,
+            K::OutOfMemory(_) => ErrorKind::OutOfMemory,
+            K::UnknownOpcode(_)
+            | K::Truncated { .. }
+            | K::NoStop
+            | K::StackUnderflow(_)
+            | K::NoMark(_)
+            | K::MissingMemo(_)
+            | K::WrongType { .. }
+            | K::Utf8(_)
+            | K::BadStop(_)
+            | K::OpenMark { .. } => ErrorKind::Format,
+        }
     }
 }
