@@ -194,7 +194,7 @@ pub fn element_count(dtype: Dtype, len: usize) -> Result<usize, CastError> {
         6 => 3,
         b => b / 8,
     };
-    if len % group_bytes != 0 {
+    if !len.is_multiple_of(group_bytes) {
         return Err(err());
     }
     len.checked_mul(8).map(|b| b / bits).ok_or_else(err)
@@ -203,8 +203,8 @@ pub fn element_count(dtype: Dtype, len: usize) -> Result<usize, CastError> {
 /// Bytes of `n` elements of `dtype` (checked; sub-byte counts must fill whole groups).
 fn byte_count(dtype: Dtype, n: usize) -> Result<usize, CastError> {
     let whole = match dtype.bits() {
-        4 => n % 2 == 0,
-        6 => n % 4 == 0,
+        4 => n.is_multiple_of(2),
+        6 => n.is_multiple_of(4),
         _ => true,
     };
     dtype
