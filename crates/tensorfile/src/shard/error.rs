@@ -114,8 +114,9 @@ pub enum ShardError {
 
 impl ShardError {
     /// This error's kind: a shard's own error's for
-    /// [`ShardError::InvalidShard`]; [`ErrorKind::Format`] for the rest (an
-    /// index, shard names or shards that are not what the set needs).
+    /// [`ShardError::InvalidShard`];
+    /// [`Format`](tensorfile_core::ErrorKind::Format) for the rest (an index,
+    /// shard names or shards that are not what the set needs).
     pub fn kind(&self) -> tensorfile_core::ErrorKind {
         use tensorfile_core::ErrorKind;
         match self {
