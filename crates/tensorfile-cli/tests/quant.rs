@@ -2,16 +2,13 @@
 //! as a user runs them.
 
 use std::ffi::OsStr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 use tensorfile::Decode;
+use tensorfile_testkit::{fixture, stderr};
 
 use serde_json::Value;
 use tensorfile::{Dtype, Metadata, SafeTensors, TensorRef, WriteOptions};
-
-fn fixture(rel: &str) -> PathBuf {
-    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures")).join(rel)
-}
 
 fn run(args: &[&OsStr]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_tensorfile"))
@@ -29,10 +26,6 @@ fn cmd(sub: &str, input: &Path, output: &Path, extra: &[&str]) -> Output {
     ];
     args.extend(extra.iter().map(OsStr::new));
     run(&args)
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
 fn refused(o: &Output, code: i32, needle: &str) {
@@ -153,11 +146,18 @@ fn mlx_model_directory_and_config() {
     );
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(std::fs::read(&d).unwrap(), first);
-    // Without any parameters, the file alone is refused, naming a weight.
+    // The file inside its model directory takes the config.json beside it.
     let d2 = dir.path().join("d2.safetensors");
     let o = cmd("dequantize", &model.join("model.safetensors"), &d2, &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(std::fs::read(&d2).unwrap(), first);
+    // Without any parameters, the file alone is refused, naming a weight.
+    let alone = dir.path().join("alone.safetensors");
+    std::fs::copy(model.join("model.safetensors"), &alone).unwrap();
+    let d3 = dir.path().join("d3.safetensors");
+    let o = cmd("dequantize", &alone, &d3, &[]);
     refused(&o, 1, ".weight");
-    assert!(!d2.exists());
+    assert!(!d3.exists());
 }
 
 #[test]

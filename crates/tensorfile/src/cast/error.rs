@@ -28,6 +28,22 @@ pub enum CastError {
         /// Target dtype.
         to: Dtype,
     },
+    /// A strict cast met a value it would change beyond rounding (see
+    /// [`Losses`](super::Losses)).
+    #[error("element {index}: {from} value {value} {what} in {to} (a strict cast)")]
+    Lossy {
+        /// Element index (within the tensor, or the slice).
+        index: u64,
+        /// The value, as text.
+        value: String,
+        /// Source dtype.
+        from: Dtype,
+        /// Target dtype.
+        to: Dtype,
+        /// What would happen to it (`overflows to inf`, `becomes NaN`,
+        /// `saturates`, `flushes to zero`).
+        what: &'static str,
+    },
     /// A BOOL element is neither 0 nor 1.
     #[error("element {index}: BOOL byte {byte:#04x} is neither 0 nor 1")]
     InvalidBool {
@@ -85,14 +101,16 @@ pub enum CastError {
 
 impl CastError {
     /// This error's kind: a pair of dtypes or a value the cast does not
-    /// convert is [`ErrorKind::Unsupported`](tensorfile_core::ErrorKind::Unsupported),
+    /// convert (or, strict, would change beyond rounding) is [`ErrorKind::Unsupported`](tensorfile_core::ErrorKind::Unsupported),
     /// a BOOL byte other than 0 or 1 [`Format`](tensorfile_core::ErrorKind::Format),
     /// buffers and lengths that disagree
     /// [`InvalidArgument`](tensorfile_core::ErrorKind::InvalidArgument).
     pub fn kind(&self) -> tensorfile_core::ErrorKind {
         use tensorfile_core::ErrorKind;
         match self {
-            CastError::Unsupported { .. } | CastError::OutOfRange { .. } => ErrorKind::Unsupported,
+            CastError::Unsupported { .. }
+            | CastError::OutOfRange { .. }
+            | CastError::Lossy { .. } => ErrorKind::Unsupported,
             CastError::InvalidBool { .. } => ErrorKind::Format,
             CastError::Length { .. }
             | CastError::NotWholeBytes { .. }
