@@ -218,7 +218,6 @@ pub fn one_line(err: &(dyn std::error::Error + 'static)) -> String {
     escape_text(&line).into_owned()
 }
 
-
 /// Text that came from a file (tensor names, metadata) made safe for a
 /// terminal: control characters (C0, DEL, C1) and the bidirectional
 /// controls that reorder what follows become `\uXXXX`. That is a JSON
