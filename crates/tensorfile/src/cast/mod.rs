@@ -65,13 +65,12 @@ mod int;
 mod lanes;
 mod loss;
 mod minifloat;
-mod packing;
 mod tensor;
 
 pub use error::CastError;
 pub use file::{
-    convert_plan, converted_dtype, plan_targets, quant_companions, save_converted, ConvertSummary,
-    Target,
+    convert_plan, convert_plan_owned, convert_plan_targeted, converted_dtype, losses_of,
+    plan_targets, quant_companions, save_converted, ConvertSummary, Target,
 };
 pub use loss::{LossTally, Losses};
 pub use tensor::{cast_tensor, TensorCast};
@@ -188,34 +187,27 @@ pub fn check(from: Dtype, to: Dtype, opts: CastOptions) -> Result<(), CastError>
 }
 
 /// Element count of `len` bytes of `dtype` (whole packing groups for F4/F6).
+///
+/// # Errors
+/// [`CastError::Length`] when `len` is not a whole number of elements (or
+/// groups).
 pub fn element_count(dtype: Dtype, len: usize) -> Result<usize, CastError> {
     let err = || CastError::Length {
         dtype,
         len: len as u64,
     };
-    let bits = dtype.bits() as usize;
-    // Whole groups: 1 byte (F4), 3 bytes (F6), or one element.
-    let group_bytes = match bits {
-        4 => 1,
-        6 => 3,
-        b => b / 8,
-    };
-    if len % group_bytes != 0 {
+    let n = (len as u64).checked_mul(8).ok_or_else(err)? / u64::from(dtype.bits());
+    // The one sub-byte rule (`Dtype::byte_len`) says whether n fills len.
+    if dtype.byte_len(n) != Some(len as u64) {
         return Err(err());
     }
-    len.checked_mul(8).map(|b| b / bits).ok_or_else(err)
+    usize::try_from(n).map_err(|_| err())
 }
 
 /// Bytes of `n` elements of `dtype` (checked; sub-byte counts must fill whole groups).
 fn byte_count(dtype: Dtype, n: usize) -> Result<usize, CastError> {
-    let whole = match dtype.bits() {
-        4 => n % 2 == 0,
-        6 => n % 4 == 0,
-        _ => true,
-    };
     dtype
         .byte_len(n as u64)
-        .filter(|_| whole)
         .and_then(|b| usize::try_from(b).ok())
         .ok_or(CastError::NotWholeBytes {
             dtype,

@@ -64,10 +64,13 @@ impl TensorCast {
             })
         };
         let numel = dtype::numel(shape).ok_or_else(|| overflow(from))?;
-        let group = |d: Dtype| match d.bits() {
-            4 => 2u64,
-            6 => 4,
-            _ => 1,
+        // Elements per whole group of packed codes (see `bits`).
+        let group = |d: Dtype| {
+            if d.is_sub_byte() {
+                crate::bits::group(d.bits()).0 as u64
+            } else {
+                1
+            }
         };
         // Name the side whose packing the count does not fill (the target first).
         for dtype in [to, from] {

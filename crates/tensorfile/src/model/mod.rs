@@ -341,7 +341,7 @@ fn check_plan(
             report.push(Problem::error(
                 ProblemKind::InvalidField,
                 "quantization",
-                message,
+                message.to_string(),
             ));
             None
         }
