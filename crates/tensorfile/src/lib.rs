@@ -50,3 +50,12 @@ pub use cast::Decode;
 pub use error::{Error, ParseError, Result};
 pub use model::Contract;
 pub use shard::{ShardError, ShardedTensors};
+
+/// The repository's README, whose Rust examples `cargo test` compiles as
+/// doctests (`no_run`: they name files that are not there) so that they
+/// cannot rot. It lives in the umbrella crate because that is the one whose
+/// doctests see both `tensorfile` and `tensorfile_pytorch`; the C example is
+/// compiled and run by tensorfile-ffi's C tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeExamples;
