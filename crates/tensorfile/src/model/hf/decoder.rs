@@ -230,7 +230,8 @@ impl Dims {
     /// Whether layer `i` is a mixture of experts (transformers' rule).
     fn sparse(&self, i: u64) -> Option<&MoeDims> {
         let moe = self.moe.as_ref()?;
-        let sparse = moe.experts > 0 && (i + 1) % moe.step == 0 && !moe.dense_layers.contains(&i);
+        let sparse =
+            moe.experts > 0 && (i + 1).is_multiple_of(moe.step) && !moe.dense_layers.contains(&i);
         sparse.then_some(moe)
     }
 }
