@@ -17,7 +17,7 @@ exactly the missing, unexpected and mismatched tensors transformers names
 Not run by CI. Run by hand, from the repository root, after
 `cargo build -p tensorfile-cli`:
 
-    /work/venvs/tools/bin/python scripts/check_hf_verdicts.py [--tf5 /work/venvs/tf5/bin/python]
+    /work/venvs/tools/bin/python scripts/check_hf_verdicts.py [--tf5 PYTHON] [ARCH...]
 
 Prints one line per directory and version, then a JSON summary.
 """
@@ -69,11 +69,13 @@ def save(path, tensors):
     save_file({k: v.contiguous() for k, v in tensors.items()}, str(path), metadata={"format": "pt"})
 
 
-def cases(tmp):
-    """(name, directory) for every fixture and its broken copies."""
+def cases(tmp, only):
+    """(name, directory) for every fixture (of `only`, when given) and its broken copies."""
     out = []
     for src in sorted(p for p in HF.iterdir() if p.is_dir()):
         arch = src.name
+        if only and arch not in only:
+            continue
         out.append((f"{arch}", src))
         tensors = st_tensors(src / "model.safetensors")
         config = json.loads((src / "config.json").read_text())
@@ -126,11 +128,12 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tf4", default=sys.executable)
     ap.add_argument("--tf5", default="/work/venvs/tf5/bin/python")
+    ap.add_argument("arch", nargs="*", help="only these fixtures (default: all)")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp())
     summary = []
     try:
-        for name, d in cases(tmp):
+        for name, d in cases(tmp, set(args.arch)):
             tf = tensorfile(d)
             for python in [args.tf4, args.tf5]:
                 t = load(python, d)
