@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use tensorfile_core::FormatError;
 
 use crate::cast::CastError;
+use crate::gguf::GgufError;
 use crate::quant::QuantError;
 use crate::shard::ShardError;
 
@@ -49,6 +50,10 @@ pub enum Error {
         #[source]
         source: CastError,
     },
+    /// A GGUF file breaks the format, or a conversion to or from GGUF
+    /// cannot be made.
+    #[error(transparent)]
+    Gguf(GgufError),
     /// An error about a named file. [`Error::detail`] gives the error
     /// without the file.
     #[error("{}: {source}", path.display())]
@@ -88,6 +93,12 @@ impl From<Error> for tensorfile_core::Error {
 impl From<ShardError> for Error {
     fn from(e: ShardError) -> Error {
         Error::Shard(Box::new(e))
+    }
+}
+
+impl From<GgufError> for Error {
+    fn from(e: GgufError) -> Error {
+        Error::Gguf(e)
     }
 }
 
@@ -174,6 +185,14 @@ impl Error {
     /// The reader rule broken, if this is a format error.
     pub fn rule(&self) -> Option<u8> {
         self.format().map(FormatError::rule)
+    }
+
+    /// The GGUF error, if this is one (about a named file or not).
+    pub fn gguf(&self) -> Option<&GgufError> {
+        match self.detail() {
+            Error::Gguf(e) => Some(e),
+            _ => None,
+        }
     }
 }
 

@@ -38,6 +38,7 @@ pub use tensorfile_core::{
 
 pub mod cast;
 pub mod error;
+pub mod gguf;
 pub mod model;
 pub mod quant;
 pub mod reshard;

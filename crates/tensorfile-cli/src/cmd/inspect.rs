@@ -47,6 +47,9 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     if super::set::is_set(&args.file) {
         return super::set::inspect(&args.file, args.json, args.hash);
     }
+    if super::gguf::is_gguf(&args.file) {
+        return super::gguf::inspect(&args.file, args.json);
+    }
     // PyTorch checkpoints are described by their own loader.
     if tensorfile_pytorch::file_looks_like_pytorch(&args.file).unwrap_or(false) {
         return super::inspect_pytorch::run(&args.file, args.json, args.hash);

@@ -10,6 +10,7 @@ pub mod check;
 pub mod convert;
 pub mod convert_pytorch;
 pub mod dequantize;
+pub mod gguf;
 pub mod inspect;
 pub mod inspect_pytorch;
 pub mod merge;

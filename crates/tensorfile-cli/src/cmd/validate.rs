@@ -32,6 +32,10 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
             all_valid &= super::set::validate(path, &options, args.json);
             continue;
         }
+        if super::gguf::is_gguf(path) {
+            all_valid &= super::gguf::validate(path, args.json);
+            continue;
+        }
         let name = path.display();
         // Only the header is read: rule 5 is checked against the file's length.
         let (error, warnings) = match read_header_from_path(path, &options) {

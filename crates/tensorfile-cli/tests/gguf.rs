@@ -1,0 +1,187 @@
+//! GGUF in the `inspect`, `validate` and `convert` commands, run as a user
+//! runs them.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/gguf")
+}
+
+fn tensorfile(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tensorfile"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8(o.stdout.clone()).unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8(o.stderr.clone()).unwrap()
+}
+
+fn manifest() -> Value {
+    serde_json::from_str(&fs::read_to_string(fixtures().join("manifest.json")).unwrap()).unwrap()
+}
+
+#[test]
+fn inspect_json_gives_what_gguf_py_reads() {
+    let m = manifest();
+    let f = &m["model"]["gguf"]["Q4_K_M"];
+    let path = fixtures().join("model/llama_tiny-Q4_K_M.gguf");
+    let o = tensorfile(&["inspect", "--json", path.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let j: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(j["format"], "gguf");
+    assert_eq!(j["version"], f["version"]);
+    assert_eq!(j["alignment"], f["alignment"]);
+    assert_eq!(j["data_offset"], f["data_offset"]);
+    assert_eq!(j["architecture"], "llama");
+    let tensors = j["tensors"].as_array().unwrap();
+    let expected = f["tensors"].as_array().unwrap();
+    assert_eq!(tensors.len(), expected.len());
+    for (t, e) in tensors.iter().zip(expected) {
+        assert_eq!(t["name"], e["name"]);
+        assert_eq!(t["ggml_type"], e["ggml_type"]);
+        assert_eq!(t["dims"], e["dims"]);
+        assert_eq!(t["shape"], e["numpy_shape"]);
+        assert_eq!(t["bytes"], e["nbytes"]);
+    }
+    // The vocabulary is summarized: its length and first elements.
+    let vocab = j["metadata"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|kv| kv["key"] == "tokenizer.ggml.tokens")
+        .unwrap();
+    assert_eq!(vocab["len"], 300);
+    assert_eq!(vocab["value"]["first"][0], "<s>");
+    let q5 = &j["types"]["Q5_0"];
+    assert_eq!(q5["bits_per_weight"], 5.5);
+    let total: u64 = expected
+        .iter()
+        .map(|e| {
+            e["dims"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|d| d.as_u64().unwrap())
+                .product::<u64>()
+        })
+        .sum();
+    assert_eq!(j["parameters"], total);
+}
+
+#[test]
+fn inspect_text_shows_both_shapes_and_bits_per_weight() {
+    let path = fixtures().join("model/llama_wide256-Q4_K_M.gguf");
+    let o = tensorfile(&["inspect", path.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0));
+    let text = stdout(&o);
+    assert!(
+        text.contains("format: GGUF v3, little-endian, alignment 32"),
+        "{text}"
+    );
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("blk.0.attn_k.weight"))
+        .unwrap();
+    assert!(
+        line.contains("Q4_K") && line.contains("[256, 128]") && line.contains("[128, 256]"),
+        "{line}"
+    );
+    assert!(
+        text.contains(
+            "Q6_K     3 tensors, 175104 parameters, 143640 bytes, 6.5625 bits per weight"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("(300 x STRING)"), "{text}");
+}
+
+/// A GGUF file with one F32 tensor named `name` and one string KV.
+fn tiny_gguf(name: &str, value: &str) -> Vec<u8> {
+    let mut b = b"GGUF".to_vec();
+    b.extend(3u32.to_le_bytes());
+    b.extend(1u64.to_le_bytes());
+    b.extend(1u64.to_le_bytes());
+    let s = |b: &mut Vec<u8>, s: &str| {
+        b.extend((s.len() as u64).to_le_bytes());
+        b.extend(s.as_bytes());
+    };
+    s(&mut b, "general.name");
+    b.extend(8u32.to_le_bytes());
+    s(&mut b, value);
+    s(&mut b, name);
+    b.extend(1u32.to_le_bytes());
+    b.extend(4u64.to_le_bytes());
+    b.extend(0u32.to_le_bytes());
+    b.extend(0u64.to_le_bytes());
+    while b.len() % 32 != 0 {
+        b.push(0);
+    }
+    b.extend([0u8; 16]);
+    b
+}
+
+#[test]
+fn untrusted_text_is_escaped_on_a_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("evil.gguf");
+    fs::write(&path, tiny_gguf("w\u{1b}[31mred\u{202e}", "a\"b\u{7}\nc")).unwrap();
+    let o = tensorfile(&["inspect", path.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(!text.contains('\u{1b}') && !text.contains('\u{7}') && !text.contains('\u{202e}'));
+    assert!(text.contains(r"w\u{1b}[31mred\u{202e}"), "{text}");
+    assert!(
+        text.contains(r#"general.name: STRING = "a\"b\u{7}\u{a}c""#),
+        "{text}"
+    );
+    // JSON keeps the text as it is (escaped by JSON itself).
+    let o = tensorfile(&["inspect", "--json", path.to_str().unwrap()]);
+    let j: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(j["tensors"][0]["name"], "w\u{1b}[31mred\u{202e}");
+}
+
+#[test]
+fn validate_accepts_the_real_files_and_refuses_broken_ones() {
+    for entry in fs::read_dir(fixtures().join("files")).unwrap() {
+        let p = entry.unwrap().path();
+        let o = tensorfile(&["validate", p.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+        assert!(stdout(&o).starts_with(&format!("{}: ok\n", p.display())));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("short.gguf");
+    let mut bytes = tiny_gguf("w", "x");
+    bytes.truncate(bytes.len() - 4);
+    fs::write(&path, &bytes).unwrap();
+    let p = path.to_str().unwrap();
+    let o = tensorfile(&["validate", p]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(
+        stdout(&o),
+        format!("{p}: invalid: tensor \"w\": its bytes 96..112 reach past the end of the file at byte 108\n")
+    );
+    let o = tensorfile(&["validate", "--json", p]);
+    assert_eq!(o.status.code(), Some(1));
+    let j: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(j["valid"], false);
+    assert_eq!(j["format"], "gguf");
+    // inspect: one line on stderr naming the file, exit 1.
+    let o = tensorfile(&["inspect", p]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with(&format!("tensorfile: {p}: tensor \"w\"")),
+        "{err}"
+    );
+}

@@ -1,0 +1,30 @@
+//! GGUF, the file format of llama.cpp and ggml: a strict reader of GGUF v2
+//! and v3 through any byte source, decoders for every quantized ggml type
+//! gguf-py can decode.
+//!
+//! - [`read`]: the container ([`GgufFile`], [`read_header`]): metadata,
+//!   tensor infos, layout, every field checked with budgets
+//!   ([`ReadLimits`]); tensors as [`TensorData`](crate::TensorData)
+//!   ([`GgufTensor`]), quantized ones decoded to F32 on demand.
+//! - [`types`]: the ggml type table ([`GgmlType`]).
+//! - [`dequant`]: block decoders ([`dequantize_blocks`]), bit for bit
+//!   `gguf.quants.dequantize`.
+//!
+//! Dimensions: GGUF stores them fastest first, so numpy's `(4, 64)` is
+//! GGUF's `[64, 4]`; [`TensorInfo::dims`] is the stored order and
+//! [`TensorInfo::shape`] the logical one.
+
+pub mod dequant;
+mod error;
+pub mod read;
+pub mod types;
+pub mod value;
+
+pub use dequant::dequantize_blocks;
+pub use error::GgufError;
+pub use read::{
+    is_gguf, read_header, Endian, GgufFile, GgufHeader, GgufTensor, Kv, ReadLimits, TensorInfo,
+    DEFAULT_ALIGNMENT,
+};
+pub use types::GgmlType;
+pub use value::{Array, Value, ValueType};
