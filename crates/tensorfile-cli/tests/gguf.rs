@@ -185,3 +185,79 @@ fn validate_accepts_the_real_files_and_refuses_broken_ones() {
         "{err}"
     );
 }
+
+#[test]
+fn convert_gguf_writes_a_hugging_face_directory() {
+    let out = tempfile::tempdir().unwrap();
+    let dest = out.path().join("model");
+    let input = fixtures().join("model/llama_tiny-Q8_0.gguf");
+    let o = tensorfile(&[
+        "convert",
+        input.to_str().unwrap(),
+        dest.to_str().unwrap(),
+        "--json",
+        "--no-sync",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let j: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(j["direction"], "gguf-to-hf");
+    assert_eq!(j["dtype"], "BF16");
+    assert_eq!(j["decoded"], 16);
+    for f in [
+        "model.safetensors",
+        "config.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    ] {
+        assert!(dest.join(f).is_file(), "{f}");
+    }
+    let o = tensorfile(&["validate", dest.join("model.safetensors").to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0));
+
+    // --keep-quant: MLX affine weights.
+    let dest2 = out.path().join("mlx");
+    let o = tensorfile(&[
+        "convert",
+        input.to_str().unwrap(),
+        dest2.to_str().unwrap(),
+        "--keep-quant",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("16 kept quantized as MLX affine"),
+        "{}",
+        stdout(&o)
+    );
+
+    // Misuse: a file as OUT, flags of the other direction, GGUF flags
+    // without GGUF: exit 2.
+    let file_out = out.path().join("x.safetensors");
+    fs::write(&file_out, b"").unwrap();
+    let o = tensorfile(&[
+        "convert",
+        input.to_str().unwrap(),
+        file_out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let o = tensorfile(&[
+        "convert",
+        input.to_str().unwrap(),
+        dest.to_str().unwrap(),
+        "--type",
+        "q8_0",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    let st = fixtures().join("model/hf_llama_tiny/model.safetensors");
+    let o = tensorfile(&[
+        "convert",
+        st.to_str().unwrap(),
+        out.path().join("y.safetensors").to_str().unwrap(),
+        "--keep-quant",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("--keep-quant applies only to GGUF"),
+        "{}",
+        stderr(&o)
+    );
+}

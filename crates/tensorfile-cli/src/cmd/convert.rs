@@ -39,6 +39,8 @@ pub struct Args {
     allow_int: bool,
     #[command(flatten)]
     pytorch: super::convert_pytorch::PytorchArgs,
+    #[command(flatten)]
+    gguf: super::gguf::GgufArgs,
 }
 
 /// An opened input: what `convert` reads.
@@ -77,6 +79,10 @@ pub fn open_input(path: &Path, max_header_len: u64) -> Result<Input, Failure> {
 
 /// Converts IN into an atomic save of OUT, one tensor at a time.
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
+    if super::gguf::handles(&args.io.input, &args.io.output) {
+        return super::gguf::convert(&args.io, args.dtype, &args.gguf);
+    }
+    args.gguf.refuse_for(&args.io.input)?;
     if tensorfile_pytorch::file_looks_like_pytorch(&args.io.input).unwrap_or(false) {
         return super::convert_pytorch::run(super::convert_pytorch::Job {
             input: &args.io.input,

@@ -277,3 +277,156 @@ pub fn validate(path: &Path, json_out: bool) -> bool {
     }
     error.is_none()
 }
+
+/// Options of `convert` that apply to GGUF only.
+#[derive(clap::Args)]
+pub struct GgufArgs {
+    /// GGUF input: keep Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q5_K weights
+    /// quantized, as MLX affine weights (groups of 32) that give the same
+    /// values; other tensors are decoded to --dtype.
+    #[arg(long)]
+    keep_quant: bool,
+    /// GGUF output: the type of the weights (f32, f16, bf16, q8_0, q4_0,
+    /// q4_1, q5_0, q5_1, q4_k, q6_k); norms and other 1-D tensors stay F32.
+    #[arg(long = "type", value_name = "TYPE")]
+    gguf_type: Option<String>,
+    /// GGUF output: write the tensors as they are (names, shapes, no
+    /// permutation) with --arch as general.architecture, for a model of no
+    /// known architecture.
+    #[arg(long)]
+    raw: bool,
+    /// GGUF output with --raw: general.architecture.
+    #[arg(long, value_name = "NAME")]
+    arch: Option<String>,
+    /// GGUF output: tokenizer.ggml.pre, when the tokenizer's pre-tokenizer
+    /// is not GPT-2's (llama.cpp's name for it: llama-bpe, qwen2, ...).
+    #[arg(long, value_name = "NAME")]
+    tokenizer_pre: Option<String>,
+}
+
+impl GgufArgs {
+    fn given(&self) -> Option<&'static str> {
+        [
+            (self.keep_quant, "--keep-quant"),
+            (self.gguf_type.is_some(), "--type"),
+            (self.raw, "--raw"),
+            (self.arch.is_some(), "--arch"),
+            (self.tokenizer_pre.is_some(), "--tokenizer-pre"),
+        ]
+        .into_iter()
+        .find(|(on, _)| *on)
+        .map(|(_, flag)| flag)
+    }
+
+    /// Refuses these options for a conversion that involves no GGUF file.
+    pub fn refuse_for(&self, input: &Path) -> Result<(), Failure> {
+        match self.given() {
+            Some(flag) => Err(super::Usage::failure(format_args!(
+                "{flag} applies only to GGUF conversions; {} is not GGUF and OUT does not end in .gguf",
+                input.display()
+            ))),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Whether a conversion from `input` to `output` is a GGUF one: GGUF in, or
+/// an output named `*.gguf`.
+pub fn handles(input: &Path, output: &Path) -> bool {
+    is_gguf(input)
+        || output
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
+}
+
+/// `tensorfile convert IN OUT` when IN is GGUF (to a Hugging Face directory)
+/// or OUT ends in `.gguf` (from a Hugging Face directory).
+pub fn convert(
+    io: &super::FileArgs,
+    dtype: Option<tensorfile::Dtype>,
+    args: &GgufArgs,
+) -> Result<ExitCode, Failure> {
+    if is_gguf(&io.input) {
+        return to_hf(io, dtype, args);
+    }
+    Err(super::Usage::failure(format_args!(
+        "{}: writing GGUF from this input is not available yet",
+        io.input.display()
+    )))
+}
+
+fn to_hf(
+    io: &super::FileArgs,
+    dtype: Option<tensorfile::Dtype>,
+    args: &GgufArgs,
+) -> Result<ExitCode, Failure> {
+    use tensorfile::gguf::{to_hf, ToHfOptions};
+    for (on, flag) in [
+        (args.gguf_type.is_some(), "--type"),
+        (args.raw, "--raw"),
+        (args.arch.is_some(), "--arch"),
+        (args.tokenizer_pre.is_some(), "--tokenizer-pre"),
+    ] {
+        if on {
+            return Err(super::Usage::failure(format_args!(
+                "{flag} applies when writing GGUF; {} is GGUF already",
+                io.input.display()
+            )));
+        }
+    }
+    if io.output.is_file() {
+        return Err(super::Usage::failure(format_args!(
+            "{}: converting GGUF writes a Hugging Face directory, and this is a file",
+            io.output.display()
+        )));
+    }
+    let opts = ToHfOptions {
+        dtype: dtype.unwrap_or(tensorfile::Dtype::BF16),
+        keep_quant: args.keep_quant,
+        write: io.write_options(),
+    };
+    let summary = to_hf::convert_file(&io.input, &io.output, &opts)?;
+    let files: Vec<String> = summary
+        .files
+        .iter()
+        .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .collect();
+    if io.json {
+        out(json!({
+            "input": io.input,
+            "output": io.output,
+            "direction": "gguf-to-hf",
+            "architecture": summary.arch.gguf_name(),
+            "dtype": opts.dtype.name(),
+            "tensors": summary.tensors,
+            "decoded": summary.decoded,
+            "kept_quantized": summary.kept,
+            "f32_scales": summary.f32_scales,
+            "files": files,
+            "tokenizer_not_written": summary.no_tokenizer,
+        }));
+    } else {
+        let kept = if args.keep_quant {
+            format!(
+                ", {} kept quantized as MLX affine ({} with F32 scales)",
+                summary.kept.len(),
+                summary.f32_scales
+            )
+        } else {
+            String::new()
+        };
+        out(format_args!(
+            "{}: {} {} tensors ({} decoded from quantized blocks{kept}), {}; wrote {}",
+            esc(&io.output.display().to_string()),
+            summary.tensors,
+            summary.arch,
+            summary.decoded,
+            opts.dtype,
+            files.join(", ")
+        ));
+        if let Some(reason) = &summary.no_tokenizer {
+            out(format_args!("note: no tokenizer.json: {}", esc(reason)));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

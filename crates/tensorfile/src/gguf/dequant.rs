@@ -531,3 +531,84 @@ pub fn dequantize_blocks(t: GgmlType, raw: &[u8]) -> Result<Vec<f32>, GgufError>
     dequantize(t, raw, &mut out);
     Ok(out)
 }
+
+/// The bits of the MLX affine layout (groups of 32) that holds a type
+/// exactly: `scale * code + bias` in f32, with `scale` and `bias` the
+/// block's own f32 products, gives the decoded values bit for bit.
+pub(crate) fn affine_bits(t: GgmlType) -> Option<u32> {
+    use GgmlType::*;
+    match t {
+        Q4_0 | Q4_1 | Q4_K => Some(4),
+        Q5_0 | Q5_1 | Q5_K => Some(5),
+        Q8_0 => Some(8),
+        _ => None,
+    }
+}
+
+/// One block as affine groups of 32: unsigned codes (one per element),
+/// and per group the f32 scale and bias such that `scale * code + bias`
+/// (each step rounded to f32) is the decoded value. For types of
+/// [`affine_bits`] only; others are left alone.
+pub(crate) fn affine_block(
+    t: GgmlType,
+    b: &[u8],
+    codes: &mut [u8],
+    scales: &mut [f32],
+    biases: &mut [f32],
+) {
+    use GgmlType::*;
+    match t {
+        Q4_0 | Q4_1 => {
+            let (d, qs) = (f16_at(b, 0), if t == Q4_0 { &b[2..18] } else { &b[4..20] });
+            for (j, &q) in qs.iter().enumerate() {
+                codes[j] = q & 0x0F;
+                codes[j + 16] = q >> 4;
+            }
+            scales[0] = d;
+            // d * (q - 8) = d * q + (-8 d), exactly in f32.
+            biases[0] = if t == Q4_0 { -8.0 * d } else { f16_at(b, 2) };
+        }
+        Q5_0 | Q5_1 => {
+            let d = f16_at(b, 0);
+            let (qh, qs) = if t == Q5_0 {
+                (u32_at(b, 2), &b[6..22])
+            } else {
+                (u32_at(b, 4), &b[8..24])
+            };
+            for (j, &q) in qs.iter().enumerate() {
+                codes[j] = (q & 0x0F) | ((((qh >> j) & 1) as u8) << 4);
+                codes[j + 16] = (q >> 4) | ((((qh >> (j + 16)) & 1) as u8) << 4);
+            }
+            scales[0] = d;
+            biases[0] = if t == Q5_0 { -16.0 * d } else { f16_at(b, 2) };
+        }
+        Q8_0 => {
+            let d = f16_at(b, 0);
+            for (c, &q) in codes.iter_mut().zip(&b[2..34]) {
+                *c = (q as i8 as i16 + 128) as u8;
+            }
+            scales[0] = d;
+            biases[0] = -128.0 * d;
+        }
+        Q4_K | Q5_K => {
+            let (d, dmin) = (f16_at(b, 0), f16_at(b, 2));
+            let (sc, mn) = scale_min_k4(&b[4..16]);
+            let (qh, qs) = if t == Q4_K {
+                (&b[0..0], &b[16..144])
+            } else {
+                (&b[16..48], &b[48..176])
+            };
+            for g in 0..8 {
+                scales[g] = d * f32::from(sc[g]);
+                biases[g] = -(dmin * f32::from(mn[g]));
+                let (chunk, nib) = (g / 2, g % 2);
+                for l in 0..32 {
+                    let low = (qs[chunk * 32 + l] >> (4 * nib)) & 0x0F;
+                    let high = if t == Q5_K { (qh[l] >> g) & 1 } else { 0 };
+                    codes[g * 32 + l] = low | (high << 4);
+                }
+            }
+        }
+        _ => {}
+    }
+}

@@ -9,22 +9,32 @@
 //! - [`types`]: the ggml type table ([`GgmlType`]).
 //! - [`dequant`]: block decoders ([`dequantize_blocks`]), bit for bit
 //!   `gguf.quants.dequantize`.
+//! - [`to_hf`]: a GGUF model to a Hugging Face directory
+//!   ([`gguf_to_hf`]), with [`names`] (tensor names and llama.cpp's q/k
+//!   permutation), [`config`] (config.json and metadata) and
+//!   [`tokenizer`] (tokenizer.json and `tokenizer.ggml.*`).
 //!
 //! Dimensions: GGUF stores them fastest first, so numpy's `(4, 64)` is
 //! GGUF's `[64, 4]`; [`TensorInfo::dims`] is the stored order and
 //! [`TensorInfo::shape`] the logical one.
 
+pub mod config;
 pub mod dequant;
 mod error;
+pub mod names;
 pub mod read;
+pub mod to_hf;
+pub mod tokenizer;
 pub mod types;
 pub mod value;
 
 pub use dequant::dequantize_blocks;
 pub use error::GgufError;
+pub use names::Arch;
 pub use read::{
     is_gguf, read_header, Endian, GgufFile, GgufHeader, GgufTensor, Kv, ReadLimits, TensorInfo,
     DEFAULT_ALIGNMENT,
 };
+pub use to_hf::{gguf_to_hf, ToHfOptions, ToHfSummary};
 pub use types::GgmlType;
 pub use value::{Array, Value, ValueType};
