@@ -22,6 +22,7 @@ pub mod config;
 pub mod dequant;
 mod error;
 pub mod names;
+pub mod quant;
 pub mod read;
 pub mod to_hf;
 pub mod tokenizer;
