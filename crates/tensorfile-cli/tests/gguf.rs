@@ -261,3 +261,53 @@ fn convert_gguf_writes_a_hugging_face_directory() {
         stderr(&o)
     );
 }
+
+#[test]
+fn convert_to_gguf_gives_the_converters_bytes_and_checks_its_flags() {
+    let out = tempfile::tempdir().unwrap();
+    let dir = fixtures().join("model/hf_llama_tiny");
+    let dest = out.path().join("x.gguf");
+    let o = tensorfile(&[
+        "convert",
+        dir.to_str().unwrap(),
+        dest.to_str().unwrap(),
+        "--type",
+        "q8_0",
+        "--json",
+        "--no-sync",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let j: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(j["direction"], "hf-to-gguf");
+    assert_eq!(j["tensor_types"]["Q8_0"], 16);
+    assert_eq!(
+        fs::read(&dest).unwrap(),
+        fs::read(fixtures().join("model/llama_tiny-Q8_0.gguf")).unwrap()
+    );
+    for bad in [
+        vec!["--type", "q3_k"],
+        vec!["--type", "nonsense"],
+        vec!["--raw"],
+        vec!["--arch", "llama"],
+        vec!["--dtype", "bf16"],
+        vec!["--keep-quant"],
+    ] {
+        let mut args = vec!["convert", dir.to_str().unwrap(), dest.to_str().unwrap()];
+        args.extend(bad.iter().copied());
+        let o = tensorfile(&args);
+        assert_eq!(o.status.code(), Some(2), "{bad:?}: {}", stderr(&o));
+        assert_eq!(stderr(&o).lines().count(), 1);
+    }
+    // A directory of an unknown architecture: exit 1, one line naming it.
+    let o = tensorfile(&[
+        "convert",
+        fixtures().join("../real/hf/bert").to_str().unwrap(),
+        dest.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("architecture \"bert\""),
+        "{}",
+        stderr(&o)
+    );
+}

@@ -349,10 +349,87 @@ pub fn convert(
     if is_gguf(&io.input) {
         return to_hf(io, dtype, args);
     }
-    Err(super::Usage::failure(format_args!(
-        "{}: writing GGUF from this input is not available yet",
-        io.input.display()
-    )))
+    from_hf(io, dtype, args)
+}
+
+fn from_hf(
+    io: &super::FileArgs,
+    dtype: Option<tensorfile::Dtype>,
+    args: &GgufArgs,
+) -> Result<ExitCode, Failure> {
+    use tensorfile::gguf::{from_hf, hf_to_gguf, FromHfOptions};
+    if args.keep_quant {
+        return Err(super::Usage::failure("--keep-quant applies to GGUF input"));
+    }
+    if dtype.is_some() {
+        return Err(super::Usage::failure(
+            "--dtype applies to GGUF input; the weights of a GGUF output take --type",
+        ));
+    }
+    if args.raw != args.arch.is_some() {
+        return Err(super::Usage::failure(
+            "--raw and --arch go together: --raw --arch NAME writes the tensors as they are",
+        ));
+    }
+    let ggml_type = match &args.gguf_type {
+        None => GgmlType::F16,
+        Some(name) => GgmlType::from_name(name)
+            .filter(|t| from_hf::TYPES.contains(t))
+            .ok_or_else(|| {
+                super::Usage::failure(format_args!(
+                    "--type {}: not one of {}",
+                    esc(name),
+                    from_hf::TYPES.map(|t| t.name().to_lowercase()).join(", ")
+                ))
+            })?,
+    };
+    let opts = FromHfOptions {
+        ggml_type,
+        raw: args.arch.clone().filter(|_| args.raw),
+        tokenizer_pre: args.tokenizer_pre.clone(),
+        sync: !io.no_sync,
+    };
+    let s = hf_to_gguf(&io.input, &io.output, &opts)?;
+    if io.json {
+        out(json!({
+            "input": io.input,
+            "output": io.output,
+            "direction": "hf-to-gguf",
+            "architecture": s.arch,
+            "type": ggml_type.name(),
+            "tensor_types": s.types,
+            "fallbacks": s.fallbacks.iter().map(|(n, t)| json!({"tensor": n, "type": t.name()})).collect::<Vec<_>>(),
+            "skipped": s.skipped,
+            "tokenizer_not_written": s.no_tokenizer,
+            "bytes": s.bytes,
+        }));
+    } else {
+        let types: Vec<String> = s.types.iter().map(|(t, n)| format!("{n} {t}")).collect();
+        out(format_args!(
+            "{}: GGUF {} ({}), {} bytes",
+            esc(&io.output.display().to_string()),
+            esc(&s.arch),
+            types.join(", "),
+            s.bytes
+        ));
+        let mut by_type: BTreeMap<GgmlType, Vec<&str>> = BTreeMap::new();
+        for (n, t) in &s.fallbacks {
+            by_type.entry(*t).or_default().push(n);
+        }
+        for (t, names) in by_type {
+            let shown: Vec<String> = names.iter().take(4).map(|n| esc(n)).collect();
+            let more = if names.len() > 4 { ", ..." } else { "" };
+            out(format_args!(
+                "note: {} tensors written as {t}, their rows not being whole {ggml_type} blocks: {}{more}",
+                names.len(),
+                shown.join(", ")
+            ));
+        }
+        if let Some(reason) = &s.no_tokenizer {
+            out(format_args!("note: no tokenizer written: {}", esc(reason)));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn to_hf(

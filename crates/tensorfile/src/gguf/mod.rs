@@ -1,6 +1,7 @@
 //! GGUF, the file format of llama.cpp and ggml: a strict reader of GGUF v2
 //! and v3 through any byte source, decoders for every quantized ggml type
-//! gguf-py can decode.
+//! gguf-py can decode, quantizers, a writer, and conversions both ways
+//! between GGUF and Hugging Face directories.
 //!
 //! - [`read`]: the container ([`GgufFile`], [`read_header`]): metadata,
 //!   tensor infos, layout, every field checked with budgets
@@ -13,6 +14,9 @@
 //!   ([`gguf_to_hf`]), with [`names`] (tensor names and llama.cpp's q/k
 //!   permutation), [`config`] (config.json and metadata) and
 //!   [`tokenizer`] (tokenizer.json and `tokenizer.ggml.*`).
+//! - [`from_hf`]: a Hugging Face directory to GGUF ([`hf_to_gguf`]),
+//!   quantized by [`quant`] (byte for byte as gguf-py and llama.cpp) and
+//!   written by [`write`] (GGUF's layout from parallel jobs, atomically).
 //!
 //! Dimensions: GGUF stores them fastest first, so numpy's `(4, 64)` is
 //! GGUF's `[64, 4]`; [`TensorInfo::dims`] is the stored order and
@@ -21,6 +25,7 @@
 pub mod config;
 pub mod dequant;
 mod error;
+pub mod from_hf;
 pub mod names;
 pub mod quant;
 pub mod read;
@@ -28,9 +33,11 @@ pub mod to_hf;
 pub mod tokenizer;
 pub mod types;
 pub mod value;
+pub mod write;
 
 pub use dequant::dequantize_blocks;
 pub use error::GgufError;
+pub use from_hf::{hf_to_gguf, FromHfOptions, FromHfSummary};
 pub use names::Arch;
 pub use read::{
     is_gguf, read_header, Endian, GgufFile, GgufHeader, GgufTensor, Kv, ReadLimits, TensorInfo,
