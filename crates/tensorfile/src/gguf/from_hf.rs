@@ -24,6 +24,7 @@ use super::config::{self, HfModel};
 use super::error::GgufError;
 use super::names::{self, Arch};
 use super::quant::{quantize_into, RowFault};
+use super::scratch::{grown, Scratch};
 use super::types::GgmlType;
 use super::value::Value;
 use super::write::{GgufSpec, GgufWriter};
@@ -137,8 +138,9 @@ struct Out<'s, T> {
 /// Input bytes converted per job.
 const JOB_BYTES: u64 = 8 << 20;
 
-/// Decodes input rows to f32: `n` rows of `row` elements starting at row
-/// `first` of `t` (permuted through `rows`), with `plus_one` applied.
+/// Decodes input rows to f32 into `s.values[..n * row]`: `n` rows of `row`
+/// elements starting at row `first` of `t` (permuted through `rows`), with
+/// `plus_one` applied. F32 input is read straight into the values.
 fn read_rows<T: TensorData>(
     t: &T,
     first: u64,
@@ -146,49 +148,84 @@ fn read_rows<T: TensorData>(
     row: u64,
     rows: Option<&[u64]>,
     plus_one: bool,
-    out: &mut Vec<f32>,
+    s: &mut Scratch,
 ) -> Result<()> {
     let dtype = t.dtype();
     let esize = u64::from(dtype.bits() / 8);
-    let rb = row * esize;
-    let mut scratch = Vec::new();
-    out.clear();
-    let decode = |bytes: &[u8], out: &mut Vec<f32>| -> Result<()> {
-        let at = out.len();
-        out.resize(at + bytes.len() / esize as usize, 0.0);
+    let rb = (row * esize) as usize;
+    let count = (n * row) as usize;
+    let values = grown(&mut s.values, count);
+    // (input row, output row) runs: one run when not permuted.
+    let runs: Vec<(u64, u64, u64)> = match rows {
+        None => vec![(first, 0, n)],
+        Some(map) => (0..n)
+            .map(|k| {
+                (
+                    map.get((first + k) as usize).copied().unwrap_or(first + k),
+                    k,
+                    1,
+                )
+            })
+            .collect(),
+    };
+    for (src, dst, len) in runs {
+        let out = &mut values[(dst * row) as usize..((dst + len) * row) as usize];
         if dtype == Dtype::F32 {
-            for (o, c) in out[at..].iter_mut().zip(bytes.chunks_exact(4)) {
-                *o = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-            }
-            return Ok(());
+            t.read_at(src * rb as u64, bytemuck::cast_slice_mut(out))?;
+            continue;
         }
-        crate::cast::decode_f32(dtype, bytes, &mut out[at..]).map_err(|source| Error::Cast {
+        let raw = grown(&mut s.bytes, len as usize * rb);
+        t.read_at(src * rb as u64, raw)?;
+        crate::cast::decode_f32(dtype, raw, out).map_err(|source| Error::Cast {
             tensor: t.name().to_string(),
             source,
-        })
-    };
-    match rows {
-        None => {
-            let bytes = t.bytes_at(first * rb, (n * rb) as usize, &mut scratch)?;
-            decode(bytes, out)?;
-        }
-        Some(map) => {
-            for r in first..first + n {
-                let src = map.get(r as usize).copied().unwrap_or(r);
-                let bytes = t.bytes_at(src * rb, rb as usize, &mut scratch)?;
-                decode(bytes, out)?;
-            }
-        }
+        })?;
     }
     if plus_one {
         // As the converter: + 1 in the input's float type (f32 for BF16,
         // which it widens first; F16 stays F16).
-        for v in out.iter_mut() {
+        for v in values.iter_mut() {
             *v += 1.0;
             if dtype == Dtype::F16 {
                 *v = half::f16::from_f32(*v).to_f32();
             }
         }
+    }
+    Ok(())
+}
+
+/// Reads and quantizes rows `r0..r0 + n` into `s.out`.
+#[allow(clippy::too_many_arguments)]
+fn quantize_job<T: TensorData>(
+    src: &T,
+    r0: u64,
+    n: u64,
+    row: u64,
+    rows: Option<&[u64]>,
+    plus_one: bool,
+    t: GgmlType,
+    out_row: u64,
+    name: &str,
+    s: &mut Scratch,
+) -> Result<()> {
+    read_rows(src, r0, n, row, rows, plus_one, s)?;
+    let values = &s.values[..(n * row) as usize];
+    let q = grown(&mut s.out, (n * out_row) as usize);
+    for (k, (x, y)) in values
+        .chunks_exact(row as usize)
+        .zip(q.chunks_exact_mut(out_row as usize))
+        .enumerate()
+    {
+        quantize_into(t, x, y).map_err(|f| match f {
+            RowFault::NotFinite { col, value } => tensor_error(
+                name,
+                format!(
+                    "row {}, element {col} is {value}, which {t} cannot hold",
+                    r0 + k as u64
+                ),
+            ),
+            other => tensor_error(name, format!("cannot be quantized to {t}: {other:?}")),
+        })?;
     }
     Ok(())
 }
@@ -473,28 +510,14 @@ pub fn hf_to_gguf(input: &Path, out: &Path, opts: &FromHfOptions) -> Result<From
                 o.spec.name.as_str(),
             );
             writer.push(vec![index], move |sink: &dyn Sink| -> Result<()> {
-                let mut values = Vec::new();
-                read_rows(src, r0, n, row, rows, plus_one, &mut values)?;
-                let mut q = vec![0u8; (n * out_row) as usize];
-                for (k, (x, y)) in values
-                    .chunks_exact(row as usize)
-                    .zip(q.chunks_exact_mut(out_row as usize))
-                    .enumerate()
-                {
-                    quantize_into(t, x, y).map_err(|f| match f {
-                        RowFault::NotFinite { col, value } => tensor_error(
-                            name,
-                            format!(
-                                "row {}, element {col} is {value}, which {t} cannot hold",
-                                r0 + k as u64
-                            ),
-                        ),
-                        other => {
-                            tensor_error(name, format!("cannot be quantized to {t}: {other:?}"))
-                        }
-                    })?;
-                }
-                Ok(sink.write(index, r0 * out_row, &q)?)
+                let mut s = Scratch::take();
+                let result =
+                    quantize_job(src, r0, n, row, rows, plus_one, t, out_row, name, &mut s)
+                        .and_then(|()| {
+                            Ok(sink.write(index, r0 * out_row, &s.out[..(n * out_row) as usize])?)
+                        });
+                s.give();
+                result
             });
             r0 += n;
         }

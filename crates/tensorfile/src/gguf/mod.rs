@@ -29,6 +29,7 @@ pub mod from_hf;
 pub mod names;
 pub mod quant;
 pub mod read;
+mod scratch;
 pub mod to_hf;
 pub mod tokenizer;
 pub mod types;

@@ -45,7 +45,7 @@ pub fn quantizes(t: GgmlType) -> bool {
     )
 }
 
-#[inline]
+#[inline(always)]
 fn put_f16(out: &mut [u8], at: usize, v: f32) {
     out[at..at + 2].copy_from_slice(&f16::from_f32(v).to_le_bytes());
 }
@@ -65,7 +65,7 @@ fn nearest_int(x: f32) -> i32 {
 
 /// The element of largest magnitude (the first one of them), as numpy's
 /// `argmax(abs(x))` picks it.
-#[inline]
+#[inline(always)]
 fn signed_max(x: &[f32]) -> f32 {
     let mut best = 0usize;
     let mut amax = x[0].abs();
@@ -79,7 +79,7 @@ fn signed_max(x: &[f32]) -> f32 {
 }
 
 /// `1 / d`, or 0 when `d` is zero (numpy's `where(d == 0, 0, 1 / d)`).
-#[inline]
+#[inline(always)]
 fn inverse(d: f32) -> f32 {
     if d == 0.0 {
         0.0
@@ -88,6 +88,7 @@ fn inverse(d: f32) -> f32 {
     }
 }
 
+#[inline(always)]
 fn q4_0(x: &[f32], y: &mut [u8]) {
     let d = signed_max(x) / -8.0;
     let id = inverse(d);
@@ -95,12 +96,13 @@ fn q4_0(x: &[f32], y: &mut [u8]) {
     for j in 0..16 {
         // Truncation of x * id + 8.5, clipped at 15: numpy's
         // trunc(...).astype(uint8).clip(0, 15).
-        let q0 = ((x[j] * id + 8.5) as u8).min(15);
-        let q1 = ((x[j + 16] * id + 8.5) as u8).min(15);
+        let q0 = trunc_clip(x[j] * id + 8.5, 15.0);
+        let q1 = trunc_clip(x[j + 16] * id + 8.5, 15.0);
         y[2 + j] = q0 | (q1 << 4);
     }
 }
 
+#[inline(always)]
 fn min_max(x: &[f32]) -> (f32, f32) {
     let (mut lo, mut hi) = (x[0], x[0]);
     for &v in &x[1..] {
@@ -110,6 +112,7 @@ fn min_max(x: &[f32]) -> (f32, f32) {
     (lo, hi)
 }
 
+#[inline(always)]
 fn q4_1(x: &[f32], y: &mut [u8]) {
     let (min, max) = min_max(x);
     let d = (max - min) / 15.0;
@@ -117,13 +120,14 @@ fn q4_1(x: &[f32], y: &mut [u8]) {
     put_f16(y, 0, d);
     put_f16(y, 2, min);
     for j in 0..16 {
-        let q0 = (((x[j] - min) * id + 0.5) as u8).min(15);
-        let q1 = (((x[j + 16] - min) * id + 0.5) as u8).min(15);
+        let q0 = trunc_clip((x[j] - min) * id + 0.5, 15.0);
+        let q1 = trunc_clip((x[j + 16] - min) * id + 0.5, 15.0);
         y[4 + j] = q0 | (q1 << 4);
     }
 }
 
 /// The low nibbles and fifth bits of 32 five-bit codes.
+#[inline(always)]
 fn pack5(q: &[u8; 32], qh: &mut [u8], qs: &mut [u8]) {
     let mut h = 0u32;
     for (j, &c) in q.iter().enumerate() {
@@ -135,18 +139,20 @@ fn pack5(q: &[u8; 32], qh: &mut [u8], qs: &mut [u8]) {
     }
 }
 
+#[inline(always)]
 fn q5_0(x: &[f32], y: &mut [u8]) {
     let d = signed_max(x) / -16.0;
     let id = inverse(d);
     put_f16(y, 0, d);
     let mut q = [0u8; 32];
     for (c, &v) in q.iter_mut().zip(x) {
-        *c = ((v * id + 16.5) as u8).min(31);
+        *c = trunc_clip(v * id + 16.5, 31.0);
     }
     let (qh, qs) = y[2..22].split_at_mut(4);
     pack5(&q, qh, qs);
 }
 
+#[inline(always)]
 fn q5_1(x: &[f32], y: &mut [u8]) {
     let (min, max) = min_max(x);
     let d = (max - min) / 31.0;
@@ -155,32 +161,65 @@ fn q5_1(x: &[f32], y: &mut [u8]) {
     put_f16(y, 2, min);
     let mut q = [0u8; 32];
     for (c, &v) in q.iter_mut().zip(x) {
-        *c = (((v - min) * id + 0.5) as u8).min(31);
+        *c = trunc_clip((v - min) * id + 0.5, 31.0);
     }
     let (qh, qs) = y[4..24].split_at_mut(4);
     pack5(&q, qh, qs);
 }
 
-/// Rounds half away from zero (C's `roundf`, numpy's `np_roundf` here),
-/// for |v| < 2^31.
-#[inline]
-fn round_away(v: f32) -> i32 {
-    let t = v as i32;
-    let frac = v - t as f32;
-    t + i32::from(frac >= 0.5) - i32::from(frac <= -0.5)
+/// An integral `r` with |r| < 2^22 as an integer, through the 1.5 * 2^23
+/// trick (integer operations only, so loops of it vectorize).
+#[inline(always)]
+fn small_int(r: f32) -> i32 {
+    (r + 12_582_912.0).to_bits() as i32 - 0x4B40_0000
 }
 
+/// `v` rounded half away from zero (C's `roundf`, numpy's `np_roundf`
+/// here), for |v| < 2^22.
+#[inline(always)]
+fn round_away(v: f32) -> i32 {
+    let t = v.trunc();
+    let frac = v - t; // exact
+    let step = if frac >= 0.5 {
+        1.0
+    } else if frac <= -0.5 {
+        -1.0
+    } else {
+        0.0
+    };
+    small_int(t + step)
+}
+
+/// `v` truncated and clipped to `0..=hi`: numpy's
+/// `trunc(v).astype(uint8).clip(0, hi)` and C's `MIN(hi, (int8_t)v)` for
+/// the values quantizers give (0 <= v < 2^22).
+#[inline(always)]
+fn trunc_clip(v: f32, hi: f32) -> u8 {
+    let t = v.trunc();
+    let t = if t > hi { hi } else { t };
+    let t = if t < 0.0 { 0.0 } else { t };
+    small_int(t) as u8
+}
+
+#[inline(always)]
 fn q8_0(x: &[f32], y: &mut [u8]) {
+    let Ok(x) = <&[f32; 32]>::try_from(x) else {
+        return;
+    };
+    // C's MAX(amax, fabsf(v)): a compare and a select, so it vectorizes.
     let mut amax = 0f32;
-    for &v in x {
-        amax = amax.max(v.abs());
+    for v in x {
+        let a = v.abs();
+        amax = if amax > a { amax } else { a };
     }
     let d = amax / 127.0;
     let id = inverse(d);
     put_f16(y, 0, d);
-    for (o, &v) in y[2..34].iter_mut().zip(x) {
+    let mut q = [0u8; 32];
+    for (o, &v) in q.iter_mut().zip(x) {
         *o = round_away(v * id) as i8 as u8;
     }
+    y[2..34].copy_from_slice(&q);
 }
 
 /// gguf-py's BF16: NaN made quiet (keeping its sign and top payload bits),
@@ -700,24 +739,68 @@ fn q6_k(x: &[f32], y: &mut [u8]) {
     }
 }
 
-/// Quantizes one block (`block` values of `t`) into `y` (`type_size` bytes).
-type Quantizer = fn(&[f32], &mut [u8]);
-
-fn quantizer(t: GgmlType) -> Option<Quantizer> {
+/// Quantizes the blocks of `x` into `y` (lengths checked by the caller):
+/// `Err(())` when a value is not finite. Every kernel is inlined here, and
+/// this is compiled twice: for baseline x86-64 and with AVX2 (the same
+/// operations, IEEE arithmetic in either; chosen at run time).
+#[inline(always)]
+fn each_block(t: GgmlType, x: &[f32], y: &mut [u8]) -> Result<(), ()> {
+    let (bs, ts) = (t.block_size() as usize, t.type_size() as usize);
+    let mut bad = 0u32;
+    macro_rules! go {
+        ($f:ident) => {
+            for (xb, yb) in x.chunks_exact(bs).zip(y.chunks_exact_mut(ts)) {
+                // An exponent of all ones is infinity or NaN; the test is
+                // branch-free (it vectorizes) and runs on the block while it
+                // is in L1. A block that has one is not quantized.
+                let mut b = 0u32;
+                for v in xb {
+                    b |= u32::from(v.to_bits() & 0x7f80_0000 == 0x7f80_0000);
+                }
+                bad |= b;
+                if b == 0 {
+                    $f(xb, yb);
+                }
+            }
+        };
+    }
     use GgmlType::*;
-    Some(match t {
-        Q4_0 => q4_0,
-        Q4_1 => q4_1,
-        Q5_0 => q5_0,
-        Q5_1 => q5_1,
-        Q8_0 => q8_0,
-        Q2_K => q2_k,
-        Q3_K => q3_k,
-        Q4_K => q4_k,
-        Q5_K => q5_k,
-        Q6_K => q6_k,
-        _ => return None,
-    })
+    match t {
+        Q4_0 => go!(q4_0),
+        Q4_1 => go!(q4_1),
+        Q5_0 => go!(q5_0),
+        Q5_1 => go!(q5_1),
+        Q8_0 => go!(q8_0),
+        Q2_K => go!(q2_k),
+        Q3_K => go!(q3_k),
+        Q4_K => go!(q4_k),
+        Q5_K => go!(q5_k),
+        Q6_K => go!(q6_k),
+        _ => {}
+    }
+    if bad != 0 {
+        return Err(());
+    }
+    Ok(())
+}
+
+/// [`each_block`] compiled with AVX2.
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn each_block_avx2(t: GgmlType, x: &[f32], y: &mut [u8]) -> Result<(), ()> {
+    each_block(t, x, y)
+}
+
+fn quantize_blocks(t: GgmlType, x: &[f32], y: &mut [u8]) -> Result<(), ()> {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2, checked just above.
+        return unsafe { each_block_avx2(t, x, y) };
+    }
+    each_block(t, x, y)
 }
 
 /// Quantizes `x` (whole blocks of `t`) into `y` (exactly their bytes):
@@ -736,20 +819,27 @@ fn quantizer(t: GgmlType) -> Option<Quantizer> {
 /// A type not quantized here, lengths that are not whole blocks, or (for
 /// the quantized types) a value that is not finite.
 pub fn quantize_into(t: GgmlType, x: &[f32], y: &mut [u8]) -> Result<(), RowFault> {
+    use GgmlType::*;
     let (bs, ts) = (t.block_size() as usize, t.type_size() as usize);
     if x.len() % bs != 0 || y.len() != x.len() / bs * ts {
         return Err(RowFault::Length);
     }
     match t {
         GgmlType::F32 => {
-            for (o, v) in y.chunks_exact_mut(4).zip(x) {
-                o.copy_from_slice(&v.to_le_bytes());
-            }
+            y.copy_from_slice(bytemuck::cast_slice(x));
             return Ok(());
         }
         GgmlType::F16 => {
-            for (o, v) in y.chunks_exact_mut(2).zip(x) {
-                o.copy_from_slice(&f16::from_f32(*v).to_le_bytes());
+            // half's slice conversion (F16C where the CPU has it) rounds to
+            // nearest even, as numpy's astype does.
+            use half::slice::HalfFloatSliceExt;
+            match bytemuck::try_cast_slice_mut::<u8, f16>(y) {
+                Ok(h) => h.convert_from_f32_slice(x),
+                Err(_) => {
+                    for (o, v) in y.chunks_exact_mut(2).zip(x) {
+                        o.copy_from_slice(&f16::from_f32(*v).to_le_bytes());
+                    }
+                }
             }
             return Ok(());
         }
@@ -759,12 +849,59 @@ pub fn quantize_into(t: GgmlType, x: &[f32], y: &mut [u8]) -> Result<(), RowFaul
         }
         _ => {}
     }
-    let q = quantizer(t).ok_or(RowFault::Unsupported)?;
-    if let Some(col) = x.iter().position(|v| !v.is_finite()) {
-        return Err(RowFault::NotFinite { col, value: x[col] });
+    if !matches!(
+        t,
+        Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q2_K | Q3_K | Q4_K | Q5_K | Q6_K
+    ) {
+        return Err(RowFault::Unsupported);
     }
-    for (xb, yb) in x.chunks_exact(bs).zip(y.chunks_exact_mut(ts)) {
-        q(xb, yb);
+    quantize_blocks(t, x, y).map_err(|()| {
+        let col = x.iter().position(|v| !v.is_finite()).unwrap_or(0);
+        RowFault::NotFinite { col, value: x[col] }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The portable build and the AVX2 build of the kernels give the same
+    /// bytes (the fixture tests run whichever the machine picks).
+    #[test]
+    fn portable_and_avx2_kernels_agree() {
+        let mut seed = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let x: Vec<f32> = (0..256 * 64)
+            .map(|i| {
+                let r = next();
+                let mag = 2f32.powi((r % 40) as i32 - 30);
+                let v = ((r >> 20) as f32 / (1u64 << 44) as f32 - 0.5) * mag;
+                if i % 97 == 0 {
+                    0.0
+                } else {
+                    v
+                }
+            })
+            .collect();
+        use GgmlType::*;
+        for t in [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K] {
+            let n = x.len() / t.block_size() as usize * t.type_size() as usize;
+            let (mut a, mut b) = (vec![0u8; n], vec![0u8; n]);
+            each_block(t, &x, &mut a).unwrap();
+            quantize_blocks(t, &x, &mut b).unwrap();
+            assert_eq!(a, b, "{t}");
+            let (mut da, mut db) = (vec![0f32; x.len()], vec![0f32; x.len()]);
+            crate::gguf::dequant::dequantize_portable(t, &a, &mut da);
+            crate::gguf::dequant::dequantize(t, &a, &mut db);
+            assert!(
+                da.iter().zip(&db).all(|(p, q)| p.to_bits() == q.to_bits()),
+                "{t}"
+            );
+        }
     }
-    Ok(())
 }

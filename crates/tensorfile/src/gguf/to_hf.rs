@@ -20,6 +20,7 @@ use super::dequant::{affine_bits, affine_block};
 use super::error::GgufError;
 use super::names::{self, Arch};
 use super::read::{GgufFile, GgufTensor, TensorInfo};
+use super::scratch::{grown, Scratch};
 use super::tokenizer;
 use crate::cast::{convert_plan, CastOptions};
 use crate::plan::Sink;
@@ -150,6 +151,71 @@ impl<S: ByteSource> TensorData for HfTensor<'_, S> {
         buf.copy_from_slice(&bytes[skip..skip + buf.len()]);
         Ok(())
     }
+}
+
+/// A quantized tensor decoded by the plan's own jobs (whole rows, buffers
+/// reused, no zero-filling): its GGUF info, Hugging Face name and rows.
+struct Direct<'f> {
+    info: &'f TensorInfo,
+    name: String,
+    rows: Option<Vec<u64>>,
+}
+
+/// Output bytes (as f32) a decoding job makes.
+const DECODE_JOB_BYTES: u64 = 8 << 20;
+
+/// Decodes rows `r0..r0 + n` (Hugging Face order) of `d` into `s.out` as
+/// `dtype`; returns the bytes made.
+fn decode_rows<S: ByteSource>(
+    file: &GgufFile<S>,
+    d: &Direct<'_>,
+    r0: u64,
+    n: u64,
+    dtype: Dtype,
+    s: &mut Scratch,
+) -> Result<usize> {
+    let info = d.info;
+    let t = info.ggml_type;
+    let ne0 = info.row_len();
+    let row_raw = ne0 / t.block_size() * t.type_size();
+    let (bs, ts) = (t.block_size(), t.type_size());
+    let osize = (dtype.bits() / 8) as usize;
+    let len_out = (n * ne0) as usize * osize;
+    let runs: Vec<(u64, u64, u64)> = match &d.rows {
+        None => vec![(r0, 0, n)],
+        Some(map) => (0..n)
+            .map(|k| (map.get((r0 + k) as usize).copied().unwrap_or(r0 + k), k, 1))
+            .collect(),
+    };
+    let Scratch { values, bytes, out } = s;
+    let out = grown(out, len_out);
+    // Decoded in pieces of about 4096 values, each cast while it is in L1.
+    let piece_blocks = (4096 / bs).max(1);
+    let piece = grown(values, (piece_blocks * bs) as usize);
+    for (src, dst, len) in runs {
+        let raw = grown(bytes, (len * row_raw) as usize);
+        file.read_raw(info, src * row_raw, raw)?;
+        let mut e = (dst * ne0) as usize;
+        for chunk in raw.chunks(piece_blocks as usize * ts as usize) {
+            let ne = chunk.len() / ts as usize * bs as usize;
+            let vals = &mut piece[..ne];
+            super::dequant::dequantize(t, chunk, vals);
+            let o = &mut out[e * osize..(e + ne) * osize];
+            let vb: &[u8] = bytemuck::cast_slice(vals);
+            if dtype == Dtype::F32 {
+                o.copy_from_slice(vb);
+            } else {
+                crate::cast::cast_slice(Dtype::F32, vb, dtype, o, CastOptions::default()).map_err(
+                    |source| Error::Cast {
+                        tensor: d.name.clone(),
+                        source,
+                    },
+                )?;
+            }
+            e += ne;
+        }
+    }
+    Ok(len_out)
 }
 
 /// A weight kept quantized: the GGUF tensor, its module name and layout.
@@ -313,6 +379,7 @@ pub fn gguf_to_hf<S: ByteSource>(
     }
 
     let mut decoded = Vec::new();
+    let mut direct: Vec<Direct<'_>> = Vec::new();
     let mut kept: Vec<Kept<'_>> = Vec::new();
     let mut summary = ToHfSummary {
         arch,
@@ -366,6 +433,14 @@ pub fn gguf_to_hf<S: ByteSource>(
         let inner = file.tensor(&info.name)?;
         summary.decoded += usize::from(inner.is_decoded());
         let minus_one = arch.norms_plus_one() && hf.ends_with("norm.weight");
+        if inner.is_decoded() && !minus_one {
+            direct.push(Direct {
+                info,
+                name: hf,
+                rows,
+            });
+            continue;
+        }
         let dtype = if minus_one { Dtype::F32 } else { inner.dtype() };
         decoded.push(HfTensor {
             inner,
@@ -388,6 +463,28 @@ pub fn gguf_to_hf<S: ByteSource>(
         Some(opts.dtype),
         CastOptions::default(),
     )?;
+    let out_size = u64::from(opts.dtype.bits() / 8);
+    for d in &direct {
+        let info = d.info;
+        let shape = info.shape();
+        let ne0 = info.row_len();
+        let n_rows = info.numel() / ne0.max(1);
+        let idx = plan.declare(TensorSpec::new(d.name.clone(), opts.dtype, shape));
+        let rows_per_job = (DECODE_JOB_BYTES / (ne0 * 4).max(1)).max(1);
+        let mut r0 = 0;
+        while r0 < n_rows {
+            let n = (n_rows - r0).min(rows_per_job);
+            let dtype = opts.dtype;
+            plan.push(vec![idx], move |sink: &dyn Sink| -> Result<()> {
+                let mut s = Scratch::take();
+                let result = decode_rows(file, d, r0, n, dtype, &mut s)
+                    .and_then(|len| Ok(sink.write(idx, r0 * ne0 * out_size, &s.out[..len])?));
+                s.give();
+                result
+            });
+            r0 += n;
+        }
+    }
     for k in &kept {
         let info = k.info;
         let rows_total = info.shape()[0];
