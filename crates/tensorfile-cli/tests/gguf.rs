@@ -76,6 +76,13 @@ fn inspect_json_gives_what_gguf_py_reads() {
         })
         .sum();
     assert_eq!(j["parameters"], total);
+
+    // --hash: the sha256 of each tensor's stored bytes, as the manifest has.
+    let o = tensorfile(&["inspect", "--json", "--hash", path.to_str().unwrap()]);
+    let j: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    for (t, e) in j["tensors"].as_array().unwrap().iter().zip(expected) {
+        assert_eq!(t["sha256"], e["sha256"], "{}", e["name"]);
+    }
 }
 
 #[test]

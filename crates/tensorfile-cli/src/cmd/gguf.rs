@@ -113,10 +113,37 @@ fn endian(h: &GgufHeader) -> &'static str {
     }
 }
 
-/// `tensorfile inspect FILE.gguf [--json]`.
-pub fn inspect(path: &Path, json_out: bool) -> Result<ExitCode, Failure> {
+/// The sha256 of a tensor's stored bytes, read in pieces.
+fn digest(file: &GgufFile, t: &tensorfile::gguf::TensorInfo) -> Result<String, Failure> {
+    use sha2::{Digest, Sha256};
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; (4 << 20).min(t.byte_len as usize)];
+    let mut at = 0u64;
+    while at < t.byte_len {
+        let n = ((t.byte_len - at) as usize).min(buf.len());
+        file.read_raw(t, at, &mut buf[..n])?;
+        hasher.update(&buf[..n]);
+        at += n as u64;
+    }
+    Ok(hex::encode(hasher.finalize()))
+}
+
+/// `tensorfile inspect FILE.gguf [--json] [--hash]` (`--hash`: each
+/// tensor's sha256, of its bytes as stored).
+pub fn inspect(path: &Path, json_out: bool, hash: bool) -> Result<ExitCode, Failure> {
     let file = GgufFile::open(path)?;
     let h = file.header();
+    let hashes: Vec<Option<String>> = h
+        .tensors()
+        .iter()
+        .map(|t| {
+            if hash {
+                digest(&file, t).map(Some)
+            } else {
+                Ok(None)
+            }
+        })
+        .collect::<Result<_, _>>()?;
     let parameters: u128 = h.tensors().iter().map(|t| u128::from(t.numel())).sum();
     let data_bytes: u64 = h.tensors().iter().map(|t| t.byte_len).sum();
     let types = per_type(h);
@@ -140,8 +167,9 @@ pub fn inspect(path: &Path, json_out: bool) -> Result<ExitCode, Failure> {
         let tensors: Vec<Json> = h
             .tensors()
             .iter()
-            .map(|t| {
-                json!({
+            .zip(&hashes)
+            .map(|(t, sha)| {
+                let mut v = json!({
                     "name": t.name,
                     "ggml_type": t.ggml_type.name(),
                     "dims": t.dims,
@@ -149,7 +177,11 @@ pub fn inspect(path: &Path, json_out: bool) -> Result<ExitCode, Failure> {
                     "offset": t.offset,
                     "start": t.start,
                     "bytes": t.byte_len,
-                })
+                });
+                if let Some(sha) = sha {
+                    v["sha256"] = sha.clone().into();
+                }
+                v
             })
             .collect();
         let type_totals: BTreeMap<&str, Json> = types
@@ -219,8 +251,8 @@ pub fn inspect(path: &Path, json_out: bool) -> Result<ExitCode, Failure> {
         "  {:<width$}  {:<7}  {:<22}  {:<22}  {:>12}  offset",
         "name", "type", "gguf dims", "shape", "bytes"
     ));
-    for t in h.tensors() {
-        out(format_args!(
+    for (t, sha) in h.tensors().iter().zip(&hashes) {
+        let line = format!(
             "  {:<width$}  {:<7}  {:<22}  {:<22}  {:>12}  {}",
             esc(&t.name),
             t.ggml_type.name(),
@@ -228,7 +260,11 @@ pub fn inspect(path: &Path, json_out: bool) -> Result<ExitCode, Failure> {
             format!("{:?}", t.shape()),
             t.byte_len,
             t.offset
-        ));
+        );
+        match sha {
+            Some(sha) => out(format_args!("{line}  sha256 {sha}")),
+            None => out(line),
+        }
     }
     out("types:");
     for (t, (count, params, bytes)) in &types {
@@ -346,7 +382,17 @@ pub fn convert(
     dtype: Option<tensorfile::Dtype>,
     args: &GgufArgs,
 ) -> Result<ExitCode, Failure> {
+    let gguf_out = io
+        .output
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("gguf"));
     if is_gguf(&io.input) {
+        if gguf_out {
+            return Err(super::Usage::failure(format_args!(
+                "{} is GGUF and so is OUT: convert GGUF to a Hugging Face directory, or a directory to GGUF",
+                io.input.display()
+            )));
+        }
         return to_hf(io, dtype, args);
     }
     from_hf(io, dtype, args)
@@ -389,7 +435,7 @@ fn from_hf(
         tokenizer_pre: args.tokenizer_pre.clone(),
         sync: !io.no_sync,
     };
-    let s = hf_to_gguf(&io.input, &io.output, &opts)?;
+    let s = hf_to_gguf(&io.input, &io.output, &opts).map_err(|e| e.at(&io.input))?;
     if io.json {
         out(json!({
             "input": io.input,

@@ -48,7 +48,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         return super::set::inspect(&args.file, args.json, args.hash);
     }
     if super::gguf::is_gguf(&args.file) {
-        return super::gguf::inspect(&args.file, args.json);
+        return super::gguf::inspect(&args.file, args.json, args.hash);
     }
     // PyTorch checkpoints are described by their own loader.
     if tensorfile_pytorch::file_looks_like_pytorch(&args.file).unwrap_or(false) {
