@@ -624,3 +624,41 @@ fn every_truncation_of_a_valid_file_is_an_error_not_a_panic() {
         }
     }
 }
+
+#[test]
+fn large_decoded_reads_split_in_two_and_agree_with_small_ones() {
+    // 1.1M values of Q8_0: one read decodes them on two threads; reads of
+    // odd sizes at odd offsets give the same bytes.
+    let n_rows = 1100u64;
+    let mut b = B::header(3, 1, 0);
+    b.info("q", &[1024, n_rows], 8, 0).pad(32);
+    let start = b.0.len();
+    let blocks = (1024 * n_rows / 32) as usize;
+    for k in 0..blocks {
+        b.0.extend([0x00, 0x3C]); // d = 1.0
+        b.0.extend((0..32).map(|j| ((k * 7 + j) % 255) as u8));
+    }
+    b.pad(32);
+    assert!(b.0.len() > start);
+    let f = read(&b.0).unwrap();
+    let t = f.tensor("q").unwrap();
+    let mut all = vec![0u8; t.byte_len() as usize];
+    t.read_at(0, &mut all).unwrap();
+    let values: Vec<f32> = all
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    for (k, v) in values.iter().enumerate().step_by(4099) {
+        let q = ((k / 32 * 7 + k % 32) % 255) as u8 as i8;
+        assert_eq!(*v, f32::from(q), "{k}");
+    }
+    for (off, len) in [
+        (3u64, 17usize),
+        (4 * 1000, 4 * 70_000),
+        (4 * 1_126_300 + 1, 31),
+    ] {
+        let mut part = vec![0u8; len];
+        t.read_at(off, &mut part).unwrap();
+        assert_eq!(part, all[off as usize..off as usize + len]);
+    }
+}

@@ -508,10 +508,14 @@ pub fn arch_tail_keys(
 ) -> Result<Vec<(String, Value)>, GgufError> {
     let a = m.arch.gguf_name();
     let mut out = Vec::new();
+    // The converter writes the vocabulary size for Llama only; it is
+    // written for every architecture here (llama.cpp and transformers both
+    // read `<arch>.vocab_size`), so that a file without a tokenizer still
+    // says it.
+    let vocab = u32::try_from(m.vocab_size).unwrap_or(u32::MAX);
+    out.push((format!("{a}.vocab_size"), Value::U32(vocab)));
     match m.arch {
         Arch::Llama => {
-            let vocab = u32::try_from(m.vocab_size).unwrap_or(u32::MAX);
-            out.push((format!("{a}.vocab_size"), Value::U32(vocab)));
             let hidden = config_required(c, "hidden_size")?;
             let rope_dim = config_u64(c, "head_dim")?.unwrap_or(hidden / m.n_head.max(1));
             out.push((

@@ -954,7 +954,8 @@ impl<S: ByteSource> GgufFile<S> {
 /// logical shape (dims reversed), and its bytes: plain types as they are
 /// (F32, F16, BF16, F64, I8..I64, made little-endian), quantized types as
 /// F32 values decoded block by block on demand (bit for bit
-/// `gguf.quants.dequantize`), for any byte range.
+/// `gguf.quants.dequantize`), for any byte range (large ranges on two
+/// threads).
 pub struct GgufTensor<'f, S> {
     file: &'f GgufFile<S>,
     info: &'f TensorInfo,
@@ -1002,8 +1003,27 @@ impl<'f, S: ByteSource> GgufTensor<'f, S> {
         !self.info.ggml_type.is_plain()
     }
 
-    /// Decodes elements `first..first + out.len()` (whole blocks or not).
+    /// Decodes elements `first..first + out.len()` (whole blocks or not);
+    /// a large range is decoded in two halves at once.
     fn decode_range(&self, first: u64, out: &mut [f32]) -> Result<()> {
+        let t = self.info.ggml_type;
+        let bs = t.block_size();
+        /// Below this many values, a second thread costs more than it saves.
+        const SPLIT_FROM: usize = 1 << 20;
+        if out.len() >= SPLIT_FROM {
+            // Split on a block boundary.
+            let mid = ((first + out.len() as u64 / 2) / bs * bs).max(first + 1) - first;
+            let (a, b) = out.split_at_mut(mid as usize);
+            let (rb, ra) = crate::parallel::both(
+                || self.decode_serial(first + mid, b),
+                || self.decode_serial(first, a),
+            );
+            return ra.and(rb);
+        }
+        self.decode_serial(first, out)
+    }
+
+    fn decode_serial(&self, first: u64, out: &mut [f32]) -> Result<()> {
         let t = self.info.ggml_type;
         let (bs, ts) = (t.block_size(), t.type_size());
         let last = first + out.len() as u64;
