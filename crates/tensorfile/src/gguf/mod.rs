@@ -7,6 +7,7 @@
 //!   tensor infos, layout, every field checked with budgets
 //!   ([`ReadLimits`]); tensors as [`TensorData`](crate::TensorData)
 //!   ([`GgufTensor`]), quantized ones decoded to F32 on demand.
+//! - [`value`]: metadata values, the 13 GGUF value types.
 //! - [`types`]: the ggml type table ([`GgmlType`]).
 //! - [`dequant`]: block decoders ([`dequantize_blocks`]), bit for bit
 //!   `gguf.quants.dequantize`.
@@ -16,7 +17,7 @@
 //!   [`tokenizer`] (tokenizer.json and `tokenizer.ggml.*`).
 //! - [`from_hf`]: a Hugging Face directory to GGUF ([`hf_to_gguf`]),
 //!   quantized by [`quant`] (byte for byte as gguf-py and llama.cpp) and
-//!   written by [`write`] (GGUF's layout from parallel jobs, atomically).
+//!   written by [`write`](mod@write) (GGUF's layout from parallel jobs, atomically).
 //!
 //! Dimensions: GGUF stores them fastest first, so numpy's `(4, 64)` is
 //! GGUF's `[64, 4]`; [`TensorInfo::dims`] is the stored order and
