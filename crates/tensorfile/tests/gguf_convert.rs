@@ -242,3 +242,37 @@ fn unknown_architectures_and_tensors_are_refused_by_name() {
     let data = GgufFile::open(dir().join("kquant/carrier_f32.gguf")).unwrap();
     assert!(data.tensor("token_embd.weight").unwrap().byte_len() > 0);
 }
+
+#[test]
+fn hostile_but_valid_files_convert_or_are_refused_never_panic() {
+    // The Q8_0 model with header bytes flipped: whatever still reads as
+    // GGUF (odd shapes, head counts, types, names, values) converts or is
+    // refused with an error.
+    let bytes = fs::read(dir().join("model/llama_tiny-Q8_0.gguf")).unwrap();
+    let header_end = GgufFile::open(dir().join("model/llama_tiny-Q8_0.gguf"))
+        .unwrap()
+        .header()
+        .info_end() as usize;
+    let out = tempfile::tempdir().unwrap();
+    let (mut read, mut converted) = (0, 0);
+    for (k, i) in (8..header_end).step_by(41).enumerate() {
+        let mut b = bytes.clone();
+        b[i] ^= if k % 2 == 0 { 0x01 } else { 0x40 };
+        let Ok(file) = GgufFile::from_source(b, &tensorfile::gguf::ReadLimits::default()) else {
+            continue;
+        };
+        read += 1;
+        let opts = ToHfOptions {
+            dtype: Dtype::BF16,
+            keep_quant: k % 3 == 0,
+            write: quick(),
+        };
+        if convert(&file, &out.path().join("m"), &opts).is_ok() {
+            converted += 1;
+        }
+    }
+    assert!(
+        read > 50 && converted > 20,
+        "{read} read, {converted} converted"
+    );
+}

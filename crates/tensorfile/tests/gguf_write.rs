@@ -268,3 +268,66 @@ fn values_that_cannot_be_quantized_are_refused_and_nothing_is_written() {
         "{e}"
     );
 }
+
+#[test]
+fn odd_shapes_under_known_names_are_refused_or_written_never_panic() {
+    let out = tempfile::tempdir().unwrap();
+    let dir = out.path().join("model");
+    fs::create_dir(&dir).unwrap();
+    fs::copy(
+        fixtures().join("real/hf/llama/config.json"),
+        dir.join("config.json"),
+    )
+    .unwrap();
+    let path = out.path().join("x.gguf");
+    for shape in [
+        vec![],
+        vec![3u64],
+        vec![0, 64],
+        vec![6, 64],
+        vec![64, 0],
+        vec![2, 2, 2, 2, 2],
+    ] {
+        let n: u64 = shape.iter().product();
+        let data = vec![0u8; (n * 4) as usize];
+        for name in [
+            "model.layers.0.self_attn.q_proj.weight",
+            "model.embed_tokens.weight",
+            "model.norm.weight",
+        ] {
+            let t = TensorRef {
+                name,
+                dtype: Dtype::F32,
+                shape: &shape,
+                data: &data,
+            };
+            tensorfile::save(
+                dir.join("model.safetensors"),
+                [t],
+                None,
+                &WriteOptions::default(),
+            )
+            .unwrap();
+            for ty in [GgmlType::Q4_K, GgmlType::Q8_0, GgmlType::F16] {
+                let _ = hf_to_gguf(&dir, &path, &opts(ty));
+            }
+        }
+    }
+    // q_proj rows that do not split into heads of pairs: refused by name.
+    let data = vec![0u8; 6 * 64 * 4];
+    let t = TensorRef {
+        name: "model.layers.0.self_attn.q_proj.weight",
+        dtype: Dtype::F32,
+        shape: &[6, 64],
+        data: &data,
+    };
+    tensorfile::save(
+        dir.join("model.safetensors"),
+        [t],
+        None,
+        &WriteOptions::default(),
+    )
+    .unwrap();
+    let e = hf_to_gguf(&dir, &path, &opts(GgmlType::F16)).unwrap_err();
+    assert!(e.to_string().contains("heads of pairs"), "{e}");
+}

@@ -383,14 +383,18 @@ pub fn hf_to_gguf(input: &Path, out: &Path, opts: &FromHfOptions) -> Result<From
         };
         let rows = match &model {
             Some(m) => match names::permutation_heads(m.arch, name, m.n_head, m.n_head_kv) {
-                Some(heads) => {
-                    Some(names::gguf_rows_from_hf(shape[0], heads).ok_or_else(|| {
-                        tensor_error(
-                            name,
-                            format!("{} rows do not split into {heads} heads of pairs", shape[0]),
-                        )
-                    })?)
-                }
+                Some(heads) => Some(
+                    names::gguf_rows_from_hf(shape.first().copied().unwrap_or(1), heads)
+                        .ok_or_else(|| {
+                            tensor_error(
+                                name,
+                                format!(
+                                    "{} rows do not split into {heads} heads of pairs",
+                                    shape.first().copied().unwrap_or(1)
+                                ),
+                            )
+                        })?,
+                ),
                 None => None,
             },
             None => None,

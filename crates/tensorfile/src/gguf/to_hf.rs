@@ -399,12 +399,17 @@ pub fn gguf_to_hf<S: ByteSource>(
         let shape = info.shape();
         let rows = match names::permutation_heads(arch, &hf, n_head, n_head_kv) {
             None => None,
-            Some(heads) => Some(names::hf_rows_from_gguf(shape[0], heads).ok_or_else(|| {
-                GgufError::Tensor {
-                    tensor: info.name.clone(),
-                    problem: format!("{} rows do not split into {heads} heads of pairs", shape[0]),
-                }
-            })?),
+            Some(heads) => Some(
+                names::hf_rows_from_gguf(shape.first().copied().unwrap_or(1), heads).ok_or_else(
+                    || GgufError::Tensor {
+                        tensor: info.name.clone(),
+                        problem: format!(
+                            "{} rows do not split into {heads} heads of pairs",
+                            shape.first().copied().unwrap_or(1)
+                        ),
+                    },
+                )?,
+            ),
         };
         let bits = affine_bits(info.ggml_type).filter(|_| opts.keep_quant && shape.len() == 2);
         if let (Some(bits), Some(module)) = (bits, hf.strip_suffix(".weight")) {
@@ -487,7 +492,7 @@ pub fn gguf_to_hf<S: ByteSource>(
     }
     for k in &kept {
         let info = k.info;
-        let rows_total = info.shape()[0];
+        let rows_total = info.shape().first().copied().unwrap_or(1);
         let ne0 = info.row_len();
         let packed = ne0 * u64::from(k.bits) / 32;
         let w = plan.declare(TensorSpec::new(
@@ -534,7 +539,7 @@ pub fn gguf_to_hf<S: ByteSource>(
             problem: "missing: the vocabulary size comes from it".into(),
         })?;
     let parts = HfConfigParts {
-        vocab_size: embd.shape()[0],
+        vocab_size: embd.shape().first().copied().unwrap_or(0),
         tied: h.tensor("output.weight").is_none(),
         torch_dtype: torch_dtype(opts.dtype),
         attention_bias: h.tensor("blk.0.attn_q.bias").is_some(),
