@@ -1,17 +1,5 @@
-//! The whole loader on arbitrary bytes: load, then read every tensor.
+//! The whole PyTorch loader on arbitrary bytes. The body is
+//! `tensorfile_fuzz_targets::checkpoint` (crates/tensorfile-fuzz-targets).
 #![no_main]
 
-use libfuzzer_sys::fuzz_target;
-use tensorfile_pytorch::{Checkpoint, LoadOptions};
-
-fuzz_target!(|data: &[u8]| {
-    let options = LoadOptions {
-        max_expanded_bytes: 1 << 20,
-        ..LoadOptions::default()
-    };
-    if let Ok(ckpt) = Checkpoint::from_bytes(data.to_vec(), &options) {
-        for t in ckpt.tensors() {
-            let _ = t.bytes();
-        }
-    }
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| tensorfile_fuzz_targets::checkpoint(data));

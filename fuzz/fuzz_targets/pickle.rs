@@ -1,9 +1,5 @@
-//! The restricted pickle interpreter on arbitrary bytes: errors, never panics.
+//! The restricted pickle interpreter on arbitrary bytes. The body is
+//! `tensorfile_fuzz_targets::pickle` (crates/tensorfile-fuzz-targets).
 #![no_main]
 
-use libfuzzer_sys::fuzz_target;
-use tensorfile_pytorch::pickle::{Limits, Pickle};
-
-fuzz_target!(|data: &[u8]| {
-    let _ = Pickle::parse(data, &Limits::default());
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| tensorfile_fuzz_targets::pickle(data));

@@ -1,13 +1,5 @@
-//! The zip reader on arbitrary bytes: index, then read every entry.
+//! The zip reader on arbitrary bytes. The body is
+//! `tensorfile_fuzz_targets::zip` (crates/tensorfile-fuzz-targets).
 #![no_main]
 
-use libfuzzer_sys::fuzz_target;
-use tensorfile_pytorch::zip::ZipIndex;
-
-fuzz_target!(|data: &[u8]| {
-    if let Ok(index) = ZipIndex::parse(data) {
-        for entry in index.entries() {
-            let _ = entry.read(data);
-        }
-    }
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| tensorfile_fuzz_targets::zip(data));

@@ -110,11 +110,27 @@ pub fn header_text(specs: &[Spec]) -> String {
     s
 }
 
-/// Writes a file of `specs` with pseudo-random data (not sparse, not
-/// compressible) and returns its header length N.
-pub fn write_file(path: &Path, specs: &[Spec]) -> io::Result<u64> {
-    let header = header_text(specs);
-    let data_len: u64 = specs.iter().map(|t| t.nbytes).sum();
+/// The header of one file of a single U8 tensor `w` of 8 bytes whose entry
+/// also holds `fields` unknown fields (`"u0":0,"u1":1,...`, values 0 to 9),
+/// between its `shape` and its `data_offsets`; space-padded to a multiple
+/// of 8. At 7.5 million fields it is about 96 MB: the parser's path for
+/// unknown fields, against [`many_small`]'s of the same size.
+pub fn unknown_fields_header(fields: usize) -> String {
+    let mut s = String::with_capacity(fields * 13 + 128);
+    s.push_str(r#"{"__metadata__":{"format":"pt"},"w":{"dtype":"U8","shape":[8],"#);
+    for i in 0..fields {
+        let _ = write!(s, r#""u{i}":{},"#, i % 10);
+    }
+    s.push_str(r#""data_offsets":[0,8]}}"#);
+    while s.len() % 8 != 0 {
+        s.push(' ');
+    }
+    s
+}
+
+/// Writes a file of this header text and `data_len` bytes of
+/// pseudo-random data; returns its header length N.
+pub fn write_header_file(path: &Path, header: &str, data_len: u64) -> io::Result<u64> {
     let mut out = BufWriter::with_capacity(1 << 20, File::create(path)?);
     out.write_all(&(header.len() as u64).to_le_bytes())?;
     out.write_all(header.as_bytes())?;
@@ -129,6 +145,13 @@ pub fn write_file(path: &Path, specs: &[Spec]) -> io::Result<u64> {
     }
     out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
     Ok(header.len() as u64)
+}
+
+/// Writes a file of `specs` with pseudo-random data (not sparse, not
+/// compressible) and returns its header length N.
+pub fn write_file(path: &Path, specs: &[Spec]) -> io::Result<u64> {
+    let data_len: u64 = specs.iter().map(|t| t.nbytes).sum();
+    write_header_file(path, &header_text(specs), data_len)
 }
 
 /// Fills `buf` from a xorshift generator.

@@ -42,6 +42,10 @@ struct Cli {
     /// 10000,100000,1000000, or 1000,10000 with --quick).
     #[arg(long, value_delimiter = ',')]
     tensors: Vec<usize>,
+    /// Unknown fields in the one entry of the unknown-fields group
+    /// (default 7500000, a 96 MB header, or 100000 with --quick).
+    #[arg(long)]
+    fields: Option<usize>,
 }
 
 /// A benchmark group.
@@ -59,6 +63,9 @@ enum Group {
     Write,
     /// 6. Serialize a file of 100k tiny tensors (the header dominates).
     Serialize,
+    /// 7. Header parse of one entry with millions of unknown fields, against
+    ///    the known-field path on a header of the same size.
+    Unknown,
 }
 
 /// What every group needs to know.
@@ -71,6 +78,8 @@ pub struct Config {
     pub dir: PathBuf,
     /// Tensor counts for the parse group, if not the default.
     pub tensors: Vec<usize>,
+    /// Unknown fields for the unknown-fields group, if not the default.
+    pub fields: Option<usize>,
 }
 
 impl Config {
@@ -83,6 +92,12 @@ impl Config {
         } else {
             vec![10_000, 100_000, 1_000_000]
         }
+    }
+
+    /// Unknown fields in the unknown-fields group's entry.
+    pub fn unknown_fields(&self) -> usize {
+        self.fields
+            .unwrap_or(if self.quick { 100_000 } else { 7_500_000 })
     }
 
     /// Size of the large file.
@@ -131,6 +146,7 @@ fn run(cli: Cli) -> Result<(), BenchError> {
         rounds: cli.rounds.unwrap_or(if cli.quick { 3 } else { 7 }),
         dir: temp.path().to_path_buf(),
         tensors: cli.tensors,
+        fields: cli.fields,
     };
     println!(
         "## tensorfile-bench{}: {} timed rounds per case, interleaved, warm page cache\n",
@@ -146,6 +162,7 @@ fn run(cli: Cli) -> Result<(), BenchError> {
             Group::Touch => reader::touch(&cfg, big_file(&cfg, &mut big)?)?,
             Group::Write => writer::write(&cfg, big_file(&cfg, &mut big)?)?,
             Group::Serialize => writer::serialize_header(&cfg)?,
+            Group::Unknown => reader::unknown_fields(&cfg)?,
         };
         println!("{section}");
     }

@@ -142,6 +142,113 @@ pub fn parse(cfg: &Config) -> Result<String, BenchError> {
     ))
 }
 
+/// Group 7: one entry with millions of unknown fields (a header of about
+/// 96 MB at 7.5 million), parsed by both libraries, against this library's
+/// known-field path on a header of many ordinary entries of about the same
+/// size. Times are compared per header byte.
+pub fn unknown_fields(cfg: &Config) -> Result<String, BenchError> {
+    let fields = cfg.unknown_fields();
+    let unknown_path = cfg.dir.join("unknown-fields.safetensors");
+    let unknown_len =
+        fixture::write_header_file(&unknown_path, &fixture::unknown_fields_header(fields), 8)?;
+    let unknown = std::fs::read(&unknown_path)?;
+    std::fs::remove_file(&unknown_path)?;
+    // As many ordinary tensors as fill about the same header length (names
+    // grow with the layer number, so the estimate is refined twice).
+    let mut tensors = 10_000usize;
+    for _ in 0..3 {
+        let len = fixture::header_text(&fixture::many_small(tensors)).len() as u64;
+        tensors = ((tensors as u64).saturating_mul(unknown_len) / len.max(1)).max(1) as usize;
+    }
+    let known_path = cfg.dir.join("known-fields.safetensors");
+    let known_len = fixture::write_file(&known_path, &fixture::many_small(tensors))?;
+    let known = std::fs::read(&known_path)?;
+    std::fs::remove_file(&known_path)?;
+
+    let options = ReadOptions::default();
+    Header::from_file_bytes(&unknown, &options)
+        .map_err(|e| BenchError(format!("tensorfile rejects the unknown-field file: {e}")))?;
+    Reference::deserialize(&unknown)
+        .map_err(|e| BenchError(format!("safetensors rejects the unknown-field file: {e}")))?;
+    Header::from_file_bytes(&known, &options)
+        .map_err(|e| BenchError(format!("tensorfile rejects the known-field file: {e}")))?;
+    let mut cases = [
+        Case::new(
+            "tensorfile `Header::from_file_bytes`, unknown fields",
+            1,
+            || match Header::from_file_bytes(&unknown, &options) {
+                Ok(h) => h.len() as u64,
+                Err(_) => u64::MAX,
+            },
+        ),
+        Case::new(
+            "safetensors `SafeTensors::deserialize`, unknown fields",
+            1,
+            || match Reference::deserialize(&unknown) {
+                Ok(st) => st.len() as u64,
+                Err(_) => u64::MAX - 1,
+            },
+        ),
+        Case::new(
+            "tensorfile `Header::from_file_bytes`, known fields",
+            1,
+            || match Header::from_file_bytes(&known, &options) {
+                Ok(h) => h.len() as u64,
+                Err(_) => u64::MAX,
+            },
+        ),
+    ];
+    let m = interleave(cfg.rounds, &mut cases);
+    agree(&m[0], &m[1])?;
+    if m[2].check != tensors as u64 {
+        return Err(BenchError("parse of the known-field file failed".into()));
+    }
+    let unknown_label = format!(
+        "1 tensor with {fields} unknown fields, header {}",
+        fmt_bytes(unknown_len)
+    );
+    let known_label = format!("{tensors} tensors, header {}", fmt_bytes(known_len));
+    let mut table = Table::new(&COLUMNS);
+    table.row(row(&m[0], &unknown_label, Some(&m[1]), Some(unknown_len)));
+    table.row(row(&m[1], &unknown_label, None, Some(unknown_len)));
+    table.row(row(&m[2], &known_label, None, Some(known_len)));
+    let per_byte = |m: &Measured, len: u64| m.median.as_secs_f64() / len as f64;
+    let slower = per_byte(&m[0], unknown_len) / per_byte(&m[2], known_len);
+    let faster = speedup(m[1].median, m[0].median);
+    let list = [
+        Verdict {
+            target: "unknown fields parsed within 2x of the known-field path's time per byte"
+                .into(),
+            measured: format!(
+                "{} ({:.2} ns a byte, known fields {:.2} ns)",
+                ratio(slower),
+                per_byte(&m[0], unknown_len) * 1e9,
+                per_byte(&m[2], known_len) * 1e9
+            ),
+            met: slower <= 2.0,
+        },
+        Verdict {
+            target: "unknown fields parsed faster than the reference".into(),
+            measured: ratio(faster),
+            met: faster > 1.0,
+        },
+        Verdict {
+            target: "less peak extra heap than the reference on unknown fields".into(),
+            measured: format!(
+                "{} (reference {})",
+                fmt_bytes(m[0].peak as u64),
+                fmt_bytes(m[1].peak as u64)
+            ),
+            met: m[0].peak < m[1].peak,
+        },
+    ];
+    Ok(format!(
+        "### 7. Unknown fields: one entry, header parse + full validation (bytes in memory)\n\n{}\n{}",
+        table.render(),
+        verdicts(&list)
+    ))
+}
+
 /// Group 2: open, map and parse a large file with a small header.
 pub fn open(cfg: &Config, big: &Path) -> Result<String, BenchError> {
     let iters = if cfg.quick { 5 } else { 200 };

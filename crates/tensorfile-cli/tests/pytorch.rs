@@ -6,6 +6,10 @@ use tensorfile::Decode;
 
 use serde_json::Value;
 
+/// The hostile checkpoints of issue 12, built at test time.
+#[path = "../../tensorfile-pytorch/tests/common/hostile.rs"]
+mod hostile;
+
 fn pytorch(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../tests/fixtures/pytorch")
@@ -172,4 +176,216 @@ fn convert_casts_checkpoints_with_dtype() {
         file.metadata().unwrap().get("format").map(String::as_str),
         Some("pt")
     );
+}
+
+/// Runs `tensorfile` on a hostile checkpoint written into `dir`.
+fn on_hostile(dir: &Path, file: &str, bytes: Vec<u8>, args: &[&str]) -> (Output, PathBuf) {
+    let input = dir.join(file);
+    std::fs::write(&input, bytes).unwrap();
+    let mut all: Vec<&str> = args.to_vec();
+    all.push(input.to_str().unwrap());
+    let out = dir.join(format!("{file}.safetensors"));
+    if args.first() == Some(&"convert") {
+        all.push(out.to_str().unwrap());
+    }
+    (tensorfile(&all), out)
+}
+
+/// Exit 1 with one line naming `budget`, and no output file.
+fn assert_refused(o: &Output, out: &Path, budget: &str) {
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains(budget), "{err}");
+    assert!(!out.exists());
+}
+
+#[test]
+fn hostile_expansions_are_refused_by_their_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let big = || hostile::expansions(16, 1 << 22);
+    for cmd in [&["convert", "--no-sync"][..], &["inspect"]] {
+        let (o, out) = on_hostile(dir.path(), "e16.pt", big(), cmd);
+        assert_refused(&o, &out, "max_expanded_total_bytes");
+        assert!(String::from_utf8_lossy(&o.stderr).contains("2147483648 B needed"));
+    }
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        1,
+        "only the input"
+    );
+    // Listing them reads no bytes: with the budget raised, inspect works.
+    let (o, _) = on_hostile(
+        dir.path(),
+        "e16.pt",
+        big(),
+        &[
+            "inspect",
+            "--json",
+            "--max-expanded-total-bytes",
+            "17179869184",
+        ],
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["tensors"].as_array().unwrap().len(), 16);
+
+    // One byte under the total refuses; exactly the total converts (every
+    // name counts, and with --shared copy every name is written).
+    let small = || hostile::expansions(4, 1000);
+    let (o, out) = on_hostile(
+        dir.path(),
+        "e4.pt",
+        small(),
+        &[
+            "convert",
+            "--no-sync",
+            "--max-expanded-total-bytes",
+            "1023999",
+        ],
+    );
+    assert_refused(&o, &out, "max_expanded_total_bytes");
+    let (o, out) = on_hostile(
+        dir.path(),
+        "e4.pt",
+        small(),
+        &[
+            "convert",
+            "--no-sync",
+            "--shared",
+            "copy",
+            "--max-expanded-total-bytes",
+            "1024000",
+        ],
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let file = tensorfile::SafeTensors::open(&out).unwrap();
+    assert_eq!(file.len(), 4);
+    assert!(file.tensors().all(|t| t.data().len() == 256_000));
+}
+
+#[test]
+fn the_clone_bomb_is_refused_by_its_budget_or_loads() {
+    let dir = tempfile::tempdir().unwrap();
+    let (o, out) = on_hostile(
+        dir.path(),
+        "bomb.pt",
+        hostile::clone_bomb(
+            hostile::Apply::NewObjEx,
+            hostile::Shared::List,
+            1_000_000,
+            2000,
+        ),
+        &["inspect"],
+    );
+    assert_refused(&o, &out, "max_entry_bytes");
+    // The issue's file: its calls have no dims to render; it loads.
+    let (o, _) = on_hostile(
+        dir.path(),
+        "issue.pt",
+        hostile::clone_bomb(
+            hostile::Apply::Reduce,
+            hostile::Shared::Tuple,
+            1_000_000,
+            2000,
+        ),
+        &["inspect", "--json"],
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["values"].as_object().unwrap().len(), 2000);
+    // A small pickle budget names itself.
+    let (o, out) = on_hostile(
+        dir.path(),
+        "issue.pt",
+        hostile::clone_bomb(
+            hostile::Apply::Reduce,
+            hostile::Shared::Tuple,
+            1_000_000,
+            2000,
+        ),
+        &["convert", "--max-pickle-bytes", "1000000"],
+    );
+    assert_refused(&o, &out, "max_bytes");
+}
+
+#[test]
+fn views_of_a_deflated_gib_convert_and_hash() {
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = || hostile::deflated_views(128, 1 << 30, false);
+    let (o, out) = on_hostile(dir.path(), "d.pt", bytes(), &["convert", "--no-sync"]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let file = tensorfile::SafeTensors::open(&out).unwrap();
+    assert_eq!(file.len(), 128);
+    assert!(file.tensors().all(|t| t.data() == [0u8; 4]));
+    let (o, _) = on_hostile(
+        dir.path(),
+        "d.pt",
+        bytes(),
+        &["inspect", "--hash", "--json"],
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let zeros = "df3f619804a92fdb4057192dc43dd748ea778adc52bc498ce80524c014b81119";
+    assert!(v["tensors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|t| t["sha256"] == zeros));
+    // The budget too small for its 512 bytes refuses.
+    let (o, out) = on_hostile(
+        dir.path(),
+        "d511.pt",
+        bytes(),
+        &["convert", "--max-inflated-bytes", "511"],
+    );
+    assert_refused(&o, &out, "max_inflated_bytes");
+}
+
+#[test]
+fn budget_flags_apply_only_to_pytorch_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let st = dir.path().join("a.safetensors");
+    let o = tensorfile(&[
+        "convert",
+        pytorch("zip_simple.pt").to_str().unwrap(),
+        st.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0));
+    for cmd in ["inspect", "convert"] {
+        let mut args = vec![cmd, "--max-inflated-bytes", "1", st.to_str().unwrap()];
+        let out = dir.path().join("b.safetensors");
+        if cmd == "convert" {
+            args.push(out.to_str().unwrap());
+        }
+        let o = tensorfile(&args);
+        assert_eq!(o.status.code(), Some(2), "{cmd}");
+        assert!(String::from_utf8_lossy(&o.stderr)
+            .contains("--max-inflated-bytes applies only to PyTorch input"));
+    }
 }

@@ -153,11 +153,18 @@ fn mlx_model_directory_and_config() {
     );
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(std::fs::read(&d).unwrap(), first);
-    // Without any parameters, the file alone is refused, naming a weight.
+    // The file inside its model directory takes the config.json beside it.
     let d2 = dir.path().join("d2.safetensors");
     let o = cmd("dequantize", &model.join("model.safetensors"), &d2, &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(std::fs::read(&d2).unwrap(), first);
+    // Without any parameters, the file alone is refused, naming a weight.
+    let alone = dir.path().join("alone.safetensors");
+    std::fs::copy(model.join("model.safetensors"), &alone).unwrap();
+    let d3 = dir.path().join("d3.safetensors");
+    let o = cmd("dequantize", &alone, &d3, &[]);
     refused(&o, 1, ".weight");
-    assert!(!d2.exists());
+    assert!(!d3.exists());
 }
 
 #[test]
@@ -351,4 +358,160 @@ fn inspect_shows_logical_shapes_of_files_and_model_directories() {
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(String::from_utf8_lossy(&o.stdout).contains("quantized weights: cannot be read"));
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(bytes))
+}
+
+#[test]
+fn mlx_modes_quantize_moe_models_as_mlx_lm_does() {
+    // mlx-lm's float Mixtral (3-D expert stacks) quantized by the CLI gives
+    // the tensors mlx-lm wrote, byte for byte, in affine, nvfp4 and nvfp4
+    // with per-expert global scales.
+    let dir = tempfile::tempdir().unwrap();
+    let input = fixture("real/mlx_lm/mixtral_bf16/model.safetensors");
+    let cases: [(&str, &[&str]); 3] = [
+        (
+            "mixtral_q4",
+            &[
+                "--scheme",
+                "mlx-affine",
+                "--bits",
+                "4",
+                "--group-size",
+                "64",
+            ],
+        ),
+        ("mixtral_nvfp4", &["--scheme", "mlx-nvfp4"]),
+        (
+            "mixtral_nvfp4_global_scale",
+            &["--scheme", "mlx-nvfp4", "--global-scale"],
+        ),
+    ];
+    for (theirs, flags) in cases {
+        let out = dir.path().join(format!("{theirs}.safetensors"));
+        let mut args = flags.to_vec();
+        args.extend(["--include", "model.embed_tokens.weight", "--json"]);
+        let o = cmd("quantize", &input, &out, &args);
+        assert!(o.status.success(), "{theirs}: {}", stderr(&o));
+        let report: Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(
+            report["quantized"].as_array().unwrap().len(),
+            18,
+            "{theirs}"
+        );
+        assert_eq!(report["global_scale"], theirs.ends_with("global_scale"));
+        let ours = SafeTensors::open(&out).unwrap();
+        let reference =
+            SafeTensors::open(fixture(&format!("real/mlx_lm/{theirs}/model.safetensors"))).unwrap();
+        assert_eq!(ours.len(), reference.len(), "{theirs}");
+        for t in reference.tensors() {
+            let mine = ours.tensor(t.name()).unwrap();
+            assert_eq!(
+                (mine.dtype(), mine.shape()),
+                (t.dtype(), t.shape()),
+                "{}",
+                t.name()
+            );
+            assert!(mine.data() == t.data(), "{theirs}: {}", t.name());
+        }
+    }
+    // Flags that do not fit the scheme are usage errors.
+    let out = dir.path().join("x.safetensors");
+    refused(
+        &cmd(
+            "quantize",
+            &input,
+            &out,
+            &[
+                "--scheme",
+                "mlx-affine",
+                "--bits",
+                "4",
+                "--group-size",
+                "64",
+                "--global-scale",
+            ],
+        ),
+        2,
+        "global scale",
+    );
+    refused(
+        &cmd(
+            "quantize",
+            &input,
+            &out,
+            &["--scheme", "mlx-mxfp8", "--bits", "4"],
+        ),
+        2,
+        "mxfp8",
+    );
+    assert!(!out.exists());
+}
+
+#[test]
+fn moe_expert_stacks_inspect_and_dequantize() {
+    // mlx-lm's expert stacks are listed with their logical 3-D shapes (the
+    // whole listing, not dropped for them) and dequantize bit for bit as
+    // mx.dequantize, per-expert global scales included.
+    let manifest = fixture_json("real/mlx_lm/manifest.json");
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["mixtral_q4", "mixtral_nvfp4", "mixtral_nvfp4_global_scale"] {
+        let model = fixture(&format!("real/mlx_lm/{name}"));
+        let file = model.join("model.safetensors");
+        let o = run(&["inspect".as_ref(), file.as_os_str()]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let text = String::from_utf8_lossy(&o.stdout);
+        assert!(text.contains("quantized weights: 18"), "{name}: {text}");
+        let stack = text
+            .lines()
+            .skip_while(|l| !l.starts_with("quantized weights"))
+            .find(|l| l.contains("switch_mlp.down_proj.weight"))
+            .unwrap();
+        assert!(stack.contains("logical shape [4,64,64]"), "{stack}");
+        assert_eq!(
+            stack.contains("global scale"),
+            name.ends_with("global_scale"),
+            "{stack}"
+        );
+        let o = run(&["inspect".as_ref(), "--json".as_ref(), file.as_os_str()]);
+        let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+        let q = v["quantized"].as_array().unwrap();
+        let stacks: Vec<&Value> = q
+            .iter()
+            .filter(|w| w["logical_shape"] == serde_json::json!([4, 64, 64]))
+            .collect();
+        assert_eq!(stacks.len(), 6, "{name}");
+        assert!(stacks.iter().all(|w| w["bits_per_weight"] == 4.5));
+        assert!(stacks
+            .iter()
+            .all(|w| w["global_scale"] == name.ends_with("global_scale")));
+
+        let out = dir.path().join(format!("{name}.safetensors"));
+        let config = model.join("config.json");
+        let o = cmd(
+            "dequantize",
+            &file,
+            &out,
+            &["--config", config.to_str().unwrap()],
+        );
+        assert!(o.status.success(), "{name}: {}", stderr(&o));
+        let back = SafeTensors::open(&out).unwrap();
+        for layer in manifest["dirs"][name]["quantized_layers"]
+            .as_array()
+            .unwrap()
+        {
+            let t = back
+                .tensor(&format!("{}.weight", layer["layer"].as_str().unwrap()))
+                .unwrap();
+            assert_eq!(
+                sha256_hex(t.data()),
+                layer["dequantized"]["sha256"],
+                "{name} {}",
+                layer["layer"]
+            );
+        }
+    }
 }

@@ -1,184 +1,145 @@
-//! The element types a safetensors file can hold.
+//! The element types a safetensors file can hold: one table, from which
+//! the enum, the names, the sizes, the writer's order and the C library's
+//! numbers all come.
+//!
+//! Adding a dtype is adding one row to the `dtype_table!` invocation below
+//! (and, in the C library, regenerating its `tl_dtype` enum, which a test
+//! checks against this table).
 
+use std::ffi::CStr;
 use std::fmt;
 
-/// An element type, as named in a safetensors header.
-///
-/// The discriminants follow the reference library's enumeration (and the C
-/// library's `tl_dtype`): `Bool` is 0, `U64` is 21.
-///
-/// ```
-/// use tensorfile_core::Dtype;
-/// assert_eq!(Dtype::from_name("BF16"), Some(Dtype::BF16));
-/// assert_eq!(Dtype::BF16.bits(), 16);
-/// assert_eq!(Dtype::F4.byte_len(3), None); // 12 bits: not a whole number of bytes
-/// ```
-// Variants are spelled as in headers (`F8_E4M3`), so code reads like the format.
-#[allow(non_camel_case_types)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[repr(u8)]
-pub enum Dtype {
-    /// Boolean, one byte per value (0 or 1).
-    BOOL = 0,
-    /// 4-bit float E2M1 (no NaN, no infinity), two values per byte.
-    F4,
-    /// 6-bit float E2M3, four values per three bytes.
-    F6_E2M3,
-    /// 6-bit float E3M2, four values per three bytes.
-    F6_E3M2,
-    /// Unsigned 8-bit integer.
-    U8,
-    /// Signed 8-bit integer.
-    I8,
-    /// 8-bit float E5M2 (IEEE-like, with infinities).
-    F8_E5M2,
-    /// 8-bit float E4M3 "fn" (no infinity; NaN is S.1111.111).
-    F8_E4M3,
-    /// 8-bit power of two E8M0 (scale format of the MX types).
-    F8_E8M0,
-    /// 8-bit float E4M3 "fnuz" (no infinity, no negative zero; NaN is 0x80).
-    F8_E4M3FNUZ,
-    /// 8-bit float E5M2 "fnuz" (no infinity, no negative zero; NaN is 0x80).
-    F8_E5M2FNUZ,
-    /// Signed 16-bit integer.
-    I16,
-    /// Unsigned 16-bit integer.
-    U16,
-    /// IEEE half precision.
-    F16,
-    /// bfloat16.
-    BF16,
-    /// Signed 32-bit integer.
-    I32,
-    /// Unsigned 32-bit integer.
-    U32,
-    /// IEEE single precision.
-    F32,
-    /// Complex number of two F32 (real, imaginary).
-    C64,
-    /// IEEE double precision.
-    F64,
-    /// Signed 64-bit integer.
-    I64,
-    /// Unsigned 64-bit integer.
-    U64,
+/// What kind of values a dtype holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// Booleans (0 or 1).
+    Bool,
+    /// Unsigned integers.
+    Unsigned,
+    /// Signed integers.
+    Signed,
+    /// Real floating-point numbers (including the 4-, 6- and 8-bit formats).
+    Float,
+    /// Complex numbers (two floats).
+    Complex,
+}
+
+/// Generates [`Dtype`] and its table-driven methods from one row per dtype:
+/// `Variant = "header name", bits, kind, canonical writer rank, C ABI
+/// number; "description"`. The variants are declared in the reference
+/// library's enumeration order (which `Ord` follows); the rank and the C
+/// number are written out, so that inserting a dtype never renumbers the
+/// C ABI or moves another dtype in the writer's order by accident.
+macro_rules! dtype_table {
+    ($($variant:ident = $name:literal, $bits:literal, $kind:ident, $rank:literal, $abi:literal; $doc:literal)*) => {
+        /// An element type, as named in a safetensors header.
+        ///
+        /// Declared in the reference library's enumeration order.
+        ///
+        /// ```
+        /// use tensorfile_core::Dtype;
+        /// assert_eq!(Dtype::from_name("BF16"), Some(Dtype::BF16));
+        /// assert_eq!(Dtype::BF16.bits(), 16);
+        /// assert_eq!(Dtype::F4.byte_len(3), None); // 12 bits: not a whole number of bytes
+        /// ```
+        // Variants are spelled as in headers (`F8_E4M3`), so code reads like the format.
+        #[allow(non_camel_case_types)]
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum Dtype {
+            $(#[doc = $doc] $variant,)*
+        }
+
+        impl Dtype {
+            /// Every dtype, in the reference library's order.
+            pub const ALL: &'static [Dtype] = &[$(Dtype::$variant),*];
+
+            /// The name used in headers, such as `"F8_E4M3"`.
+            pub const fn name(self) -> &'static str {
+                match self { $(Dtype::$variant => $name,)* }
+            }
+
+            /// [`Dtype::name`] as a NUL-terminated C string.
+            pub const fn c_name(self) -> &'static CStr {
+                match self {
+                    $(Dtype::$variant => match CStr::from_bytes_with_nul(concat!($name, "\0").as_bytes()) {
+                        Ok(c) => c,
+                        Err(_) => c"?",
+                    },)*
+                }
+            }
+
+            /// The dtype a header name denotes. Names are case-sensitive, as
+            /// in the format: `"bf16"` is not a dtype. (Use
+            /// [`Dtype::from_name_ignore_case`] for command-line arguments.)
+            pub fn from_name(name: &str) -> Option<Dtype> {
+                // A match on the string compiles to a length switch plus a
+                // few comparisons: cheaper than a map for a few dozen names.
+                Some(match name { $($name => Dtype::$variant,)* _ => return None })
+            }
+
+            /// Bits per element: 4 for F4, 6 for the F6 types, 64 for C64 (two F32).
+            pub const fn bits(self) -> u32 {
+                match self { $(Dtype::$variant => $bits,)* }
+            }
+
+            /// What kind of values it holds.
+            pub const fn kind(self) -> Kind {
+                match self { $(Dtype::$variant => Kind::$kind,)* }
+            }
+
+            /// Position in the canonical writer's order: larger alignments
+            /// first, as the reference library writes (U64 is 0, BOOL last).
+            pub const fn canonical_rank(self) -> u8 {
+                match self { $(Dtype::$variant => $rank,)* }
+            }
+
+            /// The C library's `tl_dtype` value (`TL_F32` is 17).
+            pub const fn c_abi(self) -> u8 {
+                match self { $(Dtype::$variant => $abi,)* }
+            }
+
+            /// The dtype of a C `tl_dtype` value.
+            pub const fn from_c_abi(value: u8) -> Option<Dtype> {
+                match value { $($abi => Some(Dtype::$variant),)* _ => None }
+            }
+
+            /// One line saying what the dtype holds (the table's description).
+            pub const fn description(self) -> &'static str {
+                match self { $(Dtype::$variant => $doc,)* }
+            }
+        }
+    };
+}
+
+dtype_table! {
+    BOOL = "BOOL", 8, Bool, 21, 0; "Boolean, one byte per value (0 or 1)."
+    F4 = "F4", 4, Float, 20, 1; "4-bit float E2M1 (no NaN, no infinity), two values per byte."
+    F6_E2M3 = "F6_E2M3", 6, Float, 19, 2; "6-bit float E2M3, four values per three bytes."
+    F6_E3M2 = "F6_E3M2", 6, Float, 18, 3; "6-bit float E3M2, four values per three bytes."
+    U8 = "U8", 8, Unsigned, 17, 4; "Unsigned 8-bit integer."
+    I8 = "I8", 8, Signed, 16, 5; "Signed 8-bit integer."
+    F8_E5M2 = "F8_E5M2", 8, Float, 15, 6; "8-bit float E5M2 (IEEE-like, with infinities)."
+    F8_E4M3 = "F8_E4M3", 8, Float, 14, 7; "8-bit float E4M3 \"fn\" (no infinity; NaN is S.1111.111)."
+    F8_E8M0 = "F8_E8M0", 8, Float, 13, 8; "8-bit power of two E8M0 (scale format of the MX types)."
+    F8_E4M3FNUZ = "F8_E4M3FNUZ", 8, Float, 12, 9; "8-bit float E4M3 \"fnuz\" (no infinity, no negative zero; NaN is 0x80)."
+    F8_E5M2FNUZ = "F8_E5M2FNUZ", 8, Float, 11, 10; "8-bit float E5M2 \"fnuz\" (no infinity, no negative zero; NaN is 0x80)."
+    I16 = "I16", 16, Signed, 10, 11; "Signed 16-bit integer."
+    U16 = "U16", 16, Unsigned, 9, 12; "Unsigned 16-bit integer."
+    F16 = "F16", 16, Float, 8, 13; "IEEE half precision."
+    BF16 = "BF16", 16, Float, 7, 14; "bfloat16."
+    I32 = "I32", 32, Signed, 6, 15; "Signed 32-bit integer."
+    U32 = "U32", 32, Unsigned, 5, 16; "Unsigned 32-bit integer."
+    F32 = "F32", 32, Float, 4, 17; "IEEE single precision."
+    C64 = "C64", 64, Complex, 3, 18; "Complex number of two F32 (real, imaginary)."
+    F64 = "F64", 64, Float, 2, 19; "IEEE double precision."
+    I64 = "I64", 64, Signed, 1, 20; "Signed 64-bit integer."
+    U64 = "U64", 64, Unsigned, 0, 21; "Unsigned 64-bit integer."
 }
 
 impl Dtype {
-    /// Every dtype, in the reference library's order (the order of the discriminants).
-    pub const ALL: [Dtype; 22] = [
-        Dtype::BOOL,
-        Dtype::F4,
-        Dtype::F6_E2M3,
-        Dtype::F6_E3M2,
-        Dtype::U8,
-        Dtype::I8,
-        Dtype::F8_E5M2,
-        Dtype::F8_E4M3,
-        Dtype::F8_E8M0,
-        Dtype::F8_E4M3FNUZ,
-        Dtype::F8_E5M2FNUZ,
-        Dtype::I16,
-        Dtype::U16,
-        Dtype::F16,
-        Dtype::BF16,
-        Dtype::I32,
-        Dtype::U32,
-        Dtype::F32,
-        Dtype::C64,
-        Dtype::F64,
-        Dtype::I64,
-        Dtype::U64,
-    ];
-
-    /// The name used in headers, such as `"F8_E4M3"`.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Dtype::BOOL => "BOOL",
-            Dtype::F4 => "F4",
-            Dtype::F6_E2M3 => "F6_E2M3",
-            Dtype::F6_E3M2 => "F6_E3M2",
-            Dtype::U8 => "U8",
-            Dtype::I8 => "I8",
-            Dtype::F8_E5M2 => "F8_E5M2",
-            Dtype::F8_E4M3 => "F8_E4M3",
-            Dtype::F8_E8M0 => "F8_E8M0",
-            Dtype::F8_E4M3FNUZ => "F8_E4M3FNUZ",
-            Dtype::F8_E5M2FNUZ => "F8_E5M2FNUZ",
-            Dtype::I16 => "I16",
-            Dtype::U16 => "U16",
-            Dtype::F16 => "F16",
-            Dtype::BF16 => "BF16",
-            Dtype::I32 => "I32",
-            Dtype::U32 => "U32",
-            Dtype::F32 => "F32",
-            Dtype::C64 => "C64",
-            Dtype::F64 => "F64",
-            Dtype::I64 => "I64",
-            Dtype::U64 => "U64",
-        }
-    }
-
-    /// The dtype a header name denotes. Names are case-sensitive, as in the
-    /// format: `"bf16"` is not a dtype. (Use [`Dtype::from_name_ignore_case`]
-    /// for command-line arguments.)
-    pub fn from_name(name: &str) -> Option<Dtype> {
-        // A match on the string compiles to a length switch plus a few
-        // comparisons: cheaper than a map for 22 short names.
-        Some(match name {
-            "BOOL" => Dtype::BOOL,
-            "F4" => Dtype::F4,
-            "F6_E2M3" => Dtype::F6_E2M3,
-            "F6_E3M2" => Dtype::F6_E3M2,
-            "U8" => Dtype::U8,
-            "I8" => Dtype::I8,
-            "F8_E5M2" => Dtype::F8_E5M2,
-            "F8_E4M3" => Dtype::F8_E4M3,
-            "F8_E8M0" => Dtype::F8_E8M0,
-            "F8_E4M3FNUZ" => Dtype::F8_E4M3FNUZ,
-            "F8_E5M2FNUZ" => Dtype::F8_E5M2FNUZ,
-            "I16" => Dtype::I16,
-            "U16" => Dtype::U16,
-            "F16" => Dtype::F16,
-            "BF16" => Dtype::BF16,
-            "I32" => Dtype::I32,
-            "U32" => Dtype::U32,
-            "F32" => Dtype::F32,
-            "C64" => Dtype::C64,
-            "F64" => Dtype::F64,
-            "I64" => Dtype::I64,
-            "U64" => Dtype::U64,
-            _ => return None,
-        })
-    }
-
     /// Like [`Dtype::from_name`], but `bf16` and `BF16` both work: for user input.
     pub fn from_name_ignore_case(name: &str) -> Option<Dtype> {
         Dtype::from_name(&name.to_ascii_uppercase())
-    }
-
-    /// The dtype with this discriminant (`0..=21`).
-    pub fn from_index(index: u8) -> Option<Dtype> {
-        Dtype::ALL.get(index as usize).copied()
-    }
-
-    /// Bits per element: 4 for F4, 6 for the F6 types, 64 for C64 (two F32).
-    pub const fn bits(self) -> u32 {
-        match self {
-            Dtype::F4 => 4,
-            Dtype::F6_E2M3 | Dtype::F6_E3M2 => 6,
-            Dtype::BOOL
-            | Dtype::U8
-            | Dtype::I8
-            | Dtype::F8_E5M2
-            | Dtype::F8_E4M3
-            | Dtype::F8_E8M0
-            | Dtype::F8_E4M3FNUZ
-            | Dtype::F8_E5M2FNUZ => 8,
-            Dtype::I16 | Dtype::U16 | Dtype::F16 | Dtype::BF16 => 16,
-            Dtype::I32 | Dtype::U32 | Dtype::F32 => 32,
-            Dtype::C64 | Dtype::F64 | Dtype::I64 | Dtype::U64 => 64,
-        }
     }
 
     /// Bytes per element for dtypes of 8 bits or more; `None` for F4 and F6.
@@ -198,37 +159,12 @@ impl Dtype {
 
     /// Whether this is a floating-point format (C64 included).
     pub const fn is_float(self) -> bool {
-        matches!(
-            self,
-            Dtype::F4
-                | Dtype::F6_E2M3
-                | Dtype::F6_E3M2
-                | Dtype::F8_E5M2
-                | Dtype::F8_E4M3
-                | Dtype::F8_E8M0
-                | Dtype::F8_E4M3FNUZ
-                | Dtype::F8_E5M2FNUZ
-                | Dtype::F16
-                | Dtype::BF16
-                | Dtype::F32
-                | Dtype::C64
-                | Dtype::F64
-        )
+        matches!(self.kind(), Kind::Float | Kind::Complex)
     }
 
     /// Whether this is a signed or unsigned integer type (BOOL excluded).
     pub const fn is_int(self) -> bool {
-        matches!(
-            self,
-            Dtype::U8
-                | Dtype::I8
-                | Dtype::I16
-                | Dtype::U16
-                | Dtype::I32
-                | Dtype::U32
-                | Dtype::I64
-                | Dtype::U64
-        )
+        matches!(self.kind(), Kind::Signed | Kind::Unsigned)
     }
 
     /// Byte length of `numel` elements, or `None` when it overflows `u64`
@@ -243,13 +179,6 @@ impl Dtype {
         } else {
             None
         }
-    }
-
-    /// Position in the canonical writer's order: U64 first (0), BOOL last
-    /// (21). This is the reverse of the enumeration, so that types with
-    /// larger alignment come first.
-    pub const fn canonical_rank(self) -> u8 {
-        21 - self as u8
     }
 }
 
@@ -294,15 +223,17 @@ impl fmt::Display for Dtype {
     }
 }
 
+/// A dtype name that is not one ([`Dtype`]'s `FromStr`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown dtype `{0}`; expected one of {names}", names = Dtype::ALL.iter().map(|d| d.name()).collect::<Vec<_>>().join(", "))]
+pub struct UnknownDtype(pub String);
+
 impl std::str::FromStr for Dtype {
-    type Err = String;
+    type Err = UnknownDtype;
 
     /// Parses a dtype name in either case (`bf16` or `BF16`).
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Dtype::from_name_ignore_case(s).ok_or_else(|| {
-            let names: Vec<&str> = Dtype::ALL.iter().map(|d| d.name()).collect();
-            format!("unknown dtype `{s}`; expected one of {}", names.join(", "))
-        })
+        Dtype::from_name_ignore_case(s).ok_or_else(|| UnknownDtype(s.to_string()))
     }
 }
 
@@ -317,17 +248,74 @@ mod tests {
     use super::*;
 
     #[test]
-    fn names_round_trip_and_order() {
-        for (i, d) in Dtype::ALL.iter().enumerate() {
-            assert_eq!(*d as usize, i);
-            assert_eq!(Dtype::from_name(d.name()), Some(*d));
-            assert_eq!(Dtype::from_index(i as u8), Some(*d));
-            assert_eq!(d.name().to_lowercase().parse::<Dtype>(), Ok(*d));
+    fn names_round_trip() {
+        for &d in Dtype::ALL {
+            assert_eq!(Dtype::from_name(d.name()), Some(d));
+            assert_eq!(d.c_name().to_str(), Ok(d.name()));
+            assert_eq!(d.name().to_lowercase().parse::<Dtype>(), Ok(d));
+            assert_eq!(Dtype::from_c_abi(d.c_abi()), Some(d));
         }
         assert_eq!(Dtype::from_name("u8"), None);
-        assert_eq!(Dtype::from_index(22), None);
-        assert_eq!(Dtype::U64.canonical_rank(), 0);
-        assert_eq!(Dtype::BOOL.canonical_rank(), 21);
+        assert_eq!(Dtype::from_c_abi(22), None);
+    }
+
+    /// The C library's numbers are an ABI: they never change. (A new dtype
+    /// gets the next free number, wherever it sits in the enumeration.)
+    #[test]
+    fn c_abi_numbers_are_pinned() {
+        let pinned = [
+            ("BOOL", 0),
+            ("F4", 1),
+            ("F6_E2M3", 2),
+            ("F6_E3M2", 3),
+            ("U8", 4),
+            ("I8", 5),
+            ("F8_E5M2", 6),
+            ("F8_E4M3", 7),
+            ("F8_E8M0", 8),
+            ("F8_E4M3FNUZ", 9),
+            ("F8_E5M2FNUZ", 10),
+            ("I16", 11),
+            ("U16", 12),
+            ("F16", 13),
+            ("BF16", 14),
+            ("I32", 15),
+            ("U32", 16),
+            ("F32", 17),
+            ("C64", 18),
+            ("F64", 19),
+            ("I64", 20),
+            ("U64", 21),
+        ];
+        for (name, abi) in pinned {
+            assert_eq!(
+                Dtype::from_name(name).map(Dtype::c_abi),
+                Some(abi),
+                "{name}"
+            );
+        }
+        assert_eq!(
+            Dtype::ALL.len(),
+            pinned.len(),
+            "a new dtype needs a pinned number here"
+        );
+        let mut numbers: Vec<u8> = Dtype::ALL.iter().map(|d| d.c_abi()).collect();
+        numbers.sort_unstable();
+        numbers.dedup();
+        assert_eq!(
+            numbers.len(),
+            Dtype::ALL.len(),
+            "two dtypes share a C number"
+        );
+    }
+
+    /// The writer's order is the reference library's: a dtype's rank is its
+    /// position from the end of the reference's enumeration.
+    #[test]
+    fn canonical_ranks_are_the_reference_order_reversed() {
+        for (i, &d) in Dtype::ALL.iter().enumerate() {
+            assert_eq!(d.canonical_rank() as usize, Dtype::ALL.len() - 1 - i, "{d}");
+        }
     }
 
     #[test]

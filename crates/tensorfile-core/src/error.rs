@@ -50,6 +50,26 @@ pub enum FormatError {
         /// What the JSON parser said.
         msg: String,
     },
+    /// Rule 2: a number whose magnitude rounds past the largest 64-bit float
+    /// (`1e400`, an integer of 400 digits), wherever it stands in the header,
+    /// unknown fields and metadata included.
+    ///
+    /// JSON's grammar puts no bound on numbers, but RFC 8259 (section 6) lets
+    /// a reader bound the range it accepts, and the reader the format is
+    /// pinned to holds every number as a 64-bit integer or float: it refuses
+    /// such a number as malformed JSON ("number out of range") while reading
+    /// the text, before it looks at any field. A header holding one is
+    /// therefore not JSON the format can read: rule 2, at its position, not a
+    /// rule 4 problem of the entry it is in.
+    #[error("rule 2: the header is not valid JSON at header position {pos}: the number {number} in {place} is out of range (it rounds past the largest 64-bit float)")]
+    NumberOutOfRange {
+        /// Byte position in the header of the number's first character.
+        pos: usize,
+        /// The number as written (cut short when long).
+        number: String,
+        /// Where it is: `field "x" of tensor "a"`, `__metadata__ value of "k"`, ...
+        place: String,
+    },
     /// Rule 2: the header is JSON, but not an object.
     #[error("rule 2: the header is a JSON {found}, not an object")]
     NotObject {
@@ -87,6 +107,24 @@ pub enum FormatError {
         tensor: String,
         /// What is wrong with the entry.
         problem: String,
+    },
+    /// Rule 4: a dimension or data offset written `-0`.
+    ///
+    /// `-0` is valid JSON, but a JSON reader takes it for the float -0.0
+    /// (JSON integers have no negative zero; the reference reader refuses it
+    /// with "invalid type: floating point -0.0, expected usize"). Rule 4 asks
+    /// for non-negative integers, so `-0` is refused as `0.0` and `0e0` are:
+    /// a well-formed number of the wrong kind for the field, an entry error.
+    #[error("rule 4: tensor {tensor:?}: {field} element {index} is -0 (header position {pos}), which JSON readers take for the float -0.0, not an unsigned integer")]
+    NegativeZero {
+        /// The tensor name.
+        tensor: String,
+        /// `shape` or `data_offsets`.
+        field: &'static str,
+        /// The element's index in that array.
+        index: usize,
+        /// Byte position in the header of the `-`.
+        pos: usize,
     },
     /// Rule 4: an unknown dtype name.
     #[error("rule 4: tensor {tensor:?}: unknown dtype {dtype:?}")]
@@ -169,9 +207,14 @@ impl FormatError {
         use FormatError::*;
         match self {
             TooShort { .. } | HeaderTooLarge { .. } | HeaderPastEof { .. } => 1,
-            NotUtf8 { .. } | Json { .. } | NotObject { .. } | DuplicateKey { .. } => 2,
+            NotUtf8 { .. }
+            | Json { .. }
+            | NumberOutOfRange { .. }
+            | NotObject { .. }
+            | DuplicateKey { .. } => 2,
             MetadataNotObject { .. } | MetadataNotString { .. } => 3,
             BadEntry { .. }
+            | NegativeZero { .. }
             | UnknownDtype { .. }
             | ShapeOverflow { .. }
             | NotWholeBytes { .. }
@@ -327,6 +370,40 @@ pub enum WriteError {
     Poisoned,
 }
 
+/// Why a path cannot be written to ([`Error::Output`]): what is at the
+/// path, or that it is one of the inputs being read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum OutputError {
+    /// A directory is at the path.
+    #[error("is a directory, not a file to write")]
+    Directory,
+    /// A FIFO, socket or device is at the path: a save would replace it
+    /// with a regular file, so it is refused.
+    #[error("is not a regular file (a FIFO, socket or device), so it is not replaced")]
+    NotRegular,
+    /// A symbolic link to a directory is at the path.
+    #[error("is a symbolic link to the directory {}", target.display())]
+    LinkToDirectory {
+        /// Where the link leads.
+        target: PathBuf,
+    },
+    /// A symbolic link is at the path, and what it leads to does not exist
+    /// (or cannot be reached).
+    #[error("is a symbolic link that leads nowhere ({problem})")]
+    DanglingLink {
+        /// What resolving it said.
+        problem: String,
+    },
+    /// The path is one of the files being read (the same file, whatever
+    /// its name: same device and inode).
+    #[error("is the input {}: writing it would replace what is being read", input.display())]
+    IsInput {
+        /// The input as it was named.
+        input: PathBuf,
+    },
+}
+
 /// Any error of the format core.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -407,6 +484,41 @@ pub enum Error {
     /// The writer refused its input, or writing failed.
     #[error("cannot write: {0}")]
     Write(#[from] WriteError),
+    /// A path cannot be written to: see [`OutputError`]. Nothing was written.
+    #[error("{}: {problem}", path.display())]
+    Output {
+        /// The output path, as given.
+        path: PathBuf,
+        /// What is wrong with it.
+        problem: OutputError,
+    },
+    /// Committing a set of files ([`crate::atomic::AtomicSet`]) failed at
+    /// `path`. The files of the set committed before it were removed again,
+    /// except those that had replaced an older file (the old one is gone):
+    /// `kept` lists them.
+    #[error("{}: {source}{}", path.display(), kept_note(kept))]
+    Set {
+        /// The file whose commit failed.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: Box<Error>,
+        /// Files of the set that were committed and remain.
+        kept: Vec<PathBuf>,
+    },
+}
+
+/// The end of [`Error::Set`]'s message: what remains of the set.
+fn kept_note(kept: &[PathBuf]) -> String {
+    if kept.is_empty() {
+        " (no file of the set was kept)".to_string()
+    } else {
+        let names: Vec<String> = kept.iter().map(|p| p.display().to_string()).collect();
+        format!(
+            " (committed before the failure and kept, having replaced older files: {})",
+            names.join(", ")
+        )
+    }
 }
 
 impl Error {
@@ -424,7 +536,10 @@ impl Error {
     pub fn at(self, path: impl Into<PathBuf>) -> Error {
         match self {
             Error::Stream(source) => Error::io(path, source),
-            named @ (Error::Io { .. } | Error::File { .. }) => named,
+            named @ (Error::Io { .. }
+            | Error::File { .. }
+            | Error::Output { .. }
+            | Error::Set { .. }) => named,
             other => Error::File {
                 path: path.into(),
                 source: Box::new(other),
@@ -444,7 +559,10 @@ impl Error {
     /// The file this error is about, if it names one.
     pub fn file(&self) -> Option<&std::path::Path> {
         match self {
-            Error::File { path, .. } | Error::Io { path, .. } => Some(path),
+            Error::File { path, .. }
+            | Error::Io { path, .. }
+            | Error::Output { path, .. }
+            | Error::Set { path, .. } => Some(path),
             _ => None,
         }
     }

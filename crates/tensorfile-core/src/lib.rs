@@ -49,9 +49,11 @@ pub mod view;
 pub mod writer;
 
 pub use accept::{Accept, DtypeSet};
-pub use atomic::{save, save_plan, save_positional, save_streaming, AtomicFile, PositionalWriter};
+pub use atomic::{
+    save, save_plan, save_positional, save_streaming, AtomicFile, AtomicSet, PositionalWriter,
+};
 pub use dtype::Dtype;
-pub use error::{Error, FormatError, Result, WriteError};
+pub use error::{Error, FormatError, OutputError, Result, WriteError};
 pub use file::{read_header, read_header_from, read_header_from_path, FileTensor, SafeTensors};
 pub use header::{Header, ReadOptions, TensorInfo};
 pub use plan::Plan;

@@ -1,15 +1,88 @@
-//! Parallelism: one pool (rayon's global pool) for every parallel part of
-//! the library and the layers above it.
+//! Parallelism: one pool for every parallel part of the library and the
+//! layers above it (rayon's global pool), sized to the machine's cores by
+//! default and settable: [`set_threads`], or the `TENSORFILE_THREADS`
+//! environment variable read when the pool is first used.
+//!
+//! Work is split into as many pieces as the pool has threads (or more,
+//! where pieces differ in cost), so `--threads 1` runs everything on one
+//! thread and results never depend on the thread count.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Once;
 
-/// Runs `background` on another thread of the pool and `here` on this one,
-/// and returns both results. A panic in either is a bug and is resumed
-/// here, not turned into a value.
+/// The environment variable that sets the number of threads.
+pub const THREADS_ENV: &str = "TENSORFILE_THREADS";
+
+static CONFIGURE: Once = Once::new();
+
+/// Why the pool cannot take the number of threads asked for.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ThreadsError {
+    /// Zero threads.
+    #[error("the number of threads must be at least 1")]
+    Zero,
+    /// The pool already runs with another number of threads (it is set
+    /// once per process, before its first use).
+    #[error(
+        "the thread pool already runs with {running} threads (set it before any parallel work)"
+    )]
+    AlreadySet {
+        /// Its number of threads.
+        running: usize,
+    },
+}
+
+/// Sets the number of threads the library runs its parallel work on. Call
+/// it before any parallel work (the pool is built once per process).
+///
+/// # Errors
+/// [`ThreadsError::Zero`], or [`ThreadsError::AlreadySet`] when the pool
+/// already runs with a different number.
+pub fn set_threads(threads: usize) -> Result<(), ThreadsError> {
+    if threads == 0 {
+        return Err(ThreadsError::Zero);
+    }
+    let mut built = false;
+    CONFIGURE.call_once(|| {
+        built = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build_global()
+            .is_ok();
+    });
+    let running = rayon::current_num_threads();
+    if built || running == threads {
+        Ok(())
+    } else {
+        Err(ThreadsError::AlreadySet { running })
+    }
+}
+
+/// The number of threads parallel work runs on (configuring the pool from
+/// [`THREADS_ENV`] on first use; an unparsable value is ignored).
+pub fn threads() -> usize {
+    CONFIGURE.call_once(|| {
+        let asked = std::env::var(THREADS_ENV)
+            .ok()
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .filter(|&n| n > 0);
+        if let Some(n) = asked {
+            let _ = rayon::ThreadPoolBuilder::new()
+                .num_threads(n)
+                .build_global();
+        }
+    });
+    rayon::current_num_threads()
+}
+
+/// Runs `background` and `here`, on two threads of the pool when it has
+/// them, and returns both results. A panic in either is a bug and is
+/// resumed here, not turned into a value.
 pub fn both<A: Send, B: Send>(
     background: impl FnOnce() -> A + Send,
     here: impl FnOnce() -> B + Send,
 ) -> (A, B) {
+    threads();
     let (mine, theirs) = rayon::join(here, background);
     (theirs, mine)
 }
@@ -33,7 +106,7 @@ pub fn for_each_index(n: usize, f: impl Fn(usize) -> bool + Sync) {
             stop.store(true, Ordering::Release);
         }
     };
-    let workers = rayon::current_num_threads().min(n);
+    let workers = threads().min(n);
     if workers <= 1 {
         work();
         return;
@@ -44,4 +117,63 @@ pub fn for_each_index(n: usize, f: impl Fn(usize) -> bool + Sync) {
         }
         work();
     });
+}
+
+/// Splits `0..len` into consecutive pieces of whole `unit`s (the last may
+/// hold the remainder), one per thread of the pool, each at least
+/// `min_piece` long so that small inputs stay whole: `(start, end)` pairs
+/// in order, covering `0..len` (one empty piece when `len` is 0).
+pub fn pieces(len: usize, unit: usize, min_piece: usize) -> Vec<(usize, usize)> {
+    let unit = unit.max(1);
+    let units = len / unit;
+    let by_size = (len / min_piece.max(1)).max(1);
+    let count = threads().min(by_size).min(units.max(1));
+    let per = units.div_ceil(count).max(1) * unit;
+    let mut out: Vec<(usize, usize)> = (0..count)
+        .map(|i| ((i * per).min(len), ((i + 1) * per).min(len)))
+        .filter(|(s, e)| s < e)
+        .collect();
+    match out.last_mut() {
+        Some(last) => last.1 = len,
+        None => out.push((0, len)),
+    }
+    out
+}
+
+/// Runs `f(start, end)` on each of [`pieces`]`(len, unit, min_piece)` in
+/// parallel and returns the results in piece order.
+pub fn map_pieces<R: Send>(
+    len: usize,
+    unit: usize,
+    min_piece: usize,
+    f: impl Fn(usize, usize) -> R + Sync,
+) -> Vec<R> {
+    use rayon::prelude::*;
+    let bounds = pieces(len, unit, min_piece);
+    if bounds.len() <= 1 {
+        return bounds.iter().map(|&(s, e)| f(s, e)).collect();
+    }
+    bounds.par_iter().map(|&(s, e)| f(s, e)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pieces_cover_the_range_in_whole_units_and_in_order() {
+        for len in [0usize, 1, 7, 64, 1000, 4096 * 3 + 12] {
+            for unit in [1usize, 4, 12] {
+                let len = len / unit * unit;
+                let got = map_pieces(len, unit, 16, |s, e| (s, e));
+                let mut at = 0;
+                for &(s, e) in &got {
+                    assert_eq!(s, at);
+                    assert_eq!(s % unit, 0);
+                    at = e;
+                }
+                assert_eq!(at, len, "{len} {unit}: {got:?}");
+            }
+        }
+    }
 }

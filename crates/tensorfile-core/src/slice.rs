@@ -62,6 +62,10 @@ pub struct TensorSlice<'a> {
     info: TensorInfo<'a>,
     shape: Vec<u64>,
     kept: Vec<Kept>,
+    /// Element strides of the whole tensor, C order.
+    strides: Vec<u64>,
+    /// Elements in the result.
+    numel: u64,
     /// Dimensions from this one inward form one contiguous run per outer position.
     run_dim: usize,
     /// Elements in one contiguous run.
@@ -135,30 +139,71 @@ impl<'a> TensorSlice<'a> {
                 }
             }
         }
-        // The innermost dimensions taken whole, plus the first one taken with
-        // step 1, are contiguous in memory: one run per outer position.
-        let mut run_dim = dims.len();
-        let mut run_len = 1u64;
-        while run_dim > 0 {
-            let k = kept[run_dim - 1];
-            if k.step != 1 && k.count > 1 {
-                break;
-            }
-            run_dim -= 1;
-            run_len *= k.count;
-            if k.count != dims[run_dim] {
-                break;
-            }
+        // The bounds that make the arithmetic below and in `element_runs`
+        // safe: the tensor's element count and bit count fit 64 bits (the
+        // header parser checks both; a description made by hand could
+        // carry anything), and its bytes are that many. Every offset, stride and
+        // run length is then at most the element count. A tensor with a
+        // zero dimension has no elements: its other dimensions may be
+        // huge (`[0, 2^40, 2^40]` is valid) and take no part in any
+        // product.
+        let bits = u64::from(info.dtype.bits());
+        let total = if dims.contains(&0) {
+            Some(0)
+        } else {
+            crate::dtype::numel(dims)
+        };
+        let total = total
+            .filter(|n| n.checked_mul(bits).is_some())
+            .ok_or_else(|| {
+                fail(format!(
+                    "shape {dims:?} has more elements than 64 bits count"
+                ))
+            })?;
+        if Some(info.nbytes()) != info.dtype.byte_len(total) {
+            return Err(fail(format!(
+                "holds {} bytes, not the bytes of shape {dims:?}",
+                info.nbytes()
+            )));
         }
+        let (numel, strides, run_dim, run_len) = if total == 0 {
+            (0, vec![0; dims.len()], 0, 0)
+        } else {
+            let numel = kept.iter().map(|k| k.count).product::<u64>();
+            // Element strides of the full tensor, C order: each is the
+            // product of the dimensions inside it, at most `total`.
+            let mut strides = vec![1u64; dims.len()];
+            for d in (0..dims.len().saturating_sub(1)).rev() {
+                strides[d] = strides[d + 1] * dims[d + 1];
+            }
+            // The innermost dimensions taken whole, plus the first one
+            // taken with step 1, are contiguous in memory: one run per
+            // outer position.
+            let mut run_dim = dims.len();
+            let mut run_len = 1u64;
+            while run_dim > 0 {
+                let k = kept[run_dim - 1];
+                if k.step != 1 && k.count > 1 {
+                    break;
+                }
+                run_dim -= 1;
+                run_len *= k.count;
+                if k.count != dims[run_dim] {
+                    break;
+                }
+            }
+            (numel, strides, run_dim, run_len)
+        };
         let slice = TensorSlice {
             info,
             shape,
             kept,
+            strides,
+            numel,
             run_dim,
             run_len,
         };
         if info.dtype.is_sub_byte() {
-            let bits = info.dtype.bits() as u64;
             if let Some(bad) = slice
                 .element_runs()
                 .find(|r| (r.start * bits) % 8 != 0 || (r.end * bits) % 8 != 0)
@@ -189,7 +234,7 @@ impl<'a> TensorSlice<'a> {
 
     /// Number of elements in the result.
     pub fn numel(&self) -> u64 {
-        self.kept.iter().map(|k| k.count).product()
+        self.numel
     }
 
     /// Number of bytes in the result.
@@ -199,22 +244,23 @@ impl<'a> TensorSlice<'a> {
 
     /// Element ranges, in C order, one per contiguous run.
     fn element_runs(&self) -> impl Iterator<Item = Range<u64>> + '_ {
-        let dims = self.info.shape;
-        // Element strides of the full tensor, C order.
-        let mut strides = vec![1u64; dims.len()];
-        for d in (0..dims.len().saturating_sub(1)).rev() {
-            strides[d] = strides[d + 1] * dims[d + 1];
-        }
-        let base: u64 = self
-            .kept
-            .iter()
-            .zip(&strides)
-            .map(|(k, s)| k.start * s)
-            .sum();
+        // No product here overflows: the tensor has elements (else `done`
+        // starts true), so every position times its stride is inside it
+        // (see `new`).
+        let strides = &self.strides;
+        let mut done = self.numel == 0;
+        // With elements kept, every start is inside its dimension.
+        let base: u64 = if done {
+            0
+        } else {
+            self.kept
+                .iter()
+                .zip(strides)
+                .map(|(k, s)| k.start * s)
+                .sum()
+        };
         let outer = &self.kept[..self.run_dim];
-        let empty = self.numel() == 0;
         let mut position = vec![0u64; outer.len()];
-        let mut done = empty;
         let run_len = self.run_len;
         std::iter::from_fn(move || {
             if done {
@@ -224,7 +270,7 @@ impl<'a> TensorSlice<'a> {
                 + outer
                     .iter()
                     .zip(&position)
-                    .zip(&strides)
+                    .zip(strides)
                     .map(|((k, &p), s)| p * k.step * s)
                     .sum::<u64>();
             // Advance the odometer over the outer dimensions.

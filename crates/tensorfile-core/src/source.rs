@@ -439,21 +439,26 @@ impl LoadedFile {
     }
 }
 
-/// Fills `out` from the start of `file` (`len` bytes long).
+/// Fills `out` from the start of `file` (`len` bytes long), in pieces read
+/// at once on the pool's threads.
 fn read_in_parallel(file: &File, len: u64, out: &mut [u8]) -> io::Result<()> {
-    /// Below this, a second thread costs more than it saves.
-    const SPLIT_FROM: usize = 64 << 20;
-    if out.len() >= SPLIT_FROM {
-        // Split on a 2 MiB boundary so that no huge page is shared.
-        let half = (out.len() / 2) & !((2 << 20) - 1);
-        let (first, second) = out.split_at_mut(half);
-        let (theirs, mine) = crate::parallel::both(
-            || read_file_at(file, len, half as u64, second),
-            || read_file_at(file, len, 0, first),
-        );
-        return mine.and(theirs);
+    use rayon::prelude::*;
+    /// Below this per thread, another thread costs more than it saves.
+    const PIECE_FROM: usize = 32 << 20;
+    // Pieces of whole 2 MiB huge pages, so that no page is shared.
+    let bounds = crate::parallel::pieces(out.len(), 2 << 20, PIECE_FROM);
+    if bounds.len() <= 1 {
+        return read_file_at(file, len, 0, out);
     }
-    read_file_at(file, len, 0, out)
+    let mut outs = Vec::with_capacity(bounds.len());
+    let mut rest = out;
+    for &(s, e) in &bounds {
+        let (piece, tail) = rest.split_at_mut(e - s);
+        outs.push((s, piece));
+        rest = tail;
+    }
+    outs.into_par_iter()
+        .try_for_each(|(at, piece)| read_file_at(file, len, at as u64, piece))
 }
 
 impl Deref for LoadedFile {

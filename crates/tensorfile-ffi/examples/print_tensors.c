@@ -31,7 +31,15 @@ int main(int argc, char **argv) {
     printf("%s: %d tensors (libtensorfile %s)\n", path, n, fs_version());
     for (int i = 0; i < n; i++) {
         const char *name = fs_tensor_name_at(f, i, NULL);
+        /* A PyTorch tensor that must be gathered is made here, on first
+         * access, which can fail (a budget exceeded, a broken record). */
         const tm_tensor *t = fs_get_tensor_at(f, i);
+        if (!t) {
+            fprintf(stderr, "%s: tensor %s: %s (error %d)\n", path, name, fs_last_error_message(),
+                    fs_last_error());
+            fs_close(f);
+            return 1;
+        }
         printf("%s %s [", name, fs_dtype_name(t->dtype));
         for (int d = 0; d < t->ndim; d++) printf(d ? ", %lld" : "%lld", (long long)t->shape[d]);
         printf("] %zu bytes", t->nbytes);

@@ -24,6 +24,13 @@
  *
  * Threads: one fs_file may be read from several threads at once. A
  * fs_writer must be used by one thread at a time.
+ *
+ * PyTorch checkpoints (fs_load_pytorch): tensors that are not stored as
+ * they are (views with gaps, expansions, deflated or big-endian records)
+ * are gathered on their first fs_get_tensor / fs_get_tensor_at, not at
+ * load, once even when threads ask at the same time; that first access can
+ * fail (NULL and an error, the same on every later access), and its
+ * pointer, like every other, stays valid until fs_close.
  */
 
 #ifndef TENSORFILE_H
@@ -57,13 +64,13 @@
 // a dimension that does not fit `int64_t`).
 #define TL_EUNSUPPORTED -6
 
-// An element type. The values are the reference library's dtype order
-// (`TL_BOOL` = 0 ... `TL_U64` = 21), so a `tl_dtype` converts to and from
-// the Rust `tensorfile::Dtype` by value.
+// An element type. The values are fixed (an ABI): a dtype added later
+// gets the next free number; `fs_dtype_name` and `fs_dtype_from_name`
+// convert to and from the header names.
 typedef enum tl_dtype {
-  // Boolean, one byte per value.
+  // Boolean, one byte per value (0 or 1).
   TL_BOOL = 0,
-  // 4-bit float E2M1, two values per byte (low nibble first).
+  // 4-bit float E2M1 (no NaN, no infinity), two values per byte.
   TL_F4 = 1,
   // 6-bit float E2M3, four values per three bytes.
   TL_F6_E2M3 = 2,
@@ -73,15 +80,15 @@ typedef enum tl_dtype {
   TL_U8 = 4,
   // Signed 8-bit integer.
   TL_I8 = 5,
-  // 8-bit float E5M2.
+  // 8-bit float E5M2 (IEEE-like, with infinities).
   TL_F8_E5M2 = 6,
-  // 8-bit float E4M3 (fn).
+  // 8-bit float E4M3 "fn" (no infinity; NaN is S.1111.111).
   TL_F8_E4M3 = 7,
-  // 8-bit power of two E8M0.
+  // 8-bit power of two E8M0 (scale format of the MX types).
   TL_F8_E8M0 = 8,
-  // 8-bit float E4M3 (fnuz).
+  // 8-bit float E4M3 "fnuz" (no infinity, no negative zero; NaN is 0x80).
   TL_F8_E4M3FNUZ = 9,
-  // 8-bit float E5M2 (fnuz).
+  // 8-bit float E5M2 "fnuz" (no infinity, no negative zero; NaN is 0x80).
   TL_F8_E5M2FNUZ = 10,
   // Signed 16-bit integer.
   TL_I16 = 11,
@@ -97,7 +104,7 @@ typedef enum tl_dtype {
   TL_U32 = 16,
   // IEEE single precision.
   TL_F32 = 17,
-  // Complex: two F32 (real, imaginary).
+  // Complex number of two F32 (real, imaginary).
   TL_C64 = 18,
   // IEEE double precision.
   TL_F64 = 19,
@@ -161,16 +168,25 @@ const char *fs_last_error_message(void);
 // (`model.layers.0.weight`) and listed in ascending byte order of their
 // names; each `data` holds the C-order little-endian bytes. Stored
 // tensors point into the mapped file (torch.save aligns records to 64
-// bytes), gathered ones (views, deflated or big-endian records) into
-// buffers of `malloc` alignment. The metadata holds the checkpoint's
+// bytes). The others (views with gaps, expansions, deflated or big-endian
+// records) are gathered on first access (`fs_get_tensor`,
+// `fs_get_tensor_at`), once, into buffers of `malloc` alignment that live
+// until `fs_close`: loading itself gathers nothing, and a first access may
+// fail (NULL with the codes below). The metadata holds the checkpoint's
 // non-tensor values (numbers, strings) rendered as text, under their
 // flattened names.
 //
+// The loader's budgets apply, with their defaults: the pickle
+// interpreter holds at most 256 MiB; expanded views (larger than their
+// storage) total at most 1 GiB, as does each one; deflated records hold at
+// most 4 GiB inflated at once.
+//
 // Returns NULL on failure: `TL_EUNSUPPORTED` (a pickle global that is not
-// allowed, a pickle over the loader's limits, TorchScript or tar archives,
-// zip features not supported, tensors safetensors cannot hold such as
-// complex128 or conjugate-bit ones), `TL_EFORMAT` (a malformed archive,
-// pickle, storage or view), `TL_EIO`, `TL_EINVAL` (NULL or empty `path`).
+// allowed, a pickle or checkpoint over the loader's limits or budgets,
+// TorchScript or tar archives, zip features not supported, tensors
+// safetensors cannot hold such as complex128 or conjugate-bit ones),
+// `TL_EFORMAT` (a malformed archive, pickle, storage or view), `TL_EIO`,
+// `TL_ENOMEM`, `TL_EINVAL` (NULL or empty `path`).
 //
 // Ownership: the caller owns the handle and frees it with `fs_close`.
 //
@@ -236,7 +252,11 @@ const char **fs_tensor_names(const struct fs_file *f);
 const char *fs_tensor_name_at(const struct fs_file *f, int i, size_t *len);
 
 // The tensor called `name`. NULL on failure: `TL_EINVAL` (NULL argument,
-// `name` not UTF-8), `TL_ENOTFOUND` (no such tensor).
+// `name` not UTF-8), `TL_ENOTFOUND` (no such tensor), and for a tensor of
+// `fs_load_pytorch` gathered on this first access, the codes of
+// `fs_load_pytorch` (`TL_EUNSUPPORTED` for a budget exceeded, `TL_EFORMAT`
+// for a broken record, `TL_ENOMEM`); a failed access fails again the same
+// way.
 //
 // Ownership: the struct, its `shape` and its `data` belong to `f` and live
 // until `fs_close(f)`; treat them as read-only. Each call returns the
@@ -249,7 +269,8 @@ struct tm_tensor *fs_get_tensor(const struct fs_file *f, const char *name);
 // Tensor `i` in file order (`0 <= i < fs_num_tensors(f)`): the way to
 // reach every tensor, those whose names hold NUL characters included.
 // NULL on failure: `TL_EINVAL` (NULL `f`, negative `i`), `TL_ENOTFOUND`
-// (`i` past the end). Ownership: as for `fs_get_tensor`.
+// (`i` past the end), or the failure of gathering a PyTorch tensor as for
+// `fs_get_tensor`. Ownership: as for `fs_get_tensor`.
 //
 // # Safety
 // `f` is NULL or a live handle.
@@ -257,6 +278,8 @@ struct tm_tensor *fs_get_tensor_at(const struct fs_file *f, int i);
 
 // The metadata value of `key`. NULL on failure: `TL_EINVAL` (NULL
 // argument, `key` not UTF-8), `TL_ENOTFOUND` (no such key, or no metadata).
+// A key or value holding a NUL character cannot be given or read whole
+// here: see `fs_metadata_key_at` and `fs_metadata_value_at`.
 //
 // Ownership: the string belongs to `f` and lives until `fs_close(f)`.
 //
@@ -268,11 +291,44 @@ const char *fs_get_metadata(const struct fs_file *f, const char *key);
 // the file has no metadata). NULL with `TL_EINVAL` when `f` is NULL.
 //
 // Ownership: the array and the strings belong to `f` and live until
-// `fs_close(f)`.
+// `fs_close(f)`. A key holding a NUL character reads as cut short here:
+// see `fs_metadata_key_at`.
 //
 // # Safety
 // `f` is NULL or a live handle.
 const char **fs_metadata_keys(const struct fs_file *f);
+
+// The number of metadata entries (0 when the file has no metadata), or a
+// negative code (`TL_EINVAL` for NULL).
+//
+// # Safety
+// `f` is NULL or a live handle.
+int fs_num_metadata(const struct fs_file *f);
+
+// The key of metadata entry `i` (ascending byte order of the keys, `0 <=
+// i < fs_num_metadata(f)`); when `len` is not NULL, `*len` receives its
+// length in bytes, which counts any NUL characters inside the key. The
+// string is NUL-terminated after those `*len` bytes. NULL on failure:
+// `TL_EINVAL` (NULL `f`, negative `i`), `TL_ENOTFOUND` (`i` past the end).
+//
+// Ownership: as for `fs_metadata_keys` (the same pointer as its `i`th).
+//
+// # Safety
+// `f` is NULL or a live handle; `len` is NULL or writable.
+const char *fs_metadata_key_at(const struct fs_file *f, int i, size_t *len);
+
+// The value of metadata entry `i` (the entry whose key
+// `fs_metadata_key_at` gives); when `len` is not NULL, `*len` receives
+// its length in bytes, which counts any NUL characters inside the value.
+// The way to read every value, those of keys or values holding NUL
+// characters included. NULL on failure, with the codes of
+// `fs_metadata_key_at`.
+//
+// Ownership: as for `fs_get_metadata` (the same pointer for the same key).
+//
+// # Safety
+// `f` is NULL or a live handle; `len` is NULL or writable.
+const char *fs_metadata_value_at(const struct fs_file *f, int i, size_t *len);
 
 // Closes a file: frees the handle, its tensors, names and strings, and
 // unmaps or frees the data. Every pointer obtained from `f` becomes

@@ -27,7 +27,7 @@ pub const TL_ENOTFOUND: c_int = -5;
 pub const TL_EUNSUPPORTED: c_int = -6;
 
 /// A failure: its code and a message as specific as the Rust error.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Failure {
     pub(crate) code: c_int,
     pub(crate) message: String,
@@ -90,17 +90,21 @@ impl From<tensorfile_pytorch::Error> for Failure {
         let code = match &e {
             E::Io { source, .. } => io_code(source),
             // Valid input refused on purpose: a global off the allow-list,
-            // a pickle over the limits, a container or zip feature not
-            // loaded (TorchScript, tar, encryption).
+            // a pickle over the limits or budget, a container or zip
+            // feature not loaded (TorchScript, tar, encryption).
             E::Pickle { source, .. } => match source.kind {
-                PickleErrorKind::ForbiddenGlobal { .. } | PickleErrorKind::Limit { .. } => {
-                    TL_EUNSUPPORTED
-                }
+                PickleErrorKind::ForbiddenGlobal { .. }
+                | PickleErrorKind::Limit { .. }
+                | PickleErrorKind::Budget { .. } => TL_EUNSUPPORTED,
+                PickleErrorKind::OutOfMemory(_) => TL_ENOMEM,
                 _ => TL_EFORMAT,
             },
-            E::Zip(ZipError::Unsupported { .. }) | E::NotACheckpoint(_) | E::Refused { .. } => {
-                TL_EUNSUPPORTED
-            }
+            // A budget of the loader (expansions, inflated storages, the
+            // walk's entries) refuses what it would have to hold.
+            E::Zip(ZipError::Unsupported { .. })
+            | E::NotACheckpoint(_)
+            | E::Refused { .. }
+            | E::Budget { .. } => TL_EUNSUPPORTED,
             E::Write(inner) => inner.core().map_or(TL_EINVAL, core_code),
             // Malformed archives, storages and views.
             _ => TL_EFORMAT,

@@ -11,8 +11,9 @@
 //! - runs inside [`error::guard`], so a panic never unwinds into C.
 //!
 //! Handles (`fs_file`, `fs_writer`) are boxed Rust values passed to C as
-//! opaque pointers; an `fs_file` never changes after it is opened, so
-//! threads may read it at once.
+//! opaque pointers; threads may read one `fs_file` at once (what it hands
+//! out never changes once made; the PyTorch tensors that must be gathered
+//! are made on first access, once, behind a `OnceLock` each).
 
 #![warn(missing_docs)]
 // The C names (fs_file, tm_tensor, TL_F32) are the API.
@@ -20,7 +21,11 @@
 
 mod aligned;
 mod args;
+mod dtype_abi;
 pub mod error;
+#[cfg(test)]
+#[path = "../../tensorfile-pytorch/tests/common/hostile.rs"]
+mod hostile;
 pub mod pytorch;
 pub mod reader;
 mod strings;

@@ -1,11 +1,14 @@
 //! `fs_file`: an open file, and every function that reads one.
 //!
-//! Everything C can ask of a file (the `tm_tensor` array, shapes as
+//! Everything C can ask of a file (the `tm_tensor` structs, shapes as
 //! `int64_t`, the names, the metadata strings) is built when the file is
-//! opened and never changes after, so any number of threads may read one
-//! `fs_file` at once without locks.
+//! opened, except the data of the PyTorch tensors that must be gathered:
+//! those are produced on first access, once (a `OnceLock` per tensor), and
+//! never change after. Any number of threads may read one `fs_file` at
+//! once.
 
 use std::ffi::{c_char, c_int};
+use std::sync::OnceLock;
 
 use tensorfile_core::{Dtype, Metadata, SafeTensors};
 
@@ -21,9 +24,33 @@ pub(crate) enum Storage {
     Mapped(#[allow(dead_code)] SafeTensors),
     /// The file read into 64-aligned slots (`fs_open`).
     Aligned(#[allow(dead_code)] AlignedFile),
-    /// Whatever another loader keeps alive (a PyTorch checkpoint and the
-    /// tensors gathered from it).
-    Other(#[allow(dead_code)] Box<dyn std::any::Any + Send + Sync>),
+    /// Another loader's data, made on first access (a PyTorch checkpoint
+    /// and the tensors gathered from it).
+    Lazy(Box<dyn Lazy>),
+}
+
+/// Data a loader makes on a tensor's first access and keeps until the file
+/// is closed.
+pub(crate) trait Lazy {
+    /// The data of tensor `index` (made on the first call, then the same).
+    fn data(&self, index: usize) -> Result<*const u8, Failure>;
+    /// The loader's own type, for its tests.
+    #[cfg(test)]
+    fn as_any(&self) -> &dyn std::any::Any;
+}
+
+impl Storage {
+    /// The data of tensor `index`, whose part was lazy: only other loaders
+    /// have such tensors.
+    fn data(&self, index: usize) -> Result<*const u8, Failure> {
+        match self {
+            Storage::Lazy(loaded) => loaded.data(index),
+            _ => Err(Failure::new(
+                crate::error::TL_EFORMAT,
+                format!("tensor {index} has no data"),
+            )),
+        }
+    }
 }
 
 /// An open file: an opaque handle from `fs_open`, `fs_mmap` or
@@ -36,7 +63,12 @@ pub struct fs_file {
 
 /// The C view of a file's tensors and metadata.
 struct View {
-    tensors: Vec<tm_tensor>,
+    /// Each tensor's C struct; `data` is NULL in those of lazy tensors.
+    templates: Vec<tm_tensor>,
+    /// Each tensor's C struct with its data, the one C gets: set when the
+    /// view is built, or on first access for lazy tensors (or the failure
+    /// of that access, given again to later ones).
+    tensors: Vec<OnceLock<Result<tm_tensor, Failure>>>,
     /// Every tensor's dimensions, back to back; `tm_tensor::shape` points in.
     _dims: Vec<i64>,
     names: StringTable,
@@ -53,7 +85,9 @@ pub(crate) struct Part<'a> {
     pub(crate) name: &'a str,
     pub(crate) dtype: Dtype,
     pub(crate) shape: &'a [u64],
-    pub(crate) data: *const u8,
+    /// The data, or `None` for a tensor whose data the storage produces on
+    /// first access ([`Storage`]'s `data`).
+    pub(crate) data: Option<*const u8>,
     pub(crate) nbytes: u64,
 }
 
@@ -75,6 +109,7 @@ impl View {
                 })?);
             }
         }
+        let mut templates = Vec::with_capacity(parts.len());
         let mut tensors = Vec::with_capacity(parts.len());
         let mut at = 0usize;
         for p in parts {
@@ -86,15 +121,21 @@ impl View {
             };
             let ndim = i32::try_from(p.shape.len()).map_err(|_| too_big())?;
             let nbytes = usize::try_from(p.nbytes).map_err(|_| too_big())?;
-            tensors.push(tm_tensor {
+            let t = tm_tensor {
                 dtype: tl_dtype_of(p.dtype),
                 ndim,
                 // `dims` is never touched again, so its buffer stays put;
                 // `at` counts the dims pushed for earlier tensors.
                 shape: dims.as_ptr().wrapping_add(at),
-                data: p.data.cast(),
+                data: p.data.unwrap_or(std::ptr::null()).cast(),
                 nbytes,
-            });
+            };
+            templates.push(t);
+            let slot = OnceLock::new();
+            if p.data.is_some() {
+                let _ = slot.set(Ok(t));
+            }
+            tensors.push(slot);
             at += p.shape.len();
         }
         let names = StringTable::new(parts.iter().map(|p| p.name.as_bytes()));
@@ -103,6 +144,7 @@ impl View {
         let empty = Metadata::new();
         let metadata = metadata.unwrap_or(&empty);
         Ok(View {
+            templates,
             tensors,
             _dims: dims,
             names,
@@ -112,16 +154,17 @@ impl View {
         })
     }
 
-    /// The tensor at `i`, with the failure C gets for a bad index.
-    fn tensor_at(&self, i: c_int) -> Result<&tm_tensor, Failure> {
+    /// Checks index `i`, with the failure C gets for a bad one.
+    fn index(&self, i: c_int) -> Result<usize, Failure> {
         let index = usize::try_from(i)
             .map_err(|_| Failure::invalid(format!("tensor index {i} is negative")))?;
-        self.tensors.get(index).ok_or_else(|| {
-            Failure::not_found(format!(
+        if index >= self.tensors.len() {
+            return Err(Failure::not_found(format!(
                 "tensor index {i} is out of range (the file has {} tensors)",
                 self.tensors.len()
-            ))
-        })
+            )));
+        }
+        Ok(index)
     }
 
     /// The index of the tensor called `name`.
@@ -151,6 +194,31 @@ impl View {
 }
 
 impl fs_file {
+    /// What keeps the data alive.
+    #[cfg(test)]
+    pub(crate) fn storage(&self) -> &Storage {
+        &self._storage
+    }
+
+    /// Tensor `index` (in range) with its data: a lazy tensor's is made on
+    /// the first call, by one thread while the others wait; a failure is
+    /// kept and given again.
+    fn tensor(&self, index: usize) -> Result<&tm_tensor, Failure> {
+        let slot =
+            self.view.tensors.get(index).ok_or_else(|| {
+                Failure::not_found(format!("tensor index {index} is out of range"))
+            })?;
+        let made = slot.get_or_init(|| {
+            let template = self.view.templates[index];
+            let data = self._storage.data(index)?;
+            Ok(tm_tensor {
+                data: data.cast(),
+                ..template
+            })
+        });
+        made.as_ref().map_err(Failure::clone)
+    }
+
     /// The C view of `parts` and `metadata`, held by `fs_file::with_storage`.
     pub(crate) fn build(
         parts: &[Part<'_>],
@@ -166,7 +234,7 @@ impl fs_file {
                 name: t.name(),
                 dtype: t.dtype(),
                 shape: t.shape(),
-                data: t.data().as_ptr(),
+                data: Some(t.data().as_ptr()),
                 nbytes: t.data().len() as u64,
             })
             .collect();
@@ -185,7 +253,7 @@ impl fs_file {
                 name: t.name,
                 dtype: t.dtype,
                 shape: t.shape,
-                data: file.data(i),
+                data: Some(file.data(i)),
                 nbytes: t.nbytes(),
             })
             .collect();
@@ -306,7 +374,7 @@ pub unsafe extern "C" fn fs_tensor_name_at(
     guard(|| {
         // SAFETY: by the caller's contract.
         let f = unsafe { handle(f, "file") }?;
-        f.view.tensor_at(i)?;
+        f.view.index(i)?;
         let (ptr, n) = f
             .view
             .names
@@ -321,7 +389,11 @@ pub unsafe extern "C" fn fs_tensor_name_at(
 }
 
 /// The tensor called `name`. NULL on failure: `TL_EINVAL` (NULL argument,
-/// `name` not UTF-8), `TL_ENOTFOUND` (no such tensor).
+/// `name` not UTF-8), `TL_ENOTFOUND` (no such tensor), and for a tensor of
+/// `fs_load_pytorch` gathered on this first access, the codes of
+/// `fs_load_pytorch` (`TL_EUNSUPPORTED` for a budget exceeded, `TL_EFORMAT`
+/// for a broken record, `TL_ENOMEM`); a failed access fails again the same
+/// way.
 ///
 /// Ownership: the struct, its `shape` and its `data` belong to `f` and live
 /// until `fs_close(f)`; treat them as read-only. Each call returns the
@@ -340,11 +412,7 @@ pub unsafe extern "C" fn fs_get_tensor(f: *const fs_file, name: *const c_char) -
             .view
             .find(name)
             .ok_or_else(|| Failure::not_found(format!("no tensor named {name:?}")))?;
-        let t = f
-            .view
-            .tensors
-            .get(i)
-            .ok_or_else(|| Failure::not_found(format!("no tensor named {name:?}")))?;
+        let t = f.tensor(i)?;
         // Read-only for C, as documented; nothing in Rust writes it either.
         Ok(std::ptr::from_ref(t).cast_mut())
     })
@@ -353,7 +421,8 @@ pub unsafe extern "C" fn fs_get_tensor(f: *const fs_file, name: *const c_char) -
 /// Tensor `i` in file order (`0 <= i < fs_num_tensors(f)`): the way to
 /// reach every tensor, those whose names hold NUL characters included.
 /// NULL on failure: `TL_EINVAL` (NULL `f`, negative `i`), `TL_ENOTFOUND`
-/// (`i` past the end). Ownership: as for `fs_get_tensor`.
+/// (`i` past the end), or the failure of gathering a PyTorch tensor as for
+/// `fs_get_tensor`. Ownership: as for `fs_get_tensor`.
 ///
 /// # Safety
 /// `f` is NULL or a live handle.
@@ -362,12 +431,15 @@ pub unsafe extern "C" fn fs_get_tensor_at(f: *const fs_file, i: c_int) -> *mut t
     guard(|| {
         // SAFETY: by the caller's contract.
         let f = unsafe { handle(f, "file") }?;
-        Ok(std::ptr::from_ref(f.view.tensor_at(i)?).cast_mut())
+        let t = f.tensor(f.view.index(i)?)?;
+        Ok(std::ptr::from_ref(t).cast_mut())
     })
 }
 
 /// The metadata value of `key`. NULL on failure: `TL_EINVAL` (NULL
 /// argument, `key` not UTF-8), `TL_ENOTFOUND` (no such key, or no metadata).
+/// A key or value holding a NUL character cannot be given or read whole
+/// here: see `fs_metadata_key_at` and `fs_metadata_value_at`.
 ///
 /// Ownership: the string belongs to `f` and lives until `fs_close(f)`.
 ///
@@ -392,7 +464,8 @@ pub unsafe extern "C" fn fs_get_metadata(f: *const fs_file, key: *const c_char) 
 /// the file has no metadata). NULL with `TL_EINVAL` when `f` is NULL.
 ///
 /// Ownership: the array and the strings belong to `f` and live until
-/// `fs_close(f)`.
+/// `fs_close(f)`. A key holding a NUL character reads as cut short here:
+/// see `fs_metadata_key_at`.
 ///
 /// # Safety
 /// `f` is NULL or a live handle.
@@ -402,6 +475,95 @@ pub unsafe extern "C" fn fs_metadata_keys(f: *const fs_file) -> *mut *const c_ch
         // SAFETY: by the caller's contract.
         let f = unsafe { handle(f, "file") }?;
         Ok(f.view.meta_keys.ptrs().cast_mut())
+    })
+}
+
+/// The number of metadata entries (0 when the file has no metadata), or a
+/// negative code (`TL_EINVAL` for NULL).
+///
+/// # Safety
+/// `f` is NULL or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn fs_num_metadata(f: *const fs_file) -> c_int {
+    guard(|| {
+        // SAFETY: by the caller's contract.
+        let f = unsafe { handle(f, "file") }?;
+        c_int::try_from(f.view.meta_keys.len())
+            .map_err(|_| Failure::new(TL_EUNSUPPORTED, "more than INT_MAX metadata entries"))
+    })
+}
+
+/// Entry `i` of `table` (the metadata keys or values) for C: its pointer,
+/// with its length written to `len` when that is not NULL.
+///
+/// # Safety
+/// `len` is NULL or writable.
+unsafe fn metadata_at(
+    table: &StringTable,
+    i: c_int,
+    len: *mut usize,
+) -> Result<*const c_char, Failure> {
+    let index = usize::try_from(i)
+        .map_err(|_| Failure::invalid(format!("metadata index {i} is negative")))?;
+    let (ptr, n) = table.get(index).ok_or_else(|| {
+        Failure::not_found(format!(
+            "metadata index {i} is out of range (the file has {} entries)",
+            table.len()
+        ))
+    })?;
+    if !len.is_null() {
+        // SAFETY: non-NULL and writable, by the caller's contract.
+        unsafe { len.write(n) };
+    }
+    Ok(ptr)
+}
+
+/// The key of metadata entry `i` (ascending byte order of the keys, `0 <=
+/// i < fs_num_metadata(f)`); when `len` is not NULL, `*len` receives its
+/// length in bytes, which counts any NUL characters inside the key. The
+/// string is NUL-terminated after those `*len` bytes. NULL on failure:
+/// `TL_EINVAL` (NULL `f`, negative `i`), `TL_ENOTFOUND` (`i` past the end).
+///
+/// Ownership: as for `fs_metadata_keys` (the same pointer as its `i`th).
+///
+/// # Safety
+/// `f` is NULL or a live handle; `len` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn fs_metadata_key_at(
+    f: *const fs_file,
+    i: c_int,
+    len: *mut usize,
+) -> *const c_char {
+    guard(|| {
+        // SAFETY: by the caller's contract.
+        let f = unsafe { handle(f, "file") }?;
+        // SAFETY: by the caller's contract.
+        unsafe { metadata_at(&f.view.meta_keys, i, len) }
+    })
+}
+
+/// The value of metadata entry `i` (the entry whose key
+/// `fs_metadata_key_at` gives); when `len` is not NULL, `*len` receives
+/// its length in bytes, which counts any NUL characters inside the value.
+/// The way to read every value, those of keys or values holding NUL
+/// characters included. NULL on failure, with the codes of
+/// `fs_metadata_key_at`.
+///
+/// Ownership: as for `fs_get_metadata` (the same pointer for the same key).
+///
+/// # Safety
+/// `f` is NULL or a live handle; `len` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn fs_metadata_value_at(
+    f: *const fs_file,
+    i: c_int,
+    len: *mut usize,
+) -> *const c_char {
+    guard(|| {
+        // SAFETY: by the caller's contract.
+        let f = unsafe { handle(f, "file") }?;
+        // SAFETY: by the caller's contract.
+        unsafe { metadata_at(&f.view.meta_values, i, len) }
     })
 }
 

@@ -1,114 +1,29 @@
 //! The plain C types (`tl_dtype`, `tm_tensor`), the dtype helpers and the
 //! library version.
 
-use std::ffi::{c_char, c_int, CStr};
+use std::ffi::{c_char, c_int};
 
 use tensorfile_core::Dtype;
 
 use crate::args::c_str;
+pub use crate::dtype_abi::tl_dtype;
 use crate::error::{guard, Failure};
-
-/// An element type. The values are the reference library's dtype order
-/// (`TL_BOOL` = 0 ... `TL_U64` = 21), so a `tl_dtype` converts to and from
-/// the Rust `tensorfile::Dtype` by value.
-#[allow(non_camel_case_types)]
-#[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum tl_dtype {
-    /// Boolean, one byte per value.
-    TL_BOOL = 0,
-    /// 4-bit float E2M1, two values per byte (low nibble first).
-    TL_F4 = 1,
-    /// 6-bit float E2M3, four values per three bytes.
-    TL_F6_E2M3 = 2,
-    /// 6-bit float E3M2, four values per three bytes.
-    TL_F6_E3M2 = 3,
-    /// Unsigned 8-bit integer.
-    TL_U8 = 4,
-    /// Signed 8-bit integer.
-    TL_I8 = 5,
-    /// 8-bit float E5M2.
-    TL_F8_E5M2 = 6,
-    /// 8-bit float E4M3 (fn).
-    TL_F8_E4M3 = 7,
-    /// 8-bit power of two E8M0.
-    TL_F8_E8M0 = 8,
-    /// 8-bit float E4M3 (fnuz).
-    TL_F8_E4M3FNUZ = 9,
-    /// 8-bit float E5M2 (fnuz).
-    TL_F8_E5M2FNUZ = 10,
-    /// Signed 16-bit integer.
-    TL_I16 = 11,
-    /// Unsigned 16-bit integer.
-    TL_U16 = 12,
-    /// IEEE half precision.
-    TL_F16 = 13,
-    /// bfloat16.
-    TL_BF16 = 14,
-    /// Signed 32-bit integer.
-    TL_I32 = 15,
-    /// Unsigned 32-bit integer.
-    TL_U32 = 16,
-    /// IEEE single precision.
-    TL_F32 = 17,
-    /// Complex: two F32 (real, imaginary).
-    TL_C64 = 18,
-    /// IEEE double precision.
-    TL_F64 = 19,
-    /// Signed 64-bit integer.
-    TL_I64 = 20,
-    /// Unsigned 64-bit integer.
-    TL_U64 = 21,
-}
 
 // `tm_tensor::dtype` is read as a C `int` (see `tm_tensor_fields`): a C
 // caller may store any value there, and a Rust enum must never hold one
 // that is not a variant.
 const _: () = assert!(std::mem::size_of::<tl_dtype>() == std::mem::size_of::<c_int>());
-const _: () = assert!(tl_dtype::TL_U64 as u8 == Dtype::U64 as u8);
-const _: () = assert!(tl_dtype::TL_BF16 as u8 == Dtype::BF16 as u8);
-
 /// The `tl_dtype` of a Rust dtype.
 pub(crate) fn tl_dtype_of(dtype: Dtype) -> tl_dtype {
-    use tl_dtype::*;
-    const ALL: [tl_dtype; 22] = [
-        TL_BOOL,
-        TL_F4,
-        TL_F6_E2M3,
-        TL_F6_E3M2,
-        TL_U8,
-        TL_I8,
-        TL_F8_E5M2,
-        TL_F8_E4M3,
-        TL_F8_E8M0,
-        TL_F8_E4M3FNUZ,
-        TL_F8_E5M2FNUZ,
-        TL_I16,
-        TL_U16,
-        TL_F16,
-        TL_BF16,
-        TL_I32,
-        TL_U32,
-        TL_F32,
-        TL_C64,
-        TL_F64,
-        TL_I64,
-        TL_U64,
-    ];
-    // Both enumerations have the reference library's order (checked in tests).
-    ALL[dtype as usize]
+    tl_dtype::of(dtype)
 }
 
 /// The Rust dtype of a C `tl_dtype` value, refusing values out of range.
 pub(crate) fn dtype_of(value: c_int) -> Result<Dtype, Failure> {
     u8::try_from(value)
         .ok()
-        .and_then(Dtype::from_index)
-        .ok_or_else(|| {
-            Failure::invalid(format!(
-                "{value} is not a tl_dtype (TL_BOOL = 0 to TL_U64 = 21)"
-            ))
-        })
+        .and_then(Dtype::from_c_abi)
+        .ok_or_else(|| Failure::invalid(format!("{value} is not a tl_dtype value")))
 }
 
 /// One tensor: a plain struct.
@@ -150,10 +65,7 @@ pub extern "C" fn fs_version() -> *const c_char {
 /// `TL_EINVAL` when it is not one.
 #[no_mangle]
 pub extern "C" fn fs_dtype_name(dtype: c_int) -> *const c_char {
-    guard(|| {
-        let d = dtype_of(dtype)?;
-        Ok(NAMES[d as usize].as_ptr())
-    })
+    guard(|| Ok(dtype_of(dtype)?.c_name().as_ptr()))
 }
 
 /// Bits per element of a dtype: 4 (F4), 6 (F6_*), 8, 16, 32 or 64; C64 is
@@ -174,47 +86,20 @@ pub unsafe extern "C" fn fs_dtype_from_name(name: *const c_char) -> c_int {
         // SAFETY: the caller passes NULL or a NUL-terminated string.
         let name = unsafe { c_str(name, "name") }?;
         Dtype::from_name(name)
-            .map(|d| d as c_int)
+            .map(|d| c_int::from(d.c_abi()))
             .ok_or_else(|| Failure::invalid(format!("unknown dtype {name:?}")))
     })
 }
-
-/// The dtype names as NUL-terminated static strings, by discriminant.
-static NAMES: [&CStr; 22] = [
-    c"BOOL",
-    c"F4",
-    c"F6_E2M3",
-    c"F6_E3M2",
-    c"U8",
-    c"I8",
-    c"F8_E5M2",
-    c"F8_E4M3",
-    c"F8_E8M0",
-    c"F8_E4M3FNUZ",
-    c"F8_E5M2FNUZ",
-    c"I16",
-    c"U16",
-    c"F16",
-    c"BF16",
-    c"I32",
-    c"U32",
-    c"F32",
-    c"C64",
-    c"F64",
-    c"I64",
-    c"U64",
-];
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn tables_follow_the_core_order() {
-        for d in Dtype::ALL {
-            assert_eq!(tl_dtype_of(d) as c_int, d as c_int);
-            assert_eq!(NAMES[d as usize].to_str().unwrap(), d.name());
-            assert_eq!(dtype_of(d as c_int).unwrap(), d);
+    fn c_values_are_the_core_table_s() {
+        for &d in Dtype::ALL {
+            assert_eq!(tl_dtype_of(d) as c_int, c_int::from(d.c_abi()));
+            assert_eq!(dtype_of(c_int::from(d.c_abi())).unwrap(), d);
         }
         assert!(dtype_of(22).is_err());
         assert!(dtype_of(-1).is_err());

@@ -18,6 +18,10 @@ use std::process::Command;
 
 use serde_json::Value;
 
+/// The hostile checkpoints of issue 12, built at test time.
+#[path = "../../tensorfile-pytorch/tests/common/hostile.rs"]
+mod hostile;
+
 fn fixtures() -> PathBuf {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures")).to_path_buf()
 }
@@ -170,9 +174,20 @@ fn generate_table(fixtures: &Path) -> String {
             .unwrap();
         }
         writeln!(body, "    NULL\n}};").unwrap();
+        let lens: Vec<String> = meta
+            .iter()
+            .flat_map(|(k, v)| [k.len().to_string(), v.len().to_string()])
+            .chain(["0".to_string()])
+            .collect();
+        writeln!(
+            body,
+            "static const size_t fx_meta_len_{n}[] = {{{}}};",
+            lens.join(", ")
+        )
+        .unwrap();
         writeln!(
             files_rows,
-            "    {{{}, {}, fx_tensors_{n}, {}, fx_meta_{n}, {}}},",
+            "    {{{}, {}, fx_tensors_{n}, {}, fx_meta_{n}, fx_meta_len_{n}, {}}},",
             c_literal(file.to_str().expect("UTF-8 path").as_bytes()),
             c_literal(
                 manifest
@@ -245,6 +260,167 @@ fn expected_pytorch_code(file: &str) -> &'static str {
     }
 }
 
+/// One row of `FX_HOSTILE` (see `struct fx_hostile` in `fixtures.h`).
+struct Case {
+    file: &'static str,
+    bytes: Vec<u8>,
+    /// `fs_load_pytorch`'s code, or "0".
+    load: &'static str,
+    /// Each first access's code, or "0".
+    access: &'static str,
+    /// In the failure's message.
+    part: &'static str,
+    tensors: usize,
+    /// 0 unchecked, 1 zeros, 2 rows of the bytes 0..255, -1 not read
+    /// (loading must not gather it).
+    content: i8,
+}
+
+/// `FX_HOSTILE`: issue 12's hostile checkpoints, written into `work`,
+/// with what loading them and reading their tensors must give.
+fn hostile_table(work: &Path) -> String {
+    use hostile::{Apply, Record, Shared};
+    // A deflated record of garbage: it loads (records are inflated when
+    // first read), then its tensor's first access fails.
+    let garbage = hostile::checkpoint(
+        Record::stored(
+            "archive/data.pkl",
+            hostile::state_dict_pickle(
+                &[hostile::Storage {
+                    key: "0".into(),
+                    class: "FloatStorage",
+                    elem: 4,
+                    numel: 64,
+                }],
+                &[hostile::Tensor {
+                    name: "w".into(),
+                    storage: 0,
+                    offset: 0,
+                    shape: vec![64],
+                    strides: vec![1],
+                }],
+            ),
+        ),
+        vec![Record {
+            name: "archive/data/0".into(),
+            data: vec![0xff; 64],
+            inflated: Some(256),
+        }],
+    );
+    // Small versions of the costlier files (the Rust tests run them at
+    // full size, which under valgrind would take many minutes): the same
+    // code paths, a tenth of the Nones and calls, a 1 MiB storage.
+    let cases = [
+        Case {
+            file: "bomb_reduce_tuple.pt",
+            bytes: hostile::clone_bomb(Apply::Reduce, Shared::Tuple, 100_000, 200),
+            load: "0",
+            access: "0",
+            part: "",
+            tensors: 0,
+            content: 0,
+        },
+        Case {
+            file: "bomb_build_tuple.pt",
+            bytes: hostile::clone_bomb(Apply::Build, Shared::Tuple, 100_000, 200),
+            load: "0",
+            access: "0",
+            part: "",
+            tensors: 0,
+            content: 0,
+        },
+        Case {
+            file: "sparse_memo.pt",
+            bytes: hostile::sparse_memo(),
+            load: "TL_EUNSUPPORTED",
+            access: "0",
+            part: "max_bytes",
+            tensors: 0,
+            content: 0,
+        },
+        Case {
+            file: "deflated_128_views_of_1gib.pt",
+            bytes: hostile::deflated_views(128, 1 << 30, false),
+            load: "0",
+            access: "0",
+            part: "",
+            tensors: 128,
+            content: 1,
+        },
+        Case {
+            file: "deflated_1000_spread_views.pt",
+            bytes: hostile::deflated_views(1000, 1 << 20, true),
+            load: "0",
+            access: "0",
+            part: "",
+            tensors: 1000,
+            content: 1,
+        },
+        Case {
+            file: "expansions_16_gib.pt",
+            bytes: hostile::expansions(16, 1 << 22),
+            load: "TL_EUNSUPPORTED",
+            access: "0",
+            part: "max_expanded_total_bytes",
+            tensors: 0,
+            content: 0,
+        },
+        Case {
+            file: "expansions_at_cap.pt",
+            bytes: hostile::expansions_at_default_cap(0),
+            load: "0",
+            access: "0",
+            part: "",
+            tensors: 2,
+            content: -1,
+        },
+        Case {
+            file: "expansions_cap_plus_one.pt",
+            bytes: hostile::expansions_at_default_cap(1),
+            load: "TL_EUNSUPPORTED",
+            access: "0",
+            part: "1073741825 B needed",
+            tensors: 0,
+            content: 0,
+        },
+        Case {
+            file: "expansions_small.pt",
+            bytes: hostile::expansions(4, 1000),
+            load: "0",
+            access: "0",
+            part: "",
+            tensors: 4,
+            content: 2,
+        },
+        Case {
+            file: "deflated_garbage.pt",
+            bytes: garbage,
+            load: "0",
+            access: "TL_EFORMAT",
+            part: "invalid deflate data",
+            tensors: 1,
+            content: 0,
+        },
+    ];
+    let mut rows = String::new();
+    for c in cases {
+        let path = work.join(c.file);
+        std::fs::write(&path, c.bytes).expect("write a hostile checkpoint");
+        writeln!(
+            rows,
+            "    {{{}, {}, {}, {}, {}, {}}},",
+            c_literal(path.to_str().expect("UTF-8 path").as_bytes()),
+            c.load,
+            c.access,
+            c_literal(c.part.as_bytes()),
+            c.tensors,
+            c.content
+        )
+        .unwrap();
+    }
+    format!("const struct fx_hostile FX_HOSTILE[] = {{\n{rows}    {{0}}\n}};\n")
+}
+
 /// `FX_PYTORCH_OK` (the `ok` checkpoints, tensors in name order) and
 /// `FX_PYTORCH_REJECT` (the others, with the code they must give).
 fn pytorch_table(fixtures: &Path) -> String {
@@ -273,7 +449,7 @@ fn pytorch_table(fixtures: &Path) -> String {
         writeln!(body, "    {{0}}\n}};").unwrap();
         writeln!(
             ok,
-            "    {{{path}, {}, fx_pt_{n}, {}, NULL, -1}},",
+            "    {{{path}, {}, fx_pt_{n}, {}, NULL, NULL, -1}},",
             c_literal(file.as_bytes()),
             tensors.len()
         )
@@ -291,11 +467,8 @@ fn c_test_program_passes() {
     let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
     let lib_dir = build_library();
     let work = tempfile::tempdir().expect("a temporary directory");
-    std::fs::write(
-        work.path().join("fixtures_table.c"),
-        generate_table(&fixtures),
-    )
-    .expect("write the table");
+    let table = generate_table(&fixtures) + &hostile_table(work.path());
+    std::fs::write(work.path().join("fixtures_table.c"), table).expect("write the table");
 
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_string());
     let extra = std::env::var("TENSORFILE_C_CFLAGS").unwrap_or_default();

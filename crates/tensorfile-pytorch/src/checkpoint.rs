@@ -3,7 +3,10 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fs::File;
+use std::ops::Range;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use memmap2::Mmap;
 use tensorfile::Dtype;
@@ -31,8 +34,32 @@ pub struct LoadOptions {
     pub walk: WalkLimits,
     /// Largest tensor, in bytes, that a view may materialize beyond the
     /// size of its storage (stride-0 expansions): 1 GiB by default, so a
-    /// tiny hostile file cannot demand a huge buffer.
+    /// tiny hostile file cannot demand a huge buffer. Exceeding it is
+    /// [`Error::Budget`] naming `max_expanded_bytes`.
     pub max_expanded_bytes: u64,
+    /// Most bytes of expanded tensors in all: the sum, over every tensor
+    /// name, of the byte length of each view that is larger than its
+    /// storage (the bytes converting or `fs_load_pytorch` would make that
+    /// the file does not hold). Checked at load with checked arithmetic, so
+    /// that `convert` refuses before writing anything; exceeding it is
+    /// [`Error::Budget`] naming `max_expanded_total_bytes`. 1 GiB by
+    /// default (what one expanded tensor may reach); a total exactly at the
+    /// budget is accepted.
+    pub max_expanded_total_bytes: u64,
+    /// Most bytes of deflated storage records held inflated at once.
+    ///
+    /// A deflated record is inflated at most once while it is held: the
+    /// first read of any tensor of it inflates, in one pass, the byte spans
+    /// that all the checkpoint's tensors of that storage view (merged;
+    /// nothing past the furthest byte any of them needs is inflated, and
+    /// bytes between spans are inflated but not kept). Every view of the
+    /// storage then reads from those spans, until
+    /// [`Checkpoint::release_storage`] or the checkpoint is dropped
+    /// (converting releases each storage after its last tensor is
+    /// written). The spans are counted before they are allocated; going
+    /// over is [`Error::Budget`] naming `max_inflated_bytes`. 4 GiB by
+    /// default.
+    pub max_inflated_bytes: u64,
 }
 
 impl Default for LoadOptions {
@@ -43,6 +70,8 @@ impl Default for LoadOptions {
             limits: Limits::default(),
             walk: WalkLimits::default(),
             max_expanded_bytes: 1 << 30,
+            max_expanded_total_bytes: 1 << 30,
+            max_inflated_bytes: 4 << 30,
         }
     }
 }
@@ -75,22 +104,87 @@ impl Source {
 }
 
 /// Where a storage's bytes are.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 enum Location {
     /// In place in the input.
     Range(std::ops::Range<usize>),
-    /// A deflated zip entry, inflated on each read.
-    Deflated(Entry),
+    /// A deflated zip entry, inflated once while held.
+    Deflated(Box<Deflated>),
 }
 
-#[derive(Debug, Clone)]
+/// A deflated storage record and what its tensors need of it.
+#[derive(Debug)]
+struct Deflated {
+    entry: Entry,
+    /// The byte spans of the storage that its tensors view: sorted,
+    /// disjoint, not touching.
+    spans: Vec<Range<u64>>,
+    /// The inflated spans, while held.
+    held: Mutex<Option<Arc<Inflated>>>,
+}
+
+/// The inflated spans of one deflated storage, shared by its views. Its
+/// bytes are counted as held until it is dropped.
+#[derive(Debug)]
+pub(crate) struct Inflated {
+    /// `(start, bytes)`, one per span, in order.
+    segments: Vec<(u64, Vec<u8>)>,
+    bytes: u64,
+    counters: Arc<InflateCounters>,
+}
+
+impl Drop for Inflated {
+    fn drop(&mut self) {
+        self.counters.held.fetch_sub(self.bytes, Ordering::Relaxed);
+    }
+}
+
+impl Inflated {
+    /// The segment holding the byte span `span` of the storage: its index
+    /// and its start.
+    fn segment(&self, span: &Range<u64>) -> Option<(usize, u64)> {
+        let i = self
+            .segments
+            .partition_point(|(start, _)| *start <= span.start)
+            .checked_sub(1)?;
+        let (start, bytes) = &self.segments[i];
+        (span.end <= start.checked_add(bytes.len() as u64)?).then_some((i, *start))
+    }
+}
+
+/// What deflated storages cost, for [`Checkpoint::inflate_stats`].
+#[derive(Debug, Default)]
+struct InflateCounters {
+    held: AtomicU64,
+    peak: AtomicU64,
+    inflated: AtomicU64,
+    passes: AtomicU64,
+}
+
+/// What the deflated storages of a checkpoint have cost so far.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InflateStats {
+    /// Inflation passes made: one per deflated storage read (again after
+    /// each [`Checkpoint::release_storage`]).
+    pub passes: u64,
+    /// Bytes inflated in all (each pass inflates up to the furthest byte
+    /// its storage's tensors view).
+    pub inflated: u64,
+    /// Bytes of spans held now, counted against
+    /// [`LoadOptions::max_inflated_bytes`].
+    pub held: u64,
+    /// The most bytes of spans held at once.
+    pub peak: u64,
+}
+
+#[derive(Debug)]
 struct Storage {
     key: String,
     dtype: TorchDtype,
     location: Location,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 struct TensorInfo {
     name: String,
     dtype: Dtype,
@@ -124,6 +218,8 @@ pub struct Checkpoint {
     storages: Vec<Storage>,
     tensors: Vec<TensorInfo>,
     values: Vec<(String, String)>,
+    max_inflated: u64,
+    counters: Arc<InflateCounters>,
 }
 
 impl std::fmt::Debug for Checkpoint {
@@ -174,6 +270,8 @@ impl Checkpoint {
             storages: parts.storages,
             tensors: parts.tensors,
             values: parts.values,
+            max_inflated: options.max_inflated_bytes,
+            counters: Arc::default(),
         })
     }
 
@@ -206,6 +304,13 @@ impl Checkpoint {
             })
     }
 
+    /// The tensor at `index` in [`Checkpoint::tensors`] order.
+    pub fn tensor_at(&self, index: usize) -> Option<TorchTensor<'_>> {
+        self.tensors
+            .get(index)
+            .map(|info| TorchTensor { ckpt: self, info })
+    }
+
     /// Number of tensors.
     pub fn len(&self) -> usize {
         self.tensors.len()
@@ -222,20 +327,118 @@ impl Checkpoint {
         &self.values
     }
 
-    /// The whole storage's bytes, as stored (not byte-swapped).
-    fn storage_bytes(&self, s: &Storage) -> Result<Cow<'_, [u8]>> {
-        let data = self.source.bytes();
-        match &s.location {
-            Location::Range(r) => {
-                data.get(r.clone())
-                    .map(Cow::Borrowed)
-                    .ok_or_else(|| Error::Storage {
-                        key: s.key.clone(),
-                        problem: "outside the file".into(),
-                    })
-            }
-            Location::Deflated(e) => Ok(Cow::Owned(e.read(data)?.into_owned())),
+    /// What the deflated storages have cost so far: passes, bytes
+    /// inflated, bytes held.
+    pub fn inflate_stats(&self) -> InflateStats {
+        let c = &self.counters;
+        InflateStats {
+            passes: c.passes.load(Ordering::Relaxed),
+            inflated: c.inflated.load(Ordering::Relaxed),
+            held: c.held.load(Ordering::Relaxed),
+            peak: c.peak.load(Ordering::Relaxed),
         }
+    }
+
+    /// Stops holding the inflated bytes of the storage with this
+    /// [`TorchTensor::storage_index`] (a deflated record): they are freed
+    /// once no [`TensorData`] uses them, and a later read inflates the
+    /// record again. Does nothing for other storages.
+    pub fn release_storage(&self, storage: usize) {
+        if let Some(Storage {
+            location: Location::Deflated(d),
+            ..
+        }) = self.storages.get(storage)
+        {
+            d.held.lock().unwrap_or_else(PoisonError::into_inner).take();
+        }
+    }
+
+    /// The inflated spans of deflated storage `index`: held ones, or
+    /// inflated now in one pass (other readers of the same storage wait
+    /// for it), counted against the budget before they are allocated.
+    fn inflated(&self, index: usize) -> Result<Arc<Inflated>> {
+        let s = &self.storages[index];
+        let Location::Deflated(d) = &s.location else {
+            return Err(Error::Storage {
+                key: s.key.clone(),
+                problem: "is not deflated".into(),
+            });
+        };
+        let mut held = d.held.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(i) = &*held {
+            return Ok(Arc::clone(i));
+        }
+        let need = d.spans.iter().map(|r| r.end - r.start).sum::<u64>();
+        let c = &self.counters;
+        if let Err(now) = c
+            .held
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |h| {
+                h.checked_add(need).filter(|&n| n <= self.max_inflated)
+            })
+        {
+            return Err(Error::Budget {
+                budget: "max_inflated_bytes",
+                limit: self.max_inflated,
+                needed: now.saturating_add(need),
+                context: format!(
+                    "deflated storage {:?}: the bytes its tensors view, inflated, beside the {now} B held",
+                    s.key
+                ),
+            });
+        }
+        // From here the bytes are counted as held; dropping `inflated` on
+        // any error below gives them back.
+        let mut inflated = Inflated {
+            segments: Vec::new(),
+            bytes: need,
+            counters: Arc::clone(c),
+        };
+        c.peak
+            .fetch_max(c.held.load(Ordering::Relaxed), Ordering::Relaxed);
+        let no_memory = |n: u64| Error::Storage {
+            key: s.key.clone(),
+            problem: format!("cannot allocate {n} bytes to inflate it"),
+        };
+        inflated
+            .segments
+            .try_reserve_exact(d.spans.len())
+            .map_err(|_| no_memory(need))?;
+        for r in &d.spans {
+            let len = r.end - r.start;
+            let mut v = Vec::new();
+            v.try_reserve_exact(usize::try_from(len).map_err(|_| no_memory(len))?)
+                .map_err(|_| no_memory(len))?;
+            inflated.segments.push((r.start, v));
+        }
+        let end = d.spans.last().map_or(0, |r| r.end);
+        let mut next = 0usize;
+        d.entry
+            .inflate_prefix(self.source.bytes(), end, |pos, piece| {
+                let piece_end = pos + piece.len() as u64;
+                // Spans before `next` are complete; copy into those this
+                // piece reaches.
+                let mut i = next;
+                while let Some(r) = d.spans.get(i) {
+                    if r.start >= piece_end {
+                        break;
+                    }
+                    let from = r.start.max(pos);
+                    let to = r.end.min(piece_end);
+                    if from < to {
+                        let bytes = &piece[(from - pos) as usize..(to - pos) as usize];
+                        inflated.segments[i].1.extend_from_slice(bytes);
+                    }
+                    if r.end <= piece_end {
+                        next = i + 1;
+                    }
+                    i += 1;
+                }
+            })?;
+        c.passes.fetch_add(1, Ordering::Relaxed);
+        c.inflated.fetch_add(end, Ordering::Relaxed);
+        let inflated = Arc::new(inflated);
+        *held = Some(Arc::clone(&inflated));
+        Ok(inflated)
     }
 }
 
@@ -393,24 +596,327 @@ impl<'a> TorchTensor<'a> {
         }))
     }
 
+    /// The byte span of the storage the view reads (`None` when it has no
+    /// elements). The view was checked to fit in its storage.
+    fn span(&self) -> Option<Range<u64>> {
+        view_span(
+            self.info,
+            self.ckpt.storages[self.info.storage].dtype.element_size(),
+        )
+    }
+
     /// The tensor's bytes in C order, little-endian: borrowed from the
     /// memory map when possible, otherwise gathered (views with gaps,
     /// transposes, expansions), inflated or byte-swapped into a buffer.
+    ///
+    /// A deflated storage is inflated once for all its views and held (see
+    /// [`LoadOptions::max_inflated_bytes`]); this copies the view out of
+    /// it. [`TorchTensor::data`] shares it instead.
     pub fn bytes(&self) -> Result<Cow<'a, [u8]>> {
+        Ok(self.data()?.into_cow())
+    }
+
+    /// The tensor's bytes like [`TorchTensor::bytes`], but a contiguous
+    /// view of a deflated storage shares the storage's inflated bytes
+    /// (which stay allocated while this value lives) instead of copying.
+    pub fn data(&self) -> Result<TensorData<'a>> {
         let s = &self.ckpt.storages[self.info.storage];
         let bad = |reason: String| Error::Tensor {
             name: self.info.name.clone(),
             reason,
         };
-        let storage = self.ckpt.storage_bytes(s)?;
-        let mut out: Cow<'a, [u8]> = match storage {
-            Cow::Borrowed(b) => self.view().gather(b).map_err(bad)?,
-            Cow::Owned(v) => Cow::Owned(self.view().gather(&v).map_err(bad)?.into_owned()),
+        let mut data = match self.window()? {
+            Window::Input(storage) => match self.view().gather(storage).map_err(bad)? {
+                Cow::Borrowed(b) => TensorData(Repr::Borrowed(b)),
+                Cow::Owned(v) => TensorData(Repr::Owned(v)),
+            },
+            Window::Empty => TensorData(Repr::Owned(Vec::new())),
+            Window::Inflated {
+                inflated,
+                segment,
+                offset,
+            } => {
+                let view = View {
+                    offset,
+                    ..self.view()
+                };
+                let bytes = &inflated.segments[segment].1;
+                match view.gather(bytes).map_err(bad)? {
+                    Cow::Borrowed(b) => {
+                        let from = b.as_ptr() as usize - bytes.as_ptr() as usize;
+                        let range = from..from + b.len();
+                        TensorData(Repr::Inflated {
+                            inflated: Arc::clone(&inflated),
+                            segment,
+                            range,
+                        })
+                    }
+                    Cow::Owned(v) => TensorData(Repr::Owned(v)),
+                }
+            }
         };
         if self.ckpt.big_endian && s.dtype.swap_unit() > 1 {
-            byteswap(out.to_mut(), s.dtype.swap_unit() as usize);
+            let unit = s.dtype.swap_unit() as usize;
+            let mut owned =
+                std::mem::replace(&mut data, TensorData(Repr::Owned(Vec::new()))).into_vec();
+            byteswap(&mut owned, unit);
+            data = TensorData(Repr::Owned(owned));
         }
-        Ok(out)
+        Ok(data)
+    }
+
+    /// The tensor's bytes, as [`TorchTensor::bytes`] gives them, passed to
+    /// `f` in order in pieces of about `piece` bytes (larger when one step
+    /// of the view's innermost split is; at least one element), each
+    /// gathered from the storage on its own: a view that must be
+    /// re-ordered or expanded never takes more memory than a piece. Stops
+    /// at the first error of `f`.
+    pub fn for_each_piece<E: From<Error>>(
+        &self,
+        piece: usize,
+        mut f: impl FnMut(&[u8]) -> std::result::Result<(), E>,
+    ) -> std::result::Result<(), E> {
+        let s = &self.ckpt.storages[self.info.storage];
+        let bad = |reason: String| Error::Tensor {
+            name: self.info.name.clone(),
+            reason,
+        };
+        let window = self.window()?;
+        let (storage, offset): (&[u8], u64) = match &window {
+            Window::Input(b) => (b, self.info.offset),
+            Window::Inflated {
+                inflated,
+                segment,
+                offset,
+            } => (&inflated.segments[*segment].1, *offset),
+            Window::Empty => return Ok(()),
+        };
+        let elem = s.dtype.element_size();
+        let swap = self.ckpt.big_endian && s.dtype.swap_unit() > 1;
+        let (shape, strides) = (&self.info.shape[..], &self.info.strides[..]);
+        let piece = (piece as u64).max(elem);
+        // Split at the outermost dimension whose inner block fits a piece;
+        // a piece is `k` steps of that dimension at one index of the
+        // dimensions outside it.
+        let inner = |j: usize| {
+            tensorfile::dtype::numel(&shape[j + 1..])
+                .and_then(|n| n.checked_mul(elem))
+                .unwrap_or(u64::MAX)
+        };
+        let total = self.nbytes();
+        let split = (0..shape.len()).find(|&j| inner(j) <= piece);
+        let Some(j) = split.filter(|_| total > piece) else {
+            // Small enough, or a scalar: at once.
+            let view = View {
+                offset,
+                ..self.view()
+            };
+            let mut bytes = view.gather(storage).map_err(bad)?;
+            if swap {
+                byteswap(bytes.to_mut(), s.dtype.swap_unit() as usize);
+            }
+            return f(&bytes);
+        };
+        let k = (piece / inner(j).max(1)).max(1);
+        let mut index = vec![0u64; j];
+        let mut sub_shape = shape[j..].to_vec();
+        loop {
+            // The offset of this index of the outer dimensions (checked
+            // when the view was validated: within the storage).
+            let mut base = offset;
+            for (d, &i) in index.iter().enumerate() {
+                base = base.saturating_add(i.saturating_mul(strides[d]));
+            }
+            let mut i = 0;
+            while i < shape[j] {
+                let c = k.min(shape[j] - i);
+                sub_shape[0] = c;
+                let view = View {
+                    offset: base.saturating_add(i.saturating_mul(strides[j])),
+                    shape: &sub_shape,
+                    strides: &strides[j..],
+                    elem,
+                };
+                let mut bytes = view.gather(storage).map_err(bad)?;
+                if swap {
+                    byteswap(bytes.to_mut(), s.dtype.swap_unit() as usize);
+                }
+                f(&bytes)?;
+                i += c;
+            }
+            // The next index of the outer dimensions, innermost first.
+            let mut d = j;
+            loop {
+                if d == 0 {
+                    return Ok(());
+                }
+                d -= 1;
+                index[d] += 1;
+                if index[d] < shape[d] {
+                    break;
+                }
+                index[d] = 0;
+            }
+        }
+    }
+
+    /// Where the view's bytes are read from.
+    fn window(&self) -> Result<Window<'a>> {
+        let s = &self.ckpt.storages[self.info.storage];
+        match &s.location {
+            Location::Range(r) => self
+                .ckpt
+                .source
+                .bytes()
+                .get(r.clone())
+                .map(Window::Input)
+                .ok_or_else(|| Error::Storage {
+                    key: s.key.clone(),
+                    problem: "outside the file".into(),
+                }),
+            Location::Deflated(_) => {
+                let Some(span) = self.span() else {
+                    return Ok(Window::Empty);
+                };
+                let inflated = self.ckpt.inflated(self.info.storage)?;
+                let (segment, start) = inflated.segment(&span).ok_or_else(|| Error::Tensor {
+                    name: self.info.name.clone(),
+                    reason: format!(
+                        "its bytes {span:?} are not among its storage's inflated spans"
+                    ),
+                })?;
+                // Spans start at a view's first element: a whole number of
+                // elements into the storage.
+                let offset = self.info.offset - start / s.dtype.element_size();
+                Ok(Window::Inflated {
+                    inflated,
+                    segment,
+                    offset,
+                })
+            }
+        }
+    }
+}
+
+/// What a view's bytes are read from: its storage in the input, the
+/// inflated segment of a deflated storage that holds its span (with the
+/// view's offset in that segment, in elements), or nothing (a view of a
+/// deflated storage without elements).
+enum Window<'a> {
+    Input(&'a [u8]),
+    Inflated {
+        inflated: Arc<Inflated>,
+        segment: usize,
+        offset: u64,
+    },
+    Empty,
+}
+
+/// The byte span of its storage that a view reads: from its first element
+/// (strides are non-negative) to the end of its last. `None` when it has
+/// no elements.
+fn view_span(info: &TensorInfo, elem: u64) -> Option<Range<u64>> {
+    if tensorfile::dtype::numel(&info.shape)? == 0 {
+        return None;
+    }
+    let mut last = info.offset;
+    for (&d, &st) in info.shape.iter().zip(&info.strides) {
+        last = last.checked_add((d - 1).checked_mul(st)?)?;
+    }
+    Some(info.offset.checked_mul(elem)?..last.checked_add(1)?.checked_mul(elem)?)
+}
+
+/// A tensor's bytes in C order, little-endian ([`TorchTensor::data`]):
+/// borrowed from the input, in a buffer of their own, or shared with the
+/// other views of an inflated storage. Dereferences to the bytes.
+pub struct TensorData<'a>(Repr<'a>);
+
+enum Repr<'a> {
+    Borrowed(&'a [u8]),
+    Owned(Vec<u8>),
+    Inflated {
+        inflated: Arc<Inflated>,
+        segment: usize,
+        range: Range<usize>,
+    },
+}
+
+impl std::fmt::Debug for TensorData<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = match self.0 {
+            Repr::Borrowed(_) => "borrowed",
+            Repr::Owned(_) => "owned",
+            Repr::Inflated { .. } => "inflated",
+        };
+        f.debug_struct("TensorData")
+            .field("kind", &kind)
+            .field("len", &self.len())
+            .finish()
+    }
+}
+
+impl std::ops::Deref for TensorData<'_> {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match &self.0 {
+            Repr::Borrowed(b) => b,
+            Repr::Owned(v) => v,
+            Repr::Inflated {
+                inflated,
+                segment,
+                range,
+            } => inflated
+                .segments
+                .get(*segment)
+                .and_then(|(_, b)| b.get(range.clone()))
+                .unwrap_or_default(),
+        }
+    }
+}
+
+impl<'a> TensorData<'a> {
+    /// Whether the bytes are borrowed from the checkpoint's input.
+    pub fn is_borrowed(&self) -> bool {
+        matches!(self.0, Repr::Borrowed(_))
+    }
+
+    /// Whether the bytes are shared with an inflated storage.
+    pub fn is_shared(&self) -> bool {
+        matches!(self.0, Repr::Inflated { .. })
+    }
+
+    /// The bytes as a `Cow`: shared bytes are copied out.
+    pub fn into_cow(self) -> Cow<'a, [u8]> {
+        match self.0 {
+            Repr::Borrowed(b) => Cow::Borrowed(b),
+            Repr::Owned(v) => Cow::Owned(v),
+            Repr::Inflated { .. } => Cow::Owned(self.to_vec()),
+        }
+    }
+
+    /// The bytes in a vector of their own (copied unless already owned).
+    pub fn into_vec(self) -> Vec<u8> {
+        self.into_cow().into_owned()
+    }
+
+    /// Bytes borrowed from the input as `Err`, else the same data without
+    /// the borrow (owned, or shared with an inflated storage), which may
+    /// outlive the checkpoint: its bytes never move while it lives.
+    pub fn detach(self) -> Result<TensorData<'static>, &'a [u8]> {
+        match self.0 {
+            Repr::Borrowed(b) => Err(b),
+            Repr::Owned(v) => Ok(TensorData(Repr::Owned(v))),
+            Repr::Inflated {
+                inflated,
+                segment,
+                range,
+            } => Ok(TensorData(Repr::Inflated {
+                inflated,
+                segment,
+                range,
+            })),
+        }
     }
 }
 
@@ -567,7 +1073,11 @@ fn load_zip(data: &[u8], options: &LoadOptions) -> Result<Parts> {
                     .map_err(|_| Error::Archive("offset too large".into()))?;
                 Location::Range(start..start + entry.size as usize)
             }
-            crate::zip::Method::Deflated => Location::Deflated(entry.clone()),
+            crate::zip::Method::Deflated => Location::Deflated(Box::new(Deflated {
+                entry: entry.clone(),
+                spans: Vec::new(),
+                held: Mutex::new(None),
+            })),
         };
         storages.push(Storage {
             key: s.key,
@@ -575,6 +1085,7 @@ fn load_zip(data: &[u8], options: &LoadOptions) -> Result<Parts> {
             location,
         });
     }
+    deflated_spans(&mut storages, &tensors);
     Ok(Parts {
         format: Format::Zip { prefix },
         big_endian,
@@ -582,6 +1093,37 @@ fn load_zip(data: &[u8], options: &LoadOptions) -> Result<Parts> {
         tensors,
         values,
     })
+}
+
+/// Records, for each deflated storage, the merged byte spans its tensors
+/// view.
+fn deflated_spans(storages: &mut [Storage], tensors: &[TensorInfo]) {
+    let mut spans: Vec<Vec<Range<u64>>> = vec![Vec::new(); storages.len()];
+    for t in tensors {
+        let s = &storages[t.storage];
+        if matches!(s.location, Location::Deflated(_)) {
+            // Views were checked to fit their storage: a span exists for
+            // every view with elements.
+            if let Some(r) = view_span(t, s.dtype.element_size()) {
+                spans[t.storage].push(r);
+            }
+        }
+    }
+    for (s, mut spans) in storages.iter_mut().zip(spans) {
+        let Location::Deflated(d) = &mut s.location else {
+            continue;
+        };
+        spans.sort_unstable_by_key(|r| (r.start, r.end));
+        let mut merged: Vec<Range<u64>> = Vec::with_capacity(spans.len());
+        for r in spans {
+            match merged.last_mut() {
+                Some(last) if r.start <= last.end => last.end = last.end.max(r.end),
+                _ => merged.push(r),
+            }
+        }
+        merged.shrink_to_fit();
+        d.spans = merged;
+    }
 }
 
 fn load_legacy(data: &[u8], options: &LoadOptions) -> Result<Parts> {
@@ -640,8 +1182,30 @@ fn walk(pickle: &Pickle, options: &LoadOptions) -> Result<Walked> {
     )?;
     let has_bare = flat.tensors.iter().any(|(n, _)| n.is_empty());
     let mut tensors = Vec::with_capacity(flat.tensors.len());
+    let mut expanded = 0u64;
     for (mut name, spec_index) in flat.tensors {
         let spec = &rebuilder.specs[spec_index];
+        // Views larger than their storage are materialized by whoever reads
+        // them: count every name's, against the total budget.
+        let elem = spec.dtype.element_size();
+        let nbytes = tensorfile::dtype::numel(&spec.shape).and_then(|n| n.checked_mul(elem));
+        let storage_nbytes = rebuilder.storages[spec.storage].nbytes;
+        if let Some(nbytes) = nbytes.filter(|&n| n > storage_nbytes) {
+            let total = expanded.checked_add(nbytes);
+            match total {
+                Some(t) if t <= options.max_expanded_total_bytes => expanded = t,
+                _ => {
+                    return Err(Error::Budget {
+                        budget: "max_expanded_total_bytes",
+                        limit: options.max_expanded_total_bytes,
+                        needed: total.unwrap_or(u64::MAX),
+                        context: format!(
+                            "expanded views (larger than their storage) in all, at tensor {name:?}"
+                        ),
+                    })
+                }
+            }
+        }
         if name.is_empty() {
             if let Some(n) = &options.name {
                 name = n.clone();

@@ -3,9 +3,12 @@
 //! Tensors go from the input to their places in the output file, written by
 //! two threads at once (each takes the next tensor in file order): stored
 //! tensors are read in 4 MiB pieces, contiguous views are written straight
-//! from the memory map, and other views are gathered into a buffer per
-//! tensor. Peak memory is about twice the largest tensor that needs
-//! re-ordering (one per thread), not the model. A refused or failed
+//! from the memory map, and other views are gathered about 4 MiB at a time
+//! ([`TorchTensor::for_each_piece`]), so peak memory is a few pieces per
+//! thread, not the largest tensor. A deflated storage is
+//! inflated once for all its tensors (only the spans they view, see
+//! [`LoadOptions::max_inflated_bytes`]) and released after the last of them
+//! is written. A refused or failed
 //! conversion leaves no output file (the writer saves to a temporary file and
 //! renames it at the end).
 
@@ -143,6 +146,15 @@ pub fn convert_checkpoint(
             .map_err(tensorfile_core::Error::from)?;
         let next = AtomicUsize::new(0);
         let stop = AtomicBool::new(false);
+        // Tensors left to write per storage: a deflated storage's inflated
+        // bytes are released after its last one.
+        let mut left: HashMap<usize, AtomicUsize> = HashMap::new();
+        for (t, _) in &order {
+            left.entry(t.storage_index())
+                .or_insert_with(|| AtomicUsize::new(0))
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        let left = &left;
         let (done, finished) = std::sync::mpsc::channel::<std::result::Result<usize, Failed>>();
         std::thread::scope(|scope| {
             for _ in 0..WORKERS {
@@ -160,6 +172,13 @@ pub fn convert_checkpoint(
                         }
                         let cast = (target != t.dtype()).then_some((target, options.cast));
                         let written = write_tensor(w, i, t, cast, &mut buf);
+                        let storage = t.storage_index();
+                        if left
+                            .get(&storage)
+                            .is_some_and(|n| n.fetch_sub(1, Ordering::AcqRel) == 1)
+                        {
+                            ckpt.release_storage(storage);
+                        }
                         if written.is_err() {
                             stop.store(true, Ordering::Relaxed);
                         }
@@ -233,11 +252,24 @@ enum Failed {
     Write(tensorfile::Error),
 }
 
+/// Why writing one piece of a tensor stopped.
+enum PieceError {
+    Load(Error),
+    Write(tensorfile::Error),
+}
+
+impl From<Error> for PieceError {
+    fn from(e: Error) -> PieceError {
+        PieceError::Load(e)
+    }
+}
+
 /// Writes tensor `t`, the `index`-th in file order, at its place: stored
 /// tensors are read in pieces into `buf` (plain reads are faster than
 /// faulting in the memory map page by page); other views are taken from
-/// the map or gathered into memory, one tensor at a time. With `cast`, the
-/// bytes are cast in chunks on the way.
+/// the map, or gathered (re-ordered, expanded, inflated, byte-swapped) a
+/// piece at a time, so that no tensor is ever held whole. With `cast`, the
+/// bytes are cast piece by piece on the way.
 fn write_tensor(
     w: &PositionalWriter<'_>,
     index: usize,
@@ -247,18 +279,23 @@ fn write_tensor(
 ) -> std::result::Result<(), Failed> {
     use std::io::Read;
     let load = |e: Error| Failed::Load(t.name().to_string(), Box::new(e));
+    let failed = |e: PieceError| match e {
+        PieceError::Load(e) => load(e),
+        PieceError::Write(e) => Failed::Write(e),
+    };
     if let Some((target, opts)) = cast {
-        let bytes = t.bytes().map_err(load)?;
         let mut caster =
             TensorCast::new(t.name(), t.dtype(), t.shape(), target, opts).map_err(Failed::Write)?;
         let mut offset = 0u64;
-        for chunk in bytes.chunks(PIECE) {
+        t.for_each_piece(PIECE, |piece| {
             buf.clear();
-            caster.push(chunk, buf).map_err(Failed::Write)?;
+            caster.push(piece, buf).map_err(PieceError::Write)?;
             w.write(index, offset, buf)
-                .map_err(|e| Failed::Write(e.into()))?;
+                .map_err(|e| PieceError::Write(e.into()))?;
             offset += buf.len() as u64;
-        }
+            Ok(())
+        })
+        .map_err(failed)?;
         return caster.finish().map_err(Failed::Write);
     }
     match t.reader().map_err(load)? {
@@ -282,9 +319,14 @@ fn write_tensor(
             }
         }
         None => {
-            let bytes = t.bytes().map_err(load)?;
-            w.write(index, 0, &bytes)
-                .map_err(|e| Failed::Write(e.into()))
+            let mut offset = 0u64;
+            t.for_each_piece(PIECE, |piece| {
+                w.write(index, offset, piece)
+                    .map_err(|e| PieceError::Write(e.into()))?;
+                offset += piece.len() as u64;
+                Ok(())
+            })
+            .map_err(failed)
         }
     }
 }

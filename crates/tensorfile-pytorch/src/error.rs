@@ -85,6 +85,20 @@ pub enum Error {
     /// too deep, too many paths, unsupported keys, `--key` not found).
     #[error("{0}")]
     Structure(String),
+    /// A budget that bounds what loading or converting may hold, gather or
+    /// write was exceeded: `budget` names the option
+    /// ([`crate::LoadOptions`] or [`crate::WalkLimits`] field) to raise.
+    #[error("{context}: {needed} B needed, over the budget {budget} = {limit} B")]
+    Budget {
+        /// The option that sets the budget, such as `max_expanded_total_bytes`.
+        budget: &'static str,
+        /// Its value, in bytes.
+        limit: u64,
+        /// The bytes counted when it was exceeded (saturating at 2^64 - 1).
+        needed: u64,
+        /// What was being counted: the tensor, the storage, the values.
+        context: String,
+    },
     /// Tensors share storage and the sharing policy refuses it.
     #[error("{0}")]
     Shared(String),

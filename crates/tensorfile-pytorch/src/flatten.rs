@@ -4,8 +4,10 @@
 //! joined with `.`; the root itself is named `""`. The walk is iterative
 //! (no recursion over untrusted depth), bounded in depth (which also stops
 //! cycles), in the number of paths visited (which stops exponential graphs
-//! built through the memo) and in the bytes of the paths it builds (a key
-//! shared through the memo can be long and reached many times).
+//! built through the memo), in the bytes of the paths it builds (a key
+//! shared through the memo can be long and reached many times) and in the
+//! bytes of the entries it keeps (a long string or shape shared through the
+//! memo is copied into each entry that reaches it).
 
 use crate::error::{Error, Result};
 use crate::globals::Global;
@@ -23,7 +25,19 @@ pub struct WalkLimits {
     pub max_name_len: usize,
     /// Most bytes of names built in all, over the whole walk.
     pub max_name_bytes: usize,
+    /// Most bytes of the entries the walk keeps, names aside: each tensor
+    /// and each non-tensor value counts [`ENTRY_BYTES`], plus 16 bytes per
+    /// dimension of a tensor (its shape and strides) or the length of a
+    /// value's text. Counted before each entry is made; exceeding it is
+    /// [`Error::Budget`] naming `max_entry_bytes`. 256 MiB by default
+    /// (a million tensors of four dimensions take about 190 MiB).
+    pub max_entry_bytes: usize,
 }
+
+/// What one tensor or value entry counts against
+/// [`WalkLimits::max_entry_bytes`] besides its dimensions or text: about
+/// what its records take in memory.
+pub const ENTRY_BYTES: usize = 128;
 
 impl Default for WalkLimits {
     fn default() -> WalkLimits {
@@ -32,6 +46,7 @@ impl Default for WalkLimits {
             max_visits: 10_000_000,
             max_name_len: 64 * 1024,
             max_name_bytes: 256 << 20,
+            max_entry_bytes: 256 << 20,
         }
     }
 }
@@ -57,6 +72,26 @@ pub(crate) fn flatten(
     let mut stack: Vec<(Value, String, usize)> = vec![(pickle.root(), String::new(), 0)];
     let mut visits = 0usize;
     let mut name_bytes = 0usize;
+    let mut entry_bytes = 0usize;
+    // Counts one entry of `bytes` against the budget, before it is made.
+    let mut keep = |bytes: usize, path: &str| -> Result<()> {
+        let needed = bytes
+            .saturating_add(ENTRY_BYTES)
+            .saturating_add(entry_bytes);
+        if needed > limits.max_entry_bytes {
+            return Err(Error::Budget {
+                budget: "max_entry_bytes",
+                limit: limits.max_entry_bytes as u64,
+                needed: needed as u64,
+                context: format!(
+                    "the tensors and values kept, at {:?} (a long value or shape reached many times through shared references?)",
+                    truncate(path)
+                ),
+            });
+        }
+        entry_bytes = needed;
+        Ok(())
+    };
     let mut matched = key.is_none();
     while let Some((value, path, depth)) = stack.pop() {
         visits += 1;
@@ -136,6 +171,8 @@ pub(crate) fn flatten(
             Some((id, Object::Call { func, .. })) if Rebuilder::is_rebuild(*func) => {
                 if inside {
                     let spec = rebuilder.tensor(id, &path)?;
+                    let dims = rebuilder.specs.get(spec).map_or(0, |s| s.shape.len());
+                    keep(dims.saturating_mul(16), &path)?;
                     flat.tensors.push((path, spec));
                 }
             }
@@ -147,8 +184,11 @@ pub(crate) fn flatten(
             }
             _ => {
                 if inside {
-                    if let Some(text) = render(pickle, value) {
-                        flat.values.push((path, text));
+                    if let Some(len) = rendered_len(pickle, value) {
+                        keep(len, &path)?;
+                        if let Some(text) = render(pickle, value) {
+                            flat.values.push((path, text));
+                        }
                     }
                 }
             }
@@ -197,6 +237,46 @@ fn key_name(pickle: &Pickle, k: Value) -> Result<String, String> {
     }
 }
 
+/// The length of [`render`]'s text, computed without making it (so that
+/// it is counted before it is allocated), or `None` when there is none.
+fn rendered_len(pickle: &Pickle, v: Value) -> Option<usize> {
+    Some(match v {
+        // Numbers, booleans and None are short: count their longest text.
+        Value::None | Value::Bool(_) | Value::Int(_) | Value::Float(_) => 32,
+        Value::Ref(id) => match pickle.get(id)? {
+            Object::Str(s) => s.len(),
+            Object::BigInt(b) => 2 + 2 * b.len(),
+            Object::Global(Global::Dtype(_)) => 32,
+            Object::Call { .. } => match pickle.call(v)? {
+                (Global::Size, args) => {
+                    let dims = size_dims(pickle, args);
+                    let digits: usize = dims
+                        .iter()
+                        .map(|d| match d {
+                            Value::Int(i) => i.to_string().len(),
+                            _ => 1,
+                        })
+                        .sum();
+                    "torch.Size([])".len() + digits + 2 * dims.len().saturating_sub(1)
+                }
+                (Global::Device, args) => {
+                    let dev = args.first().and_then(|a| pickle.as_str(*a)).unwrap_or("?");
+                    "device(type='')".len() + dev.len()
+                }
+                _ => return None,
+            },
+            _ => return None,
+        },
+    })
+}
+
+/// The dimensions of `torch.Size(args)`.
+fn size_dims<'p>(pickle: &'p Pickle, args: &'p [Value]) -> &'p [Value] {
+    args.first()
+        .and_then(|a| pickle.as_seq(*a))
+        .unwrap_or_default()
+}
+
 /// A non-tensor leaf as text (`--keep-values`), or `None` for values that
 /// have no useful text form.
 fn render(pickle: &Pickle, v: Value) -> Option<String> {
@@ -212,31 +292,27 @@ fn render(pickle: &Pickle, v: Value) -> Option<String> {
                 format!("0x{hex}")
             }
             Object::Global(Global::Dtype(d)) => format!("torch.{}", d.torch_name()),
-            Object::Call {
-                func: Global::Size,
-                args,
-                ..
-            } => {
-                let dims: Vec<String> = args
-                    .first()
-                    .and_then(|a| pickle.as_seq(*a))
-                    .unwrap_or_default()
-                    .iter()
-                    .map(|d| match d {
-                        Value::Int(i) => i.to_string(),
-                        _ => "?".into(),
-                    })
-                    .collect();
-                format!("torch.Size([{}])", dims.join(", "))
-            }
-            Object::Call {
-                func: Global::Device,
-                args,
-                ..
-            } => {
-                let dev = args.first().and_then(|a| pickle.as_str(*a)).unwrap_or("?");
-                format!("device(type='{dev}')")
-            }
+            Object::Call { .. } => match pickle.call(v)? {
+                (Global::Size, args) => {
+                    let mut text = String::from("torch.Size([");
+                    for (i, d) in size_dims(pickle, args).iter().enumerate() {
+                        if i > 0 {
+                            text.push_str(", ");
+                        }
+                        match d {
+                            Value::Int(n) => text.push_str(&n.to_string()),
+                            _ => text.push('?'),
+                        }
+                    }
+                    text.push_str("])");
+                    text
+                }
+                (Global::Device, args) => {
+                    let dev = args.first().and_then(|a| pickle.as_str(*a)).unwrap_or("?");
+                    format!("device(type='{dev}')")
+                }
+                _ => return None,
+            },
             _ => return None,
         },
     })
@@ -285,5 +361,50 @@ mod tests {
         let flat = walk(&shared_key_pickle(8, 100)).unwrap();
         assert_eq!(flat.values.len(), 1);
         assert_eq!(flat.values[0].0.len(), 100 * 9 - 1);
+    }
+
+    /// `[S, S, ... S]`: one string of `len` bytes referenced `count` times.
+    fn shared_value_pickle(len: usize, count: usize) -> Vec<u8> {
+        let mut p = vec![0x80, 2, b']', b'(', b'X'];
+        p.extend_from_slice(&(len as u32).to_le_bytes());
+        p.extend(std::iter::repeat(b'v').take(len));
+        p.extend_from_slice(&[b'q', 0]);
+        for _ in 1..count {
+            p.extend_from_slice(&[b'h', 0]);
+        }
+        p.extend_from_slice(b"e.");
+        p
+    }
+
+    #[test]
+    fn values_shared_through_the_memo_are_counted_per_entry() {
+        let (pickle, _) = Pickle::parse(&shared_value_pickle(1 << 20, 100), &Limits::default())
+            .expect("the test pickle parses");
+        let mut rebuilder = Rebuilder::new(&pickle, 1 << 30);
+        // Ten entries of 1 MiB + ENTRY_BYTES fit exactly; the eleventh does not.
+        let limits = WalkLimits {
+            max_entry_bytes: 10 * ((1 << 20) + ENTRY_BYTES),
+            ..WalkLimits::default()
+        };
+        let err = flatten(&pickle, &mut rebuilder, None, &limits).unwrap_err();
+        match err {
+            Error::Budget {
+                budget,
+                limit,
+                needed,
+                ..
+            } => {
+                assert_eq!(budget, "max_entry_bytes");
+                assert_eq!(limit, limits.max_entry_bytes as u64);
+                assert_eq!(needed, 11 * ((1 << 20) + ENTRY_BYTES) as u64);
+            }
+            other => panic!("{other}"),
+        }
+        // Ten references are exactly at the budget: kept.
+        let (pickle, _) = Pickle::parse(&shared_value_pickle(1 << 20, 10), &Limits::default())
+            .expect("the test pickle parses");
+        let mut rebuilder = Rebuilder::new(&pickle, 1 << 30);
+        let flat = flatten(&pickle, &mut rebuilder, None, &limits).unwrap();
+        assert_eq!(flat.values.len(), 10);
     }
 }

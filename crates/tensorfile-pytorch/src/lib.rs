@@ -41,10 +41,10 @@ pub mod view;
 pub mod zip;
 
 pub use checkpoint::{
-    file_looks_like_pytorch, looks_like_pytorch, Checkpoint, Format, LoadOptions, StoredReader,
-    TorchTensor, ViewKey,
+    file_looks_like_pytorch, looks_like_pytorch, Checkpoint, Format, InflateStats, LoadOptions,
+    StoredReader, TensorData, TorchTensor, ViewKey,
 };
 pub use convert::{convert, ConvertOptions};
 pub use error::{Error, Result};
-pub use flatten::WalkLimits;
+pub use flatten::{WalkLimits, ENTRY_BYTES};
 pub use sharing::SharedPolicy;

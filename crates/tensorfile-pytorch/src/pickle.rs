@@ -8,11 +8,17 @@
 //! Containers live in an arena ([`Pickle::objects`]) and values refer to them
 //! by [`ObjId`], so the memo holds references, not copies: an object stored
 //! once and fetched twice is one object, exponential memo graphs cost
-//! nothing to build, and dropping the arena is not recursive. Limits on the
-//! input size, object count, nesting depth, stack, memo and string lengths
-//! turn hostile pickles into errors in bounded time and memory.
+//! nothing to build, and dropping the arena is not recursive. Every use of
+//! an object shares it: a call records a reference to its argument tuple,
+//! never a copy, so a large memoized tuple passed to a thousand calls is
+//! held once.
+//!
+//! Limits on the input size, object count, nesting depth, stack, memo and
+//! string lengths, and one byte budget over everything the interpreter holds
+//! ([`Limits::max_bytes`], counted as it grows and checked before each
+//! allocation), turn hostile pickles into errors in bounded time and memory.
 
-use std::collections::HashMap;
+use std::mem::size_of;
 
 use crate::globals::Global;
 
@@ -54,13 +60,15 @@ pub enum Object {
     Set(Vec<Value>),
     /// An allow-listed global itself (a function, class or dtype object).
     Global(Global),
-    /// `REDUCE` or `NEWOBJ` of an allow-listed global: a record of the call,
-    /// never performed. `state` is set by a later `BUILD`.
+    /// `REDUCE`, `NEWOBJ` or `NEWOBJ_EX` of an allow-listed global: a
+    /// record of the call, never performed. `state` is set by a later
+    /// `BUILD`.
     Call {
         /// What would have been called.
         func: Global,
-        /// The arguments.
-        args: Vec<Value>,
+        /// The argument tuple: the id of an [`Object::Tuple`], shared with
+        /// every other use of that tuple (see [`Pickle::call`]).
+        args: ObjId,
         /// The state a `BUILD` gave the result, if any.
         state: Option<Value>,
     },
@@ -83,6 +91,17 @@ pub struct Limits {
     pub max_memo: usize,
     /// Longest string, byte string or integer, in bytes.
     pub max_string: usize,
+    /// Most bytes the interpreter may hold at once: the arena's objects and
+    /// what they own (strings, byte strings, big integers, every
+    /// container's slots), the stack, the marks and the memo. Counted by
+    /// capacity as each of them grows and checked before the allocation is
+    /// made, so that a small pickle cannot make the process allocate more;
+    /// exceeding it is [`PickleErrorKind::Budget`] naming `max_bytes`.
+    ///
+    /// 256 MiB by default: a state dict costs about 1 KiB per tensor here,
+    /// so checkpoints of a few hundred thousand tensors fit, while the
+    /// worst case stays well under 1 GiB of memory.
+    pub max_bytes: usize,
 }
 
 impl Default for Limits {
@@ -94,6 +113,7 @@ impl Default for Limits {
             max_stack: 10_000_000,
             max_memo: 20_000_000,
             max_string: 64 << 20,
+            max_bytes: 256 << 20,
         }
     }
 }
@@ -168,9 +188,31 @@ pub enum PickleErrorKind {
         /// Its value.
         limit: u64,
     },
+    /// The byte budget of [`Limits`] would be exceeded by the allocation
+    /// this opcode needs.
+    #[error("the interpreter would hold {needed} B, over its budget {budget} = {limit} B")]
+    Budget {
+        /// The budget's name: the field of [`Limits`] (`max_bytes`).
+        budget: &'static str,
+        /// Its value, in bytes.
+        limit: u64,
+        /// The bytes held had the allocation been made.
+        needed: u64,
+    },
+    /// The system could not allocate memory within the budget.
+    #[error("cannot allocate {0} bytes")]
+    OutOfMemory(u64),
     /// `STOP` with a stack that does not hold exactly one value.
     #[error("STOP with {0} values on the stack (expected 1)")]
     BadStop(usize),
+    /// `STOP` while a `MARK` is still open (a MARK with no opcode to close it).
+    #[error("STOP with {marks} MARK(s) still open ({values} values on the stack)")]
+    OpenMark {
+        /// How many MARKs are open.
+        marks: usize,
+        /// How many values are on the stack, the marked ones included.
+        values: usize,
+    },
 }
 
 /// A parsed pickle: the arena and the root value.
@@ -178,6 +220,8 @@ pub enum PickleErrorKind {
 pub struct Pickle {
     objects: Vec<Object>,
     root: Value,
+    /// The bytes the interpreter held when it stopped.
+    held: usize,
 }
 
 impl Pickle {
@@ -231,6 +275,23 @@ impl Pickle {
         }
     }
 
+    /// The function and the arguments of a recorded call, if `v` is one.
+    pub fn call(&self, v: Value) -> Option<(Global, &[Value])> {
+        match self.deref(v) {
+            Some(Object::Call { func, args, .. }) => {
+                Some((*func, self.as_seq(Value::Ref(*args)).unwrap_or_default()))
+            }
+            _ => None,
+        }
+    }
+
+    /// The bytes the interpreter held when the pickle stopped, as counted
+    /// against [`Limits::max_bytes`] (the arena, and the stack and memo it
+    /// dropped at the end).
+    pub fn bytes_held(&self) -> usize {
+        self.held
+    }
+
     /// A short description of a value's kind, for error messages.
     pub fn kind(&self, v: Value) -> String {
         kind_of(&self.objects, v)
@@ -244,18 +305,68 @@ struct Slot {
     depth: u32,
 }
 
+/// The bytes the interpreter holds, against [`Limits::max_bytes`].
+struct Budget {
+    used: usize,
+    limit: usize,
+}
+
+impl Budget {
+    /// Counts `bytes` more, or refuses if that passes the limit.
+    fn charge(&mut self, bytes: usize) -> Result<(), PickleErrorKind> {
+        match self.used.checked_add(bytes) {
+            Some(n) if n <= self.limit => {
+                self.used = n;
+                Ok(())
+            }
+            n => Err(PickleErrorKind::Budget {
+                budget: "max_bytes",
+                limit: self.limit as u64,
+                needed: n.map_or(u64::MAX, |n| n as u64),
+            }),
+        }
+    }
+
+    /// Makes room in `v` for `additional` more items: the growth of its
+    /// capacity is charged before it is allocated (doubling, as `Vec` does,
+    /// so that repeated pushes stay linear).
+    fn reserve<T>(&mut self, v: &mut Vec<T>, additional: usize) -> Result<(), PickleErrorKind> {
+        let len = v.len();
+        let cap = v.capacity();
+        let need = len.saturating_add(additional);
+        if need <= cap {
+            return Ok(());
+        }
+        let target = need.max(cap.saturating_mul(2)).max(4);
+        let elem = size_of::<T>();
+        self.charge((target - cap).saturating_mul(elem))?;
+        v.try_reserve_exact(target - len)
+            .map_err(|_| PickleErrorKind::OutOfMemory(target.saturating_mul(elem) as u64))?;
+        // The allocator may give more than asked for: count all of it.
+        let extra = v.capacity().saturating_sub(target).saturating_mul(elem);
+        self.used = self.used.saturating_add(extra);
+        Ok(())
+    }
+}
+
 struct Machine<'a> {
     data: &'a [u8],
     pos: usize,
     /// Where the current opcode began, for errors.
     at: usize,
     limits: &'a Limits,
+    budget: Budget,
     objects: Vec<Object>,
     /// Nesting depth of each object, parallel to `objects`.
     depths: Vec<u32>,
     stack: Vec<Slot>,
     marks: Vec<usize>,
-    memo: HashMap<u64, Slot>,
+    /// The memo, by id: pickles number their memo entries from 0 up, so a
+    /// vector indexed by id holds them densely (a sparse id is paid for in
+    /// full, against the budget).
+    memo: Vec<Option<Slot>>,
+    /// How many memo ids are set (the id `MEMOIZE` uses next).
+    memo_count: usize,
 }
 
 type R<T> = Result<T, PickleError>;
@@ -267,11 +378,16 @@ impl<'a> Machine<'a> {
             pos: 0,
             at: 0,
             limits,
+            budget: Budget {
+                used: 0,
+                limit: limits.max_bytes,
+            },
             objects: Vec::new(),
             depths: Vec::new(),
             stack: Vec::new(),
             marks: Vec::new(),
-            memo: HashMap::new(),
+            memo: Vec::new(),
+            memo_count: 0,
         }
     }
 
@@ -280,6 +396,14 @@ impl<'a> Machine<'a> {
             offset: self.at,
             kind,
         })
+    }
+
+    /// A budget failure, at the current opcode.
+    fn fail(&self, kind: PickleErrorKind) -> PickleError {
+        PickleError {
+            offset: self.at,
+            kind,
+        }
     }
 
     fn take(&mut self, n: u64, opcode: &'static str) -> R<&'a [u8]> {
@@ -342,6 +466,21 @@ impl<'a> Machine<'a> {
         std::str::from_utf8(&rest[..n]).or_else(|_| self.err(PickleErrorKind::Utf8(op)))
     }
 
+    /// A new vector holding `items`, its bytes charged first.
+    fn vec_of<T>(&mut self, items: impl ExactSizeIterator<Item = T>) -> R<Vec<T>> {
+        let mut v = Vec::new();
+        self.budget
+            .reserve(&mut v, items.len())
+            .map_err(|k| self.fail(k))?;
+        v.extend(items);
+        Ok(v)
+    }
+
+    /// An owned copy of `bytes`, charged first.
+    fn owned_bytes(&mut self, bytes: &[u8]) -> R<Vec<u8>> {
+        self.vec_of(bytes.iter().copied())
+    }
+
     fn alloc(&mut self, obj: Object, depth: u32) -> R<Slot> {
         if self.objects.len() >= self.limits.max_objects {
             return self.err(PickleErrorKind::Limit {
@@ -355,12 +494,22 @@ impl<'a> Machine<'a> {
                 limit: u64::from(self.limits.max_depth),
             });
         }
+        let at = self.at;
+        let fail = |kind| PickleError { offset: at, kind };
+        self.budget.reserve(&mut self.objects, 1).map_err(fail)?;
+        self.budget.reserve(&mut self.depths, 1).map_err(fail)?;
         self.objects.push(obj);
         self.depths.push(depth);
         Ok(Slot {
             value: Value::Ref((self.objects.len() - 1) as ObjId),
             depth,
         })
+    }
+
+    /// Allocates `obj` and pushes it.
+    fn alloc_push(&mut self, obj: Object, depth: u32) -> R<()> {
+        let slot = self.alloc(obj, depth)?;
+        self.push(slot)
     }
 
     fn push(&mut self, slot: Slot) -> R<()> {
@@ -370,6 +519,10 @@ impl<'a> Machine<'a> {
                 limit: self.limits.max_stack as u64,
             });
         }
+        let at = self.at;
+        self.budget
+            .reserve(&mut self.stack, 1)
+            .map_err(|kind| PickleError { offset: at, kind })?;
         self.stack.push(slot);
         Ok(())
     }
@@ -378,73 +531,113 @@ impl<'a> Machine<'a> {
         self.push(Slot { value, depth: 0 })
     }
 
-    fn pop(&mut self, op: &'static str) -> R<Slot> {
-        // Values above the innermost mark belong to it: popping below the
-        // mark would corrupt it.
-        let floor = self.marks.last().copied().unwrap_or(0);
-        if self.stack.len() <= floor {
-            return self.err(PickleErrorKind::StackUnderflow(op));
+    /// The stack length below which the innermost mark's values end.
+    fn floor(&self) -> usize {
+        self.marks.last().copied().unwrap_or(0)
+    }
+
+    /// Checks that `n` values lie above the innermost mark; returns where
+    /// they begin. Popping below the mark would corrupt it.
+    fn above(&self, n: usize, op: &'static str) -> R<usize> {
+        match self.stack.len().checked_sub(n) {
+            Some(from) if from >= self.floor() => Ok(from),
+            _ => self.err(PickleErrorKind::StackUnderflow(op)),
         }
-        self.stack
-            .pop()
-            .map_or_else(|| self.err(PickleErrorKind::StackUnderflow(op)), Ok)
+    }
+
+    fn pop(&mut self, op: &'static str) -> R<Slot> {
+        let from = self.above(1, op)?;
+        let slot = self.stack[from];
+        self.stack.truncate(from);
+        Ok(slot)
     }
 
     fn top(&self, op: &'static str) -> R<Slot> {
-        let floor = self.marks.last().copied().unwrap_or(0);
-        if self.stack.len() <= floor {
-            return self.err(PickleErrorKind::StackUnderflow(op));
-        }
-        self.stack
-            .last()
-            .copied()
-            .map_or_else(|| self.err(PickleErrorKind::StackUnderflow(op)), Ok)
+        let from = self.above(1, op)?;
+        Ok(self.stack[from])
     }
 
-    /// Pops everything above the innermost mark, and the mark.
-    fn pop_mark(&mut self, op: &'static str) -> R<Vec<Slot>> {
-        let Some(mark) = self.marks.pop() else {
-            return self.err(PickleErrorKind::NoMark(op));
-        };
-        Ok(self.stack.split_off(mark))
+    /// Closes the innermost mark: returns where its values begin (they
+    /// stay on the stack for the caller to take).
+    fn close_mark(&mut self, op: &'static str) -> R<usize> {
+        match self.marks.pop() {
+            Some(mark) => Ok(mark),
+            None => self.err(PickleErrorKind::NoMark(op)),
+        }
+    }
+
+    /// The value just below stack position `from` (the container that the
+    /// values from `from` on are added to), which must lie above the
+    /// innermost mark.
+    fn below(&self, from: usize, op: &'static str) -> R<Slot> {
+        if from <= self.floor() {
+            return self.err(PickleErrorKind::StackUnderflow(op));
+        }
+        Ok(self.stack[from - 1])
     }
 
     fn depth_of(items: &[Slot]) -> u32 {
         items.iter().map(|s| s.depth).max().unwrap_or(0) + 1
     }
 
-    fn tuple(&mut self, items: Vec<Slot>) -> R<()> {
-        let depth = Self::depth_of(&items);
-        let slot = self.alloc(
-            Object::Tuple(items.iter().map(|s| s.value).collect()),
-            depth,
-        )?;
-        self.push(slot)
+    /// The values from stack position `from` on, as a new vector, with
+    /// their container's depth; they are taken off the stack.
+    fn take_values(&mut self, from: usize) -> R<(Vec<Value>, u32)> {
+        let depth = Self::depth_of(&self.stack[from..]);
+        let mut v = Vec::new();
+        self.budget
+            .reserve(&mut v, self.stack.len() - from)
+            .map_err(|k| self.fail(k))?;
+        v.extend(self.stack[from..].iter().map(|s| s.value));
+        self.stack.truncate(from);
+        Ok((v, depth))
     }
 
-    fn memo_put(&mut self, id: u64) -> R<()> {
-        let top = self.top("PUT")?;
-        if self.memo.len() >= self.limits.max_memo && !self.memo.contains_key(&id) {
-            return self.err(PickleErrorKind::Limit {
-                what: "memo size",
-                limit: self.limits.max_memo as u64,
-            });
+    /// Makes a tuple of the values from stack position `from` on.
+    fn tuple(&mut self, from: usize) -> R<()> {
+        let (items, depth) = self.take_values(from)?;
+        self.alloc_push(Object::Tuple(items), depth)
+    }
+
+    fn memo_put(&mut self, id: u64, op: &'static str) -> R<()> {
+        let top = self.top(op)?;
+        let index = match usize::try_from(id) {
+            Ok(i) if i < self.limits.max_memo => i,
+            _ => {
+                return self.err(PickleErrorKind::Limit {
+                    what: "memo id",
+                    limit: self.limits.max_memo as u64,
+                })
+            }
+        };
+        if index >= self.memo.len() {
+            let at = self.at;
+            let more = index + 1 - self.memo.len();
+            self.budget
+                .reserve(&mut self.memo, more)
+                .map_err(|kind| PickleError { offset: at, kind })?;
+            self.memo.resize(index + 1, None);
         }
-        self.memo.insert(id, top);
+        if self.memo[index].replace(top).is_none() {
+            self.memo_count += 1;
+        }
         Ok(())
     }
 
     fn memo_get(&mut self, id: u64) -> R<()> {
-        match self.memo.get(&id).copied() {
+        let slot = usize::try_from(id)
+            .ok()
+            .and_then(|i| self.memo.get(i).copied().flatten());
+        match slot {
             Some(slot) => self.push(slot),
             None => self.err(PickleErrorKind::MissingMemo(id)),
         }
     }
 
     fn string(&mut self, bytes: &[u8], op: &'static str) -> R<()> {
-        let s = std::str::from_utf8(bytes).or_else(|_| self.err(PickleErrorKind::Utf8(op)))?;
-        let slot = self.alloc(Object::Str(s.to_owned()), 0)?;
-        self.push(slot)
+        let owned = self.owned_bytes(bytes)?;
+        let s = String::from_utf8(owned).or_else(|_| self.err(PickleErrorKind::Utf8(op)))?;
+        self.alloc_push(Object::Str(s), 0)
     }
 
     fn int_from_le(&mut self, bytes: &[u8]) -> R<()> {
@@ -461,12 +654,11 @@ impl<'a> Machine<'a> {
             }
             self.push_value(Value::Int(v))
         } else {
-            let slot = self.alloc(Object::BigInt(bytes.to_vec()), 0)?;
-            self.push(slot)
+            let owned = self.owned_bytes(bytes)?;
+            self.alloc_push(Object::BigInt(owned), 0)
         }
     }
 
-    /// The object a slot refers to, mutably, with its id.
     /// The object a value refers to, if it is a reference.
     fn obj(&self, v: Value) -> Option<&Object> {
         match v {
@@ -475,20 +667,15 @@ impl<'a> Machine<'a> {
         }
     }
 
-    fn obj_mut(&mut self, v: Value) -> Option<(ObjId, &mut Object)> {
-        match v {
-            Value::Ref(id) => self.objects.get_mut(id as usize).map(|o| (id, o)),
-            _ => None,
-        }
-    }
-
     fn describe(&self, v: Value) -> String {
         kind_of(&self.objects, v)
     }
 
-    /// Appends `items` to the list or set `target`, raising its depth.
-    fn extend(&mut self, target: Slot, items: Vec<Slot>, op: &'static str) -> R<()> {
-        let depth = Self::depth_of(&items).max(target.depth);
+    /// Appends the values from stack position `from` on to the list or set
+    /// just below them, raising its depth; they are taken off the stack.
+    fn extend(&mut self, from: usize, op: &'static str) -> R<()> {
+        let target = self.below(from, op)?;
+        let depth = Self::depth_of(&self.stack[from..]).max(target.depth);
         if depth > self.limits.max_depth {
             return self.err(PickleErrorKind::Limit {
                 what: "nesting depth",
@@ -496,10 +683,19 @@ impl<'a> Machine<'a> {
             });
         }
         let found = self.describe(target.value);
-        match self.obj_mut(target.value) {
-            Some((id, Object::List(v) | Object::Set(v))) => {
-                v.extend(items.iter().map(|s| s.value));
-                self.depths[id as usize] = self.depths[id as usize].max(depth);
+        let at = self.at;
+        let id = match target.value {
+            Value::Ref(id) => id as usize,
+            _ => usize::MAX,
+        };
+        match self.objects.get_mut(id) {
+            Some(Object::List(v) | Object::Set(v)) => {
+                self.budget
+                    .reserve(v, self.stack.len() - from)
+                    .map_err(|kind| PickleError { offset: at, kind })?;
+                v.extend(self.stack[from..].iter().map(|s| s.value));
+                self.depths[id] = self.depths[id].max(depth);
+                self.stack.truncate(from);
                 Ok(())
             }
             _ => self.err(PickleErrorKind::WrongType {
@@ -510,15 +706,18 @@ impl<'a> Machine<'a> {
         }
     }
 
-    fn set_items(&mut self, target: Slot, items: Vec<Slot>, op: &'static str) -> R<()> {
-        if items.len() % 2 != 0 {
+    /// Adds the key-value pairs from stack position `from` on to the dict
+    /// `target` (just below them, or a new one); they are taken off the stack.
+    fn set_items(&mut self, target: Slot, from: usize, op: &'static str) -> R<()> {
+        let n = self.stack.len() - from;
+        if n % 2 != 0 {
             return self.err(PickleErrorKind::WrongType {
                 opcode: op,
                 expected: "key-value pairs",
-                found: format!("{} values", items.len()),
+                found: format!("{n} values"),
             });
         }
-        let depth = Self::depth_of(&items).max(target.depth);
+        let depth = Self::depth_of(&self.stack[from..]).max(target.depth);
         if depth > self.limits.max_depth {
             return self.err(PickleErrorKind::Limit {
                 what: "nesting depth",
@@ -526,10 +725,23 @@ impl<'a> Machine<'a> {
             });
         }
         let found = self.describe(target.value);
-        match self.obj_mut(target.value) {
-            Some((id, Object::Dict(d))) => {
-                d.extend(items.chunks_exact(2).map(|kv| (kv[0].value, kv[1].value)));
-                self.depths[id as usize] = self.depths[id as usize].max(depth);
+        let at = self.at;
+        let id = match target.value {
+            Value::Ref(id) => id as usize,
+            _ => usize::MAX,
+        };
+        match self.objects.get_mut(id) {
+            Some(Object::Dict(d)) => {
+                self.budget
+                    .reserve(d, n / 2)
+                    .map_err(|kind| PickleError { offset: at, kind })?;
+                d.extend(
+                    self.stack[from..]
+                        .chunks_exact(2)
+                        .map(|kv| (kv[0].value, kv[1].value)),
+                );
+                self.depths[id] = self.depths[id].max(depth);
+                self.stack.truncate(from);
                 Ok(())
             }
             _ => self.err(PickleErrorKind::WrongType {
@@ -542,20 +754,52 @@ impl<'a> Machine<'a> {
 
     fn global(&mut self, module: &str, name: &str) -> R<()> {
         match Global::resolve(module, name) {
-            Ok(g) => {
-                let slot = self.alloc(Object::Global(g), 0)?;
-                self.push(slot)
-            }
+            Ok(g) => self.alloc_push(Object::Global(g), 0),
             Err(hint) => self.err(PickleErrorKind::ForbiddenGlobal {
-                module: module.to_string(),
-                name: name.to_string(),
+                module: truncate(module).to_string(),
+                name: truncate(name).to_string(),
                 hint,
             }),
         }
     }
 
-    /// `REDUCE` / `NEWOBJ`: records the call of an allow-listed global.
+    /// `STACK_GLOBAL`: the module and the name are strings on the stack
+    /// (looked at in place, not copied).
+    fn stack_global(&mut self) -> R<()> {
+        let name = self.pop("STACK_GLOBAL")?;
+        let module = self.pop("STACK_GLOBAL")?;
+        let resolved = match (self.obj(module.value), self.obj(name.value)) {
+            (Some(Object::Str(m)), Some(Object::Str(n))) => {
+                Global::resolve(m, n).map_err(|hint| PickleErrorKind::ForbiddenGlobal {
+                    module: truncate(m).to_string(),
+                    name: truncate(n).to_string(),
+                    hint,
+                })
+            }
+            _ => Err(PickleErrorKind::WrongType {
+                opcode: "STACK_GLOBAL",
+                expected: "two strings",
+                found: format!(
+                    "{} and {}",
+                    self.describe(module.value),
+                    self.describe(name.value)
+                ),
+            }),
+        };
+        match resolved {
+            Ok(g) => self.alloc_push(Object::Global(g), 0),
+            Err(kind) => self.err(kind),
+        }
+    }
+
+    /// `REDUCE` / `NEWOBJ` / `NEWOBJ_EX`: records the call of an
+    /// allow-listed global, with a reference to its argument tuple.
     fn call(&mut self, op: &'static str) -> R<()> {
+        let kwargs = if op == "NEWOBJ_EX" {
+            Some(self.pop(op)?)
+        } else {
+            None
+        };
         let args = self.pop(op)?;
         let func = self.pop(op)?;
         let func_g = match self.obj(func.value) {
@@ -570,38 +814,46 @@ impl<'a> Machine<'a> {
                 found,
             });
         };
-        let arg_values = match self.obj(args.value) {
-            Some(Object::Tuple(items)) => Some(items.clone()),
-            _ => None,
+        let (args_id, n_args) = match (args.value, self.obj(args.value)) {
+            (Value::Ref(id), Some(Object::Tuple(items))) => (id, items.len()),
+            _ => {
+                let found = self.describe(args.value);
+                return self.err(PickleErrorKind::WrongType {
+                    opcode: op,
+                    expected: "an argument tuple",
+                    found,
+                });
+            }
         };
-        let Some(arg_values) = arg_values else {
-            let found = self.describe(args.value);
-            return self.err(PickleErrorKind::WrongType {
-                opcode: op,
-                expected: "an argument tuple",
-                found,
-            });
-        };
+        if let Some(kwargs) = kwargs {
+            if !matches!(self.obj(kwargs.value), Some(Object::Dict(d)) if d.is_empty()) {
+                let found = self.describe(kwargs.value);
+                return self.err(PickleErrorKind::WrongType {
+                    opcode: op,
+                    expected: "no keyword arguments (an empty dict)",
+                    found,
+                });
+            }
+        }
         // An OrderedDict is built empty, then filled by SETITEMS: make it a
         // dict now so that those work.
         let obj = if func_g == Global::OrderedDict {
-            if !arg_values.is_empty() {
+            if n_args != 0 {
                 return self.err(PickleErrorKind::WrongType {
                     opcode: op,
                     expected: "OrderedDict() without arguments",
-                    found: format!("{} arguments", arg_values.len()),
+                    found: format!("{n_args} arguments"),
                 });
             }
             Object::Dict(Vec::new())
         } else {
             Object::Call {
                 func: func_g,
-                args: arg_values,
+                args: args_id,
                 state: None,
             }
         };
-        let slot = self.alloc(obj, args.depth + 1)?;
-        self.push(slot)
+        self.alloc_push(obj, args.depth + 1)
     }
 
     /// `BUILD`: sets the state of a recorded call. For an `OrderedDict` the
@@ -610,9 +862,13 @@ impl<'a> Machine<'a> {
         let state = self.pop("BUILD")?;
         let target = self.top("BUILD")?;
         let found = self.describe(target.value);
-        match self.obj_mut(target.value) {
-            Some((_, Object::Dict(_))) => Ok(()),
-            Some((_, Object::Call { state: s, .. })) => {
+        let id = match target.value {
+            Value::Ref(id) => id as usize,
+            _ => usize::MAX,
+        };
+        match self.objects.get_mut(id) {
+            Some(Object::Dict(_)) => Ok(()),
+            Some(Object::Call { state: s, .. }) => {
                 *s = Some(state.value);
                 Ok(())
             }
@@ -647,7 +903,13 @@ impl<'a> Machine<'a> {
                     self.le(8, "FRAME")?;
                 }
                 b'.' => {
-                    if !self.marks.is_empty() || self.stack.len() != 1 {
+                    if !self.marks.is_empty() {
+                        return self.err(PickleErrorKind::OpenMark {
+                            marks: self.marks.len(),
+                            values: self.stack.len(),
+                        });
+                    }
+                    if self.stack.len() != 1 {
                         return self.err(PickleErrorKind::BadStop(self.stack.len()));
                     }
                     let root = self.stack[0].value;
@@ -655,6 +917,7 @@ impl<'a> Machine<'a> {
                         Pickle {
                             objects: self.objects,
                             root,
+                            held: self.budget.used,
                         },
                         self.pos,
                     ));
@@ -666,13 +929,18 @@ impl<'a> Machine<'a> {
                             limit: self.limits.max_stack as u64,
                         });
                     }
+                    let at = self.at;
+                    self.budget
+                        .reserve(&mut self.marks, 1)
+                        .map_err(|kind| PickleError { offset: at, kind })?;
                     self.marks.push(self.stack.len());
                 }
                 b'0' => {
                     self.pop("POP")?;
                 }
                 b'1' => {
-                    self.pop_mark("POP_MARK")?;
+                    let from = self.close_mark("POP_MARK")?;
+                    self.stack.truncate(from);
                 }
                 b'2' => {
                     let top = self.top("DUP")?;
@@ -735,89 +1003,69 @@ impl<'a> Machine<'a> {
                         _ => (8, "BINBYTES8"),
                     };
                     let b = self.payload(n, name)?;
-                    let slot = self.alloc(Object::Bytes(b.to_vec()), 0)?;
-                    self.push(slot)?;
+                    let owned = self.owned_bytes(b)?;
+                    self.alloc_push(Object::Bytes(owned), 0)?;
                 }
-                b'}' => {
-                    let slot = self.alloc(Object::Dict(Vec::new()), 1)?;
-                    self.push(slot)?;
-                }
-                b']' => {
-                    let slot = self.alloc(Object::List(Vec::new()), 1)?;
-                    self.push(slot)?;
-                }
-                b')' => self.tuple(Vec::new())?,
-                0x8f => {
-                    let slot = self.alloc(Object::Set(Vec::new()), 1)?;
-                    self.push(slot)?;
-                }
+                b'}' => self.alloc_push(Object::Dict(Vec::new()), 1)?,
+                b']' => self.alloc_push(Object::List(Vec::new()), 1)?,
+                b')' => self.alloc_push(Object::Tuple(Vec::new()), 1)?,
+                0x8f => self.alloc_push(Object::Set(Vec::new()), 1)?,
                 0x85..=0x87 => {
-                    let n = usize::from(op - 0x84);
-                    let mut items = Vec::with_capacity(n);
-                    for _ in 0..n {
-                        items.push(self.pop("TUPLE1/2/3")?);
-                    }
-                    items.reverse();
-                    self.tuple(items)?;
+                    let from = self.above(usize::from(op - 0x84), "TUPLE1/2/3")?;
+                    self.tuple(from)?;
                 }
                 b't' => {
-                    let items = self.pop_mark("TUPLE")?;
-                    self.tuple(items)?;
+                    let from = self.close_mark("TUPLE")?;
+                    self.tuple(from)?;
                 }
                 b'l' => {
-                    let items = self.pop_mark("LIST")?;
-                    let depth = Self::depth_of(&items);
-                    let slot =
-                        self.alloc(Object::List(items.iter().map(|s| s.value).collect()), depth)?;
-                    self.push(slot)?;
+                    let from = self.close_mark("LIST")?;
+                    let (items, depth) = self.take_values(from)?;
+                    self.alloc_push(Object::List(items), depth)?;
                 }
                 0x91 => {
-                    let items = self.pop_mark("FROZENSET")?;
-                    let depth = Self::depth_of(&items);
-                    let slot =
-                        self.alloc(Object::Set(items.iter().map(|s| s.value).collect()), depth)?;
-                    self.push(slot)?;
+                    let from = self.close_mark("FROZENSET")?;
+                    let (items, depth) = self.take_values(from)?;
+                    self.alloc_push(Object::Set(items), depth)?;
                 }
                 b'd' => {
-                    let items = self.pop_mark("DICT")?;
+                    let from = self.close_mark("DICT")?;
+                    // The new dict goes below its items, then takes them.
                     let slot = self.alloc(Object::Dict(Vec::new()), 1)?;
-                    self.set_items(slot, items, "DICT")?;
+                    self.set_items(slot, from, "DICT")?;
                     let depth = self.depths[self.objects.len() - 1];
                     self.push(Slot { depth, ..slot })?;
                 }
                 b'a' => {
-                    let item = self.pop("APPEND")?;
-                    let list = self.top("APPEND")?;
-                    self.extend(list, vec![item], "APPEND")?;
+                    let from = self.above(1, "APPEND")?;
+                    self.extend(from, "APPEND")?;
                 }
                 b'e' | 0x90 => {
                     let name = if op == b'e' { "APPENDS" } else { "ADDITEMS" };
-                    let items = self.pop_mark(name)?;
-                    let list = self.top(name)?;
-                    self.extend(list, items, name)?;
+                    let from = self.close_mark(name)?;
+                    self.extend(from, name)?;
                 }
                 b's' => {
-                    let v = self.pop("SETITEM")?;
-                    let k = self.pop("SETITEM")?;
-                    let d = self.top("SETITEM")?;
-                    self.set_items(d, vec![k, v], "SETITEM")?;
+                    let from = self.above(2, "SETITEM")?;
+                    let d = self.below(from, "SETITEM")?;
+                    self.set_items(d, from, "SETITEM")?;
                 }
                 b'u' => {
-                    let items = self.pop_mark("SETITEMS")?;
-                    let d = self.top("SETITEMS")?;
-                    self.set_items(d, items, "SETITEMS")?;
+                    let from = self.close_mark("SETITEMS")?;
+                    let d = self.below(from, "SETITEMS")?;
+                    self.set_items(d, from, "SETITEMS")?;
                 }
                 b'q' => {
                     let id = self.le(1, "BINPUT")?;
-                    self.memo_put(id)?;
+                    self.memo_put(id, "BINPUT")?;
                 }
                 b'r' => {
                     let id = self.le(4, "LONG_BINPUT")?;
-                    self.memo_put(id)?;
+                    self.memo_put(id, "LONG_BINPUT")?;
                 }
                 0x94 => {
-                    let id = self.memo.len() as u64;
-                    self.memo_put(id)?;
+                    let id = self.memo_count as u64;
+                    self.memo_put(id, "MEMOIZE")?;
                 }
                 b'h' => {
                     let id = self.le(1, "BINGET")?;
@@ -832,35 +1080,14 @@ impl<'a> Machine<'a> {
                     let name = self.line("GLOBAL")?;
                     self.global(module, name)?;
                 }
-                0x93 => {
-                    let name = self.pop("STACK_GLOBAL")?;
-                    let module = self.pop("STACK_GLOBAL")?;
-                    let text = |m: &Machine, v: Value| match m.obj(v) {
-                        Some(Object::Str(s)) => Some(s.clone()),
-                        _ => None,
-                    };
-                    match (text(&self, module.value), text(&self, name.value)) {
-                        (Some(m), Some(n)) => self.global(&m, &n)?,
-                        _ => {
-                            return self.err(PickleErrorKind::WrongType {
-                                opcode: "STACK_GLOBAL",
-                                expected: "two strings",
-                                found: format!(
-                                    "{} and {}",
-                                    self.describe(module.value),
-                                    self.describe(name.value)
-                                ),
-                            })
-                        }
-                    }
-                }
+                0x93 => self.stack_global()?,
                 b'R' => self.call("REDUCE")?,
                 0x81 => self.call("NEWOBJ")?,
+                0x92 => self.call("NEWOBJ_EX")?,
                 b'b' => self.build()?,
                 b'Q' => {
                     let pid = self.pop("BINPERSID")?;
-                    let slot = self.alloc(Object::PersistentId(pid.value), pid.depth + 1)?;
-                    self.push(slot)?;
+                    self.alloc_push(Object::PersistentId(pid.value), pid.depth + 1)?;
                 }
                 other => return self.err(PickleErrorKind::UnknownOpcode(other)),
             }
@@ -948,6 +1175,8 @@ mod tests {
                 "builtins.eval is not allowed",
             ),
             (b"K\x01K\x02.", "STOP with 2 values"),
+            (b"(K\x01.", "STOP with 1 MARK(s) still open (1 values"),
+            (b"K\x01(.", "STOP with 1 MARK(s) still open (1 values"),
             (b"K\x01)R.", "an allow-listed global"),
         ];
         for (bytes, want) in cases {
@@ -978,5 +1207,214 @@ mod tests {
         p.extend_from_slice(&[b'h', 60, b'.']);
         let pk = run(&p).unwrap();
         assert_eq!(pk.objects().len(), 61);
+    }
+
+    /// How a bomb applies `torch.Size` to its shared argument.
+    #[derive(Clone, Copy, Debug)]
+    enum Apply {
+        Reduce,
+        NewObj,
+        NewObjEx,
+        Build,
+    }
+
+    /// What the shared argument is: a tuple of `n` Nones (the arguments
+    /// themselves), or a list or dict of them passed as the one argument.
+    #[derive(Clone, Copy, Debug)]
+    enum Shared {
+        Tuple,
+        List,
+        Dict,
+    }
+
+    /// A pickle that memoizes one container of `n` Nones, then applies
+    /// `torch.Size` to it `calls` times, keeping every result in a list.
+    fn bomb(apply: Apply, shared: Shared, n: usize, calls: usize) -> Vec<u8> {
+        let mut p = vec![0x80, 2];
+        match shared {
+            Shared::Tuple => {
+                p.push(b'(');
+                p.extend(std::iter::repeat(b'N').take(n));
+                p.push(b't');
+            }
+            Shared::List => {
+                p.extend_from_slice(b"](");
+                p.extend(std::iter::repeat(b'N').take(n));
+                p.push(b'e');
+            }
+            Shared::Dict => {
+                p.extend_from_slice(b"}(");
+                p.extend(std::iter::repeat(b'N').take(2 * n));
+                p.push(b'u');
+            }
+        }
+        p.extend_from_slice(b"q\x000"); // BINPUT 0, POP
+        p.extend_from_slice(b"}q\x010"); // an empty dict for NEWOBJ_EX, BINPUT 1
+        p.extend_from_slice(b"ctorch\nSize\nq\x020"); // BINPUT 2
+        p.extend_from_slice(b"]("); // the results
+        for _ in 0..calls {
+            p.extend_from_slice(b"h\x02"); // torch.Size
+                                           // The argument tuple: the shared tuple itself, or (shared,).
+            let args: &[u8] = match shared {
+                Shared::Tuple => b"h\x00",
+                _ => b"h\x00\x85",
+            };
+            match apply {
+                Apply::Reduce => {
+                    p.extend_from_slice(args);
+                    p.push(b'R');
+                }
+                Apply::NewObj => {
+                    p.extend_from_slice(args);
+                    p.push(0x81);
+                }
+                Apply::NewObjEx => {
+                    p.extend_from_slice(args);
+                    p.extend_from_slice(b"h\x01\x92");
+                }
+                Apply::Build => {
+                    // torch.Size() with the shared object as its state.
+                    p.extend_from_slice(b")Rh\x00b");
+                }
+            }
+        }
+        p.extend_from_slice(b"e.");
+        p
+    }
+
+    #[test]
+    fn calls_share_their_arguments() {
+        // 200,000 Nones applied 2000 times would be 6.4 GB of copies;
+        // shared, the calls cost the same few bytes each whatever the
+        // argument's size. (The checkpoint tests run the full bomb.)
+        const N: usize = 200_000;
+        for apply in [Apply::Reduce, Apply::NewObj, Apply::NewObjEx, Apply::Build] {
+            for shared in [Shared::Tuple, Shared::List, Shared::Dict] {
+                let few = run(&bomb(apply, shared, N, 10)).unwrap();
+                let many = run(&bomb(apply, shared, N, 2000)).unwrap();
+                let per_call = (many.bytes_held() - few.bytes_held()) / 1990;
+                assert!(
+                    per_call < 300,
+                    "{apply:?} {shared:?}: {per_call} B per call"
+                );
+                // The container itself, once: a million slots of 16 or 32 B
+                // (plus the stack that held them while it was built).
+                let (slots, stacked) = match shared {
+                    Shared::Dict => (32 * N, 2 * N),
+                    _ => (16 * N, N),
+                };
+                let stack = 2 * stacked * size_of::<Slot>();
+                assert!(
+                    many.bytes_held() > slots && many.bytes_held() < slots + stack + (1 << 20),
+                    "{apply:?} {shared:?}: {} B held",
+                    many.bytes_held()
+                );
+                let Some(Object::List(results)) = many.deref(many.root()) else {
+                    panic!("{apply:?} {shared:?}: the root is not the list of results");
+                };
+                assert_eq!(results.len(), 2000);
+                // Every call refers to the one shared container.
+                let refs: Vec<Value> = results
+                    .iter()
+                    .map(|&r| match (apply, shared, many.deref(r)) {
+                        (Apply::Build, _, Some(Object::Call { state, .. })) => state.unwrap(),
+                        (_, Shared::Tuple, Some(Object::Call { args, .. })) => Value::Ref(*args),
+                        _ => many.call(r).unwrap().1[0],
+                    })
+                    .collect();
+                let first = match refs[0] {
+                    Value::Ref(id) => many.get(id).unwrap(),
+                    _ => panic!(),
+                };
+                assert!(
+                    matches!(first, Object::Tuple(v) | Object::List(v) if v.len() == N)
+                        || matches!(first, Object::Dict(d) if d.len() == N)
+                );
+                assert!(refs.iter().all(|&r| r == refs[0]), "{apply:?} {shared:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_byte_budget_is_counted_before_each_allocation() {
+        let limits = Limits {
+            max_bytes: 8 << 20,
+            ..Limits::default()
+        };
+        // A million Nones on the stack need 24 MB of slots: refused when
+        // the stack would grow past 8 MiB, with the bytes it would hold.
+        let e =
+            Pickle::parse(&bomb(Apply::Reduce, Shared::Tuple, 1_000_000, 1), &limits).unwrap_err();
+        let PickleErrorKind::Budget {
+            budget,
+            limit,
+            needed,
+        } = e.kind
+        else {
+            panic!("{e}");
+        };
+        assert_eq!((budget, limit), ("max_bytes", 8 << 20));
+        assert!(needed > limit && needed <= 2 * limit + 64, "{needed}");
+        assert!(e.to_string().contains("max_bytes"), "{e}");
+
+        // A sparse memo id is paid for in full: LONG_BINPUT 1,000,000 on
+        // an empty memo asks for 1,000,001 slots at once.
+        let p = b"Nr\x40\x42\x0f\x00.";
+        let e = Pickle::parse(p, &limits).unwrap_err();
+        let stack = 4 * size_of::<Slot>(); // the None's stack slot, and room for 3 more
+        let memo = 1_000_001 * size_of::<Option<Slot>>();
+        assert_eq!(
+            e.kind,
+            PickleErrorKind::Budget {
+                budget: "max_bytes",
+                limit: 8 << 20,
+                needed: (stack + memo) as u64
+            }
+        );
+        assert_eq!(e.offset, 1);
+        // Under the default budget it is fine, and counted.
+        let ok = run(p).unwrap();
+        assert_eq!(ok.bytes_held(), stack + memo);
+
+        // A long string is counted by its length: exactly at the budget it
+        // is made; then the arena's first four object slots are one
+        // allocation too many.
+        let mut p = b"X\x00\x00\x10\x00".to_vec();
+        p.extend(std::iter::repeat(b'a').take(1 << 20));
+        p.push(b'.');
+        let small = Limits {
+            max_bytes: 1 << 20,
+            ..Limits::default()
+        };
+        let e = Pickle::parse(&p, &small).unwrap_err();
+        assert_eq!(
+            e.kind,
+            PickleErrorKind::Budget {
+                budget: "max_bytes",
+                limit: 1 << 20,
+                needed: ((1 << 20) + 4 * size_of::<Object>()) as u64,
+            },
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn reduce_needs_a_tuple_and_newobj_ex_no_keywords() {
+        let e = run(b"ctorch\nSize\n]R.").unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("expected an argument tuple, found a list"),
+            "{e}"
+        );
+        let e = run(b"ctorch\nSize\n)}K\x01K\x02s\x92.").unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("NEWOBJ_EX: expected no keyword arguments"),
+            "{e}"
+        );
+        let p = run(b"ctorch\nSize\n(K\x02K\x03\x86t}\x92.").unwrap();
+        let (g, args) = p.call(p.root()).unwrap();
+        assert_eq!(g, Global::Size);
+        assert_eq!(p.as_seq(args[0]), Some(&[Value::Int(2), Value::Int(3)][..]));
     }
 }

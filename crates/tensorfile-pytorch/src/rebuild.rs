@@ -89,10 +89,9 @@ impl<'p> Rebuilder<'p> {
             reason,
         };
         let pickle = self.pickle;
-        let Some(Object::Call { func, args, .. }) = pickle.get(id) else {
+        let Some((mut func, mut args)) = pickle.call(Value::Ref(id)) else {
             return Err(bad("not a tensor rebuild call".into()));
         };
-        let (mut func, mut args) = (*func, args.as_slice());
         for _ in 0..MAX_WRAPPING {
             match func {
                 Global::RebuildTensorV2 | Global::RebuildTensorV3 => {
@@ -104,11 +103,9 @@ impl<'p> Rebuilder<'p> {
                 // (data, requires_grad, backward_hooks[, state]): unwrap data.
                 Global::RebuildParameter | Global::RebuildParameterWithState => {
                     let data = args.first().copied().unwrap_or(Value::None);
-                    match pickle.deref(data) {
-                        Some(Object::Call {
-                            func: f, args: a, ..
-                        }) if Self::is_rebuild(*f) => {
-                            (func, args) = (*f, a.as_slice());
+                    match pickle.call(data) {
+                        Some((f, a)) if Self::is_rebuild(f) => {
+                            (func, args) = (f, a);
                         }
                         _ => {
                             return Err(bad(format!(
@@ -204,12 +201,19 @@ impl<'p> Rebuilder<'p> {
             strides: &strides,
             elem,
         };
-        let nbytes = view.nbytes().unwrap_or(u64::MAX);
-        if nbytes > self.storages[storage].nbytes && nbytes > self.max_expanded {
-            return Err(bad(format!(
-                "an expanded view of {nbytes} B over a storage of {} B exceeds the limit of {} B for materialized expansions",
-                self.storages[storage].nbytes, self.max_expanded
-            )));
+        // (A byte count that overflows is refused by `check` below.)
+        if let Some(nbytes) = view.nbytes() {
+            if nbytes > self.storages[storage].nbytes && nbytes > self.max_expanded {
+                return Err(Error::Budget {
+                    budget: "max_expanded_bytes",
+                    limit: self.max_expanded,
+                    needed: nbytes,
+                    context: format!(
+                        "tensor {name:?}: an expanded view over a storage of {} B would be materialized",
+                        self.storages[storage].nbytes
+                    ),
+                });
+            }
         }
         // Legacy storage views: the tensor indexes a window of the root storage.
         let offset = match view_size {
@@ -406,12 +410,8 @@ impl<'p> Rebuilder<'p> {
     /// A tuple of non-negative ints (also `torch.Size(tuple)`).
     fn uints(&self, v: Value, what: &str) -> Result<Vec<u64>, String> {
         let pickle = self.pickle;
-        let items = match pickle.deref(v) {
-            Some(Object::Call {
-                func: Global::Size,
-                args,
-                ..
-            }) => args.first().and_then(|a| pickle.as_seq(*a)),
+        let items = match pickle.call(v) {
+            Some((Global::Size, args)) => args.first().and_then(|a| pickle.as_seq(*a)),
             _ => pickle.as_seq(v),
         }
         .ok_or_else(|| format!("{what} is {}, not a tuple", pickle.kind(v)))?;

@@ -458,21 +458,97 @@ impl Entry {
         }
     }
 
-    fn inflate(&self, raw: &[u8]) -> Result<Vec<u8>> {
-        let err = |what: String| ZipError::Inflate {
-            entry: self.name.clone(),
-            what,
-        };
+    /// Refuses a declared size that deflate cannot reach from the
+    /// compressed size: a lie that must not drive an allocation.
+    fn check_ratio(&self) -> Result<()> {
         let bound = self
             .compressed_size
             .saturating_mul(MAX_DEFLATE_RATIO)
             .saturating_add(64);
         if self.size > bound {
+            return Err(ZipError::Inflate {
+                entry: self.name.clone(),
+                what: format!(
+                    "declares {} bytes inflated from {} compressed bytes, more than deflate can produce",
+                    self.size, self.compressed_size
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Inflates the first `end` bytes of a deflated entry, in order, giving
+    /// each piece to `sink` with its offset; nothing past `end` is inflated
+    /// and nothing is kept here (`sink` keeps what it needs). When `end` is
+    /// the declared size, the stream must also end there. `data` must be
+    /// the archive the index was parsed from.
+    pub fn inflate_prefix(
+        &self,
+        data: &[u8],
+        end: u64,
+        mut sink: impl FnMut(u64, &[u8]),
+    ) -> Result<()> {
+        let err = |what: String| ZipError::Inflate {
+            entry: self.name.clone(),
+            what,
+        };
+        if self.method != Method::Deflated {
+            return Err(err("is not deflated".into()));
+        }
+        self.check_ratio()?;
+        if end > self.size {
             return Err(err(format!(
-                "declares {} bytes inflated from {} compressed bytes, more than deflate can produce",
-                self.size, self.compressed_size
+                "byte {end} is asked for, past its declared size of {}",
+                self.size
             )));
         }
+        let raw = slice(
+            data,
+            self.data_offset,
+            self.compressed_size,
+            &format!("data of entry {:?}", self.name),
+        )?;
+        let mut decoder = flate2::read::DeflateDecoder::new(raw);
+        let mut buf = vec![0u8; 256 << 10];
+        let mut pos = 0u64;
+        while pos < end {
+            let want = usize::try_from(end - pos).map_or(buf.len(), |n| n.min(buf.len()));
+            let n = match decoder.read(&mut buf[..want]) {
+                Ok(0) => {
+                    return Err(err(format!(
+                        "inflates to {pos} bytes, but the central directory declares {}",
+                        self.size
+                    )))
+                }
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(err(format!("invalid deflate data: {e}"))),
+            };
+            sink(pos, &buf[..n]);
+            pos += n as u64;
+        }
+        if end == self.size {
+            // Read one byte more to detect an overlong stream.
+            match decoder.read(&mut buf[..1]) {
+                Ok(0) => {}
+                Ok(_) => {
+                    return Err(err(format!(
+                        "inflates to more than {} bytes, but the central directory declares {}",
+                        self.size, self.size
+                    )))
+                }
+                Err(e) => return Err(err(format!("invalid deflate data: {e}"))),
+            }
+        }
+        Ok(())
+    }
+
+    fn inflate(&self, raw: &[u8]) -> Result<Vec<u8>> {
+        let err = |what: String| ZipError::Inflate {
+            entry: self.name.clone(),
+            what,
+        };
+        self.check_ratio()?;
         let size =
             usize::try_from(self.size).map_err(|_| err("too large for this machine".into()))?;
         let mut out = Vec::new();

@@ -8,6 +8,7 @@
 //! - int4-g32-sym quantization of a `MiB` (default 1024) F32 weight file
 //!   ([`quantize_file`], output not synced) against reading the input
 //!   (every byte of the mapped file summed);
+//! - MLX affine 4-bit, group-64 quantization of the same file;
 //! - dequantization of an MLX 4-bit, group-64 file with BF16 scales and
 //!   biases into BF16 ([`dequantize_file`], `MiB` of output) against
 //!   writing a plain file of the same output size (`save`, not synced).
@@ -146,12 +147,18 @@ fn main() {
         selection: Selection::default(),
         write: write.clone(),
     };
+    let mlx_qopts = QuantizeOptions {
+        scheme: Scheme::Mlx(QuantParams::affine(4, 64)),
+        selection: Selection::default(),
+        write: write.clone(),
+    };
     let dopts = DequantizeOptions {
         mlx: Some(QuantConfig::uniform(QuantParams::affine(4, 64))),
         dtype: Some(Dtype::BF16),
         write: write.clone(),
     };
     let (mut read, mut quant, mut deq, mut wr) = (vec![], vec![], vec![], vec![]);
+    let mut mlx_quant = vec![];
     for _ in 0..runs {
         let t = Instant::now();
         black_box(read_all(&f32_path));
@@ -161,6 +168,11 @@ fn main() {
         let input = SafeTensors::open(&f32_path).unwrap();
         quantize_file(&q_path, &input.tensors_by_name(), None, &qopts).unwrap();
         quant.push(t.elapsed());
+
+        let t = Instant::now();
+        let input = SafeTensors::open(&f32_path).unwrap();
+        quantize_file(&q_path, &input.tensors_by_name(), None, &mlx_qopts).unwrap();
+        mlx_quant.push(t.elapsed());
 
         let t = Instant::now();
         let input = SafeTensors::open(&mlx_path).unwrap();
@@ -179,12 +191,18 @@ fn main() {
         wr.push(t.elapsed());
     }
     let (read, quant, deq, wr) = (median(read), median(quant), median(deq), median(wr));
+    let mlx_quant = median(mlx_quant);
     println!("{mib} MiB, median of {runs} runs");
     println!(
         "int4-g32-sym quantize of F32: {:.1} ms; reading it: {:.1} ms; ratio {:.2}x",
         ms(quant),
         ms(read),
         ms(quant) / ms(read)
+    );
+    println!(
+        "MLX affine 4-bit g64 quantize of F32: {:.1} ms; ratio to reading {:.2}x",
+        ms(mlx_quant),
+        ms(mlx_quant) / ms(read)
     );
     println!(
         "MLX 4-bit g64 -> BF16 dequantize: {:.1} ms; writing the output: {:.1} ms; ratio {:.2}x",

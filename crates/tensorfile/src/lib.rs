@@ -29,16 +29,18 @@ pub use tensorfile_core::{
 };
 pub use tensorfile_core::{
     read_header, read_header_from, read_header_from_path, save, save_plan, save_positional,
-    save_streaming, serialize, serialize_with, Accept, Align, AtomicFile, ByteSource, Dtype,
-    DtypeSet, Element, FileSource, FileTensor, FormatError, Header, InMemory, MappedFile, Metadata,
-    Plan, PositionalWriter, ReadOptions, SafeTensors, SliceArg, SlicedView, StreamWriter,
-    TensorData, TensorInfo, TensorRef, TensorSlice, TensorSpec, TensorView, WriteError,
-    WriteOptions, DEFAULT_MAX_HEADER_LEN,
+    save_streaming, serialize, serialize_with, Accept, Align, AtomicFile, AtomicSet, ByteSource,
+    Dtype, DtypeSet, Element, FileSource, FileTensor, FormatError, Header, InMemory, MappedFile,
+    Metadata, OutputError, Plan, PositionalWriter, ReadOptions, SafeTensors, SliceArg, SlicedView,
+    StreamWriter, TensorData, TensorInfo, TensorRef, TensorSlice, TensorSpec, TensorView,
+    WriteError, WriteOptions, DEFAULT_MAX_HEADER_LEN,
 };
 
+mod bits;
 pub mod cast;
 pub mod error;
 pub mod gguf;
+pub mod input;
 pub mod model;
 pub mod quant;
 pub mod reshard;

@@ -122,7 +122,7 @@ fn greedy_fill_in_data_order_like_huggingface_hub() {
     let summary = split(&source, &out, &opts, &no_progress()).unwrap();
     // z (8) opens a shard; y (40) goes alone at once; x (8) joins z (16);
     // w (8) would make 24 > 20, so it starts the next shard.
-    let expected = "{\n  \"metadata\": {\n    \"total_size\": 64\n  },\n  \"weight_map\": {\n    \"w\": \"m-00003-of-00003.safetensors\",\n    \"x\": \"m-00002-of-00003.safetensors\",\n    \"y\": \"m-00001-of-00003.safetensors\",\n    \"z\": \"m-00002-of-00003.safetensors\"\n  }\n}\n";
+    let expected = "{\n  \"metadata\": {\n    \"total_parameters\": 24,\n    \"total_size\": 64\n  },\n  \"weight_map\": {\n    \"w\": \"m-00003-of-00003.safetensors\",\n    \"x\": \"m-00002-of-00003.safetensors\",\n    \"y\": \"m-00001-of-00003.safetensors\",\n    \"z\": \"m-00002-of-00003.safetensors\"\n  }\n}\n";
     assert_eq!(summary.index, Some(out.join("m.safetensors.index.json")));
     assert_eq!(
         fs::read_to_string(out.join("m.safetensors.index.json")).unwrap(),
@@ -161,7 +161,7 @@ fn index_escapes_like_python_ensure_ascii() {
     )
     .unwrap();
     // json.dumps({...}, indent=2, sort_keys=True): code point order, \u escapes.
-    let expected = "{\n  \"metadata\": {\n    \"total_size\": 8\n  },\n  \"weight_map\": {\n    \"\\u00e9\": \"model-00001-of-00002.safetensors\",\n    \"\\ud83d\\ude00\\u007f\": \"model-00002-of-00002.safetensors\"\n  }\n}\n";
+    let expected = "{\n  \"metadata\": {\n    \"total_parameters\": 8,\n    \"total_size\": 8\n  },\n  \"weight_map\": {\n    \"\\u00e9\": \"model-00001-of-00002.safetensors\",\n    \"\\ud83d\\ude00\\u007f\": \"model-00002-of-00002.safetensors\"\n  }\n}\n";
     assert_eq!(
         fs::read_to_string(out.join("model.safetensors.index.json")).unwrap(),
         expected
@@ -229,4 +229,49 @@ fn merge_refuses_conflicting_metadata_and_writes_nothing() {
     let merged = tensorfile::SafeTensors::open(&out).unwrap();
     let keys: Vec<&String> = merged.metadata().unwrap().keys().collect();
     assert_eq!(keys, ["format", "j", "k"]);
+}
+
+#[test]
+fn every_file_of_a_split_gets_the_mode_of_a_plain_create() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    // What open(2) with 0666 gives under the current umask.
+    let plain = tmp.path().join("plain");
+    fs::File::create(&plain).unwrap();
+    let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+    let expected = mode(&plain);
+    let source =
+        ShardedTensors::open(fixtures().join("models/llama_tiny/model.safetensors")).unwrap();
+    let out = tmp.path().join("out");
+    let summary = split(&source, &out, &options(30_000), &no_progress()).unwrap();
+    let index = summary.index.unwrap();
+    for file in summary.files.iter().chain([&index]) {
+        assert_eq!(mode(file), expected, "{}", file.display());
+    }
+}
+
+#[test]
+fn merge_refuses_to_write_over_a_file_of_its_set() {
+    let tmp = tempfile::tempdir().unwrap();
+    let source =
+        ShardedTensors::open(fixtures().join("models/llama_tiny/model.safetensors")).unwrap();
+    let out = tmp.path().join("out");
+    let summary = split(&source, &out, &options(30_000), &no_progress()).unwrap();
+    let set = ShardedTensors::open(&out).unwrap();
+    let index = summary.index.unwrap();
+    for target in [&summary.files[1], &index] {
+        let before = fs::read(target).unwrap();
+        let err = merge(&set, target, &WriteOptions::default(), &no_progress()).unwrap_err();
+        assert!(
+            matches!(
+                err.core(),
+                Some(tensorfile_core::Error::Output {
+                    problem: tensorfile::OutputError::IsInput { .. },
+                    ..
+                })
+            ),
+            "{err:?}"
+        );
+        assert_eq!(fs::read(target).unwrap(), before);
+    }
 }

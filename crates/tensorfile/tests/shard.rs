@@ -95,6 +95,44 @@ fn directory_resolution() {
     fs::copy(tmp.path().join(A), tmp.path().join("model.safetensors")).unwrap();
     let err = shard_error(ShardedTensors::open(tmp.path()).unwrap_err());
     assert!(matches!(err, ShardError::Ambiguous { .. }), "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains("model.safetensors and model.safetensors.index.json disagree")
+            && text.contains("transformers loads model.safetensors"),
+        "{text}"
+    );
+}
+
+#[test]
+fn mlx_lm_directories_with_an_index_of_their_single_file_open() {
+    // mlx-lm's save_model writes model.safetensors and an index pointing
+    // only to it, in every directory.
+    for name in ["llama_bf16", "llama_q4", "mixtral_q4", "mixtral_nvfp4"] {
+        let dir = fixtures().join("real/mlx_lm").join(name);
+        assert!(dir.join("model.safetensors.index.json").is_file());
+        let set = ShardedTensors::open(&dir).unwrap();
+        assert_eq!(set.shards().len(), 1, "{name}");
+        assert_eq!(set.shards()[0].name(), "model.safetensors");
+        assert!(set.is_indexed());
+    }
+    // The same with an index naming a tensor the file lacks: a conflict.
+    let tmp = tempfile::tempdir().unwrap();
+    let src = fixtures().join("real/mlx_lm/llama_bf16");
+    fs::copy(
+        src.join("model.safetensors"),
+        tmp.path().join("model.safetensors"),
+    )
+    .unwrap();
+    let text = fs::read_to_string(src.join("model.safetensors.index.json")).unwrap();
+    let text = text.replacen(
+        "\"weight_map\": {",
+        "\"weight_map\": {\"ghost.weight\": \"model.safetensors\",",
+        1,
+    );
+    fs::write(tmp.path().join("model.safetensors.index.json"), text).unwrap();
+    let err = shard_error(ShardedTensors::open(tmp.path()).unwrap_err());
+    assert!(matches!(err, ShardError::Ambiguous { .. }), "{err}");
+    assert!(err.to_string().contains("ghost.weight"), "{err}");
 }
 
 /// Opens the two-shard set after `edit` changed it; returns the error.

@@ -199,3 +199,51 @@ fn empty_and_scalar_tensors_slice_without_panics() {
     assert_eq!(t.slice(&[]).unwrap().to_vec(), [9]);
     assert!(t.slice(&[SliceArg::Index(0)]).is_err());
 }
+
+/// A zero dimension beside huge ones is a valid empty tensor: slicing it
+/// gives the empty result without multiplying the huge dimensions (which
+/// overflowed 64 bits: a panic in debug builds, a wrap in release).
+#[test]
+fn empty_tensors_with_huge_dimensions_slice_without_overflow() {
+    let huge = 1u64 << 40;
+    // (The header parser refuses `[huge, huge, 0]`: its running product
+    // overflows before it reaches the zero.)
+    for shape in [[0, huge, huge], [huge, 0, huge]] {
+        let f = file_of("F32", &shape, &[]);
+        let t = f.tensor("t").unwrap();
+        for args in [
+            vec![],
+            vec![SliceArg::full(), SliceArg::full(), SliceArg::range(1, 3)],
+            vec![
+                SliceArg::full(),
+                SliceArg::full(),
+                SliceArg::Range {
+                    start: Some(-5),
+                    stop: None,
+                    step: 3,
+                },
+            ],
+        ] {
+            let s = t
+                .slice(&args)
+                .unwrap_or_else(|e| panic!("{shape:?} {args:?}: {e}"));
+            assert_eq!(s.numel(), 0, "{shape:?} {args:?}");
+            assert_eq!(s.nbytes(), 0);
+            assert_eq!(s.byte_ranges().count(), 0);
+            assert!(s.to_vec().is_empty());
+        }
+        // The kept shape is NumPy's, huge dimensions and all.
+        let s = t.slice(&[SliceArg::full(), SliceArg::full()]).unwrap();
+        assert_eq!(s.shape(), shape);
+    }
+    // An index into the zero dimension is out of range; elsewhere it is fine.
+    let f = file_of("F32", &[huge, 0, huge], &[]);
+    let t = f.tensor("t").unwrap();
+    let s = t.slice(&[SliceArg::Index(-1)]).unwrap();
+    assert_eq!(s.shape(), &[0, huge]);
+    let s = t
+        .slice(&[SliceArg::Index(7), SliceArg::full(), SliceArg::Index(-1)])
+        .unwrap();
+    assert_eq!(s.shape(), &[0]);
+    assert!(t.slice(&[SliceArg::full(), SliceArg::Index(0)]).is_err());
+}

@@ -35,6 +35,75 @@ pub struct PytorchArgs {
     /// sharing.
     #[arg(long, value_name = "POLICY", default_value = "alias")]
     shared: SharedPolicy,
+    #[command(flatten)]
+    budgets: BudgetArgs,
+}
+
+/// The loader's budgets, for PyTorch input (`convert` and `inspect`):
+/// each replaces its `LoadOptions` default.
+#[derive(clap::Args, Default)]
+pub struct BudgetArgs {
+    /// PyTorch input: most bytes the pickle interpreter may hold
+    /// (default 268435456, 256 MiB).
+    #[arg(long, value_name = "BYTES")]
+    max_pickle_bytes: Option<usize>,
+    /// PyTorch input: largest expanded tensor (a view larger than its
+    /// storage), in bytes (default 1073741824, 1 GiB).
+    #[arg(long, value_name = "BYTES")]
+    max_expanded_bytes: Option<u64>,
+    /// PyTorch input: most bytes of expanded tensors in all, every name
+    /// counted (default 1073741824, 1 GiB).
+    #[arg(long, value_name = "BYTES")]
+    max_expanded_total_bytes: Option<u64>,
+    /// PyTorch input: most bytes of deflated records held inflated at once
+    /// (default 4294967296, 4 GiB).
+    #[arg(long, value_name = "BYTES")]
+    max_inflated_bytes: Option<u64>,
+}
+
+impl BudgetArgs {
+    /// The load options with these budgets.
+    pub fn apply(&self, mut load: LoadOptions) -> LoadOptions {
+        if let Some(n) = self.max_pickle_bytes {
+            load.limits.max_bytes = n;
+        }
+        if let Some(n) = self.max_expanded_bytes {
+            load.max_expanded_bytes = n;
+        }
+        if let Some(n) = self.max_expanded_total_bytes {
+            load.max_expanded_total_bytes = n;
+        }
+        if let Some(n) = self.max_inflated_bytes {
+            load.max_inflated_bytes = n;
+        }
+        load
+    }
+
+    /// The first budget flag given, if any.
+    pub fn given(&self) -> Option<&'static str> {
+        [
+            (self.max_pickle_bytes.is_some(), "--max-pickle-bytes"),
+            (self.max_expanded_bytes.is_some(), "--max-expanded-bytes"),
+            (
+                self.max_expanded_total_bytes.is_some(),
+                "--max-expanded-total-bytes",
+            ),
+            (self.max_inflated_bytes.is_some(), "--max-inflated-bytes"),
+        ]
+        .into_iter()
+        .find_map(|(on, flag)| on.then_some(flag))
+    }
+
+    /// Refuses these options for an input that is not a checkpoint.
+    pub fn refuse_for(&self, input: &Path) -> Result<(), Failure> {
+        match self.given() {
+            Some(flag) => Err(Usage::failure(format_args!(
+                "{flag} applies only to PyTorch input; {} is not a PyTorch checkpoint",
+                input.display()
+            ))),
+            None => Ok(()),
+        }
+    }
 }
 
 impl PytorchArgs {
@@ -46,8 +115,12 @@ impl PytorchArgs {
             (self.keep_values, "--keep-values"),
             (self.shared != SharedPolicy::Alias, "--shared"),
         ];
-        match given.iter().find(|(on, _)| *on) {
-            Some((_, flag)) => Err(Usage::failure(format_args!(
+        match given
+            .iter()
+            .find_map(|(on, flag)| on.then_some(*flag))
+            .or(self.budgets.given())
+        {
+            Some(flag) => Err(Usage::failure(format_args!(
                 "{flag} applies only to PyTorch input; {} is not a PyTorch checkpoint",
                 input.display()
             ))),
@@ -76,12 +149,14 @@ pub struct Job<'a> {
 
 /// Converts the checkpoint; exit 1 (and no OUT) when it is refused.
 pub fn run(job: Job<'_>) -> Result<ExitCode, Failure> {
+    // OUT must not be the checkpoint itself (safetensors bytes under its name).
+    super::refuse_input_as_output(job.output, [job.input])?;
     let p = job.pytorch;
-    let load = LoadOptions {
+    let load = p.budgets.apply(LoadOptions {
         key: p.key,
         name: p.name,
         ..LoadOptions::default()
-    };
+    });
     let ckpt = Checkpoint::open_with(job.input, &load)?;
     let write = WriteOptions {
         sync: job.sync,
@@ -96,16 +171,11 @@ pub fn run(job: Job<'_>) -> Result<ExitCode, Failure> {
         cast: job.cast,
     };
     let total: u64 = ckpt.tensors().map(|t| t.nbytes()).sum();
-    let bar = crate::progress::bytes(total, "converting");
+    let bar = crate::progress::Progress::bytes(total, "converting");
     let report = convert_checkpoint(&ckpt, job.output, &options, |p| {
-        if let Some(bar) = &bar {
-            bar.set_length(p.bytes_total);
-            bar.set_position(p.bytes_done);
-        }
+        bar.set(p.bytes_done, p.bytes_total)
     });
-    if let Some(bar) = bar {
-        bar.finish_and_clear();
-    }
+    drop(bar);
     let report = report?;
     let (tensors, aliases, cast) = (report.tensors, report.aliases, report.cast);
     let bytes = std::fs::metadata(job.output)

@@ -1,6 +1,6 @@
 //! GGUF files in the `inspect`, `validate` and `convert` commands: the
-//! hooks there call these when the input is GGUF (its first four bytes are
-//! `GGUF`) or the output ends in `.gguf`.
+//! hooks there call these when the input is GGUF (`tensorfile::input`
+//! says so from its first bytes) or the output ends in `.gguf`.
 //!
 //! Untrusted text (metadata strings, keys, tensor names) is escaped before
 //! it reaches a terminal: control and bidirectional-formatting characters
@@ -12,34 +12,14 @@ use std::process::ExitCode;
 
 use serde_json::{json, Value as Json};
 use tensorfile::gguf::{Array, Endian, GgmlType, GgufFile, GgufHeader, Value};
+use tensorfile::input::Kind;
 
 use super::{out, Failure};
 
-/// Whether `path` is a GGUF file (starts with the magic). Unreadable paths
-/// are not: the command's own reader then reports why.
-pub fn is_gguf(path: &Path) -> bool {
-    path.is_file() && tensorfile::gguf::is_gguf(path).unwrap_or(false)
-}
-
-/// `s` with control and bidirectional-formatting characters escaped, for a
-/// terminal.
+/// `s` escaped for a terminal (the command line's one rule,
+/// [`super::escape_text`]).
 pub fn esc(s: &str) -> String {
-    let hidden = |c: char| {
-        c.is_control()
-            || matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{FEFF}')
-    };
-    if !s.chars().any(hidden) {
-        return s.to_string();
-    }
-    s.chars()
-        .map(|c| {
-            if hidden(c) {
-                c.escape_unicode().to_string()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect()
+    super::escape_text(s).into_owned()
 }
 
 /// A string quoted for a terminal: `"..."` with `"`, `\` and hidden
@@ -368,8 +348,8 @@ impl GgufArgs {
 
 /// Whether a conversion from `input` to `output` is a GGUF one: GGUF in, or
 /// an output named `*.gguf`.
-pub fn handles(input: &Path, output: &Path) -> bool {
-    is_gguf(input)
+pub fn handles(kind: Kind, output: &Path) -> bool {
+    kind == Kind::Gguf
         || output
             .extension()
             .is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
@@ -378,6 +358,7 @@ pub fn handles(input: &Path, output: &Path) -> bool {
 /// `tensorfile convert IN OUT` when IN is GGUF (to a Hugging Face directory)
 /// or OUT ends in `.gguf` (from a Hugging Face directory).
 pub fn convert(
+    kind: Kind,
     io: &super::FileArgs,
     dtype: Option<tensorfile::Dtype>,
     args: &GgufArgs,
@@ -386,7 +367,7 @@ pub fn convert(
         .output
         .extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("gguf"));
-    if is_gguf(&io.input) {
+    if kind == Kind::Gguf {
         if gguf_out {
             return Err(super::Usage::failure(format_args!(
                 "{} is GGUF and so is OUT: convert GGUF to a Hugging Face directory, or a directory to GGUF",

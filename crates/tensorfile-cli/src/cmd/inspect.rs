@@ -5,7 +5,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 use tensorfile::{read_header_from_path, Dtype, Header, ReadOptions, SafeTensors};
 
 use super::{out, Failure};
@@ -22,6 +21,15 @@ pub struct Args {
     /// The file to describe, or a model directory or sharded index.
     #[arg(value_name = "FILE")]
     file: PathBuf,
+    #[command(flatten)]
+    budgets: super::convert_pytorch::BudgetArgs,
+}
+
+impl Args {
+    /// The input errors are reported against, and whether as JSON.
+    pub fn report_to(&self) -> (Option<&std::path::Path>, bool) {
+        (Some(&self.file), self.json)
+    }
 }
 
 /// The alignment an element type wants in memory.
@@ -43,21 +51,32 @@ fn alignment_of(offset: u64) -> u64 {
 
 /// Describes one file; exit 1 when it is invalid or unreadable.
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
-    // A model directory or a sharded checkpoint's index: see `set`.
-    if super::set::is_set(&args.file) {
-        return super::set::inspect(&args.file, args.json, args.hash);
-    }
-    if super::gguf::is_gguf(&args.file) {
-        return super::gguf::inspect(&args.file, args.json, args.hash);
-    }
-    // PyTorch checkpoints are described by their own loader.
-    if tensorfile_pytorch::file_looks_like_pytorch(&args.file).unwrap_or(false) {
-        return super::inspect_pytorch::run(&args.file, args.json, args.hash);
+    use tensorfile::input::Kind;
+    match super::input_kind(&args.file)? {
+        // A model directory or a sharded checkpoint's index: see `set`.
+        Kind::SafetensorsSet => {
+            args.budgets.refuse_for(&args.file)?;
+            return super::set::inspect(&args.file, args.json, args.hash);
+        }
+        // PyTorch checkpoints are described by their own loader.
+        Kind::Pytorch => {
+            let load = args
+                .budgets
+                .apply(tensorfile_pytorch::LoadOptions::default());
+            return super::inspect_pytorch::run(&args.file, args.json, args.hash, &load);
+        }
+        Kind::Gguf => {
+            args.budgets.refuse_for(&args.file)?;
+            return super::gguf::inspect(&args.file, args.json, args.hash);
+        }
+        Kind::Safetensors => {}
+        other => return Err(super::not_safetensors(&args.file, other).into()),
     }
     let options = ReadOptions::default();
-    // Hashing needs the bytes; a summary needs only the header.
+    // Hashing needs the bytes, read with positional reads (a file truncated
+    // underneath is an error, not a signal); a summary needs only the header.
     let file = if args.hash {
-        Some(SafeTensors::open_with(&args.file, &options)?)
+        Some(SafeTensors::open_pread_with(&args.file, &options)?)
     } else {
         None
     };
@@ -69,6 +88,9 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
             &header_only
         }
     };
+    // An unreadable input is that error (exit 1), not a misuse of the
+    // PyTorch options.
+    args.budgets.refuse_for(&args.file)?;
     let data_start = header.data_start();
     let misaligned = header
         .tensors()
@@ -89,10 +111,14 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     let names = header.tensors().map(|t| t.name);
     let quantized = super::quantized::describe(dir, header.metadata(), names, |n| header.get(n));
 
-    let digest = |name: &str| -> Option<String> {
-        let t = file.as_ref()?.get(name)?;
-        Some(hex::encode(Sha256::digest(t.data())))
-    };
+    let mut digests = std::collections::HashMap::new();
+    if let Some(file) = &file {
+        let bar = crate::progress::Progress::bytes(file.header().data_len(), "hashing");
+        for t in file.tensor_data() {
+            digests.insert(t.info().name, super::sha256_hex(&t, &bar)?);
+        }
+    }
+    let digest = |name: &str| -> Option<String> { digests.get(name).cloned() };
 
     if args.json {
         let tensors: Vec<Value> = header
@@ -145,7 +171,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     out(format_args!("tensors: {}", header.len()));
     let width = header
         .tensors()
-        .map(|t| t.name.len())
+        .map(|t| super::escape_text(t.name).chars().count())
         .max()
         .unwrap_or(4)
         .clamp(4, 60);
@@ -157,7 +183,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         let shape = format!("{:?}", t.shape);
         let line = format!(
             "  {:<width$}  {:<11}  {:<20}  [{}, {})",
-            t.name,
+            super::escape_text(t.name),
             t.dtype.name(),
             shape,
             t.data_offsets.0,

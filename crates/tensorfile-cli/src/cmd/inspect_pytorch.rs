@@ -10,13 +10,19 @@ use std::process::ExitCode;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use tensorfile::Dtype;
-use tensorfile_pytorch::{Checkpoint, Format};
+use tensorfile_pytorch::{Checkpoint, Format, LoadOptions};
 
 use super::{out, Failure};
 
-/// Describes the checkpoint at `file`; exit 1 when it is refused.
-pub fn run(file: &Path, as_json: bool, hash: bool) -> Result<ExitCode, Failure> {
-    let ckpt = Checkpoint::open(file)?;
+/// Describes the checkpoint at `file`, loaded with `load`; exit 1 when it
+/// is refused.
+pub fn run(
+    file: &Path,
+    as_json: bool,
+    hash: bool,
+    load: &LoadOptions,
+) -> Result<ExitCode, Failure> {
+    let ckpt = Checkpoint::open_with(file, load)?;
     let size = std::fs::metadata(file)?.len();
     let format = match ckpt.format() {
         Format::Zip { prefix } => format!("PyTorch zip checkpoint (directory {prefix:?})"),

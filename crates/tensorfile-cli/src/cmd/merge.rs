@@ -27,22 +27,25 @@ pub struct Args {
     json: bool,
 }
 
+impl Args {
+    /// The input errors are reported against, and whether as JSON.
+    pub fn report_to(&self) -> (Option<&std::path::Path>, bool) {
+        (Some(&self.input), self.json)
+    }
+}
+
 /// Validates the set, then streams every tensor into OUT.
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
-    let source = ShardedTensors::open(&args.input)?;
+    super::safetensors_input(&args.input)?;
+    // Read, not mapped: a file truncated underneath is an error, not a signal.
+    let source = ShardedTensors::open_pread(&args.input, &tensorfile::ReadOptions::default())?;
     let options = WriteOptions {
         sync: !args.no_sync,
         ..WriteOptions::default()
     };
-    let bar = crate::progress::bytes(source.data_len(), "merge");
-    let result = merge(&source, &args.output, &options, &|n| {
-        if let Some(bar) = &bar {
-            bar.inc(n);
-        }
-    });
-    if let Some(bar) = &bar {
-        bar.finish_and_clear();
-    }
+    let bar = crate::progress::Progress::bytes(source.data_len(), "merge");
+    let result = merge(&source, &args.output, &options, &|n| bar.inc(n));
+    drop(bar);
     result?;
     if args.json {
         out(json!({

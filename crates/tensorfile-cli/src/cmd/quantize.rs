@@ -1,13 +1,14 @@
 //! `tensorfile quantize IN OUT --scheme int4-g32-sym | --scheme mlx-affine
-//! --bits B --group-size G [--include GLOB]... [--exclude GLOB]...`:
-//! quantize the weights of a file.
+//! --bits B --group-size G | --scheme mlx-mxfp4 | mlx-mxfp8 | mlx-nvfp4
+//! [--global-scale] [--include GLOB]... [--exclude GLOB]...`: quantize the
+//! weights of a file.
 
 use std::process::ExitCode;
 
 use serde_json::json;
-use tensorfile::quant::{quantize_file, Glob, QuantizeOptions, Scheme, Selection};
-use tensorfile::SafeTensors;
+use tensorfile::quant::{quantize_plan, Glob, QuantizeOptions, Scheme, Selection};
 
+use super::inout::{self, Input};
 use super::{out, Failure, Usage};
 
 /// Arguments of `quantize`.
@@ -15,19 +16,31 @@ use super::{out, Failure, Usage};
 pub struct Args {
     #[command(flatten)]
     io: super::FileArgs,
-    /// `int4-g<group>-sym` (e.g. int4-g32-sym: the format page's int4) or
-    /// `mlx-affine` (MLX's packed format; needs --bits and --group-size).
+    /// `int4-g<group>-sym` (e.g. int4-g32-sym: the format page's int4),
+    /// `mlx-affine` (MLX's packed format; needs --bits and --group-size), or
+    /// MLX's floating-point modes `mlx-mxfp4` (E2M1 codes, E8M0 scales,
+    /// groups of 32), `mlx-mxfp8` (E4M3 codes, groups of 32), `mlx-nvfp4`
+    /// (E2M1 codes, E4M3 scales, groups of 16). MLX schemes quantize as
+    /// MLX's mx.quantize does, byte for byte.
     #[arg(long, value_name = "SCHEME")]
     scheme: String,
-    /// Bits per weight for mlx-affine: 2, 3, 4, 5, 6 or 8.
+    /// Bits per weight for mlx-affine: 2, 3, 4, 5, 6 or 8 (the
+    /// floating-point modes fix theirs).
     #[arg(long, value_name = "B")]
     bits: Option<u64>,
     /// Weights per scale for mlx-affine.
     #[arg(long, value_name = "G")]
     group_size: Option<u64>,
+    /// mlx-nvfp4: give each expert of a 3-D expert stack its own F32 scale
+    /// (`<m>.global_scale`, its largest magnitude), as mlx-lm's
+    /// quantize_model(..., global_scale=True) does; 2-D weights get none.
+    #[arg(long)]
+    global_scale: bool,
     /// Also quantize tensors whose names match (`*` is any run of
     /// characters); repeatable. By default the 2-D .weight matrices whose
-    /// input dimension the group divides are taken, not norms or embeddings.
+    /// input dimension the group divides are taken, not norms or
+    /// embeddings, and with an MLX scheme the 3-D expert stacks of mlx-lm's
+    /// switch layers (under `experts` or `switch_*`).
     #[arg(long, value_name = "GLOB")]
     include: Vec<String>,
     /// Never quantize tensors whose names match; repeatable; wins over --include.
@@ -35,11 +48,22 @@ pub struct Args {
     exclude: Vec<String>,
 }
 
+impl Args {
+    /// The input errors are reported against, and whether as JSON.
+    pub fn report_to(&self) -> (Option<&std::path::Path>, bool) {
+        self.io.report_to()
+    }
+}
+
 /// Quantizes IN into an atomic save of OUT.
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
-    let scheme = Scheme::parse(&args.scheme, args.bits, args.group_size).map_err(Usage::failure)?;
-    let read = args.io.read_options();
-    let input = SafeTensors::open_with(&args.io.input, &read)?;
+    let mut scheme =
+        Scheme::parse(&args.scheme, args.bits, args.group_size).map_err(Usage::failure)?;
+    if args.global_scale {
+        scheme = scheme.with_global_scale().map_err(Usage::failure)?;
+    }
+    let input = Input::open(&args.io.input, &args.io.read_options())?;
+    super::refuse_input_as_output(&args.io.output, input.files())?;
     let opts = QuantizeOptions {
         scheme,
         selection: Selection {
@@ -48,16 +72,31 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         },
         write: args.io.write_options(),
     };
-    let tensors = input.tensors_by_name();
-    let summary = quantize_file(&args.io.output, &tensors, input.metadata(), &opts)?;
-    let bytes = args.io.output_size()?;
+    let mut tensors = input.tensors();
+    tensors.sort_unstable_by(|a, b| a.info().name.cmp(b.info().name));
+    let metadata = input.metadata()?;
+    let (plan, summary) = quantize_plan(&tensors, metadata.as_ref(), &opts)?;
+    let written = inout::write(
+        &input,
+        &tensors,
+        &plan,
+        &args.io.output,
+        args.io.max_shard_size,
+        &opts.write,
+        "quantize",
+    )?;
+    let bytes = written.bytes;
     if args.io.json {
         out(json!({
             "input": args.io.input,
             "output": args.io.output,
+            "files": written.files,
+            "index": written.index,
             "scheme": scheme.name(),
             "group_size": scheme.group_size(),
-            "bits": match scheme { Scheme::Int4Sym { .. } => 4, Scheme::Mlx(p) => p.bits },
+            "bits": scheme.bits(),
+            "mode": match scheme { Scheme::Int4Sym { .. } => None, Scheme::Mlx(p) => Some(p.mode.name()) },
+            "global_scale": matches!(scheme, Scheme::Mlx(p) if p.global_scale),
             "quantized": summary.quantized,
             "tensors": summary.tensors,
             "metadata": summary.metadata,

@@ -44,10 +44,12 @@ pub fn describe<'a>(
                 Storage::Mlx(p) => ("mlx", p.bits, p.group_size, Some(p.mode.name())),
                 Storage::Plain => ("plain", u64::from(w.dtype.bits()), 0, None),
             };
+            let global_scale = matches!(w.storage, Storage::Mlx(p) if p.global_scale);
             json!({
                 "name": w.name,
                 "scheme": scheme,
                 "mode": mode,
+                "global_scale": global_scale,
                 "bits": bits,
                 "group_size": group,
                 "logical_shape": w.shape,
@@ -86,8 +88,13 @@ fn lines(weights: &[Value]) -> Vec<String> {
                 .as_str()
                 .map(|m| format!(" {m}"))
                 .unwrap_or_default();
+            let global = if w["global_scale"] == true {
+                ", global scale"
+            } else {
+                ""
+            };
             format!(
-                "  {:<width$}  {}{mode} {}-bit, groups of {}  logical shape {}  {:.3} bits/weight",
+                "  {:<width$}  {}{mode} {}-bit, groups of {}{global}  logical shape {}  {:.3} bits/weight",
                 w["name"].as_str().unwrap_or(""),
                 w["scheme"].as_str().unwrap_or(""),
                 w["bits"],

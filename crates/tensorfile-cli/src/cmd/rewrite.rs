@@ -3,8 +3,10 @@
 use std::process::ExitCode;
 
 use serde_json::json;
-use tensorfile::{save, Align, SafeTensors, WriteOptions};
+use tensorfile::cast::{convert_plan, CastOptions};
+use tensorfile::{Align, WriteOptions};
 
+use super::inout::{self, Input};
 use super::{out, Failure};
 
 /// Arguments of `rewrite`.
@@ -18,6 +20,13 @@ pub struct Args {
     align: Align,
 }
 
+impl Args {
+    /// The input errors are reported against, and whether as JSON.
+    pub fn report_to(&self) -> (Option<&std::path::Path>, bool) {
+        self.io.report_to()
+    }
+}
+
 fn parse_align(s: &str) -> Result<Align, String> {
     s.parse::<u64>()
         .ok()
@@ -25,31 +34,46 @@ fn parse_align(s: &str) -> Result<Align, String> {
         .ok_or_else(|| format!("`{s}` is not an alignment; expected 8, 64 or 4096"))
 }
 
-/// Reads IN (memory-mapped) and streams its tensors into an atomic save of OUT.
+/// Reads IN (a file or a set; positional reads: a file truncated
+/// underneath is an error, not a signal) and copies its tensors into an
+/// atomic save of OUT.
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
     let read = args.io.read_options();
-    let input = SafeTensors::open_with(&args.io.input, &read)?;
+    let input = Input::open(&args.io.input, &read)?;
     let options = WriteOptions {
         align: args.align,
         ..args.io.write_options()
     };
-    // The map of IN stays valid even when OUT is IN: the save renames a new
-    // inode over the name, it never writes into the mapped one.
-    save(&args.io.output, input.tensors(), input.metadata(), &options)?;
-    let bytes = args.io.output_size()?;
+    // OUT may be IN (the in-place canonical rewrite): the save renames a
+    // new inode over the name, and IN's open file keeps reading the old one.
+    let tensors = input.tensors();
+    let metadata = input.metadata()?;
+    let (plan, summary) = convert_plan(&tensors, metadata.as_ref(), None, CastOptions::default())?;
+    let written = inout::write(
+        &input,
+        &tensors,
+        &plan,
+        &args.io.output,
+        args.io.max_shard_size,
+        &options,
+        "rewrite",
+    )?;
     if args.io.json {
         out(json!({
             "input": args.io.input,
             "output": args.io.output,
-            "tensors": input.len(),
-            "bytes": bytes,
+            "files": written.files,
+            "index": written.index,
+            "tensors": summary.tensors,
+            "bytes": written.bytes,
             "align": args.align.bytes(),
         }));
     } else {
         out(format_args!(
-            "{}: {} tensors, {bytes} bytes",
+            "{}: {} tensors, {} bytes",
             args.io.output.display(),
-            input.len()
+            summary.tensors,
+            written.bytes
         ));
     }
     Ok(ExitCode::SUCCESS)

@@ -6,16 +6,10 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 use tensorfile::model::{read_config, CONFIG_NAME, TOKENIZER_NAME};
 use tensorfile::{Dtype, Error, ReadOptions, ShardedTensors};
 
 use super::{one_line, out, Failure};
-
-/// Whether a path names a set (a directory or an index) rather than a file.
-pub fn is_set(path: &Path) -> bool {
-    path.is_dir() || path.extension().is_some_and(|e| e == "json")
-}
 
 /// Validates a set; prints the verdict and totals; returns whether it is valid.
 pub fn validate(path: &Path, options: &ReadOptions, json: bool) -> bool {
@@ -62,13 +56,18 @@ pub fn validate(path: &Path, options: &ReadOptions, json: bool) -> bool {
 /// Describes a set: the model's config (for a directory), each shard, totals
 /// across shards, and every tensor with its shard.
 pub fn inspect(path: &Path, json: bool, hash: bool) -> Result<ExitCode, Failure> {
-    let set = ShardedTensors::open(path)?;
-    let digest = |name: &str| -> Result<Option<String>, Error> {
-        if !hash {
-            return Ok(None);
+    // Read, not mapped: hashing reads every byte, and a file truncated
+    // underneath must be an error, not a signal.
+    let set = ShardedTensors::open_pread(path, &ReadOptions::default())?;
+    let mut digests = std::collections::HashMap::new();
+    if hash {
+        let total = set.shards().iter().map(|s| s.header().data_len()).sum();
+        let bar = crate::progress::Progress::bytes(total, "hashing");
+        for t in set.tensor_data() {
+            digests.insert(t.info().name, super::sha256_hex(&t, &bar)?);
         }
-        Ok(Some(hex::encode(Sha256::digest(set.tensor(name)?.data()))))
-    };
+    }
+    let digest = |name: &str| -> Result<Option<String>, Error> { Ok(digests.get(name).cloned()) };
     let model = model_summary(path);
     let names = set.infos().map(|(_, t)| t.name);
     // Without the shards' metadata (say, two shards disagree) the int4

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use serde_json::json;
+use tensorfile::input::Kind;
 use tensorfile::{read_header_from_path, ReadOptions};
 
 use super::{out, Failure};
@@ -22,42 +23,55 @@ pub struct Args {
     files: Vec<PathBuf>,
 }
 
+impl Args {
+    /// The input errors are reported against, and whether as JSON.
+    pub fn report_to(&self) -> (Option<&std::path::Path>, bool) {
+        // Each file reports its own verdict; other errors name no one file.
+        (None, self.json)
+    }
+}
+
 /// Checks each file; exit 1 when any is invalid or unreadable.
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
     let options = ReadOptions::default().max_header_len(args.max_header_len);
     let mut all_valid = true;
     for path in &args.files {
+        let kind = tensorfile::input::detect(path);
         // A model directory or a sharded checkpoint's index: see `set`.
-        if super::set::is_set(path) {
+        if matches!(kind, Ok(Kind::SafetensorsSet)) {
             all_valid &= super::set::validate(path, &options, args.json);
             continue;
         }
-        if super::gguf::is_gguf(path) {
+        if matches!(kind, Ok(Kind::Gguf)) {
             all_valid &= super::gguf::validate(path, args.json);
             continue;
         }
         let name = path.display();
         // Only the header is read: rule 5 is checked against the file's length.
-        let (error, warnings) = match read_header_from_path(path, &options) {
-            Ok(header) => (None, header.warnings().to_vec()),
-            Err(err) => (Some(err), Vec::new()),
+        let (error, rule, warnings): (Option<String>, Option<u8>, Vec<String>) = match kind {
+            Ok(Kind::Safetensors) => match read_header_from_path(path, &options) {
+                Ok(header) => (None, None, header.warnings().to_vec()),
+                Err(err) => {
+                    let text = super::one_line(err.detail() as &(dyn std::error::Error + 'static));
+                    (Some(text), err.rule(), Vec::new())
+                }
+            },
+            Ok(other) => (Some(super::not_safetensors(path, other)), None, Vec::new()),
+            Err(err) => (Some(super::one_line(&err)), None, Vec::new()),
         };
         all_valid &= error.is_none();
         if args.json {
             out(json!({
                 "file": path,
                 "valid": error.is_none(),
-                "rule": error.as_ref().and_then(|e| e.rule()),
-                "error": error.as_ref().map(|e| super::one_line(e.detail() as &(dyn std::error::Error + 'static))),
+                "rule": rule,
+                "error": error,
                 "warnings": warnings,
             }));
         } else {
             match &error {
                 None => out(format_args!("{name}: ok")),
-                Some(err) => out(format_args!(
-                    "{name}: invalid: {}",
-                    super::one_line(err.detail() as &(dyn std::error::Error + 'static))
-                )),
+                Some(err) => out(format_args!("{name}: invalid: {err}")),
             }
             for warning in &warnings {
                 out(format_args!("{name}: warning: {warning}"));

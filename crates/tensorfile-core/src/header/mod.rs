@@ -16,6 +16,7 @@ use crate::dtype::{numel, Dtype};
 use crate::error::FormatError;
 use crate::{Metadata, DEFAULT_MAX_HEADER_LEN};
 
+mod keys;
 mod parse;
 
 /// Options for reading a file.

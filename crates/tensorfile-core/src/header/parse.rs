@@ -12,15 +12,24 @@
 //! string escape (surrogate pairs joined, lone surrogates refused as
 //! serde_json refuses them), numbers with fractions and exponents, literals,
 //! and values of any shape inside unknown fields, skipped without recursion.
-//! Like serde_json it refuses more than 127 nested containers.
+//! Like serde_json it refuses more than 127 nested containers, and like the
+//! reference reader (which holds every number as a 64-bit integer or float)
+//! it refuses a number that rounds past the largest float, wherever it is
+//! ([`FormatError::NumberOutOfRange`]). It is stricter than the reference on
+//! purpose in one way: duplicate keys are refused (the reference keeps the
+//! last one), in the header, in `__metadata__` and among an entry's fields,
+//! unknown ones included (those without keeping their names: see `keys`).
 //!
 //! Rule violations found inside the header (rules 2 to 4) do not stop the
 //! parse: the lowest-numbered one found wins, so a file that breaks several
 //! rules is reported under the first rule in the format's order. Only
 //! malformed JSON, which leaves nothing to parse, stops at once.
 
+use std::borrow::Cow;
+
 use hashbrown::hash_table::Entry as Probe;
 
+use super::keys::UnknownKeys;
 use super::{hash_name, name_at, Entry, Tables};
 use crate::dtype::{ByteLenError, Dtype};
 use crate::error::FormatError;
@@ -50,11 +59,25 @@ fn shorten(s: &str, max: usize) -> String {
 
 /// Parses header text; rule 5 is the caller's.
 pub(super) fn parse(text: &[u8]) -> Result<Tables, FormatError> {
+    // The tables and the unknown-field records hold header positions as u32.
+    if u32::try_from(text.len()).is_err() {
+        return Err(FormatError::HeaderTooLarge {
+            header_len: text.len() as u64,
+            limit: u32::MAX as u64,
+        });
+    }
     let text = std::str::from_utf8(text).map_err(|e| FormatError::NotUtf8 {
         pos: e.valid_up_to(),
     })?;
     let mut parser = Parser::new(text);
-    parser.header()?;
+    if let Err(fatal) = parser.header() {
+        // Malformed JSON ends the parse, but a violation of the same rule
+        // found earlier in the text (a duplicate key, say) comes first.
+        return Err(match parser.deferred.take() {
+            Some(deferred) if first(&deferred, &fatal) => deferred,
+            _ => fatal,
+        });
+    }
     if parser.dropped_warnings > 0 {
         let more = format!("{} more warnings not shown", parser.dropped_warnings);
         parser.tables.warnings.push(more);
@@ -67,6 +90,36 @@ pub(super) fn parse(text: &[u8]) -> Result<Tables, FormatError> {
 
 /// Malformed JSON: ends the parse.
 type Fatal = FormatError;
+
+/// Where in the header an error is, for those that say.
+fn header_pos(err: &FormatError) -> Option<usize> {
+    match err {
+        FormatError::NotUtf8 { pos }
+        | FormatError::Json { pos, .. }
+        | FormatError::NumberOutOfRange { pos, .. }
+        | FormatError::DuplicateKey { pos, .. }
+        | FormatError::NegativeZero { pos, .. } => Some(*pos),
+        _ => None,
+    }
+}
+
+/// Whether `a` is reported before `b`: a lower rule first; within a rule,
+/// the one earlier in the header when both have a position.
+fn first(a: &FormatError, b: &FormatError) -> bool {
+    a.rule() < b.rule()
+        || (a.rule() == b.rule()
+            && matches!((header_pos(a), header_pos(b)), (Some(x), Some(y)) if x < y))
+}
+
+/// A number as written, cut short for messages (a number may be megabytes
+/// of digits). Numbers are ASCII, so any cut is a character boundary.
+fn quote_number(s: &str) -> String {
+    if s.len() <= 40 {
+        s.to_string()
+    } else {
+        format!("{}… ({} characters)", &s[..24], s.len())
+    }
+}
 
 /// A JSON value's kind, for messages.
 fn kind_of(first: u8) -> &'static str {
@@ -82,10 +135,50 @@ fn kind_of(first: u8) -> &'static str {
 
 /// A number, as far as a header cares.
 enum Number {
-    /// A non-negative integer that fits 64 bits (`-0` included).
+    /// A non-negative integer that fits 64 bits.
     Unsigned(u64),
+    /// `-0`, at this header position: JSON readers take it for a float.
+    NegativeZero(usize),
     /// Anything else: its text, and why it is not a dimension or offset.
     Other(usize, usize, &'static str),
+}
+
+/// What is wrong with a field of an entry (rule 4).
+enum Problem {
+    /// Described in words.
+    Text(String),
+    /// Element `index` of a shape or offsets array is `-0`, at `pos`.
+    NegativeZero { index: usize, pos: usize },
+}
+
+impl From<String> for Problem {
+    fn from(text: String) -> Self {
+        Problem::Text(text)
+    }
+}
+
+/// A field name of an entry, as far as the parser cares.
+enum Field {
+    /// One of [`FIELDS`], by index.
+    Known(usize),
+    /// Another name: its hash (of the unescaped name).
+    Unknown(u64),
+}
+
+/// What the value being parsed belongs to, for messages about numbers
+/// anywhere in it (positions of keys, and where names start in the tables).
+#[derive(Clone, Copy)]
+enum Place {
+    /// The top object.
+    Header,
+    /// The value of `__metadata__`.
+    Metadata,
+    /// A metadata value; its key is at this header position.
+    MetadataValue(usize),
+    /// A tensor entry; its name starts here in the names buffer.
+    Entry(usize),
+    /// A field of a tensor entry: the name's start, the key's header position.
+    Field(usize, usize),
 }
 
 struct Parser<'t> {
@@ -100,6 +193,10 @@ struct Parser<'t> {
     dropped_warnings: usize,
     /// The lowest-rule violation found so far; the parse goes on.
     deferred: Option<FormatError>,
+    /// What the value being parsed belongs to.
+    place: Place,
+    /// The unknown fields of the entry being parsed.
+    unknown: UnknownKeys,
 }
 
 impl<'t> Parser<'t> {
@@ -125,6 +222,8 @@ impl<'t> Parser<'t> {
             scratch: String::new(),
             dropped_warnings: 0,
             deferred: None,
+            place: Place::Header,
+            unknown: UnknownKeys::default(),
         }
     }
 
@@ -143,10 +242,25 @@ impl<'t> Parser<'t> {
         }
     }
 
-    /// Records a violation unless one of a lower (earlier) rule is already recorded.
+    /// Whether a violation of `rule` at header position `pos` would be
+    /// recorded (for checks made after the text they are about).
+    fn wants_at(&self, rule: u8, pos: usize) -> bool {
+        match &self.deferred {
+            None => true,
+            Some(d) => {
+                d.rule() > rule || (d.rule() == rule && header_pos(d).is_some_and(|p| p > pos))
+            }
+        }
+    }
+
+    /// Records a violation unless one that comes [`first`] is already
+    /// recorded. Violations are mostly found in text order, so the first
+    /// found of the lowest rule stays; duplicates among unknown fields are
+    /// found when their entry closes, and replace a violation of the same
+    /// rule found later in the text.
     fn defer(&mut self, err: FormatError) {
         match &self.deferred {
-            Some(current) if current.rule() <= err.rule() => {}
+            Some(current) if !first(&err, current) => {}
             _ => self.deferred = Some(err),
         }
     }
@@ -263,6 +377,7 @@ impl<'t> Parser<'t> {
                     pos: key_pos,
                 });
             }
+            self.place = Place::Metadata;
             let metadata = self.metadata()?;
             if self.tables.metadata.is_none() {
                 self.tables.metadata = metadata;
@@ -339,6 +454,7 @@ impl<'t> Parser<'t> {
             let key_pos = self.pos;
             let key = self.owned_string()?;
             self.expect(b':')?;
+            self.place = Place::MetadataValue(key_pos);
             let value = match self.peek_value()? {
                 b'"' => Ok(self.owned_string()?),
                 other => {
@@ -370,12 +486,63 @@ impl<'t> Parser<'t> {
         }
     }
 
-    fn bad_entry(&mut self, name_start: usize, problem: String) {
+    /// Records a rule 4 problem of the entry being parsed; `field` is the
+    /// field it is in (for problems that name one).
+    fn bad_entry(&mut self, name_start: usize, field: &'static str, problem: Problem) {
         if !self.wants(4) {
             return;
         }
         let tensor = self.current_name(name_start).to_string();
-        self.defer(FormatError::BadEntry { tensor, problem });
+        self.defer(match problem {
+            Problem::Text(problem) => FormatError::BadEntry { tensor, problem },
+            Problem::NegativeZero { index, pos } => FormatError::NegativeZero {
+                tensor,
+                field,
+                index,
+                pos,
+            },
+        });
+    }
+
+    /// The string whose opening quote is at header position `pos` (parsed
+    /// before), unescaped; `None` only if it does not parse.
+    fn string_at(&mut self, pos: usize) -> Option<Cow<'t, str>> {
+        let saved = std::mem::replace(&mut self.pos, pos);
+        let read = match self.raw_string() {
+            Ok(Some(s)) => Some(Cow::Borrowed(s)),
+            Ok(None) => Some(Cow::Owned(self.scratch.clone())),
+            Err(_) => None,
+        };
+        self.pos = saved;
+        read
+    }
+
+    /// [`Parser::string_at`], cut short for a message.
+    fn quote_at(&mut self, pos: usize, max: usize) -> String {
+        self.string_at(pos)
+            .map_or_else(String::new, |s| shorten(&s, max))
+    }
+
+    /// Words for [`Parser::place`].
+    fn place_text(&mut self) -> String {
+        match self.place {
+            Place::Header => "the header".into(),
+            Place::Metadata => "__metadata__".into(),
+            Place::MetadataValue(key) => {
+                format!("__metadata__ value of {:?}", self.quote_at(key, 64))
+            }
+            Place::Entry(name) => {
+                format!(
+                    "the entry of tensor {:?}",
+                    shorten(self.current_name(name), 200)
+                )
+            }
+            Place::Field(name, key) => format!(
+                "field {:?} of tensor {:?}",
+                self.quote_at(key, 64),
+                shorten(self.current_name(name), 200)
+            ),
+        }
     }
 
     /// The record for the tables as they stand (a placeholder when invalid:
@@ -394,6 +561,7 @@ impl<'t> Parser<'t> {
 
     /// One tensor entry: `{"dtype": ..., "shape": [...], "data_offsets": [b, e]}`.
     fn entry(&mut self, name_start: usize) -> Result<Entry, Fatal> {
+        self.place = Place::Entry(name_start);
         let dims_start = self.tables.dims.len();
         if let Some((dtype, offsets)) = self.compact_entry() {
             self.check_size(name_start, dtype, dims_start, offsets);
@@ -493,11 +661,12 @@ impl<'t> Parser<'t> {
 
     /// An entry in any JSON layout, with every problem reported.
     fn any_entry(&mut self, name_start: usize) -> Result<Entry, Fatal> {
+        let entry_pos = self.pos;
         let first = self.peek_value()?;
         if first != b'{' {
             self.skip_value(1)?;
             let problem = format!("the entry must be an object, found a {}", kind_of(first));
-            self.bad_entry(name_start, problem);
+            self.bad_entry(name_start, "", problem.into());
             return Ok(self.record(Dtype::U8, [0, 0]));
         }
         let dims_start = self.tables.dims.len();
@@ -505,8 +674,11 @@ impl<'t> Parser<'t> {
         let mut offsets = [0u64; 2];
         let mut seen = [false; 3];
         let mut ok = true;
-        let mut unknown: std::collections::HashSet<String> = std::collections::HashSet::new();
-        let mut first_unknown: Vec<String> = Vec::new();
+        // Unknown fields: counted, the first three remembered by position
+        // (for the warning), every one recorded by hash (for duplicates).
+        self.unknown.clear();
+        let mut unknown = 0usize;
+        let mut first_unknown = [0usize; 3];
         let mut members = self.open(b'}')?;
         while members {
             if self.peek_value()? != b'"' {
@@ -515,95 +687,60 @@ impl<'t> Parser<'t> {
             let key_pos = self.pos;
             let field = self.field_name()?;
             self.expect(b':')?;
-            let duplicate = match &field {
-                Ok(f) => std::mem::replace(&mut seen[*f], true),
-                Err(name) => unknown.contains(name),
-            };
-            if duplicate && self.wants(2) {
-                let key = match &field {
-                    Ok(f) => FIELDS[*f].to_string(),
-                    Err(name) => name.clone(),
-                };
-                let place = format!("tensor {:?}", self.current_name(name_start));
-                self.defer(FormatError::DuplicateKey {
-                    key,
-                    place,
-                    pos: key_pos,
-                });
-                ok = false;
-            }
+            self.place = Place::Field(name_start, key_pos);
             match field {
-                Err(name) => {
-                    if first_unknown.len() < 3 && !unknown.contains(&name) {
-                        first_unknown.push(shorten(&name, 64));
+                Field::Unknown(hash) => {
+                    if let Some(slot) = first_unknown.get_mut(unknown) {
+                        *slot = key_pos;
                     }
-                    unknown.insert(name);
+                    unknown += 1;
+                    // Fits: the text is under 4 GiB (checked by `parse`).
+                    self.unknown.push(hash, key_pos as u32);
                     self.skip_value(2)?;
                 }
-                Ok(DTYPE) => match self.dtype()? {
-                    Ok(d) => dtype = Some(d),
-                    Err(_) if !self.wants(4) => ok = false,
-                    Err(err) => {
-                        let tensor = self.current_name(name_start).to_string();
-                        let err = match err {
-                            Ok(name) => FormatError::UnknownDtype {
-                                tensor,
-                                dtype: name,
-                            },
-                            Err(found) => FormatError::BadEntry {
-                                tensor,
-                                problem: format!("dtype must be a string, found a {found}"),
-                            },
-                        };
-                        self.defer(err);
+                Field::Known(f) => {
+                    if std::mem::replace(&mut seen[f], true) && self.wants(2) {
+                        let place = format!("tensor {:?}", self.current_name(name_start));
+                        self.defer(FormatError::DuplicateKey {
+                            key: FIELDS[f].to_string(),
+                            place,
+                            pos: key_pos,
+                        });
                         ok = false;
                     }
-                },
-                Ok(SHAPE) => {
-                    self.tables.dims.truncate(dims_start);
-                    let mut dims = std::mem::take(&mut self.tables.dims);
-                    let read = self.numbers("shape", &mut dims, None);
-                    self.tables.dims = dims;
-                    if let Err(problem) = read? {
-                        self.bad_entry(name_start, problem);
-                        ok = false;
-                    }
-                }
-                Ok(_) => {
-                    let mut pair = Pair::default();
-                    match self.numbers("data_offsets", &mut pair, Some(2))? {
-                        Ok(()) => offsets = pair.values,
-                        Err(problem) => {
-                            self.bad_entry(name_start, problem);
-                            ok = false;
-                        }
-                    }
+                    ok &= self.known_field(name_start, f, dims_start, &mut dtype, &mut offsets)?;
                 }
             }
             members = self.next_member(b'}')?;
         }
-        if !unknown.is_empty() {
-            let listed = first_unknown
-                .iter()
-                .map(|n| format!("{n:?}"))
+        if unknown >= 2 && self.wants_at(2, entry_pos) {
+            if let Some((pos, key)) = self.unknown_duplicate() {
+                let place = format!("tensor {:?}", self.current_name(name_start));
+                self.defer(FormatError::DuplicateKey { key, place, pos });
+                ok = false;
+            }
+        }
+        if unknown > 0 {
+            let shown = unknown.min(first_unknown.len());
+            let listed = (0..shown)
+                .map(|i| format!("{:?}", self.quote_at(first_unknown[i], 64)))
                 .collect::<Vec<_>>()
                 .join(", ");
-            let more = unknown.len().saturating_sub(first_unknown.len());
-            let more = if more > 0 {
-                format!(" and {more} more")
+            let more = if unknown > shown {
+                format!(" and {} more", unknown - shown)
             } else {
                 String::new()
             };
             let warning = format!(
                 "tensor {:?}: unknown field{} {listed}{more} ignored",
                 shorten(self.current_name(name_start), 200),
-                if unknown.len() > 1 { "s" } else { "" },
+                if unknown > 1 { "s" } else { "" },
             );
             self.warn(warning);
         }
         for (i, field) in FIELDS.iter().enumerate() {
             if !seen[i] {
-                self.bad_entry(name_start, format!("missing field `{field}`"));
+                self.bad_entry(name_start, "", format!("missing field `{field}`").into());
                 ok = false;
             }
         }
@@ -618,6 +755,99 @@ impl<'t> Parser<'t> {
                 Ok(self.record(Dtype::U8, offsets))
             }
         }
+    }
+
+    /// The value of a known field `f` of an entry: the dtype, the shape (into
+    /// the dimensions buffer) or the offsets. `false` if it is invalid (the
+    /// problem is recorded).
+    fn known_field(
+        &mut self,
+        name_start: usize,
+        f: usize,
+        dims_start: usize,
+        dtype: &mut Option<Dtype>,
+        offsets: &mut [u64; 2],
+    ) -> Result<bool, Fatal> {
+        match f {
+            DTYPE => match self.dtype()? {
+                Ok(d) => {
+                    *dtype = Some(d);
+                    Ok(true)
+                }
+                Err(_) if !self.wants(4) => Ok(false),
+                Err(err) => {
+                    let tensor = self.current_name(name_start).to_string();
+                    let err = match err {
+                        Ok(name) => FormatError::UnknownDtype {
+                            tensor,
+                            dtype: name,
+                        },
+                        Err(found) => FormatError::BadEntry {
+                            tensor,
+                            problem: format!("dtype must be a string, found a {found}"),
+                        },
+                    };
+                    self.defer(err);
+                    Ok(false)
+                }
+            },
+            SHAPE => {
+                self.tables.dims.truncate(dims_start);
+                let mut dims = std::mem::take(&mut self.tables.dims);
+                let read = self.numbers("shape", &mut dims, None);
+                self.tables.dims = dims;
+                match read? {
+                    Ok(()) => Ok(true),
+                    Err(problem) => {
+                        self.bad_entry(name_start, "shape", problem);
+                        Ok(false)
+                    }
+                }
+            }
+            _ => {
+                let mut pair = Pair::default();
+                match self.numbers("data_offsets", &mut pair, Some(2))? {
+                    Ok(()) => {
+                        *offsets = pair.values;
+                        Ok(true)
+                    }
+                    Err(problem) => {
+                        self.bad_entry(name_start, "data_offsets", problem);
+                        Ok(false)
+                    }
+                }
+            }
+        }
+    }
+
+    /// The first unknown field of the entry (in header order) whose name an
+    /// earlier unknown field has: its key's header position, and the name.
+    /// Only names whose hashes collide are read back and compared.
+    fn unknown_duplicate(&mut self) -> Option<(usize, String)> {
+        let mut keys = std::mem::take(&mut self.unknown);
+        let mut found: Option<(usize, Cow<'t, str>)> = None;
+        let mut group: Vec<(Cow<'t, str>, usize)> = Vec::new();
+        for run in keys.collisions().chunk_by(|a, b| a >> 32 == b >> 32) {
+            group.clear();
+            for &record in run {
+                let pos = (record & 0xffff_ffff) as usize;
+                // Always some: the key parsed a moment ago.
+                if let Some(name) = self.string_at(pos) {
+                    group.push((name, pos));
+                }
+            }
+            // Equal names side by side, each run in header order: the
+            // second of a run is that name's first repetition.
+            group.sort_unstable();
+            for pair in group.windows(2) {
+                let [(a, _), (b, pos)] = pair else { continue };
+                if a == b && found.as_ref().map_or(true, |(p, _)| pos < p) {
+                    found = Some((*pos, b.clone()));
+                }
+            }
+        }
+        self.unknown = keys;
+        found.map(|(pos, name)| (pos, name.into_owned()))
     }
 
     /// Rule 4: end - begin equals the shape's element count times the dtype's size.
@@ -656,13 +886,14 @@ impl<'t> Parser<'t> {
         self.defer(err);
     }
 
-    /// A field name of an entry: the index of a known field, or the unknown name.
-    fn field_name(&mut self) -> Result<Result<usize, String>, Fatal> {
+    /// A field name of an entry: the index of a known field, or the hash
+    /// of an unknown name (unescaped, so spellings of one name hash alike).
+    fn field_name(&mut self) -> Result<Field, Fatal> {
         // The usual spelling, matched as bytes: the quoted name, no escapes.
         for (i, quoted) in QUOTED_FIELDS.iter().enumerate() {
             if self.b[self.pos..].starts_with(quoted.as_bytes()) {
                 self.pos += quoted.len();
-                return Ok(Ok(i));
+                return Ok(Field::Known(i));
             }
         }
         let raw = self.raw_string()?;
@@ -670,10 +901,10 @@ impl<'t> Parser<'t> {
             Some(raw) => raw,
             None => self.scratch.as_str(),
         };
-        Ok(FIELDS
-            .iter()
-            .position(|f| *f == name)
-            .ok_or_else(|| name.to_string()))
+        Ok(match FIELDS.iter().position(|f| *f == name) {
+            Some(i) => Field::Known(i),
+            None => Field::Unknown(hash_name(name)),
+        })
     }
 
     /// A dtype value: the dtype, or the unknown name, or what was found instead of a string.
@@ -700,16 +931,17 @@ impl<'t> Parser<'t> {
         what: &str,
         out: &mut impl Numbers,
         exactly: Option<usize>,
-    ) -> Result<Result<(), String>, Fatal> {
+    ) -> Result<Result<(), Problem>, Fatal> {
         let first = self.peek_value()?;
         if first != b'[' {
             self.skip_value(2)?;
             return Ok(Err(format!(
                 "{what} must be an array of integers, found a {}",
                 kind_of(first)
-            )));
+            )
+            .into()));
         }
-        let mut problem: Option<String> = None;
+        let mut problem: Option<Problem> = None;
         let mut count = 0usize;
         let mut members = self.open(b']')?;
         while members {
@@ -718,19 +950,21 @@ impl<'t> Parser<'t> {
                 match self.number()? {
                     Number::Unsigned(v) if problem.is_none() => out.push(v),
                     Number::Unsigned(_) => {}
+                    Number::NegativeZero(pos) => {
+                        problem.get_or_insert(Problem::NegativeZero { index: count, pos });
+                    }
                     Number::Other(start, end, why) => {
                         problem.get_or_insert_with(|| {
-                            format!(
-                                "{what} element {count} is {}, {why}",
-                                &self.text[start..end]
-                            )
+                            let number = quote_number(&self.text[start..end]);
+                            format!("{what} element {count} is {number}, {why}").into()
                         });
                     }
                 }
             } else {
                 self.skip_value(3)?;
-                problem
-                    .get_or_insert_with(|| format!("{what} element {count} is a {}", kind_of(c)));
+                problem.get_or_insert_with(|| {
+                    format!("{what} element {count} is a {}", kind_of(c)).into()
+                });
             }
             count += 1;
             members = self.next_member(b']')?;
@@ -739,14 +973,18 @@ impl<'t> Parser<'t> {
             return Ok(Err(problem));
         }
         match exactly {
-            Some(n) if n != count => {
-                Ok(Err(format!("{what} must have {n} numbers, found {count}")))
-            }
+            Some(n) if n != count => Ok(Err(format!(
+                "{what} must have {n} numbers, found {count}"
+            )
+            .into())),
             _ => Ok(Ok(())),
         }
     }
 
-    /// A JSON number (the next byte is `-` or a digit).
+    /// A JSON number (the next byte is `-` or a digit). One that rounds
+    /// past the largest 64-bit float is recorded as a rule 2 violation
+    /// wherever it is ([`FormatError::NumberOutOfRange`]), and the parse
+    /// goes on.
     fn number(&mut self) -> Result<Number, Fatal> {
         let start = self.pos;
         let negative = self.peek() == Some(b'-');
@@ -794,12 +1032,39 @@ impl<'t> Parser<'t> {
             integer = false;
         }
         let end = self.pos;
+        if !integer || value.is_none() {
+            self.check_range(start, end);
+        }
         Ok(match (integer, negative, value) {
-            (true, false, Some(v)) | (true, true, Some(v @ 0)) => Number::Unsigned(v),
+            (true, false, Some(v)) => Number::Unsigned(v),
+            (true, true, Some(0)) => Number::NegativeZero(start),
             (true, true, _) => Number::Other(start, end, "which is negative"),
             (true, false, None) => Number::Other(start, end, "which does not fit 64 bits"),
             (false, _, _) => Number::Other(start, end, "which is not an integer"),
         })
+    }
+
+    /// Rule 2: the number `text[start..end]` (its JSON syntax checked) must
+    /// not round past the largest 64-bit float. Rust's parser rounds
+    /// correctly, as the reference's serde_json does when built with
+    /// `float_roundtrip` (as this workspace builds it), so both call the
+    /// same numbers infinite: `1.7976931348623158e308` is the largest float,
+    /// `1.7976931348623159e308` is out of range, and `1e-400` is zero.
+    fn check_range(&mut self, start: usize, end: usize) {
+        let text = &self.text[start..end];
+        // The JSON number grammar is a subset of Rust's float syntax, so
+        // parsing cannot fail; if it did, refusing is the safe side.
+        let finite = text.parse::<f64>().is_ok_and(f64::is_finite);
+        if finite || !self.wants_at(2, start) {
+            return;
+        }
+        let number = quote_number(text);
+        let place = self.place_text();
+        self.defer(FormatError::NumberOutOfRange {
+            pos: start,
+            number,
+            place,
+        });
     }
 
     /// One or more digits (of a fraction or exponent).
@@ -912,7 +1177,9 @@ impl<'t> Parser<'t> {
                         }
                         0x10000 + ((first - 0xD800) << 10) + (second - 0xDC00)
                     }
-                    0xDC00..=0xDFFF => return Err(self.error("unexpected end of hex escape")),
+                    0xDC00..=0xDFFF => {
+                        return Err(self.error("lone trailing surrogate in hex escape"))
+                    }
                     other => other,
                 };
                 char::from_u32(code).ok_or_else(|| self.error("invalid unicode code point"))?

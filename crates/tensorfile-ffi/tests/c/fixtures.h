@@ -24,12 +24,23 @@ struct fx_file {
     const struct fx_tensor *tensors; /* file (data) order */
     int ntensors;
     const char *const *meta; /* key, value, key, value, ... NULL; keys ascending */
+    const size_t *meta_len;  /* the byte lengths of meta's strings (NULs inside count) */
     int nmeta;               /* -1: metadata not checked */
 };
 
 struct fx_reject {
     const char *path; /* NULL ends the table */
     int code;         /* 0: TL_EFORMAT or TL_EUNSUPPORTED */
+};
+
+/* A hostile checkpoint of issue 12, made at test time. */
+struct fx_hostile {
+    const char *path;  /* NULL ends the table */
+    int load_code;     /* 0: fs_load_pytorch succeeds */
+    int access_code;   /* when it loads, 0: every tensor reads; else each first access fails so */
+    const char *part;  /* in the failure's message */
+    int ntensors;      /* when it loads */
+    int content;       /* 0: unchecked, 1: all zeros, 2: rows of the bytes 0..255, -1: not read */
 };
 
 /* Every file of tests/fixtures/valid/. */
@@ -40,5 +51,7 @@ extern const char *const FX_INVALID[];
 extern const struct fx_file FX_PYTORCH_OK[];
 /* The PyTorch checkpoints to refuse. */
 extern const struct fx_reject FX_PYTORCH_REJECT[];
+/* The hostile checkpoints. */
+extern const struct fx_hostile FX_HOSTILE[];
 
 #endif

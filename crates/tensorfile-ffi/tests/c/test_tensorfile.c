@@ -142,14 +142,80 @@ static void check_file(fs_file *f, const struct fx_file *fx, int aligned64, cons
     const char **keys = fs_metadata_keys(f);
     CHECK(keys != NULL, "%s %s: no key array", how, fx->stem);
     if (!keys) return;
+    CHECK(fs_num_metadata(f) == fx->nmeta, "%s %s: %d metadata entries, expected %d", how,
+          fx->stem, fs_num_metadata(f), fx->nmeta);
     for (int k = 0; k < fx->nmeta; k++) {
         const char *key = fx->meta[2 * k], *value = fx->meta[2 * k + 1];
+        size_t key_len = fx->meta_len[2 * k], value_len = fx->meta_len[2 * k + 1];
         CHECK(keys[k] != NULL && strcmp(keys[k], key) == 0, "%s %s: key %d is %s, expected %s",
               how, fx->stem, k, keys[k] ? keys[k] : "NULL", key);
         const char *got = fs_get_metadata(f, key);
         CHECK(got != NULL && strcmp(got, value) == 0, "%s %s: metadata %s", how, fx->stem, key);
+        /* By index, whole: the same strings, with their lengths. */
+        size_t len = 12345;
+        const char *full_key = fs_metadata_key_at(f, k, &len);
+        CHECK(full_key == keys[k] && len == key_len && memcmp(full_key, key, len) == 0,
+              "%s %s: fs_metadata_key_at(%d)", how, fx->stem, k);
+        len = 12345;
+        const char *full_value = fs_metadata_value_at(f, k, &len);
+        CHECK(full_value != NULL && len == value_len && memcmp(full_value, value, len) == 0 &&
+                  full_value[len] == '\0',
+              "%s %s: fs_metadata_value_at(%d)", how, fx->stem, k);
+        if (strlen(key) == key_len)
+            CHECK(full_value == got, "%s %s: fs_metadata_value_at(%d) is not fs_get_metadata",
+                  how, fx->stem, k);
     }
     CHECK(keys[fx->nmeta] == NULL, "%s %s: keys not NULL-terminated", how, fx->stem);
+    CHECK(fs_metadata_key_at(f, fx->nmeta, NULL) == NULL, "%s %s: a key past the end", how,
+          fx->stem);
+}
+
+/* Metadata whose key and value hold NUL characters: the C strings of
+ * fs_metadata_keys and fs_get_metadata stop at the NUL, the indexed
+ * accessors give every byte. */
+static void test_metadata_with_nul(void) {
+    static const char header[] = "{\"__metadata__\":{\"a\\u0000b\":\"x\\u0000yz\",\"c\":\"\"},"
+                                 "\"t\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}";
+    unsigned char bytes[8 + 256];
+    size_t n = strlen(header), padded = (n + 7) / 8 * 8;
+    memset(bytes, ' ', sizeof bytes);
+    for (int i = 0; i < 8; i++) bytes[i] = (unsigned char)((uint64_t)padded >> (8 * i));
+    memcpy(bytes + 8, header, n);
+    bytes[8 + padded] = 42;
+    char *path = tmp_path("nul_metadata.safetensors");
+    write_all(path, bytes, 8 + padded + 1);
+    for (int mapped = 0; mapped < 2; mapped++) {
+        fs_file *f = mapped ? fs_mmap(path) : fs_open(path);
+        CHECK(f != NULL, "nul metadata: open: %s", fs_last_error_message());
+        if (!f) continue;
+        CHECK(fs_num_metadata(f) == 2, "nul metadata: %d entries", fs_num_metadata(f));
+        const char **keys = fs_metadata_keys(f);
+        CHECK(keys && strcmp(keys[0], "a") == 0 && strcmp(keys[1], "c") == 0 && !keys[2],
+              "nul metadata: the key array");
+        size_t len = 0;
+        const char *key = fs_metadata_key_at(f, 0, &len);
+        CHECK(key == keys[0] && len == 3 && memcmp(key, "a\0b", 3) == 0,
+              "nul metadata: key 0 has %zu bytes", len);
+        const char *value = fs_metadata_value_at(f, 0, &len);
+        CHECK(value && len == 4 && memcmp(value, "x\0yz", 5) == 0,
+              "nul metadata: value 0 has %zu bytes", len);
+        value = fs_metadata_value_at(f, 1, &len);
+        CHECK(value && len == 0 && value[0] == '\0', "nul metadata: value 1 has %zu bytes", len);
+        CHECK(fs_metadata_value_at(f, 1, NULL) == value, "nul metadata: len may be NULL");
+        /* The cut key is another key, which the file does not have. */
+        CHECK(fs_get_metadata(f, "a") == NULL, "nul metadata: \"a\" found");
+        CHECK_ERROR(TL_ENOTFOUND, "a", "fs_get_metadata(f, \"a\")");
+        CHECK(fs_metadata_key_at(f, 2, NULL) == NULL, "nul metadata: key 2");
+        CHECK_ERROR(TL_ENOTFOUND, "out of range", "fs_metadata_key_at(f, 2)");
+        CHECK(fs_metadata_value_at(f, -1, NULL) == NULL, "nul metadata: value -1");
+        CHECK_ERROR(TL_EINVAL, "negative", "fs_metadata_value_at(f, -1)");
+        fs_close(f);
+    }
+    CHECK(fs_num_metadata(NULL) == TL_EINVAL, "fs_num_metadata(NULL)");
+    CHECK(fs_metadata_key_at(NULL, 0, NULL) == NULL, "fs_metadata_key_at(NULL)");
+    CHECK_ERROR(TL_EINVAL, "NULL", "fs_metadata_key_at(NULL)");
+    CHECK(fs_metadata_value_at(NULL, 0, NULL) == NULL, "fs_metadata_value_at(NULL)");
+    free(path);
 }
 
 static void test_valid_files(void) {
@@ -223,6 +289,90 @@ static void test_pytorch(void) {
     /* A safetensors file is not a checkpoint. */
     CHECK(fs_load_pytorch(FX_VALID[0].path) == NULL, "a safetensors file loaded as PyTorch");
     CHECK_ERROR(TL_EUNSUPPORTED, "safetensors", "fs_load_pytorch(safetensors)");
+}
+
+/* ---- hostile PyTorch checkpoints (issue 12) ---- */
+
+/* The bytes of a tensor are what `content` says. */
+static int content_ok(const tm_tensor *t, int content) {
+    const unsigned char *b = t->data;
+    for (size_t i = 0; i < t->nbytes; i++) {
+        if (content == 1 && b[i] != 0) return 0;
+        if (content == 2 && b[i] != (unsigned char)(i % 256)) return 0;
+    }
+    return 1;
+}
+
+struct lazy_job {
+    fs_file *f;
+    int n;
+    const tm_tensor *got[8];
+};
+
+/* Reads every tensor of a shared file, first accesses racing. */
+static void *read_lazy(void *arg) {
+    struct lazy_job *job = arg;
+    for (int i = 0; i < job->n && i < 8; i++) job->got[i] = fs_get_tensor_at(job->f, i);
+    return NULL;
+}
+
+static void test_pytorch_hostile(void) {
+    int files = 0;
+    for (const struct fx_hostile *h = FX_HOSTILE; h->path; h++, files++) {
+        fs_file *f = fs_load_pytorch(h->path);
+        if (h->load_code) {
+            CHECK(f == NULL, "fs_load_pytorch accepted %s", h->path);
+            CHECK_ERROR(h->load_code, h->part, h->path);
+            continue;
+        }
+        CHECK(f != NULL, "fs_load_pytorch %s: %s", h->path, fs_last_error_message());
+        if (!f) continue;
+        CHECK(fs_num_tensors(f) == h->ntensors, "%s: %d tensors, expected %d", h->path,
+              fs_num_tensors(f), h->ntensors);
+        for (int i = 0; h->content >= 0 && i < h->ntensors; i++) {
+            tm_tensor *t = fs_get_tensor_at(f, i);
+            if (h->access_code) {
+                CHECK(t == NULL, "%s: tensor %d read", h->path, i);
+                CHECK_ERROR(h->access_code, h->part, h->path);
+                /* The failure is kept: the second access fails alike. */
+                CHECK(fs_get_tensor_at(f, i) == NULL, "%s: tensor %d read again", h->path, i);
+                CHECK_ERROR(h->access_code, h->part, h->path);
+                continue;
+            }
+            CHECK(t != NULL, "%s: tensor %d: %s", h->path, i, fs_last_error_message());
+            if (!t) continue;
+            CHECK(fs_get_tensor_at(f, i) == t, "%s: tensor %d moved", h->path, i);
+            CHECK(t->data != NULL && content_ok(t, h->content), "%s: tensor %d's bytes", h->path,
+                  i);
+        }
+        fs_close(f);
+    }
+    CHECK(files >= 9, "only %d hostile checkpoints", files);
+
+    /* Gathered on first access, once, when threads race for it. */
+    for (const struct fx_hostile *h = FX_HOSTILE; h->path; h++) {
+        if (!strstr(h->path, "expansions_small.pt")) continue;
+        fs_file *f = fs_load_pytorch(h->path);
+        CHECK(f != NULL, "%s: %s", h->path, fs_last_error_message());
+        if (!f) continue;
+        enum { N = 4 };
+        pthread_t threads[N];
+        struct lazy_job jobs[N];
+        for (int k = 0; k < N; k++) {
+            jobs[k] = (struct lazy_job){f, h->ntensors, {0}};
+            pthread_create(&threads[k], NULL, read_lazy, &jobs[k]);
+        }
+        for (int k = 0; k < N; k++) pthread_join(threads[k], NULL);
+        for (int i = 0; i < h->ntensors; i++) {
+            const tm_tensor *t = jobs[0].got[i];
+            CHECK(t != NULL && content_ok(t, 2) && t->nbytes == 256000,
+                  "expansion %d read by thread 0", i);
+            for (int k = 1; k < N; k++)
+                CHECK(jobs[k].got[i] == t, "thread %d got another tensor %d", k, i);
+            CHECK(fs_get_tensor_at(f, i) == t, "tensor %d moved", i);
+        }
+        fs_close(f);
+    }
 }
 
 /* ---- writing ---- */
@@ -566,8 +716,10 @@ int main(int argc, char **argv) {
     tmpdir = argv[1];
     test_sha256();
     test_valid_files();
+    test_metadata_with_nul();
     test_invalid_files();
     test_pytorch();
+    test_pytorch_hostile();
     test_worked_example();
     test_rewrite_fixtures();
     test_reader_errors();

@@ -4,7 +4,7 @@
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
-use super::{CastOptions, TensorCast};
+use super::{CastOptions, LossTally, Losses, TensorCast};
 use crate::plan::{Plan, Sink};
 use crate::writer::{TensorData, TensorSpec, WriteOptions};
 use crate::{Dtype, Metadata, Result};
@@ -22,12 +22,29 @@ pub struct ConvertSummary {
     pub cast: usize,
     /// Companions of quantized weights left as they were (see [`quant_companions`]).
     pub companions: usize,
+    /// The running loss count of each cast tensor, filled in as the plan's
+    /// jobs run: read [`ConvertSummary::losses`] after writing.
+    pub tallies: Vec<(String, LossTally)>,
+}
+
+impl ConvertSummary {
+    /// The tensors whose cast changed values beyond rounding (overflow,
+    /// NaN, saturation, flush to zero), with how many, in plan order.
+    pub fn losses(&self) -> Vec<(&str, Losses)> {
+        self.tallies
+            .iter()
+            .map(|(name, tally)| (name.as_str(), tally.get()))
+            .filter(|(_, l)| !l.is_empty())
+            .collect()
+    }
 }
 
 /// The tensors of a quantized weight, which a dtype conversion must not
 /// touch: the int4 pair `<name>.qweight` + `<name>.scales` (the format
 /// page's layout) and MLX's `<name>.weight` (U32, packed) with
-/// `<name>.scales` and `<name>.biases`. Detected by name pairing.
+/// `<name>.scales`, `<name>.biases` and `<name>.global_scale` (nvfp4's F32
+/// scale per expert, which MLX takes only as F32). Detected by name
+/// pairing.
 ///
 /// ```
 /// use tensorfile::cast::quant_companions;
@@ -35,10 +52,11 @@ pub struct ConvertSummary {
 /// let t = [
 ///     ("a.qweight", Dtype::U8), ("a.scales", Dtype::F16),
 ///     ("m.weight", Dtype::U32), ("m.scales", Dtype::F32), ("m.biases", Dtype::F32),
+///     ("e.weight", Dtype::U32), ("e.scales", Dtype::U8), ("e.global_scale", Dtype::F32),
 ///     ("n.weight", Dtype::F32), ("n.scales", Dtype::F32), // not packed: plain floats
 /// ];
 /// let kept = quant_companions(t.iter().copied());
-/// assert_eq!(kept.len(), 5);
+/// assert_eq!(kept.len(), 8);
 /// assert!(!kept.contains("n.scales"));
 /// ```
 pub fn quant_companions<'a>(
@@ -62,8 +80,11 @@ pub fn quant_companions<'a>(
                 continue;
             }
             kept.extend([weight, name]);
-            if let Some((&biases, _)) = dtypes.get_key_value(format!("{base}.biases").as_str()) {
-                kept.insert(biases);
+            for companion in ["biases", "global_scale"] {
+                let key = format!("{base}.{companion}");
+                if let Some((&c, _)) = dtypes.get_key_value(key.as_str()) {
+                    kept.insert(c);
+                }
             }
         }
     }
@@ -149,17 +170,21 @@ pub fn convert_plan<'a, T: TensorData>(
         tensors: tensors.len(),
         cast: 0,
         companions: 0,
+        tallies: Vec::new(),
     };
     let mut plan = Plan::new(metadata.cloned());
-    for (t, target) in tensors.iter().zip(targets) {
+    for (i, (t, target)) in tensors.iter().zip(targets).enumerate() {
         if target.dtype == t.dtype() {
             summary.companions += usize::from(target.companion);
-            plan.copy(t);
+            plan.copy_from(t, i);
             continue;
         }
         summary.cast += 1;
-        let out = plan.declare(TensorSpec::new(t.name(), target.dtype, t.shape()));
+        let out = plan.declare_from(TensorSpec::new(t.name(), target.dtype, t.shape()), i);
         let cast = TensorCast::new(t.name(), t.dtype(), t.shape(), target.dtype, opts)?;
+        summary
+            .tallies
+            .push((t.name().to_string(), cast.loss_tally()));
         if !t.seekable() {
             plan.push(vec![out], move |sink: &dyn Sink| {
                 stream_cast(t, &cast, out, sink)

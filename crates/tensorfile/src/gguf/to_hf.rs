@@ -276,7 +276,11 @@ fn kept_rows<S: ByteSource>(
                 &mut bi[g0..g0 + gpb],
             );
         }
-        crate::quant::mlx::pack(k.bits, &codes, &mut w[i * packed_row..(i + 1) * packed_row]);
+        crate::quant::mlx::pack(k.bits, &codes, &mut w[i * packed_row..(i + 1) * packed_row])
+            .map_err(|problem| Error::Quant {
+                tensor: info.name.clone(),
+                problem,
+            })?;
         let span = i * groups * size..(i + 1) * groups * size;
         put_floats(&sc, k.scale_dtype, &mut s[span.clone()]);
         put_floats(&bi, k.scale_dtype, &mut b[span]);

@@ -16,7 +16,9 @@ pub const QUANT_KEY: &str = "quant";
 /// MLX file written by this library (config.json's format).
 pub const QUANTIZATION_KEY: &str = "quantization";
 
-/// config.json's `quantization` (MLX): defaults and per-module overrides.
+/// config.json's `quantization` (MLX): defaults and per-module overrides
+/// (mlx-lm writes one for every module with a global scale:
+/// `{"bits": 4, "group_size": 16, "mode": "nvfp4", "global_scale": true}`).
 ///
 /// ```
 /// use serde_json::json;
@@ -40,9 +42,9 @@ pub struct QuantConfig {
     modules: BTreeMap<String, Option<QuantParams>>,
 }
 
-/// Reads `bits`, `group_size` and `mode` from an object; `Ok(None)` when
-/// none is there. A missing mode is affine; a floating-point mode may omit
-/// the bits and group size it fixes.
+/// Reads `bits`, `group_size`, `mode` and `global_scale` from an object;
+/// `Ok(None)` when none of the first three is there. A missing mode is
+/// affine; a floating-point mode may omit the bits and group size it fixes.
 fn params_of(object: &Map<String, Value>, place: &str) -> Result<Option<QuantParams>, String> {
     let field = |name: &str| -> Result<Option<u64>, String> {
         match object.get(name) {
@@ -63,6 +65,15 @@ fn params_of(object: &Map<String, Value>, place: &str) -> Result<Option<QuantPar
         ),
         Some(v) => return Err(format!("{place}.mode must be a string, found {v}")),
     };
+    let global_scale = match object.get("global_scale") {
+        None => false,
+        Some(Value::Bool(b)) => *b,
+        Some(v) => {
+            return Err(format!(
+                "{place}.global_scale must be true or false, found {v}"
+            ))
+        }
+    };
     let (bits, group_size) = (field("bits")?, field("group_size")?);
     let fixed = mode.and_then(Mode::fixed);
     let params = match (bits, group_size, fixed) {
@@ -71,11 +82,13 @@ fn params_of(object: &Map<String, Value>, place: &str) -> Result<Option<QuantPar
             bits,
             group_size,
             mode: mode.unwrap_or(Mode::Affine),
+            global_scale,
         },
         (bits, group_size, Some((b, g))) => QuantParams {
             bits: bits.unwrap_or(b),
             group_size: group_size.unwrap_or(g),
             mode: mode.unwrap_or(Mode::Affine),
+            global_scale,
         },
         _ => return Err(format!("{place} needs both bits and group_size")),
     };
@@ -90,6 +103,26 @@ impl QuantConfig {
             default: Some(params),
             modules: BTreeMap::new(),
         }
+    }
+
+    /// These parameters with `module`'s own (`None`: left unquantized).
+    pub fn with_module(mut self, module: impl Into<String>, params: Option<QuantParams>) -> Self {
+        self.modules.insert(module.into(), params);
+        self
+    }
+
+    /// The config's `quantization` object: the defaults' fields and one
+    /// entry per module (`false` for a module left unquantized).
+    pub fn to_json(&self) -> Value {
+        let mut out = match self.default.map(|p| p.to_json()) {
+            Some(Value::Object(m)) => m,
+            _ => Map::new(),
+        };
+        for (module, params) in &self.modules {
+            let entry = params.map_or(Value::Bool(false), |p| p.to_json());
+            out.insert(module.clone(), entry);
+        }
+        Value::Object(out)
     }
 
     /// Reads a config's `quantization`, or, when there is none, its mirror

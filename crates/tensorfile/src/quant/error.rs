@@ -4,7 +4,9 @@
 use crate::Dtype;
 
 /// Why a tensor cannot be quantized or dequantized. Carried by
-/// [`crate::Error::Quant`] with the tensor's name.
+/// [`crate::Error::Quant`] with the tensor's name. A `row` counts the rows
+/// of every matrix of the tensor in order (row-major over every dimension
+/// but the last: row `e * out + o` of an expert stack `[E, out, in]`).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum QuantError {
@@ -28,16 +30,35 @@ pub enum QuantError {
         /// The f32 scale.
         scale: f32,
     },
-    /// MLX affine: a group's weights span so much that its scale, or the
-    /// value of its largest code, is not a finite f32.
+    /// MLX: MLX's quantization of a group would dequantize (as MLX does by
+    /// default: affine in the scales' dtype, mxfp4/mxfp8 in BF16) to an
+    /// infinity or NaN: the weights span more than that arithmetic holds
+    /// (near the dtype's largest values). MLX writes such groups; they are
+    /// refused here.
     #[error(
-        "row {row}, group {group}: the weights span more than f32 holds (the affine grid would reach infinity)"
+        "row {row}, group {group}: the weights reach past what their dtype holds (MLX's quantization of them dequantizes to infinity or NaN)"
     )]
     RangeOverflow {
         /// Row.
         row: u64,
         /// Group index within the row.
         group: u64,
+    },
+    /// MLX mxfp4/mxfp8: a group's E8M0 exponent is below -127 (its largest
+    /// magnitude is below about 6e-38, which only F32 holds), so the scale
+    /// byte MLX writes wraps around 256 and brings the weights back near
+    /// `2^(exponent + 256)`. MLX writes it; it is refused here.
+    #[error(
+        "row {row}, group {group}: the scale exponent {exponent} is below E8M0's -127 (MLX would store it wrapped around and read the weights back near 2^{})",
+        .exponent + 256
+    )]
+    ScaleOutOfRange {
+        /// Row.
+        row: u64,
+        /// Group index within the row.
+        group: u64,
+        /// The exponent MLX computes, `round(log2(absmax / max code))`.
+        exponent: i32,
     },
     /// The tensor's shape does not fit the scheme.
     #[error("{0}")]

@@ -15,10 +15,10 @@ use half::f16;
 use super::config::{int4_group, QuantConfig, QUANTIZATION_KEY, QUANT_KEY};
 use super::int4::{self, RowFault};
 use super::layout::{quantized_weights, LogicalWeight, Storage};
-use super::mlx::{self, Arith};
-use super::rows::{check_len, RowSource};
-use super::select::{default_name, quantizable, Selection, Verdict};
-use super::{quant_error, Mode, QuantError, Scheme};
+use super::mlx::{self, Arith, RowParts};
+use super::rows::{check_len, default_arith, RowSource};
+use super::select::{default_take, quantizable, Selection, Verdict};
+use super::{quant_error, Mode, QuantError, QuantParams, Scheme};
 use crate::cast::{decode_f32, encode_f32, CastOptions};
 use crate::header::TensorInfo;
 use crate::parallel;
@@ -60,7 +60,9 @@ pub struct DequantizeOptions {
     pub mlx: Option<QuantConfig>,
     /// The dtype of the dequantized weights (a float of whole bytes).
     /// Default: F32 for int4; the scales' dtype for MLX affine; BF16 for
-    /// the MLX floating-point modes (MLX's own defaults).
+    /// the MLX floating-point modes, F32 for nvfp4 with a global scale
+    /// (MLX's own defaults on its CPU backend). MLX's floating-point modes
+    /// compute in this dtype (F32 for other dtypes), as MLX does.
     pub dtype: Option<Dtype>,
     /// How to write the output.
     pub write: WriteOptions,
@@ -83,6 +85,8 @@ enum Part {
     MlxCodes,
     MlxScales,
     MlxBiases,
+    /// One F32 per matrix, written once (not a row at a time).
+    MlxGlobalScale,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -91,8 +95,14 @@ enum QJob {
     Quant { src: usize, part: Part },
 }
 
-/// The metadata of a quantized file: the input's, with the scheme's key.
-fn quantized_metadata(metadata: Option<&Metadata>, scheme: &Scheme) -> Result<Metadata> {
+/// The metadata of a quantized file: the input's, with the scheme's key
+/// (for MLX, the parameters, with an entry per module of `global` that
+/// has a global scale).
+fn quantized_metadata(
+    metadata: Option<&Metadata>,
+    scheme: &Scheme,
+    global: &[String],
+) -> Result<Metadata> {
     let mut out = metadata.cloned().unwrap_or_default();
     let (key, value) = match scheme {
         Scheme::Int4Sym { group } => {
@@ -101,7 +111,16 @@ fn quantized_metadata(metadata: Option<&Metadata>, scheme: &Scheme) -> Result<Me
                 .or_insert_with(|| "tinyllm".into());
             (QUANT_KEY, format!("int4-g{group}-sym"))
         }
-        Scheme::Mlx(p) => (QUANTIZATION_KEY, p.to_json().to_string()),
+        Scheme::Mlx(p) => {
+            let plain = QuantParams {
+                global_scale: false,
+                ..*p
+            };
+            let config = global.iter().fold(QuantConfig::uniform(plain), |c, m| {
+                c.with_module(m.clone(), Some(*p))
+            });
+            (QUANTIZATION_KEY, config.to_json().to_string())
+        }
     };
     if let Some(old) = out.get(key).filter(|old| **old != value) {
         return Err(quant_error(
@@ -131,24 +150,27 @@ fn plan_quantize<T: TensorData>(
     metadata: Option<&Metadata>,
     opts: &QuantizeOptions,
 ) -> Result<QuantPlan> {
-    let (group, bits) = match opts.scheme {
-        Scheme::Int4Sym { group } => (group, 0),
+    let mlx_params = match opts.scheme {
+        Scheme::Int4Sym { .. } => None,
         Scheme::Mlx(p) => {
             p.validate()
                 .map_err(|e| quant_error("__metadata__", QuantError::Params(e)))?;
-            (p.group_size, p.bits)
+            Some(p)
         }
     };
+    let group = opts.scheme.group_size();
     let mut specs = Vec::with_capacity(tensors.len() + tensors.len() / 2);
     let mut jobs = HashMap::with_capacity(specs.capacity());
     let mut quantized = Vec::new();
+    let mut global = Vec::new();
     for (i, t) in tensors.iter().enumerate() {
         let name = t.name();
         check_len(t)?;
-        let verdict = quantizable(t.dtype(), t.shape(), group, bits);
+        let verdict = quantizable(t.dtype(), t.shape(), &opts.scheme);
         let included = opts.selection.included(name);
-        let take = !opts.selection.excluded(name)
-            && (included || (default_name(name) && verdict == Verdict::Take));
+        let default = default_take(name, t.shape(), mlx_params.is_some());
+        let take =
+            !opts.selection.excluded(name) && (included || (default && verdict == Verdict::Take));
         if !take {
             specs.push(TensorSpec::new(name, t.dtype(), t.shape()));
             jobs.insert(name.to_string(), QJob::Copy(i));
@@ -160,26 +182,28 @@ fn plan_quantize<T: TensorData>(
                 QuantError::Shape(format!("is included but cannot be quantized: it {why}")),
             ));
         }
-        let (out, input) = match *t.shape() {
-            [out, input] => (out, input),
-            _ => unreachable_shape(name)?,
-        };
-        let parts: Vec<(String, Dtype, Vec<u64>, Part)> = match opts.scheme {
-            Scheme::Int4Sym { group } => vec![
-                (
-                    format!("{name}.qweight"),
-                    Dtype::U8,
-                    vec![out, input / 2],
-                    Part::Int4Codes,
-                ),
-                (
-                    format!("{name}.scales"),
-                    Dtype::F16,
-                    vec![out, input / group],
-                    Part::Int4Scales,
-                ),
-            ],
-            Scheme::Mlx(p) => {
+        let parts: Vec<(String, Dtype, Vec<u64>, Part)> = match mlx_params {
+            None => {
+                let (out, input) = match *t.shape() {
+                    [out, input] => (out, input),
+                    _ => unreachable_shape(name)?,
+                };
+                vec![
+                    (
+                        format!("{name}.qweight"),
+                        Dtype::U8,
+                        vec![out, input / 2],
+                        Part::Int4Codes,
+                    ),
+                    (
+                        format!("{name}.scales"),
+                        Dtype::F16,
+                        vec![out, input / group],
+                        Part::Int4Scales,
+                    ),
+                ]
+            }
+            Some(p) => {
                 let Some(module) = name.strip_suffix(".weight") else {
                     return Err(quant_error(
                         name,
@@ -188,27 +212,52 @@ fn plan_quantize<T: TensorData>(
                         ),
                     ));
                 };
-                let groups = vec![out, input / p.group_size];
-                vec![
-                    (
-                        name.to_string(),
-                        Dtype::U32,
-                        vec![out, input * p.bits / 32],
-                        Part::MlxCodes,
-                    ),
+                let [codes, groups, batch] = mlx::part_shapes(t.shape(), &p)
+                    .ok_or_else(|| quant_error(name, QuantError::Shape("is too large".into())))?;
+                let scale_dtype = if p.mode == Mode::Affine {
+                    t.dtype()
+                } else {
+                    Dtype::U8
+                };
+                let mut parts = vec![
+                    (name.to_string(), Dtype::U32, codes, Part::MlxCodes),
                     (
                         format!("{module}.scales"),
-                        t.dtype(),
+                        scale_dtype,
                         groups.clone(),
                         Part::MlxScales,
                     ),
-                    (
+                ];
+                if p.mode == Mode::Affine {
+                    parts.push((
                         format!("{module}.biases"),
                         t.dtype(),
                         groups,
                         Part::MlxBiases,
-                    ),
-                ]
+                    ));
+                }
+                // As mlx-lm: expert stacks get one global scale each, 2-D
+                // weights none.
+                if p.global_scale && t.shape().len() >= 3 {
+                    let empty = t.shape().contains(&0);
+                    if empty && batch.iter().all(|&d| d > 0) {
+                        return Err(quant_error(
+                            name,
+                            QuantError::Shape(format!(
+                                "has shape {:?}: matrices without values get no global scale",
+                                t.shape()
+                            )),
+                        ));
+                    }
+                    parts.push((
+                        format!("{module}.global_scale"),
+                        Dtype::F32,
+                        batch,
+                        Part::MlxGlobalScale,
+                    ));
+                    global.push(module.to_string());
+                }
+                parts
             }
         };
         for (part_name, dtype, shape, part) in parts {
@@ -218,14 +267,19 @@ fn plan_quantize<T: TensorData>(
         quantized.push(name.to_string());
     }
     if quantized.is_empty() {
+        let what = if mlx_params.is_some() {
+            "no tensor is a 2-D F32/F16/BF16 .weight (not a norm or embedding) or a 3-D expert stack"
+        } else {
+            "no tensor is a 2-D F32/F16/BF16 .weight (not a norm or embedding)"
+        };
         return Err(quant_error(
             "*",
             QuantError::Shape(format!(
-                "no tensor is a 2-D F32/F16/BF16 .weight (not a norm or embedding) whose inputs groups of {group} divide; use --include to name tensors"
+                "{what} whose inputs groups of {group} divide; use --include to name tensors"
             )),
         ));
     }
-    let metadata = quantized_metadata(metadata, &opts.scheme)?;
+    let metadata = quantized_metadata(metadata, &opts.scheme, &global)?;
     Ok(QuantPlan {
         specs,
         jobs,
@@ -234,7 +288,7 @@ fn plan_quantize<T: TensorData>(
     })
 }
 
-/// A quantizable tensor is 2-D; this keeps the match total without a panic.
+/// A quantizable int4 tensor is 2-D; this keeps the match total without a panic.
 fn unreachable_shape<V>(name: &str) -> Result<V> {
     Err(quant_error(name, QuantError::Shape("is not 2-D".into())))
 }
@@ -248,10 +302,8 @@ struct Scratch {
     row: Vec<f32>,
     /// Codes of one row, one per byte.
     codes: Vec<u8>,
-    /// One row's scales (int4) or MLX scales and biases.
+    /// One row's int4 scales.
     scales: Vec<f16>,
-    s: Vec<f32>,
-    b: Vec<f32>,
 }
 
 /// Most parts one row of output has (MLX: codes, scales, biases).
@@ -329,16 +381,56 @@ fn row_batches<S: Send>(
     }
 }
 
-/// Bytes one row of a weight of `cols` inputs takes in `part`.
+/// Bytes one row of a weight of `cols` inputs takes in `part` (0 for the
+/// global scale, which is not written by rows).
 fn part_row_bytes(part: Part, cols: usize, scheme: &Scheme, elem: usize) -> usize {
     let groups = cols / scheme.group_size() as usize;
     match (part, scheme) {
         (Part::Int4Codes, _) => cols / 2,
         (Part::Int4Scales, _) => groups * 2,
         (Part::MlxCodes, Scheme::Mlx(p)) => cols * p.bits as usize / 8,
-        (Part::MlxCodes, _) => 0,
+        (Part::MlxCodes, _) | (Part::MlxGlobalScale, _) => 0,
+        (Part::MlxScales, Scheme::Mlx(p)) if p.mode != Mode::Affine => groups,
         (Part::MlxScales | Part::MlxBiases, _) => groups * elem,
     }
+}
+
+/// The values of row `r` of `t` (`cols` values of `dtype`): borrowed when
+/// the row is F32 in memory and aligned, else read and decoded into `buf`.
+fn source_row<'s, T: TensorData>(
+    t: &'s T,
+    r: usize,
+    cols: usize,
+    raw: &'s mut Vec<u8>,
+    buf: &'s mut Vec<f32>,
+) -> Result<&'s [f32]> {
+    let name = t.name();
+    let dtype = t.dtype();
+    let row_bytes = cols * (dtype.bits() as usize / 8);
+    if ((r + 1) as u64).saturating_mul(row_bytes as u64) > t.byte_len() {
+        return Err(quant_error(
+            name,
+            QuantError::Shape("is shorter than its shape".into()),
+        ));
+    }
+    let src = t.bytes_at((r * row_bytes) as u64, row_bytes, raw)?;
+    if dtype == Dtype::F32 {
+        if let Ok(row) = bytemuck::try_cast_slice::<u8, f32>(src) {
+            return Ok(row);
+        }
+    }
+    buf.resize(cols, 0.0);
+    decode_f32(dtype, src, buf).map_err(|e| quant_error(name, QuantError::Shape(e.to_string())))?;
+    Ok(&buf[..])
+}
+
+/// The global scale of every matrix of `t` (its largest magnitude, as
+/// mlx-lm gives each expert), in one pass over its rows.
+fn matrix_maxima<T: TensorData>(t: &T, geometry: &mlx::Geometry) -> Result<Vec<f32>> {
+    let (mut raw, mut buf) = (Vec::new(), Vec::new());
+    mlx::global_scales(geometry, |r| {
+        source_row(t, r, geometry.cols, &mut raw, &mut buf).map(mlx::abs_max)
+    })
 }
 
 /// Quantizes weight `t` in one pass over its rows and writes each of its
@@ -346,7 +438,8 @@ fn part_row_bytes(part: Part, cols: usize, scheme: &Scheme, elem: usize) -> usiz
 /// Computing the scales and the codes of a row together reads the input
 /// once; positional writes make that possible although the canonical
 /// order puts every F16 `.scales` before every U8 `.qweight`. Each batch of
-/// rows is split between two threads (rows are independent).
+/// rows is split between two threads (rows are independent). A global
+/// scale (nvfp4) takes a first pass for each matrix's largest magnitude.
 fn quantize_weight<T: TensorData>(
     w: &dyn Sink,
     t: &T,
@@ -354,16 +447,57 @@ fn quantize_weight<T: TensorData>(
     parts: &[(usize, Part)],
 ) -> Result<()> {
     let name = t.name();
-    let (rows, cols) = match scheme {
-        Scheme::Int4Sym { group } => int4::check_shape(t.shape(), *group),
-        Scheme::Mlx(p) => mlx::check_shape(t.shape(), p),
-    }
-    .map_err(|e| quant_error(name, e))?;
     let dtype = t.dtype();
+    let (rows, cols, geometry) = match scheme {
+        Scheme::Int4Sym { group } => {
+            let (rows, cols) =
+                int4::check_shape(t.shape(), *group).map_err(|e| quant_error(name, e))?;
+            (rows, cols, None)
+        }
+        Scheme::Mlx(p) => {
+            let g = mlx::check_shape(t.shape(), p).map_err(|e| quant_error(name, e))?;
+            (g.rows, g.cols, Some(g))
+        }
+    };
     let elem = dtype.bits() as usize / 8;
+    let arith = Arith::of(dtype).ok_or_else(|| {
+        quant_error(
+            name,
+            QuantError::Dtype {
+                dtype,
+                wanted: "only F32, F16 and BF16 quantize".into(),
+            },
+        )
+    })?;
+    // The global scales, written once; the other parts a row at a time.
+    let global_slot = parts
+        .iter()
+        .find(|&&(_, part)| part == Part::MlxGlobalScale)
+        .map(|&(slot, _)| slot);
+    let globals = match (global_slot, geometry) {
+        (Some(slot), Some(g)) => {
+            // An empty weight has no matrices here (the plan refuses
+            // matrices without values).
+            let maxima = if rows == 0 || cols == 0 {
+                Vec::new()
+            } else {
+                matrix_maxima(t, &g)?
+            };
+            let bytes: Vec<u8> = maxima.iter().flat_map(|x| x.to_le_bytes()).collect();
+            w.write(slot, 0, &bytes)?;
+            Some(maxima)
+        }
+        _ => None,
+    };
     if rows == 0 || cols == 0 {
-        return Ok(()); // every part is empty
+        return Ok(()); // every other part is empty
     }
+    let parts: Vec<(usize, Part)> = parts
+        .iter()
+        .copied()
+        .filter(|&(_, part)| part != Part::MlxGlobalScale)
+        .collect();
+    let parts = &parts[..];
     let group = scheme.group_size() as usize;
     let groups = cols / group;
     let widths: Vec<usize> = parts
@@ -372,6 +506,21 @@ fn quantize_weight<T: TensorData>(
         .collect();
     let mut scratch = [Scratch::default(), Scratch::default()];
     let fault = |r: usize| move |f: RowFault| quant_error(name, f.at_row(r as u64));
+    let index = |wanted: Part| parts.iter().position(|&(_, part)| part == wanted);
+    let (codes_at, scales_at, biases_at) = match scheme {
+        Scheme::Int4Sym { .. } => (index(Part::Int4Codes), index(Part::Int4Scales), None),
+        Scheme::Mlx(_) => (
+            index(Part::MlxCodes),
+            index(Part::MlxScales),
+            index(Part::MlxBiases),
+        ),
+    };
+    let (Some(codes_at), Some(scales_at)) = (codes_at, scales_at) else {
+        return Err(quant_error(
+            name,
+            QuantError::Layout("a part is missing".into()),
+        ));
+    };
     // One row: decode (or borrow) the input and fill that row of every part.
     let fill = |r: usize, outs: &mut [&mut [u8]], scratch: &mut Scratch| -> Result<()> {
         let Scratch {
@@ -379,68 +528,45 @@ fn quantize_weight<T: TensorData>(
             row: buf,
             codes,
             scales,
-            s,
-            b,
         } = scratch;
-        let row_bytes = cols * elem;
-        if ((r + 1) as u64).saturating_mul(row_bytes as u64) > t.byte_len() {
-            return Err(quant_error(
-                name,
-                QuantError::Shape("is shorter than its shape".into()),
-            ));
-        }
-        let src = t.bytes_at((r * row_bytes) as u64, row_bytes, raw)?;
-        let borrowed = match dtype {
-            Dtype::F32 => bytemuck::try_cast_slice::<u8, f32>(src).ok(),
-            _ => None,
-        };
-        let row = match borrowed {
-            Some(row) => row,
-            None => {
-                buf.resize(cols, 0.0);
-                decode_f32(dtype, src, buf)
-                    .map_err(|e| quant_error(name, QuantError::Shape(e.to_string())))?;
-                &buf[..]
-            }
-        };
+        let row = source_row(t, r, cols, raw, buf)?;
         codes.resize(cols, 0);
+        // The row's piece of each part.
+        let (mut code_out, mut scale_out, mut bias_out): (&mut [u8], &mut [u8], &mut [u8]) =
+            (&mut [], &mut [], &mut []);
+        for (i, out) in outs.iter_mut().enumerate() {
+            if i == codes_at {
+                code_out = out;
+            } else if i == scales_at {
+                scale_out = out;
+            } else if Some(i) == biases_at {
+                bias_out = out;
+            }
+        }
         match *scheme {
             Scheme::Int4Sym { .. } => {
                 scales.resize(groups, f16::ZERO);
-                let mut packed = None;
-                for (out, &(_, part)) in outs.iter_mut().zip(parts) {
-                    if part == Part::Int4Codes {
-                        packed = Some(out);
-                    }
-                }
-                let packed = packed
-                    .ok_or_else(|| quant_error(name, QuantError::Layout("no codes part".into())))?;
-                int4::quantize_row(row, group, scales, codes, packed).map_err(fault(r))?;
-                for (out, &(_, part)) in outs.iter_mut().zip(parts) {
-                    if part == Part::Int4Scales {
-                        for (o, v) in out.chunks_exact_mut(2).zip(scales.iter()) {
-                            o.copy_from_slice(&v.to_le_bytes());
-                        }
-                    }
+                int4::quantize_row(row, group, scales, codes, code_out).map_err(fault(r))?;
+                for (o, v) in scale_out.chunks_exact_mut(2).zip(scales.iter()) {
+                    o.copy_from_slice(&v.to_le_bytes());
                 }
             }
             Scheme::Mlx(p) => {
-                s.resize(groups, 0.0);
-                b.resize(groups, 0.0);
-                mlx::affine_quantize_row(row, p.bits as u32, group, s, b, codes)
-                    .map_err(fault(r))?;
-                for (out, &(_, part)) in outs.iter_mut().zip(parts) {
-                    let floats = match part {
-                        Part::MlxCodes => {
-                            mlx::pack(p.bits as u32, codes, out);
-                            continue;
-                        }
-                        Part::MlxScales => &*s,
-                        _ => &*b,
-                    };
-                    encode_f32(floats, dtype, out, CastOptions::default())
-                        .map_err(|e| quant_error(name, QuantError::Shape(e.to_string())))?;
-                }
+                let global = globals
+                    .as_ref()
+                    .zip(geometry)
+                    .and_then(|(m, g)| m.get(g.matrix_of(r)).copied());
+                let params = QuantParams {
+                    global_scale: global.is_some(),
+                    ..p
+                };
+                let out = RowParts {
+                    codes,
+                    scales: scale_out,
+                    biases: bias_out,
+                };
+                mlx::quantize_row(&params, arith, global, row, out).map_err(fault(r))?;
+                mlx::pack(p.bits as u32, codes, code_out).map_err(|e| quant_error(name, e))?;
             }
         }
         Ok(())
@@ -483,10 +609,10 @@ pub fn quantize_plan<'a, T: TensorData>(
                 let t = tensors
                     .get(i)
                     .ok_or_else(|| Error::not_found(spec.name.clone()))?;
-                plan.copy(t);
+                plan.copy_from(t, i);
             }
             Some(&QJob::Quant { src, part }) => {
-                let out = plan.declare(spec.clone());
+                let out = plan.declare_from(spec.clone(), src);
                 by_source
                     .get_mut(src)
                     .ok_or_else(|| Error::not_found(spec.name.clone()))?
@@ -540,6 +666,7 @@ pub fn is_dequantize_dtype(dtype: Dtype) -> bool {
 fn output_dtype(w: &LogicalWeight<'_>, requested: Option<Dtype>) -> Result<Dtype> {
     let dtype = requested.unwrap_or(match w.storage {
         Storage::Int4 { .. } => Dtype::F32,
+        Storage::Mlx(p) if p.global_scale => Dtype::F32,
         Storage::Mlx(p) if p.mode != Mode::Affine => Dtype::BF16,
         _ => w.dtype,
     });
@@ -582,7 +709,11 @@ fn find_weights<'a, T: TensorData>(
         for w in &weights {
             let module = w.name.strip_suffix(".weight").unwrap_or(&w.name);
             if let Storage::Mlx(given) = w.storage {
-                if own.for_module(module) != Some(given) {
+                // Whether there is a global scale is the layout's to say.
+                let same = own.for_module(module).is_some_and(|p| {
+                    (p.bits, p.group_size, p.mode) == (given.bits, given.group_size, given.mode)
+                });
+                if !same {
                     return Err(quant_error(
                         &w.name,
                         QuantError::Params(format!(
@@ -644,39 +775,43 @@ pub fn dequantize_plan<'a, T: TensorData>(
         tensors: 0,
         dequantized: Vec::new(),
     };
-    for t in tensors {
+    for (i, t) in tensors.iter().enumerate() {
         if !consumed.contains(t.name()) {
             check_len(t)?;
-            plan.copy(t);
+            plan.copy_from(t, i);
         }
     }
     let by_name = std::sync::Arc::new(by_name);
+    let requested = opts.dtype;
     for weight in weights {
         let dtype = output_dtype(&weight, opts.dtype)?;
-        let out = plan.declare(TensorSpec::new(
-            weight.name.clone(),
-            dtype,
-            weight.shape.clone(),
-        ));
+        let spec = TensorSpec::new(weight.name.clone(), dtype, weight.shape.clone());
+        // The weight comes from its codes' input.
+        let origin = weight.parts.first().and_then(|n| by_name.get(n)).copied();
+        let out = match origin {
+            Some(o) => plan.declare_from(spec, o),
+            None => plan.declare(spec),
+        };
         summary
             .dequantized
             .push((weight.name.clone(), weight.storage, dtype));
         let by_name = by_name.clone();
         plan.push(vec![out], move |sink: &dyn Sink| {
             let part = |n: &str| by_name.get(n).and_then(|&i| tensors.get(i));
-            dequantize_into(sink, out, &weight, dtype, part)
+            dequantize_into(sink, out, &weight, (dtype, requested), part)
         });
     }
     summary.tensors = plan.specs().len();
     Ok((plan, summary))
 }
 
-/// Dequantizes one weight into output `out`, a batch of rows at a time.
+/// Dequantizes one weight into output `out` of `dtype`, a batch of rows at
+/// a time; `requested` is the dtype asked for, if any.
 fn dequantize_into<'a, T: TensorData + 'a>(
     sink: &dyn Sink,
     out: usize,
     weight: &LogicalWeight<'a>,
-    dtype: Dtype,
+    (dtype, requested): (Dtype, Option<Dtype>),
     part: impl Fn(&str) -> Option<&'a T>,
 ) -> Result<()> {
     let name = weight.name.as_str();
@@ -685,9 +820,15 @@ fn dequantize_into<'a, T: TensorData + 'a>(
         // size row buffers.
         return Ok(());
     }
+    // MLX's floating-point modes compute in the requested dtype, else in
+    // their default BF16 (F32 for other dtypes).
+    let arith = match requested {
+        Some(d) => Arith::of(d).unwrap_or(Arith::F32),
+        None => default_arith(weight),
+    };
     let rows: RowSource<'a, T> =
-        RowSource::new(weight, |j| weight.parts.get(j).and_then(|n| part(n)))?;
-    let (out_rows, cols) = (weight.shape[0] as usize, rows.cols);
+        RowSource::new(weight, arith, |j| weight.parts.get(j).and_then(|n| part(n)))?;
+    let (out_rows, cols) = (rows.rows, rows.cols);
     let row_bytes = cols * dtype.bits() as usize / 8;
     let mut scratch = [(rows.clone(), vec![0f32; cols]), (rows, vec![0f32; cols])];
     row_batches(
@@ -696,9 +837,14 @@ fn dequantize_into<'a, T: TensorData + 'a>(
         &mut scratch,
         |r, pieces, (rows, values)| {
             rows.row(r, values, name)?;
+            let nan = values.iter().any(|v| v.is_nan());
             for piece in pieces.iter_mut() {
                 encode_f32(values, dtype, piece, CastOptions::default())
                     .map_err(|e| quant_error(name, QuantError::Shape(e.to_string())))?;
+                if nan {
+                    // NaN as MLX's conversion to the output dtype writes it.
+                    mlx::mlx_nan_bytes(dtype, piece);
+                }
             }
             Ok(())
         },

@@ -35,9 +35,14 @@ pub(crate) enum RowFault {
         group: usize,
         scale: f32,
     },
-    /// MLX affine: the group's grid reaches past f32.
+    /// MLX affine: the group's parameters dequantize to infinity or NaN.
     RangeOverflow {
         group: usize,
+    },
+    /// MLX mxfp4/mxfp8: the group's E8M0 exponent is below -127.
+    ScaleOutOfRange {
+        group: usize,
+        exponent: i32,
     },
 }
 
@@ -57,6 +62,11 @@ impl RowFault {
             RowFault::RangeOverflow { group } => QuantError::RangeOverflow {
                 row,
                 group: group as u64,
+            },
+            RowFault::ScaleOutOfRange { group, exponent } => QuantError::ScaleOutOfRange {
+                row,
+                group: group as u64,
+                exponent,
             },
         }
     }
@@ -282,9 +292,7 @@ fn quantize_row_portable(
             *code = ((x + ROUND).to_bits() & 0x0F) as u8;
         }
     }
-    for (pair, byte) in codes.chunks_exact(2).zip(packed.iter_mut()) {
-        *byte = pair[0] | (pair[1] << 4);
-    }
+    crate::bits::pack(4, codes, packed);
     Ok(())
 }
 

@@ -22,7 +22,8 @@ pub enum Storage {
 
 impl Storage {
     /// Bits per weight, scales and biases included (the plain dtype's bits
-    /// for a plain weight, given its dtype).
+    /// for a plain weight, given its dtype); a global scale (32 bits per
+    /// matrix) is not counted.
     pub fn bits_per_weight(&self, dtype: Dtype) -> f64 {
         let scale_bits = f64::from(dtype.bits());
         match *self {
@@ -51,10 +52,12 @@ pub struct LogicalWeight<'a> {
     /// The dtype of its values: the tensor's own when plain, the scales'
     /// when quantized.
     pub dtype: Dtype,
-    /// The logical shape: `[out, in]` for a quantized weight.
+    /// The logical shape: `[out, in]` for a quantized matrix; an MLX
+    /// weight may have leading (batch) dimensions, `[experts, out, in]`.
     pub shape: Vec<u64>,
     /// The stored tensors making it up: the codes first, then the scales,
-    /// then (MLX affine) the biases.
+    /// then the biases (MLX affine) or the global scale (MLX nvfp4 with
+    /// one, [`QuantParams::global_scale`]).
     pub parts: Vec<&'a str>,
 }
 
@@ -119,22 +122,41 @@ fn matrix(t: &TensorInfo<'_>) -> Result<(u64, u64), LayoutError> {
     }
 }
 
-/// Checks that scales (or biases) are `[out, in / group]`.
-fn check_groups(t: &TensorInfo<'_>, out: u64, input: u64, group: u64) -> Result<(), LayoutError> {
-    let (rows, cols) = matrix(t)?;
+/// The leading dimensions and the last of a tensor of rank 2 or more.
+fn split_rows<'s>(t: &'s TensorInfo<'_>) -> Result<(&'s [u64], u64), LayoutError> {
+    match t.shape.split_last() {
+        Some((&last, lead)) if !lead.is_empty() => Ok((lead, last)),
+        _ => Err(shape_error(
+            t.name,
+            format!(
+                "has shape {:?}, but a packed MLX weight's part has 2 or more dimensions",
+                t.shape
+            ),
+        )),
+    }
+}
+
+/// Checks that scales (or biases) are `[..lead, in / group]`.
+fn check_groups(
+    t: &TensorInfo<'_>,
+    lead: &[u64],
+    input: u64,
+    group: u64,
+) -> Result<(), LayoutError> {
     if group == 0 || input % group != 0 {
         return Err(shape_error(
             t.name,
             format!("belongs to a weight of {input} inputs, which groups of {group} do not divide"),
         ));
     }
-    if rows != out || cols != input / group {
+    let groups = input / group;
+    let wanted: Vec<u64> = lead.iter().copied().chain([groups]).collect();
+    if *t.shape != *wanted {
         return Err(shape_error(
             t.name,
             format!(
-                "has shape {:?}, but {input} inputs in groups of {group} need [{out}, {}]",
-                t.shape,
-                input / group
+                "has shape {:?}, but {input} inputs in groups of {group} need {wanted:?}",
+                t.shape
             ),
         ));
     }
@@ -196,7 +218,7 @@ pub fn int4_weight<'a>(
             format!("gives groups of {group_size} inputs, which int4 needs to be even"),
         ));
     }
-    check_groups(&s, out, input, group_size)?;
+    check_groups(&s, &[out], input, group_size)?;
     Ok(Some(LogicalWeight {
         name: name.to_string(),
         storage: Storage::Int4 { group_size },
@@ -209,6 +231,14 @@ pub fn int4_weight<'a>(
 /// The MLX weight of `module` (`<module>.weight` U32 with `<module>.scales`);
 /// `Ok(None)` when it is not stored that way. `params` are the module's
 /// parameters (`None`: unknown, which is an error for a packed weight).
+///
+/// Every part may have leading (batch) dimensions, as mlx-lm's expert
+/// stacks do: weight `[..., out, in * bits / 32]`, scales and biases `[...,
+/// out, in / group]`, logical shape `[..., out, in]`. An F32
+/// `<module>.global_scale` (nvfp4 only) holds one scale per matrix (shape
+/// `[...]`, the dimensions before `out`) or one for all; it is read whether
+/// or not the config says `"global_scale": true` (as mlx-lm reads it), and
+/// must be there when it does.
 pub fn mlx_weight<'a>(
     module: &str,
     lookup: &impl Fn(&str) -> Option<TensorInfo<'a>>,
@@ -223,7 +253,7 @@ pub fn mlx_weight<'a>(
     if w.dtype != Dtype::U32 {
         return Ok(None);
     }
-    let Some(params) = params else {
+    let Some(mut params) = params else {
         return Err(shape_error(
             w.name,
             format!(
@@ -235,7 +265,7 @@ pub fn mlx_weight<'a>(
     params
         .validate()
         .map_err(|e| shape_error(w.name, format!("cannot be read as {params}: {e}")))?;
-    let (out, packed) = matrix(&w)?;
+    let (lead, packed) = split_rows(&w)?;
     let bits = packed
         .checked_mul(32)
         .ok_or_else(|| shape_error(w.name, "is too wide".into()))?;
@@ -250,13 +280,15 @@ pub fn mlx_weight<'a>(
     }
     let input = bits / params.bits;
     let biases = lookup(&format!("{module}.biases"));
+    let global_name = format!("{module}.global_scale");
+    let global = lookup(&global_name);
     let mut parts = vec![w.name, s.name];
     match params.mode {
         Mode::Affine => {
             if !s.dtype.is_float() || s.dtype == Dtype::C64 {
                 return Err(dtype_error(&s, "a float type in affine mode"));
             }
-            check_groups(&s, out, input, params.group_size)?;
+            check_groups(&s, lead, input, params.group_size)?;
             let Some(b) = biases else {
                 return Err(shape_error(
                     &format!("{module}.biases"),
@@ -266,14 +298,14 @@ pub fn mlx_weight<'a>(
             if b.dtype != s.dtype {
                 return Err(dtype_error(&b, &format!("{} like the scales", s.dtype)));
             }
-            check_groups(&b, out, input, params.group_size)?;
+            check_groups(&b, lead, input, params.group_size)?;
             parts.push(b.name);
         }
         mode => {
             if s.dtype != Dtype::U8 {
                 return Err(dtype_error(&s, &format!("U8 in {mode} mode")));
             }
-            check_groups(&s, out, input, params.group_size)?;
+            check_groups(&s, lead, input, params.group_size)?;
             if let Some(b) = biases {
                 return Err(shape_error(
                     b.name,
@@ -282,11 +314,48 @@ pub fn mlx_weight<'a>(
             }
         }
     }
+    match global {
+        Some(g) if params.mode != Mode::Nvfp4 => {
+            return Err(shape_error(
+                g.name,
+                format!(
+                    "is present, but only nvfp4 has global scales, not {}",
+                    params.mode
+                ),
+            ))
+        }
+        Some(g) => {
+            if g.dtype != Dtype::F32 {
+                return Err(dtype_error(&g, "F32"));
+            }
+            let batch = &lead[..lead.len() - 1];
+            let one = g.shape.iter().all(|&d| d == 1);
+            if *g.shape != *batch && !one {
+                return Err(shape_error(
+                    g.name,
+                    format!(
+                        "has shape {:?}, but a global scale has one value per matrix of {} (shape {batch:?}) or one in all",
+                        g.shape, w.name
+                    ),
+                ));
+            }
+            params.global_scale = true;
+            parts.push(g.name);
+        }
+        None if params.global_scale => {
+            return Err(shape_error(
+                &global_name,
+                format!("is missing: the parameters of {module} say it has a global scale"),
+            ))
+        }
+        None => {}
+    }
+    let shape = lead.iter().copied().chain([input]).collect();
     Ok(Some(LogicalWeight {
         name: w.name.to_string(),
         storage: Storage::Mlx(params),
         dtype: s.dtype,
-        shape: vec![out, input],
+        shape,
         parts,
     }))
 }
@@ -321,8 +390,9 @@ pub fn logical_weight<'a>(
 
 /// Every quantized weight among `names` (looked up through `lookup`), in
 /// the order of `names`: int4 weights (`<name>.qweight`) and MLX weights
-/// (`<m>.weight` U32 beside `<m>.scales`). A `.scales` that belongs to no
-/// weight, or a `.qweight` without its scales, is an error naming it.
+/// (`<m>.weight` U32 beside `<m>.scales`, of any rank 2 or more). A
+/// `.scales` that belongs to no weight, or a `.qweight` without its scales,
+/// is an error naming it.
 pub fn quantized_weights<'a, 'n>(
     names: impl IntoIterator<Item = &'n str>,
     lookup: impl Fn(&str) -> Option<TensorInfo<'a>>,

@@ -6,10 +6,11 @@
 use half::f16;
 
 use super::int4;
-use super::layout::{LogicalWeight, Storage};
-use super::mlx::{self, Arith};
-use super::{quant_error, QuantError};
+use super::layout::{int4_weight, mlx_weight, LogicalWeight, Storage};
+use super::mlx::{self, Arith, Geometry};
+use super::{quant_error, Mode, QuantError};
 use crate::cast::decode_f32;
+use crate::header::TensorInfo;
 use crate::writer::{TensorData, TensorSpec};
 use crate::{Dtype, Result};
 
@@ -17,8 +18,9 @@ use crate::{Dtype, Result};
 /// [`quantized_weights`](crate::quant::quantized_weights) or
 /// [`logical_weight`](crate::quant::logical_weight)) into f32 values of its
 /// logical shape, row-major; `tensors` holds its parts (and may hold
-/// others). MLX affine values are computed in the scales' dtype, as MLX
-/// computes them. A plain weight is decoded as it is.
+/// others). Values are computed as MLX computes them: MLX affine in the
+/// scales' dtype, mxfp4/mxfp8/nvfp4 in BF16 (MLX's default output dtype),
+/// nvfp4 with a global scale in F32. A plain weight is decoded as it is.
 ///
 /// ```
 /// use tensorfile::quant::{dequantize_weight, int4, quantized_weights};
@@ -54,37 +56,7 @@ pub fn dequantize_weight<T: TensorData>(
         .and_then(|n| part(n))
         .ok_or_else(missing)?;
     check_len(codes)?;
-    // The values the stored codes hold must be the logical shape's, checked
-    // before anything is allocated (the fields of a weight are public).
-    let bits = match weight.storage {
-        Storage::Plain => u64::from(codes.dtype().bits()),
-        Storage::Int4 { .. } => 4,
-        Storage::Mlx(p) => p.bits,
-    };
-    let held = codes
-        .byte_len()
-        .checked_mul(8)
-        .and_then(|b| b.checked_div(bits));
-    let numel = weight
-        .shape
-        .iter()
-        .try_fold(1u64, |n, &d| n.checked_mul(d))
-        .filter(|&n| Some(n) == held)
-        .and_then(|n| usize::try_from(n).ok())
-        .ok_or_else(|| {
-            quant_error(
-                &weight.name,
-                QuantError::Layout(format!(
-                    "shape {:?} is not the values its codes {:?} hold",
-                    weight.shape,
-                    codes.name()
-                )),
-            )
-        })?;
-    let cols = match *weight.shape {
-        [_, c] => c as usize,
-        _ => numel,
-    };
+    let numel = checked_numel(weight, codes)?;
     if weight.storage == Storage::Plain {
         let mut out = vec![0f32; numel];
         let mut scratch = Vec::new();
@@ -103,24 +75,123 @@ pub fn dequantize_weight<T: TensorData>(
     if numel == 0 {
         return Ok(Vec::new());
     }
+    check_storage(weight, tensors)?;
+    let arith = default_arith(weight);
     let mut source: RowSource<'_, T> =
-        RowSource::new(weight, |j| weight.parts.get(j).and_then(|n| part(n)))?;
+        RowSource::new(weight, arith, |j| weight.parts.get(j).and_then(|n| part(n)))?;
     let mut out = vec![0f32; numel];
-    for (r, row) in out.chunks_exact_mut(cols).enumerate() {
+    for (r, row) in out.chunks_exact_mut(source.cols).enumerate() {
         source.row(r, row, &weight.name)?;
     }
     Ok(out)
 }
 
+/// Checks a quantized weight against what its parts make of it under the
+/// layout rules ([`int4_weight`], [`mlx_weight`]). A weight's fields are
+/// public, so its storage may hold any group size or bits and its parts
+/// any shapes; the row arithmetic relies on what those rules check (an
+/// even group dividing the inputs, MLX's widths and group sizes, scales
+/// of `[out, in / group]`), so anything else is a [`QuantError::Layout`].
+fn check_storage<T: TensorData>(weight: &LogicalWeight<'_>, tensors: &[T]) -> Result<()> {
+    // Only the weight's own parts are looked at.
+    let lookup = |n: &str| -> Option<TensorInfo<'_>> {
+        if !weight.parts.contains(&n) {
+            return None;
+        }
+        let t = tensors.iter().find(|t| t.name() == n)?;
+        Some(TensorInfo {
+            name: t.name(),
+            dtype: t.dtype(),
+            shape: t.shape(),
+            data_offsets: (0, t.byte_len()),
+        })
+    };
+    let derived = match weight.storage {
+        Storage::Plain => return Ok(()),
+        Storage::Int4 { group_size } => int4_weight(&weight.name, &lookup, Some(group_size)),
+        Storage::Mlx(p) => match weight.name.strip_suffix(".weight") {
+            Some(module) => mlx_weight(module, &lookup, Some(p)),
+            None => Ok(None),
+        },
+    };
+    let wrong = |why: String| {
+        quant_error(
+            &weight.name,
+            QuantError::Layout(format!(
+                "is not the weight its parts {:?} make as {:?} of shape {:?}: {why}",
+                weight.parts, weight.storage, weight.shape
+            )),
+        )
+    };
+    match derived {
+        Ok(Some(d)) if d == *weight => Ok(()),
+        Ok(Some(d)) => Err(wrong(format!(
+            "they make {:?} of shape {:?} from {:?}",
+            d.storage, d.shape, d.parts
+        ))),
+        Ok(None) => Err(wrong("they are not a quantized weight".into())),
+        Err(e) => Err(wrong(e.to_string())),
+    }
+}
+
+/// The arithmetic MLX dequantizes a floating-point-mode weight in by
+/// default: BF16, its default output dtype (with a global scale the scales
+/// are decoded in it and the values computed in F32).
+pub(super) fn default_arith(weight: &LogicalWeight<'_>) -> Arith {
+    match weight.storage {
+        Storage::Mlx(p) if p.mode != Mode::Affine => Arith::BF16,
+        _ => Arith::F32,
+    }
+}
+
+/// The element count of a weight's logical shape, checked (before anything
+/// is allocated: the fields of a weight are public) against the values its
+/// stored codes hold.
+pub(super) fn checked_numel<T: TensorData>(weight: &LogicalWeight<'_>, codes: &T) -> Result<usize> {
+    let bits = match weight.storage {
+        Storage::Plain => u64::from(codes.dtype().bits()),
+        Storage::Int4 { .. } => 4,
+        Storage::Mlx(p) => p.bits,
+    };
+    let held = codes
+        .byte_len()
+        .checked_mul(8)
+        .and_then(|b| b.checked_div(bits));
+    weight
+        .shape
+        .iter()
+        .try_fold(1u64, |n, &d| n.checked_mul(d))
+        .filter(|&n| Some(n) == held)
+        .and_then(|n| usize::try_from(n).ok())
+        .ok_or_else(|| {
+            quant_error(
+                &weight.name,
+                QuantError::Layout(format!(
+                    "shape {:?} is not the values its codes {:?} hold",
+                    weight.shape,
+                    codes.name()
+                )),
+            )
+        })
+}
+
 /// Dequantizes one row of a weight into f32, reading the row's bytes of
-/// each part (borrowed where the parts are in memory).
+/// each part (borrowed where the parts are in memory). Rows count over
+/// every dimension but the last (the rows of every expert in turn).
 pub(super) struct RowSource<'a, T> {
     storage: Storage,
     pub(super) cols: usize,
+    pub(super) rows: usize,
+    rows_per_matrix: usize,
     codes: &'a T,
     scales: &'a T,
     biases: Option<&'a T>,
+    global: Option<&'a T>,
     scale_dtype: Dtype,
+    /// The arithmetic of floating-point modes (the output's).
+    arith: Arith,
+    /// The global scale of matrix `.0`, once read.
+    global_cache: Option<(usize, f32)>,
     raw_codes: Vec<u8>,
     raw_scales: Vec<u8>,
     raw_biases: Vec<u8>,
@@ -135,10 +206,15 @@ impl<T> Clone for RowSource<'_, T> {
         RowSource {
             storage: self.storage,
             cols: self.cols,
+            rows: self.rows,
+            rows_per_matrix: self.rows_per_matrix,
             codes: self.codes,
             scales: self.scales,
             biases: self.biases,
+            global: self.global,
             scale_dtype: self.scale_dtype,
+            arith: self.arith,
+            global_cache: None,
             raw_codes: Vec::new(),
             raw_scales: Vec::new(),
             raw_biases: Vec::new(),
@@ -150,32 +226,108 @@ impl<T> Clone for RowSource<'_, T> {
     }
 }
 
+/// A part's `len` bytes at `at`, or the error: a part shorter than its
+/// shape, or a failed read.
+fn span<'s, T: TensorData>(
+    part: &'s T,
+    at: usize,
+    len: usize,
+    raw: &'s mut Vec<u8>,
+    name: &str,
+) -> Result<&'s [u8]> {
+    let end = (at as u64).checked_add(len as u64);
+    if end.map_or(true, |end| end > part.byte_len()) {
+        return Err(quant_error(
+            name,
+            QuantError::Layout("a part is shorter than its shape".into()),
+        ));
+    }
+    Ok(part.bytes_at(at as u64, len, raw)?)
+}
+
 impl<'a, T: TensorData> RowSource<'a, T> {
+    /// The rows of `w`, whose parts `part(j)` gives in the order of
+    /// `w.parts`; floating-point modes compute in `arith` (the output's).
+    /// The parts' shapes must be the layout's (as
+    /// [`mlx_weight`](super::layout::mlx_weight) checks them); they are
+    /// checked again here against the logical shape, so that every read
+    /// stays inside its part.
     pub(super) fn new(
         w: &LogicalWeight<'a>,
+        arith: Arith,
         part: impl Fn(usize) -> Option<&'a T>,
     ) -> Result<RowSource<'a, T>> {
         let missing = || quant_error(&w.name, QuantError::Layout("a part went missing".into()));
+        let bad = |why: String| quant_error(&w.name, QuantError::Layout(why));
         let codes = part(0).ok_or_else(missing)?;
         let scales = part(1).ok_or_else(missing)?;
-        let biases = part(2);
-        for t in [Some(codes), Some(scales), biases].into_iter().flatten() {
+        let (biases, global) = match w.storage {
+            Storage::Mlx(p) if p.mode == Mode::Affine => (Some(part(2).ok_or_else(missing)?), None),
+            Storage::Mlx(p) if p.global_scale => (None, Some(part(2).ok_or_else(missing)?)),
+            _ => (None, None),
+        };
+        for t in [Some(codes), Some(scales), biases, global]
+            .into_iter()
+            .flatten()
+        {
             check_len(t)?;
         }
-        let (rows, cols) = match *w.shape {
-            [r, c] => (r, c),
-            _ => return Err(missing()),
+        let geometry = Geometry::of(&w.shape)
+            .ok_or_else(|| bad(format!("shape {:?} is not a weight's", w.shape)))?;
+        let (group, bits) = match w.storage {
+            Storage::Int4 { group_size } => (group_size, 4),
+            Storage::Mlx(p) => (p.group_size, p.bits),
+            Storage::Plain => return Err(bad("is not quantized".into())),
         };
-        let cols = usize::try_from(cols).map_err(|_| missing())?;
-        usize::try_from(rows).map_err(|_| missing())?;
-        let groups = scales.shape().get(1).copied().unwrap_or(0) as usize;
+        let cols = geometry.cols;
+        let groups = usize::try_from(group)
+            .ok()
+            .and_then(|g| cols.checked_div(g).filter(|n| n * g == cols))
+            .ok_or_else(|| bad(format!("groups of {group} do not divide {cols} inputs")))?;
+        // Every part must hold exactly what the rows read from it.
+        let scale_size = u64::from(scales.dtype().bits() / 8);
+        let per_row = [
+            (codes, (cols as u64).checked_mul(bits).map(|b| b / 8)),
+            (scales, Some(groups as u64 * scale_size)),
+        ];
+        let mut wanted: Vec<(&T, Option<u64>)> = per_row.to_vec();
+        if let Some(b) = biases {
+            wanted.push((b, Some(groups as u64 * scale_size)));
+        }
+        for (t, row_bytes) in wanted {
+            let total = row_bytes.and_then(|b| b.checked_mul(geometry.rows as u64));
+            if total != Some(t.byte_len()) {
+                return Err(bad(format!(
+                    "{:?} holds {} bytes, not the {} rows of {:?}",
+                    t.name(),
+                    t.byte_len(),
+                    geometry.rows,
+                    w.shape
+                )));
+            }
+        }
+        if let Some(g) = global {
+            let n = g.byte_len() / 4;
+            if n != 1 && n != geometry.matrices as u64 {
+                return Err(bad(format!(
+                    "{:?} holds {n} global scales, not one or one per matrix ({})",
+                    g.name(),
+                    geometry.matrices
+                )));
+            }
+        }
         Ok(RowSource {
             storage: w.storage,
             cols,
+            rows: geometry.rows,
+            rows_per_matrix: geometry.rows_per_matrix,
             codes,
             scales,
             biases,
+            global,
             scale_dtype: scales.dtype(),
+            arith,
+            global_cache: None,
             raw_codes: Vec::new(),
             raw_scales: Vec::new(),
             raw_biases: Vec::new(),
@@ -186,25 +338,29 @@ impl<'a, T: TensorData> RowSource<'a, T> {
         })
     }
 
+    /// The global scale of row `r`'s matrix (the one scale, when there is
+    /// one for all).
+    fn global_of(&mut self, r: usize, name: &str) -> Result<Option<f32>> {
+        let Some(g) = self.global else {
+            return Ok(None);
+        };
+        let matrix = if g.byte_len() == 4 {
+            0
+        } else {
+            r.checked_div(self.rows_per_matrix).unwrap_or(0)
+        };
+        if let Some((_, v)) = self.global_cache.filter(|&(m, _)| m == matrix) {
+            return Ok(Some(v));
+        }
+        let mut raw = Vec::new();
+        let b = span(g, matrix * 4, 4, &mut raw, name)?;
+        let v = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        self.global_cache = Some((matrix, v));
+        Ok(Some(v))
+    }
+
     pub(super) fn row(&mut self, r: usize, out: &mut [f32], name: &str) -> Result<()> {
         let bad = |e: crate::cast::CastError| quant_error(name, QuantError::Layout(e.to_string()));
-        // A part's `len` bytes at `at`, or the error: a part shorter than
-        // its shape, or a failed read.
-        fn span<'s, T: TensorData>(
-            part: &'s T,
-            at: usize,
-            len: usize,
-            raw: &'s mut Vec<u8>,
-            name: &str,
-        ) -> Result<&'s [u8]> {
-            if (at as u64).saturating_add(len as u64) > part.byte_len() {
-                return Err(quant_error(
-                    name,
-                    QuantError::Layout("a part is shorter than its shape".into()),
-                ));
-            }
-            Ok(part.bytes_at(at as u64, len, raw)?)
-        }
         let groups = self.scale_buf.len();
         let cols = self.cols;
         match self.storage {
@@ -231,6 +387,7 @@ impl<'a, T: TensorData> RowSource<'a, T> {
                 Ok(())
             }
             Storage::Mlx(p) => {
+                let global = self.global_of(r, name)?;
                 let row_bytes = cols * p.bits as usize / 8;
                 let codes = span(
                     self.codes,
@@ -243,32 +400,28 @@ impl<'a, T: TensorData> RowSource<'a, T> {
                 let (at, len) = (r * groups * elem, groups * elem);
                 let s = span(self.scales, at, len, &mut self.raw_scales, name)?;
                 let group = p.group_size as usize;
-                match (p.mode.code_dtype(), p.mode.scale_dtype()) {
-                    (Some(code_dtype), Some(scale_dtype)) => {
-                        decode_f32(code_dtype, codes, out).map_err(bad)?;
-                        decode_f32(scale_dtype, s, &mut self.scale_buf).map_err(bad)?;
-                        mlx::fp_row(group, &self.scale_buf, out);
-                    }
-                    _ => {
-                        let biases = self.biases.ok_or_else(|| {
-                            quant_error(name, QuantError::Layout("the biases are missing".into()))
-                        })?;
-                        let b = span(biases, at, len, &mut self.raw_biases, name)?;
-                        decode_f32(self.scale_dtype, s, &mut self.scale_buf).map_err(bad)?;
-                        decode_f32(self.scale_dtype, b, &mut self.bias_buf).map_err(bad)?;
-                        mlx::unpack(p.bits as u32, codes, &mut self.code_buf);
-                        let arith = Arith::of(self.scale_dtype).unwrap_or(Arith::F32);
-                        mlx::affine_row(
-                            arith,
-                            p.bits as u32,
-                            group,
-                            &self.code_buf,
-                            &self.scale_buf,
-                            &self.bias_buf,
-                            out,
-                        );
-                    }
+                mlx::unpack(p.bits as u32, codes, &mut self.code_buf)
+                    .map_err(|e| quant_error(name, e))?;
+                if p.mode != Mode::Affine {
+                    mlx::fp_row(p.mode, self.arith, global, group, &self.code_buf, s, out);
+                    return Ok(());
                 }
+                let biases = self.biases.ok_or_else(|| {
+                    quant_error(name, QuantError::Layout("the biases are missing".into()))
+                })?;
+                let b = span(biases, at, len, &mut self.raw_biases, name)?;
+                decode_f32(self.scale_dtype, s, &mut self.scale_buf).map_err(bad)?;
+                decode_f32(self.scale_dtype, b, &mut self.bias_buf).map_err(bad)?;
+                let arith = Arith::of(self.scale_dtype).unwrap_or(Arith::F32);
+                mlx::affine_row(
+                    arith,
+                    p.bits as u32,
+                    group,
+                    &self.code_buf,
+                    &self.scale_buf,
+                    &self.bias_buf,
+                    out,
+                );
                 Ok(())
             }
         }

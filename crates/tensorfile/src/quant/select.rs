@@ -2,7 +2,13 @@
 //!
 //! By default: the 2-D `.weight` matrices of F32, F16 or BF16 whose input
 //! dimension (the last) the scheme's group divides, except norms and
-//! embeddings (names containing `norm` or `embed`, and GPT-2's `wte`/`wpe`).
+//! embeddings (names containing `norm` or `embed`, and GPT-2's `wte`/`wpe`);
+//! with an MLX scheme also the 3-D expert stacks `[experts, out, in]` of
+//! mlx-lm's switch layers (a `.weight` under a path component named
+//! `experts` or starting with `switch_`, such as
+//! `model.layers.0.block_sparse_moe.switch_mlp.up_proj.weight`). Other
+//! tensors of 3 or more dimensions (convolutions) quantize only when
+//! included.
 //! `include` patterns add tensors the default leaves out (an included tensor
 //! the scheme cannot take is an error); `exclude` patterns remove tensors,
 //! and win over `include`.
@@ -18,6 +24,7 @@
 //! assert!(sel.included("lm_head.weight"));
 //! ```
 
+use super::Scheme;
 use crate::Dtype;
 
 /// A glob over tensor names: `*` matches any run of characters (dots
@@ -94,22 +101,35 @@ impl Selection {
     }
 }
 
-/// Whether the scheme can take a tensor: float (F32, F16, BF16), 2-D, the
-/// group dividing its input dimension and, for MLX, `in * bits` filling
-/// whole U32 words (`bits` is 0 for int4). The reason when not.
-pub fn quantizable(dtype: Dtype, shape: &[u64], group: u64, bits: u64) -> Verdict {
+/// Whether `scheme` can take a tensor: float (F32, F16, BF16), 2-D (MLX:
+/// 2-D or more, leading dimensions batch), the group dividing its input
+/// dimension (the last) and, for MLX, `in * bits` filling whole U32 words.
+/// The reason when not.
+pub fn quantizable(dtype: Dtype, shape: &[u64], scheme: &Scheme) -> Verdict {
     if !matches!(dtype, Dtype::F32 | Dtype::F16 | Dtype::BF16) {
         return Verdict::Leave(format!("is {dtype}: only F32, F16 and BF16 quantize"));
     }
-    let &[_, cols] = shape else {
-        return Verdict::Leave(format!("has shape {shape:?}: only 2-D weights quantize"));
+    let mlx = matches!(scheme, Scheme::Mlx(_));
+    let cols = match (shape, mlx) {
+        ([_, cols], _) => *cols,
+        ([_, _, .., cols], true) => *cols,
+        (_, true) => {
+            return Verdict::Leave(format!(
+                "has shape {shape:?}: MLX quantizes weights of 2 or more dimensions"
+            ))
+        }
+        (_, false) => {
+            return Verdict::Leave(format!("has shape {shape:?}: only 2-D weights quantize"))
+        }
     };
+    let group = scheme.group_size();
     if group == 0 || cols % group != 0 {
         return Verdict::Leave(format!(
             "has {cols} inputs, which groups of {group} do not divide"
         ));
     }
-    if bits > 0 && cols.checked_mul(bits).map_or(true, |b| b % 32 != 0) {
+    let bits = scheme.bits();
+    if mlx && cols.checked_mul(bits).map_or(true, |b| b % 32 != 0) {
         return Verdict::Leave(format!(
             "has {cols} inputs, which at {bits} bits do not fill whole U32 words"
         ));
@@ -125,4 +145,28 @@ pub fn default_name(name: &str) -> bool {
     };
     let last = module.rsplit('.').next().unwrap_or(module);
     !(module.contains("norm") || module.contains("embed") || last == "wte" || last == "wpe")
+}
+
+/// Whether a name is that of an expert stack of mlx-lm's switch layers: a
+/// path component before the last is `experts` or starts with `switch_`.
+///
+/// ```
+/// use tensorfile::quant::select::expert_stack;
+/// assert!(expert_stack("model.layers.0.block_sparse_moe.switch_mlp.down_proj.weight"));
+/// assert!(expert_stack("model.layers.3.mlp.experts.gate_proj.weight"));
+/// assert!(!expert_stack("model.layers.0.conv1d.weight"));
+/// ```
+pub fn expert_stack(name: &str) -> bool {
+    let mut parts: Vec<&str> = name.split('.').collect();
+    parts.pop();
+    parts
+        .iter()
+        .any(|p| *p == "experts" || p.starts_with("switch_"))
+}
+
+/// Whether the default rule takes a tensor of `shape` by its name: a
+/// [`default_name`] of 2 dimensions, or of 3 that is an [`expert_stack`]
+/// (when `mlx`, the scheme being MLX's).
+pub fn default_take(name: &str, shape: &[u64], mlx: bool) -> bool {
+    default_name(name) && (shape.len() == 2 || (mlx && shape.len() == 3 && expert_stack(name)))
 }

@@ -77,11 +77,18 @@ pub enum ShardError {
         /// The shard holding it.
         shard: String,
     },
-    /// A directory holds both a single file and an index.
-    #[error("{}: holds both {SINGLE_NAME} and {INDEX_NAME}, so which one is the model is ambiguous", dir.display())]
+    /// A directory holds both a single file and an index that do not
+    /// agree (mlx-lm writes both, agreeing: that is accepted).
+    #[error("{}: {single} and {index} disagree ({problem}); transformers loads {single}", dir.display())]
     Ambiguous {
         /// The directory.
         dir: PathBuf,
+        /// The single file's name.
+        single: String,
+        /// The index's name.
+        index: String,
+        /// How they disagree.
+        problem: String,
     },
     /// A directory holds neither a single file nor an index.
     #[error("{}: holds neither {SINGLE_NAME} nor {INDEX_NAME}", dir.display())]

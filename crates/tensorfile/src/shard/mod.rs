@@ -46,7 +46,7 @@ mod error;
 mod names;
 
 pub use error::ShardError;
-pub use names::{INDEX_NAME, SINGLE_NAME};
+pub use names::{DIFFUSERS_INDEX_NAME, DIFFUSERS_SINGLE_NAME, DIR_NAMES, INDEX_NAME, SINGLE_NAME};
 
 /// The largest index file read, in bytes: an index lists names only, so
 /// even the largest hub models stay far below this.
@@ -499,17 +499,25 @@ impl ShardedTensors {
     }
 
     fn open_local(path: &Path, options: &ReadOptions, map: bool) -> Result<ShardedTensors> {
-        let (dir, file) = if path.is_dir() {
-            let index = path.join(INDEX_NAME);
-            let single = path.join(SINGLE_NAME);
-            let file = match (index.exists(), single.exists()) {
-                (true, true) => return Err(ShardError::Ambiguous { dir: path.into() }.into()),
-                (true, false) => INDEX_NAME.to_string(),
-                (false, true) => SINGLE_NAME.to_string(),
-                (false, false) => return Err(ShardError::NoWeights { dir: path.into() }.into()),
-            };
-            (path.to_path_buf(), file)
-        } else {
+        if path.is_dir() {
+            let location = Arc::new(LocalDir::new(path, map));
+            for (index, single) in DIR_NAMES {
+                let found = (path.join(index).is_file(), path.join(single).is_file());
+                let file = match found {
+                    (true, true) => {
+                        return ShardedTensors::open_agreeing(
+                            location, path, index, single, options,
+                        )
+                    }
+                    (true, false) => index,
+                    (false, true) => single,
+                    (false, false) => continue,
+                };
+                return ShardedTensors::open_at(location, path.to_path_buf(), file, options);
+            }
+            return Err(ShardError::NoWeights { dir: path.into() }.into());
+        }
+        let (dir, file) = {
             let file = path
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
@@ -522,6 +530,39 @@ impl ShardedTensors {
             &file,
             options,
         )
+    }
+
+    /// A directory holding both an index and the single file, as mlx-lm
+    /// writes them: accepted when the index lists exactly the file's
+    /// tensors, all in that file; otherwise the conflict names both (and
+    /// says that transformers loads the single file).
+    fn open_agreeing(
+        location: Arc<dyn Location>,
+        dir: &Path,
+        index: &str,
+        single: &str,
+        options: &ReadOptions,
+    ) -> Result<ShardedTensors> {
+        let conflict = |problem: String| -> Error {
+            ShardError::Ambiguous {
+                dir: dir.into(),
+                single: single.into(),
+                index: index.into(),
+                problem,
+            }
+            .into()
+        };
+        let set = ShardedTensors::open_at(location, dir.to_path_buf(), index, options)
+            .map_err(|e| conflict(format!("the index does not open: {e}")))?;
+        let names: Vec<&str> = set.shards.iter().map(|s| s.name.as_str()).collect();
+        if names != [single] {
+            return Err(conflict(format!(
+                "the index maps tensors to {}",
+                names.join(", ")
+            )));
+        }
+        // Opening checked that the index and the file hold the same tensors.
+        Ok(set)
     }
 
     /// Opens the set whose entry file (an index ending in `.json`, or a

@@ -1,0 +1,376 @@
+//! The hostile checkpoints of issue 12, built at test time
+//! (`common/hostile.rs`): each is refused with the budget it exceeds, or
+//! loads correctly, in bounded memory. The tests check the error variant
+//! and the bytes counted, never times.
+
+#[path = "common/hostile.rs"]
+mod hostile;
+
+use hostile::{Apply, Shared};
+use tensorfile_pytorch::convert::{convert, ConvertOptions};
+use tensorfile_pytorch::{Checkpoint, Error, LoadOptions, ENTRY_BYTES};
+
+/// The budget error's name, limit and counted bytes.
+fn budget(e: &Error) -> (&'static str, u64, u64) {
+    match e {
+        Error::Budget {
+            budget,
+            limit,
+            needed,
+            ..
+        } => (budget, *limit, *needed),
+        other => panic!("not a budget error: {other}"),
+    }
+}
+
+fn load(bytes: Vec<u8>, options: &LoadOptions) -> Result<Checkpoint, Error> {
+    Checkpoint::from_bytes(bytes, options)
+}
+
+#[test]
+fn the_clone_bomb_is_held_once_and_its_values_are_counted() {
+    const N: usize = 1_000_000;
+    // "torch.Size([?, ?, ... ?])" of a million dims, per value.
+    let text = "torch.Size([])".len() + N + 2 * (N - 1);
+    let entry = (text + ENTRY_BYTES) as u64;
+    // The default budget once; a smaller one for the variants (the same
+    // counting, less text to render in a debug build).
+    let mut small = LoadOptions::default();
+    small.walk.max_entry_bytes = 16 << 20;
+    let cases = [
+        (Apply::Reduce, Shared::TupleArg, LoadOptions::default()),
+        (Apply::NewObj, Shared::TupleArg, small.clone()),
+        (Apply::NewObjEx, Shared::TupleArg, small.clone()),
+        (Apply::Reduce, Shared::List, small.clone()),
+        (Apply::NewObj, Shared::List, small.clone()),
+        (Apply::NewObjEx, Shared::List, small.clone()),
+    ];
+    for (apply, shared, options) in cases {
+        let file = hostile::clone_bomb(apply, shared, N, 2000);
+        assert!(file.len() < 16 << 10, "{} B", file.len());
+        let e = load(file, &options).unwrap_err();
+        // The pickle is held once (a few tens of MB); the values that
+        // would each copy the million dims as text are counted.
+        let limit = options.walk.max_entry_bytes as u64;
+        let fits = limit / entry;
+        assert_eq!(
+            budget(&e),
+            ("max_entry_bytes", limit, (fits + 1) * entry),
+            "{apply:?} {shared:?}"
+        );
+        assert!(e.to_string().contains("max_entry_bytes"), "{e}");
+    }
+    // The issue's file (the tuple is the argument tuple: torch.Size(None,
+    // None, ...)), torch.Size of a dict, and torch.Size() given the tuple by
+    // BUILD have no dims to copy: they load, 2000 small values.
+    for (apply, shared) in [
+        (Apply::Reduce, Shared::Tuple),
+        (Apply::NewObj, Shared::Tuple),
+        (Apply::NewObjEx, Shared::Tuple),
+        (Apply::Reduce, Shared::Dict),
+        (Apply::NewObjEx, Shared::Dict),
+        (Apply::Build, Shared::Tuple),
+        (Apply::Build, Shared::List),
+        (Apply::Build, Shared::Dict),
+    ] {
+        let ckpt = load(
+            hostile::clone_bomb(apply, shared, N, 2000),
+            &LoadOptions::default(),
+        )
+        .unwrap_or_else(|e| panic!("{apply:?} {shared:?}: {e}"));
+        assert_eq!(ckpt.values().len(), 2000, "{apply:?} {shared:?}");
+        assert!(ckpt.values().iter().all(|(_, v)| v == "torch.Size([])"));
+    }
+}
+
+#[test]
+fn the_clone_bomb_under_a_small_pickle_budget_names_it() {
+    let mut options = LoadOptions::default();
+    options.limits.max_bytes = 16 << 20;
+    let e = load(
+        hostile::clone_bomb(Apply::Reduce, Shared::Tuple, 1_000_000, 2000),
+        &options,
+    )
+    .unwrap_err();
+    let Error::Pickle { source, .. } = &e else {
+        panic!("{e}")
+    };
+    match source.kind {
+        tensorfile_pytorch::pickle::PickleErrorKind::Budget {
+            budget,
+            limit,
+            needed,
+        } => {
+            assert_eq!((budget, limit), ("max_bytes", 16 << 20));
+            assert!(needed > limit, "{needed}");
+        }
+        ref other => panic!("{other}"),
+    }
+}
+
+#[test]
+fn expansions_are_capped_per_tensor_and_in_total() {
+    // Sixteen views of 1 GiB each of a 256-byte storage: the first is
+    // exactly at the default 1 GiB total, the second passes it.
+    let e = load(hostile::expansions(16, 1 << 22), &LoadOptions::default()).unwrap_err();
+    assert_eq!(
+        budget(&e),
+        ("max_expanded_total_bytes", 1 << 30, 2 << 30),
+        "{e}"
+    );
+    // One view over the per-tensor cap.
+    let e = load(
+        hostile::expansions(1, (1 << 22) + 1),
+        &LoadOptions::default(),
+    )
+    .unwrap_err();
+    assert_eq!(
+        budget(&e),
+        ("max_expanded_bytes", 1 << 30, (1 << 30) + 256),
+        "{e}"
+    );
+
+    // At the default cap of 1 GiB exactly: loaded (nothing materialized);
+    // one byte more: refused, with that byte counted.
+    let ckpt = load(
+        hostile::expansions_at_default_cap(0),
+        &LoadOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(ckpt.tensors().map(|t| t.nbytes()).sum::<u64>(), 1 << 30);
+    let e = load(
+        hostile::expansions_at_default_cap(1),
+        &LoadOptions::default(),
+    )
+    .unwrap_err();
+    assert_eq!(
+        budget(&e),
+        ("max_expanded_total_bytes", 1 << 30, (1 << 30) + 1),
+        "{e}"
+    );
+
+    // Four views of 256,000 B: one byte under the total is refused,
+    // exactly the total is accepted and reads back right.
+    let total = 4 * 1000 * 256;
+    let mut options = LoadOptions {
+        max_expanded_total_bytes: total - 1,
+        ..LoadOptions::default()
+    };
+    let e = load(hostile::expansions(4, 1000), &options).unwrap_err();
+    assert_eq!(
+        budget(&e),
+        ("max_expanded_total_bytes", total - 1, total),
+        "{e}"
+    );
+    options.max_expanded_total_bytes = total;
+    let ckpt = load(hostile::expansions(4, 1000), &options).unwrap();
+    assert_eq!(ckpt.len(), 4);
+    let row: Vec<u8> = (0..=255u8).collect();
+    for t in ckpt.tensors() {
+        let b = t.bytes().unwrap();
+        assert_eq!(b.len(), 256_000);
+        assert!(b.chunks(256).all(|c| c == row), "{}", t.name());
+    }
+}
+
+#[test]
+fn convert_refuses_expansions_before_writing() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("expansions.pt");
+    std::fs::write(&input, hostile::expansions(16, 1 << 22)).unwrap();
+    let output = dir.path().join("out.safetensors");
+    let e = convert(&input, &output, &ConvertOptions::default(), |_| {}).unwrap_err();
+    assert_eq!(budget(&e).0, "max_expanded_total_bytes");
+    assert!(!output.exists());
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        1,
+        "no file left"
+    );
+}
+
+#[test]
+fn a_deflated_storage_is_inflated_once_for_all_its_views() {
+    // 10, 1000 and 100,000 one-element views of one 16 MiB deflated
+    // storage, spread up to its last element: one pass inflates it, and
+    // only the views' 4-byte spans are held.
+    const STORAGE: u64 = 16 << 20;
+    for views in [10u64, 1000, 100_000] {
+        let ckpt = load(
+            hostile::deflated_views(views, STORAGE, true),
+            &LoadOptions::default(),
+        )
+        .unwrap();
+        assert_eq!(ckpt.len() as u64, views);
+        for t in ckpt.tensors() {
+            assert_eq!(&*t.bytes().unwrap(), &[0u8; 4], "{}", t.name());
+        }
+        let stats = ckpt.inflate_stats();
+        assert_eq!(stats.passes, 1, "{views} views");
+        assert_eq!(stats.inflated, STORAGE, "{views} views");
+        assert_eq!((stats.held, stats.peak), (4 * views, 4 * views));
+        ckpt.release_storage(ckpt.tensors().next().unwrap().storage_index());
+        assert_eq!(ckpt.inflate_stats().held, 0);
+    }
+}
+
+#[test]
+fn a_deflated_storage_is_inflated_only_up_to_the_furthest_byte_needed() {
+    // The issue's file: 128 one-element views at the start of a deflated
+    // GiB of zeros (about 1 MB on disk). Only their 512 bytes are inflated.
+    let file = hostile::deflated_views(128, 1 << 30, false);
+    assert!(file.len() < 2 << 20, "{} B", file.len());
+    let ckpt = load(file, &LoadOptions::default()).unwrap();
+    for t in ckpt.tensors() {
+        let d = t.data().unwrap();
+        assert!(d.is_shared(), "{}", t.name());
+        assert_eq!(&*d, &[0u8; 4]);
+    }
+    let stats = ckpt.inflate_stats();
+    assert_eq!((stats.passes, stats.inflated, stats.held), (1, 512, 512));
+}
+
+#[test]
+fn inflated_bytes_are_counted_against_their_budget() {
+    let file = || hostile::deflated_views(1000, 1 << 20, true);
+    let options = LoadOptions {
+        max_inflated_bytes: 4000 - 1,
+        ..LoadOptions::default()
+    };
+    let ckpt = load(file(), &options).unwrap();
+    let e = ckpt.tensor("t0").unwrap().bytes().unwrap_err();
+    assert_eq!(budget(&e), ("max_inflated_bytes", 3999, 4000), "{e}");
+    assert_eq!(
+        ckpt.inflate_stats().held,
+        0,
+        "a refused storage holds nothing"
+    );
+    // Exactly at the budget: read.
+    let options = LoadOptions {
+        max_inflated_bytes: 4000,
+        ..LoadOptions::default()
+    };
+    let ckpt = load(file(), &options).unwrap();
+    assert!(ckpt.tensors().all(|t| t.bytes().is_ok()));
+    assert_eq!(ckpt.inflate_stats().held, 4000);
+}
+
+#[test]
+fn views_of_a_deflated_storage_read_as_those_of_a_stored_one() {
+    use hostile::{Record, Storage, Tensor};
+    // 0, 1, 2, ... as F32: the whole, a transpose, a column, a row at the
+    // end, an expansion and an empty view.
+    let numel = 12 * 10;
+    let data: Vec<u8> = (0..numel).flat_map(|i| (i as f32).to_le_bytes()).collect();
+    let storages = [Storage {
+        key: "0".into(),
+        class: "FloatStorage",
+        elem: 4,
+        numel,
+    }];
+    let view = |name: &str, offset, shape: &[u64], strides: &[u64]| Tensor {
+        name: name.into(),
+        storage: 0,
+        offset,
+        shape: shape.to_vec(),
+        strides: strides.to_vec(),
+    };
+    let tensors = [
+        view("all", 0, &[12, 10], &[10, 1]),
+        view("col", 3, &[12], &[10]),
+        view("empty", 7, &[0, 5], &[5, 1]),
+        view("expand", 20, &[4, 10], &[0, 1]),
+        view("last", 110, &[10], &[1]),
+        view("t", 0, &[10, 12], &[1, 10]),
+    ];
+    let pickle = hostile::state_dict_pickle(&storages, &tensors);
+    let make = |deflated: bool| {
+        let record = if deflated {
+            Record::deflated("archive/data/0", &data)
+        } else {
+            Record::stored("archive/data/0", data.clone())
+        };
+        hostile::checkpoint(
+            Record::stored("archive/data.pkl", pickle.clone()),
+            vec![record],
+        )
+    };
+    let stored = load(make(false), &LoadOptions::default()).unwrap();
+    let deflated = load(make(true), &LoadOptions::default()).unwrap();
+    for (a, b) in stored.tensors().zip(deflated.tensors()) {
+        assert_eq!(a.name(), b.name());
+        assert_eq!(a.bytes().unwrap(), b.bytes().unwrap(), "{}", a.name());
+        let shared = b.data().unwrap().is_shared();
+        assert_eq!(shared, b.is_contiguous() && b.nbytes() > 0, "{}", b.name());
+    }
+    let stats = deflated.inflate_stats();
+    assert_eq!((stats.passes, stats.held), (1, numel * 4));
+    // In pieces, every view reads the same, no piece over its size.
+    for ckpt in [&stored, &deflated] {
+        for t in ckpt.tensors() {
+            assert_pieces(&t);
+        }
+    }
+}
+
+/// `for_each_piece` gives `bytes()` in order, in pieces no larger than
+/// asked (or one element).
+fn assert_pieces(t: &tensorfile_pytorch::TorchTensor<'_>) {
+    let whole = t.bytes().unwrap();
+    let elem = (t.dtype().bits() / 8).max(1) as usize;
+    for piece in [1, 5, 12, 40, 100, 1 << 20] {
+        let mut got = Vec::new();
+        t.for_each_piece(piece, |b| -> Result<(), Error> {
+            assert!(
+                b.len() <= piece.max(elem),
+                "{}: {} > {piece}",
+                t.name(),
+                b.len()
+            );
+            got.extend_from_slice(b);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(got, &*whole, "{} in pieces of {piece}", t.name());
+    }
+}
+
+#[test]
+fn every_fixture_reads_the_same_in_pieces() {
+    let dir = std::path::Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/fixtures/pytorch"
+    ));
+    let mut files = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let Ok(ckpt) = Checkpoint::open(&path) else {
+            continue;
+        };
+        files += 1;
+        for t in ckpt.tensors() {
+            assert_pieces(&t);
+        }
+    }
+    assert!(files >= 20, "{files} fixtures loaded");
+}
+
+#[test]
+fn convert_inflates_each_deflated_storage_once_and_releases_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("views.pt");
+    std::fs::write(&input, hostile::deflated_views(1000, 16 << 20, true)).unwrap();
+    let ckpt = Checkpoint::open(&input).unwrap();
+    let output = dir.path().join("views.safetensors");
+    let mut options = ConvertOptions::default();
+    options.write.sync = false;
+    let report =
+        tensorfile_pytorch::convert::convert_checkpoint(&ckpt, &output, &options, |_| {}).unwrap();
+    assert_eq!(report.tensors, 1000);
+    let stats = ckpt.inflate_stats();
+    assert_eq!((stats.passes, stats.inflated), (1, 16 << 20));
+    assert_eq!((stats.held, stats.peak), (0, 4000));
+    let st = tensorfile::SafeTensors::open(&output).unwrap();
+    assert_eq!(st.len(), 1000);
+    assert!(st.tensors().all(|t| t.data() == [0u8; 4]));
+}
