@@ -389,3 +389,114 @@ fn budget_flags_apply_only_to_pytorch_input() {
             .contains("--max-inflated-bytes applies only to PyTorch input"));
     }
 }
+
+fn real(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/real")
+        .join(path)
+}
+
+#[test]
+fn convert_writes_a_sharded_set_from_a_bin_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = real("sharded/llama_tied_bin");
+    let out = dir.path().join("out");
+    let o = tensorfile(&[
+        "convert",
+        "--no-sync",
+        "--json",
+        input.to_str().unwrap(),
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["input_format"], "pytorch-set");
+    assert_eq!(
+        (v["tensors"].as_u64(), v["aliases"].as_u64()),
+        (Some(20), Some(1))
+    );
+    let mut names: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "model-00001-of-00004.safetensors",
+            "model-00002-of-00004.safetensors",
+            "model-00003-of-00004.safetensors",
+            "model-00004-of-00004.safetensors",
+            "model.safetensors.index.json",
+        ]
+    );
+    // The set validates; re-cut with --max-shard-size, and cast.
+    let o = tensorfile(&["validate", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    let recut = dir.path().join("recut");
+    let index = input.join("pytorch_model.bin.index.json");
+    let o = tensorfile(&[
+        "convert",
+        "--no-sync",
+        "--max-shard-size",
+        "1MB",
+        "--dtype",
+        "bf16",
+        index.to_str().unwrap(),
+        recut.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    assert!(
+        stdout(&o).contains("1 files, 20 tensors (+1 aliases), 20 cast to BF16"),
+        "{}",
+        stdout(&o)
+    );
+    assert!(recut.join("model.safetensors").exists());
+}
+
+#[test]
+fn convert_explains_a_directory_without_a_bin_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let input = real("tied_bin/llama/bin");
+    let o = tensorfile(&["convert", input.to_str().unwrap(), out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("no pytorch_model.bin.index.json"), "{err}");
+    assert!(err.contains("llama/bin"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(!out.exists());
+    // --max-shard-size on a single checkpoint is a usage error.
+    let bin = input.join("pytorch_model.bin");
+    let o = tensorfile(&[
+        "convert",
+        "--max-shard-size",
+        "1MB",
+        bin.to_str().unwrap(),
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    assert!(!out.exists());
+}
+
+#[test]
+fn inspect_counts_a_tied_tensor_once() {
+    let bin = real("tied_bin/llama/bin/pytorch_model.bin");
+    let o = tensorfile(&["inspect", "--json", bin.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let tensors = v["tensors"].as_array().unwrap();
+    let all: u64 = tensors
+        .iter()
+        .map(|t| {
+            t["shape"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|d| d.as_u64().unwrap())
+                .product::<u64>()
+        })
+        .sum();
+    // The embedding (256 x 32) is also lm_head.weight.
+    assert_eq!(v["parameters"].as_u64(), Some(all - 256 * 32));
+}

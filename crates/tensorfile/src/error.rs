@@ -54,6 +54,11 @@ pub enum Error {
     /// cannot be made.
     #[error(transparent)]
     Gguf(GgufError),
+    /// A PyTorch checkpoint was refused, or one of its tensors could not
+    /// be read (see [`tensorfile_pytorch::Error`]). (Boxed: errors travel
+    /// by value.)
+    #[error(transparent)]
+    Pytorch(Box<tensorfile_pytorch::Error>),
     /// An error about a named file. [`Error::detail`] gives the error
     /// without the file.
     #[error("{}: {source}", path.display())]
@@ -73,7 +78,10 @@ impl From<tensorfile_core::Error> for Error {
         match e {
             tensorfile_core::Error::Other(other) => match other.downcast::<Error>() {
                 Ok(mine) => *mine,
-                Err(other) => Error::Core(tensorfile_core::Error::Other(other)),
+                Err(other) => match other.downcast::<tensorfile_pytorch::Error>() {
+                    Ok(pytorch) => Error::from(*pytorch),
+                    Err(other) => Error::Core(tensorfile_core::Error::Other(other)),
+                },
             },
             core => Error::Core(core),
         }
@@ -86,6 +94,16 @@ impl From<Error> for tensorfile_core::Error {
         match e {
             Error::Core(core) => core,
             other => tensorfile_core::Error::Other(Box::new(other)),
+        }
+    }
+}
+
+/// A loader error; one that only carries a core error is that error.
+impl From<tensorfile_pytorch::Error> for Error {
+    fn from(e: tensorfile_pytorch::Error) -> Error {
+        match e {
+            tensorfile_pytorch::Error::Core(core) => Error::from(core),
+            other => Error::Pytorch(Box::new(other)),
         }
     }
 }

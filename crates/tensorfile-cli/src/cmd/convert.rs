@@ -4,7 +4,9 @@
 //!
 //! A PyTorch checkpoint as IN (`.pt`, `.pth`, `.bin`) goes through
 //! [`super::convert_pytorch`] instead: loaded without executing anything,
-//! then streamed (or cast) the same way.
+//! then streamed (or cast) the same way. So does a sharded `.bin` set:
+//! `tensorfile convert pytorch_model.bin.index.json OUTDIR` (or the
+//! directory holding the index) writes a sharded safetensors set.
 //!
 //! IN may be a set (a directory or an index): OUT is then a directory
 //! holding the converted set, one output shard per input shard (or cut by
@@ -14,6 +16,7 @@ use std::process::ExitCode;
 
 use serde_json::json;
 use tensorfile::cast::{convert_plan, CastOptions};
+use tensorfile::input::Kind;
 use tensorfile::Dtype;
 
 use super::inout::{self, Input};
@@ -73,7 +76,29 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         allow_int: args.allow_int,
         strict: args.strict,
     };
-    if kind == tensorfile::input::Kind::Pytorch {
+    let input = &args.io.input;
+    if kind == Kind::PytorchSet {
+        if tensorfile::pytorch::CheckpointSet::find_index(input).is_none() {
+            return Err(Box::new(tensorfile::Error::io(
+                input,
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "a directory with a .bin checkpoint but no pytorch_model.bin.index.json or diffusion_pytorch_model.bin.index.json: convert the checkpoint file itself, or a sharded .bin set (its index, or the directory holding it)",
+                ),
+            )));
+        }
+        return super::convert_pytorch::run_set(super::convert_pytorch::Job {
+            input,
+            output: &args.io.output,
+            dtype: args.dtype,
+            cast,
+            sync: !args.io.no_sync,
+            json: args.io.json,
+            pytorch: args.pytorch,
+            max_shard_size: args.io.max_shard_size,
+        });
+    }
+    if kind == Kind::Pytorch {
         return super::convert_pytorch::run(super::convert_pytorch::Job {
             input: &args.io.input,
             output: &args.io.output,
@@ -82,6 +107,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
             sync: !args.io.no_sync,
             json: args.io.json,
             pytorch: args.pytorch,
+            max_shard_size: args.io.max_shard_size,
         });
     }
     // An input that cannot be read is that error (exit 1), not a misuse of

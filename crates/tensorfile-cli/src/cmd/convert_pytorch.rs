@@ -1,17 +1,23 @@
 //! The PyTorch side of `tensorfile convert`: IN is a checkpoint (`.pt`,
 //! `.pth`, `pytorch_model.bin`), loaded by `tensorfile-pytorch` without
-//! executing anything. Tensors stream from the mapped checkpoint into the
-//! atomic save, cast on the way with `--dtype` (the same rules as for
-//! safetensors input).
+//! executing anything, or a sharded `.bin` set (its
+//! `pytorch_model.bin.index.json` or `diffusion_pytorch_model.bin.index.json`,
+//! or a directory holding one) converted into a sharded safetensors set in
+//! OUT. Tensors are read from the checkpoint with positional reads (a file
+//! truncated underneath is an error naming it) and written by the atomic
+//! save, cast on the way with `--dtype` (the same rules as for safetensors
+//! input).
 
 use std::path::Path;
 use std::process::ExitCode;
 
 use serde_json::json;
 use tensorfile::cast::CastOptions;
+use tensorfile::pytorch::{
+    convert_checkpoint, plan_set, write_set, Checkpoint, CheckpointSet, ConvertOptions,
+    LoadOptions, SharedPolicy,
+};
 use tensorfile::{Dtype, WriteOptions};
-use tensorfile_pytorch::convert::{convert_checkpoint, ConvertOptions};
-use tensorfile_pytorch::{Checkpoint, LoadOptions, SharedPolicy};
 
 use super::{out, Failure, Usage};
 
@@ -131,9 +137,9 @@ impl PytorchArgs {
 
 /// One conversion of a checkpoint.
 pub struct Job<'a> {
-    /// The checkpoint.
+    /// The checkpoint, or a `.bin` set's index or directory.
     pub input: &'a Path,
-    /// The safetensors file to write.
+    /// The safetensors file to write, or for a set the directory.
     pub output: &'a Path,
     /// Cast float tensors to this dtype.
     pub dtype: Option<Dtype>,
@@ -145,36 +151,47 @@ pub struct Job<'a> {
     pub json: bool,
     /// The PyTorch options.
     pub pytorch: PytorchArgs,
+    /// For a set: re-cut the output into shards of at most this many bytes.
+    pub max_shard_size: Option<u64>,
+}
+
+impl Job<'_> {
+    fn options(&mut self) -> ConvertOptions {
+        let p = &mut self.pytorch;
+        let load = p.budgets.apply(LoadOptions {
+            key: p.key.take(),
+            name: p.name.take(),
+            ..LoadOptions::default()
+        });
+        ConvertOptions {
+            load,
+            shared: p.shared,
+            keep_values: p.keep_values,
+            write: WriteOptions {
+                sync: self.sync,
+                ..WriteOptions::default()
+            },
+            dtype: self.dtype,
+            cast: self.cast,
+        }
+    }
 }
 
 /// Converts the checkpoint; exit 1 (and no OUT) when it is refused.
-pub fn run(job: Job<'_>) -> Result<ExitCode, Failure> {
+pub fn run(mut job: Job<'_>) -> Result<ExitCode, Failure> {
+    if job.max_shard_size.is_some() {
+        return Err(Usage::failure(format_args!(
+            "--max-shard-size applies to sharded sets; {} is a single checkpoint (use `tensorfile shard` on the converted file)",
+            job.input.display()
+        )));
+    }
     // OUT must not be the checkpoint itself (safetensors bytes under its name).
     super::refuse_input_as_output(job.output, [job.input])?;
-    let p = job.pytorch;
-    let load = p.budgets.apply(LoadOptions {
-        key: p.key,
-        name: p.name,
-        ..LoadOptions::default()
-    });
-    let ckpt = Checkpoint::open_with(job.input, &load)?;
-    let write = WriteOptions {
-        sync: job.sync,
-        ..WriteOptions::default()
-    };
-    let options = ConvertOptions {
-        load,
-        shared: p.shared,
-        keep_values: p.keep_values,
-        write,
-        dtype: job.dtype,
-        cast: job.cast,
-    };
+    let options = job.options();
+    let ckpt = Checkpoint::open_with(job.input, &options.load)?;
     let total: u64 = ckpt.tensors().map(|t| t.nbytes()).sum();
     let bar = crate::progress::Progress::bytes(total, "converting");
-    let report = convert_checkpoint(&ckpt, job.output, &options, |p| {
-        bar.set(p.bytes_done, p.bytes_total)
-    });
+    let report = convert_checkpoint(&ckpt, job.output, &options, &|n| bar.inc(n));
     drop(bar);
     let report = report?;
     let (tensors, aliases, cast) = (report.tensors, report.aliases, report.cast);
@@ -205,6 +222,64 @@ pub fn run(job: Job<'_>) -> Result<ExitCode, Failure> {
         out(format_args!(
             "{}: {tensors} tensors{aliases}{cast}, {bytes} bytes",
             job.output.display()
+        ));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Converts a sharded `.bin` set (`job.input` is its index or a directory
+/// holding one) into a safetensors set in the directory `job.output`: one
+/// output shard per input shard, or re-cut with `--max-shard-size`; the
+/// index last. Exit 1 (and no output files) when it is refused.
+pub fn run_set(mut job: Job<'_>) -> Result<ExitCode, Failure> {
+    for (given, flag) in [
+        (job.pytorch.key.is_some(), "--key"),
+        (job.pytorch.name.is_some(), "--name"),
+    ] {
+        if given {
+            return Err(Usage::failure(format_args!(
+                "{flag} applies to a single checkpoint; {} is a sharded .bin set",
+                job.input.display()
+            )));
+        }
+    }
+    let options = job.options();
+    let set = CheckpointSet::open(job.input, &options.load)?;
+    let plan = plan_set(&set, &options, job.max_shard_size)?;
+    let bar = crate::progress::Progress::bytes(plan.report.total_size, "converting");
+    let written = write_set(job.output, &plan, &options.write, &|n| bar.inc(n));
+    drop(bar);
+    let written = written?;
+    let r = &plan.report;
+    if job.json {
+        out(json!({
+            "input": set.index_path(),
+            "input_format": "pytorch-set",
+            "output": job.output,
+            "dtype": job.dtype.map(|d| d.name()),
+            "files": written,
+            "tensors": r.tensors,
+            "aliases": r.aliases,
+            "cast": r.cast,
+            "total_size": r.total_size,
+            "total_parameters": r.total_parameters.to_string(),
+        }));
+    } else {
+        let aliases = if r.aliases > 0 {
+            format!(" (+{} aliases)", r.aliases)
+        } else {
+            String::new()
+        };
+        let cast = match job.dtype {
+            Some(d) => format!(", {} cast to {d}", r.cast),
+            None => String::new(),
+        };
+        out(format_args!(
+            "{}: {} files, {} tensors{aliases}{cast}, {} bytes of tensors",
+            job.output.display(),
+            written.len(),
+            r.tensors,
+            r.total_size
         ));
     }
     Ok(ExitCode::SUCCESS)
