@@ -9,6 +9,7 @@ use tensorfile_core::FormatError;
 
 use crate::cast::CastError;
 use crate::gguf::GgufError;
+use crate::npz::NpzError;
 use crate::quant::QuantError;
 use crate::shard::ShardError;
 
@@ -54,6 +55,10 @@ pub enum Error {
     /// cannot be made.
     #[error(transparent)]
     Gguf(GgufError),
+    /// A `.npy` array or `.npz` archive breaks the format, holds what
+    /// safetensors cannot, or cannot be written.
+    #[error(transparent)]
+    Npz(NpzError),
     /// A PyTorch checkpoint was refused, or one of its tensors could not
     /// be read (see [`tensorfile_pytorch::Error`]). (Boxed: errors travel
     /// by value.)
@@ -117,6 +122,12 @@ impl From<ShardError> for Error {
 impl From<GgufError> for Error {
     fn from(e: GgufError) -> Error {
         Error::Gguf(e)
+    }
+}
+
+impl From<NpzError> for Error {
+    fn from(e: NpzError) -> Error {
+        Error::Npz(e)
     }
 }
 
@@ -203,6 +214,14 @@ impl Error {
     /// The reader rule broken, if this is a format error.
     pub fn rule(&self) -> Option<u8> {
         self.format().map(FormatError::rule)
+    }
+
+    /// The `.npy` / `.npz` error, if this is one (about a named file or not).
+    pub fn npz(&self) -> Option<&NpzError> {
+        match self.detail() {
+            Error::Npz(e) => Some(e),
+            _ => None,
+        }
     }
 
     /// The GGUF error, if this is one (about a named file or not).

@@ -42,6 +42,7 @@ pub mod error;
 pub mod gguf;
 pub mod input;
 pub mod model;
+pub mod npz;
 pub mod pytorch;
 pub mod quant;
 pub mod reshard;
