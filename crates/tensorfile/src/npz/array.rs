@@ -69,8 +69,28 @@ pub struct NpyArray<'a, S: ByteSource> {
     byte_len: u64,
 }
 
+impl<S: ByteSource> NpzFile<S> {
+    /// Every array as [`TensorData`](crate::TensorData) in C order and
+    /// little-endian, as `np.load` gives it: big-endian values swapped,
+    /// Fortran-order arrays reordered, deflated members inflated as they
+    /// are read. Opaque arrays (ml_dtypes types) are read as `opaque`:
+    /// items of its width as they are, or for F4 and F6 one value in the
+    /// low bits of each byte, packed.
+    ///
+    /// # Errors
+    /// An opaque array with no `opaque` dtype, or one whose items cannot
+    /// hold it ([`NpzError::Opaque`], [`NpzError::OpaqueWidth`]); sub-byte
+    /// values that do not fill whole bytes.
+    pub fn tensors(&self, opaque: Option<Dtype>) -> Result<Vec<NpyArray<'_, S>>> {
+        self.arrays()
+            .iter()
+            .map(|info| NpyArray::new(self, info, opaque).map_err(|e| self.name_error(e)))
+            .collect()
+    }
+}
+
 impl<'a, S: ByteSource> NpyArray<'a, S> {
-    pub(crate) fn new(
+    fn new(
         file: &'a NpzFile<S>,
         info: &'a NpyInfo,
         opaque: Option<Dtype>,

@@ -218,13 +218,15 @@ pub fn parse(array: &str, bytes: &[u8]) -> Result<NpyHeader, NpzError> {
                     }
                 });
             }
-            other => return Err(NpzError::Header {
-                array: array.to_string(),
-                offset: at,
-                problem: format!(
+            other => {
+                return Err(NpzError::Header {
+                    array: array.to_string(),
+                    offset: at,
+                    problem: format!(
                     "key {other:?}: a .npy header has exactly 'descr', 'fortran_order' and 'shape'"
                 ),
-            }),
+                })
+            }
         }
     }
     let missing = |key: &str| NpzError::Header {

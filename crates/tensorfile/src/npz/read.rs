@@ -5,12 +5,11 @@ use std::path::{Path, PathBuf};
 
 use tensorfile_zip::{Entry, Method, ZipError, ZipIndex};
 
-use super::array::NpyArray;
 use super::descr::{self, Element};
 use super::error::NpzError;
 use super::header::{self, Descr, NpyHeader};
 use crate::source::{ByteSource, FileSource};
-use crate::{Dtype, Error, Result};
+use crate::{Error, Result};
 
 /// Bounds on what opening and reading a file may hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -243,24 +242,6 @@ impl<S: ByteSource> NpzFile<S> {
             Some(p) => e.at(p),
             None => e,
         }
-    }
-
-    /// Every array as [`TensorData`](crate::TensorData) in C order and
-    /// little-endian, as `np.load` gives it: big-endian values swapped,
-    /// Fortran-order arrays reordered, deflated members inflated as they
-    /// are read. Opaque arrays (ml_dtypes types) are read as `opaque`:
-    /// items of its width as they are, or for F4 and F6 one value in the
-    /// low bits of each byte, packed.
-    ///
-    /// # Errors
-    /// An opaque array with no `opaque` dtype, or one whose items cannot
-    /// hold it ([`NpzError::Opaque`], [`NpzError::OpaqueWidth`]); sub-byte
-    /// values that do not fill whole bytes.
-    pub fn tensors(&self, opaque: Option<Dtype>) -> Result<Vec<NpyArray<'_, S>>> {
-        self.arrays
-            .iter()
-            .map(|info| NpyArray::new(self, info, opaque).map_err(|e| self.name_error(e)))
-            .collect()
     }
 }
 
