@@ -8,6 +8,9 @@
 //! `tensorfile convert pytorch_model.bin.index.json OUTDIR` (or the
 //! directory holding the index) writes a sharded safetensors set.
 //!
+//! A GGUF file as IN, or OUT named `*.gguf`, goes through [`super::gguf`];
+//! numpy files (`.npz`, `.npy`) in or out through [`super::npz`].
+//!
 //! IN may be a set (a directory or an index): OUT is then a directory
 //! holding the converted set, one output shard per input shard (or cut by
 //! `--max-shard-size`).
@@ -49,6 +52,8 @@ pub struct Args {
     pytorch: super::convert_pytorch::PytorchArgs,
     #[command(flatten)]
     gguf: super::gguf::GgufArgs,
+    #[command(flatten)]
+    npz: super::npz::NpzArgs,
 }
 
 impl Args {
@@ -67,15 +72,27 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         )));
     }
     let kind = super::input_kind(&args.io.input)?;
-    if super::gguf::handles(kind, &args.io.output) {
-        return super::gguf::convert(kind, &args.io, args.dtype, &args.gguf);
-    }
-    args.gguf.refuse_for(&args.io.input)?;
     let cast = CastOptions {
         saturate: args.saturate,
         allow_int: args.allow_int,
         strict: args.strict,
     };
+    let pytorch_in = matches!(kind, Kind::Pytorch | Kind::PytorchSet);
+    if super::gguf::handles(kind, &args.io.output) {
+        if !pytorch_in {
+            args.pytorch.refuse_for(&args.io.input)?;
+        }
+        args.npz.refuse_for(&args.io.output)?;
+        return super::gguf::convert(kind, &args.io, args.dtype, &args.gguf);
+    }
+    args.gguf.refuse_for(&args.io.input)?;
+    if super::npz::handles(kind, &args.io.output) {
+        if !pytorch_in {
+            args.pytorch.refuse_for(&args.io.input)?;
+        }
+        return super::npz::convert(kind, &args.io, args.dtype, cast, &args.npz);
+    }
+    args.npz.refuse_for(&args.io.output)?;
     let input = &args.io.input;
     if kind == Kind::PytorchSet {
         if tensorfile::pytorch::CheckpointSet::find_index(input).is_none() {

@@ -363,6 +363,11 @@ pub fn convert(
     dtype: Option<tensorfile::Dtype>,
     args: &GgufArgs,
 ) -> Result<ExitCode, Failure> {
+    if io.max_shard_size.is_some() {
+        return Err(super::Usage::failure(
+            "--max-shard-size does not apply to GGUF conversions (one GGUF file, one model.safetensors)",
+        ));
+    }
     let gguf_out = io
         .output
         .extension()

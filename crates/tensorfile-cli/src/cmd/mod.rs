@@ -17,6 +17,7 @@ pub mod inout;
 pub mod inspect;
 pub mod inspect_pytorch;
 pub mod merge;
+pub mod npz;
 pub mod quantize;
 pub mod quantized;
 pub mod rewrite;
