@@ -21,6 +21,7 @@ mod formats;
 mod gguf;
 mod input;
 mod model;
+mod npz;
 mod quant;
 mod shard;
 mod slice;
@@ -30,6 +31,7 @@ pub use cast::cast;
 pub use formats::{checkpoint, header, pickle, zip};
 pub use gguf::gguf;
 pub use model::model;
+pub use npz::npz;
 pub use quant::quant;
 pub use shard::shard;
 pub use slice::slice;
@@ -40,7 +42,7 @@ pub type Target = fn(&[u8]);
 
 /// Every target by name, as `fuzz/fuzz_targets/` and the corpus folders
 /// name them.
-pub const TARGETS: [(&str, Target); 11] = [
+pub const TARGETS: [(&str, Target); 12] = [
     ("header", header),
     ("pickle", pickle),
     ("zip", zip),
@@ -52,4 +54,5 @@ pub const TARGETS: [(&str, Target); 11] = [
     ("shard", shard),
     ("model", model),
     ("gguf", gguf),
+    ("npz", npz),
 ];
