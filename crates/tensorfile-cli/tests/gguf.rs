@@ -2,28 +2,18 @@
 //! runs them.
 
 use std::fs;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::PathBuf;
+use std::process::Output;
 
 use serde_json::Value;
+use tensorfile_testkit::{fixture, run, stderr, stdout};
 
 fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/gguf")
+    fixture("gguf")
 }
 
 fn tensorfile(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tensorfile"))
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8(o.stdout.clone()).unwrap()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8(o.stderr.clone()).unwrap()
+    run(env!("CARGO_BIN_EXE_tensorfile"), args)
 }
 
 fn manifest() -> Value {
@@ -130,7 +120,7 @@ fn tiny_gguf(name: &str, value: &str) -> Vec<u8> {
     b.extend(4u64.to_le_bytes());
     b.extend(0u32.to_le_bytes());
     b.extend(0u64.to_le_bytes());
-    while b.len() % 32 != 0 {
+    while !b.len().is_multiple_of(32) {
         b.push(0);
     }
     b.extend([0u8; 16]);

@@ -4,12 +4,13 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::Value;
+use tensorfile_testkit::{fixture, run, stderr};
 
 fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/npz")
+    fixture("npz")
 }
 
 fn convert_dir() -> PathBuf {
@@ -17,14 +18,7 @@ fn convert_dir() -> PathBuf {
 }
 
 fn tensorfile(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tensorfile"))
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8(o.stderr.clone()).unwrap()
+    run(env!("CARGO_BIN_EXE_tensorfile"), args)
 }
 
 fn p(path: &Path) -> &str {

@@ -1,8 +1,9 @@
 //! `inspect` and `convert` on PyTorch checkpoints, run as a user runs them.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 use tensorfile::Decode;
+use tensorfile_testkit::stdout;
 
 use serde_json::Value;
 
@@ -17,14 +18,7 @@ fn pytorch(name: &str) -> PathBuf {
 }
 
 fn tensorfile(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tensorfile"))
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8(o.stdout.clone()).unwrap()
+    tensorfile_testkit::run(env!("CARGO_BIN_EXE_tensorfile"), args)
 }
 
 #[test]
@@ -455,27 +449,56 @@ fn convert_writes_a_sharded_set_from_a_bin_set() {
 }
 
 #[test]
-fn convert_explains_a_directory_without_a_bin_index() {
+fn convert_takes_a_directory_of_one_checkpoint_and_cuts_with_max_shard_size() {
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out");
     let input = real("tied_bin/llama/bin");
-    let o = tensorfile(&["convert", input.to_str().unwrap(), out.to_str().unwrap()]);
-    assert_eq!(o.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("no pytorch_model.bin.index.json"), "{err}");
-    assert!(err.contains("llama/bin"), "{err}");
-    assert_eq!(err.trim().lines().count(), 1, "{err}");
-    assert!(!out.exists());
-    // --max-shard-size on a single checkpoint is a usage error.
     let bin = input.join("pytorch_model.bin");
+    // A directory holding one pytorch_model.bin and no index is that
+    // checkpoint, as a directory holding one model.safetensors is that file.
+    let from_dir = dir.path().join("from_dir.safetensors");
+    let from_bin = dir.path().join("from_bin.safetensors");
+    for (input, out) in [(&input, &from_dir), (&bin, &from_bin)] {
+        let o = tensorfile(&[
+            "convert",
+            "--no-sync",
+            input.to_str().unwrap(),
+            out.to_str().unwrap(),
+        ]);
+        assert_eq!(o.status.code(), Some(0), "{o:?}");
+    }
+    assert_eq!(
+        std::fs::read(&from_dir).unwrap(),
+        std::fs::read(&from_bin).unwrap()
+    );
+    // --max-shard-size makes a set of a single checkpoint's conversion, as
+    // of a single safetensors file's.
+    let cut = dir.path().join("cut");
     let o = tensorfile(&[
         "convert",
+        "--no-sync",
+        "--json",
         "--max-shard-size",
-        "1MB",
+        "40KB",
         bin.to_str().unwrap(),
-        out.to_str().unwrap(),
+        cut.to_str().unwrap(),
     ]);
-    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let files = v["files"].as_array().unwrap();
+    assert!(files.len() > 1, "{v}");
+    assert!(cut.join("model.safetensors.index.json").exists());
+    let o = tensorfile(&["validate", cut.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    // A directory with no weights explains itself on one line.
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let out = dir.path().join("out");
+    let o = tensorfile(&["convert", empty.to_str().unwrap(), out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("no model weights"), "{err}");
+    assert!(err.contains("empty"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(!out.exists());
 }
 
@@ -499,4 +522,52 @@ fn inspect_counts_a_tied_tensor_once() {
         .sum();
     // The embedding (256 x 32) is also lm_head.weight.
     assert_eq!(v["parameters"].as_u64(), Some(all - 256 * 32));
+}
+
+#[test]
+fn a_cast_of_a_checkpoint_reports_what_it_lost_and_strict_refuses_it() {
+    use hostile::{Record, Storage, Tensor};
+    let dir = tempfile::tempdir().unwrap();
+    let values: [f32; 4] = [1e6, -1e6, 1e-9, 1.0];
+    let storages = [Storage {
+        key: "0".into(),
+        class: "FloatStorage",
+        elem: 4,
+        numel: 4,
+    }];
+    let tensors = [Tensor {
+        name: "big".into(),
+        storage: 0,
+        offset: 0,
+        shape: vec![4],
+        strides: vec![1],
+    }];
+    let bytes = hostile::checkpoint(
+        Record::stored(
+            "archive/data.pkl",
+            hostile::state_dict_pickle(&storages, &tensors),
+        ),
+        vec![Record::stored(
+            "archive/data/0",
+            values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        )],
+    );
+    let input = dir.path().join("big.pt");
+    std::fs::write(&input, bytes).unwrap();
+    let out = dir.path().join("out.safetensors");
+    let (i, o) = (input.to_str().unwrap(), out.to_str().unwrap());
+    let r = tensorfile(&["convert", "--json", "--dtype", "f16", i, o]);
+    assert_eq!(r.status.code(), Some(0), "{r:?}");
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert_eq!(
+        err.trim_end(),
+        format!("tensorfile: warning: {o}: tensor \"big\": 2 overflowed to inf, 1 flushed to zero (--strict refuses this)")
+    );
+    let v: Value = serde_json::from_str(&stdout(&r)).unwrap();
+    assert_eq!(v["losses"]["big"]["to_inf"], 2);
+    std::fs::remove_file(&out).unwrap();
+    let r = tensorfile(&["convert", "--strict", "--dtype", "f16", i, o]);
+    assert_eq!(r.status.code(), Some(1), "{r:?}");
+    assert!(String::from_utf8_lossy(&r.stderr).contains("overflows to inf in F16"));
+    assert!(!out.exists(), "a refused conversion writes nothing");
 }

@@ -13,6 +13,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
+use tensorfile_testkit::{fixture, stderr};
 
 const OLD: &[u8] = b"the old output, which must survive";
 
@@ -20,15 +21,11 @@ fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_tensorfile")
 }
 
-fn fixture(rel: &str) -> PathBuf {
-    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures")).join(rel)
-}
-
 /// A valid file of `header` (the JSON) followed by `data_len` zero bytes,
 /// sparse on disk.
 fn sparse_file(path: &Path, header: &str, data_len: u64) {
     let mut text = header.as_bytes().to_vec();
-    while text.len() % 8 != 0 {
+    while !text.len().is_multiple_of(8) {
         text.push(b' ');
     }
     let mut bytes = (text.len() as u64).to_le_bytes().to_vec();
@@ -79,10 +76,6 @@ fn entries(dir: &Path) -> Vec<String> {
         .collect();
     names.sort();
     names
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
 /// A child killed (and reaped) if the test fails before it ends.

@@ -16,7 +16,7 @@ fn big_file(path: &std::path::Path) {
     let header =
         br#"{"layer.weight":{"dtype":"F32","shape":[16384,16384],"data_offsets":[0,1073741824]}}"#;
     let mut text = header.to_vec();
-    while text.len() % 8 != 0 {
+    while !text.len().is_multiple_of(8) {
         text.push(b' ');
     }
     let mut bytes = (text.len() as u64).to_le_bytes().to_vec();
@@ -174,4 +174,46 @@ fn long_reads_of_a_file_truncated_underneath_fail_cleanly() {
         let left: Vec<_> = fs::read_dir(&out_dir).unwrap().collect();
         assert!(left.is_empty(), "{args:?} left {left:?}");
     }
+}
+
+#[test]
+fn a_bin_set_whose_shard_is_truncated_underneath_fails_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let set = dir.path().join("set");
+    fs::create_dir(&set).unwrap();
+    let shard = set.join("pytorch_model-00001-of-00001.bin");
+    big_checkpoint(&shard);
+    fs::write(
+        set.join("pytorch_model.bin.index.json"),
+        br#"{"metadata":{"total_size":1073741824},"weight_map":{"layer.weight":"pytorch_model-00001-of-00001.bin"}}"#,
+    )
+    .unwrap();
+    let out = dir.path().join("out");
+    let child = Command::new(env!("CARGO_BIN_EXE_tensorfile"))
+        .args(["convert", "--no-sync"])
+        .arg(&set)
+        .arg(&out)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&shard)
+        .unwrap()
+        .set_len(4096)
+        .unwrap();
+    let o = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{:?} {stderr}", o.status);
+    assert!(
+        stderr.contains("pytorch_model-00001-of-00001.bin"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("changed or truncated"), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    // No shard, no index: the set is all or nothing.
+    let left: Vec<_> = fs::read_dir(&out).map(|d| d.collect()).unwrap_or_default();
+    assert!(left.is_empty(), "left {left:?}");
 }

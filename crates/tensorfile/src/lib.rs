@@ -30,10 +30,10 @@ pub use tensorfile_core::{
 pub use tensorfile_core::{
     read_header, read_header_from, read_header_from_path, save, save_plan, save_positional,
     save_streaming, serialize, serialize_with, Accept, Align, AtomicFile, AtomicSet, ByteSource,
-    Dtype, DtypeSet, Element, FileSource, FileTensor, FormatError, Header, InMemory, MappedFile,
-    Metadata, OutputError, Plan, PositionalWriter, ReadOptions, SafeTensors, SliceArg, SlicedView,
-    StreamWriter, TensorData, TensorInfo, TensorRef, TensorSlice, TensorSpec, TensorView,
-    WriteError, WriteOptions, DEFAULT_MAX_HEADER_LEN,
+    Dtype, DtypeSet, Element, ErrorKind, FileSource, FileTensor, FormatError, Header, InMemory,
+    MappedFile, Metadata, OutputError, Plan, PositionalWriter, ReadOptions, SafeTensors, SliceArg,
+    SlicedView, StreamWriter, TensorData, TensorInfo, TensorRef, TensorSlice, TensorSpec,
+    TensorView, WriteError, WriteOptions, DEFAULT_MAX_HEADER_LEN,
 };
 
 mod bits;
@@ -49,6 +49,16 @@ pub mod reshard;
 pub mod shard;
 
 pub use cast::Decode;
-pub use error::{Error, Result};
+pub use error::{Error, ParseError, Result};
 pub use model::Contract;
 pub use shard::{ShardError, ShardedTensors};
+
+/// The repository's README, whose Rust examples `cargo test` compiles as
+/// doctests (`no_run`: they name files that are not there) so that they
+/// cannot rot. It lives in this crate because it is the one that sees both
+/// `tensorfile` and `tensorfile_pytorch` (its dependency), which the
+/// examples use; the C example is compiled and run by tensorfile-ffi's C
+/// tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeExamples;

@@ -165,8 +165,8 @@ fn a_sharded_tied_llama_bin_set_converts_shard_for_shard() {
         ("index", input.join("pytorch_model.bin.index.json")),
     ] {
         let out = out.join(way);
-        let report = convert_set(&input, &out, &no_sync(), None, &|_| ()).unwrap();
-        assert_eq!(report.files.len(), 4);
+        let (report, written) = convert_set(&input, &out, &no_sync(), None, &|_| ()).unwrap();
+        assert_eq!(written.files.len(), 4);
         assert_eq!(report.aliases, 1);
         let index = ShardIndex::read(out.join("model.safetensors.index.json")).unwrap();
         // Each tensor stays in its shard (renamed), the tied head is an
@@ -213,17 +213,17 @@ fn a_sharded_tied_llama_bin_set_converts_shard_for_shard() {
     }
     // Re-cut with huggingface_hub's rule.
     let recut = dir.path().join("recut");
-    let report = convert_set(&input, &recut, &no_sync(), Some(200_000), &|_| ()).unwrap();
+    let (_, written) = convert_set(&input, &recut, &no_sync(), Some(200_000), &|_| ()).unwrap();
     let index = ShardIndex::read(recut.join("model.safetensors.index.json")).unwrap();
     assert_eq!(
-        report.files.len(),
+        written.files.len(),
         index
             .weight_map
             .values()
             .collect::<std::collections::BTreeSet<_>>()
             .len()
     );
-    assert!(report.files.len() < 4);
+    assert!(written.files.len() < 4);
     let set = ShardedTensors::open(&recut).unwrap();
     assert_eq!(set.len(), 20);
     for shard in set.shards() {
@@ -262,8 +262,12 @@ fn a_diffusers_bin_set_converts_to_diffusers_names() {
 
     // One shard in, one file out, no index.
     let single = dir.path().join("single");
-    let report = convert_set(&set_dir, &single, &no_sync(), None, &|_| ()).unwrap();
-    assert_eq!(report.files, ["diffusion_pytorch_model.safetensors"]);
+    let (_, written) = convert_set(&set_dir, &single, &no_sync(), None, &|_| ()).unwrap();
+    assert_eq!(
+        written.files,
+        [single.join("diffusion_pytorch_model.safetensors")]
+    );
+    assert_eq!(written.index, None);
     let theirs = real().join("sharded/unet_safetensors/diffusion_pytorch_model.safetensors");
     assert_eq!(
         std::fs::read(single.join("diffusion_pytorch_model.safetensors")).unwrap(),
@@ -359,7 +363,9 @@ fn sets_that_disagree_with_their_index_are_refused() {
     assert!(e.to_string().contains("lists no tensors"), "{e}");
     // A plan of a valid set names one file per shard.
     let set = CheckpointSet::open(&src, &LoadOptions::default()).unwrap();
-    let plan = plan_set(&set, &no_sync(), None).unwrap();
-    assert_eq!(plan.files.len(), 4);
-    assert_eq!(plan.index_name, "model.safetensors.index.json");
+    let planned = plan_set(&set, &no_sync()).unwrap();
+    assert_eq!(planned.shards, 4);
+    assert_eq!(planned.prefix, "model");
+    let shards: std::collections::BTreeSet<_> = planned.shard_of.iter().collect();
+    assert_eq!(shards.len(), 4);
 }

@@ -2,18 +2,17 @@
 //! the float tensors of a file to one dtype, or (without `--dtype`) write
 //! the canonical file.
 //!
-//! A PyTorch checkpoint as IN (`.pt`, `.pth`, `.bin`) goes through
-//! [`super::convert_pytorch`] instead: loaded without executing anything,
-//! then streamed (or cast) the same way. So does a sharded `.bin` set:
-//! `tensorfile convert pytorch_model.bin.index.json OUTDIR` (or the
-//! directory holding the index) writes a sharded safetensors set.
+//! A PyTorch checkpoint as IN (`.pt`, `.pth`, `.bin`), or a sharded `.bin`
+//! set (`pytorch_model.bin.index.json`, diffusers' own, or the directory
+//! holding one), goes through [`super::convert_pytorch`] instead: loaded
+//! without executing anything, then streamed (or cast) the same way.
 //!
 //! A GGUF file as IN, or OUT named `*.gguf`, goes through [`super::gguf`];
 //! numpy files (`.npz`, `.npy`) in or out through [`super::npz`].
 //!
 //! IN may be a set (a directory or an index): OUT is then a directory
 //! holding the converted set, one output shard per input shard (or cut by
-//! `--max-shard-size`).
+//! `--max-shard-size`), for safetensors and `.bin` sets alike.
 
 use std::process::ExitCode;
 
@@ -93,31 +92,10 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         return super::npz::convert(kind, &args.io, args.dtype, cast, &args.npz);
     }
     args.npz.refuse_for(&args.io.output)?;
-    let input = &args.io.input;
-    if kind == Kind::PytorchSet {
-        if tensorfile::pytorch::CheckpointSet::find_index(input).is_none() {
-            return Err(Box::new(tensorfile::Error::io(
-                input,
-                std::io::Error::new(
-                    std::io::ErrorKind::InvalidInput,
-                    "a directory with a .bin checkpoint but no pytorch_model.bin.index.json or diffusion_pytorch_model.bin.index.json: convert the checkpoint file itself, or a sharded .bin set (its index, or the directory holding it)",
-                ),
-            )));
-        }
-        return super::convert_pytorch::run_set(super::convert_pytorch::Job {
-            input,
-            output: &args.io.output,
-            dtype: args.dtype,
-            cast,
-            sync: !args.io.no_sync,
-            json: args.io.json,
-            pytorch: args.pytorch,
-            max_shard_size: args.io.max_shard_size,
-        });
-    }
-    if kind == Kind::Pytorch {
+    if pytorch_in {
         return super::convert_pytorch::run(super::convert_pytorch::Job {
             input: &args.io.input,
+            set: kind.is_set(),
             output: &args.io.output,
             dtype: args.dtype,
             cast,
@@ -150,7 +128,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         "convert",
     )?;
     let losses = summary.losses();
-    report_losses(&args.io.output, &losses);
+    super::losses::report(&args.io.output, &losses);
     if args.io.json {
         out(json!({
             "input": args.io.input,
@@ -162,7 +140,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
             "cast": summary.cast,
             "companions": summary.companions,
             "bytes": written.bytes,
-            "losses": losses_json(&losses),
+            "losses": super::losses::json(&losses),
         }));
     } else {
         let what = match args.dtype {
@@ -179,32 +157,4 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         ));
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// One warning line per tensor whose cast changed values beyond rounding.
-pub fn report_losses(output: &std::path::Path, losses: &[(&str, tensorfile::cast::Losses)]) {
-    for (name, l) in losses {
-        super::warn(format_args!(
-            "{}: tensor {}: {l} (--strict refuses this)",
-            output.display(),
-            super::quoted(name)
-        ));
-    }
-}
-
-/// The losses as JSON: `{name: {to_inf, to_nan, saturated, flushed}}`.
-pub fn losses_json(losses: &[(&str, tensorfile::cast::Losses)]) -> serde_json::Value {
-    let map: serde_json::Map<String, serde_json::Value> = losses
-        .iter()
-        .map(|(name, l)| {
-            let counts = json!({
-                "to_inf": l.to_inf,
-                "to_nan": l.to_nan,
-                "saturated": l.saturated,
-                "flushed": l.flushed,
-            });
-            (name.to_string(), counts)
-        })
-        .collect();
-    serde_json::Value::Object(map)
 }

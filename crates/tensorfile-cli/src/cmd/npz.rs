@@ -106,7 +106,7 @@ fn from_numpy(
     drop(bar);
     let summary = summary?;
     let losses = summary.convert.losses();
-    super::convert::report_losses(&io.output, &losses);
+    super::losses::report(&io.output, &losses);
     let mut bytes = 0;
     for f in summary.files.iter().chain(&summary.index) {
         bytes += std::fs::metadata(f)
@@ -126,7 +126,7 @@ fn from_numpy(
             "tensors": c.tensors,
             "cast": c.cast,
             "bytes": bytes,
-            "losses": super::convert::losses_json(&losses),
+            "losses": super::losses::json(&losses),
         }));
     } else {
         let cast = match dtype {

@@ -32,12 +32,19 @@ impl ConvertSummary {
     /// The tensors whose cast changed values beyond rounding (overflow,
     /// NaN, saturation, flush to zero), with how many, in plan order.
     pub fn losses(&self) -> Vec<(&str, Losses)> {
-        self.tallies
-            .iter()
-            .map(|(name, tally)| (name.as_str(), tally.get()))
-            .filter(|(_, l)| !l.is_empty())
-            .collect()
+        losses_of(&self.tallies)
     }
+}
+
+/// The tensors of `tallies` (per cast tensor, as [`ConvertSummary`] and
+/// the PyTorch conversions' reports keep them) whose cast changed values
+/// beyond rounding, with how many, in order.
+pub fn losses_of(tallies: &[(String, LossTally)]) -> Vec<(&str, Losses)> {
+    tallies
+        .iter()
+        .map(|(name, tally)| (name.as_str(), tally.get()))
+        .filter(|(_, l)| !l.is_empty())
+        .collect()
 }
 
 /// The tensors of a quantized weight, which a dtype conversion must not
@@ -238,8 +245,7 @@ where
     for (i, (t, target)) in tensors.into_iter().enumerate() {
         if target.dtype == t.dtype() {
             summary.companions += usize::from(target.companion);
-            let out = plan.declare_from(TensorSpec::new(t.name(), t.dtype(), t.shape()), i);
-            plan.push(vec![out], move |sink: &dyn Sink| copy_into(&*t, out, sink));
+            plan.copy_from(t, i);
             continue;
         }
         summary.cast += 1;
@@ -278,23 +284,6 @@ where
         }
     }
     Ok((plan, summary))
-}
-
-/// Copies a tensor's bytes unchanged into output `out`: borrowed bytes in
-/// pieces (so that progress advances smoothly), others as they produce
-/// them.
-fn copy_into<T: TensorData + ?Sized>(
-    t: &T,
-    out: usize,
-    sink: &dyn Sink,
-) -> tensorfile_core::Result<()> {
-    if let Some(all) = t.bytes() {
-        for (k, piece) in all.chunks(crate::writer::PIECE).enumerate() {
-            sink.write(out, (k * crate::writer::PIECE) as u64, piece)?;
-        }
-        return Ok(());
-    }
-    t.produce(&mut |offset, piece| sink.write(out, offset, piece))
 }
 
 /// Casts a tensor that is best read in its own pieces, in one pass.

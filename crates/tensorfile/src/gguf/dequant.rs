@@ -610,7 +610,7 @@ pub fn dequantize_blocks(t: GgmlType, raw: &[u8]) -> Result<Vec<f32>, GgufError>
         });
     }
     let ts = t.type_size() as usize;
-    if raw.len() % ts != 0 {
+    if !raw.len().is_multiple_of(ts) {
         return Err(GgufError::Tensor {
             tensor: String::new(),
             problem: format!("{} bytes are not whole {t} blocks of {ts}", raw.len()),

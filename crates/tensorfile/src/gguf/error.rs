@@ -248,6 +248,51 @@ pub enum GgufError {
     Write(String),
 }
 
+impl GgufError {
+    /// This error's kind: limits and budgets [`ErrorKind::Limit`], types
+    /// and architectures not decoded or converted
+    /// [`ErrorKind::Unsupported`], a file the writer cannot make
+    /// [`ErrorKind::InvalidArgument`], the rest (a file breaking the
+    /// format, a conversion's input that is not what it must be)
+    /// [`ErrorKind::Format`].
+    ///
+    /// [`ErrorKind::Limit`]: tensorfile_core::ErrorKind::Limit
+    /// [`ErrorKind::Unsupported`]: tensorfile_core::ErrorKind::Unsupported
+    /// [`ErrorKind::InvalidArgument`]: tensorfile_core::ErrorKind::InvalidArgument
+    /// [`ErrorKind::Format`]: tensorfile_core::ErrorKind::Format
+    pub fn kind(&self) -> tensorfile_core::ErrorKind {
+        use tensorfile_core::ErrorKind;
+        match self {
+            GgufError::Limit { .. } | GgufError::Memory { .. } | GgufError::Nesting { .. } => {
+                ErrorKind::Limit
+            }
+            GgufError::Unsupported { .. }
+            | GgufError::Architecture { .. }
+            | GgufError::Tensor { .. } => ErrorKind::Unsupported,
+            GgufError::Write(_) => ErrorKind::InvalidArgument,
+            GgufError::Truncated { .. }
+            | GgufError::Magic { .. }
+            | GgufError::Version { .. }
+            | GgufError::Count { .. }
+            | GgufError::Utf8 { .. }
+            | GgufError::ValueType { .. }
+            | GgufError::Bool { .. }
+            | GgufError::EmptyKey { .. }
+            | GgufError::DuplicateKey { .. }
+            | GgufError::Alignment { .. }
+            | GgufError::DuplicateTensor { .. }
+            | GgufError::NameTooLong { .. }
+            | GgufError::Shape { .. }
+            | GgufError::UnknownType { .. }
+            | GgufError::Misaligned { .. }
+            | GgufError::OutOfRange { .. }
+            | GgufError::Overlap { .. }
+            | GgufError::Key { .. }
+            | GgufError::Input { .. } => ErrorKind::Format,
+        }
+    }
+}
+
 fn unknown_type(id: u32, removed: &Option<&'static str>) -> String {
     match removed {
         Some(name) => format!("{id} is {name}, which ggml removed from GGUF files"),

@@ -108,7 +108,7 @@ fn file_type(t: GgmlType) -> u32 {
 /// `t`'s blocks do not divide them.
 fn fallback(t: GgmlType, row: u64) -> GgmlType {
     use GgmlType::*;
-    let fits = |t: GgmlType| row % t.block_size() == 0;
+    let fits = |t: GgmlType| row.is_multiple_of(t.block_size());
     if fits(t) {
         return t;
     }

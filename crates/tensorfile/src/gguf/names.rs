@@ -224,7 +224,7 @@ pub fn permutation_heads(arch: Arch, hf_name: &str, n_head: u64, n_head_kv: u64)
 /// assert_eq!(gguf_rows_from_hf(4, 1), Some(vec![0, 2, 1, 3]));
 /// ```
 pub fn gguf_rows_from_hf(rows: u64, heads: u64) -> Option<Vec<u64>> {
-    if heads == 0 || rows % (2 * heads) != 0 {
+    if heads == 0 || !rows.is_multiple_of(2 * heads) {
         return None;
     }
     let d = rows / heads;

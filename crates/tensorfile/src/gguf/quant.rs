@@ -821,7 +821,7 @@ fn quantize_blocks(t: GgmlType, x: &[f32], y: &mut [u8]) -> Result<(), ()> {
 pub fn quantize_into(t: GgmlType, x: &[f32], y: &mut [u8]) -> Result<(), RowFault> {
     use GgmlType::*;
     let (bs, ts) = (t.block_size() as usize, t.type_size() as usize);
-    if x.len() % bs != 0 || y.len() != x.len() / bs * ts {
+    if !x.len().is_multiple_of(bs) || y.len() != x.len() / bs * ts {
         return Err(RowFault::Length);
     }
     match t {

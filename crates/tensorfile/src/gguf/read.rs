@@ -703,7 +703,7 @@ pub fn read_header(source: &(impl ByteSource + ?Sized), limits: &ReadLimits) -> 
         warnings
             .push("big-endian: llama.cpp on a little-endian machine refuses the file".to_string());
     }
-    if alignment % 8 != 0 {
+    if !alignment.is_multiple_of(8) {
         warnings.push(format!(
             "general.alignment {alignment} is not a multiple of 8, as the GGUF spec asks"
         ));

@@ -243,7 +243,7 @@ impl GgmlType {
     /// The bytes of `elements` elements (a whole number of blocks), or
     /// `None` when they are not whole blocks or the count overflows.
     pub fn bytes_for(self, elements: u64) -> Option<u64> {
-        if elements % self.block_size() != 0 {
+        if !elements.is_multiple_of(self.block_size()) {
             return None;
         }
         (elements / self.block_size()).checked_mul(self.type_size())

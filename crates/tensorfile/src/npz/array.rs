@@ -160,7 +160,7 @@ impl<'a, S: ByteSource> NpyArray<'a, S> {
 
     /// An error naming the file.
     fn named(&self, e: Error) -> tensorfile_core::Error {
-        tensorfile_core::Error::Other(Box::new(self.file.name_error(e)))
+        self.file.name_error(e).into()
     }
 
     /// The data's stored bytes `offset..offset + buf.len()` (C or Fortran

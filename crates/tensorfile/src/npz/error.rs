@@ -152,3 +152,34 @@ pub enum NpzError {
     #[error("{0}")]
     Write(String),
 }
+
+impl NpzError {
+    /// This error's kind: limits [`ErrorKind::Limit`], dtypes safetensors
+    /// has not (or that need pickle) and opaque arrays not described
+    /// [`ErrorKind::Unsupported`], a dtype that does not fit an opaque
+    /// array or an output that cannot be written
+    /// [`ErrorKind::InvalidArgument`], the zip reader's own kind, the rest
+    /// (a file breaking the format) [`ErrorKind::Format`].
+    ///
+    /// [`ErrorKind::Limit`]: tensorfile_core::ErrorKind::Limit
+    /// [`ErrorKind::Unsupported`]: tensorfile_core::ErrorKind::Unsupported
+    /// [`ErrorKind::InvalidArgument`]: tensorfile_core::ErrorKind::InvalidArgument
+    /// [`ErrorKind::Format`]: tensorfile_core::ErrorKind::Format
+    pub fn kind(&self) -> tensorfile_core::ErrorKind {
+        use tensorfile_core::ErrorKind;
+        match self {
+            NpzError::HeaderTooLong { .. } | NpzError::Memory { .. } => ErrorKind::Limit,
+            NpzError::Dtype { .. } | NpzError::Opaque { .. } => ErrorKind::Unsupported,
+            NpzError::OpaqueWidth { .. } | NpzError::Write(_) => ErrorKind::InvalidArgument,
+            NpzError::Zip(e) => e.kind(),
+            NpzError::Magic { .. }
+            | NpzError::Version { .. }
+            | NpzError::Truncated { .. }
+            | NpzError::Header { .. }
+            | NpzError::Shape { .. }
+            | NpzError::DataLength { .. }
+            | NpzError::NotArray { .. }
+            | NpzError::Overlap { .. } => ErrorKind::Format,
+        }
+    }
+}

@@ -109,7 +109,7 @@ fn check_writable(t: &dyn TensorData) -> Result<()> {
     let (_, unpack) = descr::descr_of(t.dtype());
     if unpack {
         let (_, bytes) = crate::bits::group(t.dtype().bits());
-        if t.byte_len() % bytes as u64 != 0 {
+        if !t.byte_len().is_multiple_of(bytes as u64) {
             return Err(NpzError::Write(format!(
                 "tensor {:?}: {} bytes of {} are not whole groups of {bytes} bytes",
                 t.name(),

@@ -28,8 +28,7 @@ use crate::{save_plan, Dtype, Metadata, Plan, WriteOptions};
 mod set;
 
 pub use set::{
-    convert_set, plan_set, write_set, CheckpointSet, SetFile, SetPlan, SetReport, SetShard,
-    BIN_INDEX_NAMES,
+    convert_set, plan_set, CheckpointSet, SetPlan, SetReport, SetShard, BIN_INDEX_NAMES,
 };
 
 /// How to convert.
@@ -71,12 +70,23 @@ pub struct Report {
     pub values: usize,
     /// Tensors cast to `dtype`.
     pub cast: usize,
+    /// The running loss count of each cast tensor, filled in as the plan
+    /// runs: read [`Report::losses`] after writing.
+    pub tallies: Vec<(String, cast::LossTally)>,
     /// Tensor bytes read from the checkpoint (before any cast).
     pub bytes: u64,
     /// Parameters written (a tied tensor counted once).
     pub parameters: u128,
     /// The output's metadata.
     pub metadata: Metadata,
+}
+
+impl Report {
+    /// The tensors whose cast changed values beyond rounding, with how
+    /// many (see [`cast::ConvertSummary::losses`]).
+    pub fn losses(&self) -> Vec<(&str, cast::Losses)> {
+        cast::losses_of(&self.tallies)
+    }
 }
 
 /// The plan of converting `ckpt` (`options.load` is not used: the
@@ -104,6 +114,7 @@ fn plan_conversion<'a>(
         aliases: conv.aliases.len(),
         values: conv.values,
         cast: 0,
+        tallies: Vec::new(),
         bytes: conv.bytes(),
         parameters: conv.parameters(),
         metadata: conv.metadata.clone(),
@@ -118,6 +129,7 @@ fn plan_conversion<'a>(
         plan,
         Report {
             cast: summary.cast,
+            tallies: summary.tallies,
             ..report
         },
     ))

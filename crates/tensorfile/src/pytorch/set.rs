@@ -3,30 +3,31 @@
 //! validated like safetensors sets, converted to a sharded safetensors set
 //! with its index.
 //!
-//! By default each input shard becomes one output shard holding the same
-//! tensors (`model-0000K-of-0000N.safetensors`); with a maximum shard size
-//! the tensors, in the input's order (shard by shard, each in pickle
-//! order), are cut again with huggingface_hub's greedy rule
-//! ([`plan_shards`]). Tied weights are resolved within each shard (torch
-//! storages are per file, and transformers keeps the names of a tied
-//! storage in one shard): the name that comes first in the pickle is
-//! written, the others are recorded as `"removed": "kept"` in the metadata
-//! of the output shard holding the kept tensor, and left out of the index.
+//! The conversion is one plan over every shard's tensors, written by
+//! [`save_set`] like any transform of a safetensors set: by default each
+//! input shard becomes one output shard holding the same tensors
+//! (`model-0000K-of-0000N.safetensors`); with a maximum shard size the
+//! tensors, in the input's order (shard by shard, each in pickle order),
+//! are cut again with huggingface_hub's greedy rule
+//! ([`plan_shards`](crate::reshard::plan_shards)). Tied weights are
+//! resolved within each shard (torch storages are per file, and
+//! transformers keeps the names of a tied storage in one shard): the name
+//! that comes first in the pickle is written, the others are recorded as
+//! `"removed": "kept"` in the metadata (every output shard carries the
+//! union of the shards' metadata, as set transforms do) and left out of
+//! the index.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
-use serde_json::Value;
 use tensorfile_pytorch::{conversion, Checkpoint, ConvertTensor, LoadOptions, TorchTensor};
-
-use tensorfile_pytorch::convert::{FORMAT_KEY, FORMAT_VALUE};
 
 use super::ConvertOptions;
 use crate::cast::{self, plan_targets};
 use crate::error::{Error, Result};
-use crate::reshard::plan_shards;
+use crate::reshard::{save_set, Sharding, SplitSummary};
 use crate::shard::{ShardError, ShardIndex};
-use crate::{save_plan, Metadata, Plan, TensorData};
+use crate::{Metadata, Plan, TensorData};
 
 /// The index names of sharded `.bin` sets, each with the prefix of the
 /// safetensors files its conversion writes.
@@ -268,28 +269,32 @@ impl CheckpointSet {
     }
 }
 
-/// One output file of a set's conversion.
-#[derive(Debug)]
-pub struct SetFile<'a> {
-    /// Its file name (`model-00001-of-00004.safetensors`).
-    pub name: String,
-    /// What it holds.
-    pub plan: Plan<'a>,
-}
-
-/// The conversion of a set: one plan per output file, and the index (none
-/// when everything fits one file, written as `<prefix>.safetensors`).
+/// The conversion of a set: one plan over every shard's tensors (written
+/// by [`save_set`] as any set transform is), with what it takes to keep one
+/// output shard per input shard.
 #[derive(Debug)]
 pub struct SetPlan<'a> {
-    /// The output files, in order.
-    pub files: Vec<SetFile<'a>>,
-    /// The index, as huggingface_hub writes it, with `total_size` and
-    /// `total_parameters` (as transformers writes them).
-    pub index: Option<ShardIndex>,
-    /// The index's file name (`model.safetensors.index.json`).
-    pub index_name: String,
+    /// Every tensor to write, shard by shard (each in pickle order), with
+    /// its position in that list as its [`Plan::origin`]; the metadata is
+    /// the union of the shards' (the format, every alias, kept values).
+    pub plan: Plan<'a>,
+    /// Per planned input (origin), the input shard it comes from.
+    pub shard_of: Vec<usize>,
+    /// How many input shards.
+    pub shards: usize,
+    /// The prefix of the output files: `model`, or
+    /// `diffusion_pytorch_model` for a diffusers set.
+    pub prefix: &'static str,
     /// What the files will hold.
     pub report: SetReport,
+}
+
+impl SetPlan<'_> {
+    /// One output shard per input shard, or, with `max_shard_size`, the
+    /// tensors re-cut as [`plan_shards`](crate::reshard::plan_shards) does.
+    pub fn sharding(&self, max_shard_size: Option<u64>) -> Sharding {
+        Sharding::new(max_shard_size, &self.plan, &self.shard_of, self.shards)
+    }
 }
 
 /// What a set's conversion writes.
@@ -301,12 +306,21 @@ pub struct SetReport {
     pub aliases: usize,
     /// Tensors cast to `dtype`.
     pub cast: usize,
+    /// The running loss count of each cast tensor, filled in as the plan
+    /// runs: read [`SetReport::losses`] after writing.
+    pub tallies: Vec<(String, cast::LossTally)>,
     /// Output tensor bytes (`total_size`).
     pub total_size: u64,
     /// Parameters written (a tied tensor counted once: `total_parameters`).
     pub total_parameters: u128,
-    /// The output files, in order.
-    pub files: Vec<String>,
+}
+
+impl SetReport {
+    /// The tensors whose cast changed values beyond rounding, with how
+    /// many (see [`cast::ConvertSummary::losses`]).
+    pub fn losses(&self) -> Vec<(&str, cast::Losses)> {
+        cast::losses_of(&self.tallies)
+    }
 }
 
 /// A tensor to write, with where it comes from.
@@ -317,31 +331,36 @@ struct Item<'a> {
 }
 
 /// Plans the conversion of `set` (`options.load` is not used: the set is
-/// loaded). Without `max_shard_size`, one output file per input shard,
-/// holding the same tensors; with it, the tensors re-cut as
-/// [`plan_shards`] does. Every cast is checked here, over the whole set.
+/// loaded). Tied weights are resolved within each shard (torch storages
+/// are per file, and transformers keeps the names of a tied storage in one
+/// shard), as [`conversion`] does for one checkpoint. Every cast is checked
+/// here, over the whole set, so that a quantized weight's companions are
+/// known whichever shard holds them.
 ///
 /// # Errors
-/// The sharing policy refuses a shard, metadata keys collide, or a cast is
-/// not allowed.
-pub fn plan_set<'a>(
-    set: &'a CheckpointSet,
-    options: &ConvertOptions,
-    max_shard_size: Option<u64>,
-) -> Result<SetPlan<'a>> {
+/// The sharing policy refuses a shard, two shards give one metadata key
+/// different values, or a cast is not allowed.
+pub fn plan_set<'a>(set: &'a CheckpointSet, options: &ConvertOptions) -> Result<SetPlan<'a>> {
     let policy = options.policy();
     let mut items: Vec<Item<'a>> = Vec::new();
-    // Per input shard: its aliases (removed, kept) and kept values.
-    let mut aliases: Vec<Vec<(String, String)>> = Vec::new();
-    let mut values: Vec<Vec<(String, String)>> = Vec::new();
+    let mut metadata = Metadata::new();
+    let mut aliases = 0;
     for (i, shard) in set.shards.iter().enumerate() {
         let conv = conversion(&shard.checkpoint, &policy)?;
-        aliases.push(conv.aliases);
-        values.push(if options.keep_values {
-            shard.checkpoint.values().to_vec()
-        } else {
-            Vec::new()
-        });
+        aliases += conv.aliases.len();
+        for (k, v) in conv.metadata {
+            match metadata.get(&k) {
+                Some(old) if *old != v => {
+                    return Err(Error::from(tensorfile_pytorch::Error::Structure(format!(
+                        "metadata key {k:?} is {v:?} in shard {} and {old:?} in another shard",
+                        shard.name
+                    ))))
+                }
+                _ => {
+                    metadata.insert(k, v);
+                }
+            }
+        }
         let mut these: Vec<Item<'a>> = conv
             .tensors
             .into_iter()
@@ -360,222 +379,58 @@ pub fn plan_set<'a>(
         .collect();
     let targets = plan_targets(&described, options.dtype, options.cast)?;
     drop(described);
-    let sizes: Vec<u64> = items
+    let shard_of: Vec<usize> = items.iter().map(|t| t.shard).collect();
+    let total_parameters = items
         .iter()
-        .zip(&targets)
-        .map(|(t, target)| {
-            let numel = crate::dtype::numel(t.tensor.shape()).unwrap_or(0);
-            target.dtype.byte_len(numel).unwrap_or(0)
-        })
-        .collect();
-    // Output files as lists of positions into `items`.
-    let groups: Vec<Vec<usize>> = match max_shard_size {
-        Some(max) => plan_shards(&sizes, max),
-        None => (0..set.shards.len())
-            .map(|s| (0..items.len()).filter(|&k| items[k].shard == s).collect())
-            .collect(),
+        .map(|t| u128::from(t.tensor.tensor().numel()))
+        .sum();
+    let tensors = items.len();
+    let (plan, summary) = cast::convert_plan_targeted(
+        items.into_iter().map(|t| t.tensor).zip(targets).collect(),
+        Some(&metadata),
+        options.cast,
+    )?;
+    let report = SetReport {
+        tensors,
+        aliases,
+        cast: summary.cast,
+        tallies: summary.tallies,
+        total_size: plan.data_len()?,
+        total_parameters,
     };
-    let groups = if groups.is_empty() {
-        vec![Vec::new()]
-    } else {
-        groups
-    };
-    let count = groups.len();
-    let name_of = |g: usize| {
-        if count == 1 {
-            format!("{}.safetensors", set.prefix)
-        } else {
-            format!("{}-{:05}-of-{count:05}.safetensors", set.prefix, g + 1)
-        }
-    };
-    let mut group_of = vec![0usize; items.len()];
-    for (g, members) in groups.iter().enumerate() {
-        for &k in members {
-            group_of[k] = g;
-        }
-    }
-    // Each output file's metadata: the format, the aliases of the tensors
-    // it keeps, the values of the input shards whose tensors it holds.
-    let kept_in: HashMap<(usize, &str), usize> = items
-        .iter()
-        .enumerate()
-        .map(|(k, t)| ((t.shard, t.tensor.name()), group_of[k]))
-        .collect();
-    let mut metadata: Vec<Metadata> = (0..count)
-        .map(|_| Metadata::from([(FORMAT_KEY.to_string(), FORMAT_VALUE.to_string())]))
-        .collect();
-    let mut insert = |g: usize, k: &str, v: &str, what: &str| -> Result<()> {
-        match metadata[g].insert(k.to_string(), v.to_string()) {
-            Some(old) if old != v => {
-                Err(Error::from(tensorfile_pytorch::Error::Structure(format!(
-                    "metadata key {k:?} ({what}) of output file {} collides with another entry",
-                    name_of(g)
-                ))))
-            }
-            _ => Ok(()),
-        }
-    };
-    for (s, list) in aliases.iter().enumerate() {
-        for (removed, kept) in list {
-            let g = kept_in.get(&(s, kept.as_str())).copied().unwrap_or(0);
-            insert(g, removed, kept, "an alias")?;
-        }
-    }
-    for (s, list) in values.iter().enumerate() {
-        let mut holding: Vec<usize> = (0..items.len())
-            .filter(|&k| items[k].shard == s)
-            .map(|k| group_of[k])
-            .collect();
-        holding.sort_unstable();
-        holding.dedup();
-        for g in holding {
-            for (k, v) in list {
-                insert(g, k, v, "a kept value")?;
-            }
-        }
-    }
-    let mut report = SetReport {
-        tensors: items.len(),
-        aliases: aliases.iter().map(Vec::len).sum(),
-        cast: 0,
-        total_size: sizes.iter().fold(0u64, |a, &b| a.saturating_add(b)),
-        total_parameters: items
-            .iter()
-            .map(|t| u128::from(t.tensor.tensor().numel()))
-            .sum(),
-        files: (0..count).map(name_of).collect(),
-    };
-    let mut weight_map = BTreeMap::new();
-    let mut slots: Vec<Option<(ConvertTensor<'a>, cast::Target)>> = items
-        .into_iter()
-        .zip(targets)
-        .map(|(t, target)| Some((t.tensor, target)))
-        .collect();
-    let mut files = Vec::with_capacity(count);
-    for (g, members) in groups.iter().enumerate() {
-        let name = name_of(g);
-        let mut tensors = Vec::with_capacity(members.len());
-        for &k in members {
-            if let Some((t, target)) = slots.get_mut(k).and_then(Option::take) {
-                weight_map.insert(t.name().to_string(), name.clone());
-                tensors.push((t, target));
-            }
-        }
-        let (plan, summary) =
-            cast::convert_plan_targeted(tensors, Some(&metadata[g]), options.cast)?;
-        report.cast += summary.cast;
-        files.push(SetFile { name, plan });
-    }
-    let index = (count > 1).then(|| {
-        let mut index = ShardIndex::new(report.total_size, weight_map);
-        // As transformers and mlx-lm write it, beside huggingface_hub's
-        // total_size.
-        index.metadata.insert(
-            "total_parameters".into(),
-            Value::from(u64::try_from(report.total_parameters).unwrap_or(u64::MAX)),
-        );
-        index
-    });
     Ok(SetPlan {
-        files,
-        index,
-        index_name: format!("{}.safetensors.index.json", set.prefix),
+        plan,
+        shard_of,
+        shards: set.shards.len(),
+        prefix: set.prefix,
         report,
     })
 }
 
-/// Refuses an output directory that already holds safetensors weights
-/// under `prefix`: leftovers would mix two models.
-fn check_out_dir(dir: &Path, prefix: &str) -> Result<()> {
-    let entries = match std::fs::read_dir(dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(Error::io(dir, e)),
-    };
-    for entry in entries {
-        let entry = entry.map_err(|e| Error::io(dir, e))?;
-        let name = entry.file_name();
-        let name = name.to_string_lossy();
-        let Some(rest) = name.strip_prefix(prefix) else {
-            continue;
-        };
-        if rest == ".safetensors"
-            || rest == ".safetensors.index.json"
-            || (rest.starts_with('-') && rest.ends_with(".safetensors"))
-        {
-            return Err(Error::io(
-                dir.join(&*name),
-                std::io::Error::new(
-                    std::io::ErrorKind::AlreadyExists,
-                    "the output directory already holds weights with this prefix; choose an empty directory",
-                ),
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// Writes a planned set into `out_dir` (created if missing; refused if it
-/// already holds weights with the set's prefix): each file with
-/// [`save_plan`], then the index. On a failure, the files already written
-/// are removed, so that no partial set is left. `progress` is told each
-/// time more tensor bytes are written. Returns the paths written.
+/// Opens the `.bin` set at `input` (an index, or a directory holding one)
+/// and converts it into a safetensors set in `out_dir` ([`plan_set`], then
+/// [`save_set`]: all the files appear at the end, the index last, or none
+/// does; a directory already holding weights with the set's prefix is
+/// refused). `progress` is told each time more tensor bytes are written.
 ///
 /// # Errors
-/// A file fails to be written (naming it).
-pub fn write_set(
-    out_dir: &Path,
-    set: &SetPlan<'_>,
-    write: &crate::WriteOptions,
-    progress: &(dyn Fn(u64) + Sync),
-) -> Result<Vec<PathBuf>> {
-    let prefix = set
-        .index_name
-        .strip_suffix(".safetensors.index.json")
-        .unwrap_or(&set.index_name);
-    check_out_dir(out_dir, prefix)?;
-    std::fs::create_dir_all(out_dir).map_err(|e| Error::io(out_dir, e))?;
-    let mut written: Vec<PathBuf> = Vec::with_capacity(set.files.len() + 1);
-    let result = (|| -> Result<()> {
-        for file in &set.files {
-            let path = out_dir.join(&file.name);
-            save_plan(&path, &file.plan, write, progress)?;
-            written.push(path);
-        }
-        if let Some(index) = &set.index {
-            let path = out_dir.join(&set.index_name);
-            let text = index.to_json();
-            let out = crate::AtomicFile::create(&path)?;
-            out.write_all_at(text.as_bytes(), 0)?;
-            out.commit(write.sync)?;
-            written.push(path);
-        }
-        Ok(())
-    })();
-    if let Err(e) = result {
-        for path in &written {
-            let _ = std::fs::remove_file(path);
-        }
-        return Err(e);
-    }
-    Ok(written)
-}
-
-/// Opens the `.bin` set at `input` (an index, or a directory holding one),
-/// converts it into a safetensors set in `out_dir` ([`plan_set`], then
-/// [`write_set`]), and reports what was written.
-///
-/// # Errors
-/// As [`CheckpointSet::open`], [`plan_set`] and [`write_set`].
+/// As [`CheckpointSet::open`], [`plan_set`] and [`save_set`].
 pub fn convert_set(
     input: impl AsRef<Path>,
     out_dir: impl AsRef<Path>,
     options: &ConvertOptions,
     max_shard_size: Option<u64>,
     progress: &(dyn Fn(u64) + Sync),
-) -> Result<SetReport> {
+) -> Result<(SetReport, SplitSummary)> {
     let set = CheckpointSet::open(input, &options.load)?;
-    let plan = plan_set(&set, options, max_shard_size)?;
-    write_set(out_dir.as_ref(), &plan, &options.write, progress)?;
-    Ok(plan.report)
+    let planned = plan_set(&set, options)?;
+    let written = save_set(
+        out_dir.as_ref(),
+        planned.prefix,
+        &planned.plan,
+        &planned.sharding(max_shard_size),
+        &options.write,
+        progress,
+    )?;
+    Ok((planned.report, written))
 }
