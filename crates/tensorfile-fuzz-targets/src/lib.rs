@@ -18,8 +18,10 @@
 
 mod cast;
 mod formats;
+mod gguf;
 mod input;
 mod model;
+mod npz;
 mod quant;
 mod shard;
 mod slice;
@@ -27,7 +29,9 @@ mod writer;
 
 pub use cast::cast;
 pub use formats::{checkpoint, header, pickle, zip};
+pub use gguf::gguf;
 pub use model::model;
+pub use npz::npz;
 pub use quant::quant;
 pub use shard::shard;
 pub use slice::slice;
@@ -38,7 +42,7 @@ pub type Target = fn(&[u8]);
 
 /// Every target by name, as `fuzz/fuzz_targets/` and the corpus folders
 /// name them.
-pub const TARGETS: [(&str, Target); 10] = [
+pub const TARGETS: [(&str, Target); 12] = [
     ("header", header),
     ("pickle", pickle),
     ("zip", zip),
@@ -49,4 +53,6 @@ pub const TARGETS: [(&str, Target); 10] = [
     ("quant", quant),
     ("shard", shard),
     ("model", model),
+    ("gguf", gguf),
+    ("npz", npz),
 ];

@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 use tensorfile_core::{ErrorKind, FormatError};
 
 use crate::cast::CastError;
+use crate::gguf::GgufError;
+use crate::npz::NpzError;
 use crate::quant::QuantError;
 use crate::shard::ShardError;
 
@@ -49,6 +51,14 @@ pub enum Error {
         #[source]
         source: CastError,
     },
+    /// A GGUF file breaks the format, or a conversion to or from GGUF
+    /// cannot be made.
+    #[error(transparent)]
+    Gguf(GgufError),
+    /// A `.npy` array or `.npz` archive breaks the format, holds what
+    /// safetensors cannot, or cannot be written.
+    #[error(transparent)]
+    Npz(NpzError),
     /// A PyTorch checkpoint was refused, or one of its tensors could not
     /// be read (see [`tensorfile_pytorch::Error`]). (Boxed: errors travel
     /// by value.)
@@ -112,6 +122,18 @@ impl From<ShardError> for Error {
     }
 }
 
+impl From<GgufError> for Error {
+    fn from(e: GgufError) -> Error {
+        Error::Gguf(e)
+    }
+}
+
+impl From<NpzError> for Error {
+    fn from(e: NpzError) -> Error {
+        Error::Npz(e)
+    }
+}
+
 impl From<io::Error> for Error {
     fn from(e: io::Error) -> Error {
         Error::Core(tensorfile_core::Error::Stream(e))
@@ -167,6 +189,8 @@ impl Error {
             Error::Cast { source, .. } => source.kind(),
             Error::File { source, .. } => source.kind(),
             Error::Pytorch(e) => e.kind(),
+            Error::Gguf(e) => e.kind(),
+            Error::Npz(e) => e.kind(),
         }
     }
 
@@ -210,6 +234,22 @@ impl Error {
     /// The reader rule broken, if this is a format error.
     pub fn rule(&self) -> Option<u8> {
         self.format().map(FormatError::rule)
+    }
+
+    /// The `.npy` / `.npz` error, if this is one (about a named file or not).
+    pub fn npz(&self) -> Option<&NpzError> {
+        match self.detail() {
+            Error::Npz(e) => Some(e),
+            _ => None,
+        }
+    }
+
+    /// The GGUF error, if this is one (about a named file or not).
+    pub fn gguf(&self) -> Option<&GgufError> {
+        match self.detail() {
+            Error::Gguf(e) => Some(e),
+            _ => None,
+        }
     }
 }
 

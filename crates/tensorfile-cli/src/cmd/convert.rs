@@ -7,6 +7,9 @@
 //! holding one), goes through [`super::convert_pytorch`] instead: loaded
 //! without executing anything, then streamed (or cast) the same way.
 //!
+//! A GGUF file as IN, or OUT named `*.gguf`, goes through [`super::gguf`];
+//! numpy files (`.npz`, `.npy`) in or out through [`super::npz`].
+//!
 //! IN may be a set (a directory or an index): OUT is then a directory
 //! holding the converted set, one output shard per input shard (or cut by
 //! `--max-shard-size`), for safetensors and `.bin` sets alike.
@@ -15,6 +18,7 @@ use std::process::ExitCode;
 
 use serde_json::json;
 use tensorfile::cast::{convert_plan, CastOptions};
+use tensorfile::input::Kind;
 use tensorfile::Dtype;
 
 use super::inout::{self, Input};
@@ -45,6 +49,10 @@ pub struct Args {
     strict: bool,
     #[command(flatten)]
     pytorch: super::convert_pytorch::PytorchArgs,
+    #[command(flatten)]
+    gguf: super::gguf::GgufArgs,
+    #[command(flatten)]
+    npz: super::npz::NpzArgs,
 }
 
 impl Args {
@@ -68,10 +76,23 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         allow_int: args.allow_int,
         strict: args.strict,
     };
-    if matches!(
-        kind,
-        tensorfile::input::Kind::Pytorch | tensorfile::input::Kind::PytorchSet
-    ) {
+    let pytorch_in = matches!(kind, Kind::Pytorch | Kind::PytorchSet);
+    if super::gguf::handles(kind, &args.io.output) {
+        if !pytorch_in {
+            args.pytorch.refuse_for(&args.io.input)?;
+        }
+        args.npz.refuse_for(&args.io.output)?;
+        return super::gguf::convert(kind, &args.io, args.dtype, &args.gguf);
+    }
+    args.gguf.refuse_for(&args.io.input)?;
+    if super::npz::handles(kind, &args.io.output) {
+        if !pytorch_in {
+            args.pytorch.refuse_for(&args.io.input)?;
+        }
+        return super::npz::convert(kind, &args.io, args.dtype, cast, &args.npz);
+    }
+    args.npz.refuse_for(&args.io.output)?;
+    if pytorch_in {
         return super::convert_pytorch::run(super::convert_pytorch::Job {
             input: &args.io.input,
             set: kind.is_set(),

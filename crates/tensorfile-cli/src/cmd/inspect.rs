@@ -65,6 +65,10 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
                 .apply(tensorfile::pytorch::LoadOptions::default());
             return super::inspect_pytorch::run(&args.file, args.json, args.hash, &load);
         }
+        Kind::Gguf => {
+            args.budgets.refuse_for(&args.file)?;
+            return super::gguf::inspect(&args.file, args.json, args.hash);
+        }
         Kind::Safetensors => {}
         other => return Err(super::not_safetensors(&args.file, other).into()),
     }

@@ -42,6 +42,10 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
             all_valid &= super::set::validate(path, &options, args.json);
             continue;
         }
+        if matches!(kind, Ok(Kind::Gguf)) {
+            all_valid &= super::gguf::validate(path, args.json);
+            continue;
+        }
         let name = path.display();
         // Only the header is read: rule 5 is checked against the file's length.
         let (error, rule, warnings): (Option<String>, Option<u8>, Vec<String>) = match kind {

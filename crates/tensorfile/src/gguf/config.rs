@@ -1,0 +1,612 @@
+//! config.json and GGUF metadata, both ways, for the architectures of
+//! [`Arch`].
+//!
+//! To GGUF: the keys llama.cpp's converter writes and llama.cpp reads
+//! (`general.architecture`, `<arch>.context_length`, `embedding_length`,
+//! `block_count`, `feed_forward_length`, `attention.head_count`,
+//! `attention.head_count_kv`, `attention.layer_norm_rms_epsilon`,
+//! `rope.freq_base`, `attention.key_length` / `value_length`,
+//! `rope.dimension_count`, `vocab_size`, `general.file_type`,
+//! `general.quantization_version`, ...), with the converter's types
+//! (UINT32 counts, FLOAT32 floats) and in its order.
+//!
+//! From GGUF: the config.json transformers builds for such a file
+//! (`architectures`, `model_type`, the sizes, `rms_norm_eps`,
+//! `rope_theta`, `head_dim`, `tie_word_embeddings`, special token ids).
+//! FLOAT32 values are written as the shortest decimal that gives the same
+//! f32 (1e-05, not 9.999999747378752e-06).
+
+use serde_json::{json, Map, Value as Json};
+
+use super::error::GgufError;
+use super::names::Arch;
+use super::read::GgufHeader;
+use super::value::Value;
+
+fn key_error(key: &str, problem: impl Into<String>) -> GgufError {
+    GgufError::Key {
+        key: key.to_string(),
+        problem: problem.into(),
+    }
+}
+
+/// The f64 nearest the shortest decimal that rounds to `x` as an f32.
+pub(crate) fn f32_decimal(x: f32) -> f64 {
+    format!("{x:e}").parse().unwrap_or(f64::from(x))
+}
+
+/// A metadata key's unsigned integer value.
+fn u64_key(h: &GgufHeader, key: &str) -> Result<Option<u64>, GgufError> {
+    match h.get(key) {
+        None => Ok(None),
+        Some(v) => v.as_u64().map(Some).ok_or_else(|| {
+            key_error(
+                key,
+                format!("must be a non-negative integer, not {}", v.value_type()),
+            )
+        }),
+    }
+}
+
+fn required(h: &GgufHeader, key: &str) -> Result<u64, GgufError> {
+    u64_key(h, key)?.ok_or_else(|| key_error(key, "missing (config.json needs it)"))
+}
+
+fn f32_key(h: &GgufHeader, key: &str) -> Result<Option<f64>, GgufError> {
+    match h.get(key) {
+        None => Ok(None),
+        Some(Value::F32(x)) => Ok(Some(f32_decimal(*x))),
+        Some(v) => v
+            .as_f64()
+            .map(Some)
+            .ok_or_else(|| key_error(key, format!("must be a number, not {}", v.value_type()))),
+    }
+}
+
+/// The heads of a GGUF model: (`n_head`, `n_head_kv`).
+pub fn heads(h: &GgufHeader, arch: Arch) -> Result<(u64, u64), GgufError> {
+    let a = arch.gguf_name();
+    let n_head = required(h, &format!("{a}.attention.head_count"))?;
+    let n_head_kv = u64_key(h, &format!("{a}.attention.head_count_kv"))?.unwrap_or(n_head);
+    if n_head == 0 || n_head_kv == 0 {
+        return Err(key_error(
+            &format!("{a}.attention.head_count"),
+            "zero heads",
+        ));
+    }
+    Ok((n_head, n_head_kv))
+}
+
+/// What config.json needs besides the metadata.
+#[derive(Debug, Clone)]
+pub struct HfConfigParts {
+    /// The vocabulary size (rows of `token_embd.weight`).
+    pub vocab_size: u64,
+    /// Whether the output layer is the embedding (no `output.weight`).
+    pub tied: bool,
+    /// The dtype name for `torch_dtype` (`bfloat16`, `float32`, ...).
+    pub torch_dtype: &'static str,
+    /// Whether the attention projections have biases.
+    pub attention_bias: bool,
+}
+
+/// The config.json of a GGUF model of `arch`.
+///
+/// # Errors
+/// A key config.json needs is missing or has the wrong type.
+pub fn hf_config(h: &GgufHeader, arch: Arch, parts: &HfConfigParts) -> Result<Json, GgufError> {
+    let a = arch.gguf_name();
+    let k = |s: &str| format!("{a}.{s}");
+    let hidden = required(h, &k("embedding_length"))?;
+    let (n_head, n_head_kv) = heads(h, arch)?;
+    let head_dim = u64_key(h, &k("attention.key_length"))?.unwrap_or(hidden / n_head);
+    let mut c = Map::new();
+    c.insert("architectures".into(), json!([arch.hf_class()]));
+    c.insert("model_type".into(), arch.model_type().into());
+    c.insert("hidden_size".into(), hidden.into());
+    c.insert(
+        "intermediate_size".into(),
+        required(h, &k("feed_forward_length"))?.into(),
+    );
+    c.insert(
+        "num_hidden_layers".into(),
+        required(h, &k("block_count"))?.into(),
+    );
+    c.insert("num_attention_heads".into(), n_head.into());
+    c.insert("num_key_value_heads".into(), n_head_kv.into());
+    c.insert("head_dim".into(), head_dim.into());
+    c.insert(
+        "max_position_embeddings".into(),
+        required(h, &k("context_length"))?.into(),
+    );
+    let eps = f32_key(h, &k("attention.layer_norm_rms_epsilon"))?.unwrap_or(1e-6);
+    c.insert("rms_norm_eps".into(), eps.into());
+    let theta = f32_key(h, &k("rope.freq_base"))?.unwrap_or(10000.0);
+    c.insert("rope_theta".into(), theta.into());
+    c.insert("vocab_size".into(), parts.vocab_size.into());
+    c.insert("tie_word_embeddings".into(), parts.tied.into());
+    c.insert("torch_dtype".into(), parts.torch_dtype.into());
+    c.insert("use_cache".into(), true.into());
+    c.insert("initializer_range".into(), 0.02.into());
+    c.insert("attention_dropout".into(), 0.0.into());
+    let rope_scaling = match h.get(&k("rope.scaling.type")).and_then(Value::as_str) {
+        None | Some("none") => Json::Null,
+        Some("linear") => {
+            let factor = f32_key(h, &k("rope.scaling.factor"))?.ok_or_else(|| {
+                key_error(&k("rope.scaling.factor"), "missing for linear scaling")
+            })?;
+            json!({"rope_type": "linear", "factor": factor})
+        }
+        Some(other) => {
+            return Err(key_error(
+                &k("rope.scaling.type"),
+                format!("{other:?} scaling is not converted here (only linear)"),
+            ))
+        }
+    };
+    c.insert("rope_scaling".into(), rope_scaling);
+    match arch {
+        Arch::Llama => {
+            c.insert("hidden_act".into(), "silu".into());
+            c.insert("attention_bias".into(), parts.attention_bias.into());
+            c.insert("mlp_bias".into(), false.into());
+            c.insert("pretraining_tp".into(), 1.into());
+        }
+        Arch::Qwen2 | Arch::Qwen3 => {
+            c.insert("hidden_act".into(), "silu".into());
+            c.insert("use_sliding_window".into(), false.into());
+            c.insert("sliding_window".into(), Json::Null);
+            if arch == Arch::Qwen3 {
+                c.insert("attention_bias".into(), parts.attention_bias.into());
+            }
+        }
+        Arch::Gemma => {
+            c.insert("hidden_act".into(), "gelu_pytorch_tanh".into());
+            c.insert("hidden_activation".into(), "gelu_pytorch_tanh".into());
+            c.insert("attention_bias".into(), parts.attention_bias.into());
+        }
+        Arch::Phi3 => {
+            c.insert("hidden_act".into(), "silu".into());
+            let original = u64_key(h, &k("rope.scaling.original_context_length"))?;
+            if let Some(o) = original {
+                c.insert("original_max_position_embeddings".into(), o.into());
+            }
+            let rot = u64_key(h, &k("rope.dimension_count"))?.unwrap_or(head_dim);
+            let factor = (rot * n_head) as f64 / hidden.max(1) as f64;
+            c.insert("partial_rotary_factor".into(), factor.into());
+            let window = u64_key(h, &k("attention.sliding_window"))?.filter(|&w| w > 0);
+            c.insert(
+                "sliding_window".into(),
+                window.map_or(Json::Null, Json::from),
+            );
+        }
+    }
+    for (typ, key) in [
+        ("bos", "tokenizer.ggml.bos_token_id"),
+        ("eos", "tokenizer.ggml.eos_token_id"),
+        ("pad", "tokenizer.ggml.padding_token_id"),
+    ] {
+        if let Some(id) = u64_key(h, key)? {
+            c.insert(format!("{typ}_token_id"), id.into());
+        }
+    }
+    Ok(Json::Object(c))
+}
+
+/// What a config.json says, read for the conversion to GGUF.
+#[derive(Debug, Clone)]
+pub struct HfModel {
+    /// The architecture.
+    pub arch: Arch,
+    /// `num_attention_heads`.
+    pub n_head: u64,
+    /// `num_key_value_heads` (or `n_head`).
+    pub n_head_kv: u64,
+    /// `vocab_size`.
+    pub vocab_size: u64,
+    /// `tie_word_embeddings` (default true for Gemma, false otherwise).
+    pub tied: bool,
+}
+
+fn config_u64(c: &Map<String, Json>, key: &str) -> Result<Option<u64>, GgufError> {
+    match c.get(key) {
+        None | Some(Json::Null) => Ok(None),
+        Some(v) => v.as_u64().map(Some).ok_or_else(|| GgufError::Input {
+            file: "config.json".into(),
+            problem: format!("{key} must be a non-negative integer, not {v}"),
+        }),
+    }
+}
+
+fn config_required(c: &Map<String, Json>, key: &str) -> Result<u64, GgufError> {
+    config_u64(c, key)?.ok_or_else(|| GgufError::Input {
+        file: "config.json".into(),
+        problem: format!("{key} is missing"),
+    })
+}
+
+fn config_f64(c: &Map<String, Json>, key: &str) -> Result<Option<f64>, GgufError> {
+    match c.get(key) {
+        None | Some(Json::Null) => Ok(None),
+        Some(v) => v.as_f64().map(Some).ok_or_else(|| GgufError::Input {
+            file: "config.json".into(),
+            problem: format!("{key} must be a number, not {v}"),
+        }),
+    }
+}
+
+/// Reads the architecture and head counts of a config.json.
+///
+/// # Errors
+/// No `model_type`, one this library does not convert, or missing sizes.
+pub fn hf_model(c: &Map<String, Json>) -> Result<HfModel, GgufError> {
+    let model_type =
+        c.get("model_type")
+            .and_then(Json::as_str)
+            .ok_or_else(|| GgufError::Input {
+                file: "config.json".into(),
+                problem: "model_type is missing".into(),
+            })?;
+    let arch = Arch::from_model_type(model_type).ok_or_else(|| GgufError::Architecture {
+        arch: model_type.to_string(),
+        problem: "not one this library converts to GGUF (llama, mistral, qwen2, qwen3, gemma, phi3); use --raw to write the tensors as they are".into(),
+    })?;
+    let n_head = config_required(c, "num_attention_heads")?;
+    let n_head_kv = config_u64(c, "num_key_value_heads")?.unwrap_or(n_head);
+    let tied = match c.get("tie_word_embeddings") {
+        Some(Json::Bool(b)) => *b,
+        _ => arch == Arch::Gemma,
+    };
+    Ok(HfModel {
+        arch,
+        n_head,
+        n_head_kv,
+        vocab_size: config_required(c, "vocab_size")?,
+        tied,
+    })
+}
+
+/// The rope scaling of a config (`rope_scaling`, or `rope_parameters` in
+/// newer configs): the GGUF keys it sets, or an error for the kinds not
+/// converted here.
+fn rope_keys(
+    c: &Map<String, Json>,
+    a: &str,
+    out: &mut Vec<(String, Value)>,
+) -> Result<(), GgufError> {
+    let Some(Json::Object(r)) = c.get("rope_scaling") else {
+        return Ok(());
+    };
+    let kind = r
+        .get("rope_type")
+        .or_else(|| r.get("type"))
+        .and_then(Json::as_str)
+        .unwrap_or("default");
+    match kind {
+        "default" => Ok(()),
+        "linear" => {
+            let factor =
+                r.get("factor")
+                    .and_then(Json::as_f64)
+                    .ok_or_else(|| GgufError::Input {
+                        file: "config.json".into(),
+                        problem: "rope_scaling.factor is missing".into(),
+                    })?;
+            out.push((
+                format!("{a}.rope.scaling.type"),
+                Value::String("linear".into()),
+            ));
+            out.push((
+                format!("{a}.rope.scaling.factor"),
+                Value::F32(factor as f32),
+            ));
+            Ok(())
+        }
+        other => Err(GgufError::Input {
+            file: "config.json".into(),
+            problem: format!("rope_scaling of type {other:?} is not converted here (only linear)"),
+        }),
+    }
+}
+
+/// The architecture keys of a config.json, in the converter's order, up
+/// to (not including) `general.file_type`; [`arch_tail_keys`] gives the
+/// ones after it.
+///
+/// # Errors
+/// A size config.json lacks, or a rope scaling not converted here.
+pub fn arch_keys(c: &Map<String, Json>, m: &HfModel) -> Result<Vec<(String, Value)>, GgufError> {
+    let a = m.arch.gguf_name();
+    let k = |s: &str| format!("{a}.{s}");
+    let u32v = |key: &str, v: u64| -> Result<Value, GgufError> {
+        u32::try_from(v)
+            .map(Value::U32)
+            .map_err(|_| GgufError::Input {
+                file: "config.json".into(),
+                problem: format!("{key} {v} does not fit UINT32"),
+            })
+    };
+    let hidden = config_required(c, "hidden_size")?;
+    let layers = config_required(c, "num_hidden_layers")?;
+    let ffn = config_required(c, "intermediate_size")?;
+    let ctx = config_required(c, "max_position_embeddings")?;
+    let eps = config_f64(c, "rms_norm_eps")?;
+    let theta = config_f64(c, "rope_theta")?;
+    let head_dim = config_u64(c, "head_dim")?;
+    let mut out: Vec<(String, Value)> = Vec::new();
+    let push = |out: &mut Vec<(String, Value)>, key: String, v: Value| out.push((key, v));
+    match m.arch {
+        Arch::Gemma => {
+            push(
+                &mut out,
+                k("context_length"),
+                u32v("max_position_embeddings", ctx)?,
+            );
+            push(
+                &mut out,
+                k("embedding_length"),
+                u32v("hidden_size", hidden)?,
+            );
+            push(
+                &mut out,
+                k("block_count"),
+                u32v("num_hidden_layers", layers)?,
+            );
+            push(
+                &mut out,
+                k("feed_forward_length"),
+                u32v("intermediate_size", ffn)?,
+            );
+            push(
+                &mut out,
+                k("attention.head_count"),
+                u32v("num_attention_heads", m.n_head)?,
+            );
+            push(
+                &mut out,
+                k("attention.head_count_kv"),
+                u32v("num_key_value_heads", m.n_head_kv)?,
+            );
+            let eps = eps.ok_or_else(|| GgufError::Input {
+                file: "config.json".into(),
+                problem: "rms_norm_eps is missing".into(),
+            })?;
+            push(
+                &mut out,
+                k("attention.layer_norm_rms_epsilon"),
+                Value::F32(eps as f32),
+            );
+            let hd = head_dim.unwrap_or(hidden / m.n_head.max(1));
+            push(&mut out, k("attention.key_length"), u32v("head_dim", hd)?);
+            push(&mut out, k("attention.value_length"), u32v("head_dim", hd)?);
+        }
+        Arch::Phi3 => {
+            let original = config_u64(c, "original_max_position_embeddings")?.unwrap_or(ctx);
+            let rot = config_f64(c, "partial_rotary_factor")?.unwrap_or(1.0);
+            let rope_dims = ((rot * hidden as f64) as u64) / m.n_head.max(1);
+            push(
+                &mut out,
+                k("context_length"),
+                u32v("max_position_embeddings", ctx)?,
+            );
+            push(
+                &mut out,
+                k("rope.scaling.original_context_length"),
+                u32v("original_max_position_embeddings", original)?,
+            );
+            push(
+                &mut out,
+                k("embedding_length"),
+                u32v("hidden_size", hidden)?,
+            );
+            push(
+                &mut out,
+                k("feed_forward_length"),
+                u32v("intermediate_size", ffn)?,
+            );
+            push(
+                &mut out,
+                k("block_count"),
+                u32v("num_hidden_layers", layers)?,
+            );
+            push(
+                &mut out,
+                k("attention.head_count"),
+                u32v("num_attention_heads", m.n_head)?,
+            );
+            push(
+                &mut out,
+                k("attention.head_count_kv"),
+                u32v("num_key_value_heads", m.n_head_kv)?,
+            );
+            let eps = eps.ok_or_else(|| GgufError::Input {
+                file: "config.json".into(),
+                problem: "rms_norm_eps is missing".into(),
+            })?;
+            push(
+                &mut out,
+                k("attention.layer_norm_rms_epsilon"),
+                Value::F32(eps as f32),
+            );
+            push(
+                &mut out,
+                k("rope.dimension_count"),
+                u32v("rope dimensions", rope_dims)?,
+            );
+            push(
+                &mut out,
+                k("rope.freq_base"),
+                Value::F32(theta.unwrap_or(10000.0) as f32),
+            );
+            if let Some(Json::Object(r)) = c.get("rope_scaling") {
+                if r.get("long_factor").is_some() {
+                    return Err(GgufError::Input {
+                        file: "config.json".into(),
+                        problem: "Phi-3 long-context rope factors are not converted here".into(),
+                    });
+                }
+            }
+        }
+        Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => {
+            push(
+                &mut out,
+                k("block_count"),
+                u32v("num_hidden_layers", layers)?,
+            );
+            push(
+                &mut out,
+                k("context_length"),
+                u32v("max_position_embeddings", ctx)?,
+            );
+            push(
+                &mut out,
+                k("embedding_length"),
+                u32v("hidden_size", hidden)?,
+            );
+            push(
+                &mut out,
+                k("feed_forward_length"),
+                u32v("intermediate_size", ffn)?,
+            );
+            push(
+                &mut out,
+                k("attention.head_count"),
+                u32v("num_attention_heads", m.n_head)?,
+            );
+            push(
+                &mut out,
+                k("attention.head_count_kv"),
+                u32v("num_key_value_heads", m.n_head_kv)?,
+            );
+            rope_keys(c, a, &mut out)?;
+            if let Some(t) = theta {
+                push(&mut out, k("rope.freq_base"), Value::F32(t as f32));
+            }
+            if let Some(e) = eps {
+                push(
+                    &mut out,
+                    k("attention.layer_norm_rms_epsilon"),
+                    Value::F32(e as f32),
+                );
+            }
+            if let Some(hd) = head_dim {
+                push(&mut out, k("attention.key_length"), u32v("head_dim", hd)?);
+                push(&mut out, k("attention.value_length"), u32v("head_dim", hd)?);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The architecture keys the converter writes after `general.file_type`.
+///
+/// # Errors
+/// A size config.json lacks.
+pub fn arch_tail_keys(
+    c: &Map<String, Json>,
+    m: &HfModel,
+) -> Result<Vec<(String, Value)>, GgufError> {
+    let a = m.arch.gguf_name();
+    let mut out = Vec::new();
+    // The converter writes the vocabulary size for Llama only; it is
+    // written for every architecture here (llama.cpp and transformers both
+    // read `<arch>.vocab_size`), so that a file without a tokenizer still
+    // says it.
+    let vocab = u32::try_from(m.vocab_size).unwrap_or(u32::MAX);
+    out.push((format!("{a}.vocab_size"), Value::U32(vocab)));
+    match m.arch {
+        Arch::Llama => {
+            let hidden = config_required(c, "hidden_size")?;
+            let rope_dim = config_u64(c, "head_dim")?.unwrap_or(hidden / m.n_head.max(1));
+            out.push((
+                format!("{a}.rope.dimension_count"),
+                Value::U32(u32::try_from(rope_dim).unwrap_or(u32::MAX)),
+            ));
+        }
+        Arch::Phi3 => {
+            let window = config_u64(c, "sliding_window")?.unwrap_or(0);
+            out.push((
+                format!("{a}.attention.sliding_window"),
+                Value::U32(u32::try_from(window).unwrap_or(u32::MAX)),
+            ));
+        }
+        _ => {}
+    }
+    Ok(out)
+}
+
+/// gguf-py's title of a model directory's name (`hf_llama_tiny` ->
+/// `Hf_Llama_Tiny`): each lower-case word title-cased as Python's
+/// `str.title` does, unless it is a version or starts with a digit.
+pub fn model_title(dir_name: &str) -> String {
+    let title = |w: &str| {
+        let mut out = String::with_capacity(w.len());
+        let mut after_letter = false;
+        for ch in w.chars() {
+            if ch.is_alphabetic() {
+                if after_letter {
+                    out.extend(ch.to_lowercase());
+                } else {
+                    out.extend(ch.to_uppercase());
+                }
+                after_letter = true;
+            } else {
+                out.push(ch);
+                after_letter = false;
+            }
+        }
+        out
+    };
+    let is_version = |w: &str| {
+        w.starts_with(|c: char| c.is_ascii_digit())
+            || (w.starts_with('v') && w[1..].starts_with(|c: char| c.is_ascii_digit()))
+    };
+    let lower = |w: &str| w.chars().any(char::is_alphabetic) && !w.chars().any(char::is_uppercase);
+    dir_name
+        .trim()
+        .replace('-', " ")
+        .split_whitespace()
+        .map(|w| {
+            if lower(w) && !is_version(w) {
+                title(w)
+            } else {
+                w.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// gguf-py's size label of a parameter count (`112K`, `7.2B`).
+pub fn size_label(params: u64) -> String {
+    let p = params as f64;
+    let (scaled, suffix) = if p > 1e12 {
+        (p * 1e-12, "T")
+    } else if p > 1e9 {
+        (p * 1e-9, "B")
+    } else if p > 1e6 {
+        (p * 1e-6, "M")
+    } else {
+        (p * 1e-3, "K")
+    };
+    let digits = format!("{}", scaled.round_ties_even() as u64);
+    let digits = digits.trim_start_matches('0').len();
+    let fix = 2usize.saturating_sub(digits);
+    format!("{scaled:.fix$}{suffix}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn titles_and_labels_are_gguf_pys() {
+        assert_eq!(model_title("hf_llama_tiny"), "Hf_Llama_Tiny");
+        assert_eq!(model_title("my-model v2"), "My Model v2");
+        assert_eq!(size_label(112_448), "112K");
+        assert_eq!(size_label(547_584), "548K");
+        assert_eq!(size_label(7_241_732_096), "7.2B");
+        assert_eq!(size_label(999), "1.0K");
+        assert_eq!(f32_decimal(1e-5), 1e-5);
+    }
+}

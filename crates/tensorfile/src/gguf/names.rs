@@ -1,0 +1,302 @@
+//! Tensor names between Hugging Face and GGUF, and llama.cpp's q/k row
+//! permutation, for the architectures llama.cpp converts from Hugging
+//! Face and this library converts both ways.
+//!
+//! Names (llama.cpp's `convert_hf_to_gguf.py` with gguf-py's tensor map):
+//! `model.embed_tokens.weight` is `token_embd.weight`, `lm_head.weight`
+//! `output.weight`, `model.norm.weight` `output_norm.weight`, and in block
+//! N (`model.layers.N.` / `blk.N.`): `input_layernorm` `attn_norm`,
+//! `post_attention_layernorm` `ffn_norm`, `self_attn.{q,k,v,o}_proj`
+//! `attn_q`, `attn_k`, `attn_v`, `attn_output`, `self_attn.qkv_proj`
+//! `attn_qkv` (phi3), `self_attn.{q,k}_norm` `attn_{q,k}_norm` (qwen3),
+//! `mlp.{gate,up,down}_proj` `ffn_gate`, `ffn_up`, `ffn_down`,
+//! `mlp.gate_up_proj` `ffn_up` (phi3).
+//!
+//! The permutation: for Llama (and Mistral, which llama.cpp converts as
+//! Llama), `q_proj` (with n_head) and `k_proj` (with n_head_kv), weights
+//! and biases, have their rows reordered within each head: GGUF row
+//! `h*d + 2*i + j` is Hugging Face row `h*d + j*d/2 + i` (head dim `d`),
+//! from rotate-half pairs to interleaved pairs.
+
+use std::fmt;
+
+/// An architecture converted between Hugging Face and GGUF.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Arch {
+    /// Llama (and Mistral: llama.cpp converts `MistralForCausalLM` as
+    /// `llama`).
+    Llama,
+    /// Qwen2.
+    Qwen2,
+    /// Qwen3.
+    Qwen3,
+    /// Gemma (the first one).
+    Gemma,
+    /// Phi-3.
+    Phi3,
+}
+
+impl Arch {
+    /// Every architecture.
+    pub const ALL: [Arch; 5] = [
+        Arch::Llama,
+        Arch::Qwen2,
+        Arch::Qwen3,
+        Arch::Gemma,
+        Arch::Phi3,
+    ];
+
+    /// The architecture of `general.architecture`.
+    pub fn from_gguf(name: &str) -> Option<Arch> {
+        Arch::ALL.into_iter().find(|a| a.gguf_name() == name)
+    }
+
+    /// The architecture of a config.json's `model_type` (`mistral` is
+    /// converted as Llama).
+    pub fn from_model_type(model_type: &str) -> Option<Arch> {
+        Some(match model_type {
+            "llama" | "mistral" => Arch::Llama,
+            "qwen2" => Arch::Qwen2,
+            "qwen3" => Arch::Qwen3,
+            "gemma" => Arch::Gemma,
+            "phi3" => Arch::Phi3,
+            _ => return None,
+        })
+    }
+
+    /// `general.architecture`.
+    pub fn gguf_name(self) -> &'static str {
+        match self {
+            Arch::Llama => "llama",
+            Arch::Qwen2 => "qwen2",
+            Arch::Qwen3 => "qwen3",
+            Arch::Gemma => "gemma",
+            Arch::Phi3 => "phi3",
+        }
+    }
+
+    /// config.json's `model_type` for a file converted back.
+    pub fn model_type(self) -> &'static str {
+        self.gguf_name()
+    }
+
+    /// config.json's `architectures[0]`.
+    pub fn hf_class(self) -> &'static str {
+        match self {
+            Arch::Llama => "LlamaForCausalLM",
+            Arch::Qwen2 => "Qwen2ForCausalLM",
+            Arch::Qwen3 => "Qwen3ForCausalLM",
+            Arch::Gemma => "GemmaForCausalLM",
+            Arch::Phi3 => "Phi3ForCausalLM",
+        }
+    }
+
+    /// Whether llama.cpp permutes q/k rows for this architecture.
+    pub fn permutes(self) -> bool {
+        self == Arch::Llama
+    }
+
+    /// Whether norms are stored as `1 + weight` in GGUF (Gemma's RMSNorm
+    /// multiplies by `1 + weight`; llama.cpp adds the one when converting).
+    pub fn norms_plus_one(self) -> bool {
+        self == Arch::Gemma
+    }
+}
+
+impl fmt::Display for Arch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.gguf_name())
+    }
+}
+
+/// Names outside the blocks: (Hugging Face, GGUF).
+const GLOBAL: [(&str, &str); 3] = [
+    ("model.embed_tokens.weight", "token_embd.weight"),
+    ("model.norm.weight", "output_norm.weight"),
+    ("lm_head.weight", "output.weight"),
+];
+
+/// Names inside block N, after `model.layers.N.` / `blk.N.`, without the
+/// `.weight` / `.bias` suffix: (Hugging Face, GGUF, architectures).
+const BLOCK: [(&str, &str, &[Arch]); 13] = {
+    use Arch::*;
+    const ALL: &[Arch] = &Arch::ALL;
+    [
+        ("input_layernorm", "attn_norm", ALL),
+        ("post_attention_layernorm", "ffn_norm", ALL),
+        ("self_attn.q_proj", "attn_q", &[Llama, Qwen2, Qwen3, Gemma]),
+        ("self_attn.k_proj", "attn_k", &[Llama, Qwen2, Qwen3, Gemma]),
+        ("self_attn.v_proj", "attn_v", &[Llama, Qwen2, Qwen3, Gemma]),
+        ("self_attn.o_proj", "attn_output", ALL),
+        ("self_attn.qkv_proj", "attn_qkv", &[Phi3]),
+        ("self_attn.q_norm", "attn_q_norm", &[Qwen3]),
+        ("self_attn.k_norm", "attn_k_norm", &[Qwen3]),
+        ("mlp.gate_proj", "ffn_gate", &[Llama, Qwen2, Qwen3, Gemma]),
+        ("mlp.up_proj", "ffn_up", &[Llama, Qwen2, Qwen3, Gemma]),
+        ("mlp.down_proj", "ffn_down", ALL),
+        ("mlp.gate_up_proj", "ffn_up", &[Phi3]),
+    ]
+};
+
+/// Splits `prefix<N>.<rest>` into (N, rest), N a plain decimal number.
+fn block_of<'n>(name: &'n str, prefix: &str) -> Option<(u64, &'n str)> {
+    let rest = name.strip_prefix(prefix)?;
+    let dot = rest.find('.')?;
+    let (digits, rest) = (&rest[..dot], &rest[dot + 1..]);
+    let canonical = !digits.is_empty()
+        && digits.bytes().all(|b| b.is_ascii_digit())
+        && (digits == "0" || !digits.starts_with('0'));
+    if !canonical {
+        return None;
+    }
+    Some((digits.parse().ok()?, rest))
+}
+
+/// Splits `stem.weight` / `stem.bias`.
+fn suffix(name: &str) -> Option<(&str, &str)> {
+    name.strip_suffix(".weight")
+        .map(|s| (s, "weight"))
+        .or_else(|| name.strip_suffix(".bias").map(|s| (s, "bias")))
+}
+
+/// The GGUF name of a Hugging Face tensor, if `arch` has it.
+///
+/// ```
+/// use tensorfile::gguf::names::{hf_to_gguf, Arch};
+/// assert_eq!(hf_to_gguf(Arch::Llama, "model.layers.3.self_attn.q_proj.weight").as_deref(), Some("blk.3.attn_q.weight"));
+/// assert_eq!(hf_to_gguf(Arch::Llama, "model.embed_tokens.weight").as_deref(), Some("token_embd.weight"));
+/// assert_eq!(hf_to_gguf(Arch::Llama, "model.layers.3.self_attn.rotary_emb.inv_freq"), None);
+/// ```
+pub fn hf_to_gguf(arch: Arch, name: &str) -> Option<String> {
+    if let Some(&(_, g)) = GLOBAL.iter().find(|(h, _)| *h == name) {
+        return Some(g.to_string());
+    }
+    let (n, rest) = block_of(name, "model.layers.")?;
+    let (stem, kind) = suffix(rest)?;
+    let &(_, g, _) = BLOCK
+        .iter()
+        .find(|(h, _, archs)| *h == stem && archs.contains(&arch))?;
+    Some(format!("blk.{n}.{g}.{kind}"))
+}
+
+/// The Hugging Face name of a GGUF tensor, if `arch` has it.
+///
+/// ```
+/// use tensorfile::gguf::names::{gguf_to_hf, Arch};
+/// assert_eq!(gguf_to_hf(Arch::Phi3, "blk.0.ffn_up.weight").as_deref(), Some("model.layers.0.mlp.gate_up_proj.weight"));
+/// assert_eq!(gguf_to_hf(Arch::Llama, "blk.0.ffn_up.weight").as_deref(), Some("model.layers.0.mlp.up_proj.weight"));
+/// assert_eq!(gguf_to_hf(Arch::Llama, "blk.00.ffn_up.weight"), None);
+/// ```
+pub fn gguf_to_hf(arch: Arch, name: &str) -> Option<String> {
+    if let Some(&(h, _)) = GLOBAL.iter().find(|(_, g)| *g == name) {
+        return Some(h.to_string());
+    }
+    let (n, rest) = block_of(name, "blk.")?;
+    let (stem, kind) = suffix(rest)?;
+    let &(h, _, _) = BLOCK
+        .iter()
+        .find(|(_, g, archs)| *g == stem && archs.contains(&arch))?;
+    Some(format!("model.layers.{n}.{h}.{kind}"))
+}
+
+/// Which heads count a tensor's q/k permutation uses: `Some(n_head)` for
+/// `q_proj`, `Some(n_head_kv)` for `k_proj` (weights and biases) when the
+/// architecture permutes, else `None`. Takes the Hugging Face name.
+pub fn permutation_heads(arch: Arch, hf_name: &str, n_head: u64, n_head_kv: u64) -> Option<u64> {
+    if !arch.permutes() {
+        return None;
+    }
+    let (_, rest) = block_of(hf_name, "model.layers.")?;
+    match suffix(rest)?.0 {
+        "self_attn.q_proj" => Some(n_head),
+        "self_attn.k_proj" => Some(n_head_kv),
+        _ => None,
+    }
+}
+
+/// For each GGUF row, the Hugging Face row it holds, for a tensor of
+/// `rows` rows permuted with `heads` heads (`None` when `rows` is not a
+/// multiple of `2 * heads`).
+///
+/// ```
+/// use tensorfile::gguf::names::gguf_rows_from_hf;
+/// // One head of dimension 4: HF rows (0, 1 | 2, 3) become pairs (0, 2, 1, 3).
+/// assert_eq!(gguf_rows_from_hf(4, 1), Some(vec![0, 2, 1, 3]));
+/// ```
+pub fn gguf_rows_from_hf(rows: u64, heads: u64) -> Option<Vec<u64>> {
+    if heads == 0 || !rows.is_multiple_of(2 * heads) {
+        return None;
+    }
+    let d = rows / heads;
+    let half = d / 2;
+    let mut map = Vec::with_capacity(usize::try_from(rows).ok()?);
+    for h in 0..heads {
+        for i in 0..half {
+            for j in 0..2 {
+                map.push(h * d + j * half + i);
+            }
+        }
+    }
+    Some(map)
+}
+
+/// For each Hugging Face row, the GGUF row holding it: the inverse of
+/// [`gguf_rows_from_hf`].
+pub fn hf_rows_from_gguf(rows: u64, heads: u64) -> Option<Vec<u64>> {
+    let forward = gguf_rows_from_hf(rows, heads)?;
+    let mut inverse = vec![0u64; forward.len()];
+    for (g, &h) in forward.iter().enumerate() {
+        inverse[h as usize] = g as u64;
+    }
+    Some(inverse)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_for_every_architecture() {
+        for arch in Arch::ALL {
+            for &(h, g, archs) in &BLOCK {
+                if !archs.contains(&arch) {
+                    continue;
+                }
+                for kind in ["weight", "bias"] {
+                    let hf = format!("model.layers.17.{h}.{kind}");
+                    let gg = hf_to_gguf(arch, &hf).unwrap();
+                    assert_eq!(gg, format!("blk.17.{g}.{kind}"));
+                    assert_eq!(gguf_to_hf(arch, &gg).as_deref(), Some(hf.as_str()));
+                }
+            }
+        }
+        assert_eq!(gguf_to_hf(Arch::Llama, "blk.1.attn_qkv.weight"), None);
+        assert_eq!(
+            hf_to_gguf(Arch::Llama, "model.layers.x.mlp.up_proj.weight"),
+            None
+        );
+        assert_eq!(
+            hf_to_gguf(Arch::Llama, "model.layers.1.mlp.up_proj.scales"),
+            None
+        );
+    }
+
+    #[test]
+    fn the_permutation_is_llama_cpps() {
+        // numpy: w.reshape(n, 2, rows/n/2).swapaxes(1, 2).reshape(rows):
+        // GGUF row (h, i, j) is HF row (h, j, i).
+        let (rows, n) = (24u64, 3u64);
+        let map = gguf_rows_from_hf(rows, n).unwrap();
+        let half = rows / n / 2;
+        for (g, &h) in map.iter().enumerate() {
+            let g = g as u64;
+            let (head, i, j) = (g / (2 * half), (g % (2 * half)) / 2, g % 2);
+            assert_eq!(h, head * 2 * half + j * half + i);
+        }
+        let inv = hf_rows_from_gguf(rows, n).unwrap();
+        for (g, &h) in map.iter().enumerate() {
+            assert_eq!(inv[h as usize], g as u64);
+        }
+        assert_eq!(gguf_rows_from_hf(10, 3), None);
+    }
+}

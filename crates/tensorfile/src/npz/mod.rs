@@ -1,0 +1,44 @@
+//! numpy's `.npy` arrays and `.npz` archives, both ways.
+//!
+//! - **Read** ([`NpzFile`]): `.npy` format versions 1.0, 2.0 and 3.0, C
+//!   and Fortran order, either byte order, every numpy dtype that has a
+//!   safetensors dtype (bool, integers, f2/f4/f8, c8); `.npz` archives as
+//!   `np.savez` and `np.savez_compressed` write them (ZIP64 local headers,
+//!   stored or deflated members, inflated as they are read), through the
+//!   zip reader of `tensorfile-zip` on any [`ByteSource`](crate::ByteSource).
+//!   Every header is read and checked when the file is opened (lengths
+//!   against the file, the shape against the data, members that overlap);
+//!   structured and object dtypes (which need pickle) and dtypes with no
+//!   safetensors dtype are refused by name. Arrays numpy saved from
+//!   ml_dtypes (`<V2` for bfloat16, `<V1`, `<f1`) are opaque: the caller
+//!   says what they hold.
+//! - **Write** ([`save_npz`], [`save_npy`]): the bytes numpy writes for
+//!   the same arrays (`np.savez`, `np.save`), or deflated members
+//!   (`np.savez_compressed`'s layout), atomically.
+//! - **Convert** ([`npz_to_safetensors`]): a plan like any other, cast on
+//!   the way if asked.
+//!
+//! ```
+//! use tensorfile::npz::NpzFile;
+//! use tensorfile::TensorData;
+//! let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/npz");
+//! let file = NpzFile::open(format!("{dir}/savez_keywords.npz"))?;
+//! for t in file.tensors(None)? {
+//!     println!("{} {} {:?}", t.name(), t.dtype(), t.shape());
+//! }
+//! # Ok::<(), tensorfile::Error>(())
+//! ```
+
+mod array;
+mod convert;
+pub mod descr;
+mod error;
+pub mod header;
+mod read;
+mod write;
+
+pub use array::NpyArray;
+pub use convert::{npz_to_safetensors, FromNpzOptions, FromNpzSummary};
+pub use error::NpzError;
+pub use read::{Container, NpyInfo, NpzFile, NpzLimits};
+pub use write::{save_npy, save_npz, NpzWriteOptions, NpzWritten};
