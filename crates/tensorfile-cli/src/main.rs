@@ -49,6 +49,15 @@ enum Command {
     Quantize(cmd::quantize::Args),
     /// Turn quantized weights (int4, MLX) back into floats.
     Dequantize(cmd::dequantize::Args),
+    /// sha256 of files (the Hub's LFS object id), of safetensors data
+    /// sections (ModelSpec's hash_sha256) and of tensors; write a
+    /// model-signing manifest of a directory.
+    Hash(cmd::hash::Args),
+    /// Check a directory against a manifest or model-signing bundle, a file
+    /// against a sha256, or a file against its embedded per-tensor digests.
+    /// Exit 0 when all match, 1 on any mismatch, 2 when an input cannot be
+    /// read.
+    Verify(cmd::verify::Args),
 }
 
 fn main() -> ExitCode {
@@ -74,6 +83,8 @@ fn main() -> ExitCode {
         Command::Convert(args) => cmd::convert::run(args),
         Command::Quantize(args) => cmd::quantize::run(args),
         Command::Dequantize(args) => cmd::dequantize::run(args),
+        Command::Hash(args) => cmd::hash::run(args),
+        Command::Verify(args) => cmd::verify::run(args),
     };
     match result {
         Ok(code) => code,

@@ -40,6 +40,8 @@ pub struct Args {
     allow_int: bool,
     #[command(flatten)]
     pytorch: super::convert_pytorch::PytorchArgs,
+    #[command(flatten)]
+    embed: super::hash::EmbedArgs,
 }
 
 /// An opened input: what `convert` reads.
@@ -73,7 +75,7 @@ pub fn open_input(path: &Path, max_header_len: u64) -> Result<Input, Failure> {
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
     let kind = super::input_kind(&args.io.input)?;
     if kind == tensorfile::input::Kind::Pytorch {
-        return super::convert_pytorch::run(super::convert_pytorch::Job {
+        let written = super::convert_pytorch::run(super::convert_pytorch::Job {
             input: &args.io.input,
             output: &args.io.output,
             dtype: args.dtype,
@@ -84,7 +86,10 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
             sync: !args.io.no_sync,
             json: args.io.json,
             pytorch: args.pytorch,
-        });
+        })?;
+        args.embed
+            .apply(&args.io.output, &args.io.write_options())?;
+        return Ok(written);
     }
     if kind != tensorfile::input::Kind::Safetensors {
         return Err(format!(
@@ -117,6 +122,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         cast,
         &write,
     )?;
+    args.embed.apply(&args.io.output, &write)?;
     let bytes = args.io.output_size()?;
     if args.io.json {
         out(json!({

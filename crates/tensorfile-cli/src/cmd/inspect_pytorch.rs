@@ -8,7 +8,6 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 use tensorfile::Dtype;
 use tensorfile_pytorch::{Checkpoint, Format, LoadOptions};
 
@@ -36,7 +35,10 @@ pub fn run(
     let mut digests = BTreeMap::new();
     if hash {
         for t in ckpt.tensors() {
-            digests.insert(t.name(), hex::encode(Sha256::digest(&t.bytes()?)));
+            digests.insert(
+                t.name(),
+                super::sha256_hex(&super::looking::TorchData::new(t))?,
+            );
         }
     }
     let parameters: u128 = ckpt

@@ -10,8 +10,10 @@ pub mod check;
 pub mod convert;
 pub mod convert_pytorch;
 pub mod dequantize;
+pub mod hash;
 pub mod inspect;
 pub mod inspect_pytorch;
+pub mod looking;
 pub mod merge;
 pub mod quantize;
 pub mod quantized;
@@ -19,6 +21,7 @@ pub mod rewrite;
 pub mod set;
 pub mod shard;
 pub mod validate;
+pub mod verify;
 
 /// The arguments of every command that reads one file and writes another.
 #[derive(clap::Args)]
@@ -114,15 +117,10 @@ pub fn safetensors_input(path: &std::path::Path) -> Result<tensorfile::input::Ki
     }
 }
 
-/// The sha256 of a tensor's bytes, in hex, read a piece at a time.
+/// The sha256 of a tensor's bytes, in hex (the library's one sha256:
+/// `hash --per-tensor` and embedded digests give the same).
 pub fn sha256_hex(t: &impl tensorfile::TensorData) -> Result<String, tensorfile::Error> {
-    use sha2::{Digest, Sha256};
-    let mut hasher = Sha256::new();
-    t.produce(&mut |_, piece| {
-        hasher.update(piece);
-        Ok(())
-    })?;
-    Ok(hex::encode(hasher.finalize()))
+    Ok(tensorfile::digest::tensor_sha256(t)?.hex())
 }
 
 /// A failure that ends a command: exit status 2 for a [`Usage`] error, else 1.

@@ -46,6 +46,8 @@ pub struct Args {
     /// Never quantize tensors whose names match; repeatable; wins over --include.
     #[arg(long, value_name = "GLOB")]
     exclude: Vec<String>,
+    #[command(flatten)]
+    embed: super::hash::EmbedArgs,
 }
 
 /// Quantizes IN into an atomic save of OUT.
@@ -71,6 +73,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     let mut tensors: Vec<_> = input.tensor_data().collect();
     tensors.sort_unstable_by(|a, b| a.info().name.cmp(b.info().name));
     let summary = quantize_file(&args.io.output, &tensors, input.metadata(), &opts)?;
+    args.embed.apply(&args.io.output, &opts.write)?;
     let bytes = args.io.output_size()?;
     if args.io.json {
         out(json!({

@@ -17,6 +17,8 @@ pub struct Args {
     /// bytes (canonical except for the padding). Default: 8, canonical.
     #[arg(long, value_name = "BYTES", default_value = "8", value_parser = parse_align)]
     align: Align,
+    #[command(flatten)]
+    embed: super::hash::EmbedArgs,
 }
 
 fn parse_align(s: &str) -> Result<Align, String> {
@@ -49,6 +51,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         CastOptions::default(),
         &options,
     )?;
+    args.embed.apply(&args.io.output, &options)?;
     let bytes = args.io.output_size()?;
     if args.io.json {
         out(json!({
