@@ -319,3 +319,40 @@ fn a_manifest_of_links_says_it_followed_them() {
         Some(0)
     );
 }
+
+#[test]
+fn embedded_digests_of_a_set_and_of_a_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    // A set in, a set out: each shard records its own tensors.
+    let set = fixtures().join("real/sharded/unet_sharded_safetensors");
+    let out = dir.path().join("set");
+    let o = run(&[&"rewrite", &"--embed-hash", &set, &out]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = run(&[&"verify", &"--json", &out]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    let v = json(&o);
+    let inspect = json(&run(&[&"inspect", &"--json", &set]));
+    assert_eq!(v["count"], inspect["tensors"].as_array().unwrap().len());
+    // One byte of the third shard changed: named by tensor.
+    let shard = out.join("diffusion_pytorch_model-00003-of-00004.safetensors");
+    let mut bytes = fs::read(&shard).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 1;
+    fs::write(&shard, &bytes).unwrap();
+    let o = run(&[&"verify", &"--json", &out]);
+    assert_eq!(o.status.code(), Some(1));
+    let v = json(&o);
+    assert_eq!(v["mismatched"].as_array().unwrap().len(), 1);
+
+    // A PyTorch checkpoint converted with --embed-hash.
+    let ckpt = fixtures().join("pytorch/zip_simple.pt");
+    let st = dir.path().join("from_pt.safetensors");
+    let o = run(&[&"convert", &"--embed-hash", &ckpt, &st]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(run(&[&"verify", &st]).status.code(), Some(0));
+}

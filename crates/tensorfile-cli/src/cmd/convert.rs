@@ -6,18 +6,17 @@
 //! [`super::convert_pytorch`] instead: loaded without executing anything,
 //! then streamed (or cast) the same way.
 //!
-//! The input side is [`open_input`] alone: it turns a path into named
-//! tensors with their bytes. Everything after it (casting, companions of
-//! quantized weights, the streaming atomic save) only sees those tensors.
+//! IN may be a set (a directory or an index): OUT is then a directory
+//! holding the converted set, one output shard per input shard (or cut by
+//! `--max-shard-size`).
 
-use std::path::Path;
 use std::process::ExitCode;
 
 use serde_json::json;
-use tensorfile::cast::{save_converted, CastOptions};
-use tensorfile::source::FileSource;
-use tensorfile::{Dtype, FileTensor, Metadata, ReadOptions, SafeTensors};
+use tensorfile::cast::{convert_plan, CastOptions};
+use tensorfile::Dtype;
 
+use super::inout::{self, Input};
 use super::{out, Failure};
 
 /// Arguments of `convert`.
@@ -44,95 +43,60 @@ pub struct Args {
     embed: super::hash::EmbedArgs,
 }
 
-/// An opened input: what `convert` reads.
-pub struct Input {
-    file: SafeTensors<FileSource>,
-}
-
-impl Input {
-    /// Every tensor: name, dtype, shape, and bytes read on demand.
-    pub fn tensors(&self) -> Vec<FileTensor<'_, FileSource>> {
-        self.file.tensor_data().collect()
-    }
-
-    /// The input's metadata, kept as it is.
-    pub fn metadata(&self) -> Option<&Metadata> {
-        self.file.metadata()
-    }
-}
-
-/// Opens IN: a safetensors file, checked against the format's reader rules
-/// and read with positional reads (a file truncated underneath is an
-/// error naming it, never a signal).
-pub fn open_input(path: &Path, max_header_len: u64) -> Result<Input, Failure> {
-    let read = ReadOptions::default().max_header_len(max_header_len);
-    Ok(Input {
-        file: SafeTensors::open_pread_with(path, &read)?,
-    })
-}
-
-/// Converts IN into an atomic save of OUT, one tensor at a time.
+/// Converts IN (a file or a set) into an atomic save of OUT, one piece of
+/// one tensor at a time.
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
     let kind = super::input_kind(&args.io.input)?;
-    if kind == tensorfile::input::Kind::Pytorch {
-        let written = super::convert_pytorch::run(super::convert_pytorch::Job {
-            input: &args.io.input,
-            output: &args.io.output,
-            dtype: args.dtype,
-            cast: CastOptions {
-                saturate: args.saturate,
-                allow_int: args.allow_int,
-            },
-            sync: !args.io.no_sync,
-            json: args.io.json,
-            pytorch: args.pytorch,
-        })?;
-        args.embed
-            .apply(&args.io.output, &args.io.write_options())?;
-        return Ok(written);
-    }
-    if kind != tensorfile::input::Kind::Safetensors {
-        return Err(format!(
-            "{}: this is {kind}; convert takes a safetensors file or a PyTorch checkpoint",
-            args.io.input.display()
-        )
-        .into());
-    }
-    // An input that cannot be read is that error (exit 1), not a misuse of
-    // the PyTorch options.
-    let input = open_input(&args.io.input, args.io.max_header_len)?;
-    args.pytorch.refuse_for(&args.io.input)?;
-    if args.dtype.is_some() {
-        // Only the canonical rewrite may replace IN.
-        super::refuse_input_as_output(&args.io.output, [&args.io.input])?;
-    }
-    let tensors = input.tensors();
     let cast = CastOptions {
         saturate: args.saturate,
         allow_int: args.allow_int,
     };
-    let write = args.io.write_options();
+    if kind == tensorfile::input::Kind::Pytorch {
+        return super::convert_pytorch::run(super::convert_pytorch::Job {
+            input: &args.io.input,
+            output: &args.io.output,
+            dtype: args.dtype,
+            cast,
+            sync: !args.io.no_sync,
+            json: args.io.json,
+            pytorch: args.pytorch,
+            embed_hash: args.embed.embed_hash,
+        });
+    }
+    // An input that cannot be read is that error (exit 1), not a misuse of
+    // the PyTorch options.
+    let input = Input::open(&args.io.input, &args.io.read_options())?;
+    args.pytorch.refuse_for(&args.io.input)?;
+    if args.dtype.is_some() {
+        // Only the canonical rewrite may replace IN.
+        super::refuse_input_as_output(&args.io.output, input.files())?;
+    }
+    let tensors = input.tensors();
+    let metadata = input.metadata()?;
     // OUT may be IN (a canonical rewrite): the save renames a new inode
     // over the name, and IN's open file keeps reading the old one.
-    let summary = save_converted(
-        &args.io.output,
+    let (plan, summary) = convert_plan(&tensors, metadata.as_ref(), args.dtype, cast)?;
+    let mut written = inout::write(
+        &input,
         &tensors,
-        input.metadata(),
-        args.dtype,
-        cast,
-        &write,
+        &plan,
+        &args.io.output,
+        args.io.max_shard_size,
+        &args.io.write_options(),
+        "convert",
     )?;
-    args.embed.apply(&args.io.output, &write)?;
-    let bytes = args.io.output_size()?;
+    args.embed.apply(&mut written, &args.io.write_options())?;
     if args.io.json {
         out(json!({
             "input": args.io.input,
             "output": args.io.output,
+            "files": written.files,
+            "index": written.index,
             "dtype": args.dtype.map(|d| d.name()),
             "tensors": summary.tensors,
             "cast": summary.cast,
             "companions": summary.companions,
-            "bytes": bytes,
+            "bytes": written.bytes,
         }));
     } else {
         let what = match args.dtype {
@@ -143,8 +107,9 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
             None => format!("{} tensors", summary.tensors),
         };
         out(format_args!(
-            "{}: {what}, {bytes} bytes",
-            args.io.output.display()
+            "{}: {what}, {} bytes",
+            args.io.output.display(),
+            written.bytes
         ));
     }
     Ok(ExitCode::SUCCESS)

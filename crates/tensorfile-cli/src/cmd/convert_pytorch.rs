@@ -145,6 +145,8 @@ pub struct Job<'a> {
     pub json: bool,
     /// The PyTorch options.
     pub pytorch: PytorchArgs,
+    /// Record each tensor's sha256 in OUT's metadata (`--embed-hash`).
+    pub embed_hash: bool,
 }
 
 /// Converts the checkpoint; exit 1 (and no OUT) when it is refused.
@@ -166,22 +168,20 @@ pub fn run(job: Job<'_>) -> Result<ExitCode, Failure> {
         load,
         shared: p.shared,
         keep_values: p.keep_values,
-        write,
+        write: write.clone(),
         dtype: job.dtype,
         cast: job.cast,
     };
     let total: u64 = ckpt.tensors().map(|t| t.nbytes()).sum();
-    let bar = crate::progress::bytes(total, "converting");
+    let bar = crate::progress::Progress::bytes(total, "converting");
     let report = convert_checkpoint(&ckpt, job.output, &options, |p| {
-        if let Some(bar) = &bar {
-            bar.set_length(p.bytes_total);
-            bar.set_position(p.bytes_done);
-        }
+        bar.set(p.bytes_done, p.bytes_total)
     });
-    if let Some(bar) = bar {
-        bar.finish_and_clear();
-    }
+    drop(bar);
     let report = report?;
+    if job.embed_hash {
+        tensorfile::digest::embed_hashes(job.output, &write)?;
+    }
     let (tensors, aliases, cast) = (report.tensors, report.aliases, report.cast);
     let bytes = std::fs::metadata(job.output)
         .map_err(|e| tensorfile::Error::io(job.output, e))?

@@ -14,6 +14,7 @@ use tensorfile::{ReadOptions, SafeTensors, TensorData};
 
 use super::looking::{escape, shown, TorchData};
 use super::{out, Failure, Usage};
+use crate::progress::Progress;
 
 /// Arguments of `hash`.
 #[derive(clap::Args)]
@@ -170,7 +171,14 @@ fn hash_all(args: &Args) -> Result<Vec<Hashed>, Failure> {
         .zip(&starts)
         .map(|(e, s)| (e.path.clone(), s.clone().ok().flatten()))
         .collect();
-    let digests = file_digests(&jobs, &|_| {});
+    let total = jobs
+        .iter()
+        .filter_map(|(p, _)| std::fs::metadata(p).ok())
+        .map(|m| m.len())
+        .sum();
+    let bar = Progress::bytes(total, "hashing");
+    let digests = file_digests(&jobs, &|n| bar.inc(n));
+    drop(bar);
     let mut out = Vec::with_capacity(found.len());
     for (((input, entry), digest), start) in found.into_iter().zip(digests).zip(starts) {
         let digest = digest?;
@@ -294,22 +302,36 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     Ok(code)
 }
 
-/// `--embed-hash` of the commands that write a safetensors file.
+/// `--embed-hash` of the commands that write safetensors.
 #[derive(clap::Args)]
 pub struct EmbedArgs {
-    /// Record every tensor's sha256 in OUT's metadata, under the key
-    /// "tensorfile.sha256" (a JSON object of tensor name to hex digest);
-    /// `tensorfile verify OUT` then names any tensor whose bytes changed.
-    /// OUT is read back and saved once more to do it.
+    /// Record every tensor's sha256 in OUT's metadata (each file's own
+    /// tensors, for a set), under the key "tensorfile.sha256" (a JSON object
+    /// of tensor name to hex digest); `tensorfile verify OUT` then names any
+    /// tensor whose bytes changed. Each file written is read back and saved
+    /// once more (atomically) to do it.
     #[arg(long)]
-    embed_hash: bool,
+    pub embed_hash: bool,
 }
 
 impl EmbedArgs {
-    /// Embeds the digests in `output` when asked to.
-    pub fn apply(&self, output: &Path, write: &tensorfile::WriteOptions) -> Result<(), Failure> {
-        if self.embed_hash {
-            tensorfile::digest::embed_hashes(output, write)?;
+    /// Embeds the digests in every file of `written` when asked to, and
+    /// counts its bytes again.
+    pub fn apply(
+        &self,
+        written: &mut super::inout::Written,
+        write: &tensorfile::WriteOptions,
+    ) -> Result<(), Failure> {
+        if !self.embed_hash {
+            return Ok(());
+        }
+        for f in &written.files {
+            tensorfile::digest::embed_hashes(f, write)?;
+        }
+        written.bytes = 0;
+        for f in written.files.iter().chain(&written.index) {
+            let meta = std::fs::metadata(f).map_err(|e| tensorfile::Error::io(f, e))?;
+            written.bytes += meta.len();
         }
         Ok(())
     }

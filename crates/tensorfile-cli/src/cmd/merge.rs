@@ -36,15 +36,9 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         sync: !args.no_sync,
         ..WriteOptions::default()
     };
-    let bar = crate::progress::bytes(source.data_len(), "merge");
-    let result = merge(&source, &args.output, &options, &|n| {
-        if let Some(bar) = &bar {
-            bar.inc(n);
-        }
-    });
-    if let Some(bar) = &bar {
-        bar.finish_and_clear();
-    }
+    let bar = crate::progress::Progress::bytes(source.data_len(), "merge");
+    let result = merge(&source, &args.output, &options, &|n| bar.inc(n));
+    drop(bar);
     result?;
     if args.json {
         out(json!({

@@ -11,6 +11,7 @@ pub mod convert;
 pub mod convert_pytorch;
 pub mod dequantize;
 pub mod hash;
+pub mod inout;
 pub mod inspect;
 pub mod inspect_pytorch;
 pub mod looking;
@@ -29,10 +30,17 @@ pub struct FileArgs {
     /// The file to read.
     #[arg(value_name = "IN")]
     pub input: PathBuf,
-    /// The file to write (replaced atomically). It may be IN itself only
-    /// for a canonical rewrite.
+    /// The file to write (replaced atomically; it may be IN itself only for
+    /// a canonical rewrite), or the directory to write a set into when IN
+    /// is a set (a directory or an index) or --max-shard-size is given.
     #[arg(value_name = "OUT")]
     pub output: PathBuf,
+    /// Write OUT as a set cut into shards of at most this many data bytes
+    /// (bytes, or decimal KB, MB, GB, TB, as huggingface_hub counts).
+    /// Default for a set: one output shard per input shard, holding the
+    /// same tensors.
+    #[arg(long, value_name = "SIZE", value_parser = tensorfile::reshard::parse_size)]
+    pub max_shard_size: Option<u64>,
     /// Largest header length accepted in IN and written to OUT, in bytes.
     #[arg(long, value_name = "BYTES", default_value_t = tensorfile::DEFAULT_MAX_HEADER_LEN)]
     pub max_header_len: u64,
@@ -58,13 +66,6 @@ impl FileArgs {
             sync: !self.no_sync,
             ..tensorfile::WriteOptions::default()
         }
-    }
-
-    /// The size of OUT once written.
-    pub fn output_size(&self) -> Result<u64, Failure> {
-        let meta =
-            std::fs::metadata(&self.output).map_err(|e| tensorfile::Error::io(&self.output, e))?;
-        Ok(meta.len())
     }
 }
 

@@ -57,15 +57,9 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
             ..WriteOptions::default()
         },
     };
-    let bar = crate::progress::bytes(source.data_len(), "shard");
-    let summary = split(&source, &args.out_dir, &options, &|n| {
-        if let Some(bar) = &bar {
-            bar.inc(n);
-        }
-    });
-    if let Some(bar) = &bar {
-        bar.finish_and_clear();
-    }
+    let bar = crate::progress::Progress::bytes(source.data_len(), "shard");
+    let summary = split(&source, &args.out_dir, &options, &|n| bar.inc(n));
+    drop(bar);
     let summary = summary?;
     if args.json {
         out(json!({

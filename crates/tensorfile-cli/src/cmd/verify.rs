@@ -14,7 +14,7 @@ use tensorfile::digest::{
     check_embedded, embedded_hashes, Manifest, ManifestSource, Sha256Digest, TensorCheck,
     TENSOR_SHA256_KEY,
 };
-use tensorfile::{ReadOptions, SafeTensors};
+use tensorfile::{ReadOptions, ShardedTensors};
 
 use super::hash::{digest_all, entries, inside};
 use super::looking::{comparison, escape, shown};
@@ -124,33 +124,43 @@ fn check_manifest(args: &Args, path: &std::path::Path) -> Result<ExitCode, Failu
 }
 
 fn check_embedded_hashes(args: &Args) -> Result<ExitCode, Failure> {
-    if args.path.is_dir() {
-        return Err(Usage::failure(format_args!(
-            "{}: a directory is checked against a manifest: give --manifest",
-            shown(&args.path)
-        )));
-    }
-    super::safetensors_input(&args.path)?;
-    let file = SafeTensors::open_pread_with(&args.path, &ReadOptions::default())?;
-    let Some(expected) = embedded_hashes(file.metadata())? else {
-        return Err(Usage::failure(format_args!(
-            "{}: no per-tensor digests in its metadata (key {TENSOR_SHA256_KEY:?}, written by --embed-hash); give --sha256 or --manifest",
-            shown(&args.path)
-        )));
-    };
-    let tensors: Vec<_> = file.tensor_data().collect();
-    let checks = check_embedded(&tensors, &expected)?;
+    let kind = super::safetensors_input(&args.path)?;
+    // A file, or every shard of a set: each file's own tensors against the
+    // digests in its own metadata.
+    let set = ShardedTensors::open_pread(&args.path, &ReadOptions::default())?;
     let (mut mismatched, mut missing, mut extra) = (Vec::new(), Vec::new(), Vec::new());
-    for c in checks {
-        match c {
-            TensorCheck::Same(_) => {}
-            TensorCheck::Differs(n, w, g) => mismatched.push((n, w.hex(), g.hex())),
-            TensorCheck::Missing(n) => missing.push(n),
-            TensorCheck::Unrecorded(n) => extra.push(n),
+    let mut checked = 0;
+    for shard in set.shards() {
+        let Some(expected) = embedded_hashes(shard.file().metadata())
+            .map_err(|e| format!("{}: {e}", shown(shard.path())))?
+        else {
+            return Err(Usage::failure(format_args!(
+                "{}: no per-tensor digests in its metadata (key {TENSOR_SHA256_KEY:?}, written by --embed-hash); give --sha256 or --manifest",
+                shown(shard.path())
+            )));
+        };
+        let tensors: Vec<_> = shard.file().tensor_data().collect();
+        checked += tensors.len();
+        // In a set, names are the tensors' (unique across shards); the
+        // missing ones say which file recorded them.
+        let within = |n: String| {
+            if kind.is_set() && set.shards().len() > 1 {
+                format!("{n} (in {})", shard.name())
+            } else {
+                n
+            }
+        };
+        for c in check_embedded(&tensors, &expected)? {
+            match c {
+                TensorCheck::Same(_) => {}
+                TensorCheck::Differs(n, w, g) => mismatched.push((n, w.hex(), g.hex())),
+                TensorCheck::Missing(n) => missing.push(within(n)),
+                TensorCheck::Unrecorded(n) => extra.push(n),
+            }
         }
     }
     let ok = mismatched.is_empty() && missing.is_empty() && extra.is_empty();
-    report(args, ok, mismatched, missing, extra, tensors.len(), None);
+    report(args, ok, mismatched, missing, extra, checked, None);
     Ok(code(ok))
 }
 

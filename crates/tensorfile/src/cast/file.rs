@@ -157,14 +157,14 @@ pub fn convert_plan<'a, T: TensorData>(
         companions: 0,
     };
     let mut plan = Plan::new(metadata.cloned());
-    for (t, target) in tensors.iter().zip(targets) {
+    for (i, (t, target)) in tensors.iter().zip(targets).enumerate() {
         if target.dtype == t.dtype() {
             summary.companions += usize::from(target.companion);
-            plan.copy(t);
+            plan.copy_from(t, i);
             continue;
         }
         summary.cast += 1;
-        let out = plan.declare(TensorSpec::new(t.name(), target.dtype, t.shape()));
+        let out = plan.declare_from(TensorSpec::new(t.name(), target.dtype, t.shape()), i);
         let cast = TensorCast::new(t.name(), t.dtype(), t.shape(), target.dtype, opts)?;
         if !t.seekable() {
             plan.push(vec![out], move |sink: &dyn Sink| {
