@@ -44,6 +44,8 @@ pub mod model;
 pub mod quant;
 pub mod reshard;
 pub mod shard;
+pub mod stats;
+pub mod values;
 
 pub use cast::Decode;
 pub use error::{Error, Result};
