@@ -37,6 +37,7 @@ pub use tensorfile_core::{
 };
 
 pub mod cast;
+pub mod diff;
 pub mod digest;
 pub mod error;
 pub mod input;

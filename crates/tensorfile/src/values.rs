@@ -228,11 +228,12 @@ pub struct Reader<'v, 'a> {
 
 impl Reader<'_, '_> {
     /// Values `start .. start + out.len()` into `out` (`start` a multiple
-    /// of 8, so that packed dtypes start on a whole byte).
+    /// of 8, so that packed dtypes start on a whole byte). Gives the stored
+    /// bytes they were decoded from, for a stored tensor.
     ///
     /// # Errors
     /// A range past the end, or a failed read naming the tensor.
-    pub fn read(&mut self, start: u64, out: &mut [f64]) -> Result<()> {
+    pub fn read(&mut self, start: u64, out: &mut [f64]) -> Result<Option<&[u8]>> {
         let v = self.values;
         let end = start.checked_add(out.len() as u64);
         if end.map_or(true, |e| e > v.len) || start % 8 != 0 {
@@ -241,31 +242,28 @@ impl Reader<'_, '_> {
                 v.name, v.len
             )));
         }
-        match (&v.source, v.stored) {
-            (Source::Quantized(_), _) => self.read_rows(start, out),
-            (src, Stored::Plain(dtype)) => {
-                // Values to elements: C64 has two per element.
-                let (first, count, as_dtype) = if dtype == Dtype::C64 {
-                    (start / 2, out.len() / 2, Dtype::F32)
-                } else {
-                    (start, out.len(), dtype)
-                };
-                let bits = u64::from(dtype.bits());
-                let at = first * bits / 8;
-                let len = (count as u64 * bits).div_ceil(8) as usize;
-                let bytes: &[u8] = match src {
-                    Source::Held(_, all) => {
-                        all.get(at as usize..at as usize + len).ok_or_else(|| {
-                            Error::not_found(format!("{}: not gathered (prepare first)", v.name))
-                        })?
-                    }
-                    Source::Stored(t) => t.bytes_at(at, len, &mut self.bytes)?,
-                    Source::Quantized(_) => &[],
-                };
-                decode(&v.name, as_dtype, bytes, out)
-            }
-            _ => Ok(()),
-        }
+        let Stored::Plain(dtype) = v.stored else {
+            self.read_rows(start, out)?;
+            return Ok(None);
+        };
+        // Values to elements: C64 has two per element.
+        let (first, count, as_dtype) = if dtype == Dtype::C64 {
+            (start / 2, out.len() / 2, Dtype::F32)
+        } else {
+            (start, out.len(), dtype)
+        };
+        let bits = u64::from(dtype.bits());
+        let at = first * bits / 8;
+        let len = (count as u64 * bits).div_ceil(8) as usize;
+        let bytes: &[u8] = match &v.source {
+            Source::Held(_, all) => all.get(at as usize..at as usize + len).ok_or_else(|| {
+                Error::not_found(format!("{}: not gathered (prepare first)", v.name))
+            })?,
+            Source::Stored(t) => t.bytes_at(at, len, &mut self.bytes)?,
+            Source::Quantized(_) => &[],
+        };
+        decode(&v.name, as_dtype, bytes, out)?;
+        Ok(Some(bytes))
     }
 
     /// Values of a quantized weight, from whole rows.

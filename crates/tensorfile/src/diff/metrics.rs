@@ -1,0 +1,204 @@
+//! How far two tensors' values are apart, block by block, combined in
+//! order: the largest absolute and relative differences with their
+//! element indices, sums for the mean absolute difference, the RMS and the
+//! cosine similarity, and the elements beyond a tolerance by numpy's
+//! `isclose` rule with A as the reference.
+
+/// A tolerance: element `i` is within when `|a - b| <= atol + rtol * |a|`
+/// (numpy's `isclose(b, a, rtol, atol)`: A, the first input, is the
+/// reference). NaN against NaN and an infinity against the same infinity
+/// are within (numpy's `equal_nan=True`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Tolerance {
+    /// Absolute.
+    pub atol: f64,
+    /// Relative to |a|.
+    pub rtol: f64,
+}
+
+/// The running figures of a pair of tensors.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Metrics {
+    /// Values compared.
+    pub count: u64,
+    /// Pairs where both values are finite (the differences below are theirs).
+    pub finite: u64,
+    /// The largest |a - b|, and the first element where it is.
+    pub max_abs: (f64, u64),
+    /// The largest |a - b| / |a| over elements where a is not 0, and the
+    /// first element where it is.
+    pub max_rel: (f64, u64),
+    /// Sum of |a - b|.
+    pub sum_abs: f64,
+    /// Sum of (a - b)^2.
+    pub sum_sq: f64,
+    /// Sum of a * b.
+    pub dot: f64,
+    /// Sum of a^2.
+    pub norm_a: f64,
+    /// Sum of b^2.
+    pub norm_b: f64,
+    /// Elements beyond the tolerance (NaN and infinity differences included).
+    pub beyond: u64,
+    /// Elements NaN in A only.
+    pub nan_a: u64,
+    /// Elements NaN in B only.
+    pub nan_b: u64,
+    /// Elements where one side is infinite and the other is not the same
+    /// infinity (nor NaN).
+    pub inf: u64,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics {
+            count: 0,
+            finite: 0,
+            max_abs: (0.0, 0),
+            max_rel: (0.0, 0),
+            sum_abs: 0.0,
+            sum_sq: 0.0,
+            dot: 0.0,
+            norm_a: 0.0,
+            norm_b: 0.0,
+            beyond: 0,
+            nan_a: 0,
+            nan_b: 0,
+            inf: 0,
+        }
+    }
+}
+
+impl Metrics {
+    /// Adds the pairs `a[i], b[i]`, element `base + i`.
+    pub fn add_block(&mut self, a: &[f64], b: &[f64], base: u64, tol: Tolerance) {
+        let mut m = Metrics {
+            count: a.len() as u64,
+            ..Metrics::default()
+        };
+        for (i, (&x, &y)) in a.iter().zip(b).enumerate() {
+            if x.is_finite() && y.is_finite() {
+                let d = (x - y).abs();
+                m.finite += 1;
+                m.sum_abs += d;
+                m.sum_sq += d * d;
+                m.dot += x * y;
+                m.norm_a += x * x;
+                m.norm_b += y * y;
+                if d > m.max_abs.0 {
+                    m.max_abs = (d, base + i as u64);
+                }
+                if x != 0.0 {
+                    let r = d / x.abs();
+                    if r > m.max_rel.0 {
+                        m.max_rel = (r, base + i as u64);
+                    }
+                }
+                if d > tol.atol + tol.rtol * x.abs() {
+                    m.beyond += 1;
+                }
+            } else if x.is_nan() || y.is_nan() {
+                if x.is_nan() != y.is_nan() {
+                    m.beyond += 1;
+                    if x.is_nan() {
+                        m.nan_a += 1;
+                    } else {
+                        m.nan_b += 1;
+                    }
+                }
+            } else if x != y {
+                m.beyond += 1;
+                m.inf += 1;
+            }
+        }
+        self.merge(&m);
+    }
+
+    /// Adds `other` (elements after this one's).
+    pub fn merge(&mut self, other: &Metrics) {
+        self.count += other.count;
+        self.finite += other.finite;
+        // Ties keep the first element (this one's come before).
+        if other.max_abs.0 > self.max_abs.0 {
+            self.max_abs = other.max_abs;
+        }
+        if other.max_rel.0 > self.max_rel.0 {
+            self.max_rel = other.max_rel;
+        }
+        self.sum_abs += other.sum_abs;
+        self.sum_sq += other.sum_sq;
+        self.dot += other.dot;
+        self.norm_a += other.norm_a;
+        self.norm_b += other.norm_b;
+        self.beyond += other.beyond;
+        self.nan_a += other.nan_a;
+        self.nan_b += other.nan_b;
+        self.inf += other.inf;
+    }
+
+    /// The mean |a - b| over finite pairs (0 when none).
+    pub fn mean_abs(&self) -> f64 {
+        if self.finite == 0 {
+            0.0
+        } else {
+            self.sum_abs / self.finite as f64
+        }
+    }
+
+    /// The root mean square of a - b over finite pairs (0 when none).
+    pub fn rms(&self) -> f64 {
+        if self.finite == 0 {
+            0.0
+        } else {
+            (self.sum_sq / self.finite as f64).sqrt()
+        }
+    }
+
+    /// The cosine similarity of A and B (finite pairs): 1 when both are
+    /// all zeros, `None` when only one is.
+    pub fn cosine(&self) -> Option<f64> {
+        match (self.norm_a > 0.0, self.norm_b > 0.0) {
+            (false, false) => Some(1.0),
+            (true, true) => Some(self.dot / (self.norm_a.sqrt() * self.norm_b.sqrt())),
+            _ => None,
+        }
+    }
+
+    /// The share of elements beyond the tolerance.
+    pub fn beyond_share(&self) -> f64 {
+        if self.count == 0 {
+            0.0
+        } else {
+            self.beyond as f64 / self.count as f64
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn figures_of_a_pair() {
+        let tol = Tolerance {
+            atol: 0.0,
+            rtol: 0.01,
+        };
+        let a = [1.0, 2.0, 0.0, f64::NAN, f64::INFINITY, 4.0, f64::NAN];
+        let b = [1.0, 2.1, 0.5, 1.0, f64::INFINITY, 4.0, f64::NAN];
+        let mut m = Metrics::default();
+        m.add_block(&a, &b, 10, tol);
+        assert_eq!(
+            (m.count, m.finite, m.beyond, m.nan_a, m.inf),
+            (7, 4, 3, 1, 0)
+        );
+        assert_eq!(m.max_abs, (0.5, 12));
+        assert!((m.max_rel.0 - 0.05).abs() < 1e-12 && m.max_rel.1 == 11);
+        let mut split = Metrics::default();
+        split.add_block(&a[..3], &b[..3], 10, tol);
+        split.add_block(&a[3..], &b[3..], 13, tol);
+        assert_eq!(split, m);
+        assert!((m.rms() - ((0.01 + 0.25) / 4f64).sqrt()).abs() < 1e-12);
+        assert!(m.cosine().unwrap() < 1.0);
+    }
+}
