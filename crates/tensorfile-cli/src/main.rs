@@ -13,6 +13,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod cmd;
+mod plot;
 mod progress;
 
 /// Read, check and write safetensors files.
@@ -58,6 +59,12 @@ enum Command {
     /// Exit 0 when all match, 1 on any mismatch, 2 when an input cannot be
     /// read.
     Verify(cmd::verify::Args),
+    /// What changed between two models (files, sets, checkpoints), and by
+    /// how much. Exit 0 within tolerance, 1 not, 2 on an error.
+    Diff(cmd::diff::Args),
+    /// Per-tensor and per-layer figures of the values: min, max, mean,
+    /// std, absmax, zeros, NaN, inf, subnormals, histograms, outliers.
+    Stats(cmd::stats::Args),
 }
 
 fn main() -> ExitCode {
@@ -85,6 +92,8 @@ fn main() -> ExitCode {
         Command::Dequantize(args) => cmd::dequantize::run(args),
         Command::Hash(args) => cmd::hash::run(args),
         Command::Verify(args) => cmd::verify::run(args),
+        Command::Diff(args) => cmd::diff::run(args),
+        Command::Stats(args) => cmd::stats::run(args),
     };
     match result {
         Ok(code) => code,

@@ -356,3 +356,35 @@ fn embedded_digests_of_a_set_and_of_a_checkpoint() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(run(&[&"verify", &st]).status.code(), Some(0));
 }
+
+#[test]
+fn digests_of_the_input_are_not_carried_to_other_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = fixtures().join("valid/llama_two_layers_bf16.safetensors");
+    let embedded = dir.path().join("e.safetensors");
+    assert!(run(&[&"rewrite", &"--embed-hash", &input, &embedded])
+        .status
+        .success());
+    // Converted without --embed-hash: the input's digests do not hold for
+    // the new bytes, and are not written.
+    let f16 = dir.path().join("f16.safetensors");
+    assert!(run(&[&"convert", &"--dtype", &"f16", &embedded, &f16])
+        .status
+        .success());
+    let v = json(&run(&[&"inspect", &"--json", &f16]));
+    assert!(v["metadata"].get("tensorfile.sha256").is_none(), "{v}");
+    assert_eq!(run(&[&"verify", &f16]).status.code(), Some(2));
+    // A set whose shards each carry their own digests still reads as one.
+    let set = fixtures().join("real/sharded/unet_sharded_safetensors");
+    let out = dir.path().join("set");
+    assert!(run(&[&"rewrite", &"--embed-hash", &set, &out])
+        .status
+        .success());
+    let o = run(&[&"diff", &set, &out]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}

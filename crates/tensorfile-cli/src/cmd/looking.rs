@@ -128,3 +128,103 @@ impl From<tensorfile_pytorch::Error> for PieceError {
         PieceError::Torch(e)
     }
 }
+
+/// An input opened for looking at its values: a safetensors file or set,
+/// or a PyTorch checkpoint (anything `inspect` takes).
+pub enum Opened {
+    /// A safetensors file or set, read with positional reads.
+    Set {
+        /// The files.
+        set: tensorfile::ShardedTensors,
+        /// The union of their metadata.
+        metadata: Option<tensorfile::Metadata>,
+        /// MLX quantization parameters from the model's config.json.
+        mlx: Option<tensorfile::quant::QuantConfig>,
+    },
+    /// A PyTorch checkpoint.
+    Torch(tensorfile_pytorch::Checkpoint),
+}
+
+/// The `quantization` of the config.json of `input`'s model: in it when it
+/// is a directory, beside it when it is a file or an index.
+pub fn beside_config(input: &Path) -> Result<Option<tensorfile::quant::QuantConfig>, Failure> {
+    let dir = if input.is_dir() {
+        input
+    } else {
+        match input.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        }
+    };
+    let path = dir.join(tensorfile::model::CONFIG_NAME);
+    if !path.is_file() {
+        return Ok(None);
+    }
+    let config = tensorfile::model::read_config(&path)?;
+    tensorfile::quant::QuantConfig::from_config(&config)
+        .map_err(|e| format!("{}: {e}", path.display()).into())
+}
+
+impl Opened {
+    /// Opens `path`, refusing (naming what it is) an input whose values
+    /// cannot be read here.
+    pub fn open(path: &Path) -> Result<Opened, Failure> {
+        use tensorfile::input::Kind;
+        match super::input_kind(path)? {
+            Kind::Safetensors | Kind::SafetensorsSet => {
+                let set =
+                    tensorfile::ShardedTensors::open_pread(path, &tensorfile::ReadOptions::default())?;
+                let m = set.metadata()?;
+                Ok(Opened::Set {
+                    set,
+                    metadata: (!m.is_empty()).then_some(m),
+                    mlx: beside_config(path)?,
+                })
+            }
+            Kind::Pytorch => Ok(Opened::Torch(tensorfile_pytorch::Checkpoint::open(path)?)),
+            other => Err(format!(
+                "{}: this is {other}; this command reads safetensors files and sets and PyTorch checkpoints (`tensorfile convert` turns it into safetensors)",
+                shown(path)
+            )
+            .into()),
+        }
+    }
+
+    /// Every tensor, read on demand.
+    pub fn tensors(&self) -> Vec<Box<dyn tensorfile::TensorData + '_>> {
+        match self {
+            Opened::Set { set, .. } => set
+                .tensor_data()
+                .into_iter()
+                .map(|t| Box::new(t) as Box<dyn tensorfile::TensorData>)
+                .collect(),
+            Opened::Torch(ckpt) => ckpt
+                .tensors()
+                .map(|t| Box::new(TorchData::new(t)) as Box<dyn tensorfile::TensorData>)
+                .collect(),
+        }
+    }
+
+    /// The metadata (none for a checkpoint).
+    pub fn metadata(&self) -> Option<&tensorfile::Metadata> {
+        match self {
+            Opened::Set { metadata, .. } => metadata.as_ref(),
+            Opened::Torch(_) => None,
+        }
+    }
+
+    /// MLX parameters from the model's config.json.
+    pub fn mlx(&self) -> Option<&tensorfile::quant::QuantConfig> {
+        match self {
+            Opened::Set { mlx, .. } => mlx.as_ref(),
+            Opened::Torch(_) => None,
+        }
+    }
+}
+
+/// References to boxed tensors, as the library's catalogs take them.
+pub fn refs<'t>(
+    boxes: &'t [Box<dyn tensorfile::TensorData + 't>],
+) -> Vec<&'t dyn tensorfile::TensorData> {
+    boxes.iter().map(|b| b.as_ref()).collect()
+}

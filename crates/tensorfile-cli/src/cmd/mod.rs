@@ -10,6 +10,7 @@ pub mod check;
 pub mod convert;
 pub mod convert_pytorch;
 pub mod dequantize;
+pub mod diff;
 pub mod hash;
 pub mod inout;
 pub mod inspect;
@@ -21,6 +22,7 @@ pub mod quantized;
 pub mod rewrite;
 pub mod set;
 pub mod shard;
+pub mod stats;
 pub mod validate;
 pub mod verify;
 

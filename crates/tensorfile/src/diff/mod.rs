@@ -19,14 +19,15 @@
 //!
 //! # Default tolerance
 //!
-//! From the coarser stored type of the two (the one whose neighbouring
-//! values are further apart): `rtol` is one unit in the last place at 1.0
-//! (`2^-mantissa bits`: 2^-7 = 0.0078125 for BF16, 2^-10 for F16, 2^-23
-//! for F32, 2^-52 for F64, 2^-3 for F8_E4M3) and `atol` its smallest
-//! normal value (2^-126 for BF16 and F32, 2^-14 for F16), so that a value
-//! and its rounding to that type are within; integers and BOOL compare
-//! exactly (0 and 0). A quantized weight counts as `rtol` `2^(1 - bits)`,
-//! `atol` 0.
+//! From the stored types of the two, so that a value and its rounding to
+//! either type are within: `rtol` is the coarser type's unit in the last
+//! place at 1.0 (`2^-mantissa bits`: 2^-7 = 0.0078125 for BF16, 2^-10 for
+//! F16, 2^-23 for F32, 2^-52 for F64, 2^-3 for F8_E4M3), and `atol` the
+//! larger of the two types' smallest subnormals, the spacing of their
+//! values near zero (2^-24 for F16, 2^-133 for BF16, 2^-149 for F32,
+//! 2^-9 for F8_E4M3). Integers and BOOL compare exactly (0 and 0). A
+//! quantized weight counts as `rtol` `2^(1 - bits)` and adds nothing to
+//! `atol`.
 
 mod metrics;
 pub mod names;
@@ -42,14 +43,11 @@ pub type OnValues<'a> = &'a (dyn Fn(u64) + Sync);
 
 /// The default tolerance of a pair (see the module's documentation).
 pub fn default_tolerance(a: Stored, b: Stored) -> Tolerance {
-    let coarser = if b.epsilon() > a.epsilon() { b } else { a };
+    // The spacing of a type's values near zero: its smallest subnormal.
+    let tiny = |s: Stored| s.smallest_normal().map_or(0.0, |n| n * s.epsilon());
     Tolerance {
-        rtol: coarser.epsilon(),
-        atol: match coarser {
-            Stored::Plain(_) if coarser.epsilon() == 0.0 => 0.0,
-            Stored::Plain(d) => crate::cast::smallest_normal(d).unwrap_or(0.0),
-            Stored::Quantized(..) => 0.0,
-        },
+        rtol: a.epsilon().max(b.epsilon()),
+        atol: tiny(a).max(tiny(b)),
     }
 }
 
