@@ -107,11 +107,20 @@ pub fn digest_all(entries: &[DirFile], data: bool) -> Result<Vec<FileDigest>, Fa
         .zip(starts)
         .map(|(e, s)| (e.path.clone(), s.ok().flatten()))
         .collect();
+    let bar = Progress::bytes(total_size(&jobs), "hashing");
     let mut out = Vec::with_capacity(jobs.len());
-    for got in file_digests(&jobs, &|_| {}) {
+    for got in file_digests(&jobs, &|n| bar.inc(n)) {
         out.push(got?);
     }
     Ok(out)
+}
+
+/// The bytes of every file to hash (for a progress bar).
+fn total_size(jobs: &[(PathBuf, Option<u64>)]) -> u64 {
+    jobs.iter()
+        .filter_map(|(p, _)| std::fs::metadata(p).ok())
+        .map(|m| m.len())
+        .sum()
 }
 
 /// Per-tensor digests of a safetensors file or a PyTorch checkpoint (the
@@ -171,12 +180,7 @@ fn hash_all(args: &Args) -> Result<Vec<Hashed>, Failure> {
         .zip(&starts)
         .map(|(e, s)| (e.path.clone(), s.clone().ok().flatten()))
         .collect();
-    let total = jobs
-        .iter()
-        .filter_map(|(p, _)| std::fs::metadata(p).ok())
-        .map(|m| m.len())
-        .sum();
-    let bar = Progress::bytes(total, "hashing");
+    let bar = Progress::bytes(total_size(&jobs), "hashing");
     let digests = file_digests(&jobs, &|n| bar.inc(n));
     drop(bar);
     let mut out = Vec::with_capacity(found.len());

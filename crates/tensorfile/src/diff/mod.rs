@@ -275,7 +275,7 @@ pub fn diff(
     options: &DiffOptions,
     on_values: OnValues<'_>,
 ) -> Result<Report> {
-    let matched = names::match_names(a, b)?;
+    let matched = names::match_names(a, b, true)?;
     let mut tensors = Vec::with_capacity(matched.pairs.len());
     for (name, ia, ib) in matched.pairs {
         tensors.push(compare(
@@ -301,7 +301,7 @@ pub fn values_to_compare(a: &Catalog<'_>, b: &Catalog<'_>) -> u64 {
         Item::Plain(t) => Values::plain(t).map(|v| v.len()).unwrap_or(0),
         Item::Quantized(w) => c.dequantized(w).map(|v| v.len()).unwrap_or(0),
     };
-    match names::match_names(a, b) {
+    match names::match_names(a, b, false) {
         Ok(m) => m.pairs.iter().map(|(_, ia, _)| len(a, *ia)).sum(),
         Err(_) => 0,
     }

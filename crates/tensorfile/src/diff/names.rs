@@ -50,11 +50,17 @@ fn entries<'c, 'a>(c: &'c Catalog<'a>) -> BTreeMap<String, Item<'c, 'a>> {
     out
 }
 
-/// Pairs the tensors of A and B.
+/// Pairs the tensors of A and B; with `find_moved`, hashes the tensors on
+/// one side only (and those of the other side they may be) to find the
+/// ones that moved.
 ///
 /// # Errors
 /// A failed read while hashing the tensors that may have moved.
-pub fn match_names<'c, 'a>(a: &'c Catalog<'a>, b: &'c Catalog<'a>) -> Result<Matched<'c, 'a>> {
+pub fn match_names<'c, 'a>(
+    a: &'c Catalog<'a>,
+    b: &'c Catalog<'a>,
+    find_moved: bool,
+) -> Result<Matched<'c, 'a>> {
     let (ea, eb) = (entries(a), entries(b));
     let mut pairs = Vec::new();
     let mut only_a: Vec<(String, Item)> = Vec::new();
@@ -90,7 +96,11 @@ pub fn match_names<'c, 'a>(a: &'c Catalog<'a>, b: &'c Catalog<'a>) -> Result<Mat
             only_b.push((name.clone(), *ib));
         }
     }
-    let renamed = moved(&only_a, &ea, &only_b, &eb)?;
+    let renamed = if find_moved {
+        moved(&only_a, &ea, &only_b, &eb)?
+    } else {
+        Vec::new()
+    };
     Ok(Matched {
         pairs,
         only_in_a: only_a.into_iter().map(|(n, _)| n).collect(),

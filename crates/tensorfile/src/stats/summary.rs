@@ -60,6 +60,47 @@ impl Default for Summary {
     }
 }
 
+/// Independent accumulators of the first pass.
+const LANES: usize = 8;
+
+struct Lanes {
+    sum: [f64; LANES],
+    min: [f64; LANES],
+    max: [f64; LANES],
+    finite: [u64; LANES],
+    nan: [u64; LANES],
+    zeros: [u64; LANES],
+    sub: [u64; LANES],
+}
+
+impl Lanes {
+    fn new() -> Lanes {
+        Lanes {
+            sum: [0.0; LANES],
+            min: [f64::INFINITY; LANES],
+            max: [f64::NEG_INFINITY; LANES],
+            finite: [0; LANES],
+            nan: [0; LANES],
+            zeros: [0; LANES],
+            sub: [0; LANES],
+        }
+    }
+
+    #[inline(always)]
+    fn step(&mut self, l: usize, x: f64, normal: f64) {
+        // A comparison of magnitudes (false for NaN): it vectorizes.
+        let a = x.abs();
+        let finite = a < f64::INFINITY;
+        self.sum[l] += if finite { x } else { 0.0 };
+        self.min[l] = self.min[l].min(if finite { x } else { f64::INFINITY });
+        self.max[l] = self.max[l].max(if finite { x } else { f64::NEG_INFINITY });
+        self.finite[l] += u64::from(finite);
+        self.nan[l] += u64::from(x.is_nan());
+        self.zeros[l] += u64::from(a == 0.0);
+        self.sub[l] += u64::from(a < normal && a != 0.0);
+    }
+}
+
 /// Whether `(i, x)` ranks before `(j, y)`: larger magnitude, then lower index.
 fn ranks_before(a: (u64, f64), b: (u64, f64)) -> bool {
     let (x, y) = (a.1.abs(), b.1.abs());
@@ -86,49 +127,64 @@ impl Summary {
             count: values.len() as u64,
             ..Summary::default()
         };
-        let (mut sum, mut min, mut max) = (0.0f64, f64::INFINITY, f64::NEG_INFINITY);
-        let (mut finite, mut zeros, mut nan, mut inf, mut sub) = (0u64, 0u64, 0u64, 0u64, 0u64);
         let normal = normal.unwrap_or(0.0);
-        for &x in values {
-            let a = x.abs();
-            if a.is_finite() {
-                finite += 1;
-                sum += x;
-                min = min.min(x);
-                max = max.max(x);
-                zeros += u64::from(a == 0.0);
-                sub += u64::from(a < normal && a != 0.0);
-            } else if x.is_nan() {
-                nan += 1;
-            } else {
-                inf += 1;
+        // The first pass, branch-free in LANES independent lanes (so that
+        // it vectorizes; the lanes' order is fixed, and so is the result).
+        let mut acc = Lanes::new();
+        let mut chunks = values.chunks_exact(LANES);
+        for c in &mut chunks {
+            for (l, &x) in c.iter().enumerate() {
+                acc.step(l, x, normal);
             }
         }
+        for (l, &x) in chunks.remainder().iter().enumerate() {
+            acc.step(l, x, normal);
+        }
+        let finite: u64 = acc.finite.iter().sum();
+        let nan: u64 = acc.nan.iter().sum();
         block.finite = finite;
-        block.zeros = zeros;
+        block.zeros = acc.zeros.iter().sum();
         block.nan = nan;
-        block.inf = inf;
-        block.subnormal = sub;
+        block.inf = values.len() as u64 - finite - nan;
+        block.subnormal = acc.sub.iter().sum();
         if finite > 0 {
+            let min = acc.min.iter().copied().fold(f64::INFINITY, f64::min);
+            let max = acc.max.iter().copied().fold(f64::NEG_INFINITY, f64::max);
             block.min = min;
             block.max = max;
-            let mean = sum / finite as f64;
+            let mean = acc.sum.iter().sum::<f64>() / finite as f64;
             block.mean = mean;
+            // The second pass, over the block in cache: deviations from
+            // the block's mean.
+            let mut m2 = [0f64; LANES];
+            let mut chunks = values.chunks_exact(LANES);
+            for c in &mut chunks {
+                for (l, &x) in c.iter().enumerate() {
+                    let d = if x.abs() < f64::INFINITY { x - mean } else { 0.0 };
+                    m2[l] += d * d;
+                }
+            }
+            for (l, &x) in chunks.remainder().iter().enumerate() {
+                let d = if x.abs() < f64::INFINITY { x - mean } else { 0.0 };
+                m2[l] += d * d;
+            }
+            block.m2 = m2.iter().sum();
+            // The largest magnitudes: only a block that reaches the ones
+            // kept so far has candidates.
             let absmax = max.abs().max(min.abs());
-            let mut m2 = 0.0;
-            // The second pass, over the block in cache: deviations and the
-            // candidates for the largest magnitudes.
             let floor = self.top.get(TOP - 1).map_or(0.0, |t| t.1.abs());
-            for (i, &x) in values.iter().enumerate() {
-                if x.is_finite() {
-                    let d = x - mean;
-                    m2 += d * d;
-                    if x.abs() >= floor && x.abs() > 0.0 {
+            if absmax >= floor && absmax > 0.0 {
+                let mut bar = floor;
+                for (i, &x) in values.iter().enumerate() {
+                    let a = x.abs();
+                    if a >= bar && a > 0.0 && a.is_finite() {
                         insert_top(&mut block.top, (base + i as u64, x));
+                        if block.top.len() == TOP {
+                            bar = bar.max(block.top[TOP - 1].1.abs());
+                        }
                     }
                 }
             }
-            block.m2 = m2;
             block.histogram.add(values, absmax);
         }
         self.merge(&block);
