@@ -60,44 +60,93 @@ impl Default for Summary {
     }
 }
 
-/// Independent accumulators of the first pass.
-const LANES: usize = 8;
+/// Independent accumulators of the pass over a block (four: one AVX2
+/// register each, eight accumulators in registers).
+const LANES: usize = 4;
 
 struct Lanes {
+    /// Sums of `x - shift` and of its square (the shifted-data rule: the
+    /// shift is a value of the block, so the sums stay small).
     sum: [f64; LANES],
+    sq: [f64; LANES],
     min: [f64; LANES],
     max: [f64; LANES],
-    finite: [u64; LANES],
-    nan: [u64; LANES],
-    zeros: [u64; LANES],
-    sub: [u64; LANES],
+    /// Counts, as f64 (exact far beyond a block's values) so that every
+    /// lane operation has the same width and the loop vectorizes.
+    finite: [f64; LANES],
+    nan: [f64; LANES],
+    zeros: [f64; LANES],
+    sub: [f64; LANES],
 }
 
 impl Lanes {
-    fn new() -> Lanes {
+    /// The pass over a block, branch-free in independent lanes on local
+    /// arrays (what the vectorizer takes).
+    #[inline(always)]
+    fn pass(values: &[f64], normal: f64, shift: f64) -> Lanes {
+        let mut sum = [0.0; LANES];
+        let mut sq = [0.0; LANES];
+        let mut min = [f64::INFINITY; LANES];
+        let mut max = [f64::NEG_INFINITY; LANES];
+        let mut finite = [0.0; LANES];
+        let mut nan = [0.0; LANES];
+        let mut zeros = [0.0; LANES];
+        let mut sub = [0.0; LANES];
+        let mut step = |l: usize, x: f64| {
+            // A comparison of magnitudes (false for NaN): it vectorizes.
+            let a = x.abs();
+            let f = a < f64::INFINITY;
+            let d = if f { x - shift } else { 0.0 };
+            sum[l] += d;
+            sq[l] += d * d;
+            // `&`, not `&&`: no branch, so that the lanes vectorize.
+            min[l] = if f & (x < min[l]) { x } else { min[l] };
+            max[l] = if f & (x > max[l]) { x } else { max[l] };
+            finite[l] += if f { 1.0 } else { 0.0 };
+            nan[l] += if a.is_nan() { 1.0 } else { 0.0 };
+            zeros[l] += if a == 0.0 { 1.0 } else { 0.0 };
+            sub[l] += if (a < normal) & (a != 0.0) { 1.0 } else { 0.0 };
+        };
+        let mut chunks = values.chunks_exact(LANES);
+        for c in &mut chunks {
+            for (l, &x) in c.iter().enumerate() {
+                step(l, x);
+            }
+        }
+        for (l, &x) in chunks.remainder().iter().enumerate() {
+            step(l, x);
+        }
         Lanes {
-            sum: [0.0; LANES],
-            min: [f64::INFINITY; LANES],
-            max: [f64::NEG_INFINITY; LANES],
-            finite: [0; LANES],
-            nan: [0; LANES],
-            zeros: [0; LANES],
-            sub: [0; LANES],
+            sum,
+            sq,
+            min,
+            max,
+            finite,
+            nan,
+            zeros,
+            sub,
         }
     }
 
-    #[inline(always)]
-    fn step(&mut self, l: usize, x: f64, normal: f64) {
-        // A comparison of magnitudes (false for NaN): it vectorizes.
-        let a = x.abs();
-        let finite = a < f64::INFINITY;
-        self.sum[l] += if finite { x } else { 0.0 };
-        self.min[l] = self.min[l].min(if finite { x } else { f64::INFINITY });
-        self.max[l] = self.max[l].max(if finite { x } else { f64::NEG_INFINITY });
-        self.finite[l] += u64::from(finite);
-        self.nan[l] += u64::from(x.is_nan());
-        self.zeros[l] += u64::from(a == 0.0);
-        self.sub[l] += u64::from(a < normal && a != 0.0);
+    /// [`Lanes::pass`] compiled with AVX2 enabled (the same operations in
+    /// the same order: the same result).
+    ///
+    /// # Safety
+    /// The CPU must support AVX2.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn pass_avx2(values: &[f64], normal: f64, shift: f64) -> Lanes {
+        Lanes::pass(values, normal, shift)
+    }
+
+    /// The pass, on AVX2 when the CPU has it.
+    fn run(values: &[f64], normal: f64, shift: f64) -> Lanes {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU has AVX2, checked just above.
+            return unsafe { Lanes::pass_avx2(values, normal, shift) };
+        }
+        Lanes::pass(values, normal, shift)
     }
 }
 
@@ -128,47 +177,30 @@ impl Summary {
             ..Summary::default()
         };
         let normal = normal.unwrap_or(0.0);
-        // The first pass, branch-free in LANES independent lanes (so that
-        // it vectorizes; the lanes' order is fixed, and so is the result).
-        let mut acc = Lanes::new();
-        let mut chunks = values.chunks_exact(LANES);
-        for c in &mut chunks {
-            for (l, &x) in c.iter().enumerate() {
-                acc.step(l, x, normal);
-            }
-        }
-        for (l, &x) in chunks.remainder().iter().enumerate() {
-            acc.step(l, x, normal);
-        }
-        let finite: u64 = acc.finite.iter().sum();
-        let nan: u64 = acc.nan.iter().sum();
+        // One pass for the counts, extremes and moments (about a value of
+        // the block, so that the sum of squares keeps its precision).
+        let shift = values
+            .iter()
+            .copied()
+            .find(|x| x.is_finite())
+            .unwrap_or(0.0);
+        let acc = Lanes::run(values, normal, shift);
+        let count = |c: &[f64; LANES]| c.iter().sum::<f64>() as u64;
+        let (finite, nan) = (count(&acc.finite), count(&acc.nan));
         block.finite = finite;
-        block.zeros = acc.zeros.iter().sum();
+        block.zeros = count(&acc.zeros);
         block.nan = nan;
         block.inf = values.len() as u64 - finite - nan;
-        block.subnormal = acc.sub.iter().sum();
+        block.subnormal = count(&acc.sub);
         if finite > 0 {
             let min = acc.min.iter().copied().fold(f64::INFINITY, f64::min);
             let max = acc.max.iter().copied().fold(f64::NEG_INFINITY, f64::max);
             block.min = min;
             block.max = max;
-            let mean = acc.sum.iter().sum::<f64>() / finite as f64;
-            block.mean = mean;
-            // The second pass, over the block in cache: deviations from
-            // the block's mean.
-            let mut m2 = [0f64; LANES];
-            let mut chunks = values.chunks_exact(LANES);
-            for c in &mut chunks {
-                for (l, &x) in c.iter().enumerate() {
-                    let d = if x.abs() < f64::INFINITY { x - mean } else { 0.0 };
-                    m2[l] += d * d;
-                }
-            }
-            for (l, &x) in chunks.remainder().iter().enumerate() {
-                let d = if x.abs() < f64::INFINITY { x - mean } else { 0.0 };
-                m2[l] += d * d;
-            }
-            block.m2 = m2.iter().sum();
+            let n = finite as f64;
+            let (sum, sq) = (acc.sum.iter().sum::<f64>(), acc.sq.iter().sum::<f64>());
+            block.mean = shift + sum / n;
+            block.m2 = (sq - sum * sum / n).max(0.0);
             // The largest magnitudes: only a block that reaches the ones
             // kept so far has candidates.
             let absmax = max.abs().max(min.abs());
@@ -185,7 +217,10 @@ impl Summary {
                     }
                 }
             }
-            block.histogram.add(values, absmax);
+            // Counted straight into this one's bins (exact, in any order).
+            self.merge(&block);
+            self.histogram.add(values, absmax);
+            return;
         }
         self.merge(&block);
     }
