@@ -3,33 +3,24 @@
 
 use std::ffi::OsStr;
 use std::fs;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
+use std::process::Output;
+use tensorfile_testkit::{fixture, stderr};
 
 use serde_json::Value;
 use tensorfile::cast::{cast_tensor, CastOptions};
 use tensorfile::{Dtype, SafeTensors};
 
-fn fixture(rel: &str) -> PathBuf {
-    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures")).join(rel)
-}
-
 fn tensorfile(args: &[&OsStr]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tensorfile"))
-        .args(args)
-        .arg("--no-sync")
-        .output()
-        .unwrap()
+    let mut all: Vec<&OsStr> = args.to_vec();
+    all.push(OsStr::new("--no-sync"));
+    tensorfile_testkit::run(env!("CARGO_BIN_EXE_tensorfile"), all)
 }
 
 fn convert(input: &Path, output: &Path, extra: &[&str]) -> Output {
     let mut args: Vec<&OsStr> = vec!["convert".as_ref(), input.as_os_str(), output.as_os_str()];
     args.extend(extra.iter().map(|a| OsStr::new(*a)));
     tensorfile(&args)
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
 #[test]
@@ -136,11 +127,12 @@ fn refusals_exit_1_and_leave_no_output() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out.safetensors");
     let src = fixture("valid/minimal_bf16.safetensors");
+    // An integer target without --allow-int is a usage error naming the flag.
     let o = convert(&src, &out, &["--dtype", "i8"]);
-    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(o.status.code(), Some(2));
     let err = stderr(&o);
     assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(err.contains("allow_int"), "{err}");
+    assert!(err.contains("--allow-int"), "{err}");
     assert!(!out.exists());
     // A value that does not fit, found while writing: the old OUT survives.
     fs::write(&out, b"old").unwrap();

@@ -4,15 +4,12 @@
 //! statuses 0/1/2, and embedded per-tensor digests naming a corrupted tensor.
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-
-fn fixtures() -> PathBuf {
-    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures")).to_path_buf()
-}
+use tensorfile_testkit::fixtures;
 
 fn run(args: &[&dyn AsRef<std::ffi::OsStr>]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_tensorfile"))

@@ -4,15 +4,12 @@
 //! PNG with the expected series.
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 use serde_json::Value;
 use tensorfile::{serialize, Dtype, Metadata, TensorRef};
-
-fn fixtures() -> PathBuf {
-    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures")).to_path_buf()
-}
+use tensorfile_testkit::fixtures;
 
 fn run_env(env: &[(&str, &str)], args: &[&dyn AsRef<std::ffi::OsStr>]) -> Output {
     let mut c = Command::new(env!("CARGO_BIN_EXE_tensorfile"));
@@ -235,7 +232,11 @@ fn diff_names_moves_metadata_and_errors() {
     let missing = dir.path().join("missing.safetensors");
     let o = run(&[&"diff", &"--json", &a, &missing]);
     assert_eq!(o.status.code(), Some(2));
-    assert_eq!(json(&o)["verdict"], "error");
+    let v = json(&o);
+    assert_eq!(v["verdict"], "error");
+    assert!(v["file"].as_str().unwrap().ends_with("missing.safetensors"));
+    let o = run(&[&"diff", &a, &missing]);
+    assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("missing.safetensors"));
     let bad = dir.path().join("bad.safetensors");
     fs::write(&bad, b"\x05\0\0\0\0\0\0\0{}").unwrap();

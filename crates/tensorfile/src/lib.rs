@@ -36,12 +36,14 @@ pub use tensorfile_core::{
     WriteError, WriteOptions, DEFAULT_MAX_HEADER_LEN,
 };
 
+mod bits;
 pub mod cast;
 pub mod diff;
 pub mod digest;
 pub mod error;
 pub mod input;
 pub mod model;
+pub mod pytorch;
 pub mod quant;
 pub mod reshard;
 pub mod shard;
@@ -49,6 +51,6 @@ pub mod stats;
 pub mod values;
 
 pub use cast::Decode;
-pub use error::{Error, Result};
+pub use error::{Error, ParseError, Result};
 pub use model::Contract;
 pub use shard::{ShardError, ShardedTensors};

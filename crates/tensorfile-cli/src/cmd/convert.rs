@@ -2,13 +2,14 @@
 //! the float tensors of a file to one dtype, or (without `--dtype`) write
 //! the canonical file.
 //!
-//! A PyTorch checkpoint as IN (`.pt`, `.pth`, `.bin`) goes through
-//! [`super::convert_pytorch`] instead: loaded without executing anything,
-//! then streamed (or cast) the same way.
+//! A PyTorch checkpoint as IN (`.pt`, `.pth`, `.bin`), or a sharded `.bin`
+//! set (`pytorch_model.bin.index.json`, diffusers' own, or the directory
+//! holding one), goes through [`super::convert_pytorch`] instead: loaded
+//! without executing anything, then streamed (or cast) the same way.
 //!
 //! IN may be a set (a directory or an index): OUT is then a directory
 //! holding the converted set, one output shard per input shard (or cut by
-//! `--max-shard-size`).
+//! `--max-shard-size`), for safetensors and `.bin` sets alike.
 
 use std::process::ExitCode;
 
@@ -37,29 +38,52 @@ pub struct Args {
     /// not fit refuses the conversion.
     #[arg(long)]
     allow_int: bool,
+    /// Refuse the conversion (exit 1, nothing written) when a value would
+    /// overflow to infinity, become NaN, saturate or flush to zero; without
+    /// it, each tensor that lost values is reported on a warning line.
+    #[arg(long)]
+    strict: bool,
     #[command(flatten)]
     pytorch: super::convert_pytorch::PytorchArgs,
     #[command(flatten)]
     embed: super::hash::EmbedArgs,
 }
 
+impl Args {
+    /// The input errors are reported against, and whether as JSON.
+    pub fn report_to(&self) -> (Option<&std::path::Path>, bool) {
+        self.io.report_to()
+    }
+}
+
 /// Converts IN (a file or a set) into an atomic save of OUT, one piece of
 /// one tensor at a time.
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
+    if let Some(d) = args.dtype.filter(|d| d.is_int() && !args.allow_int) {
+        return Err(super::Usage::failure(format_args!(
+            "--dtype {d} is an integer dtype: add --allow-int to cast to it"
+        )));
+    }
     let kind = super::input_kind(&args.io.input)?;
     let cast = CastOptions {
         saturate: args.saturate,
         allow_int: args.allow_int,
+        strict: args.strict,
     };
-    if kind == tensorfile::input::Kind::Pytorch {
+    if matches!(
+        kind,
+        tensorfile::input::Kind::Pytorch | tensorfile::input::Kind::PytorchSet
+    ) {
         return super::convert_pytorch::run(super::convert_pytorch::Job {
             input: &args.io.input,
+            set: kind.is_set(),
             output: &args.io.output,
             dtype: args.dtype,
             cast,
             sync: !args.io.no_sync,
             json: args.io.json,
             pytorch: args.pytorch,
+            max_shard_size: args.io.max_shard_size,
             embed_hash: args.embed.embed_hash,
         });
     }
@@ -85,6 +109,8 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         &args.io.write_options(),
         "convert",
     )?;
+    let losses = summary.losses();
+    super::losses::report(&args.io.output, &losses);
     args.embed.apply(&mut written, &args.io.write_options())?;
     if args.io.json {
         out(json!({
@@ -97,6 +123,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
             "cast": summary.cast,
             "companions": summary.companions,
             "bytes": written.bytes,
+            "losses": super::losses::json(&losses),
         }));
     } else {
         let what = match args.dtype {

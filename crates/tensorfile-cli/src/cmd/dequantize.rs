@@ -45,6 +45,13 @@ pub struct Args {
     mode: Option<Mode>,
 }
 
+impl Args {
+    /// The input errors are reported against, and whether as JSON.
+    pub fn report_to(&self) -> (Option<&std::path::Path>, bool) {
+        self.io.report_to()
+    }
+}
+
 /// The MLX parameters given from outside the file, if any.
 fn given_params(args: &Args) -> Result<Option<QuantConfig>, Failure> {
     if let Some(path) = &args.config {

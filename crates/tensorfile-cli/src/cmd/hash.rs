@@ -12,7 +12,7 @@ use tensorfile::digest::{
 };
 use tensorfile::{ReadOptions, SafeTensors, TensorData};
 
-use super::looking::{escape, shown, TorchData};
+use super::looking::{escape, shown};
 use super::{out, Failure, Usage};
 use crate::progress::Progress;
 
@@ -141,8 +141,8 @@ fn per_tensor(path: &Path) -> Result<Option<Vec<(String, Sha256Digest)>>, Failur
             named(&tensors).map(Some)
         }
         tensorfile::input::Kind::Pytorch => {
-            let ckpt = tensorfile_pytorch::Checkpoint::open(path)?;
-            let tensors: Vec<_> = ckpt.tensors().map(TorchData::new).collect();
+            let ckpt = tensorfile::pytorch::Checkpoint::open(path)?;
+            let tensors: Vec<_> = ckpt.tensors().collect();
             named(&tensors).map(Some)
         }
         _ => Ok(None),
@@ -225,6 +225,19 @@ fn write_manifest(dir: &Path, manifest_path: &Path, hashed: &[Hashed]) -> Result
     file.write_all_at(text.as_bytes(), 0)?;
     file.commit(true)?;
     Ok(())
+}
+
+impl Args {
+    /// The input errors are reported against, and whether as JSON.
+    pub fn report_to(&self) -> (Option<&Path>, bool) {
+        (
+            self.paths
+                .first()
+                .map(PathBuf::as_path)
+                .filter(|_| self.paths.len() == 1),
+            self.json,
+        )
+    }
 }
 
 /// Hashes the inputs; exit 1 when one cannot be read, or when a
@@ -326,17 +339,26 @@ impl EmbedArgs {
         written: &mut super::inout::Written,
         write: &tensorfile::WriteOptions,
     ) -> Result<(), Failure> {
-        if !self.embed_hash {
-            return Ok(());
-        }
-        for f in &written.files {
-            tensorfile::digest::embed_hashes(f, write)?;
-        }
-        written.bytes = 0;
-        for f in written.files.iter().chain(&written.index) {
-            let meta = std::fs::metadata(f).map_err(|e| tensorfile::Error::io(f, e))?;
-            written.bytes += meta.len();
+        if self.embed_hash {
+            embed_into(written, write)?;
         }
         Ok(())
     }
+}
+
+/// Embeds each file's per-tensor digests in every file of `written`, and
+/// counts its bytes again.
+pub fn embed_into(
+    written: &mut super::inout::Written,
+    write: &tensorfile::WriteOptions,
+) -> Result<(), Failure> {
+    for f in &written.files {
+        tensorfile::digest::embed_hashes(f, write)?;
+    }
+    written.bytes = 0;
+    for f in written.files.iter().chain(&written.index) {
+        let meta = std::fs::metadata(f).map_err(|e| tensorfile::Error::io(f, e))?;
+        written.bytes += meta.len();
+    }
+    Ok(())
 }

@@ -27,6 +27,13 @@ pub struct Args {
     json: bool,
 }
 
+impl Args {
+    /// The input errors are reported against, and whether as JSON.
+    pub fn report_to(&self) -> (Option<&std::path::Path>, bool) {
+        (Some(&self.input), self.json)
+    }
+}
+
 /// Validates the set, then streams every tensor into OUT.
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
     super::safetensors_input(&args.input)?;

@@ -50,6 +50,13 @@ pub struct Args {
     embed: super::hash::EmbedArgs,
 }
 
+impl Args {
+    /// The input errors are reported against, and whether as JSON.
+    pub fn report_to(&self) -> (Option<&std::path::Path>, bool) {
+        self.io.report_to()
+    }
+}
+
 /// Quantizes IN into an atomic save of OUT.
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
     let mut scheme =

@@ -22,6 +22,13 @@ pub struct Args {
     embed: super::hash::EmbedArgs,
 }
 
+impl Args {
+    /// The input errors are reported against, and whether as JSON.
+    pub fn report_to(&self) -> (Option<&std::path::Path>, bool) {
+        self.io.report_to()
+    }
+}
+
 fn parse_align(s: &str) -> Result<Align, String> {
     s.parse::<u64>()
         .ok()

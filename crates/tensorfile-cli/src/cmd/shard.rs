@@ -36,6 +36,13 @@ pub struct Args {
     json: bool,
 }
 
+impl Args {
+    /// The input errors are reported against, and whether as JSON.
+    pub fn report_to(&self) -> (Option<&std::path::Path>, bool) {
+        (Some(&self.input), self.json)
+    }
+}
+
 fn parse_prefix(s: &str) -> Result<String, String> {
     if s.is_empty() || s.contains(['/', '\\', '\0']) || s == "." || s == ".." {
         Err(format!("`{s}` is not a file name prefix"))

@@ -46,6 +46,13 @@ pub struct Args {
     json: bool,
 }
 
+impl Args {
+    /// The input errors are reported against, and whether as JSON.
+    pub fn report_to(&self) -> (Option<&std::path::Path>, bool) {
+        (Some(&self.file), self.json)
+    }
+}
+
 /// Summarizes FILE; exit 1 when it cannot be read.
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
     if !(args.outlier_ratio > 0.0 && args.outlier_ratio.is_finite()) {

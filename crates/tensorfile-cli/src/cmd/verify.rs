@@ -41,7 +41,15 @@ pub struct Args {
 
 /// Checks; see the module's exit statuses.
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
-    comparison(|| check(args))
+    let (path, json) = (args.path.clone(), args.json);
+    comparison(Some(&path), json, || check(args))
+}
+
+impl Args {
+    /// The input errors are reported against, and whether as JSON.
+    pub fn report_to(&self) -> (Option<&std::path::Path>, bool) {
+        (Some(&self.path), self.json)
+    }
 }
 
 fn check(args: Args) -> Result<ExitCode, Failure> {

@@ -37,4 +37,4 @@ pub use manifest::{
     Check, Manifest, ManifestSource, PAYLOAD_TYPE, PREDICATE_TYPE, PREDICATE_TYPE_V0_1,
     STATEMENT_TYPE,
 };
-pub use sha::{tensor_sha256, Hasher, Sha256Digest};
+pub use sha::{tensor_sha256, tensor_sha256_counted, Hasher, Sha256Digest};

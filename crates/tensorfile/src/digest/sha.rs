@@ -103,9 +103,22 @@ impl Hasher {
 /// # Errors
 /// A failed read, naming the file.
 pub fn tensor_sha256<T: TensorData + ?Sized>(t: &T) -> Result<Sha256Digest> {
+    tensor_sha256_counted(t, &|_| {})
+}
+
+/// [`tensor_sha256`], telling `on_bytes` of each piece hashed (what a
+/// progress bar counts).
+///
+/// # Errors
+/// A failed read, naming the file.
+pub fn tensor_sha256_counted<T: TensorData + ?Sized>(
+    t: &T,
+    on_bytes: &(dyn Fn(u64) + Sync),
+) -> Result<Sha256Digest> {
     let mut hasher = Hasher::new();
     t.produce(&mut |_, piece| {
         hasher.update(piece);
+        on_bytes(piece.len() as u64);
         Ok(())
     })?;
     Ok(hasher.finish())
