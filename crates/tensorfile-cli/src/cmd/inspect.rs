@@ -90,7 +90,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     let data_start = header.data_start();
     let misaligned = header
         .tensors()
-        .filter(|t| (data_start + t.data_offsets.0) % natural_alignment(t.dtype) != 0)
+        .filter(|t| !(data_start + t.data_offsets.0).is_multiple_of(natural_alignment(t.dtype)))
         .count();
     let parameters: u128 = header.tensors().map(|t| t.numel() as u128).sum();
     let mut per_dtype: BTreeMap<Dtype, (usize, u64)> = BTreeMap::new();
