@@ -346,7 +346,7 @@ fn stats_figures_groups_outliers_and_threads() {
     let dir = tempfile::tempdir().unwrap();
     let f = dir.path().join("m.safetensors");
     let mut special = vec![1.0f32, -2.0, 0.0, -0.0, f32::NAN, f32::INFINITY, 1e-40, 3.0];
-    special.extend(std::iter::repeat(0.5).take(8));
+    special.extend(std::iter::repeat_n(0.5, 8));
     // Two layers of one group; layer 1 has an outlier; one tensor big
     // enough for several tasks.
     let mut l1 = pseudo(4096, 3);

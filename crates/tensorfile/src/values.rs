@@ -237,7 +237,7 @@ impl Reader<'_, '_> {
     pub fn read(&mut self, start: u64, out: &mut [f64]) -> Result<Option<&[u8]>> {
         let v = self.values;
         let end = start.checked_add(out.len() as u64);
-        if end.map_or(true, |e| e > v.len) || start % 8 != 0 {
+        if end.is_none_or(|e| e > v.len) || !start.is_multiple_of(8) {
             return Err(Error::not_found(format!(
                 "{}: values {start}.. of {} asked",
                 v.name, v.len
