@@ -13,6 +13,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod cmd;
+mod plot;
 mod progress;
 
 /// Read, check and write safetensors files.
@@ -49,6 +50,21 @@ enum Command {
     Quantize(cmd::quantize::Args),
     /// Turn quantized weights (int4, MLX) back into floats.
     Dequantize(cmd::dequantize::Args),
+    /// sha256 of files (the Hub's LFS object id), of safetensors data
+    /// sections (ModelSpec's hash_sha256) and of tensors; write a
+    /// model-signing manifest of a directory.
+    Hash(cmd::hash::Args),
+    /// Check a directory against a manifest or model-signing bundle, a file
+    /// against a sha256, or a file against its embedded per-tensor digests.
+    /// Exit 0 when all match, 1 on any mismatch, 2 when an input cannot be
+    /// read.
+    Verify(cmd::verify::Args),
+    /// What changed between two models (files, sets, checkpoints), and by
+    /// how much. Exit 0 within tolerance, 1 not, 2 on an error.
+    Diff(cmd::diff::Args),
+    /// Per-tensor and per-layer figures of the values: min, max, mean,
+    /// std, absmax, zeros, NaN, inf, subnormals, histograms, outliers.
+    Stats(cmd::stats::Args),
 }
 
 impl Command {
@@ -65,6 +81,10 @@ impl Command {
             Command::Convert(a) => a.report_to(),
             Command::Quantize(a) => a.report_to(),
             Command::Dequantize(a) => a.report_to(),
+            Command::Hash(a) => a.report_to(),
+            Command::Verify(a) => a.report_to(),
+            Command::Diff(a) => a.report_to(),
+            Command::Stats(a) => a.report_to(),
         };
         (file.map(|f| f.to_path_buf()), json)
     }
@@ -94,6 +114,10 @@ fn main() -> ExitCode {
         Command::Convert(args) => cmd::convert::run(args),
         Command::Quantize(args) => cmd::quantize::run(args),
         Command::Dequantize(args) => cmd::dequantize::run(args),
+        Command::Hash(args) => cmd::hash::run(args),
+        Command::Verify(args) => cmd::verify::run(args),
+        Command::Diff(args) => cmd::diff::run(args),
+        Command::Stats(args) => cmd::stats::run(args),
     };
     match result {
         Ok(code) => code,

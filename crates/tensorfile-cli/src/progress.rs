@@ -26,6 +26,23 @@ impl Progress {
         Progress(Some(bar))
     }
 
+    /// A bar for `total` values of work called `what` (values read,
+    /// compared or summarized).
+    pub fn values(total: u64, what: &str) -> Progress {
+        if !std::io::stderr().is_terminal() {
+            return Progress(None);
+        }
+        let bar = ProgressBar::new(total);
+        let style = ProgressStyle::with_template(
+            "{msg} {wide_bar} {human_pos}/{human_len} values {per_sec} {eta}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> ");
+        bar.set_style(style);
+        bar.set_message(what.to_string());
+        Progress(Some(bar))
+    }
+
     /// Adds `n` bytes done (from any thread).
     pub fn inc(&self, n: u64) {
         if let Some(bar) = &self.0 {

@@ -38,13 +38,19 @@ pub use tensorfile_core::{
 
 mod bits;
 pub mod cast;
+pub mod diff;
+pub mod digest;
 pub mod error;
+pub mod gguf;
 pub mod input;
 pub mod model;
+pub mod npz;
 pub mod pytorch;
 pub mod quant;
 pub mod reshard;
 pub mod shard;
+pub mod stats;
+pub mod values;
 
 pub use cast::Decode;
 pub use error::{Error, ParseError, Result};

@@ -53,6 +53,8 @@ pub struct Args {
     gguf: super::gguf::GgufArgs,
     #[command(flatten)]
     npz: super::npz::NpzArgs,
+    #[command(flatten)]
+    embed: super::hash::EmbedArgs,
 }
 
 impl Args {
@@ -82,6 +84,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
             args.pytorch.refuse_for(&args.io.input)?;
         }
         args.npz.refuse_for(&args.io.output)?;
+        args.embed.refuse_for("GGUF conversions")?;
         return super::gguf::convert(kind, &args.io, args.dtype, &args.gguf);
     }
     args.gguf.refuse_for(&args.io.input)?;
@@ -89,6 +92,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         if !pytorch_in {
             args.pytorch.refuse_for(&args.io.input)?;
         }
+        args.embed.refuse_for("numpy conversions")?;
         return super::npz::convert(kind, &args.io, args.dtype, cast, &args.npz);
     }
     args.npz.refuse_for(&args.io.output)?;
@@ -103,6 +107,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
             json: args.io.json,
             pytorch: args.pytorch,
             max_shard_size: args.io.max_shard_size,
+            embed_hash: args.embed.embed_hash,
         });
     }
     // An input that cannot be read is that error (exit 1), not a misuse of
@@ -118,7 +123,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     // OUT may be IN (a canonical rewrite): the save renames a new inode
     // over the name, and IN's open file keeps reading the old one.
     let (plan, summary) = convert_plan(&tensors, metadata.as_ref(), args.dtype, cast)?;
-    let written = inout::write(
+    let mut written = inout::write(
         &input,
         &tensors,
         &plan,
@@ -129,6 +134,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     )?;
     let losses = summary.losses();
     super::losses::report(&args.io.output, &losses);
+    args.embed.apply(&mut written, &args.io.write_options())?;
     if args.io.json {
         out(json!({
             "input": args.io.input,

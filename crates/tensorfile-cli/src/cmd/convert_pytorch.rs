@@ -156,6 +156,8 @@ pub struct Job<'a> {
     pub pytorch: PytorchArgs,
     /// Write OUT as a set cut into shards of at most this many bytes.
     pub max_shard_size: Option<u64>,
+    /// Record each tensor's sha256 in OUT's metadata (`--embed-hash`).
+    pub embed_hash: bool,
 }
 
 impl Job<'_> {
@@ -229,7 +231,7 @@ fn run_checkpoint(mut job: Job<'_>, input: &Path) -> Result<ExitCode, Failure> {
         shards: 1,
         prefix: "model".into(),
     };
-    let written = inout::write_to(
+    let mut written = inout::write_to(
         &layout,
         &plan,
         job.output,
@@ -237,6 +239,9 @@ fn run_checkpoint(mut job: Job<'_>, input: &Path) -> Result<ExitCode, Failure> {
         &options.write,
         "converting",
     )?;
+    if job.embed_hash {
+        super::hash::embed_into(&mut written, &options.write)?;
+    }
     let counts = Counts {
         tensors: report.tensors,
         aliases: report.aliases,
@@ -278,7 +283,7 @@ fn run_set(mut job: Job<'_>, index: &Path) -> Result<ExitCode, Failure> {
         shards: planned.shards,
         prefix: planned.prefix.into(),
     };
-    let written = inout::write_to(
+    let mut written = inout::write_to(
         &layout,
         &planned.plan,
         job.output,
@@ -286,6 +291,9 @@ fn run_set(mut job: Job<'_>, index: &Path) -> Result<ExitCode, Failure> {
         &options.write,
         "converting",
     )?;
+    if job.embed_hash {
+        super::hash::embed_into(&mut written, &options.write)?;
+    }
     let r = &planned.report;
     let counts = Counts {
         tensors: r.tensors,

@@ -66,28 +66,10 @@ fn given_params(args: &Args) -> Result<Option<QuantConfig>, Failure> {
     let (bits, group_size) = match (args.bits, args.group_size, mode.fixed()) {
         (Some(b), Some(g), _) => (b, g),
         (None, None, Some(fixed)) if args.mode.is_some() => fixed,
+        // The config.json of IN's model: in IN when it is a directory,
+        // beside it when it is a file or an index (as inspect does).
         (None, None, _) if args.mode.is_none() => {
-            // The config.json of IN's model: in IN when it is a directory,
-            // beside it when it is a file or an index (as inspect does).
-            let dir = if args.io.input.is_dir() {
-                Some(args.io.input.as_path())
-            } else {
-                args.io.input.parent()
-            };
-            if let Some(dir) = dir {
-                let dir = if dir.as_os_str().is_empty() {
-                    std::path::Path::new(".")
-                } else {
-                    dir
-                };
-                let path = dir.join(tensorfile::model::CONFIG_NAME);
-                if path.is_file() {
-                    let config = read_config(&path)?;
-                    return QuantConfig::from_config(&config)
-                        .map_err(|e| format!("{}: {e}", path.display()).into());
-                }
-            }
-            return Ok(None);
+            return super::looking::beside_config(&args.io.input)
         }
         _ => return Err(Usage::failure("affine mode needs --bits and --group-size")),
     };

@@ -12,10 +12,13 @@ pub mod check;
 pub mod convert;
 pub mod convert_pytorch;
 pub mod dequantize;
+pub mod diff;
 pub mod gguf;
+pub mod hash;
 pub mod inout;
 pub mod inspect;
 pub mod inspect_pytorch;
+pub mod looking;
 pub mod losses;
 pub mod merge;
 pub mod npz;
@@ -24,7 +27,9 @@ pub mod quantized;
 pub mod rewrite;
 pub mod set;
 pub mod shard;
+pub mod stats;
 pub mod validate;
+pub mod verify;
 
 /// The arguments of every command that reads one file and writes another.
 #[derive(clap::Args)]
@@ -127,19 +132,13 @@ pub fn safetensors_input(path: &std::path::Path) -> Result<tensorfile::input::Ki
 }
 
 /// The sha256 of a tensor's bytes, in hex, read a piece at a time (the
-/// bytes counted on `bar`).
+/// bytes counted on `bar`): the library's one sha256, which `hash
+/// --per-tensor` and embedded digests give too.
 pub fn sha256_hex(
     t: &impl tensorfile::TensorData,
     bar: &crate::progress::Progress,
 ) -> Result<String, tensorfile::Error> {
-    use sha2::{Digest, Sha256};
-    let mut hasher = Sha256::new();
-    t.produce(&mut |_, piece| {
-        hasher.update(piece);
-        bar.inc(piece.len() as u64);
-        Ok(())
-    })?;
-    Ok(hex::encode(hasher.finalize()))
+    Ok(tensorfile::digest::tensor_sha256_counted(t, &|n| bar.inc(n))?.hex())
 }
 
 /// A failure that ends a command: exit status 2 for a [`Usage`] error, else 1.
@@ -171,6 +170,19 @@ impl Usage {
 /// the object `{"error": text, "file": path, "rule": n}` on stdout, where
 /// the command's JSON goes (`rule` is null unless a reader rule failed).
 pub fn report(err: &(dyn std::error::Error + 'static), input: Option<&Path>, json: bool) {
+    let v = error_json(err, input);
+    if json {
+        out(v);
+    } else {
+        eprintln!("tensorfile: {}", v["error"].as_str().unwrap_or_default());
+    }
+}
+
+/// The error as [`report`] gives it in JSON: `{error, file, rule}`.
+pub fn error_json(
+    err: &(dyn std::error::Error + 'static),
+    input: Option<&Path>,
+) -> serde_json::Value {
     let (named, rule) = error_place(err);
     let file = named.clone().or_else(|| input.map(Path::to_path_buf));
     let mut text = one_line(err);
@@ -183,11 +195,7 @@ pub fn report(err: &(dyn std::error::Error + 'static), input: Option<&Path>, jso
             }
         }
     }
-    if json {
-        out(serde_json::json!({ "error": text, "file": file, "rule": rule }));
-    } else {
-        eprintln!("tensorfile: {text}");
-    }
+    serde_json::json!({ "error": text, "file": file, "rule": rule })
 }
 
 /// The file an error (or one of its causes) names, and the reader rule.

@@ -46,6 +46,8 @@ pub struct Args {
     /// Never quantize tensors whose names match; repeatable; wins over --include.
     #[arg(long, value_name = "GLOB")]
     exclude: Vec<String>,
+    #[command(flatten)]
+    embed: super::hash::EmbedArgs,
 }
 
 impl Args {
@@ -76,7 +78,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     tensors.sort_unstable_by(|a, b| a.info().name.cmp(b.info().name));
     let metadata = input.metadata()?;
     let (plan, summary) = quantize_plan(&tensors, metadata.as_ref(), &opts)?;
-    let written = inout::write(
+    let mut written = inout::write(
         &input,
         &tensors,
         &plan,
@@ -85,6 +87,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         &opts.write,
         "quantize",
     )?;
+    args.embed.apply(&mut written, &opts.write)?;
     let bytes = written.bytes;
     if args.io.json {
         out(json!({

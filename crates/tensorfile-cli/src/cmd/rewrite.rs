@@ -18,6 +18,8 @@ pub struct Args {
     /// bytes (canonical except for the padding). Default: 8, canonical.
     #[arg(long, value_name = "BYTES", default_value = "8", value_parser = parse_align)]
     align: Align,
+    #[command(flatten)]
+    embed: super::hash::EmbedArgs,
 }
 
 impl Args {
@@ -49,7 +51,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     let tensors = input.tensors();
     let metadata = input.metadata()?;
     let (plan, summary) = convert_plan(&tensors, metadata.as_ref(), None, CastOptions::default())?;
-    let written = inout::write(
+    let mut written = inout::write(
         &input,
         &tensors,
         &plan,
@@ -58,6 +60,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         &options,
         "rewrite",
     )?;
+    args.embed.apply(&mut written, &options)?;
     if args.io.json {
         out(json!({
             "input": args.io.input,

@@ -186,6 +186,31 @@ pub fn check(from: Dtype, to: Dtype, opts: CastOptions) -> Result<(), CastError>
     Ok(())
 }
 
+/// The relative step between 1.0 and the next value of a float dtype
+/// (`2^-mantissa bits`: one unit in the last place at 1.0; 1 for E8M0,
+/// whose values are powers of two; C64 as its F32 parts); `None` for
+/// integers and BOOL.
+pub fn epsilon(dtype: Dtype) -> Option<f64> {
+    match dtype {
+        Dtype::F64 => Some(f64::EPSILON),
+        Dtype::F32 | Dtype::C64 => Some(f64::from(f32::EPSILON)),
+        _ => encode::format(dtype).map(|f| 2f64.powi(-(f.mbits as i32))),
+    }
+}
+
+/// The smallest positive normal value of a float dtype: a nonzero value
+/// of smaller magnitude is subnormal. `None` for E8M0 (no subnormals),
+/// integers and BOOL.
+pub fn smallest_normal(dtype: Dtype) -> Option<f64> {
+    match dtype {
+        Dtype::F64 => Some(f64::MIN_POSITIVE),
+        Dtype::F32 | Dtype::C64 => Some(f64::from(f32::MIN_POSITIVE)),
+        _ => encode::format(dtype)
+            .filter(|f| !f.e8m0)
+            .map(|f| 2f64.powi(1 - f.bias)),
+    }
+}
+
 /// Element count of `len` bytes of `dtype` (whole packing groups for F4/F6).
 ///
 /// # Errors

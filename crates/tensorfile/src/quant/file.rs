@@ -681,6 +681,27 @@ fn output_dtype(w: &LogicalWeight<'_>, requested: Option<Dtype>) -> Result<Dtype
     Ok(dtype)
 }
 
+/// Every quantized weight of `tensors` (int4 and MLX) with its
+/// parameters: MLX's from `mlx` (a model's config.json) or from the file's
+/// own [`QUANTIZATION_KEY`] metadata, which must agree; int4's from the
+/// metadata. What [`dequantize_plan`] dequantizes.
+///
+/// # Errors
+/// Parameters that are missing, contradict the file's, or do not fit a
+/// weight's parts.
+pub fn find_quantized<'a, T: TensorData>(
+    tensors: &'a [T],
+    metadata: Option<&Metadata>,
+    mlx: Option<&QuantConfig>,
+) -> Result<Vec<LogicalWeight<'a>>> {
+    let by_name: HashMap<&str, usize> = tensors
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.name(), i))
+        .collect();
+    find_weights(tensors, &by_name, metadata, mlx)
+}
+
 /// Finds every quantized weight of `tensors` with its parameters, checking
 /// explicit MLX parameters against the file's own.
 fn find_weights<'a, T: TensorData>(

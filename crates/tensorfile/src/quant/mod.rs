@@ -63,11 +63,11 @@ use std::str::FromStr;
 pub use config::{int4_group, QuantConfig, QUANTIZATION_KEY, QUANT_KEY};
 pub use error::QuantError;
 pub use file::{
-    dequantize_file, dequantize_plan, is_dequantize_dtype, quantize_file, quantize_plan,
-    DequantizeOptions, DequantizeSummary, QuantizeOptions, QuantizeSummary,
+    dequantize_file, dequantize_plan, find_quantized, is_dequantize_dtype, quantize_file,
+    quantize_plan, DequantizeOptions, DequantizeSummary, QuantizeOptions, QuantizeSummary,
 };
 pub use layout::{logical_weight, quantized_weights, LayoutError, LogicalWeight, Storage};
-pub use rows::dequantize_weight;
+pub use rows::{dequantize_weight, WeightRows};
 pub use select::{Glob, Selection};
 
 use crate::{Dtype, Error};

@@ -428,6 +428,72 @@ impl<'a, T: TensorData> RowSource<'a, T> {
     }
 }
 
+/// A stored weight read back a row at a time, as [`dequantize_weight`]
+/// computes it (MLX's default arithmetic), for readers that stream a
+/// weight's values (`diff`, `stats`) instead of holding them all. Rows count
+/// over every dimension but the last; row `r` holds elements
+/// `r * cols .. (r + 1) * cols` of the row-major logical shape.
+pub struct WeightRows<'a, T> {
+    name: String,
+    rows: RowSource<'a, T>,
+}
+
+impl<T> Clone for WeightRows<'_, T> {
+    fn clone(&self) -> Self {
+        WeightRows {
+            name: self.name.clone(),
+            rows: self.rows.clone(),
+        }
+    }
+}
+
+impl<'a, T: TensorData> WeightRows<'a, T> {
+    /// The rows of a quantized `weight` whose parts are in `tensors`.
+    ///
+    /// # Errors
+    /// A plain weight, parts that are missing or do not make the weight.
+    pub fn new(weight: &LogicalWeight<'a>, tensors: &'a [T]) -> Result<WeightRows<'a, T>> {
+        check_storage(weight, tensors)?;
+        let part = |j: usize| {
+            let n = weight.parts.get(j)?;
+            tensors.iter().find(|t| t.name() == *n)
+        };
+        Ok(WeightRows {
+            name: weight.name.clone(),
+            rows: RowSource::new(weight, default_arith(weight), part)?,
+        })
+    }
+
+    /// The number of rows.
+    pub fn rows(&self) -> usize {
+        self.rows.rows
+    }
+
+    /// The values in a row.
+    pub fn cols(&self) -> usize {
+        self.rows.cols
+    }
+
+    /// Row `r`'s values into `out` (`cols` long).
+    ///
+    /// # Errors
+    /// A failed read, or `r` or `out` out of range.
+    pub fn row(&mut self, r: usize, out: &mut [f32]) -> Result<()> {
+        if r >= self.rows.rows || out.len() != self.rows.cols {
+            return Err(quant_error(
+                &self.name,
+                QuantError::Layout(format!(
+                    "row {r} of {} values asked of {} rows of {}",
+                    out.len(),
+                    self.rows.rows,
+                    self.rows.cols
+                )),
+            ));
+        }
+        self.rows.row(r, out, &self.name)
+    }
+}
+
 /// Checks a tensor's bytes against its shape and dtype (a [`TensorData`]
 /// from outside may disagree).
 pub(super) fn check_len<T: TensorData>(t: &T) -> Result<()> {

@@ -900,11 +900,17 @@ impl ShardedTensors {
     }
 
     /// The union of the shards' metadata. A key with two different values
-    /// is an error naming both shards.
+    /// is an error naming both shards. Embedded per-tensor digests
+    /// ([`crate::digest::TENSOR_SHA256_KEY`]) are each file's own, of its
+    /// own bytes: they are left out (what is written from the set has
+    /// other bytes, and gets its own with `--embed-hash`).
     pub fn metadata(&self) -> Result<Metadata, ShardError> {
         let mut union: BTreeMap<String, (String, &str)> = BTreeMap::new();
         for shard in &self.shards {
             for (key, value) in shard.header().metadata().into_iter().flatten() {
+                if key == crate::digest::TENSOR_SHA256_KEY {
+                    continue;
+                }
                 match union.get(key) {
                     Some((first, first_shard)) if first != value => {
                         return Err(ShardError::MetadataConflict {

@@ -1,0 +1,363 @@
+//! `tensorfile stats FILE [--include GLOB]... [--json] [--plot out.svg]`:
+//! what the values look like, per tensor and per layer group, with
+//! outliers called out (the library's `tensorfile::stats`).
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use serde_json::{json, Value};
+use tensorfile::quant::Glob;
+use tensorfile::stats::{model_stats, unflatten, Report, Summary, TensorStats, OUTLIER_RATIO};
+use tensorfile::values::Catalog;
+
+use super::looking::{escape, refs, shown, Opened};
+use super::{out, Failure, Usage};
+use crate::progress::Progress;
+
+/// Arguments of `stats`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// A safetensors file, a set (directory or index), or a PyTorch
+    /// checkpoint. Quantized weights (int4, MLX) are read dequantized.
+    #[arg(value_name = "FILE")]
+    file: PathBuf,
+    /// Only tensors whose names match (`*` matches any run of
+    /// characters); repeatable.
+    #[arg(long, value_name = "GLOB")]
+    include: Vec<String>,
+    /// A tensor is an outlier when its largest magnitude reaches this many
+    /// standard deviations (its elements that do are listed).
+    #[arg(long, value_name = "R", default_value_t = OUTLIER_RATIO)]
+    outlier_ratio: f64,
+    /// Bins of each histogram in the JSON output (over the values' range).
+    #[arg(long, value_name = "N", default_value_t = 32)]
+    bins: usize,
+    /// Draw each row's histogram with Unicode blocks even when standard
+    /// output is not a terminal.
+    #[arg(long)]
+    bars: bool,
+    /// Draw the distributions and the per-layer absolute-max and std curves
+    /// into this picture: SVG, or PNG when the name ends in .png.
+    #[arg(long, value_name = "OUT.svg")]
+    plot: Option<PathBuf>,
+    /// Print JSON: every figure of every tensor and group, and the outliers.
+    #[arg(long)]
+    json: bool,
+}
+
+impl Args {
+    /// The input errors are reported against, and whether as JSON.
+    pub fn report_to(&self) -> (Option<&std::path::Path>, bool) {
+        (Some(&self.file), self.json)
+    }
+}
+
+/// Summarizes FILE; exit 1 when it cannot be read.
+pub fn run(args: Args) -> Result<ExitCode, Failure> {
+    if !(args.outlier_ratio > 0.0 && args.outlier_ratio.is_finite()) {
+        return Err(Usage::failure("--outlier-ratio must be a positive number"));
+    }
+    if args.bins == 0 || args.bins > tensorfile::stats::BINS {
+        return Err(Usage::failure(format_args!(
+            "--bins must be between 1 and {}",
+            tensorfile::stats::BINS
+        )));
+    }
+    let opened = Opened::open(&args.file)?;
+    let boxes = opened.tensors();
+    let tensors = refs(&boxes);
+    let catalog =
+        Catalog::new(&tensors, opened.metadata(), opened.mlx()).map_err(|e| e.at(&args.file))?;
+    let globs: Vec<Glob> = args.include.iter().map(Glob::new).collect();
+    let values =
+        catalog.model_values(|name| globs.is_empty() || globs.iter().any(|g| g.matches(name)))?;
+    if values.is_empty() && !globs.is_empty() {
+        return Err(format!(
+            "{}: no tensor matches --include {}",
+            shown(&args.file),
+            args.include.join(", ")
+        )
+        .into());
+    }
+    let total = values.iter().map(|v| v.len()).sum();
+    let bar = Progress::values(total, "stats");
+    let report = model_stats(values, &|n| bar.inc(n))?;
+    drop(bar);
+    if let Some(path) = &args.plot {
+        crate::plot::draw(path, &report, args.outlier_ratio)?;
+    }
+    if args.json {
+        out(to_json(&args, &report));
+    } else {
+        print_text(&args, &report);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A figure for JSON: null for NaN and infinities.
+fn num(x: f64) -> Value {
+    if x.is_finite() {
+        json!(x)
+    } else {
+        Value::Null
+    }
+}
+
+fn summary_json(s: &Summary, bins: usize) -> Value {
+    let (lo, hi, counts) = s.histogram.coarse(bins);
+    json!({
+        "count": s.count,
+        "finite": s.finite,
+        "min": num(s.min),
+        "max": num(s.max),
+        "mean": num(s.mean),
+        "std": num(s.std()),
+        "absmax": num(s.absmax()),
+        "zeros": s.zeros,
+        "nan": s.nan,
+        "inf": s.inf,
+        "subnormal": s.subnormal,
+        "histogram": {"lo": lo, "hi": hi, "counts": counts},
+    })
+}
+
+fn elements_json(t: &TensorStats, items: &[(u64, f64)]) -> Vec<Value> {
+    items
+        .iter()
+        .map(|&(i, x)| json!({"index": i, "at": unflatten(&t.shape, i), "value": num(x)}))
+        .collect()
+}
+
+fn to_json(args: &Args, r: &Report) -> Value {
+    let tensors: Vec<Value> = r
+        .tensors
+        .iter()
+        .map(|t| {
+            let mut v = summary_json(&t.summary, args.bins);
+            v["name"] = json!(t.name);
+            v["dtype"] = json!(t.stored.describe());
+            v["shape"] = json!(t.shape);
+            v["absmax_over_std"] = num(t.ratio());
+            v["outlier"] = json!(t.is_outlier(args.outlier_ratio));
+            v["largest"] = json!(elements_json(t, &t.summary.top));
+            v
+        })
+        .collect();
+    let groups: Vec<Value> = r
+        .groups
+        .iter()
+        .map(|g| {
+            let mut v = summary_json(&g.summary, args.bins);
+            v["pattern"] = json!(g.pattern);
+            v["layers"] = Value::Array(
+                g.members
+                    .iter()
+                    .map(|&(layer, i)| {
+                        let t = &r.tensors[i];
+                        json!({
+                            "layer": layer,
+                            "name": t.name,
+                            "absmax": num(t.summary.absmax()),
+                            "std": num(t.summary.std()),
+                            "mean": num(t.summary.mean),
+                            "absmax_over_std": num(t.ratio()),
+                        })
+                    })
+                    .collect(),
+            );
+            v
+        })
+        .collect();
+    let outliers: Vec<Value> = r
+        .outliers(args.outlier_ratio)
+        .into_iter()
+        .map(|t| {
+            json!({
+                "name": t.name,
+                "absmax_over_std": num(t.ratio()),
+                "elements": elements_json(t, &t.outlier_elements(args.outlier_ratio)),
+            })
+        })
+        .collect();
+    json!({
+        "input": args.file,
+        "outlier_ratio": args.outlier_ratio,
+        "tensors": tensors,
+        "groups": groups,
+        "outliers": outliers,
+        "plot": args.plot,
+    })
+}
+
+/// Counts drawn as Unicode blocks, one character each (a space for 0).
+pub fn sparkline(counts: &[u64]) -> String {
+    const BLOCKS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+    let max = counts.iter().copied().max().unwrap_or(0);
+    counts
+        .iter()
+        .map(|&c| {
+            if c == 0 || max == 0 {
+                ' '
+            } else {
+                BLOCKS[((c as f64 / max as f64) * 7.0).round() as usize]
+            }
+        })
+        .collect()
+}
+
+/// Values drawn as Unicode blocks between their minimum and maximum.
+fn curve(values: &[f64]) -> String {
+    const BLOCKS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+    let finite = values.iter().copied().filter(|x| x.is_finite());
+    let (lo, hi) = finite.fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), x| {
+        (l.min(x), h.max(x))
+    });
+    values
+        .iter()
+        .map(|&x| {
+            if !x.is_finite() {
+                ' '
+            } else if hi > lo {
+                BLOCKS[(((x - lo) / (hi - lo)) * 7.0).round() as usize]
+            } else {
+                BLOCKS[3]
+            }
+        })
+        .collect()
+}
+
+/// A figure in a few digits.
+fn fig(x: f64) -> String {
+    if x == 0.0 {
+        "0".into()
+    } else if !x.is_finite() {
+        format!("{x}")
+    } else if (1e-3..1e4).contains(&x.abs()) {
+        format!("{x:.4}")
+    } else {
+        format!("{x:.3e}")
+    }
+}
+
+fn specials(s: &Summary) -> String {
+    let mut parts = Vec::new();
+    for (n, what) in [
+        (s.zeros, "zeros"),
+        (s.nan, "NaN"),
+        (s.inf, "inf"),
+        (s.subnormal, "subnormal"),
+    ] {
+        if n > 0 {
+            parts.push(format!("{n} {what}"));
+        }
+    }
+    parts.join(", ")
+}
+
+fn print_text(args: &Args, r: &Report) {
+    let bars = args.bars || std::io::stdout().is_terminal();
+    let width = r
+        .tensors
+        .iter()
+        .map(|t| escape(&t.name).chars().count())
+        .max()
+        .unwrap_or(6)
+        .clamp(6, 60);
+    out(format_args!(
+        "{:<width$}  {:<10}  {:>10}  {:>10}  {:>10}  {:>10}  {:>10}  {:>7}{}",
+        "tensor",
+        "dtype",
+        "min",
+        "max",
+        "mean",
+        "std",
+        "absmax",
+        "max/std",
+        if bars { "  histogram" } else { "" }
+    ));
+    for t in &r.tensors {
+        let s = &t.summary;
+        let hist = if bars {
+            format!("  {}", sparkline(&s.histogram.coarse(16).2))
+        } else {
+            String::new()
+        };
+        let extra = specials(s);
+        let extra = if extra.is_empty() {
+            extra
+        } else {
+            format!("  ({extra})")
+        };
+        let ratio = t.ratio();
+        out(format_args!(
+            "{:<width$}  {:<10}  {:>10}  {:>10}  {:>10}  {:>10}  {:>10}  {:>7}{hist}{extra}",
+            escape(&t.name),
+            t.stored.describe(),
+            fig(s.min),
+            fig(s.max),
+            fig(s.mean),
+            fig(s.std()),
+            fig(s.absmax()),
+            if ratio.is_finite() {
+                format!("{ratio:.1}")
+            } else {
+                "-".into()
+            },
+        ));
+    }
+    if !r.groups.is_empty() {
+        out("layer groups (absmax and std by layer):");
+    }
+    for g in &r.groups {
+        let absmax: Vec<f64> = g
+            .members
+            .iter()
+            .map(|&(_, i)| r.tensors[i].summary.absmax())
+            .collect();
+        let std: Vec<f64> = g
+            .members
+            .iter()
+            .map(|&(_, i)| r.tensors[i].summary.std())
+            .collect();
+        let (worst_layer, worst) = g
+            .members
+            .iter()
+            .map(|&(l, i)| (l, r.tensors[i].summary.absmax()))
+            .fold((0, f64::NEG_INFINITY), |a, b| if b.1 > a.1 { b } else { a });
+        out(format_args!(
+            "  {}  {} layers  absmax {} (largest {} in layer {worst_layer})  std {}  mean {} std {}",
+            escape(&g.pattern),
+            g.members.len(),
+            curve(&absmax),
+            fig(worst),
+            curve(&std),
+            fig(g.summary.mean),
+            fig(g.summary.std()),
+        ));
+    }
+    let outliers = r.outliers(args.outlier_ratio);
+    if !outliers.is_empty() {
+        out(format_args!(
+            "outliers (absmax at least {} std):",
+            args.outlier_ratio
+        ));
+    }
+    for t in outliers {
+        let elements: Vec<String> = t
+            .outlier_elements(args.outlier_ratio)
+            .iter()
+            .map(|&(i, x)| format!("{:?} = {}", unflatten(&t.shape, i), fig(x)))
+            .collect();
+        out(format_args!(
+            "  {}  absmax {} = {:.1} std; {}",
+            escape(&t.name),
+            fig(t.summary.absmax()),
+            t.ratio(),
+            elements.join(", ")
+        ));
+    }
+    if let Some(p) = &args.plot {
+        out(format_args!("plot: {}", shown(p)));
+    }
+}

@@ -1,0 +1,310 @@
+//! How far two tensors' values are apart, block by block, combined in
+//! order: the largest absolute and relative differences with their
+//! element indices, sums for the mean absolute difference, the RMS and the
+//! cosine similarity, and the elements beyond a tolerance by numpy's
+//! `isclose` rule with A as the reference.
+
+/// A tolerance: element `i` is within when `|a - b| <= atol + rtol * |a|`
+/// (numpy's `isclose(b, a, rtol, atol)`: A, the first input, is the
+/// reference). NaN against NaN and an infinity against the same infinity
+/// are within (numpy's `equal_nan=True`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Tolerance {
+    /// Absolute.
+    pub atol: f64,
+    /// Relative to |a|.
+    pub rtol: f64,
+}
+
+/// Whether both values are finite (a comparison of magnitudes: it
+/// vectorizes).
+#[inline(always)]
+fn finite_pair(x: f64, y: f64) -> bool {
+    // `&`, not `&&`: no branch, so that the lanes vectorize.
+    (x.abs() < f64::INFINITY) & (y.abs() < f64::INFINITY)
+}
+
+/// Independent accumulators of [`Metrics::add_block`].
+const LANES: usize = 8;
+
+#[derive(Default)]
+struct Lanes {
+    finite: [u64; LANES],
+    sum_abs: [f64; LANES],
+    sum_sq: [f64; LANES],
+    dot: [f64; LANES],
+    norm_a: [f64; LANES],
+    norm_b: [f64; LANES],
+    beyond: [u64; LANES],
+    max_abs: [f64; LANES],
+    max_rel: [f64; LANES],
+}
+
+impl Lanes {
+    #[inline(always)]
+    fn step(&mut self, l: usize, x: f64, y: f64, tol: Tolerance) {
+        let f = finite_pair(x, y);
+        let (x, y) = if f { (x, y) } else { (0.0, 0.0) };
+        let d = (x - y).abs();
+        self.finite[l] += u64::from(f);
+        self.sum_abs[l] += d;
+        self.sum_sq[l] += d * d;
+        self.dot[l] += x * y;
+        self.norm_a[l] += x * x;
+        self.norm_b[l] += y * y;
+        self.beyond[l] += u64::from(d > tol.atol + tol.rtol * x.abs());
+        self.max_abs[l] = if d > self.max_abs[l] {
+            d
+        } else {
+            self.max_abs[l]
+        };
+        let rel = if x != 0.0 { d / x.abs() } else { 0.0 };
+        self.max_rel[l] = if rel > self.max_rel[l] {
+            rel
+        } else {
+            self.max_rel[l]
+        };
+    }
+
+    /// The pass over a block of pairs.
+    #[inline(always)]
+    fn pass(a: &[f64], b: &[f64], tol: Tolerance) -> Lanes {
+        let mut acc = Lanes::default();
+        let (mut ca, mut cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+        for (x8, y8) in (&mut ca).zip(&mut cb) {
+            for l in 0..LANES {
+                acc.step(l, x8[l], y8[l], tol);
+            }
+        }
+        for (l, (&x, &y)) in ca.remainder().iter().zip(cb.remainder()).enumerate() {
+            acc.step(l, x, y, tol);
+        }
+        acc
+    }
+
+    /// [`Lanes::pass`] compiled with AVX2 enabled (the same operations in
+    /// the same order: the same result).
+    ///
+    /// # Safety
+    /// The CPU must support AVX2.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn pass_avx2(a: &[f64], b: &[f64], tol: Tolerance) -> Lanes {
+        Lanes::pass(a, b, tol)
+    }
+
+    /// The pass, on AVX2 when the CPU has it.
+    fn run(a: &[f64], b: &[f64], tol: Tolerance) -> Lanes {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU has AVX2, checked just above.
+            return unsafe { Lanes::pass_avx2(a, b, tol) };
+        }
+        Lanes::pass(a, b, tol)
+    }
+}
+
+/// The running figures of a pair of tensors.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Metrics {
+    /// Values compared.
+    pub count: u64,
+    /// Pairs where both values are finite (the differences below are theirs).
+    pub finite: u64,
+    /// The largest |a - b|, and the first element where it is.
+    pub max_abs: (f64, u64),
+    /// The largest |a - b| / |a| over elements where a is not 0, and the
+    /// first element where it is.
+    pub max_rel: (f64, u64),
+    /// Sum of |a - b|.
+    pub sum_abs: f64,
+    /// Sum of (a - b)^2.
+    pub sum_sq: f64,
+    /// Sum of a * b.
+    pub dot: f64,
+    /// Sum of a^2.
+    pub norm_a: f64,
+    /// Sum of b^2.
+    pub norm_b: f64,
+    /// Elements beyond the tolerance (NaN and infinity differences included).
+    pub beyond: u64,
+    /// Elements NaN in A only.
+    pub nan_a: u64,
+    /// Elements NaN in B only.
+    pub nan_b: u64,
+    /// Elements where one side is infinite and the other is not the same
+    /// infinity (nor NaN).
+    pub inf: u64,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics {
+            count: 0,
+            finite: 0,
+            max_abs: (0.0, 0),
+            max_rel: (0.0, 0),
+            sum_abs: 0.0,
+            sum_sq: 0.0,
+            dot: 0.0,
+            norm_a: 0.0,
+            norm_b: 0.0,
+            beyond: 0,
+            nan_a: 0,
+            nan_b: 0,
+            inf: 0,
+        }
+    }
+}
+
+impl Metrics {
+    /// Adds the pairs `a[i], b[i]`, element `base + i`.
+    pub fn add_block(&mut self, a: &[f64], b: &[f64], base: u64, tol: Tolerance) {
+        let n = a.len().min(b.len());
+        let (a, b) = (&a[..n], &b[..n]);
+        let mut m = Metrics {
+            count: n as u64,
+            ..Metrics::default()
+        };
+        // Branch-free over finite pairs, in LANES independent lanes (so
+        // that it vectorizes; the lanes' order is fixed, and so is the
+        // result). A pair with a NaN or an infinity adds 0 here.
+        let acc = Lanes::run(a, b, tol);
+        m.finite = acc.finite.iter().sum();
+        m.sum_abs = acc.sum_abs.iter().sum();
+        m.sum_sq = acc.sum_sq.iter().sum();
+        m.dot = acc.dot.iter().sum();
+        m.norm_a = acc.norm_a.iter().sum();
+        m.norm_b = acc.norm_b.iter().sum();
+        m.beyond = acc.beyond.iter().sum();
+        // The first element of the largest differences (found again: a
+        // second pass only over this block, in cache).
+        let max_abs = acc.max_abs.iter().copied().fold(0.0, f64::max);
+        if max_abs > 0.0 {
+            if let Some(i) =
+                (0..n).find(|&i| finite_pair(a[i], b[i]) && (a[i] - b[i]).abs() == max_abs)
+            {
+                m.max_abs = (max_abs, base + i as u64);
+            }
+        }
+        let max_rel = acc.max_rel.iter().copied().fold(0.0, f64::max);
+        if max_rel > 0.0 {
+            let rel = |i: usize| (a[i] - b[i]).abs() / a[i].abs();
+            if let Some(i) =
+                (0..n).find(|&i| finite_pair(a[i], b[i]) && a[i] != 0.0 && rel(i) == max_rel)
+            {
+                m.max_rel = (max_rel, base + i as u64);
+            }
+        }
+        if m.finite < n as u64 {
+            // NaN and infinities: few, counted one by one.
+            for (&x, &y) in a.iter().zip(b) {
+                if finite_pair(x, y) {
+                    continue;
+                }
+                if x.is_nan() || y.is_nan() {
+                    if x.is_nan() != y.is_nan() {
+                        m.beyond += 1;
+                        if x.is_nan() {
+                            m.nan_a += 1;
+                        } else {
+                            m.nan_b += 1;
+                        }
+                    }
+                } else if x != y {
+                    m.beyond += 1;
+                    m.inf += 1;
+                }
+            }
+        }
+        self.merge(&m);
+    }
+
+    /// Adds `other` (elements after this one's).
+    pub fn merge(&mut self, other: &Metrics) {
+        self.count += other.count;
+        self.finite += other.finite;
+        // Ties keep the first element (this one's come before).
+        if other.max_abs.0 > self.max_abs.0 {
+            self.max_abs = other.max_abs;
+        }
+        if other.max_rel.0 > self.max_rel.0 {
+            self.max_rel = other.max_rel;
+        }
+        self.sum_abs += other.sum_abs;
+        self.sum_sq += other.sum_sq;
+        self.dot += other.dot;
+        self.norm_a += other.norm_a;
+        self.norm_b += other.norm_b;
+        self.beyond += other.beyond;
+        self.nan_a += other.nan_a;
+        self.nan_b += other.nan_b;
+        self.inf += other.inf;
+    }
+
+    /// The mean |a - b| over finite pairs (0 when none).
+    pub fn mean_abs(&self) -> f64 {
+        if self.finite == 0 {
+            0.0
+        } else {
+            self.sum_abs / self.finite as f64
+        }
+    }
+
+    /// The root mean square of a - b over finite pairs (0 when none).
+    pub fn rms(&self) -> f64 {
+        if self.finite == 0 {
+            0.0
+        } else {
+            (self.sum_sq / self.finite as f64).sqrt()
+        }
+    }
+
+    /// The cosine similarity of A and B (finite pairs): 1 when both are
+    /// all zeros, `None` when only one is.
+    pub fn cosine(&self) -> Option<f64> {
+        match (self.norm_a > 0.0, self.norm_b > 0.0) {
+            (false, false) => Some(1.0),
+            (true, true) => Some(self.dot / (self.norm_a.sqrt() * self.norm_b.sqrt())),
+            _ => None,
+        }
+    }
+
+    /// The share of elements beyond the tolerance.
+    pub fn beyond_share(&self) -> f64 {
+        if self.count == 0 {
+            0.0
+        } else {
+            self.beyond as f64 / self.count as f64
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn figures_of_a_pair() {
+        let tol = Tolerance {
+            atol: 0.0,
+            rtol: 0.01,
+        };
+        let a = [1.0, 2.0, 0.0, f64::NAN, f64::INFINITY, 4.0, f64::NAN];
+        let b = [1.0, 2.1, 0.5, 1.0, f64::INFINITY, 4.0, f64::NAN];
+        let mut m = Metrics::default();
+        m.add_block(&a, &b, 10, tol);
+        assert_eq!(
+            (m.count, m.finite, m.beyond, m.nan_a, m.inf),
+            (7, 4, 3, 1, 0)
+        );
+        assert_eq!(m.max_abs, (0.5, 12));
+        assert!((m.max_rel.0 - 0.05).abs() < 1e-12 && m.max_rel.1 == 11);
+        let mut split = Metrics::default();
+        split.add_block(&a[..3], &b[..3], 10, tol);
+        split.add_block(&a[3..], &b[3..], 13, tol);
+        assert_eq!(split, m);
+        assert!((m.rms() - ((0.01 + 0.25) / 4f64).sqrt()).abs() < 1e-12);
+        assert!(m.cosine().unwrap() < 1.0);
+    }
+}

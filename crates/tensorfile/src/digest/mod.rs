@@ -1,0 +1,40 @@
+//! Digests: sha256 of files, of safetensors data sections and of tensors;
+//! manifests of a model directory in OpenSSF model signing's payload
+//! format; per-tensor digests embedded in a file's metadata.
+//!
+//! One sha256 implementation serves all of them ([`tensor_sha256`],
+//! [`Hasher`]: the `sha2` crate, which picks the CPU's SHA extensions at
+//! run time). Files are read with positional reads in 8 MiB pieces (a file
+//! truncated underneath is an error, not a signal); [`file_digests`] hashes
+//! several files at once on the pool.
+//!
+//! ```
+//! use tensorfile::digest::{data_start, file_digest};
+//! let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/valid/worked_example.safetensors");
+//! let path = std::path::Path::new(path);
+//! let d = file_digest(path, data_start(path)?)?;
+//! assert_eq!(d.size, 120);
+//! assert_eq!(d.data.unwrap().start, 104);
+//! # Ok::<(), tensorfile::Error>(())
+//! ```
+
+mod embedded;
+mod error;
+mod files;
+mod manifest;
+mod sha;
+
+pub use embedded::{
+    check_embedded, embed_hashes, embedded_hashes, embedded_value, tensor_digests, TensorCheck,
+    TENSOR_SHA256_KEY,
+};
+pub use error::DigestError;
+pub use files::{
+    data_start, dir_files, file_digest, file_digest_counted, file_digests, is_ignored, DataDigest,
+    DirFile, FileDigest, OnBytes, GIT_PATHS,
+};
+pub use manifest::{
+    Check, Manifest, ManifestSource, PAYLOAD_TYPE, PREDICATE_TYPE, PREDICATE_TYPE_V0_1,
+    STATEMENT_TYPE,
+};
+pub use sha::{tensor_sha256, tensor_sha256_counted, Hasher, Sha256Digest};

@@ -1,0 +1,318 @@
+//! The figures of one tensor's values, gathered block by block and
+//! combined in order: counts and extremes exactly, the mean and the sum of
+//! squared deviations by Chan's pairwise rule (each block's deviations are
+//! taken from its own mean, in a second pass over the block while it is
+//! in cache), the largest magnitudes with their indices, and a
+//! [`Histogram`].
+
+use super::histogram::Histogram;
+
+/// Elements of the largest magnitude kept per tensor.
+pub const TOP: usize = 8;
+
+/// The running figures.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Summary {
+    /// Values seen (every one, NaN and infinities included).
+    pub count: u64,
+    /// Finite values.
+    pub finite: u64,
+    /// The smallest finite value (+inf when none).
+    pub min: f64,
+    /// The largest finite value (-inf when none).
+    pub max: f64,
+    /// The mean of the finite values.
+    pub mean: f64,
+    /// The sum of squared deviations from the mean (finite values).
+    pub m2: f64,
+    /// Values equal to zero (either sign).
+    pub zeros: u64,
+    /// NaN values.
+    pub nan: u64,
+    /// Positive and negative infinities.
+    pub inf: u64,
+    /// Nonzero finite values smaller in magnitude than the dtype's
+    /// smallest normal value.
+    pub subnormal: u64,
+    /// The largest magnitudes, `(index, value)`, largest first (ties: the
+    /// lower index first).
+    pub top: Vec<(u64, f64)>,
+    /// The distribution of finite values.
+    pub histogram: Histogram,
+}
+
+impl Default for Summary {
+    fn default() -> Self {
+        Summary {
+            count: 0,
+            finite: 0,
+            min: f64::INFINITY,
+            max: f64::NEG_INFINITY,
+            mean: 0.0,
+            m2: 0.0,
+            zeros: 0,
+            nan: 0,
+            inf: 0,
+            subnormal: 0,
+            top: Vec::new(),
+            histogram: Histogram::default(),
+        }
+    }
+}
+
+/// Independent accumulators of the pass over a block (four: one AVX2
+/// register each, eight accumulators in registers).
+const LANES: usize = 4;
+
+struct Lanes {
+    /// Sums of `x - shift` and of its square (the shifted-data rule: the
+    /// shift is a value of the block, so the sums stay small).
+    sum: [f64; LANES],
+    sq: [f64; LANES],
+    min: [f64; LANES],
+    max: [f64; LANES],
+    /// Counts, as f64 (exact far beyond a block's values) so that every
+    /// lane operation has the same width and the loop vectorizes.
+    finite: [f64; LANES],
+    nan: [f64; LANES],
+    zeros: [f64; LANES],
+    sub: [f64; LANES],
+}
+
+impl Lanes {
+    /// The pass over a block, branch-free in independent lanes on local
+    /// arrays (what the vectorizer takes).
+    #[inline(always)]
+    fn pass(values: &[f64], normal: f64, shift: f64) -> Lanes {
+        let mut sum = [0.0; LANES];
+        let mut sq = [0.0; LANES];
+        let mut min = [f64::INFINITY; LANES];
+        let mut max = [f64::NEG_INFINITY; LANES];
+        let mut finite = [0.0; LANES];
+        let mut nan = [0.0; LANES];
+        let mut zeros = [0.0; LANES];
+        let mut sub = [0.0; LANES];
+        let mut step = |l: usize, x: f64| {
+            // A comparison of magnitudes (false for NaN): it vectorizes.
+            let a = x.abs();
+            let f = a < f64::INFINITY;
+            let d = if f { x - shift } else { 0.0 };
+            sum[l] += d;
+            sq[l] += d * d;
+            // `&`, not `&&`: no branch, so that the lanes vectorize.
+            min[l] = if f & (x < min[l]) { x } else { min[l] };
+            max[l] = if f & (x > max[l]) { x } else { max[l] };
+            finite[l] += if f { 1.0 } else { 0.0 };
+            nan[l] += if a.is_nan() { 1.0 } else { 0.0 };
+            zeros[l] += if a == 0.0 { 1.0 } else { 0.0 };
+            sub[l] += if (a < normal) & (a != 0.0) { 1.0 } else { 0.0 };
+        };
+        let mut chunks = values.chunks_exact(LANES);
+        for c in &mut chunks {
+            for (l, &x) in c.iter().enumerate() {
+                step(l, x);
+            }
+        }
+        for (l, &x) in chunks.remainder().iter().enumerate() {
+            step(l, x);
+        }
+        Lanes {
+            sum,
+            sq,
+            min,
+            max,
+            finite,
+            nan,
+            zeros,
+            sub,
+        }
+    }
+
+    /// [`Lanes::pass`] compiled with AVX2 enabled (the same operations in
+    /// the same order: the same result).
+    ///
+    /// # Safety
+    /// The CPU must support AVX2.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn pass_avx2(values: &[f64], normal: f64, shift: f64) -> Lanes {
+        Lanes::pass(values, normal, shift)
+    }
+
+    /// The pass, on AVX2 when the CPU has it.
+    fn run(values: &[f64], normal: f64, shift: f64) -> Lanes {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU has AVX2, checked just above.
+            return unsafe { Lanes::pass_avx2(values, normal, shift) };
+        }
+        Lanes::pass(values, normal, shift)
+    }
+}
+
+/// Whether `(i, x)` ranks before `(j, y)`: larger magnitude, then lower index.
+fn ranks_before(a: (u64, f64), b: (u64, f64)) -> bool {
+    let (x, y) = (a.1.abs(), b.1.abs());
+    x > y || (x == y && a.0 < b.0)
+}
+
+fn insert_top(top: &mut Vec<(u64, f64)>, item: (u64, f64)) {
+    if top.len() == TOP && !ranks_before(item, top[TOP - 1]) {
+        return;
+    }
+    let at = top
+        .iter()
+        .position(|&t| ranks_before(item, t))
+        .unwrap_or(top.len());
+    top.insert(at, item);
+    top.truncate(TOP);
+}
+
+impl Summary {
+    /// Adds a block of values whose first is element `base`; `normal` is
+    /// the smallest normal value of their dtype, if it has subnormals.
+    pub fn add_block(&mut self, values: &[f64], base: u64, normal: Option<f64>) {
+        let mut block = Summary {
+            count: values.len() as u64,
+            ..Summary::default()
+        };
+        let normal = normal.unwrap_or(0.0);
+        // One pass for the counts, extremes and moments (about a value of
+        // the block, so that the sum of squares keeps its precision).
+        let shift = values
+            .iter()
+            .copied()
+            .find(|x| x.is_finite())
+            .unwrap_or(0.0);
+        let acc = Lanes::run(values, normal, shift);
+        let count = |c: &[f64; LANES]| c.iter().sum::<f64>() as u64;
+        let (finite, nan) = (count(&acc.finite), count(&acc.nan));
+        block.finite = finite;
+        block.zeros = count(&acc.zeros);
+        block.nan = nan;
+        block.inf = values.len() as u64 - finite - nan;
+        block.subnormal = count(&acc.sub);
+        if finite > 0 {
+            let min = acc.min.iter().copied().fold(f64::INFINITY, f64::min);
+            let max = acc.max.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            block.min = min;
+            block.max = max;
+            let n = finite as f64;
+            let (sum, sq) = (acc.sum.iter().sum::<f64>(), acc.sq.iter().sum::<f64>());
+            block.mean = shift + sum / n;
+            block.m2 = (sq - sum * sum / n).max(0.0);
+            // The largest magnitudes: only a block that reaches the ones
+            // kept so far has candidates.
+            let absmax = max.abs().max(min.abs());
+            let floor = self.top.get(TOP - 1).map_or(0.0, |t| t.1.abs());
+            if absmax >= floor && absmax > 0.0 {
+                let mut bar = floor;
+                for (i, &x) in values.iter().enumerate() {
+                    let a = x.abs();
+                    if a >= bar && a > 0.0 && a.is_finite() {
+                        insert_top(&mut block.top, (base + i as u64, x));
+                        if block.top.len() == TOP {
+                            bar = bar.max(block.top[TOP - 1].1.abs());
+                        }
+                    }
+                }
+            }
+            // Counted straight into this one's bins (exact, in any order).
+            self.merge(&block);
+            self.histogram.add(values, absmax);
+            return;
+        }
+        self.merge(&block);
+    }
+
+    /// Adds `other` (values that come after this one's).
+    pub fn merge(&mut self, other: &Summary) {
+        if other.finite > 0 {
+            let (n1, n2) = (self.finite as f64, other.finite as f64);
+            let n = n1 + n2;
+            let delta = other.mean - self.mean;
+            self.mean += delta * n2 / n;
+            self.m2 += other.m2 + delta * delta * n1 * n2 / n;
+            self.min = self.min.min(other.min);
+            self.max = self.max.max(other.max);
+        }
+        self.count += other.count;
+        self.finite += other.finite;
+        self.zeros += other.zeros;
+        self.nan += other.nan;
+        self.inf += other.inf;
+        self.subnormal += other.subnormal;
+        for &t in &other.top {
+            insert_top(&mut self.top, t);
+        }
+        self.histogram.merge(&other.histogram);
+    }
+
+    /// The (population) standard deviation of the finite values.
+    pub fn std(&self) -> f64 {
+        if self.finite == 0 {
+            return f64::NAN;
+        }
+        (self.m2 / self.finite as f64).sqrt()
+    }
+
+    /// The largest finite magnitude (0 when none).
+    pub fn absmax(&self) -> f64 {
+        if self.finite == 0 {
+            return 0.0;
+        }
+        self.max.abs().max(self.min.abs())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blocks_combine_to_the_figures_of_the_whole() {
+        let values: Vec<f64> = (0..10_000)
+            .map(|i| ((i * 7919) % 1000) as f64 / 100.0 - 3.0)
+            .collect();
+        let mut whole = Summary::default();
+        whole.add_block(&values, 0, None);
+        let mut parts = Summary::default();
+        for (k, c) in values.chunks(999).enumerate() {
+            parts.add_block(c, (k * 999) as u64, None);
+        }
+        let n = values.len() as f64;
+        let mean = values.iter().sum::<f64>() / n;
+        let var = values.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n;
+        for s in [&whole, &parts] {
+            assert!((s.mean - mean).abs() < 1e-12);
+            assert!((s.std() - var.sqrt()).abs() < 1e-12);
+            assert_eq!((s.min, s.max, s.finite), (-3.0, 6.99, 10_000));
+        }
+        assert_eq!(whole.top, parts.top);
+        assert_eq!(whole.histogram, parts.histogram);
+        // 6.99 appears 10 times; the lowest indices come first.
+        assert_eq!(whole.top[0].1, 6.99);
+        assert!(whole.top.windows(2).all(|w| w[0].0 < w[1].0));
+    }
+
+    #[test]
+    fn specials_are_counted_apart() {
+        let mut s = Summary::default();
+        let v = [
+            0.0,
+            -0.0,
+            f64::NAN,
+            f64::INFINITY,
+            -f64::INFINITY,
+            1e-40,
+            1.0,
+        ];
+        s.add_block(&v, 0, Some(f64::from(f32::MIN_POSITIVE)));
+        assert_eq!(
+            (s.count, s.finite, s.zeros, s.nan, s.inf, s.subnormal),
+            (7, 4, 2, 1, 2, 1)
+        );
+        assert_eq!(s.absmax(), 1.0);
+        assert_eq!(s.top[0], (6, 1.0));
+    }
+}

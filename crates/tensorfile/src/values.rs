@@ -1,0 +1,518 @@
+//! A tensor's elements as `f64` values, read in fixed-size blocks: what
+//! [`crate::diff`] and [`crate::stats`] look at.
+//!
+//! Every dtype reads: floats exactly (as [`crate::cast::decode_f64`]),
+//! integers and BOOL as their values (64-bit integers beyond 2^53 round),
+//! C64 as its real and imaginary parts in turn (two values per element),
+//! and quantized weights (int4, MLX) as their dequantized values, the ones
+//! `tensorfile dequantize` writes ([`crate::quant::WeightRows`]).
+//!
+//! Work is cut into blocks of [`BLOCK`] values and tasks of [`TASK`]
+//! blocks, whatever the number of threads; a task's blocks are read in
+//! order, and tasks' results come back in order ([`map_tasks`]), so that
+//! sums combined in that order do not depend on the thread count. Each
+//! worker holds one block per input (and one row of a quantized weight), so
+//! memory stays bounded whatever the tensor's size; a tensor whose bytes
+//! cannot be read at an offset (a gathered view of a PyTorch checkpoint) is
+//! gathered once and held while it is read.
+
+use crate::cast::decode_f64;
+use crate::quant::{LogicalWeight, Storage, WeightRows};
+use crate::writer::TensorData;
+use crate::{Dtype, Error, Result};
+
+/// Values in a block (128 KiB of f64: a block of each input and its
+/// bytes stay in a core's L2 cache through the passes over it).
+pub const BLOCK: usize = 1 << 14;
+/// Blocks in a task: the unit of parallel work and of ordered combining.
+pub const TASK: usize = 64;
+
+/// What the values are stored as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stored {
+    /// A tensor of this dtype.
+    Plain(Dtype),
+    /// A quantized weight (its scales' dtype beside).
+    Quantized(Storage, Dtype),
+}
+
+impl Stored {
+    /// The relative step between neighbouring values (one unit in the last
+    /// place at 1.0): `2^-mantissa bits` for a float dtype, 0 for integers
+    /// (exact), and for a quantized weight `2^(1 - bits)`, the step of its
+    /// codes relative to a group's largest value.
+    pub fn epsilon(self) -> f64 {
+        match self {
+            Stored::Plain(d) => crate::cast::epsilon(d).unwrap_or(0.0),
+            Stored::Quantized(Storage::Int4 { .. }, _) => 2f64.powi(-3),
+            Stored::Quantized(Storage::Mlx(p), _) => 2f64.powi(1 - p.bits.min(64) as i32),
+            Stored::Quantized(Storage::Plain, d) => crate::cast::epsilon(d).unwrap_or(0.0),
+        }
+    }
+
+    /// The smallest positive normal value of the values' dtype (below it a
+    /// nonzero value is subnormal), when it has subnormals.
+    pub fn smallest_normal(self) -> Option<f64> {
+        match self {
+            Stored::Plain(d) => crate::cast::smallest_normal(d),
+            Stored::Quantized(..) => None,
+        }
+    }
+
+    /// Its name: the dtype's, or the quantized layout's.
+    pub fn describe(self) -> String {
+        match self {
+            Stored::Plain(d) => d.name().to_string(),
+            Stored::Quantized(Storage::Int4 { group_size }, _) => {
+                format!("int4-g{group_size}-sym")
+            }
+            Stored::Quantized(Storage::Mlx(p), _) => format!("mlx {p}"),
+            Stored::Quantized(Storage::Plain, d) => d.name().to_string(),
+        }
+    }
+}
+
+/// Where the values come from.
+enum Source<'a> {
+    /// Read at any offset.
+    Stored(&'a dyn TensorData),
+    /// Gathered once, when first read ([`Values::prepare`]): a tensor
+    /// that cannot be read at an offset.
+    Held(&'a dyn TensorData, Vec<u8>),
+    /// Dequantized a row at a time.
+    /// (Boxed: a row source is large beside a reference.)
+    Quantized(Box<WeightRows<'a, &'a dyn TensorData>>),
+}
+
+/// The values of one tensor or quantized weight.
+pub struct Values<'a> {
+    name: String,
+    shape: Vec<u64>,
+    stored: Stored,
+    len: u64,
+    source: Source<'a>,
+}
+
+/// The number of values of `dtype` elements of `shape` (two per C64).
+fn value_count(name: &str, dtype: Dtype, shape: &[u64]) -> Result<u64> {
+    let per = if dtype == Dtype::C64 { 2 } else { 1 };
+    shape
+        .iter()
+        .try_fold(per, |n: u64, &d| n.checked_mul(d))
+        .ok_or_else(|| Error::not_found(format!("{name}: its element count overflows")))
+}
+
+impl<'a> Values<'a> {
+    /// The values of a stored tensor. One that cannot be read at an
+    /// offset is gathered by [`Values::prepare`] (and held until these
+    /// values are dropped).
+    ///
+    /// # Errors
+    /// Its bytes are not what its dtype and shape need.
+    pub fn plain(t: &'a dyn TensorData) -> Result<Values<'a>> {
+        let dtype = t.dtype();
+        let len = value_count(t.name(), dtype, t.shape())?;
+        let want = dtype.byte_len(t.shape().iter().product::<u64>());
+        if want != Some(t.byte_len()) {
+            return Err(Error::not_found(format!(
+                "{}: holds {} bytes, not what {:?} of {dtype} needs",
+                t.name(),
+                t.byte_len(),
+                t.shape()
+            )));
+        }
+        let source = if t.seekable() || t.bytes().is_some() {
+            Source::Stored(t)
+        } else {
+            Source::Held(t, Vec::new())
+        };
+        Ok(Values {
+            name: t.name().to_string(),
+            shape: t.shape().to_vec(),
+            stored: Stored::Plain(dtype),
+            len,
+            source,
+        })
+    }
+
+    /// The dequantized values of a quantized weight whose parts are in
+    /// `tensors`.
+    ///
+    /// # Errors
+    /// The parts do not make the weight.
+    pub fn quantized(
+        weight: &LogicalWeight<'a>,
+        tensors: &'a [&'a dyn TensorData],
+    ) -> Result<Values<'a>> {
+        let rows = WeightRows::new(weight, tensors)?;
+        Ok(Values {
+            name: weight.name.clone(),
+            shape: weight.shape.clone(),
+            stored: Stored::Quantized(weight.storage, weight.dtype),
+            len: value_count(&weight.name, Dtype::F32, &weight.shape)?,
+            source: Source::Quantized(Box::new(rows)),
+        })
+    }
+
+    /// Makes the values ready to read: gathers a tensor that cannot be
+    /// read at an offset (once).
+    ///
+    /// # Errors
+    /// Gathering fails.
+    pub fn prepare(&mut self) -> Result<()> {
+        if let Source::Held(t, held) = &mut self.source {
+            if held.is_empty() && t.byte_len() > 0 {
+                held.reserve_exact(usize::try_from(t.byte_len()).unwrap_or(0));
+                t.produce(&mut |_, piece| {
+                    held.extend_from_slice(piece);
+                    Ok(())
+                })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The tensor's (or weight's) name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Its shape (a quantized weight's logical shape).
+    pub fn shape(&self) -> &[u64] {
+        &self.shape
+    }
+
+    /// What it is stored as.
+    pub fn stored(&self) -> Stored {
+        self.stored
+    }
+
+    /// The number of values (elements; two per C64 element).
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether it has no values.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The number of tasks its values make.
+    pub fn tasks(&self) -> usize {
+        let per = (BLOCK * TASK) as u64;
+        usize::try_from(self.len.div_ceil(per)).unwrap_or(usize::MAX)
+    }
+
+    /// A reader of its blocks, one per worker.
+    pub fn reader(&self) -> Reader<'_, 'a> {
+        Reader {
+            values: self,
+            bytes: Vec::new(),
+            rows: match &self.source {
+                Source::Quantized(r) => Some(WeightRows::clone(r)),
+                _ => None,
+            },
+            row: Vec::new(),
+            row_at: None,
+        }
+    }
+}
+
+/// Reads blocks of one [`Values`], with its own buffers.
+pub struct Reader<'v, 'a> {
+    values: &'v Values<'a>,
+    bytes: Vec<u8>,
+    rows: Option<WeightRows<'a, &'a dyn TensorData>>,
+    row: Vec<f32>,
+    row_at: Option<usize>,
+}
+
+impl Reader<'_, '_> {
+    /// Values `start .. start + out.len()` into `out` (`start` a multiple
+    /// of 8, so that packed dtypes start on a whole byte). Gives the stored
+    /// bytes they were decoded from, for a stored tensor.
+    ///
+    /// # Errors
+    /// A range past the end, or a failed read naming the tensor.
+    pub fn read(&mut self, start: u64, out: &mut [f64]) -> Result<Option<&[u8]>> {
+        let v = self.values;
+        let end = start.checked_add(out.len() as u64);
+        if end.is_none_or(|e| e > v.len) || !start.is_multiple_of(8) {
+            return Err(Error::not_found(format!(
+                "{}: values {start}.. of {} asked",
+                v.name, v.len
+            )));
+        }
+        let Stored::Plain(dtype) = v.stored else {
+            self.read_rows(start, out)?;
+            return Ok(None);
+        };
+        // Values to elements: C64 has two per element.
+        let (first, count, as_dtype) = if dtype == Dtype::C64 {
+            (start / 2, out.len() / 2, Dtype::F32)
+        } else {
+            (start, out.len(), dtype)
+        };
+        let bits = u64::from(dtype.bits());
+        let at = first * bits / 8;
+        let len = (count as u64 * bits).div_ceil(8) as usize;
+        let bytes: &[u8] = match &v.source {
+            Source::Held(_, all) => all.get(at as usize..at as usize + len).ok_or_else(|| {
+                Error::not_found(format!("{}: not gathered (prepare first)", v.name))
+            })?,
+            Source::Stored(t) => t.bytes_at(at, len, &mut self.bytes)?,
+            Source::Quantized(_) => &[],
+        };
+        decode(&v.name, as_dtype, bytes, out)?;
+        Ok(Some(bytes))
+    }
+
+    /// Values of a quantized weight, from whole rows.
+    fn read_rows(&mut self, start: u64, out: &mut [f64]) -> Result<()> {
+        let Some(rows) = self.rows.as_mut() else {
+            return Ok(());
+        };
+        let cols = rows.cols() as u64;
+        if cols == 0 {
+            return Ok(());
+        }
+        self.row.resize(cols as usize, 0.0);
+        let mut done = 0usize;
+        while done < out.len() {
+            let at = start + done as u64;
+            let r = (at / cols) as usize;
+            if self.row_at != Some(r) {
+                rows.row(r, &mut self.row)?;
+                self.row_at = Some(r);
+            }
+            let from = (at % cols) as usize;
+            let n = (cols as usize - from).min(out.len() - done);
+            for (o, &x) in out[done..done + n]
+                .iter_mut()
+                .zip(&self.row[from..from + n])
+            {
+                *o = f64::from(x);
+            }
+            done += n;
+        }
+        Ok(())
+    }
+}
+
+/// The tensors of a file or set with its quantized weights found: what
+/// can be read as values, either as stored or dequantized.
+pub struct Catalog<'a> {
+    tensors: &'a [&'a dyn TensorData],
+    weights: Vec<LogicalWeight<'a>>,
+    /// Part name to the weight it makes.
+    part_of: std::collections::HashMap<&'a str, usize>,
+}
+
+impl<'a> Catalog<'a> {
+    /// Finds the quantized weights of `tensors` (int4 by the metadata, MLX
+    /// by `mlx`, a model's config.json `quantization`, or the metadata), as
+    /// [`crate::quant::find_quantized`] does.
+    ///
+    /// # Errors
+    /// Quantization parameters that contradict each other or the parts.
+    pub fn new(
+        tensors: &'a [&'a dyn TensorData],
+        metadata: Option<&crate::Metadata>,
+        mlx: Option<&crate::quant::QuantConfig>,
+    ) -> Result<Catalog<'a>> {
+        let weights = crate::quant::find_quantized(tensors, metadata, mlx)?;
+        let mut part_of = std::collections::HashMap::new();
+        for (i, w) in weights.iter().enumerate() {
+            for p in &w.parts {
+                part_of.insert(*p, i);
+            }
+        }
+        Ok(Catalog {
+            tensors,
+            weights,
+            part_of,
+        })
+    }
+
+    /// The stored tensors.
+    pub fn tensors(&self) -> &'a [&'a dyn TensorData] {
+        self.tensors
+    }
+
+    /// The quantized weights.
+    pub fn weights(&self) -> &[LogicalWeight<'a>] {
+        &self.weights
+    }
+
+    /// The quantized weight a stored tensor is a part of.
+    pub fn weight_of_part(&self, name: &str) -> Option<&LogicalWeight<'a>> {
+        self.part_of.get(name).map(|&i| &self.weights[i])
+    }
+
+    /// The quantized weight of this logical name.
+    pub fn weight(&self, name: &str) -> Option<&LogicalWeight<'a>> {
+        self.weights.iter().find(|w| w.name == name)
+    }
+
+    /// The stored tensor of this name.
+    pub fn tensor(&self, name: &str) -> Option<&'a dyn TensorData> {
+        self.tensors.iter().copied().find(|t| t.name() == name)
+    }
+
+    /// The dequantized values of a weight.
+    ///
+    /// # Errors
+    /// As [`Values::quantized`].
+    pub fn dequantized(&self, w: &LogicalWeight<'a>) -> Result<Values<'a>> {
+        Values::quantized(w, self.tensors)
+    }
+
+    /// What a model's values are: every quantized weight dequantized (in
+    /// the place of its codes) and every other tensor as stored, in the
+    /// tensors' order; `keep(name)` says which to take.
+    ///
+    /// # Errors
+    /// A weight whose parts do not make it, or a tensor whose bytes are
+    /// not its shape's.
+    pub fn model_values(&self, keep: impl Fn(&str) -> bool) -> Result<Vec<Values<'a>>> {
+        let mut out = Vec::new();
+        for t in self.tensors {
+            match self.weight_of_part(t.name()) {
+                Some(w) if w.parts.first() == Some(&t.name()) => {
+                    if keep(&w.name) {
+                        out.push(self.dequantized(w)?);
+                    }
+                }
+                Some(_) => {}
+                None => {
+                    if keep(t.name()) {
+                        out.push(Values::plain(*t)?);
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Decodes elements of any dtype into f64.
+fn decode(name: &str, dtype: Dtype, src: &[u8], out: &mut [f64]) -> Result<()> {
+    let int = |size: usize, f: &dyn Fn(&[u8]) -> f64, out: &mut [f64]| {
+        for (o, b) in out.iter_mut().zip(src.chunks_exact(size)) {
+            *o = f(b);
+        }
+    };
+    match dtype {
+        Dtype::BOOL | Dtype::U8 => int(1, &|b| f64::from(b[0]), out),
+        Dtype::I8 => int(1, &|b| f64::from(b[0] as i8), out),
+        Dtype::U16 => int(2, &|b| f64::from(u16::from_le_bytes([b[0], b[1]])), out),
+        Dtype::I16 => int(2, &|b| f64::from(i16::from_le_bytes([b[0], b[1]])), out),
+        Dtype::U32 => int(
+            4,
+            &|b| f64::from(u32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+            out,
+        ),
+        Dtype::I32 => int(
+            4,
+            &|b| f64::from(i32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+            out,
+        ),
+        Dtype::U64 => int(
+            8,
+            &|b| u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]) as f64,
+            out,
+        ),
+        Dtype::I64 => int(
+            8,
+            &|b| i64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]) as f64,
+            out,
+        ),
+        _ => decode_f64(dtype, src, out).map_err(|source| Error::Cast {
+            tensor: name.to_string(),
+            source,
+        })?,
+    }
+    Ok(())
+}
+
+/// The values of task `k` of a tensor of `len` values: its blocks' bounds
+/// (`start`, `len`), in order.
+pub fn task_blocks(len: u64, k: usize) -> impl Iterator<Item = (u64, usize)> {
+    let first = (k * TASK) as u64 * BLOCK as u64;
+    (0..TASK as u64).map_while(move |b| {
+        let start = first + b * BLOCK as u64;
+        (start < len).then(|| (start, (len - start).min(BLOCK as u64) as usize))
+    })
+}
+
+/// Runs `f(k)` for every task `0..tasks` on the pool and returns the
+/// results in task order (so that combining them in order is the same
+/// whatever the thread count).
+pub fn map_tasks<R: Send>(tasks: usize, f: impl Fn(usize) -> R + Sync + Send) -> Vec<R> {
+    use rayon::prelude::*;
+    if tasks <= 1 || crate::parallel::threads() <= 1 {
+        return (0..tasks).map(f).collect();
+    }
+    (0..tasks).into_par_iter().map(f).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::OwnedTensor;
+    use crate::writer::TensorSpec;
+
+    fn tensor(dtype: Dtype, shape: Vec<u64>, data: Vec<u8>) -> OwnedTensor {
+        OwnedTensor {
+            spec: TensorSpec::new("t", dtype, shape),
+            data,
+        }
+    }
+
+    #[test]
+    fn every_dtype_reads_as_its_values() {
+        let cases: [(Dtype, Vec<u8>, Vec<f64>); 5] = [
+            (Dtype::I8, vec![0xFF, 2], vec![-1.0, 2.0]),
+            (Dtype::U16, vec![1, 1], vec![257.0]),
+            (Dtype::BF16, vec![0x80, 0x3F], vec![1.0]),
+            (
+                Dtype::C64,
+                [1f32, -2.0].iter().flat_map(|x| x.to_le_bytes()).collect(),
+                vec![1.0, -2.0],
+            ),
+            (Dtype::F4, vec![0x21], vec![0.5, 1.0]),
+        ];
+        for (dtype, bytes, want) in cases {
+            let n = if dtype == Dtype::C64 {
+                1
+            } else {
+                want.len() as u64
+            };
+            let t = tensor(dtype, vec![n], bytes);
+            let v = Values::plain(&t).unwrap();
+            assert_eq!(v.len(), want.len() as u64);
+            let mut out = vec![0.0; want.len()];
+            v.reader().read(0, &mut out).unwrap();
+            assert_eq!(out, want, "{dtype}");
+        }
+        let t = tensor(Dtype::F32, vec![3], vec![0; 12]);
+        let v = Values::plain(&t).unwrap();
+        assert!(v.reader().read(8, &mut [0.0]).is_err());
+        let short = tensor(Dtype::F32, vec![3], vec![0; 11]);
+        assert!(Values::plain(&short).is_err());
+    }
+
+    #[test]
+    fn tasks_cover_the_values_in_blocks() {
+        let len = (BLOCK * TASK * 2 + 5) as u64;
+        let mut at = 0;
+        for k in 0..3 {
+            for (start, n) in task_blocks(len, k) {
+                assert_eq!(start, at);
+                at += n as u64;
+            }
+        }
+        assert_eq!(at, len);
+        assert_eq!(map_tasks(5, |k| k * 2), [0, 2, 4, 6, 8]);
+    }
+}
