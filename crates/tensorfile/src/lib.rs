@@ -36,6 +36,7 @@ pub use tensorfile_core::{
     WriteError, WriteOptions, DEFAULT_MAX_HEADER_LEN,
 };
 
+mod bits;
 pub mod cast;
 pub mod error;
 pub mod input;
