@@ -210,6 +210,20 @@ impl RemoteDir {
         )
     }
 
+    /// Whether its listing gives each file's sha256 (the Hub's does).
+    pub(crate) fn lists_digests(&self) -> bool {
+        matches!(self.base, Base::Hub { .. })
+    }
+
+    /// Opens a file in it with one request for its first 64 KiB, whatever
+    /// it holds.
+    ///
+    /// # Errors
+    /// The request fails (`NotFound` when there is no such file).
+    pub fn open_plain(&self, file: &str) -> Result<RemoteFile, RemoteError> {
+        RemoteFile::open(self.client.clone(), self.endpoint(file), self.name_of(file))
+    }
+
     /// The files directly in it, with their sizes (and sha256 where the
     /// listing gives one); `None` for an HTTP directory, which cannot be
     /// listed.

@@ -94,6 +94,47 @@ impl RemoteFile {
         Ok(file)
     }
 
+    /// The object's first bytes, read when it was opened (up to 64 KiB,
+    /// and a safetensors header longer than that).
+    pub fn head_bytes(&self) -> &[u8] {
+        &self.head
+    }
+
+    /// Reads `start..end` of the object with one request (retried as
+    /// every request is), handing the bytes to `sink` in order with their
+    /// offsets: for copying to disk without holding the range in memory.
+    ///
+    /// # Errors
+    /// The range is past the end, or the request fails.
+    pub fn stream(
+        &self,
+        start: u64,
+        end: u64,
+        sink: &mut dyn FnMut(u64, &[u8]),
+    ) -> Result<(), RemoteError> {
+        if start > end || end > self.meta.len {
+            return Err(RemoteError::new(
+                &self.name,
+                crate::Problem::NotSatisfiable {
+                    asked: format!("bytes {start}-{end} of {}", self.meta.len),
+                },
+            ));
+        }
+        if start == end {
+            return Ok(());
+        }
+        self.client
+            .get_range(
+                &self.name,
+                &self.endpoint,
+                start,
+                end,
+                Some(&self.meta),
+                sink,
+            )
+            .map(drop)
+    }
+
     /// The object's public name (a URL without credentials).
     pub fn name(&self) -> &str {
         &self.name

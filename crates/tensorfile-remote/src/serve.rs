@@ -35,6 +35,8 @@ pub enum Fault {
     /// The headers promise the range, half the body comes, then the
     /// connection closes.
     Short,
+    /// The body's first byte is flipped (a corruption no header shows).
+    Corrupt,
 }
 
 /// One request the server answered.
@@ -541,7 +543,28 @@ fn answer(
         let (_, sent, _) = send_partial(out, status, &extra, &object, a, b, half, head)?;
         return Ok((status, sent, false));
     }
+    if fault == Some(Fault::Corrupt) && b > a && !head {
+        out.write_all(head_text(status, &extra, b - a).as_bytes())?;
+        let mut body = vec![0u8; (b - a) as usize];
+        read_object(&object, a, &mut body)?;
+        body[0] ^= 0xff;
+        out.write_all(&body)?;
+        return Ok((status, b - a, true));
+    }
     send(out, status, &extra, Body::Range(&object, a, b), head)
+}
+
+/// Reads `buf.len()` bytes of an object from `at`.
+fn read_object(object: &Object, at: u64, buf: &mut [u8]) -> std::io::Result<()> {
+    match &object.bytes {
+        Bytes::Memory(bytes) => buf.copy_from_slice(&bytes[at as usize..at as usize + buf.len()]),
+        Bytes::File(path, _) => {
+            let mut file = std::fs::File::open(path)?;
+            file.seek(SeekFrom::Start(at))?;
+            file.read_exact(buf)?;
+        }
+    }
+    Ok(())
 }
 
 /// A request of the Hub's shape.
