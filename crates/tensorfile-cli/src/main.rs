@@ -49,6 +49,9 @@ enum Command {
     Quantize(cmd::quantize::Args),
     /// Turn quantized weights (int4, MLX) back into floats.
     Dequantize(cmd::dequantize::Args),
+    /// Copy a remote file, set or model directory (s3://, hf://, https://)
+    /// to local disk: parallel range requests, resumable, verified.
+    Fetch(cmd::fetch::Args),
 }
 
 impl Command {
@@ -65,6 +68,7 @@ impl Command {
             Command::Convert(a) => a.report_to(),
             Command::Quantize(a) => a.report_to(),
             Command::Dequantize(a) => a.report_to(),
+            Command::Fetch(a) => a.report_to(),
         };
         (file.map(|f| f.to_path_buf()), json)
     }
@@ -94,6 +98,7 @@ fn main() -> ExitCode {
         Command::Convert(args) => cmd::convert::run(args),
         Command::Quantize(args) => cmd::quantize::run(args),
         Command::Dequantize(args) => cmd::dequantize::run(args),
+        Command::Fetch(args) => cmd::fetch::run(args),
     };
     match result {
         Ok(code) => code,

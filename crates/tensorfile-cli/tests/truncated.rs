@@ -11,7 +11,7 @@ fn big_file(path: &std::path::Path) {
     let header =
         br#"{"layer.weight":{"dtype":"F32","shape":[16384,16384],"data_offsets":[0,1073741824]}}"#;
     let mut text = header.to_vec();
-    while text.len() % 8 != 0 {
+    while !text.len().is_multiple_of(8) {
         text.push(b' ');
     }
     let mut bytes = (text.len() as u64).to_le_bytes().to_vec();

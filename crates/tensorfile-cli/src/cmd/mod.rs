@@ -12,12 +12,14 @@ pub mod check;
 pub mod convert;
 pub mod convert_pytorch;
 pub mod dequantize;
+pub mod fetch;
 pub mod inout;
 pub mod inspect;
 pub mod inspect_pytorch;
 pub mod merge;
 pub mod quantize;
 pub mod quantized;
+pub mod remote;
 pub mod rewrite;
 pub mod set;
 pub mod shard;
@@ -100,6 +102,9 @@ pub fn print_dtypes(per_dtype: &std::collections::BTreeMap<tensorfile::Dtype, (u
 
 /// What the input at `path` is (the library's one way in).
 pub fn input_kind(path: &std::path::Path) -> Result<tensorfile::input::Kind, Failure> {
+    if let Some(url) = remote::url(path) {
+        return Ok(remote::kind(url));
+    }
     Ok(tensorfile::input::detect(path)?)
 }
 
@@ -217,7 +222,6 @@ pub fn one_line(err: &(dyn std::error::Error + 'static)) -> String {
     // other control character survives.
     escape_text(&line).into_owned()
 }
-
 
 /// Text that came from a file (tensor names, metadata) made safe for a
 /// terminal: control characters (C0, DEL, C1) and the bidirectional

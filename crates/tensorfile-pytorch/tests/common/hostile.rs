@@ -9,6 +9,10 @@
 //! ZIP64, CRCs left at 0 (the loader does not check them).
 
 #![allow(dead_code)]
+// Built by crates of two minimum Rust versions: tensorfile-pytorch's (1.80,
+// without `is_multiple_of` and `repeat_n`) and the CLI's (1.89, whose
+// clippy asks for them).
+#![allow(clippy::manual_is_multiple_of, clippy::manual_repeat_n)]
 
 use flate2::{Compress, Compression, FlushCompress};
 
