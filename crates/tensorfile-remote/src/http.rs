@@ -492,14 +492,22 @@ impl Client {
             let asked_text = format!("bytes {pos}-{}", end - 1);
             let meta = meta_of(&response);
             if status == 416 {
-                // `bytes */LEN`: the object's length now.
-                let now = header(&response, "content-range").and_then(|v| {
-                    v.trim()
-                        .strip_prefix("bytes */")?
-                        .trim()
-                        .parse::<u64>()
-                        .ok()
-                });
+                // The object's length now: `Content-Range: bytes */LEN`, or
+                // S3's `<ActualObjectSize>` in the error body.
+                let now = header(&response, "content-range")
+                    .and_then(|v| {
+                        v.trim()
+                            .strip_prefix("bytes */")?
+                            .trim()
+                            .parse::<u64>()
+                            .ok()
+                    })
+                    .or_else(|| {
+                        xml_tag(&small_body(&mut response), "ActualObjectSize")?
+                            .trim()
+                            .parse()
+                            .ok()
+                    });
                 match (&learned, now) {
                     // The first read of an empty object.
                     (None, Some(0)) if pos == 0 => return Ok(Meta { len: 0, ..meta }),
@@ -764,22 +772,8 @@ pub(crate) fn retry_after(v: &str) -> Option<Duration> {
 /// A short, credential-free excerpt of an error body: S3's `<Code>` and
 /// `<Message>`, else the first line of text.
 fn error_detail(response: &mut ureq::http::Response<ureq::Body>) -> String {
-    let mut body = Vec::new();
-    let _ = response
-        .body_mut()
-        .with_config()
-        .limit(4096)
-        .reader()
-        .take(4096)
-        .read_to_end(&mut body);
-    let text = String::from_utf8_lossy(&body);
-    let tag = |t: &str| {
-        let open = format!("<{t}>");
-        let start = text.find(&open)? + open.len();
-        let len = text[start..].find('<')?;
-        Some(text[start..start + len].to_string())
-    };
-    let detail = match (tag("Code"), tag("Message")) {
+    let text = small_body(response);
+    let detail = match (xml_tag(&text, "Code"), xml_tag(&text, "Message")) {
         (Some(c), Some(m)) => format!("{c}: {m}"),
         (Some(c), None) => c,
         _ => text.lines().next().unwrap_or("").to_string(),
@@ -789,6 +783,27 @@ fn error_detail(response: &mut ureq::http::Response<ureq::Body>) -> String {
         .chars()
         .map(|c| if c.is_control() { ' ' } else { c })
         .collect()
+}
+
+/// The first 4 KiB of a body (an error's), as text.
+fn small_body(response: &mut ureq::http::Response<ureq::Body>) -> String {
+    let mut body = Vec::new();
+    let _ = response
+        .body_mut()
+        .with_config()
+        .limit(4096)
+        .reader()
+        .take(4096)
+        .read_to_end(&mut body);
+    String::from_utf8_lossy(&body).into_owned()
+}
+
+/// The text of the first `<tag>` element of an XML answer (S3's errors).
+fn xml_tag(text: &str, tag: &str) -> Option<String> {
+    let open = format!("<{tag}>");
+    let start = text.find(&open)? + open.len();
+    let len = text[start..].find('<')?;
+    Some(text[start..start + len].to_string())
 }
 
 /// What the HTTP client said, with any URL's query (a signature) removed.
