@@ -191,3 +191,67 @@ fn fetch_copies_and_says_what_it_did() {
     let o = tensorfile(&["fetch", "/not/a/url", out.path().to_str().unwrap()], &[]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
 }
+
+#[test]
+fn s3_urls_on_the_command_line() {
+    // moto's server, started by .ci/run (see tensorfile-remote's tests/s3.rs).
+    let endpoint = match std::env::var("TENSORFILE_TEST_S3") {
+        Ok(url) if !url.is_empty() => url,
+        _ if std::env::var_os("CI").is_some() => {
+            panic!(
+                "CI must run the S3 tests: .ci/run starts moto_server and sets TENSORFILE_TEST_S3"
+            )
+        }
+        _ => {
+            eprintln!("skipped: no S3 server (set TENSORFILE_TEST_S3 to a moto_server URL)");
+            return;
+        }
+    };
+    let bucket =
+        tensorfile_remote::serve::S3Bucket::create(&endpoint, "tf-cli", "cli", "cli-secret")
+            .unwrap();
+    let rel = "real/sharded/unet_sharded_safetensors";
+    let local = fixtures().join(rel);
+    for e in std::fs::read_dir(&local).unwrap() {
+        let p = e.unwrap().path();
+        let name = p.file_name().unwrap().to_string_lossy().into_owned();
+        bucket
+            .put(&format!("unet/{name}"), &std::fs::read(&p).unwrap(), true)
+            .unwrap();
+    }
+    let env = [
+        ("AWS_ENDPOINT_URL", endpoint.as_str()),
+        ("AWS_ACCESS_KEY_ID", "cli"),
+        ("AWS_SECRET_ACCESS_KEY", "cli-secret"),
+        ("AWS_REGION", "us-east-1"),
+    ];
+    let o = tensorfile(&["validate", "s3://tf-cli/unet/"], &env);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        stdout(&o).starts_with("s3://tf-cli/unet/: ok (4 shards, "),
+        "{}",
+        stdout(&o)
+    );
+    let shard = "s3://tf-cli/unet/diffusion_pytorch_model-00001-of-00004.safetensors";
+    let o = tensorfile(&["inspect", "--json", shard], &env);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = tempfile::tempdir().unwrap();
+    let o = tensorfile(
+        &["fetch", "s3://tf-cli/unet/", out.path().to_str().unwrap()],
+        &env,
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("sha256 verified, header valid"),
+        "{}",
+        stdout(&o)
+    );
+    let o = tensorfile(&["inspect", "s3://tf-cli/unet/none.safetensors"], &env);
+    assert_eq!(o.status.code(), Some(1));
+    let text = stderr(&o);
+    assert_eq!(
+        text,
+        "tensorfile: s3://tf-cli/unet/none.safetensors: not found (HTTP 404)\n"
+    );
+    assert!(!text.contains("cli-secret") && !text.contains("Signature"));
+}

@@ -73,7 +73,7 @@ pub struct Stats {
     retries: AtomicU64,
 }
 
-/// A snapshot of [`Stats`].
+/// What a [`Client`] has sent and received so far ([`Client::stats`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Counts {
     /// HTTP requests sent (each redirect hop counts).

@@ -18,7 +18,24 @@
 //! | `hf://ORG/REPO[@REV]/PATH` | a file of a Hub repository (`HF_ENDPOINT`, `HF_TOKEN` or huggingface_hub's token file) |
 //! | `hf://ORG/REPO[@REV]` | the repository, listed with the Hub's tree API |
 //!
-//! Requests go through a [`Client`]: a bounded number in flight,
+//! ```no_run
+//! use tensorfile::shard::Want;
+//! use tensorfile::{ReadOptions, SliceArg};
+//! use tensorfile_remote::{open_set, Client, RemoteOptions};
+//! let client = Client::new(RemoteOptions::default());
+//! // The index, then every shard's header at once (one request each).
+//! let set = open_set("hf://org/model", &client, &ReadOptions::default())?;
+//! // Rank 1 of 4: a quarter of the rows of one matrix, and a whole bias:
+//! // range requests of exactly those bytes, coalesced, 16 in flight.
+//! let wants = [
+//!     Want::slice("model.layers.0.mlp.up_proj.weight", vec![SliceArg::range(2816, 5632)]),
+//!     Want::tensor("model.norm.weight"),
+//! ];
+//! let loaded = set.load(&wants, 1 << 30)?; // at most 1 GiB of results
+//! # Ok::<(), tensorfile::Error>(())
+//! ```
+//!
+//! Downloads are [`fetch::fetch`]. Requests go through a [`Client`]: a bounded number in flight,
 //! retries with exponential backoff and jitter on 5xx, 429 (honouring
 //! `Retry-After`), timeouts, resets and short bodies; every answer checked
 //! (206 with exactly the `Content-Range` asked for, a body of exactly that

@@ -7,7 +7,8 @@
 //! faults; it records every request it answered and counts the bytes.
 //!
 //! Not a product server: no TLS, one thread per connection, bodies of
-//! requests ignored.
+//! requests ignored. [`S3Bucket`] makes and fills buckets of a real S3
+//! server (moto's) for the `s3://` tests.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
@@ -108,6 +109,9 @@ struct Shared {
     requests: AtomicU64,
     ports: (u16, u16),
     generation: AtomicU64,
+    /// Requests read and not yet logged: the log and the counts wait for
+    /// them (a client may have its answer before the server has counted it).
+    answering: AtomicU64,
 }
 
 impl Shared {
@@ -151,6 +155,7 @@ impl Server {
             requests: AtomicU64::new(0),
             ports,
             generation: AtomicU64::new(0),
+            answering: AtomicU64::new(0),
         });
         let threads = [main, cdn]
             .into_iter()
@@ -256,13 +261,25 @@ impl Server {
         self.shared.lock().page_size = n.max(1);
     }
 
+    /// Waits (up to 5 s) until every request read has been logged.
+    fn settle(&self) {
+        for _ in 0..5000 {
+            if self.shared.answering.load(Ordering::SeqCst) == 0 {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
     /// Every request answered so far.
     pub fn log(&self) -> Vec<Served> {
+        self.settle();
         self.shared.lock().log.clone()
     }
 
     /// Forgets the log and the counts.
     pub fn reset(&self) {
+        self.settle();
         self.shared.lock().log.clear();
         self.shared.body_bytes.store(0, Ordering::Relaxed);
         self.shared.requests.store(0, Ordering::Relaxed);
@@ -270,6 +287,7 @@ impl Server {
 
     /// Requests answered and body bytes sent since the last reset.
     pub fn counts(&self) -> (u64, u64) {
+        self.settle();
         (
             self.shared.requests.load(Ordering::Relaxed),
             self.shared.body_bytes.load(Ordering::Relaxed),
@@ -374,7 +392,15 @@ fn connection(stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
     let mut out = stream.try_clone()?;
     let mut reader = BufReader::new(stream);
     while let Some(request) = read_request(&mut reader, shared) {
-        let (status, body_bytes, keep) = answer(&request, port, shared, &mut out)?;
+        shared.answering.fetch_add(1, Ordering::SeqCst);
+        let answered = answer(&request, port, shared, &mut out);
+        let (status, body_bytes, keep) = match answered {
+            Ok(a) => a,
+            Err(e) => {
+                shared.answering.fetch_sub(1, Ordering::SeqCst);
+                return Err(e);
+            }
+        };
         shared.requests.fetch_add(1, Ordering::Relaxed);
         shared.body_bytes.fetch_add(body_bytes, Ordering::Relaxed);
         shared.lock().log.push(Served {
@@ -386,6 +412,7 @@ fn connection(stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
             status,
             body_bytes,
         });
+        shared.answering.fetch_sub(1, Ordering::SeqCst);
         if !keep || request.close {
             let _ = out.shutdown(Shutdown::Both);
             return Ok(());
@@ -797,6 +824,90 @@ fn send_partial(
     }
     out.flush()?;
     Ok((status, stop - a, stop == b))
+}
+
+/// A bucket of an S3 server (moto's, in tests), made and filled with
+/// requests signed by rusty-s3: for tests and benchmarks of `s3://`.
+pub struct S3Bucket {
+    bucket: rusty_s3::Bucket,
+    credentials: rusty_s3::Credentials,
+    agent: ureq::Agent,
+}
+
+impl std::fmt::Debug for S3Bucket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("S3Bucket")
+            .field("name", &self.bucket.name())
+            .finish()
+    }
+}
+
+impl S3Bucket {
+    /// Creates the bucket `name` at `endpoint` (path-style, `us-east-1`)
+    /// with these credentials.
+    ///
+    /// # Errors
+    /// The endpoint or name is unusable, or the server refuses.
+    pub fn create(endpoint: &str, name: &str, key: &str, secret: &str) -> Result<S3Bucket, String> {
+        use rusty_s3::S3Action;
+        let url = endpoint.parse().map_err(|e| format!("{endpoint}: {e}"))?;
+        let bucket = rusty_s3::Bucket::new(
+            url,
+            rusty_s3::UrlStyle::Path,
+            name.to_string(),
+            "us-east-1".to_string(),
+        )
+        .map_err(|e| format!("bucket {name}: {e:?}"))?;
+        let credentials = rusty_s3::Credentials::new(key, secret);
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .into();
+        let url = bucket
+            .create_bucket(&credentials)
+            .sign(Duration::from_secs(3600));
+        let r = agent
+            .put(url.as_str())
+            .send_empty()
+            .map_err(|e| e.to_string())?;
+        if !r.status().is_success() {
+            return Err(format!("create bucket {name}: HTTP {}", r.status()));
+        }
+        Ok(S3Bucket {
+            bucket,
+            credentials,
+            agent,
+        })
+    }
+
+    /// Puts an object; with `checksum`, its sha256 too, sent as the SDKs
+    /// send it (moto keeps it and gives it back).
+    ///
+    /// # Errors
+    /// The server refuses.
+    pub fn put(&self, key: &str, bytes: &[u8], checksum: bool) -> Result<(), String> {
+        use base64::Engine;
+        use rusty_s3::S3Action;
+        let mut action = self.bucket.put_object(Some(&self.credentials), key);
+        let sum = base64::engine::general_purpose::STANDARD.encode(Sha256::digest(bytes));
+        if checksum {
+            let headers = action.headers_mut();
+            headers.insert("x-amz-checksum-sha256", sum.clone());
+            headers.insert("x-amz-sdk-checksum-algorithm", "SHA256");
+        }
+        let url = action.sign(Duration::from_secs(3600));
+        let mut request = self.agent.put(url.as_str());
+        if checksum {
+            request = request
+                .header("x-amz-checksum-sha256", &sum)
+                .header("x-amz-sdk-checksum-algorithm", "SHA256");
+        }
+        let r = request.send(bytes).map_err(|e| e.to_string())?;
+        if !r.status().is_success() {
+            return Err(format!("put {key}: HTTP {}", r.status()));
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -10,12 +10,11 @@
 mod common;
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use rusty_s3::{Bucket, Credentials, S3Action, UrlStyle};
 use tensorfile::shard::Want;
 use tensorfile::{ReadOptions, SafeTensors, ShardedTensors};
 use tensorfile_remote::fetch::{fetch, FetchOptions, Outcome};
+use tensorfile_remote::serve::S3Bucket;
 use tensorfile_remote::Client;
 
 /// moto's URL, or `None` (with a message) when the test cannot run here.
@@ -36,60 +35,16 @@ fn endpoint() -> Option<String> {
     }
 }
 
-/// A bucket with its signing details, for making objects.
-struct TestBucket {
-    bucket: Bucket,
-    creds: Credentials,
-    agent: ureq::Agent,
+/// A new bucket of moto's, made with the credentials of [`set_env`].
+fn bucket(endpoint: &str, name: &str) -> TestBucket {
+    TestBucket(S3Bucket::create(endpoint, name, "testing", "testing-secret-key").unwrap())
 }
 
-impl TestBucket {
-    fn create(endpoint: &str, name: &str) -> TestBucket {
-        let bucket = Bucket::new(
-            endpoint.parse().unwrap(),
-            UrlStyle::Path,
-            name.to_string(),
-            "us-east-1".to_string(),
-        )
-        .unwrap();
-        let creds = Credentials::new("testing", "testing-secret-key");
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .build()
-            .into();
-        let url = bucket.create_bucket(&creds).sign(Duration::from_secs(600));
-        let r = agent.put(url.as_str()).send_empty().unwrap();
-        assert!(r.status().is_success(), "create bucket: {}", r.status());
-        TestBucket {
-            bucket,
-            creds,
-            agent,
-        }
-    }
+struct TestBucket(S3Bucket);
 
-    /// Puts an object, with its sha256 checksum when asked.
+impl TestBucket {
     fn put(&self, key: &str, bytes: &[u8], checksum: bool) {
-        let mut action = self.bucket.put_object(Some(&self.creds), key);
-        let sum = {
-            use base64::Engine;
-            use sha2::Digest;
-            base64::engine::general_purpose::STANDARD.encode(sha2::Sha256::digest(bytes))
-        };
-        if checksum {
-            // moto keeps a checksum sent as the SDKs send it.
-            let headers = action.headers_mut();
-            headers.insert("x-amz-checksum-sha256", sum.clone());
-            headers.insert("x-amz-sdk-checksum-algorithm", "SHA256");
-        }
-        let url = action.sign(Duration::from_secs(600));
-        let mut request = self.agent.put(url.as_str());
-        if checksum {
-            request = request
-                .header("x-amz-checksum-sha256", &sum)
-                .header("x-amz-sdk-checksum-algorithm", "SHA256");
-        }
-        let r = request.send(bytes).unwrap();
-        assert!(r.status().is_success(), "put {key}: {}", r.status());
+        self.0.put(key, bytes, checksum).unwrap();
     }
 }
 
@@ -106,7 +61,7 @@ fn set_env(endpoint: &str) {
 fn s3_objects_and_sets_read_as_local_ones() {
     let Some(endpoint) = endpoint() else { return };
     set_env(&endpoint);
-    let bucket = TestBucket::create(&endpoint, "tf-read");
+    let bucket = bucket(&endpoint, "tf-read");
     let root = common::fixtures();
     let options = ReadOptions::default();
     let client = common::client();
@@ -184,7 +139,7 @@ fn s3_objects_and_sets_read_as_local_ones() {
 fn s3_objects_changed_underneath_are_errors() {
     let Some(endpoint) = endpoint() else { return };
     set_env(&endpoint);
-    let bucket = TestBucket::create(&endpoint, "tf-change");
+    let bucket = bucket(&endpoint, "tf-change");
     let path = common::fixtures().join("valid/llama_two_layers_bf16.safetensors");
     let bytes = std::fs::read(path).unwrap();
     bucket.put("m.safetensors", &bytes, false);
@@ -213,7 +168,7 @@ fn s3_objects_changed_underneath_are_errors() {
 fn s3_directories_are_fetched_and_verified_by_their_checksums() {
     let Some(endpoint) = endpoint() else { return };
     set_env(&endpoint);
-    let bucket = TestBucket::create(&endpoint, "tf-fetch");
+    let bucket = bucket(&endpoint, "tf-fetch");
     let src = common::fixtures().join("real/mlx_lm/llama_q4");
     let files = common::files_under(&src);
     for rel in &files {
