@@ -7,8 +7,8 @@
  * fs_last_error_message(). A successful call resets it to TL_OK.
  *
  * Ownership, in short:
- *   - fs_file* (fs_open, fs_mmap, fs_load_pytorch): yours; free it with
- *     fs_close. Everything it returns (tm_tensor structs, their shape and
+ *   - fs_file* (fs_open, fs_mmap, fs_load_pytorch, fs_mmap_pytorch): yours;
+ *     free it with fs_close. Everything it returns (tm_tensor structs, their shape and
  *     data, names, metadata strings and arrays) is its own and lives until
  *     fs_close; never free or modify any of it.
  *   - fs_writer* (fs_writer_new): yours until fs_write or fs_writer_free,
@@ -25,9 +25,15 @@
  * Threads: one fs_file may be read from several threads at once. A
  * fs_writer must be used by one thread at a time.
  *
- * PyTorch checkpoints (fs_load_pytorch): tensors that are not stored as
- * they are (views with gaps, expansions, deflated or big-endian records)
- * are gathered on their first fs_get_tensor / fs_get_tensor_at, not at
+ * Files changed underneath: fs_open and fs_load_pytorch read the file
+ * (fs_load_pytorch keeps it open and reads each tensor on its first
+ * access), so a file truncated by another process is an error naming it
+ * (TL_EIO), never a signal. fs_mmap and fs_mmap_pytorch map it: zero-copy,
+ * but a truncation while mapped makes a later access raise SIGBUS.
+ *
+ * PyTorch checkpoints (fs_load_pytorch, fs_mmap_pytorch): tensors that are
+ * not in a mapped file as they are (with fs_load_pytorch, every tensor) are
+ * read or gathered on their first fs_get_tensor / fs_get_tensor_at, not at
  * load, once even when threads ask at the same time; that first access can
  * fail (NULL and an error, the same on every later access), and its
  * pointer, like every other, stays valid until fs_close.
@@ -114,8 +120,8 @@ typedef enum tl_dtype {
   TL_U64 = 21,
 } tl_dtype;
 
-// An open file: an opaque handle from `fs_open`, `fs_mmap` or
-// `fs_load_pytorch`, freed by `fs_close`.
+// An open file: an opaque handle from `fs_open`, `fs_mmap`,
+// `fs_load_pytorch` or `fs_mmap_pytorch`, freed by `fs_close`.
 typedef struct fs_file fs_file;
 
 // A writer in progress: an opaque handle from `fs_writer_new`, consumed
@@ -164,17 +170,20 @@ const char *fs_last_error_message(void);
 
 // Loads a PyTorch checkpoint (`torch.save`: the zip format and the legacy
 // one, `.pt`, `.pth`, `pytorch_model.bin`) without running any code in
-// it. Tensors are named by their path in the saved object
-// (`model.layers.0.weight`) and listed in ascending byte order of their
-// names; each `data` holds the C-order little-endian bytes. Stored
-// tensors point into the mapped file (torch.save aligns records to 64
-// bytes). The others (views with gaps, expansions, deflated or big-endian
-// records) are gathered on first access (`fs_get_tensor`,
-// `fs_get_tensor_at`), once, into buffers of `malloc` alignment that live
-// until `fs_close`: loading itself gathers nothing, and a first access may
-// fail (NULL with the codes below). The metadata holds the checkpoint's
-// non-tensor values (numbers, strings) rendered as text, under their
-// flattened names.
+// it, reading the file with positional reads. Tensors are named by their
+// path in the saved object (`model.layers.0.weight`) and listed in
+// ascending byte order of their names; each `data` holds the C-order
+// little-endian bytes. Every tensor is read (or gathered: views with
+// gaps, expansions, deflated or big-endian records) on its first access
+// (`fs_get_tensor`, `fs_get_tensor_at`), once, into a buffer of `malloc`
+// alignment that lives until `fs_close`: loading itself reads only the
+// archive's directory and pickle, and a first access may fail (NULL with
+// the codes below). The file stays open, never mapped: if another process
+// truncates it meanwhile, a later first access fails with `TL_EIO` and a
+// message naming the file ("changed or truncated while being read"),
+// never a signal. `fs_mmap_pytorch` maps it instead (zero-copy). The
+// metadata holds the checkpoint's non-tensor values (numbers, strings)
+// rendered as text, under their flattened names.
 //
 // The loader's budgets apply, with their defaults: the pickle
 // interpreter holds at most 256 MiB; expanded views (larger than their
@@ -193,6 +202,23 @@ const char *fs_last_error_message(void);
 // # Safety
 // `path` is NULL or a NUL-terminated string.
 struct fs_file *fs_load_pytorch(const char *path);
+
+// Loads a PyTorch checkpoint as `fs_load_pytorch` does, from a read-only
+// memory map: tensors stored as they are point into the map from the
+// start (zero-copy; torch.save aligns records to 64 bytes), the others
+// are gathered on first access as there. The file is mapped for the
+// handle's life and must not be modified in place meanwhile: another
+// process truncating it makes a later access raise `SIGBUS`, as for
+// `fs_mmap` (replacing it by rename is safe).
+//
+// Returns NULL on failure, with the codes of `fs_load_pytorch`.
+//
+// Ownership: the caller owns the handle and frees it with `fs_close`,
+// which unmaps the file.
+//
+// # Safety
+// `path` is NULL or a NUL-terminated string.
+struct fs_file *fs_mmap_pytorch(const char *path);
 
 // Reads the file at `path` into memory and validates it (all five reader
 // rules). Every tensor's `data` is aligned to at least 64 bytes. The file
@@ -253,9 +279,10 @@ const char *fs_tensor_name_at(const struct fs_file *f, int i, size_t *len);
 
 // The tensor called `name`. NULL on failure: `TL_EINVAL` (NULL argument,
 // `name` not UTF-8), `TL_ENOTFOUND` (no such tensor), and for a tensor of
-// `fs_load_pytorch` gathered on this first access, the codes of
+// `fs_load_pytorch` read or gathered on this first access, the codes of
 // `fs_load_pytorch` (`TL_EUNSUPPORTED` for a budget exceeded, `TL_EFORMAT`
-// for a broken record, `TL_ENOMEM`); a failed access fails again the same
+// for a broken record, `TL_ENOMEM`, `TL_EIO` for a file truncated
+// underneath); a failed access fails again the same
 // way.
 //
 // Ownership: the struct, its `shape` and its `data` belong to `f` and live
@@ -269,7 +296,7 @@ struct tm_tensor *fs_get_tensor(const struct fs_file *f, const char *name);
 // Tensor `i` in file order (`0 <= i < fs_num_tensors(f)`): the way to
 // reach every tensor, those whose names hold NUL characters included.
 // NULL on failure: `TL_EINVAL` (NULL `f`, negative `i`), `TL_ENOTFOUND`
-// (`i` past the end), or the failure of gathering a PyTorch tensor as for
+// (`i` past the end), or the failure of reading a PyTorch tensor as for
 // `fs_get_tensor`. Ownership: as for `fs_get_tensor`.
 //
 // # Safety

@@ -84,9 +84,8 @@ impl From<Error> for Failure {
 
 impl From<tensorfile_pytorch::Error> for Failure {
     fn from(e: tensorfile_pytorch::Error) -> Failure {
-        use tensorfile_pytorch::pickle::PickleErrorKind;
-        use tensorfile_pytorch::zip::ZipError;
         use tensorfile_pytorch::Error as E;
+        use tensorfile_pytorch::{PickleErrorKind, ZipError};
         let code = match &e {
             E::Io { source, .. } => io_code(source),
             // Valid input refused on purpose: a global off the allow-list,
@@ -105,7 +104,7 @@ impl From<tensorfile_pytorch::Error> for Failure {
             | E::NotACheckpoint(_)
             | E::Refused { .. }
             | E::Budget { .. } => TL_EUNSUPPORTED,
-            E::Write(inner) => inner.core().map_or(TL_EINVAL, core_code),
+            E::Core(inner) => core_code(inner.detail()),
             // Malformed archives, storages and views.
             _ => TL_EFORMAT,
         };

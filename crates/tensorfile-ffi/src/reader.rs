@@ -2,8 +2,8 @@
 //!
 //! Everything C can ask of a file (the `tm_tensor` structs, shapes as
 //! `int64_t`, the names, the metadata strings) is built when the file is
-//! opened, except the data of the PyTorch tensors that must be gathered:
-//! those are produced on first access, once (a `OnceLock` per tensor), and
+//! opened, except the data of the PyTorch tensors that must be read or
+//! gathered: those are produced on first access, once (a `OnceLock` per tensor), and
 //! never change after. Any number of threads may read one `fs_file` at
 //! once.
 
@@ -53,8 +53,8 @@ impl Storage {
     }
 }
 
-/// An open file: an opaque handle from `fs_open`, `fs_mmap` or
-/// `fs_load_pytorch`, freed by `fs_close`.
+/// An open file: an opaque handle from `fs_open`, `fs_mmap`,
+/// `fs_load_pytorch` or `fs_mmap_pytorch`, freed by `fs_close`.
 pub struct fs_file {
     view: View,
     /// Dropped after `view`, whose data pointers point into it.
@@ -390,9 +390,10 @@ pub unsafe extern "C" fn fs_tensor_name_at(
 
 /// The tensor called `name`. NULL on failure: `TL_EINVAL` (NULL argument,
 /// `name` not UTF-8), `TL_ENOTFOUND` (no such tensor), and for a tensor of
-/// `fs_load_pytorch` gathered on this first access, the codes of
+/// `fs_load_pytorch` read or gathered on this first access, the codes of
 /// `fs_load_pytorch` (`TL_EUNSUPPORTED` for a budget exceeded, `TL_EFORMAT`
-/// for a broken record, `TL_ENOMEM`); a failed access fails again the same
+/// for a broken record, `TL_ENOMEM`, `TL_EIO` for a file truncated
+/// underneath); a failed access fails again the same
 /// way.
 ///
 /// Ownership: the struct, its `shape` and its `data` belong to `f` and live
@@ -421,7 +422,7 @@ pub unsafe extern "C" fn fs_get_tensor(f: *const fs_file, name: *const c_char) -
 /// Tensor `i` in file order (`0 <= i < fs_num_tensors(f)`): the way to
 /// reach every tensor, those whose names hold NUL characters included.
 /// NULL on failure: `TL_EINVAL` (NULL `f`, negative `i`), `TL_ENOTFOUND`
-/// (`i` past the end), or the failure of gathering a PyTorch tensor as for
+/// (`i` past the end), or the failure of reading a PyTorch tensor as for
 /// `fs_get_tensor`. Ownership: as for `fs_get_tensor`.
 ///
 /// # Safety

@@ -5,7 +5,7 @@ use std::io;
 use std::path::PathBuf;
 
 use crate::pickle::PickleError;
-use crate::zip::ZipError;
+use tensorfile_zip::ZipError;
 
 /// Any error of this crate.
 #[derive(Debug, thiserror::Error)]
@@ -102,25 +102,38 @@ pub enum Error {
     /// Tensors share storage and the sharing policy refuses it.
     #[error("{0}")]
     Shared(String),
-    /// Writing the converted file failed.
+    /// An error of the format core: writing, or a tensor's bytes that a
+    /// writer could not take.
     #[error(transparent)]
-    Write(#[from] tensorfile::Error),
-}
-
-impl Error {
-    pub(crate) fn io(path: impl Into<PathBuf>, source: io::Error) -> Error {
-        Error::Io {
-            path: path.into(),
-            source,
-        }
-    }
+    Core(tensorfile_core::Error),
 }
 
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// A core error; one that carries an error of this crate through the core
+/// (a tensor read inside a writer's job) comes back out as itself.
 impl From<tensorfile_core::Error> for Error {
     fn from(e: tensorfile_core::Error) -> Error {
-        Error::Write(e.into())
+        match e {
+            tensorfile_core::Error::Other(other) => match other.downcast::<Error>() {
+                Ok(mine) => *mine,
+                Err(other) => Error::Core(tensorfile_core::Error::Other(other)),
+            },
+            core => Error::Core(core),
+        }
+    }
+}
+
+/// Lets this crate's errors travel through the core: an I/O error on the
+/// checkpoint becomes the core's I/O error naming the file (a file
+/// truncated while read says so), the others travel as they are.
+impl From<Error> for tensorfile_core::Error {
+    fn from(e: Error) -> tensorfile_core::Error {
+        match e {
+            Error::Io { path, source } => tensorfile_core::Error::io(path, source),
+            Error::Core(core) => core,
+            other => tensorfile_core::Error::Other(Box::new(other)),
+        }
     }
 }

@@ -54,8 +54,10 @@ impl Default for WalkLimits {
 /// The flattened tree.
 #[derive(Debug, Default)]
 pub(crate) struct Flat {
-    /// Tensor names and their spec index, sorted by name.
-    pub tensors: Vec<(String, usize)>,
+    /// Tensor names, their spec index and their place in the walk (pickle
+    /// order: a dict's items in insertion order, depth first), sorted by
+    /// name.
+    pub tensors: Vec<(String, usize, usize)>,
     /// Non-tensor leaves, rendered as text, in tree order.
     pub values: Vec<(String, String)>,
 }
@@ -173,7 +175,8 @@ pub(crate) fn flatten(
                     let spec = rebuilder.tensor(id, &path)?;
                     let dims = rebuilder.specs.get(spec).map_or(0, |s| s.shape.len());
                     keep(dims.saturating_mul(16), &path)?;
-                    flat.tensors.push((path, spec));
+                    let order = flat.tensors.len();
+                    flat.tensors.push((path, spec, order));
                 }
             }
             Some((_, Object::PersistentId(_))) => {
@@ -209,7 +212,7 @@ pub(crate) fn flatten(
                 name[k.len() + 1..].to_string()
             };
         };
-        flat.tensors.iter_mut().for_each(|(n, _)| strip(n));
+        flat.tensors.iter_mut().for_each(|(n, _, _)| strip(n));
         flat.values.iter_mut().for_each(|(n, _)| strip(n));
     }
     flat.tensors

@@ -3,10 +3,24 @@
 //! fuzz targets in `fuzz/` do the same, unbounded.)
 
 use std::path::PathBuf;
+use tensorfile_testkit::Rng;
 
-use tensorfile_pytorch::pickle::{Limits, Pickle};
-use tensorfile_pytorch::zip::ZipIndex;
+use tensorfile_core::source::ByteSource;
+use tensorfile_pytorch::fuzzing::pickle;
 use tensorfile_pytorch::{Checkpoint, LoadOptions};
+use tensorfile_zip::ZipIndex;
+
+/// Bytes that are not lent: the loader reads them by range, as from a file.
+struct Unlent(Vec<u8>);
+
+impl ByteSource for Unlent {
+    fn len(&self) -> u64 {
+        self.0.len() as u64
+    }
+    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        self.0.as_slice().read_exact_at(offset, buf)
+    }
+}
 
 fn fixtures() -> Vec<(String, Vec<u8>)> {
     let dir = PathBuf::from(concat!(
@@ -28,21 +42,6 @@ fn fixtures() -> Vec<(String, Vec<u8>)> {
     out
 }
 
-/// xorshift64*: deterministic, no dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-}
-
 fn mutate(rng: &mut Rng, input: &[u8]) -> Vec<u8> {
     let mut v = input.to_vec();
     match rng.below(4) {
@@ -51,7 +50,7 @@ fn mutate(rng: &mut Rng, input: &[u8]) -> Vec<u8> {
             for _ in 0..1 + rng.below(4) {
                 if !v.is_empty() {
                     let i = rng.below(v.len());
-                    v[i] = [0, 0xff, 0x7f, 0x80, rng.next() as u8][rng.below(5)];
+                    v[i] = [0, 0xff, 0x7f, 0x80, rng.next_u64() as u8][rng.below(5)];
                 }
             }
         }
@@ -85,18 +84,24 @@ fn options() -> LoadOptions {
 }
 
 fn load_everything(bytes: Vec<u8>) {
-    if let Ok(ckpt) = Checkpoint::from_bytes(bytes, &options()) {
-        for t in ckpt.tensors() {
-            if let Ok(b) = t.bytes() {
-                assert_eq!(b.len() as u64, t.nbytes(), "{}", t.name());
-            }
+    let lent = Checkpoint::from_bytes(bytes.clone(), &options());
+    let read = Checkpoint::from_source(Unlent(bytes), "mutated", &options());
+    assert_eq!(lent.is_ok(), read.is_ok());
+    let (Ok(lent), Ok(read)) = (lent, read) else {
+        return;
+    };
+    for (t, u) in lent.tensors().zip(read.tensors()) {
+        let (a, b) = (t.bytes(), u.bytes());
+        if let (Ok(a), Ok(b)) = (&a, &b) {
+            assert_eq!(a.len() as u64, t.nbytes(), "{}", t.name());
+            assert!(a == b, "{}: read and lent bytes differ", t.name());
         }
     }
 }
 
 #[test]
 fn mutated_checkpoints_never_panic() {
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut rng = Rng::new(0x9e37_79b9_7f4a_7c15);
     for (_, bytes) in fixtures() {
         let rounds = if bytes.len() > 100_000 { 30 } else { 300 };
         for _ in 0..rounds {
@@ -104,7 +109,7 @@ fn mutated_checkpoints_never_panic() {
             load_everything(m.clone());
             if let Ok(zip) = ZipIndex::parse(&m) {
                 for e in zip.entries() {
-                    let _ = e.read(&m);
+                    let _ = e.read(&&m[..], 64 << 20);
                 }
             }
         }
@@ -113,17 +118,18 @@ fn mutated_checkpoints_never_panic() {
 
 #[test]
 fn mutated_pickles_never_panic() {
-    let mut rng = Rng(42);
-    let limits = Limits::default();
+    let mut rng = Rng::new(42);
     for (_, bytes) in fixtures() {
         let Ok(zip) = ZipIndex::parse(&bytes) else {
             continue;
         };
         for e in zip.entries().iter().filter(|e| e.name.ends_with(".pkl")) {
-            let Ok(pkl) = e.read(&bytes) else { continue };
+            let Ok(pkl) = e.read(&&bytes[..], 64 << 20) else {
+                continue;
+            };
             for _ in 0..200 {
                 let m = mutate(&mut rng, &pkl);
-                let _ = Pickle::parse(&m, &limits);
+                let _ = pickle(&m);
             }
         }
     }
@@ -131,12 +137,12 @@ fn mutated_pickles_never_panic() {
 
 #[test]
 fn random_bytes_never_panic() {
-    let mut rng = Rng(7);
+    let mut rng = Rng::new(7);
     for len in [0usize, 1, 8, 15, 22, 64, 300, 4096] {
         for _ in 0..50 {
-            let mut v: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+            let mut v: Vec<u8> = (0..len).map(|_| rng.next_u64() as u8).collect();
             load_everything(v.clone());
-            let _ = Pickle::parse(&v, &Limits::default());
+            let _ = pickle(&v);
             // With a valid-looking start, so the deeper paths run too.
             if len >= 4 {
                 v[..4].copy_from_slice(b"PK\x03\x04");

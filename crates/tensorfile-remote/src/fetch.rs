@@ -778,7 +778,7 @@ fn finish(job: &Job, options: &FetchOptions) -> tensorfile::Result<FetchedFile> 
             return Err(fail(
                 tensorfile::ShardError::BadIndex {
                     index: PathBuf::from(&url),
-                    problem,
+                    problem: problem.to_string(),
                 }
                 .into(),
             ));

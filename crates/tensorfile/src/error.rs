@@ -49,6 +49,11 @@ pub enum Error {
         #[source]
         source: CastError,
     },
+    /// A PyTorch checkpoint was refused, or one of its tensors could not
+    /// be read (see [`tensorfile_pytorch::Error`]). (Boxed: errors travel
+    /// by value.)
+    #[error(transparent)]
+    Pytorch(Box<tensorfile_pytorch::Error>),
     /// An error about a named file. [`Error::detail`] gives the error
     /// without the file.
     #[error("{}: {source}", path.display())]
@@ -68,7 +73,10 @@ impl From<tensorfile_core::Error> for Error {
         match e {
             tensorfile_core::Error::Other(other) => match other.downcast::<Error>() {
                 Ok(mine) => *mine,
-                Err(other) => Error::Core(tensorfile_core::Error::Other(other)),
+                Err(other) => match other.downcast::<tensorfile_pytorch::Error>() {
+                    Ok(pytorch) => Error::from(*pytorch),
+                    Err(other) => Error::Core(tensorfile_core::Error::Other(other)),
+                },
             },
             core => Error::Core(core),
         }
@@ -81,6 +89,16 @@ impl From<Error> for tensorfile_core::Error {
         match e {
             Error::Core(core) => core,
             other => tensorfile_core::Error::Other(Box::new(other)),
+        }
+    }
+}
+
+/// A loader error; one that only carries a core error is that error.
+impl From<tensorfile_pytorch::Error> for Error {
+    fn from(e: tensorfile_pytorch::Error) -> Error {
+        match e {
+            tensorfile_pytorch::Error::Core(core) => Error::from(core),
+            other => Error::Pytorch(Box::new(other)),
         }
     }
 }
@@ -179,3 +197,16 @@ impl Error {
 
 /// `Result` with this library's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A text that does not parse (a shard size, an index's JSON): the message
+/// says what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ParseError(pub(crate) String);
+
+impl ParseError {
+    /// What is wrong.
+    pub fn message(&self) -> &str {
+        &self.0
+    }
+}

@@ -41,11 +41,12 @@ pub mod cast;
 pub mod error;
 pub mod input;
 pub mod model;
+pub mod pytorch;
 pub mod quant;
 pub mod reshard;
 pub mod shard;
 
 pub use cast::Decode;
-pub use error::{Error, Result};
+pub use error::{Error, ParseError, Result};
 pub use model::Contract;
 pub use shard::{ShardError, ShardedTensors};

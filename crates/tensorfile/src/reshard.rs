@@ -26,6 +26,7 @@ use crate::plan::Plan;
 use crate::save_plan;
 use crate::shard::{SetTensor, ShardIndex, ShardedTensors};
 use crate::writer::WriteOptions;
+use crate::ParseError;
 
 /// Parses a shard size the way huggingface_hub does: a number of bytes, or a
 /// number (decimals allowed) followed by `KB`, `MB`, `GB` or `TB`, decimal
@@ -39,9 +40,15 @@ use crate::writer::WriteOptions;
 /// assert_eq!(parse_size("4096"), Ok(4096));
 /// assert!(parse_size("5GiB").is_err());
 /// ```
-pub fn parse_size(text: &str) -> Result<u64, String> {
-    let bad =
-        || format!("`{text}` is not a size: expected bytes or a number with KB, MB, GB or TB");
+///
+/// # Errors
+/// [`ParseError`] saying what a size looks like.
+pub fn parse_size(text: &str) -> Result<u64, ParseError> {
+    let bad = || {
+        ParseError(format!(
+            "`{text}` is not a size: expected bytes or a number with KB, MB, GB or TB"
+        ))
+    };
     let s = text.trim();
     let upper = s.to_ascii_uppercase();
     let (number, scale) = match ["KB", "MB", "GB", "TB"]
@@ -208,6 +215,21 @@ impl Sharding {
             })
             .collect();
         Sharding::Given { parts, count }
+    }
+
+    /// How a transform of a set writes its output: cut by
+    /// `max_shard_size` when given ([`Sharding::MaxSize`]), else one output
+    /// file per input file ([`Sharding::like_inputs`]).
+    pub fn new(
+        max_shard_size: Option<u64>,
+        plan: &Plan<'_>,
+        shard_of_input: &[usize],
+        count: usize,
+    ) -> Sharding {
+        match max_shard_size {
+            Some(max) => Sharding::MaxSize(max),
+            None => Sharding::like_inputs(plan, shard_of_input, count),
+        }
     }
 
     /// The file of each tensor and the number of files.

@@ -8,9 +8,8 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
+use tensorfile::pytorch::{Checkpoint, Format, LoadOptions};
 use tensorfile::Dtype;
-use tensorfile_pytorch::{Checkpoint, Format, LoadOptions};
 
 use super::{out, Failure};
 
@@ -35,13 +34,20 @@ pub fn run(
     };
     let mut digests = BTreeMap::new();
     if hash {
+        // A piece at a time, read with positional reads.
+        let total = ckpt.tensors().map(|t| t.nbytes()).sum();
+        let bar = crate::progress::Progress::bytes(total, "hashing");
         for t in ckpt.tensors() {
-            digests.insert(t.name(), hex::encode(Sha256::digest(&t.bytes()?)));
+            digests.insert(t.name(), super::sha256_hex(&t, &bar)?);
         }
     }
+    // Names that are exact aliases of one another (tied weights) are one
+    // tensor: its parameters are counted once.
+    let mut seen = std::collections::HashSet::new();
     let parameters: u128 = ckpt
         .tensors()
-        .map(|t| tensorfile::dtype::numel(t.shape()).unwrap_or(0) as u128)
+        .filter(|t| seen.insert(t.view_key()))
+        .map(|t| u128::from(t.numel()))
         .sum();
     let mut per_dtype: BTreeMap<Dtype, (usize, u64)> = BTreeMap::new();
     for t in ckpt.tensors() {

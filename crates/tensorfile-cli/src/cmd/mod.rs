@@ -16,6 +16,7 @@ pub mod fetch;
 pub mod inout;
 pub mod inspect;
 pub mod inspect_pytorch;
+pub mod losses;
 pub mod merge;
 pub mod quantize;
 pub mod quantized;
@@ -178,7 +179,11 @@ pub fn report(err: &(dyn std::error::Error + 'static), input: Option<&Path>, jso
     let mut text = one_line(err);
     if named.is_none() {
         if let Some(input) = input {
-            text = format!("{}: {text}", input.display());
+            // Messages made here often start with the path already.
+            let shown = input.display().to_string();
+            if !text.starts_with(&shown) {
+                text = format!("{shown}: {text}");
+            }
         }
     }
     if json {

@@ -258,6 +258,11 @@ static void test_pytorch(void) {
         CHECK(f != NULL, "fs_load_pytorch %s: %s", fx->stem, fs_last_error_message());
         if (f) check_file(f, fx, 0, "fs_load_pytorch");
         fs_close(f);
+        /* The mapped way gives the same tensors. */
+        f = fs_mmap_pytorch(fx->path);
+        CHECK(f != NULL, "fs_mmap_pytorch %s: %s", fx->stem, fs_last_error_message());
+        if (f) check_file(f, fx, 0, "fs_mmap_pytorch");
+        fs_close(f);
     }
     CHECK(files >= 20, "only %d loadable checkpoints", files);
     files = 0;
@@ -286,9 +291,45 @@ static void test_pytorch(void) {
     }
     CHECK(fs_load_pytorch(NULL) == NULL, "fs_load_pytorch(NULL)");
     CHECK_ERROR(TL_EINVAL, "NULL", "fs_load_pytorch(NULL)");
+    CHECK(fs_mmap_pytorch(NULL) == NULL, "fs_mmap_pytorch(NULL)");
+    CHECK_ERROR(TL_EINVAL, "NULL", "fs_mmap_pytorch(NULL)");
     /* A safetensors file is not a checkpoint. */
     CHECK(fs_load_pytorch(FX_VALID[0].path) == NULL, "a safetensors file loaded as PyTorch");
     CHECK_ERROR(TL_EUNSUPPORTED, "safetensors", "fs_load_pytorch(safetensors)");
+}
+
+/* A checkpoint truncated by another process after fs_load_pytorch: the
+ * first access of a tensor with bytes fails with TL_EIO naming the file,
+ * never SIGBUS (the file is read, not mapped). */
+static void test_pytorch_truncated(void) {
+    const struct fx_file *fx = NULL;
+    for (const struct fx_file *p = FX_PYTORCH_OK; p->path && !fx; p++)
+        for (int i = 0; i < p->ntensors; i++)
+            if (p->tensors[i].nbytes > 0) fx = p;
+    CHECK(fx != NULL, "no checkpoint with tensor bytes");
+    if (!fx) return;
+    size_t len = 0;
+    unsigned char *bytes = read_all(fx->path, &len);
+    char *path = tmp_path("truncated_underneath.pt");
+    write_all(path, bytes, len);
+    free(bytes);
+    fs_file *f = fs_load_pytorch(path);
+    CHECK(f != NULL, "fs_load_pytorch %s: %s", path, fs_last_error_message());
+    if (f) {
+        FILE *cut = fopen(path, "wb"); /* truncates it to 0 bytes */
+        if (cut) fclose(cut);
+        int refused = 0;
+        for (int i = 0; i < fs_num_tensors(f); i++) {
+            if (fx->tensors[i].nbytes == 0) continue;
+            CHECK(fs_get_tensor_at(f, i) == NULL, "tensor %d read from a cut file", i);
+            CHECK_ERROR(TL_EIO, "truncated_underneath.pt", "a tensor of the cut file");
+            CHECK_ERROR(TL_EIO, "changed or truncated", "a tensor of the cut file");
+            refused++;
+        }
+        CHECK(refused > 0, "no tensor refused");
+    }
+    fs_close(f);
+    free(path);
 }
 
 /* ---- hostile PyTorch checkpoints (issue 12) ---- */
@@ -719,6 +760,7 @@ int main(int argc, char **argv) {
     test_metadata_with_nul();
     test_invalid_files();
     test_pytorch();
+    test_pytorch_truncated();
     test_pytorch_hostile();
     test_worked_example();
     test_rewrite_fixtures();

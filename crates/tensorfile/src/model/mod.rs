@@ -350,7 +350,7 @@ fn check_plan(
             report.push(Problem::error(
                 ProblemKind::InvalidField,
                 "quantization",
-                message,
+                message.to_string(),
             ));
             None
         }

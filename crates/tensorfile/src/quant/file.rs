@@ -153,8 +153,7 @@ fn plan_quantize<T: TensorData>(
     let mlx_params = match opts.scheme {
         Scheme::Int4Sym { .. } => None,
         Scheme::Mlx(p) => {
-            p.validate()
-                .map_err(|e| quant_error("__metadata__", QuantError::Params(e)))?;
+            p.validate().map_err(|e| quant_error("__metadata__", e))?;
             Some(p)
         }
     };
@@ -700,8 +699,7 @@ fn find_weights<'a, T: TensorData>(
             data_offsets: (0, t.byte_len()),
         })
     };
-    let own = QuantConfig::from_metadata(metadata)
-        .map_err(|e| quant_error("__metadata__", QuantError::Params(e)))?;
+    let own = QuantConfig::from_metadata(metadata).map_err(|e| quant_error("__metadata__", e))?;
     let config = explicit.or(own.as_ref());
     let names = tensors.iter().map(|t| t.name());
     let weights = quantized_weights(names, lookup, int4_group(metadata), config)?;

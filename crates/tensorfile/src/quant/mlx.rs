@@ -652,7 +652,7 @@ impl Geometry {
 /// more, the groups dividing the last dimension, whole U32 words a row)
 /// and gives its geometry.
 pub(crate) fn check_shape(shape: &[u64], params: &QuantParams) -> Result<Geometry, QuantError> {
-    params.validate().map_err(QuantError::Params)?;
+    params.validate()?;
     let Some(&cols) = shape.last().filter(|_| shape.len() >= 2) else {
         return Err(QuantError::Shape(format!(
             "has shape {shape:?}: MLX quantizes weights of 2 or more dimensions"
