@@ -4,13 +4,19 @@
  * Errors: functions returning int return 0 (or a count) on success and a
  * negative TL_E* code on failure; functions returning a pointer return NULL
  * on failure. Every failure sets a per-thread error: fs_last_error() and
- * fs_last_error_message(). A successful call resets it to TL_OK.
+ * fs_last_error_message(). A successful call resets it to TL_OK. The codes
+ * keep their numbers; TL_EINTERNAL (-7) is a bug in the library (a caught
+ * panic, an invariant that failed), never the caller's input.
  *
  * Ownership, in short:
  *   - fs_file* (fs_open, fs_mmap, fs_load_pytorch, fs_mmap_pytorch): yours;
  *     free it with fs_close. Everything it returns (tm_tensor structs, their shape and
  *     data, names, metadata strings and arrays) is its own and lives until
- *     fs_close; never free or modify any of it.
+ *     fs_close; never free or modify any of it. fs_tensor, fs_tensor_at,
+ *     fs_tensor_name_list and fs_metadata_key_list say so in their types
+ *     (const); fs_get_tensor, fs_get_tensor_at, fs_tensor_names and
+ *     fs_metadata_keys, the original API, return the same pointers without
+ *     the const, and they are just as read-only.
  *   - fs_writer* (fs_writer_new): yours until fs_write or fs_writer_free,
  *     which free it. fs_add_tensor copies the name, the tm_tensor and its
  *     shape, but only borrows the data bytes: they are read during
@@ -33,7 +39,7 @@
  *
  * PyTorch checkpoints (fs_load_pytorch, fs_mmap_pytorch): tensors that are
  * not in a mapped file as they are (with fs_load_pytorch, every tensor) are
- * read or gathered on their first fs_get_tensor / fs_get_tensor_at, not at
+ * read or gathered on their first fs_tensor / fs_tensor_at, not at
  * load, once even when threads ask at the same time; that first access can
  * fail (NULL and an error, the same on every later access), and its
  * pointer, like every other, stays valid until fs_close.
@@ -50,10 +56,12 @@
 // Success.
 #define TL_OK 0
 
-// The file breaks the safetensors format (a reader rule of the format page).
+// The file breaks the safetensors format (a reader rule of the format
+// page), or a PyTorch checkpoint is malformed.
 #define TL_EFORMAT -1
 
-// The system refused an operation: open, read, write, rename, map.
+// The system refused an operation (open, read, write, rename, map), or the
+// output path is not a file that can be replaced (a directory, a FIFO).
 #define TL_EIO -2
 
 // Memory could not be allocated.
@@ -67,8 +75,13 @@
 #define TL_ENOTFOUND -5
 
 // Valid content the library refuses (a pickle global that is not allowed,
-// a dimension that does not fit `int64_t`).
+// a dimension that does not fit `int64_t`), or over a limit or budget (a
+// header over 100,000,000 bytes, a checkpoint over the loader's budgets).
 #define TL_EUNSUPPORTED -6
+
+// A bug in libtensorfile: an internal invariant failed, or a panic was
+// caught (it never unwinds into C). Please report it with the message.
+#define TL_EINTERNAL -7
 
 // An element type. The values are fixed (an ABI): a dtype added later
 // gets the next free number; `fs_dtype_name` and `fs_dtype_from_name`
@@ -130,9 +143,10 @@ typedef struct fs_writer fs_writer;
 
 // One tensor: a plain struct.
 //
-// From a reader (`fs_get_tensor`, `fs_get_tensor_at`), every pointer in it
-// is owned by the `fs_file` and lives until `fs_close`; treat the struct
-// and what it points to as read-only. Given to the writer
+// From a reader (`fs_tensor`, `fs_tensor_at`, and the original
+// `fs_get_tensor`, `fs_get_tensor_at`), every pointer in it is owned by
+// the `fs_file` and lives until `fs_close`; the struct and what it points
+// to are read-only. Given to the writer
 // (`fs_add_tensor`), the struct and its `shape` array are copied at once,
 // while the `data` bytes are borrowed until `fs_write` or
 // `fs_writer_free` returns.
@@ -256,11 +270,21 @@ struct fs_file *fs_mmap(const char *path);
 int fs_num_tensors(const struct fs_file *f);
 
 // The tensor names in file order (the order of their bytes in the file),
-// then NULL. NULL with `TL_EINVAL` when `f` is NULL.
+// then NULL: a read-only array of read-only strings. NULL with
+// `TL_EINVAL` when `f` is NULL.
 //
 // Ownership: the array and the strings belong to `f` and live until
 // `fs_close(f)`; do not free or modify them. A name holding a NUL
 // character reads as cut short here: see `fs_tensor_name_at`.
+//
+// # Safety
+// `f` is NULL or a live handle.
+const char *const *fs_tensor_name_list(const struct fs_file *f);
+
+// The array of `fs_tensor_name_list` under the name and type of the
+// original API (`const char **`). Read-only all the same: the array is
+// the file's, and writing into it is undefined behavior. Prefer
+// `fs_tensor_name_list`, whose type says so.
 //
 // # Safety
 // `f` is NULL or a live handle.
@@ -271,33 +295,50 @@ const char **fs_tensor_names(const struct fs_file *f);
 // counts any NUL characters inside the name. NULL on failure:
 // `TL_EINVAL` (NULL `f`, negative `i`), `TL_ENOTFOUND` (`i` past the end).
 //
-// Ownership: as for `fs_tensor_names`.
+// Ownership: as for `fs_tensor_name_list` (the same pointer as its `i`th).
 //
 // # Safety
 // `f` is NULL or a live handle; `len` is NULL or writable.
 const char *fs_tensor_name_at(const struct fs_file *f, int i, size_t *len);
 
-// The tensor called `name`. NULL on failure: `TL_EINVAL` (NULL argument,
-// `name` not UTF-8), `TL_ENOTFOUND` (no such tensor), and for a tensor of
-// `fs_load_pytorch` read or gathered on this first access, the codes of
-// `fs_load_pytorch` (`TL_EUNSUPPORTED` for a budget exceeded, `TL_EFORMAT`
-// for a broken record, `TL_ENOMEM`, `TL_EIO` for a file truncated
-// underneath); a failed access fails again the same
-// way.
+// The tensor called `name`, read-only. NULL on failure: `TL_EINVAL`
+// (NULL argument, `name` not UTF-8), `TL_ENOTFOUND` (no such tensor), and
+// for a tensor of `fs_load_pytorch` read or gathered on this first
+// access, the codes of `fs_load_pytorch` (`TL_EUNSUPPORTED` for a budget
+// exceeded, `TL_EFORMAT` for a broken record, `TL_ENOMEM`, `TL_EIO` for a
+// file truncated underneath); a failed access fails again the same way.
 //
 // Ownership: the struct, its `shape` and its `data` belong to `f` and live
-// until `fs_close(f)`; treat them as read-only. Each call returns the
-// same pointer for the same tensor.
+// until `fs_close(f)`; they are read-only. Each call returns the same
+// pointer for the same tensor.
 //
 // # Safety
 // `f` is NULL or a live handle; `name` is NULL or a NUL-terminated string.
+const struct tm_tensor *fs_tensor(const struct fs_file *f, const char *name);
+
+// `fs_tensor` under the name and type of the original API (`tm_tensor *`).
+// The struct, its shape and its data are read-only all the same: they
+// are the file's (a map of it, for `fs_mmap`, is read-only memory), and
+// writing through the pointer is undefined behavior. Prefer `fs_tensor`,
+// whose type says so.
+//
+// # Safety
+// As for `fs_tensor`.
 struct tm_tensor *fs_get_tensor(const struct fs_file *f, const char *name);
 
-// Tensor `i` in file order (`0 <= i < fs_num_tensors(f)`): the way to
-// reach every tensor, those whose names hold NUL characters included.
-// NULL on failure: `TL_EINVAL` (NULL `f`, negative `i`), `TL_ENOTFOUND`
-// (`i` past the end), or the failure of reading a PyTorch tensor as for
-// `fs_get_tensor`. Ownership: as for `fs_get_tensor`.
+// Tensor `i` in file order (`0 <= i < fs_num_tensors(f)`), read-only: the
+// way to reach every tensor, those whose names hold NUL characters
+// included. NULL on failure: `TL_EINVAL` (NULL `f`, negative `i`),
+// `TL_ENOTFOUND` (`i` past the end), or the failure of gathering a
+// PyTorch tensor as for `fs_tensor`. Ownership: as for `fs_tensor`.
+//
+// # Safety
+// `f` is NULL or a live handle.
+const struct tm_tensor *fs_tensor_at(const struct fs_file *f, int i);
+
+// `fs_tensor_at` under the name and type of the original API
+// (`tm_tensor *`); read-only all the same, as for `fs_get_tensor`. Prefer
+// `fs_tensor_at`.
 //
 // # Safety
 // `f` is NULL or a live handle.
@@ -315,11 +356,20 @@ struct tm_tensor *fs_get_tensor_at(const struct fs_file *f, int i);
 const char *fs_get_metadata(const struct fs_file *f, const char *key);
 
 // The metadata keys in ascending byte order, then NULL (just NULL when
-// the file has no metadata). NULL with `TL_EINVAL` when `f` is NULL.
+// the file has no metadata): a read-only array of read-only strings.
+// NULL with `TL_EINVAL` when `f` is NULL.
 //
 // Ownership: the array and the strings belong to `f` and live until
 // `fs_close(f)`. A key holding a NUL character reads as cut short here:
 // see `fs_metadata_key_at`.
+//
+// # Safety
+// `f` is NULL or a live handle.
+const char *const *fs_metadata_key_list(const struct fs_file *f);
+
+// The array of `fs_metadata_key_list` under the name and type of the
+// original API (`const char **`); read-only all the same (writing into it
+// is undefined behavior). Prefer `fs_metadata_key_list`.
 //
 // # Safety
 // `f` is NULL or a live handle.
@@ -338,7 +388,7 @@ int fs_num_metadata(const struct fs_file *f);
 // string is NUL-terminated after those `*len` bytes. NULL on failure:
 // `TL_EINVAL` (NULL `f`, negative `i`), `TL_ENOTFOUND` (`i` past the end).
 //
-// Ownership: as for `fs_metadata_keys` (the same pointer as its `i`th).
+// Ownership: as for `fs_metadata_key_list` (the same pointer as its `i`th).
 //
 // # Safety
 // `f` is NULL or a live handle; `len` is NULL or writable.
@@ -427,8 +477,10 @@ int fs_set_metadata(struct fs_writer *w, const char *key, const char *value);
 // to a temporary file beside it, synced, then renamed over `path`. On
 // failure `path` is left as it was.
 //
-// Returns 0, or `TL_EIO` / `TL_ENOMEM` (writing failed), `TL_EINVAL`
-// (NULL `w`; a header over 100,000,000 bytes).
+// Returns 0, or `TL_EIO` (writing failed; `path` is a directory, a FIFO
+// or a device, or a symbolic link to a directory or to nothing),
+// `TL_ENOMEM`, `TL_EUNSUPPORTED` (a header over 100,000,000 bytes, the
+// format's cap), `TL_EINVAL` (NULL `w`).
 //
 // # Safety
 // `w` is NULL or a live writer, not used again after this call; the bytes

@@ -64,7 +64,8 @@ impl crate::reader::Lazy for Loaded {
     /// The data of lazy tensor `index`: gathered now if its object's is
     /// not yet. Called at most once per tensor (behind its `OnceLock`).
     fn data(&self, index: usize) -> Result<*const u8, Failure> {
-        let missing = || Failure::new(crate::error::TL_EFORMAT, "no such lazy tensor");
+        // The tables were built from this checkpoint: a miss is a bug.
+        let missing = || Failure::internal("no such lazy tensor");
         let object = self
             .object_of
             .get(index)
@@ -104,11 +105,9 @@ fn load(path: &std::path::Path, way: Way) -> Result<fs_file, Failure> {
     for t in checkpoint.tensors() {
         if way == Way::Map && t.is_zero_copy() {
             // Contiguous and stored as is: borrowed from the map, no copy.
+            // Zero-copy means borrowed from the map: anything else is a bug.
             let bytes = t.data()?.detach().err().ok_or_else(|| {
-                Failure::new(
-                    crate::error::TL_EFORMAT,
-                    format!("tensor {:?}: not in the map", t.name()),
-                )
+                Failure::internal(format_args!("tensor {:?}: not in the map", t.name()))
             })?;
             data.push(Some(bytes.as_ptr()));
             object_of.push(None);

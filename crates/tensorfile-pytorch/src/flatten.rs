@@ -337,14 +337,14 @@ mod tests {
         let mut p = vec![0x80, 2]; // PROTO 2
         p.push(b'X'); // BINUNICODE
         p.extend_from_slice(&(key_len as u32).to_le_bytes());
-        p.extend(std::iter::repeat(b'k').take(key_len));
+        p.extend(std::iter::repeat_n(b'k', key_len));
         p.extend_from_slice(&[b'q', 0, b'0']); // BINPUT 0, POP
         for _ in 0..levels {
             p.push(b'}'); // EMPTY_DICT
             p.extend_from_slice(&[b'h', 0]); // BINGET 0: the shared key
         }
         p.extend_from_slice(&[b'K', 1]); // BININT1 1
-        p.extend(std::iter::repeat(b's').take(levels)); // SETITEM, once per dict
+        p.extend(std::iter::repeat_n(b's', levels)); // SETITEM, once per dict
         p.push(b'.'); // STOP
         p
     }
@@ -370,7 +370,7 @@ mod tests {
     fn shared_value_pickle(len: usize, count: usize) -> Vec<u8> {
         let mut p = vec![0x80, 2, b']', b'(', b'X'];
         p.extend_from_slice(&(len as u32).to_le_bytes());
-        p.extend(std::iter::repeat(b'v').take(len));
+        p.extend(std::iter::repeat_n(b'v', len));
         p.extend_from_slice(&[b'q', 0]);
         for _ in 1..count {
             p.extend_from_slice(&[b'h', 0]);

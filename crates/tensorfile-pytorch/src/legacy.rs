@@ -158,7 +158,7 @@ impl Legacy {
                     "storage {key:?} is in the storage key list but no persistent id names it, so its element size (and where the next storage starts) is unknown"
                 ))
             })?;
-            if pos.checked_add(8).map_or(true, |e| e > len) {
+            if pos.checked_add(8).is_none_or(|e| e > len) {
                 return Err(legacy(format!(
                     "storage data truncated: the element count of storage {key:?} at byte {pos} is past the end of the {len}-byte file"
                 )));

@@ -220,7 +220,7 @@ impl<'p> Rebuilder<'p> {
             Some(size) => {
                 view.check(size).map_err(bad)?;
                 let end = view_offset.checked_add(size);
-                if end.map_or(true, |e| e > storage_numel) {
+                if end.is_none_or(|e| e > storage_numel) {
                     return Err(bad(format!(
                         "legacy storage view [{view_offset}, +{size}) is outside its storage of {storage_numel} elements"
                     )));

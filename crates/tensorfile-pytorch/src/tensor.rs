@@ -439,7 +439,7 @@ impl<'a> TorchTensor<'a> {
             .file_range()
             .ok_or_else(|| self.bad("its bytes are not stored as they are".into()))?;
         let end = offset.checked_add(buf.len() as u64);
-        if !end.is_some_and(|e| e <= len) {
+        if end.is_none_or(|e| e > len) {
             return Err(self.bad(format!(
                 "{} bytes at offset {offset} reach past its {len} bytes",
                 buf.len()
@@ -637,7 +637,7 @@ impl TensorData for TorchTensor<'_> {
         // Bytes that are made, not stored: made in pieces, the asked range
         // copied out (seekable() says this is not the way to read them).
         let end = offset.checked_add(buf.len() as u64);
-        if !end.is_some_and(|e| e <= self.nbytes()) {
+        if end.is_none_or(|e| e > self.nbytes()) {
             return Err(self
                 .bad(format!(
                     "{} bytes at offset {offset} reach past its {} bytes",

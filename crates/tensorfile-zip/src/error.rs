@@ -85,6 +85,25 @@ pub enum ZipError {
 }
 
 impl ZipError {
+    /// This error's kind: features not read are
+    /// [`ErrorKind::Unsupported`](tensorfile_core::ErrorKind::Unsupported),
+    /// limits [`Limit`](tensorfile_core::ErrorKind::Limit), read and write
+    /// failures [`Io`](tensorfile_core::ErrorKind::Io), the rest a malformed
+    /// archive.
+    pub fn kind(&self) -> tensorfile_core::ErrorKind {
+        use tensorfile_core::ErrorKind;
+        match self {
+            ZipError::Unsupported { .. } => ErrorKind::Unsupported,
+            ZipError::Limit { .. } => ErrorKind::Limit,
+            ZipError::Read { .. } | ZipError::Write { .. } => ErrorKind::Io,
+            ZipError::NoEndOfCentralDirectory { .. }
+            | ZipError::OutOfBounds { .. }
+            | ZipError::Malformed { .. }
+            | ZipError::DuplicateEntry(_)
+            | ZipError::Inflate { .. } => ErrorKind::Format,
+        }
+    }
+
     /// A read error of the source.
     pub(crate) fn read(what: impl Into<String>, offset: u64, e: &io::Error) -> ZipError {
         ZipError::Read {

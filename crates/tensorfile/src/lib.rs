@@ -30,10 +30,10 @@ pub use tensorfile_core::{
 pub use tensorfile_core::{
     read_header, read_header_from, read_header_from_path, save, save_plan, save_positional,
     save_streaming, serialize, serialize_with, Accept, Align, AtomicFile, AtomicSet, ByteSource,
-    Dtype, DtypeSet, Element, FileSource, FileTensor, FormatError, Header, InMemory, MappedFile,
-    Metadata, OutputError, Plan, PositionalWriter, ReadOptions, SafeTensors, SliceArg, SlicedView,
-    StreamWriter, TensorData, TensorInfo, TensorRef, TensorSlice, TensorSpec, TensorView,
-    WriteError, WriteOptions, DEFAULT_MAX_HEADER_LEN,
+    Dtype, DtypeSet, Element, ErrorKind, FileSource, FileTensor, FormatError, Header, InMemory,
+    MappedFile, Metadata, OutputError, Plan, PositionalWriter, ReadOptions, SafeTensors, SliceArg,
+    SlicedView, StreamWriter, TensorData, TensorInfo, TensorRef, TensorSlice, TensorSpec,
+    TensorView, WriteError, WriteOptions, DEFAULT_MAX_HEADER_LEN,
 };
 
 mod bits;

@@ -9,10 +9,6 @@
 //! ZIP64, CRCs left at 0 (the loader does not check them).
 
 #![allow(dead_code)]
-// Built by crates of two minimum Rust versions: tensorfile-pytorch's (1.80,
-// without `is_multiple_of` and `repeat_n`) and the CLI's (1.89, whose
-// clippy asks for them).
-#![allow(clippy::manual_is_multiple_of, clippy::manual_repeat_n)]
 
 use flate2::{Compress, Compression, FlushCompress};
 
@@ -194,7 +190,7 @@ pub fn deflated_zeros(len: u64) -> Vec<u8> {
     for _ in 0..len / MIB {
         out.extend_from_slice(&mib);
     }
-    if len % MIB != 0 {
+    if !len.is_multiple_of(MIB) {
         out.extend_from_slice(&flushed(len % MIB));
     }
     // A final fixed-Huffman block with only the end-of-block code.
@@ -312,19 +308,19 @@ pub fn clone_bomb(apply: Apply, shared: Shared, n: usize, calls: usize) -> Vec<u
     match shared {
         Shared::Tuple | Shared::TupleArg => {
             p.op(b"(");
-            p.out.extend(std::iter::repeat(b'N').take(n));
+            p.out.extend(std::iter::repeat_n(b'N', n));
             p.op(b"t");
         }
         Shared::List => {
             p.op(b"](");
-            p.out.extend(std::iter::repeat(b'N').take(n));
+            p.out.extend(std::iter::repeat_n(b'N', n));
             p.op(b"e");
         }
         Shared::Dict => {
             // {None: None} n times over: SETITEMS keeps every pair (Python
             // would keep one; the interpreter does not de-duplicate).
             p.op(b"}(");
-            p.out.extend(std::iter::repeat(b'N').take(2 * n));
+            p.out.extend(std::iter::repeat_n(b'N', 2 * n));
             p.op(b"u");
         }
     }
