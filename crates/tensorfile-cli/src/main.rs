@@ -65,6 +65,9 @@ enum Command {
     /// Per-tensor and per-layer figures of the values: min, max, mean,
     /// std, absmax, zeros, NaN, inf, subnormals, histograms, outliers.
     Stats(cmd::stats::Args),
+    /// Copy a remote file, set or model directory (s3://, hf://, https://)
+    /// to local disk: parallel range requests, resumable, verified.
+    Fetch(cmd::fetch::Args),
 }
 
 impl Command {
@@ -85,6 +88,7 @@ impl Command {
             Command::Verify(a) => a.report_to(),
             Command::Diff(a) => a.report_to(),
             Command::Stats(a) => a.report_to(),
+            Command::Fetch(a) => a.report_to(),
         };
         (file.map(|f| f.to_path_buf()), json)
     }
@@ -118,6 +122,7 @@ fn main() -> ExitCode {
         Command::Verify(args) => cmd::verify::run(args),
         Command::Diff(args) => cmd::diff::run(args),
         Command::Stats(args) => cmd::stats::run(args),
+        Command::Fetch(args) => cmd::fetch::run(args),
     };
     match result {
         Ok(code) => code,

@@ -26,7 +26,7 @@ impl Input {
     /// Opens IN, refusing what is not safetensors (saying what it is).
     pub fn open(path: &Path, read: &ReadOptions) -> Result<Input, Failure> {
         let kind = super::safetensors_input(path)?;
-        let set = ShardedTensors::open_pread(path, read)?;
+        let set = super::remote::open_set(path, read)?;
         Ok(Input { kind, set })
     }
 

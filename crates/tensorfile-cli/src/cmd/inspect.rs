@@ -18,7 +18,9 @@ pub struct Args {
     /// Add each tensor's sha256 (reads every byte).
     #[arg(long)]
     hash: bool,
-    /// The file to describe, or a model directory or sharded index.
+    /// The file to describe, or a model directory or sharded index; an
+    /// s3://, hf:// or http(s):// URL is read with range requests (the
+    /// header only, unless --hash).
     #[arg(value_name = "FILE")]
     file: PathBuf,
     #[command(flatten)]
@@ -49,6 +51,18 @@ fn alignment_of(offset: u64) -> u64 {
     }
 }
 
+/// Every tensor's sha256, read a piece at a time with a progress bar.
+fn hash_all<S: tensorfile::ByteSource>(
+    file: &SafeTensors<S>,
+) -> Result<std::collections::HashMap<String, String>, Failure> {
+    let bar = crate::progress::Progress::bytes(file.header().data_len(), "hashing");
+    let mut digests = std::collections::HashMap::new();
+    for t in file.tensor_data() {
+        digests.insert(t.info().name.to_string(), super::sha256_hex(&t, &bar)?);
+    }
+    Ok(digests)
+}
+
 /// Describes one file; exit 1 when it is invalid or unreadable.
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
     use tensorfile::input::Kind;
@@ -74,16 +88,21 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     }
     let options = ReadOptions::default();
     // Hashing needs the bytes, read with positional reads (a file truncated
-    // underneath is an error, not a signal); a summary needs only the header.
-    let file = if args.hash {
-        Some(SafeTensors::open_pread_with(&args.file, &options)?)
-    } else {
-        None
+    // underneath is an error, not a signal); a summary needs only the
+    // header (a remote file is opened with one request for it).
+    let (local, remote) = match super::remote::url(&args.file) {
+        Some(url) => (None, Some(super::remote::open_file(url, &options)?)),
+        None if args.hash => (
+            Some(SafeTensors::open_pread_with(&args.file, &options)?),
+            None,
+        ),
+        None => (None, None),
     };
     let header_only;
-    let header: &Header = match &file {
-        Some(f) => f.header(),
-        None => {
+    let header: &Header = match (&local, &remote) {
+        (Some(f), _) => f.header(),
+        (_, Some(f)) => f.header(),
+        _ => {
             header_only = read_header_from_path(&args.file, &options)?;
             &header_only
         }
@@ -111,13 +130,11 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     let names = header.tensors().map(|t| t.name);
     let quantized = super::quantized::describe(dir, header.metadata(), names, |n| header.get(n));
 
-    let mut digests = std::collections::HashMap::new();
-    if let Some(file) = &file {
-        let bar = crate::progress::Progress::bytes(file.header().data_len(), "hashing");
-        for t in file.tensor_data() {
-            digests.insert(t.info().name, super::sha256_hex(&t, &bar)?);
-        }
-    }
+    let digests = match (&local, &remote) {
+        (Some(f), _) if args.hash => hash_all(f)?,
+        (_, Some(f)) if args.hash => hash_all(f)?,
+        _ => std::collections::HashMap::new(),
+    };
     let digest = |name: &str| -> Option<String> { digests.get(name).cloned() };
 
     if args.json {

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use serde_json::json;
 use tensorfile::reshard::merge;
-use tensorfile::{ShardedTensors, WriteOptions};
+use tensorfile::WriteOptions;
 
 use super::{out, Failure};
 
@@ -38,7 +38,7 @@ impl Args {
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
     super::safetensors_input(&args.input)?;
     // Read, not mapped: a file truncated underneath is an error, not a signal.
-    let source = ShardedTensors::open_pread(&args.input, &tensorfile::ReadOptions::default())?;
+    let source = super::remote::open_set(&args.input, &tensorfile::ReadOptions::default())?;
     let options = WriteOptions {
         sync: !args.no_sync,
         ..WriteOptions::default()

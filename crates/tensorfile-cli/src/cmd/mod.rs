@@ -13,6 +13,7 @@ pub mod convert;
 pub mod convert_pytorch;
 pub mod dequantize;
 pub mod diff;
+pub mod fetch;
 pub mod gguf;
 pub mod hash;
 pub mod inout;
@@ -24,6 +25,7 @@ pub mod merge;
 pub mod npz;
 pub mod quantize;
 pub mod quantized;
+pub mod remote;
 pub mod rewrite;
 pub mod set;
 pub mod shard;
@@ -108,6 +110,9 @@ pub fn print_dtypes(per_dtype: &std::collections::BTreeMap<tensorfile::Dtype, (u
 
 /// What the input at `path` is (the library's one way in).
 pub fn input_kind(path: &std::path::Path) -> Result<tensorfile::input::Kind, Failure> {
+    if let Some(url) = remote::url(path) {
+        return Ok(remote::kind(url));
+    }
     Ok(tensorfile::input::detect(path)?)
 }
 

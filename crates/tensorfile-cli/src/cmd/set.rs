@@ -6,15 +6,15 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use serde_json::{json, Value};
-use tensorfile::model::{read_config, CONFIG_NAME, TOKENIZER_NAME};
-use tensorfile::{Dtype, Error, ReadOptions, ShardedTensors};
+use tensorfile::model::{read_config, read_config_from, CONFIG_NAME, TOKENIZER_NAME};
+use tensorfile::{Dtype, Error, ReadOptions};
 
 use super::{one_line, out, Failure};
 
 /// Validates a set; prints the verdict and totals; returns whether it is valid.
 pub fn validate(path: &Path, options: &ReadOptions, json: bool) -> bool {
     let name = path.display();
-    let set = ShardedTensors::open_with(path, options);
+    let set = super::remote::open_set(path, options);
     let error = set
         .as_ref()
         .err()
@@ -58,7 +58,7 @@ pub fn validate(path: &Path, options: &ReadOptions, json: bool) -> bool {
 pub fn inspect(path: &Path, json: bool, hash: bool) -> Result<ExitCode, Failure> {
     // Read, not mapped: hashing reads every byte, and a file truncated
     // underneath must be an error, not a signal.
-    let set = ShardedTensors::open_pread(path, &ReadOptions::default())?;
+    let set = super::remote::open_set(path, &ReadOptions::default())?;
     let mut digests = std::collections::HashMap::new();
     if hash {
         let total = set.shards().iter().map(|s| s.header().data_len()).sum();
@@ -68,7 +68,7 @@ pub fn inspect(path: &Path, json: bool, hash: bool) -> Result<ExitCode, Failure>
         }
     }
     let digest = |name: &str| -> Result<Option<String>, Error> { Ok(digests.get(name).cloned()) };
-    let model = model_summary(path);
+    let model = model_summary(path, &set);
     let names = set.infos().map(|(_, t)| t.name);
     // Without the shards' metadata (say, two shards disagree) the int4
     // group and MLX parameters are unknown: say why instead of guessing.
@@ -214,14 +214,23 @@ pub fn inspect(path: &Path, json: bool, hash: bool) -> Result<ExitCode, Failure>
 }
 
 /// For a directory with config.json: its tl_arch and whether tokenizer.json
-/// is there. (`check` verifies them; this only describes.)
-fn model_summary(path: &Path) -> Option<Value> {
-    if !path.is_dir() {
-        return None;
-    }
-    let config = read_config(&path.join(CONFIG_NAME)).ok()?;
+/// is there. (`check` verifies them; this only describes.) A remote
+/// directory is asked through the set's location (a request for each).
+fn model_summary(path: &Path, set: &tensorfile::ShardedTensors) -> Option<Value> {
+    let config = match super::remote::url(path) {
+        Some(url) if !url.ends_with(".json") => {
+            read_config_from(&**set.location(), CONFIG_NAME).ok()?
+        }
+        Some(_) => return None,
+        None if path.is_dir() => read_config(&path.join(CONFIG_NAME)).ok()?,
+        None => return None,
+    };
+    let tokenizer = match super::remote::url(path) {
+        Some(_) => set.location().open(TOKENIZER_NAME).is_ok(),
+        None => path.join(TOKENIZER_NAME).is_file(),
+    };
     Some(json!({
         "tl_arch": config.get("tl_arch"),
-        "tokenizer": path.join(TOKENIZER_NAME).is_file(),
+        "tokenizer": tokenizer,
     }))
 }

@@ -18,7 +18,8 @@ pub struct Args {
     /// Largest header length accepted, in bytes.
     #[arg(long, value_name = "BYTES", default_value_t = tensorfile::DEFAULT_MAX_HEADER_LEN)]
     max_header_len: u64,
-    /// The files to check (a directory or an index checks a whole set).
+    /// The files to check (a directory or an index checks a whole set);
+    /// s3://, hf:// and http(s):// URLs read only the headers.
     #[arg(required = true, value_name = "FILE")]
     files: Vec<PathBuf>,
 }
@@ -31,12 +32,29 @@ impl Args {
     }
 }
 
+/// The header of a file, local or remote (one request when it fits in 64
+/// KiB): only the header is read; rule 5 is checked against the length.
+fn header_of(
+    path: &std::path::Path,
+    url: Option<&str>,
+    options: &ReadOptions,
+) -> tensorfile::Result<tensorfile::Header> {
+    match url {
+        Some(u) => Ok(super::remote::open_file(u, options)?.header().clone()),
+        None => Ok(read_header_from_path(path, options)?),
+    }
+}
+
 /// Checks each file; exit 1 when any is invalid or unreadable.
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
     let options = ReadOptions::default().max_header_len(args.max_header_len);
     let mut all_valid = true;
     for path in &args.files {
-        let kind = tensorfile::input::detect(path);
+        let url = super::remote::url(path);
+        let kind = match url {
+            Some(u) => Ok(super::remote::kind(u)),
+            None => tensorfile::input::detect(path),
+        };
         // A model directory or a sharded checkpoint's index: see `set`.
         if matches!(kind, Ok(Kind::SafetensorsSet)) {
             all_valid &= super::set::validate(path, &options, args.json);
@@ -49,10 +67,14 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         let name = path.display();
         // Only the header is read: rule 5 is checked against the file's length.
         let (error, rule, warnings): (Option<String>, Option<u8>, Vec<String>) = match kind {
-            Ok(Kind::Safetensors) => match read_header_from_path(path, &options) {
+            Ok(Kind::Safetensors) => match header_of(path, url, &options) {
                 Ok(header) => (None, None, header.warnings().to_vec()),
                 Err(err) => {
-                    let text = super::one_line(err.detail() as &(dyn std::error::Error + 'static));
+                    let detail: &(dyn std::error::Error + 'static) = match err.core() {
+                        Some(core) => core,
+                        None => err.detail(),
+                    };
+                    let text = super::one_line(detail);
                     (Some(text), err.rule(), Vec::new())
                 }
             },

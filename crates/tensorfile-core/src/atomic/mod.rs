@@ -39,9 +39,12 @@
 //! safetensors savers here and other formats' writers use it.
 //! [`AtomicSet`] commits several files together (shards, then their
 //! index): all of them or none. [`check_not_input`] refuses an output that
-//! is one of the inputs.
+//! is one of the inputs. [`PartialFile`] is a file written over several
+//! runs (a resumed download) under a hidden name of its own, committed the
+//! same way.
 
 mod file;
+mod partial;
 mod set;
 mod target;
 mod temp;
@@ -53,6 +56,7 @@ use std::sync::Mutex;
 
 use file::write_all_at;
 pub use file::AtomicFile;
+pub use partial::{PartialFile, PARTIAL_SUFFIX};
 pub use set::AtomicSet;
 pub use target::check_not_input;
 pub use temp::{remove_temporaries, remove_temporaries_on_signal};

@@ -66,6 +66,30 @@ pub fn read_config(path: &Path) -> Result<Map<String, Value>> {
     file.take(MAX_CONFIG_LEN + 1)
         .read_to_end(&mut text)
         .map_err(|e| Error::io(path, e))?;
+    parse_config(&text, path)
+}
+
+/// Reads the config `file` at a set's location (a remote directory, say)
+/// as [`read_config`] does.
+///
+/// # Errors
+/// The file cannot be read, is longer than 10 MB, or is not a JSON object.
+pub fn read_config_from(
+    location: &dyn crate::shard::Location,
+    file: &str,
+) -> Result<Map<String, Value>> {
+    let path = location.path_of(file);
+    let source = location.open(file).map_err(|e| Error::io(&path, e))?;
+    let len = source.len().min(MAX_CONFIG_LEN + 1);
+    let mut text = vec![0u8; len as usize];
+    source
+        .read_exact_at(0, &mut text)
+        .map_err(|e| Error::io(&path, e))?;
+    parse_config(&text, &path)
+}
+
+/// A config's text (at most [`MAX_CONFIG_LEN`] bytes) as a JSON object.
+fn parse_config(text: &[u8], path: &Path) -> Result<Map<String, Value>> {
     let bad = |problem: String| Error::Config {
         path: path.to_path_buf(),
         problem,
@@ -73,7 +97,7 @@ pub fn read_config(path: &Path) -> Result<Map<String, Value>> {
     if text.len() as u64 > MAX_CONFIG_LEN {
         return Err(bad(format!("longer than {MAX_CONFIG_LEN} bytes")));
     }
-    match serde_json::from_slice::<Value>(&text) {
+    match serde_json::from_slice::<Value>(text) {
         Ok(Value::Object(map)) => Ok(map),
         Ok(other) => Err(bad(format!("a JSON {}, not an object", json_kind(&other)))),
         Err(e) => Err(bad(e.to_string())),

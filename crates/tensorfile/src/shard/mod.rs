@@ -43,9 +43,11 @@ use crate::writer::TensorData;
 use crate::Metadata;
 
 mod error;
+mod load;
 mod names;
 
 pub use error::ShardError;
+pub use load::{Loaded, Want};
 pub use names::{DIFFUSERS_INDEX_NAME, DIFFUSERS_SINGLE_NAME, DIR_NAMES, INDEX_NAME, SINGLE_NAME};
 
 /// The largest index file read, in bytes: an index lists names only, so

@@ -1,0 +1,257 @@
+//! Remote inputs on the command line: `validate`, `inspect` and the
+//! transforms take http(s)://, hf:// (and s3://, see tensorfile-remote's
+//! tests) URLs and say what they say of local files; `fetch` copies them.
+//! The servers are tensorfile-remote's test server on 127.0.0.1.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+use tensorfile_remote::serve::Server;
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures")
+}
+
+fn tensorfile(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_tensorfile"));
+    c.args(args)
+        .env_remove("HF_TOKEN")
+        .env_remove("HF_ENDPOINT");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8(o.stdout.clone()).unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8(o.stderr.clone()).unwrap()
+}
+
+/// Serves `dir` (a fixtures directory) under `/fx/`.
+fn serve(rel: &str) -> Server {
+    let server = Server::start().unwrap();
+    let root = fixtures().join(rel);
+    for e in std::fs::read_dir(&root).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_file() {
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            server.put(&format!("/fx/{name}"), std::fs::read(&p).unwrap());
+        }
+    }
+    server
+}
+
+/// A JSON document with the fields naming a file left out.
+fn without(mut v: Value, keys: &[&str]) -> Value {
+    for k in keys {
+        v.as_object_mut().unwrap().remove(*k);
+    }
+    v
+}
+
+#[test]
+fn validate_and_inspect_urls_as_local_files() {
+    let server = serve("valid");
+    for name in ["minimal_bf16.safetensors", "every_dtype.safetensors"] {
+        let url = format!("{}/fx/{name}", server.url());
+        let local = fixtures().join("valid").join(name);
+        let o = tensorfile(&["validate", &url], &[]);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        assert_eq!(stdout(&o), format!("{url}: ok\n"));
+        for hash in [false, true] {
+            let mut args = vec!["inspect", "--json"];
+            if hash {
+                args.push("--hash");
+            }
+            let r = tensorfile(&[args.clone(), vec![&url]].concat(), &[]);
+            let l = tensorfile(&[args, vec![local.to_str().unwrap()]].concat(), &[]);
+            assert_eq!(r.status.code(), Some(0), "{}", stderr(&r));
+            let r: Value = serde_json::from_str(&stdout(&r)).unwrap();
+            let l: Value = serde_json::from_str(&stdout(&l)).unwrap();
+            assert_eq!(r["file"], url.as_str());
+            assert_eq!(without(r, &["file"]), without(l, &["file"]));
+        }
+    }
+    let server = serve("invalid");
+    let url = format!("{}/fx/overlap.safetensors", server.url());
+    let o = tensorfile(&["validate", "--json", &url], &[]);
+    assert_eq!(o.status.code(), Some(1));
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["valid"], false);
+    assert_eq!(v["rule"], 5);
+    let url = format!("{}/fx/missing.safetensors", server.url());
+    let o = tensorfile(&["inspect", &url], &[]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(
+        stderr(&o),
+        format!("tensorfile: {url}: not found (HTTP 404)\n")
+    );
+}
+
+#[test]
+fn sets_by_url_and_on_the_hub() {
+    let rel = "real/sharded/unet_sharded_safetensors";
+    let server = serve(rel);
+    let local = fixtures().join(rel);
+    let url = format!("{}/fx/", server.url());
+    let o = tensorfile(&["validate", &url], &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        stdout(&o).starts_with(&format!("{url}: ok (4 shards, ")),
+        "{}",
+        stdout(&o)
+    );
+    let r = tensorfile(&["inspect", "--json", &url], &[]);
+    assert_eq!(r.status.code(), Some(0), "{}", stderr(&r));
+    let l = tensorfile(&["inspect", "--json", local.to_str().unwrap()], &[]);
+    let keys = ["path", "index"];
+    let r: Value = serde_json::from_str(&stdout(&r)).unwrap();
+    let l: Value = serde_json::from_str(&stdout(&l)).unwrap();
+    assert_eq!(without(r, &keys), without(l, &keys));
+    // The same files as a Hub repository.
+    let files: Vec<(String, Vec<u8>)> = std::fs::read_dir(&local)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .map(|p| {
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            (name, std::fs::read(&p).unwrap())
+        })
+        .collect();
+    let refs: Vec<(&str, Vec<u8>)> = files.iter().map(|(n, b)| (n.as_str(), b.clone())).collect();
+    server.hub_repo("org/unet", "main", &refs, None);
+    let env = [("HF_ENDPOINT", server.url())];
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let o = tensorfile(&["validate", "--json", "hf://org/unet"], &env);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["shards"], 4);
+
+    // A transform reads a remote set: rewrite writes the canonical set.
+    let out = tempfile::tempdir().unwrap();
+    let dest = out.path().join("copy");
+    let o = tensorfile(&["rewrite", &url, dest.to_str().unwrap()], &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let o = tensorfile(&["validate", dest.to_str().unwrap()], &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+}
+
+#[test]
+fn fetch_copies_and_says_what_it_did() {
+    let rel = "real/mlx_lm/llama_q4";
+    let server = serve(rel);
+    let local = fixtures().join(rel);
+    let out = tempfile::tempdir().unwrap();
+    let dest = out.path().join("model");
+    let url = format!("{}/fx/", server.url());
+    let o = tensorfile(
+        &[
+            "fetch",
+            "--json",
+            "--concurrency",
+            "4",
+            "--chunk-size",
+            "64KB",
+            &url,
+            dest.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert!(v["set"]["shards"].as_u64().unwrap() >= 1, "{v}");
+    for f in v["files"].as_array().unwrap() {
+        let name = f["name"].as_str().unwrap();
+        assert_eq!(f["outcome"], "fetched");
+        assert_eq!(
+            std::fs::read(dest.join(name)).unwrap(),
+            std::fs::read(local.join(name)).unwrap(),
+            "{name}"
+        );
+    }
+    // Text: a line per file, the set, the totals.
+    let one = format!("{}/fx/model.safetensors", server.url());
+    let o = tensorfile(&["fetch", &one, out.path().to_str().unwrap()], &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(text.contains("model.safetensors: fetched "), "{text}");
+    assert!(text.contains("header valid"), "{text}");
+    // Errors: one line naming the URL (exit 1); a usage error (exit 2).
+    let missing = format!("{}/fx/missing.safetensors", server.url());
+    let o = tensorfile(&["fetch", &missing, out.path().to_str().unwrap()], &[]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(
+        stderr(&o),
+        format!("tensorfile: {missing}: not found (HTTP 404)\n")
+    );
+    let o = tensorfile(&["fetch", "/not/a/url", out.path().to_str().unwrap()], &[]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+}
+
+#[test]
+fn s3_urls_on_the_command_line() {
+    // moto's server, started by .ci/run (see tensorfile-remote's tests/s3.rs).
+    let endpoint = match std::env::var("TENSORFILE_TEST_S3") {
+        Ok(url) if !url.is_empty() => url,
+        _ if std::env::var_os("CI").is_some() => {
+            panic!(
+                "CI must run the S3 tests: .ci/run starts moto_server and sets TENSORFILE_TEST_S3"
+            )
+        }
+        _ => {
+            eprintln!("skipped: no S3 server (set TENSORFILE_TEST_S3 to a moto_server URL)");
+            return;
+        }
+    };
+    let bucket =
+        tensorfile_remote::serve::S3Bucket::create(&endpoint, "tf-cli", "cli", "cli-secret")
+            .unwrap();
+    let rel = "real/sharded/unet_sharded_safetensors";
+    let local = fixtures().join(rel);
+    for e in std::fs::read_dir(&local).unwrap() {
+        let p = e.unwrap().path();
+        let name = p.file_name().unwrap().to_string_lossy().into_owned();
+        bucket
+            .put(&format!("unet/{name}"), &std::fs::read(&p).unwrap(), true)
+            .unwrap();
+    }
+    let env = [
+        ("AWS_ENDPOINT_URL", endpoint.as_str()),
+        ("AWS_ACCESS_KEY_ID", "cli"),
+        ("AWS_SECRET_ACCESS_KEY", "cli-secret"),
+        ("AWS_REGION", "us-east-1"),
+    ];
+    let o = tensorfile(&["validate", "s3://tf-cli/unet/"], &env);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        stdout(&o).starts_with("s3://tf-cli/unet/: ok (4 shards, "),
+        "{}",
+        stdout(&o)
+    );
+    let shard = "s3://tf-cli/unet/diffusion_pytorch_model-00001-of-00004.safetensors";
+    let o = tensorfile(&["inspect", "--json", shard], &env);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = tempfile::tempdir().unwrap();
+    let o = tensorfile(
+        &["fetch", "s3://tf-cli/unet/", out.path().to_str().unwrap()],
+        &env,
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("sha256 verified, header valid"),
+        "{}",
+        stdout(&o)
+    );
+    let o = tensorfile(&["inspect", "s3://tf-cli/unet/none.safetensors"], &env);
+    assert_eq!(o.status.code(), Some(1));
+    let text = stderr(&o);
+    assert_eq!(
+        text,
+        "tensorfile: s3://tf-cli/unet/none.safetensors: not found (HTTP 404)\n"
+    );
+    assert!(!text.contains("cli-secret") && !text.contains("Signature"));
+}

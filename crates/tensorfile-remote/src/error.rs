@@ -1,0 +1,254 @@
+//! What went wrong with a remote object, naming it.
+//!
+//! Every failure is a [`RemoteError`]: the object's public name (an
+//! `s3://`, `hf://` or `http(s)://` URL without credentials, signatures or
+//! tokens) and a [`Problem`]. Readers see it as an [`std::io::Error`] whose
+//! kind follows the problem (`NotFound`, `PermissionDenied`, `InvalidData`,
+//! ...), with the `RemoteError` as its inner error.
+
+use std::fmt;
+use std::io;
+
+/// A failure of a remote read, naming the object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemoteError {
+    /// The object's public name (never a signed URL, never a token).
+    pub url: String,
+    /// What went wrong.
+    pub problem: Problem,
+}
+
+/// What went wrong with a remote request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Problem {
+    /// There is no such object (HTTP 404, S3 `NoSuchKey`).
+    NotFound,
+    /// 401 or 403: no credentials, or credentials that lack access; `hint`
+    /// says which variable or file supplies them.
+    Denied {
+        /// The HTTP status.
+        status: u16,
+        /// What to do about it.
+        hint: String,
+    },
+    /// The server answered 200 with the whole body to a `Range` request.
+    IgnoredRange,
+    /// `Content-Range` is missing or does not describe the range asked for.
+    BadContentRange {
+        /// What was asked for, as `bytes A-B`.
+        asked: String,
+        /// What the server said (`None`: no header).
+        got: Option<String>,
+    },
+    /// The body ended before the range did (after every retry).
+    ShortBody {
+        /// Bytes the range holds.
+        expected: u64,
+        /// Bytes received.
+        got: u64,
+    },
+    /// The body was longer than the range (or than its `Content-Length`).
+    LongBody {
+        /// Bytes the range holds.
+        expected: u64,
+    },
+    /// The object changed between two requests.
+    Changed {
+        /// `ETag`, `Last-Modified` or the length.
+        what: &'static str,
+        /// Its value when the object was opened.
+        before: String,
+        /// Its value now.
+        now: String,
+    },
+    /// 416: the range is past the object's end.
+    NotSatisfiable {
+        /// The range asked for, as `bytes A-B`.
+        asked: String,
+    },
+    /// Another HTTP status, final or still failing after every retry.
+    Status {
+        /// The status code.
+        status: u16,
+        /// Requests made.
+        attempts: u32,
+        /// A short excerpt of the server's error body (S3's `<Code>`).
+        detail: String,
+    },
+    /// A connection failure, a reset or a timeout, still failing after
+    /// every retry.
+    Transport {
+        /// What the HTTP client said (no URL in it).
+        message: String,
+        /// Requests made.
+        attempts: u32,
+    },
+    /// More redirects than followed, or one without a usable `Location`.
+    Redirect(String),
+    /// The URL or its configuration is not usable.
+    BadUrl(String),
+    /// A listing (S3 `ListObjectsV2`, the Hub's tree) that cannot be read.
+    Listing(String),
+    /// A budget of the client ([`RemoteOptions`](crate::RemoteOptions)) is
+    /// used up: no more requests are sent.
+    Budget {
+        /// Which budget: `requests`, `bytes received` or `time`.
+        what: &'static str,
+        /// Its limit, as set.
+        limit: String,
+        /// Why the attempt before was retried, if one was.
+        last: Option<Box<Problem>>,
+    },
+    /// The bytes do not have the digest the source gives.
+    Checksum {
+        /// Which digest (`sha256`, the Hub's LFS oid, S3's checksum).
+        what: String,
+        /// What the source says.
+        expected: String,
+        /// What the bytes give.
+        got: String,
+    },
+}
+
+impl RemoteError {
+    /// An error about `url`.
+    pub fn new(url: impl Into<String>, problem: Problem) -> RemoteError {
+        RemoteError {
+            url: url.into(),
+            problem,
+        }
+    }
+
+    /// The kind of I/O error this is.
+    pub fn kind(&self) -> io::ErrorKind {
+        match &self.problem {
+            Problem::NotFound => io::ErrorKind::NotFound,
+            Problem::Denied { .. } => io::ErrorKind::PermissionDenied,
+            Problem::Transport { .. } => io::ErrorKind::ConnectionAborted,
+            Problem::ShortBody { .. } => io::ErrorKind::UnexpectedEof,
+            Problem::BadUrl(_) => io::ErrorKind::InvalidInput,
+            _ => io::ErrorKind::InvalidData,
+        }
+    }
+
+    /// Whether this says the object does not exist.
+    pub fn is_not_found(&self) -> bool {
+        self.problem == Problem::NotFound
+    }
+}
+
+impl fmt::Display for RemoteError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.url, self.problem)
+    }
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Problem::NotFound => f.write_str("not found (HTTP 404)"),
+            Problem::Denied { status, hint } => write!(f, "access denied (HTTP {status}): {hint}"),
+            Problem::IgnoredRange => f.write_str(
+                "the server ignored the Range header (200 with the whole body instead of 206): it cannot serve parts of the file",
+            ),
+            Problem::BadContentRange { asked, got: None } => {
+                write!(f, "asked for {asked}, got a 206 without Content-Range")
+            }
+            Problem::BadContentRange {
+                asked,
+                got: Some(got),
+            } => write!(f, "asked for {asked}, got Content-Range {got:?}"),
+            Problem::ShortBody { expected, got } => {
+                write!(f, "short body: {got} of {expected} bytes received")
+            }
+            Problem::LongBody { expected } => {
+                write!(f, "the body is longer than the {expected} bytes asked for")
+            }
+            Problem::Changed { what, before, now } => write!(
+                f,
+                "the object changed while being read ({what} was {before}, now {now})"
+            ),
+            Problem::NotSatisfiable { asked } => {
+                write!(f, "range not satisfiable (HTTP 416) for {asked}")
+            }
+            Problem::Status {
+                status,
+                attempts,
+                detail,
+            } => {
+                write!(f, "HTTP {status}")?;
+                if !detail.is_empty() {
+                    write!(f, " ({detail})")?;
+                }
+                if *attempts > 1 {
+                    write!(f, " after {attempts} attempts")?;
+                }
+                Ok(())
+            }
+            Problem::Transport { message, attempts } => {
+                write!(f, "{message}")?;
+                if *attempts > 1 {
+                    write!(f, " (after {attempts} attempts)")?;
+                }
+                Ok(())
+            }
+            Problem::Redirect(what) => write!(f, "redirect: {what}"),
+            Problem::Budget { what, limit, last } => {
+                write!(f, "over the budget of {what} ({limit}): not sent")?;
+                if let Some(last) = last {
+                    write!(f, " (the attempt before: {last})")?;
+                }
+                Ok(())
+            }
+            Problem::BadUrl(what) => f.write_str(what),
+            Problem::Listing(what) => write!(f, "cannot list: {what}"),
+            Problem::Checksum {
+                what,
+                expected,
+                got,
+            } => write!(
+                f,
+                "{what} mismatch: the source says {expected}, the bytes give {got}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for RemoteError {}
+
+/// A [`RemoteError`] inside an [`io::Error`] whose reader names the object
+/// itself (tensorfile's errors put the file's name first): it displays the
+/// problem alone, so that the name is not said twice.
+#[derive(Debug)]
+pub struct Unnamed(pub RemoteError);
+
+impl fmt::Display for Unnamed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.problem.fmt(f)
+    }
+}
+
+impl std::error::Error for Unnamed {}
+
+impl RemoteError {
+    /// This error as an [`io::Error`] for a caller that names the object
+    /// (see [`Unnamed`]).
+    pub fn into_io_unnamed(self) -> io::Error {
+        io::Error::new(self.kind(), Unnamed(self))
+    }
+
+    /// The `RemoteError` inside an I/O error made by this crate, if any.
+    pub fn of_io(e: &io::Error) -> Option<&RemoteError> {
+        let inner = e.get_ref()?;
+        inner
+            .downcast_ref::<RemoteError>()
+            .or_else(|| inner.downcast_ref::<Unnamed>().map(|u| &u.0))
+    }
+}
+
+impl From<RemoteError> for io::Error {
+    fn from(e: RemoteError) -> io::Error {
+        io::Error::new(e.kind(), e)
+    }
+}

@@ -1,0 +1,809 @@
+//! Downloads: a remote file, a sharded set or a model directory copied to
+//! local disk with parallel range requests, atomically per file, resuming
+//! a partial copy, and verified.
+//!
+//! - **What is copied.** A file URL: that file. An index: the index and
+//!   every shard it names. A directory (`s3://bucket/model/`,
+//!   `hf://org/repo`): every file directly in it (config, tokenizer,
+//!   weights; hidden files and sub-directories are left out), as its
+//!   listing gives them; an HTTP directory, which cannot be listed: its
+//!   index or `model.safetensors`, the shards, and the usual side files
+//!   ([`SIDE_FILES`]) where the server has them.
+//! - **How.** Every file is split into chunks of
+//!   [`RemoteOptions::chunk_size`](crate::RemoteOptions::chunk_size);
+//!   chunks of all the files share one queue worked by
+//!   [`RemoteOptions::concurrency`](crate::RemoteOptions::concurrency)
+//!   threads, each streaming its answer to disk (64 KiB in memory per
+//!   request in flight). A file is written under a hidden partial name
+//!   beside its target ([`PartialFile`]) and renamed into place only once
+//!   complete and verified: the target is the old file or the new one,
+//!   never a part.
+//! - **Resuming.** Beside the partial file, a note records the object's
+//!   length and `ETag` (or `Last-Modified`) and which chunks are on disk
+//!   (written after the data is synced). A later fetch of the same object
+//!   skips them; an object that changed since, or one without a validator,
+//!   starts over.
+//! - **Verification.** Every file against the sha256 the source gives
+//!   (the Hub's LFS oid, an S3 full-object `x-amz-checksum-sha256`); every
+//!   safetensors file against the reader rules of its header; an index
+//!   must parse; a fetched set must open as a whole. A file that fails is
+//!   removed, partial and all, and the error names its URL. A target
+//!   already holding the right sha256 is left alone.
+
+use std::collections::BTreeSet;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use tensorfile::atomic::{AtomicFile, PartialFile};
+use tensorfile::shard::{ShardIndex, DIR_NAMES, MAX_INDEX_LEN};
+use tensorfile::{ByteSource, ReadOptions, SafeTensors, ShardedTensors};
+
+use crate::error::{Problem, RemoteError};
+use crate::http::Client;
+use crate::location::{resolve, RemoteDir};
+use crate::object::RemoteFile;
+
+/// Files fetched beside the weights from a directory that cannot be
+/// listed (a plain web server), where the server has them.
+pub const SIDE_FILES: [&str; 12] = [
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "tokenizer.model",
+    "vocab.json",
+    "merges.txt",
+    "added_tokens.json",
+    "chat_template.jinja",
+    "preprocessor_config.json",
+    "README.md",
+];
+
+/// How a fetch writes.
+#[derive(Debug, Clone)]
+pub struct FetchOptions {
+    /// Sync each file and its directory before and after the rename.
+    pub sync: bool,
+    /// Go on from a partial copy left by an earlier fetch.
+    pub resume: bool,
+    /// How the fetched headers are read when verified.
+    pub read: ReadOptions,
+}
+
+impl Default for FetchOptions {
+    fn default() -> FetchOptions {
+        FetchOptions {
+            sync: true,
+            resume: true,
+            read: ReadOptions::default(),
+        }
+    }
+}
+
+/// Told how a fetch goes (a progress bar): from any thread.
+pub trait Progress: Sync {
+    /// The bytes still to fetch, once known.
+    fn total(&self, _bytes: u64) {}
+    /// `bytes` more were written.
+    fn advance(&self, _bytes: u64) {}
+}
+
+impl Progress for () {}
+
+/// What happened to one file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Copied whole.
+    Fetched,
+    /// Copied from where an earlier fetch stopped: `from` bytes were on disk.
+    Resumed {
+        /// Bytes already there.
+        from: u64,
+    },
+    /// The target already held it (its sha256 matched the source's).
+    UpToDate,
+}
+
+/// One file of a fetch.
+#[derive(Debug, Clone)]
+pub struct FetchedFile {
+    /// Its name in the directory.
+    pub name: String,
+    /// Its source's public name.
+    pub url: String,
+    /// Where it is now.
+    pub path: PathBuf,
+    /// Its length in bytes.
+    pub len: u64,
+    /// What was done.
+    pub outcome: Outcome,
+    /// The sha256 it was verified against, if the source gave one.
+    pub sha256: Option<String>,
+    /// Whether its safetensors header was checked against the reader rules.
+    pub header_checked: bool,
+}
+
+/// What a fetch did.
+#[derive(Debug, Clone)]
+pub struct Fetched {
+    /// Every file, in name order.
+    pub files: Vec<FetchedFile>,
+    /// The destination: the file, or the directory of a set.
+    pub dest: PathBuf,
+    /// Shards and tensors of the set fetched, when one was (it opened).
+    pub set: Option<(usize, usize)>,
+}
+
+/// A file to fetch, as the listing (if any) describes it.
+#[derive(Debug, Clone)]
+struct Wanted {
+    name: String,
+    size: Option<u64>,
+    sha256: Option<String>,
+    /// Skipped when the server does not have it.
+    optional: bool,
+}
+
+/// What a partial copy's note says.
+#[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
+struct Note {
+    source: String,
+    len: u64,
+    etag: Option<String>,
+    last_modified: Option<String>,
+    chunk_size: u64,
+    /// Chunks on disk, as `[first, last]` runs of chunk numbers.
+    done: Vec<[u64; 2]>,
+}
+
+/// One file being fetched.
+struct Job {
+    wanted: Wanted,
+    remote: RemoteFile,
+    target: PathBuf,
+    partial: PartialFile,
+    file: File,
+    chunk: u64,
+    chunks: u64,
+    done: Mutex<BTreeSet<u64>>,
+    /// Chunks finished since the note was last written, and when it was.
+    since_note: Mutex<(u64, Instant)>,
+    resumed_from: u64,
+    /// Whether a note may be written (the object has a validator).
+    resumable: bool,
+}
+
+/// How often a file's note is brought up to date while it is fetched.
+const NOTE_EVERY: Duration = Duration::from_secs(2);
+
+/// An error about `url` as a library error naming it.
+fn named(e: RemoteError) -> tensorfile::Error {
+    tensorfile::Error::io(e.url.clone(), e.into_io_unnamed())
+}
+
+/// Copies `source` (a file, an index or a directory URL) to `dest`: a file
+/// path (or a directory to put the file in) for a file, a directory for a
+/// set or a model directory.
+///
+/// # Errors
+/// A request fails, a local write fails, or a file fails verification (it
+/// is then removed; the error names its URL). Files committed before a
+/// failure stay; the others keep their partial copies for the next fetch.
+pub fn fetch(
+    source: &str,
+    dest: &Path,
+    client: &Arc<Client>,
+    options: &FetchOptions,
+    progress: &dyn Progress,
+) -> tensorfile::Result<Fetched> {
+    let resolved = resolve(source, client).map_err(named)?;
+    let dir = resolved.dir;
+    let (wanted, single_target) = match resolved.file {
+        Some(name) => match index_shards(&dir, &name)? {
+            Some(shards) => {
+                let mut w = vec![plain(&name, false)];
+                w.extend(shards.iter().map(|s| plain(s, false)));
+                (w, None)
+            }
+            None => {
+                let target = if dest.is_dir() || dest.as_os_str().to_string_lossy().ends_with('/') {
+                    dest.join(&name)
+                } else {
+                    dest.to_path_buf()
+                };
+                let described = describe(&dir, &name)?;
+                (vec![described], Some(target))
+            }
+        },
+        None => (directory_files(&dir)?, None),
+    };
+    let dest_dir = match &single_target {
+        Some(t) => t
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| PathBuf::from(".")),
+        None => dest.to_path_buf(),
+    };
+    std::fs::create_dir_all(&dest_dir).map_err(|e| tensorfile::Error::io(&dest_dir, e))?;
+    let mut jobs = open_jobs(&dir, wanted, &dest_dir, single_target.as_deref(), options)?;
+    let mut up_to_date = Vec::new();
+    jobs.retain(|j| match j {
+        Prepared::Skip(f) => {
+            up_to_date.push(f.clone());
+            false
+        }
+        Prepared::Job(_) => true,
+    });
+    let jobs: Vec<Job> = jobs
+        .into_iter()
+        .filter_map(|j| match j {
+            Prepared::Job(j) => Some(*j),
+            Prepared::Skip(_) => None,
+        })
+        .collect();
+    let left: u64 = jobs.iter().map(|j| j.remote.len() - j.resumed_from).sum();
+    progress.total(left);
+    copy_chunks(&jobs, client, progress)?;
+    let mut files = crate::concurrently(&jobs, verify_workers(), |job| finish(job, options))
+        .into_iter()
+        .collect::<tensorfile::Result<Vec<_>>>()?;
+    // The jobs own the files; `finish` committed through copies of them.
+    drop(jobs);
+    files.extend(up_to_date);
+    files.sort_by(|a, b| a.name.cmp(&b.name));
+    let is_set_entry = |n: &str| {
+        DIR_NAMES
+            .iter()
+            .any(|(index, single)| n == *index || n == *single)
+            || (single_target.is_none() && n.ends_with(".safetensors.index.json"))
+    };
+    let set = if single_target.is_none() && files.iter().any(|f| is_set_entry(&f.name)) {
+        let entry = files
+            .iter()
+            .find(|f| f.name.ends_with(".index.json"))
+            .map(|f| f.path.clone())
+            .unwrap_or_else(|| dest_dir.clone());
+        let set = ShardedTensors::open_pread(&entry, &options.read)?;
+        Some((set.shards().len(), set.len()))
+    } else {
+        None
+    };
+    Ok(Fetched {
+        files,
+        dest: single_target.unwrap_or(dest_dir),
+        set,
+    })
+}
+
+fn plain(name: &str, optional: bool) -> Wanted {
+    Wanted {
+        name: name.to_string(),
+        size: None,
+        sha256: None,
+        optional,
+    }
+}
+
+/// Threads verifying files at once (hashing is CPU work).
+fn verify_workers() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get())
+}
+
+/// The shards an index names, when `name` is an index; `None` for any
+/// other file.
+fn index_shards(dir: &RemoteDir, name: &str) -> tensorfile::Result<Option<Vec<String>>> {
+    if !name.ends_with(".json") {
+        return Ok(None);
+    }
+    let file = dir.open_plain(name).map_err(named)?;
+    if file.len() > MAX_INDEX_LEN {
+        return Ok(None);
+    }
+    let mut text = vec![0u8; file.len() as usize];
+    file.read_exact_at(0, &mut text)
+        .map_err(|e| tensorfile::Error::io(dir.name_of(name), e))?;
+    let Ok(index) = ShardIndex::parse(&text) else {
+        return Ok(None);
+    };
+    let mut shards: Vec<String> = index.weight_map.into_values().collect();
+    shards.sort();
+    shards.dedup();
+    for s in &shards {
+        if let Some(problem) = bad_name(s) {
+            return Err(named(RemoteError::new(
+                dir.name_of(name),
+                Problem::Listing(format!("the index names shard {s:?}: {problem}")),
+            )));
+        }
+    }
+    Ok(Some(shards))
+}
+
+/// Why a name from a listing or an index is not fetched into a directory.
+fn bad_name(name: &str) -> Option<&'static str> {
+    if name.is_empty() || name == "." || name == ".." {
+        Some("not a file name")
+    } else if name.contains('/') || name.contains('\\') || name.contains('\0') {
+        Some("a path, not a file name")
+    } else {
+        None
+    }
+}
+
+/// An error about the partial file made an error about the URL it is a
+/// copy of.
+fn renamed(e: tensorfile_core::Error, url: &str) -> tensorfile_core::Error {
+    use tensorfile_core::Error as E;
+    match e {
+        E::File { source, .. } => E::File {
+            path: url.into(),
+            source,
+        },
+        E::Io { source, .. } => E::Io {
+            path: url.into(),
+            source,
+        },
+        other => other.at(url),
+    }
+}
+
+/// A single file, with what its directory's listing says of it (the Hub's
+/// gives its sha256; other listings are not worth the requests).
+fn describe(dir: &RemoteDir, name: &str) -> tensorfile::Result<Wanted> {
+    if !dir.lists_digests() {
+        return Ok(plain(name, false));
+    }
+    let listed = dir.list().map_err(named)?.unwrap_or_default();
+    Ok(match listed.into_iter().find(|l| l.name == name) {
+        Some(l) => Wanted {
+            name: l.name,
+            size: Some(l.size),
+            sha256: l.sha256,
+            optional: false,
+        },
+        None => plain(name, false),
+    })
+}
+
+/// The files of a directory: its listing, or for a directory that cannot
+/// be listed, its set and the usual side files.
+fn directory_files(dir: &RemoteDir) -> tensorfile::Result<Vec<Wanted>> {
+    if let Some(listed) = dir.list().map_err(named)? {
+        let files: Vec<Wanted> = listed
+            .into_iter()
+            .filter(|l| !l.name.starts_with('.') && bad_name(&l.name).is_none())
+            .map(|l| Wanted {
+                name: l.name,
+                size: Some(l.size),
+                sha256: l.sha256,
+                optional: false,
+            })
+            .collect();
+        if files.is_empty() {
+            return Err(named(RemoteError::new(dir.display(), Problem::NotFound)));
+        }
+        return Ok(files);
+    }
+    let mut files = Vec::new();
+    for (index, single) in DIR_NAMES {
+        if let Some(shards) = match index_shards(dir, index) {
+            Ok(s) => s,
+            Err(e) if e.is_not_found_file() => None,
+            Err(e) => return Err(e),
+        } {
+            files.push(plain(index, false));
+            files.extend(shards.iter().map(|s| plain(s, false)));
+            break;
+        }
+        match dir.open_plain(single) {
+            Ok(_) => {
+                files.push(plain(single, false));
+                break;
+            }
+            Err(e) if e.is_not_found() => {}
+            Err(e) => return Err(named(e)),
+        }
+    }
+    if files.is_empty() {
+        return Err(tensorfile::ShardError::NoWeights {
+            dir: PathBuf::from(dir.display()),
+        }
+        .into());
+    }
+    files.extend(SIDE_FILES.iter().map(|n| plain(n, true)));
+    Ok(files)
+}
+
+enum Prepared {
+    Job(Box<Job>),
+    Skip(FetchedFile),
+}
+
+/// Opens every wanted file (one request each, at once) and prepares its
+/// partial copy; optional files the server does not have are dropped.
+fn open_jobs(
+    dir: &RemoteDir,
+    wanted: Vec<Wanted>,
+    dest_dir: &Path,
+    single_target: Option<&Path>,
+    options: &FetchOptions,
+) -> tensorfile::Result<Vec<Prepared>> {
+    let workers = dir.client().options().concurrency;
+    let opened = crate::concurrently(&wanted, workers, |w| dir.open_plain(&w.name));
+    let mut out = Vec::new();
+    for (mut w, remote) in wanted.into_iter().zip(opened) {
+        let remote = match remote {
+            Ok(r) => r,
+            Err(e) if w.optional && e.is_not_found() => continue,
+            Err(e) => return Err(named(e)),
+        };
+        if let Some(size) = w.size {
+            if size != remote.len() {
+                return Err(named(RemoteError::new(
+                    remote.name(),
+                    Problem::Changed {
+                        what: "the length",
+                        before: format!("{size} (listed)"),
+                        now: remote.len().to_string(),
+                    },
+                )));
+            }
+        }
+        if w.sha256.is_none() {
+            w.sha256 = s3_sha256(&remote)?;
+        }
+        let target = match single_target {
+            Some(t) => t.to_path_buf(),
+            None => dest_dir.join(&w.name),
+        };
+        if let Some(sha) = &w.sha256 {
+            if target.is_file() && hash_file(&target)? == *sha {
+                out.push(Prepared::Skip(FetchedFile {
+                    name: w.name.clone(),
+                    url: remote.name().to_string(),
+                    path: target,
+                    len: remote.len(),
+                    outcome: Outcome::UpToDate,
+                    sha256: Some(sha.clone()),
+                    header_checked: false,
+                }));
+                continue;
+            }
+        }
+        out.push(Prepared::Job(Box::new(prepare(
+            w, remote, target, options,
+        )?)));
+    }
+    Ok(out)
+}
+
+/// S3's full-object sha256 of an S3 object, asked for with a `HEAD`
+/// (composite checksums of multipart uploads are not a file's sha256).
+fn s3_sha256(remote: &RemoteFile) -> tensorfile::Result<Option<String>> {
+    if !remote.name().starts_with("s3://") {
+        return Ok(None);
+    }
+    let kept = remote.head_now().map_err(named)?;
+    let get = |n: &str| kept.iter().find(|(k, _)| k == n).map(|(_, v)| v.as_str());
+    let Some(value) = get("x-amz-checksum-sha256") else {
+        return Ok(None);
+    };
+    if get("x-amz-checksum-type").is_some_and(|t| t.eq_ignore_ascii_case("COMPOSITE"))
+        || value.contains('-')
+    {
+        return Ok(None);
+    }
+    use base64::Engine;
+    Ok(base64::engine::general_purpose::STANDARD
+        .decode(value.trim())
+        .ok()
+        .filter(|d| d.len() == 32)
+        .map(hex::encode))
+}
+
+/// The sha256 of a local file, in hex.
+fn hash_file(path: &Path) -> tensorfile::Result<String> {
+    let mut file = File::open(path).map_err(|e| tensorfile::Error::io(path, e))?;
+    let mut hasher = Sha256::new();
+    std::io::copy(&mut file, &mut hasher).map_err(|e| tensorfile::Error::io(path, e))?;
+    Ok(hex::encode(hasher.finalize()))
+}
+
+/// The partial copy of a file: resumed from its note when the note is of
+/// this object (same length, same validator, same chunks), else new.
+fn prepare(
+    wanted: Wanted,
+    remote: RemoteFile,
+    target: PathBuf,
+    options: &FetchOptions,
+) -> tensorfile::Result<Job> {
+    let partial = PartialFile::for_target(&target)?;
+    let chunk = remote.client().options().chunk_size.max(1);
+    let len = remote.len();
+    let chunks = len.div_ceil(chunk).max(1);
+    let validator = remote.validator().clone();
+    let resumable = validator.etag.is_some() || validator.last_modified.is_some();
+    let note_path = partial.companion("json");
+    let mut done = BTreeSet::new();
+    let file = partial.open()?;
+    let on_disk = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let note: Option<Note> = std::fs::read(&note_path)
+        .ok()
+        .and_then(|t| serde_json::from_slice(&t).ok());
+    let same = |n: &Note| {
+        n.source == remote.name()
+            && n.len == len
+            && n.chunk_size == chunk
+            && n.etag == validator.etag
+            && n.last_modified == validator.last_modified
+    };
+    match note {
+        Some(n) if options.resume && resumable && same(&n) && on_disk == len => {
+            for [a, b] in n.done {
+                if a <= b {
+                    done.extend(a..=b.min(chunks - 1));
+                }
+            }
+        }
+        _ => {
+            file.set_len(0)
+                .and_then(|_| file.set_len(len))
+                .map_err(|e| tensorfile::Error::io(partial.path(), e))?;
+            let _ = std::fs::remove_file(&note_path);
+        }
+    }
+    let resumed_from = done
+        .iter()
+        .map(|&c| (c * chunk + chunk).min(len) - c * chunk)
+        .sum();
+    // The first bytes came with the request that opened the object.
+    if !done.contains(&0) {
+        write_at(&file, remote.head_bytes(), 0)
+            .map_err(|e| tensorfile::Error::io(partial.path(), e))?;
+    }
+    Ok(Job {
+        wanted,
+        remote,
+        target,
+        partial,
+        file,
+        chunk,
+        chunks,
+        done: Mutex::new(done),
+        since_note: Mutex::new((0, Instant::now())),
+        resumed_from,
+        resumable,
+    })
+}
+
+#[cfg(unix)]
+fn write_at(file: &File, bytes: &[u8], at: u64) -> std::io::Result<()> {
+    std::os::unix::fs::FileExt::write_all_at(file, bytes, at)
+}
+
+#[cfg(windows)]
+fn write_at(file: &File, mut bytes: &[u8], mut at: u64) -> std::io::Result<()> {
+    use std::os::windows::fs::FileExt;
+    while !bytes.is_empty() {
+        let n = file.seek_write(bytes, at)?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        bytes = &bytes[n..];
+        at += n as u64;
+    }
+    Ok(())
+}
+
+impl Job {
+    /// The chunks still to copy, as `(chunk, start, end)`.
+    fn todo(&self) -> Vec<(u64, u64, u64)> {
+        let done = self.done.lock().unwrap_or_else(|e| e.into_inner());
+        let len = self.remote.len();
+        let head = self.remote.head_bytes().len() as u64;
+        (0..self.chunks)
+            .filter(|c| !done.contains(c))
+            .map(|c| {
+                let start = c * self.chunk;
+                let end = (start + self.chunk).min(len);
+                // Chunk 0 begins where the opening request's bytes end.
+                let start = if c == 0 { head.min(end) } else { start };
+                (c, start, end)
+            })
+            .collect()
+    }
+
+    /// Records a chunk as on disk, and writes the note now and then.
+    fn finished(&self, chunk: u64) -> tensorfile::Result<()> {
+        self.done
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(chunk);
+        let due = {
+            let mut since = self.since_note.lock().unwrap_or_else(|e| e.into_inner());
+            since.0 += 1;
+            let due = since.1.elapsed() >= NOTE_EVERY;
+            if due {
+                *since = (0, Instant::now());
+            }
+            due
+        };
+        if due {
+            self.write_note()?;
+        }
+        Ok(())
+    }
+
+    /// Syncs the data, then records which chunks are on disk (a note never
+    /// claims bytes that a crash could lose).
+    fn write_note(&self) -> tensorfile::Result<()> {
+        if !self.resumable {
+            return Ok(());
+        }
+        self.file
+            .sync_data()
+            .map_err(|e| tensorfile::Error::io(self.partial.path(), e))?;
+        let done: Vec<u64> = self
+            .done
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .copied()
+            .collect();
+        let mut runs: Vec<[u64; 2]> = Vec::new();
+        for c in done {
+            match runs.last_mut() {
+                Some(r) if r[1] + 1 == c => r[1] = c,
+                _ => runs.push([c, c]),
+            }
+        }
+        let validator = self.remote.validator();
+        let note = Note {
+            source: self.remote.name().to_string(),
+            len: self.remote.len(),
+            etag: validator.etag.clone(),
+            last_modified: validator.last_modified.clone(),
+            chunk_size: self.chunk,
+            done: runs,
+        };
+        let path = self.partial.companion("json");
+        let text = serde_json::to_vec(&note).unwrap_or_default();
+        let out = AtomicFile::create(&path)?;
+        out.write_all_at(&text, 0)?;
+        out.commit(false)?;
+        Ok(())
+    }
+}
+
+/// Works every file's chunks off one queue with the client's concurrency;
+/// on a failure, the others stop and every file's note is brought up to
+/// date for the next fetch.
+fn copy_chunks(jobs: &[Job], client: &Client, progress: &dyn Progress) -> tensorfile::Result<()> {
+    let mut queue: Vec<(usize, u64, u64, u64)> = Vec::new();
+    for (i, job) in jobs.iter().enumerate() {
+        queue.extend(job.todo().into_iter().map(|(c, a, b)| (i, c, a, b)));
+    }
+    // Chunk 0 of every file first: its head was written already.
+    let queue = Mutex::new(queue.into_iter());
+    let failed = AtomicBool::new(false);
+    let first_error: Mutex<Option<tensorfile::Error>> = Mutex::new(None);
+    let workers = client.options().concurrency.max(1);
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|| loop {
+                if failed.load(Ordering::Relaxed) {
+                    return;
+                }
+                let next = queue.lock().unwrap_or_else(|e| e.into_inner()).next();
+                let Some((i, chunk, start, end)) = next else {
+                    return;
+                };
+                let job = &jobs[i];
+                let mut write_error = None;
+                let streamed = job.remote.stream(start, end, &mut |at, piece| {
+                    if write_error.is_none() {
+                        match write_at(&job.file, piece, at) {
+                            Ok(()) => progress.advance(piece.len() as u64),
+                            Err(e) => write_error = Some(e),
+                        }
+                    }
+                });
+                let result = match (streamed, write_error) {
+                    (_, Some(e)) => Err(tensorfile::Error::io(job.partial.path(), e)),
+                    (Err(e), None) => Err(named(e)),
+                    (Ok(()), None) => job.finished(chunk),
+                };
+                if let Err(e) = result {
+                    failed.store(true, Ordering::Relaxed);
+                    first_error
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .get_or_insert(e);
+                    return;
+                }
+            });
+        }
+    });
+    match first_error.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        Some(e) => {
+            for job in jobs {
+                // Best effort: the error that stopped the fetch is the news.
+                let _ = job.write_note();
+            }
+            Err(e)
+        }
+        None => Ok(()),
+    }
+}
+
+/// Verifies a complete file and puts it in place; a file that fails is
+/// removed with its note.
+fn finish(job: &Job, options: &FetchOptions) -> tensorfile::Result<FetchedFile> {
+    let path = job.partial.path();
+    let url = job.remote.name().to_string();
+    let fail = |e: tensorfile::Error| -> tensorfile::Error {
+        let _ = job.partial.discard();
+        let _ = std::fs::remove_file(job.partial.companion("json"));
+        e
+    };
+    if let Some(expected) = &job.wanted.sha256 {
+        let got = hash_file(&path)?;
+        if got != *expected {
+            return Err(fail(named(RemoteError::new(
+                &url,
+                Problem::Checksum {
+                    what: "sha256".into(),
+                    expected: expected.clone(),
+                    got,
+                },
+            ))));
+        }
+    }
+    let name = &job.wanted.name;
+    let header_checked = name.ends_with(".safetensors");
+    if header_checked {
+        SafeTensors::open_pread_with(&path, &options.read)
+            .map_err(|e| fail(tensorfile::Error::from(renamed(e, &url))))?;
+    }
+    if name.ends_with(".index.json") {
+        let text = std::fs::read(&path).map_err(|e| tensorfile::Error::io(&path, e))?;
+        if let Err(problem) = ShardIndex::parse(&text) {
+            return Err(fail(
+                tensorfile::ShardError::BadIndex {
+                    index: PathBuf::from(&url),
+                    problem: problem.to_string(),
+                }
+                .into(),
+            ));
+        }
+    }
+    let file = job
+        .file
+        .try_clone()
+        .map_err(|e| tensorfile::Error::io(&path, e))?;
+    let partial = PartialFile::for_target(&job.target)?;
+    partial.commit(file, options.sync)?;
+    let _ = std::fs::remove_file(job.partial.companion("json"));
+    Ok(FetchedFile {
+        name: name.clone(),
+        url,
+        path: job.target.clone(),
+        len: job.remote.len(),
+        outcome: if job.resumed_from > 0 {
+            Outcome::Resumed {
+                from: job.resumed_from,
+            }
+        } else {
+            Outcome::Fetched
+        },
+        sha256: job.wanted.sha256.clone(),
+        header_checked,
+    })
+}

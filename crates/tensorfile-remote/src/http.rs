@@ -1,0 +1,905 @@
+//! The HTTP layer: one [`Client`] (a ureq agent, its limits and its
+//! counters) that sends range requests with retries, follows redirects
+//! itself (so that a token never goes to another host) and checks every
+//! answer against what was asked.
+
+use std::io::Read;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use url::Url;
+
+use crate::error::{Problem, RemoteError};
+use crate::s3::S3Store;
+
+/// How remote objects are read: concurrency, request sizes, retries and
+/// timeouts. The defaults suit a real network.
+#[derive(Debug, Clone)]
+pub struct RemoteOptions {
+    /// Requests in flight at once, across every object of a [`Client`].
+    pub concurrency: usize,
+    /// The largest range one request asks for; longer reads are split.
+    pub chunk_size: u64,
+    /// Ranges this close together are read with one request (the bytes
+    /// between them are read and dropped, never kept).
+    pub coalesce_gap: u64,
+    /// Retries of a request that failed in a way worth retrying (5xx, 429,
+    /// timeouts, resets, short bodies).
+    pub retries: u32,
+    /// The first retry's delay; each later one doubles it, with jitter.
+    pub backoff: Duration,
+    /// The longest delay between two attempts (`Retry-After` included).
+    pub max_backoff: Duration,
+    /// Time allowed to connect.
+    pub connect_timeout: Duration,
+    /// Time allowed for the answer to start, and between two reads of a body.
+    pub read_timeout: Duration,
+    /// The most requests the client sends (retries and redirects count);
+    /// `None`: no limit.
+    pub max_requests: Option<u64>,
+    /// The most body bytes the client receives (bytes read past what was
+    /// asked for, between coalesced ranges, count); `None`: no limit.
+    pub max_bytes: Option<u64>,
+    /// The time the client may take, from its creation: no request starts
+    /// and no retry waits past it; `None`: no limit.
+    pub time_budget: Option<Duration>,
+}
+
+impl Default for RemoteOptions {
+    fn default() -> RemoteOptions {
+        RemoteOptions {
+            concurrency: 16,
+            chunk_size: 8 << 20,
+            coalesce_gap: 1 << 20,
+            retries: 6,
+            backoff: Duration::from_millis(200),
+            max_backoff: Duration::from_secs(20),
+            connect_timeout: Duration::from_secs(15),
+            read_timeout: Duration::from_secs(60),
+            max_requests: None,
+            max_bytes: None,
+            time_budget: None,
+        }
+    }
+}
+
+/// Counters of what a [`Client`] sent and received (for benchmarks and
+/// tests that count instead of timing).
+#[derive(Debug, Default)]
+pub struct Stats {
+    requests: AtomicU64,
+    body_bytes: AtomicU64,
+    retries: AtomicU64,
+}
+
+/// What a [`Client`] has sent and received so far ([`Client::stats`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// HTTP requests sent (each redirect hop counts).
+    pub requests: u64,
+    /// Response body bytes received.
+    pub body_bytes: u64,
+    /// Requests that were retries.
+    pub retries: u64,
+}
+
+impl Stats {
+    /// The counts so far.
+    pub fn counts(&self) -> Counts {
+        Counts {
+            requests: self.requests.load(Ordering::Relaxed),
+            body_bytes: self.body_bytes.load(Ordering::Relaxed),
+            retries: self.retries.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// A secret (a bearer token) that never prints.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a secret.
+    pub fn new(value: impl Into<String>) -> Secret {
+        Secret(value.into())
+    }
+    pub(crate) fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(<redacted>)")
+    }
+}
+
+/// Where a request goes.
+#[derive(Clone, Debug)]
+pub(crate) enum Endpoint {
+    /// A plain URL, with a bearer token for its own host only.
+    Http {
+        url: Url,
+        token: Option<Secret>,
+        /// What a 401/403 means here.
+        denied_hint: &'static str,
+    },
+    /// An S3 object: every request gets a freshly signed URL.
+    S3 { store: Arc<S3Store>, key: String },
+}
+
+impl Endpoint {
+    /// The URL to send to and the headers that go with it (`x-amz-*`
+    /// headers are signed into S3 URLs).
+    fn prepare(&self, head: bool, amz: &[(&'static str, &'static str)]) -> (Url, Option<String>) {
+        match self {
+            Endpoint::Http { url, token, .. } => (
+                url.clone(),
+                token.as_ref().map(|t| format!("Bearer {}", t.expose())),
+            ),
+            Endpoint::S3 { store, key } => (store.signed_url(key, head, amz), None),
+        }
+    }
+
+    fn denied_hint(&self) -> &'static str {
+        match self {
+            Endpoint::Http { denied_hint, .. } => denied_hint,
+            Endpoint::S3 { store, .. } => store.denied_hint(),
+        }
+    }
+}
+
+/// A counting semaphore bounding requests in flight.
+#[derive(Debug)]
+struct Slots {
+    free: Mutex<usize>,
+    freed: Condvar,
+}
+
+struct Slot<'a>(&'a Slots);
+
+impl Slots {
+    fn acquire(&self) -> Slot<'_> {
+        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        while *free == 0 {
+            free = self.freed.wait(free).unwrap_or_else(|e| e.into_inner());
+        }
+        *free -= 1;
+        Slot(self)
+    }
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        *self.0.free.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        self.0.freed.notify_one();
+    }
+}
+
+/// How to tell whether an object changed: its `ETag`, else its
+/// `Last-Modified`, and its length.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Validator {
+    /// The `ETag`, as sent.
+    pub etag: Option<String>,
+    /// The `Last-Modified` date, as sent.
+    pub last_modified: Option<String>,
+}
+
+/// What an answer said about the object.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Meta {
+    /// The object's length.
+    pub len: u64,
+    pub validator: Validator,
+    /// Headers kept for verification (lowercase names).
+    pub kept: Vec<(String, String)>,
+}
+
+impl Meta {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.kept
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Headers worth keeping from an answer.
+const KEPT: [&str; 5] = [
+    "x-linked-etag",
+    "x-linked-size",
+    "x-repo-commit",
+    "x-amz-checksum-sha256",
+    "x-amz-checksum-type",
+];
+
+/// One attempt's failure: worth another attempt (after at least the
+/// delay the server asked for), or final.
+enum Failure {
+    Retry(Problem, Option<Duration>),
+    Fatal(Problem),
+}
+
+/// Requests to remote objects: an HTTP agent with its connection pool, the
+/// options, a bound on requests in flight, and counters.
+#[derive(Debug)]
+pub struct Client {
+    agent: ureq::Agent,
+    options: RemoteOptions,
+    slots: Slots,
+    stats: Stats,
+    /// When the time budget runs out.
+    deadline: Option<Instant>,
+}
+
+/// The size of the pieces a body is read in.
+const PIECE: usize = 64 << 10;
+
+impl Client {
+    /// A client with these options.
+    pub fn new(options: RemoteOptions) -> Arc<Client> {
+        let config = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .max_redirects(0)
+            .max_redirects_will_error(false)
+            .timeout_connect(Some(options.connect_timeout))
+            .timeout_recv_response(Some(options.read_timeout))
+            .timeout_per_read(Some(options.read_timeout))
+            .max_idle_connections(options.concurrency.max(1) * 2)
+            .max_idle_connections_per_host(options.concurrency.max(1) * 2)
+            .user_agent(concat!("tensorfile/", env!("CARGO_PKG_VERSION")))
+            .build();
+        Arc::new(Client {
+            agent: config.into(),
+            slots: Slots {
+                free: Mutex::new(options.concurrency.max(1)),
+                freed: Condvar::new(),
+            },
+            deadline: options.time_budget.map(|t| Instant::now() + t),
+            options,
+            stats: Stats::default(),
+        })
+    }
+
+    /// The budget a request of up to `bytes` body bytes would break, if any.
+    fn over_budget(&self, bytes: u64) -> Option<Problem> {
+        let counts = self.stats.counts();
+        if let Some(max) = self.options.max_requests {
+            if counts.requests >= max {
+                return Some(Problem::Budget {
+                    what: "requests",
+                    limit: max.to_string(),
+                    last: None,
+                });
+            }
+        }
+        if let Some(max) = self.options.max_bytes {
+            if counts.body_bytes.saturating_add(bytes) > max {
+                return Some(Problem::Budget {
+                    what: "bytes received",
+                    limit: max.to_string(),
+                    last: None,
+                });
+            }
+        }
+        if let (Some(deadline), Some(budget)) = (self.deadline, self.options.time_budget) {
+            if Instant::now() >= deadline {
+                return Some(Problem::Budget {
+                    what: "time",
+                    limit: format!("{budget:?}"),
+                    last: None,
+                });
+            }
+        }
+        None
+    }
+
+    /// The options.
+    pub fn options(&self) -> &RemoteOptions {
+        &self.options
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> Counts {
+        self.stats.counts()
+    }
+
+    /// Sends one request, following redirects (a token goes only to the
+    /// host it was given for), and returns an answer that is 2xx or 416.
+    fn send(
+        &self,
+        endpoint: &Endpoint,
+        head: bool,
+        range: Option<&str>,
+        amz: &[(&'static str, &'static str)],
+        bytes: u64,
+    ) -> Result<ureq::http::Response<ureq::Body>, Failure> {
+        let (mut url, mut auth) = endpoint.prepare(head, amz);
+        for _hop in 0..=MAX_REDIRECTS {
+            if let Some(p) = self.over_budget(bytes) {
+                return Err(Failure::Fatal(p));
+            }
+            let mut request = if head {
+                self.agent.head(url.as_str())
+            } else {
+                self.agent.get(url.as_str())
+            };
+            if let Some(range) = range {
+                request = request.header("Range", range);
+            }
+            if let Some(auth) = &auth {
+                request = request.header("Authorization", auth.as_str());
+            }
+            for (name, value) in amz {
+                request = request.header(*name, *value);
+            }
+            self.stats.requests.fetch_add(1, Ordering::Relaxed);
+            let mut response = match request.call() {
+                Ok(r) => r,
+                Err(e) => return Err(Failure::Retry(transport(&e), None)),
+            };
+            let status = response.status().as_u16();
+            match status {
+                200..=299 | 416 => return Ok(response),
+                301 | 302 | 303 | 307 | 308 => {
+                    let Some(next) = header(&response, "location").and_then(|l| url.join(&l).ok())
+                    else {
+                        return Err(Failure::Fatal(Problem::Redirect(format!(
+                            "HTTP {status} without a usable Location"
+                        ))));
+                    };
+                    if next.scheme() == "http" && url.scheme() == "https" {
+                        return Err(Failure::Fatal(Problem::Redirect(
+                            "from https to plain http, not followed".into(),
+                        )));
+                    }
+                    // The token is for its own origin: never sent elsewhere.
+                    if next.origin() != url.origin() {
+                        auth = None;
+                    }
+                    url = next;
+                }
+                401 | 403 => {
+                    return Err(Failure::Fatal(Problem::Denied {
+                        status,
+                        hint: endpoint.denied_hint().into(),
+                    }))
+                }
+                404 | 410 => return Err(Failure::Fatal(Problem::NotFound)),
+                408 | 429 | 500..=599 => {
+                    let after = header(&response, "retry-after").and_then(|v| retry_after(&v));
+                    let detail = error_detail(&mut response);
+                    return Err(Failure::Retry(
+                        Problem::Status {
+                            status,
+                            attempts: 1,
+                            detail,
+                        },
+                        after,
+                    ));
+                }
+                _ => {
+                    let detail = error_detail(&mut response);
+                    return Err(Failure::Fatal(Problem::Status {
+                        status,
+                        attempts: 1,
+                        detail,
+                    }));
+                }
+            }
+        }
+        Err(Failure::Fatal(Problem::Redirect(format!(
+            "more than {MAX_REDIRECTS} redirects"
+        ))))
+    }
+
+    /// Runs `attempt` until it succeeds, fails for good, or the retries
+    /// are used up; each attempt holds one of the in-flight slots.
+    fn retrying<T>(
+        &self,
+        name: &str,
+        mut attempt: impl FnMut() -> Result<T, Failure>,
+    ) -> Result<T, RemoteError> {
+        let mut tries = 0u32;
+        let mut last: Option<Problem> = None;
+        loop {
+            tries += 1;
+            let result = {
+                let _slot = self.slots.acquire();
+                attempt()
+            };
+            match result {
+                Ok(v) => return Ok(v),
+                Err(Failure::Fatal(Problem::Budget { what, limit, .. })) => {
+                    // Say why the attempt before was retried, if one was.
+                    let last = last.map(|p| Box::new(with_attempts(p, tries - 1)));
+                    return Err(RemoteError::new(
+                        name,
+                        Problem::Budget { what, limit, last },
+                    ));
+                }
+                Err(Failure::Fatal(p)) => {
+                    return Err(RemoteError::new(name, with_attempts(p, tries)))
+                }
+                Err(Failure::Retry(p, after)) => {
+                    if tries > self.options.retries {
+                        return Err(RemoteError::new(name, with_attempts(p, tries)));
+                    }
+                    let delay = self.delay(tries, after);
+                    if let (Some(deadline), Some(budget)) =
+                        (self.deadline, self.options.time_budget)
+                    {
+                        // Waiting would end past the time budget.
+                        if Instant::now() + delay >= deadline {
+                            return Err(RemoteError::new(
+                                name,
+                                Problem::Budget {
+                                    what: "time",
+                                    limit: format!("{budget:?}"),
+                                    last: Some(Box::new(with_attempts(p, tries))),
+                                },
+                            ));
+                        }
+                    }
+                    self.stats.retries.fetch_add(1, Ordering::Relaxed);
+                    std::thread::sleep(delay);
+                    last = Some(p);
+                }
+            }
+        }
+    }
+
+    /// The delay before attempt `tries + 1`: what the server asked for, or
+    /// exponential backoff with jitter (between half and all of it).
+    fn delay(&self, tries: u32, after: Option<Duration>) -> Duration {
+        let max = self.options.max_backoff;
+        if let Some(after) = after {
+            return after.min(max);
+        }
+        let full = self
+            .options
+            .backoff
+            .saturating_mul(1u32 << (tries - 1).min(16))
+            .min(max);
+        let jitter = jitter_fraction();
+        full.mul_f64(0.5 + 0.5 * jitter)
+    }
+
+    /// Reads `start..end` of an object (`end` may pass the object's end when
+    /// `known` is `None`: the first read of an object of unknown length),
+    /// handing the bytes to `sink` in order with their offsets. Every
+    /// answer is checked: status 206, `Content-Range` exactly the range,
+    /// the body exactly as long, and the validator and length unchanged.
+    /// A body cut short is asked for again from where it stopped.
+    pub(crate) fn get_range(
+        &self,
+        name: &str,
+        endpoint: &Endpoint,
+        start: u64,
+        end: u64,
+        known: Option<&Meta>,
+        sink: &mut dyn FnMut(u64, &[u8]),
+    ) -> Result<Meta, RemoteError> {
+        let mut pos = start;
+        let mut learned: Option<Meta> = known.cloned();
+        let mut piece = vec![0u8; PIECE];
+        self.retrying(name, || {
+            let asked = format!("bytes={pos}-{}", end - 1);
+            let mut response = self.send(endpoint, false, Some(&asked), &[], end - pos)?;
+            let status = response.status().as_u16();
+            let asked_text = format!("bytes {pos}-{}", end - 1);
+            let meta = meta_of(&response);
+            if status == 416 {
+                // The object's length now: `Content-Range: bytes */LEN`, or
+                // S3's `<ActualObjectSize>` in the error body.
+                let now = header(&response, "content-range")
+                    .and_then(|v| {
+                        v.trim()
+                            .strip_prefix("bytes */")?
+                            .trim()
+                            .parse::<u64>()
+                            .ok()
+                    })
+                    .or_else(|| {
+                        xml_tag(&small_body(&mut response), "ActualObjectSize")?
+                            .trim()
+                            .parse()
+                            .ok()
+                    });
+                match (&learned, now) {
+                    // The first read of an empty object.
+                    (None, Some(0)) if pos == 0 => return Ok(Meta { len: 0, ..meta }),
+                    // A range that was within the object: it shrank.
+                    (Some(before), Some(now)) if now != before.len => {
+                        return Err(Failure::Fatal(Problem::Changed {
+                            what: "the length",
+                            before: before.len.to_string(),
+                            now: now.to_string(),
+                        }))
+                    }
+                    _ => {}
+                }
+                return Err(Failure::Fatal(Problem::NotSatisfiable {
+                    asked: asked_text,
+                }));
+            }
+            if status != 206 {
+                return Err(Failure::Fatal(Problem::IgnoredRange));
+            }
+            let got = header(&response, "content-range");
+            let bad = || Problem::BadContentRange {
+                asked: asked_text.clone(),
+                got: got.clone(),
+            };
+            let (a, b, total) = got
+                .as_deref()
+                .and_then(parse_content_range)
+                .ok_or_else(|| Failure::Fatal(bad()))?;
+            if let Some(before) = &learned {
+                if let Some(p) = changed(before, &meta, total) {
+                    return Err(Failure::Fatal(p));
+                }
+            }
+            let last = end.min(total).checked_sub(1);
+            if a != pos || Some(b) != last {
+                return Err(Failure::Fatal(bad()));
+            }
+            let expected = b - a + 1;
+            let content_length = header(&response, "content-length");
+            if let Some(n) = content_length
+                .as_deref()
+                .and_then(|v| v.parse::<u64>().ok())
+            {
+                if n != expected {
+                    return Err(Failure::Fatal(if n > expected {
+                        Problem::LongBody { expected }
+                    } else {
+                        bad()
+                    }));
+                }
+            }
+            if learned.is_none() {
+                learned = Some(Meta {
+                    len: total,
+                    ..meta.clone()
+                });
+            }
+            let mut reader = response.body_mut().as_reader();
+            let mut left = expected;
+            while left > 0 {
+                let want = left.min(PIECE as u64) as usize;
+                match reader.read(&mut piece[..want]) {
+                    Ok(0) => {
+                        return Err(Failure::Retry(
+                            Problem::ShortBody {
+                                expected: end.min(total) - start,
+                                got: pos - start,
+                            },
+                            None,
+                        ))
+                    }
+                    Ok(n) => {
+                        self.stats.body_bytes.fetch_add(n as u64, Ordering::Relaxed);
+                        sink(pos, &piece[..n]);
+                        pos += n as u64;
+                        left -= n as u64;
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        let message = scrub(&e.to_string());
+                        let problem = if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                            Problem::ShortBody {
+                                expected: end.min(total) - start,
+                                got: pos - start,
+                            }
+                        } else {
+                            Problem::Transport {
+                                message,
+                                attempts: 1,
+                            }
+                        };
+                        return Err(Failure::Retry(problem, None));
+                    }
+                }
+            }
+            // A body without a length must end where the range does.
+            if content_length.is_none() {
+                let mut one = [0u8; 1];
+                if matches!(reader.read(&mut one), Ok(n) if n > 0) {
+                    return Err(Failure::Fatal(Problem::LongBody { expected }));
+                }
+            }
+            Ok(Meta { len: total, ..meta })
+        })
+    }
+
+    /// A `HEAD` of the object: its length and validator, and the kept
+    /// headers (S3 is asked for its checksum).
+    pub(crate) fn head(&self, name: &str, endpoint: &Endpoint) -> Result<Meta, RemoteError> {
+        let amz: &[(&'static str, &'static str)] = match endpoint {
+            Endpoint::S3 { .. } => &[("x-amz-checksum-mode", "ENABLED")],
+            Endpoint::Http { .. } => &[],
+        };
+        self.retrying(name, || {
+            let response = self.send(endpoint, true, None, amz, 0)?;
+            if response.status().as_u16() == 416 {
+                return Err(Failure::Fatal(Problem::Status {
+                    status: 416,
+                    attempts: 1,
+                    detail: String::new(),
+                }));
+            }
+            let len = header(&response, "content-length")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            Ok(Meta {
+                len,
+                ..meta_of(&response)
+            })
+        })
+    }
+
+    /// A whole small document (a listing, an index): at most `limit` bytes.
+    /// Returns the body and the `Link` header (the Hub's pagination).
+    pub(crate) fn get_document(
+        &self,
+        name: &str,
+        endpoint: &Endpoint,
+        limit: u64,
+    ) -> Result<(Vec<u8>, Option<String>), RemoteError> {
+        self.retrying(name, || {
+            let mut response = self.send(endpoint, false, None, &[], 0)?;
+            if response.status().as_u16() == 416 {
+                return Err(Failure::Fatal(Problem::NotSatisfiable {
+                    asked: "the whole document".into(),
+                }));
+            }
+            let link = header(&response, "link");
+            let mut body = Vec::new();
+            let mut reader = response.body_mut().with_config().limit(limit + 1).reader();
+            if let Err(e) = reader.read_to_end(&mut body) {
+                return Err(Failure::Retry(
+                    Problem::Transport {
+                        message: scrub(&e.to_string()),
+                        attempts: 1,
+                    },
+                    None,
+                ));
+            }
+            self.stats
+                .body_bytes
+                .fetch_add(body.len() as u64, Ordering::Relaxed);
+            if body.len() as u64 > limit {
+                return Err(Failure::Fatal(Problem::Listing(format!(
+                    "longer than {limit} bytes"
+                ))));
+            }
+            Ok((body, link))
+        })
+    }
+}
+
+/// The most redirects followed for one request.
+const MAX_REDIRECTS: u32 = 10;
+
+/// The problem with its attempt count filled in.
+fn with_attempts(p: Problem, tries: u32) -> Problem {
+    match p {
+        Problem::Status { status, detail, .. } => Problem::Status {
+            status,
+            attempts: tries,
+            detail,
+        },
+        Problem::Transport { message, .. } => Problem::Transport {
+            message,
+            attempts: tries,
+        },
+        p => p,
+    }
+}
+
+/// Whether the object changed since `before` was recorded.
+fn changed(before: &Meta, now: &Meta, total: u64) -> Option<Problem> {
+    if total != before.len {
+        return Some(Problem::Changed {
+            what: "the length",
+            before: before.len.to_string(),
+            now: total.to_string(),
+        });
+    }
+    let (b, n) = (&before.validator, &now.validator);
+    let show = |v: &Option<String>| v.clone().unwrap_or_else(|| "absent".into());
+    if b.etag.is_some() && b.etag != n.etag {
+        return Some(Problem::Changed {
+            what: "ETag",
+            before: show(&b.etag),
+            now: show(&n.etag),
+        });
+    }
+    if b.etag.is_none() && b.last_modified.is_some() && b.last_modified != n.last_modified {
+        return Some(Problem::Changed {
+            what: "Last-Modified",
+            before: show(&b.last_modified),
+            now: show(&n.last_modified),
+        });
+    }
+    None
+}
+
+/// A header's value as text.
+fn header(response: &ureq::http::Response<ureq::Body>, name: &str) -> Option<String> {
+    response
+        .headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+}
+
+fn meta_of(response: &ureq::http::Response<ureq::Body>) -> Meta {
+    Meta {
+        len: 0,
+        validator: Validator {
+            etag: header(response, "etag"),
+            last_modified: header(response, "last-modified"),
+        },
+        kept: KEPT
+            .iter()
+            .filter_map(|n| header(response, n).map(|v| (n.to_string(), v)))
+            .collect(),
+    }
+}
+
+/// `bytes A-B/T` (T a number).
+pub(crate) fn parse_content_range(v: &str) -> Option<(u64, u64, u64)> {
+    let rest = v.trim().strip_prefix("bytes ")?;
+    let (span, total) = rest.split_once('/')?;
+    let (a, b) = span.split_once('-')?;
+    let (a, b, total): (u64, u64, u64) = (
+        a.trim().parse().ok()?,
+        b.trim().parse().ok()?,
+        total.trim().parse().ok()?,
+    );
+    (a <= b && b < total).then_some((a, b, total))
+}
+
+/// `Retry-After` in seconds (an HTTP date is left to the backoff).
+pub(crate) fn retry_after(v: &str) -> Option<Duration> {
+    v.trim().parse::<u64>().ok().map(Duration::from_secs)
+}
+
+/// A short, credential-free excerpt of an error body: S3's `<Code>` and
+/// `<Message>`, else the first line of text.
+fn error_detail(response: &mut ureq::http::Response<ureq::Body>) -> String {
+    let text = small_body(response);
+    let detail = match (xml_tag(&text, "Code"), xml_tag(&text, "Message")) {
+        (Some(c), Some(m)) => format!("{c}: {m}"),
+        (Some(c), None) => c,
+        _ => text.lines().next().unwrap_or("").to_string(),
+    };
+    let detail: String = scrub(&detail).chars().take(200).collect();
+    detail
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
+}
+
+/// The first 4 KiB of a body (an error's), as text.
+fn small_body(response: &mut ureq::http::Response<ureq::Body>) -> String {
+    let mut body = Vec::new();
+    let _ = response
+        .body_mut()
+        .with_config()
+        .limit(4096)
+        .reader()
+        .take(4096)
+        .read_to_end(&mut body);
+    String::from_utf8_lossy(&body).into_owned()
+}
+
+/// The text of the first `<tag>` element of an XML answer (S3's errors).
+fn xml_tag(text: &str, tag: &str) -> Option<String> {
+    let open = format!("<{tag}>");
+    let start = text.find(&open)? + open.len();
+    let len = text[start..].find('<')?;
+    Some(text[start..start + len].to_string())
+}
+
+/// What the HTTP client said, with any URL's query (a signature) removed.
+fn transport(e: &ureq::Error) -> Problem {
+    let message = match e {
+        ureq::Error::Timeout(t) => format!("timed out ({t})"),
+        ureq::Error::HostNotFound => "host not found".into(),
+        ureq::Error::ConnectionFailed => "connection failed".into(),
+        ureq::Error::Io(io) => format!("connection error: {}", scrub(&io.to_string())),
+        other => scrub(&other.to_string()),
+    };
+    Problem::Transport {
+        message,
+        attempts: 1,
+    }
+}
+
+/// Removes query strings (signatures, tokens) from text that may quote a URL.
+pub(crate) fn scrub(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut in_query = false;
+    for c in text.chars() {
+        if in_query {
+            if c.is_whitespace() || c == '"' || c == '\'' || c == ')' {
+                in_query = false;
+                out.push(c);
+            }
+            continue;
+        }
+        if c == '?' && out.contains("://") {
+            in_query = true;
+            out.push_str("?<redacted>");
+            continue;
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// A number in `[0, 1)`, different on each call (jitter needs no quality).
+fn jitter_fraction() -> f64 {
+    use std::hash::{BuildHasher, Hasher};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    (h.finish() >> 11) as f64 / (1u64 << 53) as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn content_ranges() {
+        assert_eq!(parse_content_range("bytes 0-9/10"), Some((0, 9, 10)));
+        assert_eq!(parse_content_range("bytes 5-5/6"), Some((5, 5, 6)));
+        for bad in [
+            "bytes 0-9/*",
+            "bytes 9-0/10",
+            "bytes 0-10/10",
+            "0-9/10",
+            "bytes */10",
+            "",
+        ] {
+            assert_eq!(parse_content_range(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn retry_after_seconds() {
+        assert_eq!(retry_after(" 3 "), Some(Duration::from_secs(3)));
+        assert_eq!(retry_after("Wed, 21 Oct 2015 07:28:00 GMT"), None);
+    }
+
+    #[test]
+    fn queries_are_scrubbed() {
+        let s = scrub("failed http://h/b/k?X-Amz-Signature=abc&x=1 now");
+        assert_eq!(s, "failed http://h/b/k?<redacted> now");
+        assert_eq!(scrub("what? no url"), "what? no url");
+    }
+
+    #[test]
+    fn backoff_doubles_within_bounds() {
+        let client = Client::new(RemoteOptions {
+            backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(1),
+            ..RemoteOptions::default()
+        });
+        for tries in 1..10u32 {
+            let d = client.delay(tries, None);
+            let full = Duration::from_millis(100 * (1 << (tries - 1))).min(Duration::from_secs(1));
+            assert!(d >= full / 2 && d <= full, "{tries}: {d:?}");
+        }
+        assert_eq!(
+            client.delay(1, Some(Duration::from_secs(60))),
+            Duration::from_secs(1)
+        );
+    }
+}

@@ -1,0 +1,297 @@
+//! Faults of servers and networks, injected by the test server: retried
+//! where retrying helps (5xx, 429 with `Retry-After`, dropped connections,
+//! short bodies), errors naming the URL and what went wrong otherwise
+//! (a server ignoring `Range`, a wrong `Content-Range`, an object changed
+//! between two requests, a 416), never wrong bytes; budgets stop requests.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tensorfile::{ByteSource, ReadOptions};
+use tensorfile_remote::serve::{Fault, Server};
+use tensorfile_remote::{Client, Problem, RemoteError, RemoteOptions};
+
+/// A 1 MiB safetensors file of one U8 tensor whose bytes count up.
+fn big_file() -> Vec<u8> {
+    let data: Vec<u8> = (0..1u32 << 20).map(|i| (i % 251) as u8).collect();
+    let header = br#"{"t":{"dtype":"U8","shape":[1048576],"data_offsets":[0,1048576]}}"#;
+    let mut file = (header.len() as u64).to_le_bytes().to_vec();
+    file.extend_from_slice(header);
+    file.extend_from_slice(&data);
+    file
+}
+
+fn serve_big() -> (Server, String, Vec<u8>) {
+    let server = Server::start().unwrap();
+    let file = big_file();
+    server.put("/m/big.safetensors", file.clone());
+    let url = format!("{}/m/big.safetensors", server.url());
+    (server, url, file)
+}
+
+/// The remote error inside a library error.
+fn remote(e: &tensorfile::Error) -> RemoteError {
+    match e.core() {
+        Some(tensorfile_core::Error::Io { source, .. })
+        | Some(tensorfile_core::Error::Stream(source)) => RemoteError::of_io(source)
+            .cloned()
+            .unwrap_or_else(|| panic!("not a remote error: {e}")),
+        _ => panic!("not an I/O error: {e}"),
+    }
+}
+
+/// Reads the whole tensor of the big file.
+fn read_all(url: &str, client: &Arc<Client>) -> tensorfile::Result<Vec<u8>> {
+    let file = tensorfile_remote::open_file(url, client, &ReadOptions::default())?;
+    let info = file.info("t")?;
+    Ok(file.read_tensor(&info)?.into_owned())
+}
+
+#[test]
+fn server_errors_and_drops_are_retried() {
+    let (server, url, file) = serve_big();
+    let tail = &file[file.len() - (1 << 20)..];
+    for fault in [
+        Fault::Status(500, None),
+        Fault::Status(503, None),
+        Fault::Drop,
+        Fault::Short,
+    ] {
+        let client = common::client();
+        // The first request (the header) and the next (the data) both fail
+        // twice before they succeed.
+        server.inject("big", fault.clone(), 2);
+        let got = read_all(&url, &client).unwrap_or_else(|e| panic!("{fault:?}: {e}"));
+        assert!(got == tail, "{fault:?}: wrong bytes");
+        assert!(
+            client.stats().retries >= 2,
+            "{fault:?}: {:?}",
+            client.stats()
+        );
+    }
+}
+
+#[test]
+fn a_short_body_resumes_where_it_stopped() {
+    let (server, url, whole) = serve_big();
+    let client = Client::new(RemoteOptions {
+        chunk_size: 64 << 20,
+        ..common::fast()
+    });
+    let file = tensorfile_remote::open_file(&url, &client, &ReadOptions::default()).unwrap();
+    server.reset();
+    server.inject("big", Fault::Short, 1);
+    let info = file.info("t").unwrap();
+    file.read_tensor(&info).unwrap();
+    let log = server.log();
+    assert_eq!(log.len(), 2, "{log:?}");
+    // The second request asks for what the first did not deliver.
+    let first_end = whole.len() - 1;
+    let sent = log[0].body_bytes;
+    let start = |r: &str| -> u64 {
+        r.trim_start_matches("bytes=")
+            .split('-')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let a0 = start(log[0].range.as_deref().unwrap());
+    assert_eq!(
+        log[1].range.as_deref(),
+        Some(format!("bytes={}-{first_end}", a0 + sent).as_str())
+    );
+    // Every byte was sent once.
+    assert_eq!(log[0].body_bytes + log[1].body_bytes, 1 << 20);
+}
+
+#[test]
+fn too_many_requests_waits_as_asked() {
+    let (server, url, _) = serve_big();
+    let client = Client::new(RemoteOptions {
+        max_backoff: Duration::from_secs(5),
+        ..common::fast()
+    });
+    server.inject("big", Fault::Status(429, Some(1)), 1);
+    let t = Instant::now();
+    read_all(&url, &client).unwrap();
+    assert!(t.elapsed() >= Duration::from_secs(1));
+    assert_eq!(client.stats().retries, 1);
+}
+
+#[test]
+fn retries_run_out_with_the_last_status() {
+    let (server, url, _) = serve_big();
+    let client = Client::new(RemoteOptions {
+        retries: 2,
+        ..common::fast()
+    });
+    server.inject("big", Fault::Status(500, None), 10);
+    let e = read_all(&url, &client).unwrap_err();
+    assert!(e.to_string().starts_with(&url), "{e}");
+    assert!(
+        matches!(
+            remote(&e).problem,
+            Problem::Status {
+                status: 500,
+                attempts: 3,
+                ..
+            }
+        ),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_server_ignoring_range_is_an_error_not_the_whole_body() {
+    let (server, url, _) = serve_big();
+    server.inject("big", Fault::IgnoreRange, 100);
+    let client = common::client();
+    let e = read_all(&url, &client).unwrap_err();
+    assert_eq!(remote(&e).problem, Problem::IgnoredRange, "{e}");
+    assert!(e.to_string().contains(&url), "{e}");
+    assert!(e.to_string().contains("ignored the Range header"), "{e}");
+    // One request, not retried, and not read to its end.
+    assert_eq!(client.stats().requests, 1);
+}
+
+#[test]
+fn a_wrong_content_range_is_an_error() {
+    let (server, url, _) = serve_big();
+    let client = common::client();
+    let file = tensorfile_remote::open_file(&url, &client, &ReadOptions::default()).unwrap();
+    server.inject("big", Fault::WrongRange, 1);
+    let info = file.info("t").unwrap();
+    let e = file.read_tensor(&info).unwrap_err();
+    let text = e.to_string();
+    assert!(text.starts_with(&url), "{text}");
+    assert!(text.contains("got Content-Range"), "{text}");
+}
+
+#[test]
+fn an_object_changed_between_requests_is_an_error() {
+    let (server, url, file) = serve_big();
+    let client = common::client();
+    let remote_file = tensorfile_remote::open_file(&url, &client, &ReadOptions::default()).unwrap();
+    // Same length, other bytes: a new ETag.
+    let mut other = file.clone();
+    *other.last_mut().unwrap() ^= 1;
+    server.put("/m/big.safetensors", other);
+    let info = remote_file.info("t").unwrap();
+    let e = remote_file.read_tensor(&info).unwrap_err();
+    let text = e.to_string();
+    assert!(text.starts_with(&url), "{text}");
+    assert!(text.contains("changed while being read (ETag"), "{text}");
+    // Shorter: the range is past the new end (416), which says so.
+    let remote_file = tensorfile_remote::open_file(&url, &client, &ReadOptions::default()).unwrap();
+    server.put("/m/big.safetensors", file[..1000].to_vec());
+    let e = remote_file.read_tensor(&info).unwrap_err();
+    assert!(e.to_string().contains("the length was"), "{e}");
+}
+
+#[test]
+fn range_not_satisfiable_names_the_range() {
+    let (_server, url, _) = serve_big();
+    let client = common::client();
+    let file = tensorfile_remote::open_file(&url, &client, &ReadOptions::default()).unwrap();
+    // Past the end, as the caller asked: refused before any request.
+    let mut buf = [0u8; 4];
+    let e = file
+        .source()
+        .read_exact_at(file.source().len(), &mut buf)
+        .unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof);
+    assert_eq!(client.stats().requests, 1);
+}
+
+#[test]
+fn empty_and_missing_objects() {
+    let server = Server::start().unwrap();
+    server.put("/e.safetensors", Vec::new());
+    let client = common::client();
+    let e = tensorfile_remote::open_file(
+        &format!("{}/e.safetensors", server.url()),
+        &client,
+        &ReadOptions::default(),
+    )
+    .unwrap_err();
+    // The same verdict as an empty local file: too short for a header.
+    assert_eq!(e.rule(), Some(1), "{e}");
+    let url = format!("{}/none.safetensors", server.url());
+    let e = tensorfile_remote::open_file(&url, &client, &ReadOptions::default()).unwrap_err();
+    assert!(e.is_not_found_file(), "{e}");
+    assert_eq!(e.to_string(), format!("{url}: not found (HTTP 404)"));
+}
+
+#[test]
+fn budgets_stop_requests() {
+    let (_server, url, _) = serve_big();
+    let client = Client::new(RemoteOptions {
+        max_requests: Some(1),
+        ..common::fast()
+    });
+    let e = read_all(&url, &client).unwrap_err();
+    assert!(
+        matches!(
+            remote(&e).problem,
+            Problem::Budget {
+                what: "requests",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let client = Client::new(RemoteOptions {
+        max_bytes: Some(100_000),
+        ..common::fast()
+    });
+    let e = read_all(&url, &client).unwrap_err();
+    assert!(e.to_string().contains("budget of bytes received"), "{e}");
+    assert!(client.stats().body_bytes <= 100_000);
+    // Time: a server failing for ever, a budget shorter than the retries.
+    let (server, url, _) = serve_big();
+    server.inject("big", Fault::Status(503, None), 1000);
+    let client = Client::new(RemoteOptions {
+        time_budget: Some(Duration::from_millis(300)),
+        retries: 1000,
+        ..common::fast()
+    });
+    let e = read_all(&url, &client).unwrap_err();
+    assert!(e.to_string().contains("budget of time"), "{e}");
+    assert!(e.to_string().contains("HTTP 503"), "{e}");
+}
+
+#[test]
+fn concurrent_ranges_are_coalesced_and_bounded() {
+    let (server, url, file) = serve_big();
+    let client = Client::new(RemoteOptions {
+        concurrency: 4,
+        chunk_size: 128 << 10,
+        coalesce_gap: 1 << 10,
+        ..common::fast()
+    });
+    let remote_file = tensorfile_remote::open_file(&url, &client, &ReadOptions::default()).unwrap();
+    server.reset();
+    // 100 small ranges 500 bytes apart (coalesced), and one of 512 KiB
+    // (split into 4 requests).
+    let source = remote_file.source();
+    let mut smalls = vec![[0u8; 10]; 100];
+    let mut big = vec![0u8; 512 << 10];
+    let mut ranges: Vec<(u64, &mut [u8])> = smalls
+        .iter_mut()
+        .enumerate()
+        .map(|(i, b)| (100_000 + i as u64 * 500, &mut b[..]))
+        .collect();
+    ranges.push((500_000, &mut big));
+    source.read_ranges(&mut ranges).unwrap();
+    for (i, b) in smalls.iter().enumerate() {
+        let at = 100_000 + i * 500;
+        assert_eq!(b[..], file[at..at + 10]);
+    }
+    assert!(big[..] == file[500_000..500_000 + (512 << 10)]);
+    let (requests, sent) = server.counts();
+    assert_eq!(requests, 1 + 4, "{:?}", server.log());
+    assert!(sent <= 50_000 + (512 << 10), "{sent}");
+}
