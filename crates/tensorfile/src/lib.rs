@@ -31,9 +31,9 @@ pub use tensorfile_core::{
     read_header, read_header_from, read_header_from_path, save, save_plan, save_positional,
     save_streaming, serialize, serialize_with, Accept, Align, AtomicFile, AtomicSet, ByteSource,
     Dtype, DtypeSet, Element, FileSource, FileTensor, FormatError, Header, InMemory, MappedFile,
-    Metadata, OutputError, Plan, PositionalWriter, ReadOptions, SafeTensors, SliceArg, SlicedView,
-    StreamWriter, TensorData, TensorInfo, TensorRef, TensorSlice, TensorSpec, TensorView,
-    WriteError, WriteOptions, DEFAULT_MAX_HEADER_LEN,
+    Metadata, OutputError, Plan, PositionalWriter, PrivateMap, ReadOptions, SafeTensors, SliceArg,
+    SlicedView, StreamWriter, TensorData, TensorInfo, TensorRef, TensorSlice, TensorSpec,
+    TensorView, WriteError, WriteOptions, DEFAULT_MAX_HEADER_LEN,
 };
 
 pub mod cast;
