@@ -258,6 +258,27 @@ impl FileSource {
         })
     }
 
+    /// A file already open (say, a descriptor handed over by another
+    /// language), named `path` in errors. Anything but a regular file is
+    /// refused, as [`open_regular`] does.
+    ///
+    /// # Errors
+    /// The system's error, or `InvalidInput` for what is not a regular file.
+    pub fn from_file(file: File, path: impl AsRef<Path>) -> io::Result<FileSource> {
+        let meta = file.metadata()?;
+        if !meta.is_file() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("not a regular file ({})", file_kind(&meta)),
+            ));
+        }
+        Ok(FileSource {
+            file,
+            len: meta.len(),
+            path: path.as_ref().to_path_buf(),
+        })
+    }
+
     /// The path the file was opened from.
     pub fn path(&self) -> &Path {
         &self.path
@@ -676,5 +697,11 @@ mod tests {
         assert!(err.to_string().contains("a FIFO"), "{err}");
         let err = MappedFile::open(dir.path()).unwrap_err();
         assert!(err.to_string().contains("a directory"), "{err}");
+        let err = FileSource::from_file(File::open(dir.path()).unwrap(), "d").unwrap_err();
+        assert!(err.to_string().contains("a directory"), "{err}");
+        let plain = dir.path().join("f");
+        std::fs::write(&plain, b"12345").unwrap();
+        let source = FileSource::from_file(File::open(&plain).unwrap(), "named").unwrap();
+        assert_eq!((source.len(), source.path()), (5, Path::new("named")));
     }
 }
