@@ -34,7 +34,9 @@ def _specs(tensor_dict: Dict[str, np.ndarray], keep_alive: List[Any]) -> Dict[st
             array = array.astype(array.dtype.newbyteorder("<"))
         # An array that is not C-contiguous is written in C order (the
         # reference writes its memory as it lies, which is wrong for views).
-        array = np.ascontiguousarray(array)
+        if not array.flags.c_contiguous:
+            # (Not np.ascontiguousarray: it makes 0-d arrays 1-d.)
+            array = array.copy(order="C")
         keep_alive.append(array)
         specs[name] = TensorSpec(
             dtype=array.dtype.name,
