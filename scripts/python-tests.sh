@@ -17,7 +17,9 @@ if [ ! -x "$venv/bin/python" ]; then
     "$venv/bin/python" -m pip install --quiet --upgrade pip
     "$venv/bin/python" -m pip install --quiet maturin numpy ml_dtypes fsspec pytest
 fi
-py="$venv/bin/python"
+py="$PWD/$venv/bin/python"
+# The build backend runs the maturin executable from PATH.
+export PATH="$PWD/$venv/bin:$PATH"
 # --no-build-isolation: maturin is already in the environment.
 "$py" -m pip install --quiet --no-build-isolation --force-reinstall --no-deps ./python
 "$py" -m pytest -q -p no:cacheprovider python/tests
