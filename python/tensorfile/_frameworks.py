@@ -213,13 +213,9 @@ def _torch_empty(code: str, shape: Tuple[int, ...], device: Any) -> Any:
 
 
 def _mlx_empty(code: str, shape: Tuple[int, ...], device: Any) -> Any:
-    return as_mlx_from_numpy(np.empty(shape, dtype=numpy_dtype(code)))
-
-
-def as_mlx_from_numpy(array: np.ndarray) -> Any:
     import mlx.core as mx
 
-    return mx.array(array)
+    return mx.array(np.empty(shape, dtype=numpy_dtype(code)))
 
 
 def _numpy_convert(buffer: Any, device: Any) -> Any:

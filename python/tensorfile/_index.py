@@ -157,17 +157,16 @@ def plan(index: Any, shape: Sequence[int]) -> Plan:
             args.append((start, stop, step))
             out_shape.append(-(-(stop - start) // step))
         else:
-            position = _as_int(item)
-            assert position is not None
-            if position < 0:
-                if position < -n:
-                    raise SafetensorError(
-                        f"Invalid index {position} for dimension {axis} of size {n}"
-                    )
-                position += n
-            elif position >= n:
-                raise out_of_bounds(position, axis)
-            args.append(position)
+            at = _as_int(item)
+            if at is None:  # checked above; for the type checker
+                raise SafetensorError(f"Unsupported slice index {item!r}")
+            if at < 0:
+                if at < -n:
+                    raise SafetensorError(f"Invalid index {at} for dimension {axis} of size {n}")
+                at += n
+            elif at >= n:
+                raise out_of_bounds(at, axis)
+            args.append(at)
         axis += 1
     out_shape.extend(dims[axis:])
     return Plan(args, tuple(out_shape), empty)
