@@ -51,6 +51,25 @@ enum Command {
     Dequantize(cmd::dequantize::Args),
 }
 
+impl Command {
+    /// The input errors naming no file are reported against, and whether
+    /// as JSON (`--json`).
+    fn report_to(&self) -> (Option<std::path::PathBuf>, bool) {
+        let (file, json) = match self {
+            Command::Validate(a) => a.report_to(),
+            Command::Inspect(a) => a.report_to(),
+            Command::Rewrite(a) => a.report_to(),
+            Command::Check(a) => a.report_to(),
+            Command::Shard(a) => a.report_to(),
+            Command::Merge(a) => a.report_to(),
+            Command::Convert(a) => a.report_to(),
+            Command::Quantize(a) => a.report_to(),
+            Command::Dequantize(a) => a.report_to(),
+        };
+        (file.map(|f| f.to_path_buf()), json)
+    }
+}
+
 fn main() -> ExitCode {
     // SIGINT, SIGTERM, SIGHUP during a save whose temporary has a name (no
     // O_TMPFILE here): remove it, then end by the signal.
@@ -64,6 +83,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     }
+    let (input, json) = cli.command.report_to();
     let result = match cli.command {
         Command::Validate(args) => cmd::validate::run(args),
         Command::Inspect(args) => cmd::inspect::run(args),
@@ -78,8 +98,10 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("tensorfile: {}", cmd::one_line(err.as_ref()));
             let usage = err.downcast_ref::<cmd::Usage>().is_some();
+            // A usage error is about the arguments, not a file: plain text.
+            let input = input.as_deref().filter(|_| !usage);
+            cmd::report(err.as_ref(), input, json && !usage);
             ExitCode::from(if usage { 2 } else { 1 })
         }
     }

@@ -136,11 +136,12 @@ fn refusals_exit_1_and_leave_no_output() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out.safetensors");
     let src = fixture("valid/minimal_bf16.safetensors");
+    // An integer target without --allow-int is a usage error naming the flag.
     let o = convert(&src, &out, &["--dtype", "i8"]);
-    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(o.status.code(), Some(2));
     let err = stderr(&o);
     assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(err.contains("allow_int"), "{err}");
+    assert!(err.contains("--allow-int"), "{err}");
     assert!(!out.exists());
     // A value that does not fit, found while writing: the old OUT survives.
     fs::write(&out, b"old").unwrap();

@@ -66,3 +66,77 @@ fn a_directory_without_weights_says_so() {
         assert!(!err.contains("os error 21"), "{args:?}: {err}");
     }
 }
+
+fn tensors_of(dir: &Path) -> Vec<(String, Vec<String>)> {
+    let set = tensorfile::ShardedTensors::open(dir).unwrap();
+    set.shards()
+        .iter()
+        .map(|s| {
+            let mut names: Vec<String> = s.header().tensors().map(|t| t.name.to_string()).collect();
+            names.sort();
+            (s.name().to_string(), names)
+        })
+        .collect()
+}
+
+#[test]
+fn sets_in_give_sets_out_one_shard_per_shard_or_recut() {
+    let src = fixtures().join("real/sharded/unet_sharded_safetensors");
+    let before = tensors_of(&src);
+    assert!(before.len() > 1);
+    for cmd in [
+        vec!["rewrite"],
+        vec!["convert", "--dtype", "f16"],
+        vec!["convert"],
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out");
+        let mut args = cmd.clone();
+        args.extend([src.to_str().unwrap(), out.to_str().unwrap(), "--no-sync"]);
+        let o = tensorfile(&args);
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        // The same files (diffusers' names kept), the same tensors in each.
+        assert_eq!(tensors_of(&out), before, "{args:?}");
+        assert!(out
+            .join("diffusion_pytorch_model.safetensors.index.json")
+            .is_file());
+    }
+    // Re-cut into shards of at most 100 KB.
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let o = tensorfile(&[
+        "rewrite",
+        "--max-shard-size",
+        "100KB",
+        src.to_str().unwrap(),
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let after = tensors_of(&out);
+    let all = |v: &[(String, Vec<String>)]| {
+        let mut n: Vec<String> = v.iter().flat_map(|(_, t)| t.clone()).collect();
+        n.sort();
+        n
+    };
+    assert_eq!(all(&after), all(&before));
+    let set = tensorfile::ShardedTensors::open(&out).unwrap();
+    for s in set.shards() {
+        let big = s.header().tensors().any(|t| t.nbytes() > 100_000);
+        assert!(s.header().data_len() <= 100_000 || (big && s.header().len() == 1));
+    }
+    let index: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(out.join("diffusion_pytorch_model.safetensors.index.json")).unwrap(),
+    )
+    .unwrap();
+    assert!(index["metadata"]["total_parameters"].as_u64().unwrap() > 0);
+}

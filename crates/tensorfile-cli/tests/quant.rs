@@ -153,11 +153,18 @@ fn mlx_model_directory_and_config() {
     );
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(std::fs::read(&d).unwrap(), first);
-    // Without any parameters, the file alone is refused, naming a weight.
+    // The file inside its model directory takes the config.json beside it.
     let d2 = dir.path().join("d2.safetensors");
     let o = cmd("dequantize", &model.join("model.safetensors"), &d2, &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(std::fs::read(&d2).unwrap(), first);
+    // Without any parameters, the file alone is refused, naming a weight.
+    let alone = dir.path().join("alone.safetensors");
+    std::fs::copy(model.join("model.safetensors"), &alone).unwrap();
+    let d3 = dir.path().join("d3.safetensors");
+    let o = cmd("dequantize", &alone, &d3, &[]);
     refused(&o, 1, ".weight");
-    assert!(!d2.exists());
+    assert!(!d3.exists());
 }
 
 #[test]

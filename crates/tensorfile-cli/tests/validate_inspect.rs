@@ -179,7 +179,7 @@ fn errors_are_one_line_on_stderr_with_status_1_and_usage_errors_2() {
 
 #[cfg(target_os = "linux")]
 #[test]
-fn a_failed_write_to_stdout_is_status_1_but_a_closed_pipe_is_not() {
+fn a_failed_write_to_stdout_is_status_1_and_a_closed_pipe_keeps_the_status() {
     let file = fixtures().join("valid/thousand_tensors.safetensors");
     let full = fs::File::create("/dev/full").unwrap();
     let o = Command::new(env!("CARGO_BIN_EXE_tensorfile"))
@@ -191,12 +191,53 @@ fn a_failed_write_to_stdout_is_status_1_but_a_closed_pipe_is_not() {
     assert!(String::from_utf8(o.stderr)
         .unwrap()
         .contains("standard output"));
-    // A reader that stops early: the writer ends quietly.
+    // A reader that stops early: the writer ends quietly, with the
+    // command's own status (0 here: the file is valid).
     let mut child = Command::new(env!("CARGO_BIN_EXE_tensorfile"))
         .args(["inspect", file.to_str().unwrap()])
         .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     drop(child.stdout.take());
-    assert_eq!(child.wait().unwrap().code(), Some(0));
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(0));
+    assert!(
+        o.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// `validate bad* | head -1`: the reader leaves after the first line, and
+/// the status still says that files are invalid.
+#[test]
+fn a_closed_pipe_does_not_turn_invalid_files_into_success() {
+    use std::io::{BufRead, BufReader};
+    let mut args = vec!["validate".to_string()];
+    // Many files, so that the pipe is closed while lines are still coming.
+    for _ in 0..100 {
+        for f in files_in("invalid") {
+            args.push(f.to_str().unwrap().to_string());
+        }
+    }
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tensorfile"))
+        .args(&args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert!(first.contains("invalid"), "{first}");
+    // The reader is gone (dropped above): later lines meet a closed pipe.
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        o.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
 }

@@ -75,6 +75,9 @@ struct Planned<'a> {
 /// Declared output tensors and the jobs that make their bytes.
 pub struct Plan<'a> {
     specs: Vec<TensorSpec>,
+    /// Per declared tensor, the input it is made from (its position in the
+    /// builder's input list), when the builder says.
+    origins: Vec<Option<usize>>,
     metadata: Option<Metadata>,
     jobs: Vec<Planned<'a>>,
 }
@@ -126,6 +129,7 @@ impl<'a> Plan<'a> {
     pub fn new(metadata: Option<Metadata>) -> Plan<'a> {
         Plan {
             specs: Vec::new(),
+            origins: Vec::new(),
             metadata,
             jobs: Vec::new(),
         }
@@ -134,7 +138,23 @@ impl<'a> Plan<'a> {
     /// Declares an output tensor; returns its index.
     pub fn declare(&mut self, spec: TensorSpec) -> usize {
         self.specs.push(spec);
+        self.origins.push(None);
         self.specs.len() - 1
+    }
+
+    /// Declares an output tensor made from input `origin` (its position in
+    /// the list of inputs the plan is built from); returns its index. Set
+    /// writers use origins to keep each output beside its input (one
+    /// output shard per input shard).
+    pub fn declare_from(&mut self, spec: TensorSpec, origin: usize) -> usize {
+        let i = self.declare(spec);
+        self.origins[i] = Some(origin);
+        i
+    }
+
+    /// The input declared tensor `tensor` is made from, if the builder said.
+    pub fn origin(&self, tensor: usize) -> Option<usize> {
+        self.origins.get(tensor).copied().flatten()
     }
 
     /// Adds the job that makes the tensors `outputs` (indices from
@@ -152,6 +172,13 @@ impl<'a> Plan<'a> {
         self.push(vec![out], move |sink: &dyn Sink| {
             copy_into(input, out, sink)
         });
+        out
+    }
+
+    /// [`Plan::copy`] of input `origin` (see [`Plan::declare_from`]).
+    pub fn copy_from<T: TensorData>(&mut self, input: &'a T, origin: usize) -> usize {
+        let out = self.copy(input);
+        self.origins[out] = Some(origin);
         out
     }
 

@@ -23,6 +23,7 @@ pub fn cast(data: &[u8]) {
     let opts = CastOptions {
         saturate: flags & 1 != 0,
         allow_int: flags & 2 != 0,
+        strict: flags & 8 != 0,
     };
     let ndim = input.below(4);
     let mut shape: Vec<u64> = (0..ndim).map(|_| input.dim()).collect();

@@ -179,3 +179,16 @@ impl Error {
 
 /// `Result` with this library's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A text that does not parse (a shard size, an index's JSON): the message
+/// says what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ParseError(pub(crate) String);
+
+impl ParseError {
+    /// What is wrong.
+    pub fn message(&self) -> &str {
+        &self.0
+    }
+}

@@ -36,6 +36,7 @@ pub use tensorfile_core::{
     TensorView, WriteError, WriteOptions, DEFAULT_MAX_HEADER_LEN,
 };
 
+mod bits;
 pub mod cast;
 pub mod error;
 pub mod input;
@@ -45,6 +46,6 @@ pub mod reshard;
 pub mod shard;
 
 pub use cast::Decode;
-pub use error::{Error, Result};
+pub use error::{Error, ParseError, Result};
 pub use model::Contract;
 pub use shard::{ShardError, ShardedTensors};

@@ -17,15 +17,16 @@
 //! (a full disk, an interruption) leaves none of them, so running it again
 //! works.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use crate::atomic::{check_not_input, write_plan, AtomicFile, AtomicSet};
+use crate::atomic::{check_not_input, write_plan_parts, AtomicSet};
 use crate::error::{Error, Result};
 use crate::plan::Plan;
+use crate::save_plan;
 use crate::shard::{SetTensor, ShardIndex, ShardedTensors};
 use crate::writer::WriteOptions;
-use crate::{save_plan, Metadata};
+use crate::ParseError;
 
 /// Parses a shard size the way huggingface_hub does: a number of bytes, or a
 /// number (decimals allowed) followed by `KB`, `MB`, `GB` or `TB`, decimal
@@ -39,9 +40,15 @@ use crate::{save_plan, Metadata};
 /// assert_eq!(parse_size("4096"), Ok(4096));
 /// assert!(parse_size("5GiB").is_err());
 /// ```
-pub fn parse_size(text: &str) -> Result<u64, String> {
-    let bad =
-        || format!("`{text}` is not a size: expected bytes or a number with KB, MB, GB or TB");
+///
+/// # Errors
+/// [`ParseError`] saying what a size looks like.
+pub fn parse_size(text: &str) -> Result<u64, ParseError> {
+    let bad = || {
+        ParseError(format!(
+            "`{text}` is not a size: expected bytes or a number with KB, MB, GB or TB"
+        ))
+    };
     let s = text.trim();
     let upper = s.to_ascii_uppercase();
     let (number, scale) = match ["KB", "MB", "GB", "TB"]
@@ -174,42 +181,137 @@ fn check_out_dir(dir: &Path, prefix: &str) -> Result<()> {
     Ok(())
 }
 
-/// Where a copy of tensors goes: a file saved on its own, or one of a set.
-enum Out<'a> {
-    Save(&'a Path),
-    Into(&'a AtomicFile),
-}
-
-/// Copies `names` (tensors of `source`) into one canonical file.
-fn write_file(
-    out: Out<'_>,
-    source: &ShardedTensors,
-    names: &[&str],
-    metadata: &Metadata,
-    options: &WriteOptions,
-    progress: &(dyn Fn(u64) + Sync),
-) -> Result<()> {
-    let all = source.tensor_data();
-    let by_name: HashMap<&str, &SetTensor<'_>> = all.iter().map(|t| (t.info().name, t)).collect();
-    let metadata = (!metadata.is_empty()).then(|| metadata.clone());
-    let mut plan = Plan::new(metadata);
-    for name in names {
-        let t = by_name
-            .get(name)
-            .ok_or_else(|| Error::not_found(name.to_string()))?;
-        plan.copy(*t);
-    }
-    match out {
-        Out::Save(path) => save_plan(path, &plan, options, progress)?,
-        Out::Into(file) => write_plan(file, &plan, options, progress)?,
-    }
-    Ok(())
-}
-
 /// The files a set was read from: its shards and its index.
 fn inputs(source: &ShardedTensors) -> impl Iterator<Item = &Path> + '_ {
     let shards = source.shards().iter().map(|s| s.path());
     shards.chain(source.index_path())
+}
+
+/// How a plan's tensors are spread over the files of a set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Sharding {
+    /// Tensor `i` goes to file `parts[i]`, of `count` files.
+    Given {
+        /// The file of each tensor of the plan.
+        parts: Vec<usize>,
+        /// How many files.
+        count: usize,
+    },
+    /// huggingface_hub's greedy rule over the tensors' sizes, in plan
+    /// order ([`plan_shards`]).
+    MaxSize(u64),
+}
+
+impl Sharding {
+    /// One output file per input file: tensor `i` of `plan` goes where its
+    /// input (its [`Plan::origin`]) came from, `shard_of_input[origin]`;
+    /// tensors without an origin go to the first file.
+    pub fn like_inputs(plan: &Plan<'_>, shard_of_input: &[usize], count: usize) -> Sharding {
+        let parts = (0..plan.specs().len())
+            .map(|i| {
+                plan.origin(i)
+                    .and_then(|o| shard_of_input.get(o).copied())
+                    .unwrap_or(0)
+            })
+            .collect();
+        Sharding::Given { parts, count }
+    }
+
+    /// The file of each tensor and the number of files.
+    fn resolve(&self, plan: &Plan<'_>) -> Result<(Vec<usize>, usize)> {
+        match self {
+            Sharding::Given { parts, count } => Ok((parts.clone(), (*count).max(1))),
+            Sharding::MaxSize(max) => {
+                let sizes = plan
+                    .specs()
+                    .iter()
+                    .map(|s| s.byte_len())
+                    .collect::<Result<Vec<u64>, _>>()?;
+                let groups = plan_shards(&sizes, *max);
+                let mut parts = vec![0; sizes.len()];
+                for (k, group) in groups.iter().enumerate() {
+                    for &i in group {
+                        parts[i] = k;
+                    }
+                }
+                Ok((parts, groups.len().max(1)))
+            }
+        }
+    }
+}
+
+/// Writes what `plan` produces as a set in `out_dir`: `sharding` says which
+/// file each tensor goes to, files are named as [`split`] names them
+/// (`<prefix>-00001-of-0000N.safetensors`, or `<prefix>.safetensors` alone),
+/// each keeps the plan's metadata, and several get an index (with
+/// `total_size` and `total_parameters`, as transformers writes it). The
+/// plan's jobs run once, in parallel; all the files appear at the end, the
+/// index last, or none does.
+///
+/// # Errors
+/// `out_dir` already holds weights with this prefix; a job, a read or a
+/// write fails (naming the file); or the commit fails.
+pub fn save_set(
+    out_dir: &Path,
+    prefix: &str,
+    plan: &Plan<'_>,
+    sharding: &Sharding,
+    options: &WriteOptions,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<SplitSummary> {
+    check_out_dir(out_dir, prefix)?;
+    let (parts, count) = sharding.resolve(plan)?;
+    std::fs::create_dir_all(out_dir).map_err(|e| Error::io(out_dir, e))?;
+    let mut set = AtomicSet::new();
+    let mut files = Vec::with_capacity(count);
+    let mut temps = Vec::with_capacity(count);
+    for k in 0..count {
+        let path = out_dir.join(shard_name(prefix, k, count));
+        temps.push(set.create(&path)?);
+        files.push(path);
+    }
+    write_plan_parts(&temps, plan, &parts, plan.metadata(), options, progress)?;
+    for file in temps {
+        set.add(file)?;
+    }
+    let mut weight_map = BTreeMap::new();
+    let (mut total_size, mut total_parameters) = (0u64, 0u128);
+    for (spec, &k) in plan.specs().iter().zip(&parts) {
+        total_size = total_size.saturating_add(spec.byte_len()?);
+        total_parameters += u128::from(tensorfile_core::dtype::numel(&spec.shape).unwrap_or(0));
+        weight_map.insert(spec.name.clone(), shard_name(prefix, k, count));
+    }
+    let index = if count > 1 {
+        let path = out_dir.join(format!("{prefix}.safetensors.index.json"));
+        let mut index = ShardIndex::new(total_size, weight_map);
+        index.metadata.insert(
+            "total_parameters".into(),
+            serde_json::Value::from(u64::try_from(total_parameters).unwrap_or(u64::MAX)),
+        );
+        let file = set.create(&path)?;
+        file.write_all_at(index.to_json().as_bytes(), 0)?;
+        set.add(file)?;
+        Some(path)
+    } else {
+        None
+    };
+    set.commit(options.sync)?;
+    Ok(SplitSummary {
+        files,
+        index,
+        total_size,
+    })
+}
+
+/// A plan copying every tensor of `source`, in its data order, with the
+/// shards' metadata (their union).
+fn copy_plan<'a>(source: &ShardedTensors, tensors: &'a [SetTensor<'a>]) -> Result<Plan<'a>> {
+    let metadata = source.metadata()?;
+    let mut plan = Plan::new((!metadata.is_empty()).then_some(metadata));
+    for (i, t) in tensors.iter().enumerate() {
+        plan.copy_from(t, i);
+    }
+    Ok(plan)
 }
 
 /// Splits a set (a file, or any set [`ShardedTensors::open`] takes) into
@@ -226,57 +328,16 @@ pub fn split(
     options: &SplitOptions,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<SplitSummary> {
-    check_out_dir(out_dir, &options.prefix)?;
-    let metadata = source.metadata()?;
-    let tensors: Vec<(&str, u64)> = source.infos().map(|(_, t)| (t.name, t.nbytes())).collect();
-    let sizes: Vec<u64> = tensors.iter().map(|t| t.1).collect();
-    let plan = plan_shards(&sizes, options.max_shard_size);
-    std::fs::create_dir_all(out_dir).map_err(|e| Error::io(out_dir, e))?;
-    let count = plan.len().max(1);
-    let mut files = Vec::with_capacity(count);
-    let mut weight_map = BTreeMap::new();
-    let mut set = AtomicSet::new();
-    // No tensors: still one (empty) file, as for a model that fits.
-    let shards: Vec<&[usize]> = match plan.is_empty() {
-        true => vec![&[]],
-        false => plan.iter().map(Vec::as_slice).collect(),
-    };
-    for (i, shard) in shards.into_iter().enumerate() {
-        let name = shard_name(&options.prefix, i, count);
-        let names: Vec<&str> = shard.iter().map(|&j| tensors[j].0).collect();
-        let path = out_dir.join(&name);
-        let file = set.create(&path)?;
-        write_file(
-            Out::Into(&file),
-            source,
-            &names,
-            &metadata,
-            &options.write,
-            progress,
-        )?;
-        set.add(file)?;
-        for tensor in names {
-            weight_map.insert(tensor.to_string(), name.clone());
-        }
-        files.push(path);
-    }
-    let total_size = sizes.iter().fold(0u64, |a, &b| a.saturating_add(b));
-    let index = if count > 1 {
-        let path = out_dir.join(format!("{}.safetensors.index.json", options.prefix));
-        let text = ShardIndex::new(total_size, weight_map).to_json();
-        let file = set.create(&path)?;
-        file.write_all_at(text.as_bytes(), 0)?;
-        set.add(file)?;
-        Some(path)
-    } else {
-        None
-    };
-    set.commit(options.write.sync)?;
-    Ok(SplitSummary {
-        files,
-        index,
-        total_size,
-    })
+    let tensors = source.tensor_data();
+    let plan = copy_plan(source, &tensors)?;
+    save_set(
+        out_dir,
+        &options.prefix,
+        &plan,
+        &Sharding::MaxSize(options.max_shard_size),
+        &options.write,
+        progress,
+    )
 }
 
 /// Merges a set into one canonical file at `out`, whose metadata is the
@@ -294,9 +355,9 @@ pub fn merge(
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<()> {
     check_not_input(out, inputs(source))?;
-    let metadata = source.metadata()?;
-    let names: Vec<&str> = source.infos().map(|(_, t)| t.name).collect();
-    write_file(Out::Save(out), source, &names, &metadata, options, progress)
+    let tensors = source.tensor_data();
+    let plan = copy_plan(source, &tensors)?;
+    Ok(save_plan(out, &plan, options, progress)?)
 }
 
 #[cfg(test)]

@@ -665,6 +665,7 @@ fn c64_converts_only_to_c64() {
         let o = CastOptions {
             saturate: true,
             allow_int: true,
+            strict: false,
         };
         assert!(cast::check(Dtype::C64, other, o).is_err(), "{other}");
         assert!(cast::check(other, Dtype::C64, o).is_err(), "{other}");

@@ -122,7 +122,7 @@ fn greedy_fill_in_data_order_like_huggingface_hub() {
     let summary = split(&source, &out, &opts, &no_progress()).unwrap();
     // z (8) opens a shard; y (40) goes alone at once; x (8) joins z (16);
     // w (8) would make 24 > 20, so it starts the next shard.
-    let expected = "{\n  \"metadata\": {\n    \"total_size\": 64\n  },\n  \"weight_map\": {\n    \"w\": \"m-00003-of-00003.safetensors\",\n    \"x\": \"m-00002-of-00003.safetensors\",\n    \"y\": \"m-00001-of-00003.safetensors\",\n    \"z\": \"m-00002-of-00003.safetensors\"\n  }\n}\n";
+    let expected = "{\n  \"metadata\": {\n    \"total_parameters\": 24,\n    \"total_size\": 64\n  },\n  \"weight_map\": {\n    \"w\": \"m-00003-of-00003.safetensors\",\n    \"x\": \"m-00002-of-00003.safetensors\",\n    \"y\": \"m-00001-of-00003.safetensors\",\n    \"z\": \"m-00002-of-00003.safetensors\"\n  }\n}\n";
     assert_eq!(summary.index, Some(out.join("m.safetensors.index.json")));
     assert_eq!(
         fs::read_to_string(out.join("m.safetensors.index.json")).unwrap(),
@@ -161,7 +161,7 @@ fn index_escapes_like_python_ensure_ascii() {
     )
     .unwrap();
     // json.dumps({...}, indent=2, sort_keys=True): code point order, \u escapes.
-    let expected = "{\n  \"metadata\": {\n    \"total_size\": 8\n  },\n  \"weight_map\": {\n    \"\\u00e9\": \"model-00001-of-00002.safetensors\",\n    \"\\ud83d\\ude00\\u007f\": \"model-00002-of-00002.safetensors\"\n  }\n}\n";
+    let expected = "{\n  \"metadata\": {\n    \"total_parameters\": 8,\n    \"total_size\": 8\n  },\n  \"weight_map\": {\n    \"\\u00e9\": \"model-00001-of-00002.safetensors\",\n    \"\\ud83d\\ude00\\u007f\": \"model-00002-of-00002.safetensors\"\n  }\n}\n";
     assert_eq!(
         fs::read_to_string(out.join("model.safetensors.index.json")).unwrap(),
         expected

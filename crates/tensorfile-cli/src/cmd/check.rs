@@ -23,6 +23,13 @@ pub struct Args {
     dir: PathBuf,
 }
 
+impl Args {
+    /// The input errors are reported against, and whether as JSON.
+    pub fn report_to(&self) -> (Option<&std::path::Path>, bool) {
+        (Some(&self.dir), self.json)
+    }
+}
+
 fn parse_contract(s: &str) -> Result<Contract, String> {
     match s {
         "v0" => Ok(Contract::V0),

@@ -6,18 +6,17 @@
 //! [`super::convert_pytorch`] instead: loaded without executing anything,
 //! then streamed (or cast) the same way.
 //!
-//! The input side is [`open_input`] alone: it turns a path into named
-//! tensors with their bytes. Everything after it (casting, companions of
-//! quantized weights, the streaming atomic save) only sees those tensors.
+//! IN may be a set (a directory or an index): OUT is then a directory
+//! holding the converted set, one output shard per input shard (or cut by
+//! `--max-shard-size`).
 
-use std::path::Path;
 use std::process::ExitCode;
 
 use serde_json::json;
-use tensorfile::cast::{save_converted, CastOptions};
-use tensorfile::source::FileSource;
-use tensorfile::{Dtype, FileTensor, Metadata, ReadOptions, SafeTensors};
+use tensorfile::cast::{convert_plan, CastOptions};
+use tensorfile::Dtype;
 
+use super::inout::{self, Input};
 use super::{out, Failure};
 
 /// Arguments of `convert`.
@@ -38,95 +37,83 @@ pub struct Args {
     /// not fit refuses the conversion.
     #[arg(long)]
     allow_int: bool,
+    /// Refuse the conversion (exit 1, nothing written) when a value would
+    /// overflow to infinity, become NaN, saturate or flush to zero; without
+    /// it, each tensor that lost values is reported on a warning line.
+    #[arg(long)]
+    strict: bool,
     #[command(flatten)]
     pytorch: super::convert_pytorch::PytorchArgs,
 }
 
-/// An opened input: what `convert` reads.
-pub struct Input {
-    file: SafeTensors<FileSource>,
-}
-
-impl Input {
-    /// Every tensor: name, dtype, shape, and bytes read on demand.
-    pub fn tensors(&self) -> Vec<FileTensor<'_, FileSource>> {
-        self.file.tensor_data().collect()
-    }
-
-    /// The input's metadata, kept as it is.
-    pub fn metadata(&self) -> Option<&Metadata> {
-        self.file.metadata()
+impl Args {
+    /// The input errors are reported against, and whether as JSON.
+    pub fn report_to(&self) -> (Option<&std::path::Path>, bool) {
+        self.io.report_to()
     }
 }
 
-/// Opens IN: a safetensors file, checked against the format's reader rules
-/// and read with positional reads (a file truncated underneath is an
-/// error naming it, never a signal).
-pub fn open_input(path: &Path, max_header_len: u64) -> Result<Input, Failure> {
-    let read = ReadOptions::default().max_header_len(max_header_len);
-    Ok(Input {
-        file: SafeTensors::open_pread_with(path, &read)?,
-    })
-}
-
-/// Converts IN into an atomic save of OUT, one tensor at a time.
+/// Converts IN (a file or a set) into an atomic save of OUT, one piece of
+/// one tensor at a time.
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
+    if let Some(d) = args.dtype.filter(|d| d.is_int() && !args.allow_int) {
+        return Err(super::Usage::failure(format_args!(
+            "--dtype {d} is an integer dtype: add --allow-int to cast to it"
+        )));
+    }
     let kind = super::input_kind(&args.io.input)?;
+    let cast = CastOptions {
+        saturate: args.saturate,
+        allow_int: args.allow_int,
+        strict: args.strict,
+    };
     if kind == tensorfile::input::Kind::Pytorch {
         return super::convert_pytorch::run(super::convert_pytorch::Job {
             input: &args.io.input,
             output: &args.io.output,
             dtype: args.dtype,
-            cast: CastOptions {
-                saturate: args.saturate,
-                allow_int: args.allow_int,
-            },
+            cast,
             sync: !args.io.no_sync,
             json: args.io.json,
             pytorch: args.pytorch,
         });
     }
-    if kind != tensorfile::input::Kind::Safetensors {
-        return Err(format!(
-            "{}: this is {kind}; convert takes a safetensors file or a PyTorch checkpoint",
-            args.io.input.display()
-        )
-        .into());
-    }
     // An input that cannot be read is that error (exit 1), not a misuse of
     // the PyTorch options.
-    let input = open_input(&args.io.input, args.io.max_header_len)?;
+    let input = Input::open(&args.io.input, &args.io.read_options())?;
     args.pytorch.refuse_for(&args.io.input)?;
     if args.dtype.is_some() {
         // Only the canonical rewrite may replace IN.
-        super::refuse_input_as_output(&args.io.output, [&args.io.input])?;
+        super::refuse_input_as_output(&args.io.output, input.files())?;
     }
     let tensors = input.tensors();
-    let cast = CastOptions {
-        saturate: args.saturate,
-        allow_int: args.allow_int,
-    };
-    let write = args.io.write_options();
+    let metadata = input.metadata()?;
     // OUT may be IN (a canonical rewrite): the save renames a new inode
     // over the name, and IN's open file keeps reading the old one.
-    let summary = save_converted(
-        &args.io.output,
+    let (plan, summary) = convert_plan(&tensors, metadata.as_ref(), args.dtype, cast)?;
+    let written = inout::write(
+        &input,
         &tensors,
-        input.metadata(),
-        args.dtype,
-        cast,
-        &write,
+        &plan,
+        &args.io.output,
+        args.io.max_shard_size,
+        &args.io.write_options(),
+        "convert",
     )?;
-    let bytes = args.io.output_size()?;
+    let losses = summary.losses();
+    report_losses(&args.io.output, &losses);
     if args.io.json {
         out(json!({
             "input": args.io.input,
             "output": args.io.output,
+            "files": written.files,
+            "index": written.index,
             "dtype": args.dtype.map(|d| d.name()),
             "tensors": summary.tensors,
             "cast": summary.cast,
             "companions": summary.companions,
-            "bytes": bytes,
+            "bytes": written.bytes,
+            "losses": losses_json(&losses),
         }));
     } else {
         let what = match args.dtype {
@@ -137,9 +124,38 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
             None => format!("{} tensors", summary.tensors),
         };
         out(format_args!(
-            "{}: {what}, {bytes} bytes",
-            args.io.output.display()
+            "{}: {what}, {} bytes",
+            args.io.output.display(),
+            written.bytes
         ));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// One warning line per tensor whose cast changed values beyond rounding.
+pub fn report_losses(output: &std::path::Path, losses: &[(&str, tensorfile::cast::Losses)]) {
+    for (name, l) in losses {
+        super::warn(format_args!(
+            "{}: tensor {}: {l} (--strict refuses this)",
+            output.display(),
+            super::quoted(name)
+        ));
+    }
+}
+
+/// The losses as JSON: `{name: {to_inf, to_nan, saturated, flushed}}`.
+pub fn losses_json(losses: &[(&str, tensorfile::cast::Losses)]) -> serde_json::Value {
+    let map: serde_json::Map<String, serde_json::Value> = losses
+        .iter()
+        .map(|(name, l)| {
+            let counts = json!({
+                "to_inf": l.to_inf,
+                "to_nan": l.to_nan,
+                "saturated": l.saturated,
+                "flushed": l.flushed,
+            });
+            (name.to_string(), counts)
+        })
+        .collect();
+    serde_json::Value::Object(map)
 }

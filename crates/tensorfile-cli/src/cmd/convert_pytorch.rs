@@ -171,16 +171,11 @@ pub fn run(job: Job<'_>) -> Result<ExitCode, Failure> {
         cast: job.cast,
     };
     let total: u64 = ckpt.tensors().map(|t| t.nbytes()).sum();
-    let bar = crate::progress::bytes(total, "converting");
+    let bar = crate::progress::Progress::bytes(total, "converting");
     let report = convert_checkpoint(&ckpt, job.output, &options, |p| {
-        if let Some(bar) = &bar {
-            bar.set_length(p.bytes_total);
-            bar.set_position(p.bytes_done);
-        }
+        bar.set(p.bytes_done, p.bytes_total)
     });
-    if let Some(bar) = bar {
-        bar.finish_and_clear();
-    }
+    drop(bar);
     let report = report?;
     let (tensors, aliases, cast) = (report.tensors, report.aliases, report.cast);
     let bytes = std::fs::metadata(job.output)

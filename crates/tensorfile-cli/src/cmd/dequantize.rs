@@ -13,12 +13,12 @@ use std::process::ExitCode;
 use serde_json::json;
 use tensorfile::model::read_config;
 use tensorfile::quant::{
-    dequantize_file, is_dequantize_dtype, DequantizeOptions, Mode, QuantConfig, QuantParams,
+    dequantize_plan, is_dequantize_dtype, DequantizeOptions, Mode, QuantConfig, QuantParams,
     Storage,
 };
-use tensorfile::shard::ShardedTensors;
 use tensorfile::Dtype;
 
+use super::inout::{self, Input};
 use super::{out, Failure, Usage};
 
 /// Arguments of `dequantize`.
@@ -45,6 +45,13 @@ pub struct Args {
     mode: Option<Mode>,
 }
 
+impl Args {
+    /// The input errors are reported against, and whether as JSON.
+    pub fn report_to(&self) -> (Option<&std::path::Path>, bool) {
+        self.io.report_to()
+    }
+}
+
 /// The MLX parameters given from outside the file, if any.
 fn given_params(args: &Args) -> Result<Option<QuantConfig>, Failure> {
     if let Some(path) = &args.config {
@@ -60,8 +67,20 @@ fn given_params(args: &Args) -> Result<Option<QuantConfig>, Failure> {
         (Some(b), Some(g), _) => (b, g),
         (None, None, Some(fixed)) if args.mode.is_some() => fixed,
         (None, None, _) if args.mode.is_none() => {
-            if args.io.input.is_dir() {
-                let path = args.io.input.join(tensorfile::model::CONFIG_NAME);
+            // The config.json of IN's model: in IN when it is a directory,
+            // beside it when it is a file or an index (as inspect does).
+            let dir = if args.io.input.is_dir() {
+                Some(args.io.input.as_path())
+            } else {
+                args.io.input.parent()
+            };
+            if let Some(dir) = dir {
+                let dir = if dir.as_os_str().is_empty() {
+                    std::path::Path::new(".")
+                } else {
+                    dir
+                };
+                let path = dir.join(tensorfile::model::CONFIG_NAME);
                 if path.is_file() {
                     let config = read_config(&path)?;
                     return QuantConfig::from_config(&config)
@@ -85,29 +104,33 @@ fn given_params(args: &Args) -> Result<Option<QuantConfig>, Failure> {
 
 /// Dequantizes IN into an atomic save of OUT.
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
-    super::safetensors_input(&args.io.input)?;
     if let Some(dtype) = args.dtype.filter(|&d| !is_dequantize_dtype(d)) {
         return Err(Usage::failure(format_args!(
             "--dtype {dtype}: dequantized weights are written as a float dtype of whole bytes (F32, F16, BF16, F64, F8_E4M3, ...)"
         )));
     }
     let mlx = given_params(&args)?;
-    let read = args.io.read_options();
-    // Read, not mapped: a long read of an input must end in an error,
-    // never a signal, if the file is truncated underneath.
-    let set = ShardedTensors::open_pread(&args.io.input, &read)?;
-    let shards = set.shards().iter().map(|s| s.path());
-    let inputs = shards.chain(set.index_path()).chain(args.config.as_deref());
+    let input = Input::open(&args.io.input, &args.io.read_options())?;
+    let inputs = input.files().into_iter().chain(args.config.as_deref());
     super::refuse_input_as_output(&args.io.output, inputs)?;
-    let tensors = set.tensor_data();
-    let metadata = set.metadata()?;
+    let tensors = input.tensors();
+    let metadata = input.metadata()?;
     let opts = DequantizeOptions {
         mlx,
         dtype: args.dtype,
         write: args.io.write_options(),
     };
-    let summary = dequantize_file(&args.io.output, &tensors, Some(&metadata), &opts)?;
-    let bytes = args.io.output_size()?;
+    let (plan, summary) = dequantize_plan(&tensors, metadata.as_ref(), &opts)?;
+    let written = inout::write(
+        &input,
+        &tensors,
+        &plan,
+        &args.io.output,
+        args.io.max_shard_size,
+        &opts.write,
+        "dequantize",
+    )?;
+    let bytes = written.bytes;
     let describe = |s: &Storage| match s {
         Storage::Int4 { group_size } => format!("int4-g{group_size}-sym"),
         Storage::Mlx(p) => format!("mlx {p}"),

@@ -25,6 +25,13 @@ pub struct Args {
     budgets: super::convert_pytorch::BudgetArgs,
 }
 
+impl Args {
+    /// The input errors are reported against, and whether as JSON.
+    pub fn report_to(&self) -> (Option<&std::path::Path>, bool) {
+        (Some(&self.file), self.json)
+    }
+}
+
 /// The alignment an element type wants in memory.
 fn natural_alignment(dtype: Dtype) -> u64 {
     match dtype {
@@ -102,8 +109,9 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
 
     let mut digests = std::collections::HashMap::new();
     if let Some(file) = &file {
+        let bar = crate::progress::Progress::bytes(file.header().data_len(), "hashing");
         for t in file.tensor_data() {
-            digests.insert(t.info().name, super::sha256_hex(&t)?);
+            digests.insert(t.info().name, super::sha256_hex(&t, &bar)?);
         }
     }
     let digest = |name: &str| -> Option<String> { digests.get(name).cloned() };
@@ -159,7 +167,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     out(format_args!("tensors: {}", header.len()));
     let width = header
         .tensors()
-        .map(|t| t.name.len())
+        .map(|t| super::escape_text(t.name).chars().count())
         .max()
         .unwrap_or(4)
         .clamp(4, 60);
@@ -171,7 +179,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         let shape = format!("{:?}", t.shape);
         let line = format!(
             "  {:<width$}  {:<11}  {:<20}  [{}, {})",
-            t.name,
+            super::escape_text(t.name),
             t.dtype.name(),
             shape,
             t.data_offsets.0,

@@ -27,6 +27,13 @@ pub struct Args {
     json: bool,
 }
 
+impl Args {
+    /// The input errors are reported against, and whether as JSON.
+    pub fn report_to(&self) -> (Option<&std::path::Path>, bool) {
+        (Some(&self.input), self.json)
+    }
+}
+
 /// Validates the set, then streams every tensor into OUT.
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
     super::safetensors_input(&args.input)?;
@@ -36,15 +43,9 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         sync: !args.no_sync,
         ..WriteOptions::default()
     };
-    let bar = crate::progress::bytes(source.data_len(), "merge");
-    let result = merge(&source, &args.output, &options, &|n| {
-        if let Some(bar) = &bar {
-            bar.inc(n);
-        }
-    });
-    if let Some(bar) = &bar {
-        bar.finish_and_clear();
-    }
+    let bar = crate::progress::Progress::bytes(source.data_len(), "merge");
+    let result = merge(&source, &args.output, &options, &|n| bar.inc(n));
+    drop(bar);
     result?;
     if args.json {
         out(json!({

@@ -2,14 +2,17 @@
 //! `run(Args) -> Result<ExitCode, Failure>`; `main` prints a `Failure` on
 //! one line and exits 2 when it is a [`Usage`] error, else 1.
 
+use std::borrow::Cow;
 use std::fmt::Display;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 pub mod check;
 pub mod convert;
 pub mod convert_pytorch;
 pub mod dequantize;
+pub mod inout;
 pub mod inspect;
 pub mod inspect_pytorch;
 pub mod merge;
@@ -26,10 +29,17 @@ pub struct FileArgs {
     /// The file to read.
     #[arg(value_name = "IN")]
     pub input: PathBuf,
-    /// The file to write (replaced atomically). It may be IN itself only
-    /// for a canonical rewrite.
+    /// The file to write (replaced atomically; it may be IN itself only for
+    /// a canonical rewrite), or the directory to write a set into when IN
+    /// is a set (a directory or an index) or --max-shard-size is given.
     #[arg(value_name = "OUT")]
     pub output: PathBuf,
+    /// Write OUT as a set cut into shards of at most this many data bytes
+    /// (bytes, or decimal KB, MB, GB, TB, as huggingface_hub counts).
+    /// Default for a set: one output shard per input shard, holding the
+    /// same tensors.
+    #[arg(long, value_name = "SIZE", value_parser = tensorfile::reshard::parse_size)]
+    pub max_shard_size: Option<u64>,
     /// Largest header length accepted in IN and written to OUT, in bytes.
     #[arg(long, value_name = "BYTES", default_value_t = tensorfile::DEFAULT_MAX_HEADER_LEN)]
     pub max_header_len: u64,
@@ -43,6 +53,12 @@ pub struct FileArgs {
 }
 
 impl FileArgs {
+    /// IN, which errors naming no file are reported against, and whether
+    /// as JSON.
+    pub fn report_to(&self) -> (Option<&Path>, bool) {
+        (Some(&self.input), self.json)
+    }
+
     /// How IN is read.
     pub fn read_options(&self) -> tensorfile::ReadOptions {
         tensorfile::ReadOptions::default().max_header_len(self.max_header_len)
@@ -55,13 +71,6 @@ impl FileArgs {
             sync: !self.no_sync,
             ..tensorfile::WriteOptions::default()
         }
-    }
-
-    /// The size of OUT once written.
-    pub fn output_size(&self) -> Result<u64, Failure> {
-        let meta =
-            std::fs::metadata(&self.output).map_err(|e| tensorfile::Error::io(&self.output, e))?;
-        Ok(meta.len())
     }
 }
 
@@ -114,12 +123,17 @@ pub fn safetensors_input(path: &std::path::Path) -> Result<tensorfile::input::Ki
     }
 }
 
-/// The sha256 of a tensor's bytes, in hex, read a piece at a time.
-pub fn sha256_hex(t: &impl tensorfile::TensorData) -> Result<String, tensorfile::Error> {
+/// The sha256 of a tensor's bytes, in hex, read a piece at a time (the
+/// bytes counted on `bar`).
+pub fn sha256_hex(
+    t: &impl tensorfile::TensorData,
+    bar: &crate::progress::Progress,
+) -> Result<String, tensorfile::Error> {
     use sha2::{Digest, Sha256};
     let mut hasher = Sha256::new();
     t.produce(&mut |_, piece| {
         hasher.update(piece);
+        bar.inc(piece.len() as u64);
         Ok(())
     })?;
     Ok(hex::encode(hasher.finalize()))
@@ -149,6 +163,48 @@ impl Usage {
     }
 }
 
+/// How `main` reports a failure: on one line on stderr naming the file
+/// (the command's input when the error names none), or with `--json` as
+/// the object `{"error": text, "file": path, "rule": n}` on stdout, where
+/// the command's JSON goes (`rule` is null unless a reader rule failed).
+pub fn report(err: &(dyn std::error::Error + 'static), input: Option<&Path>, json: bool) {
+    let (named, rule) = error_place(err);
+    let file = named.clone().or_else(|| input.map(Path::to_path_buf));
+    let mut text = one_line(err);
+    if named.is_none() {
+        if let Some(input) = input {
+            // Messages made here often start with the path already.
+            let shown = input.display().to_string();
+            if !text.starts_with(&shown) {
+                text = format!("{shown}: {text}");
+            }
+        }
+    }
+    if json {
+        out(serde_json::json!({ "error": text, "file": file, "rule": rule }));
+    } else {
+        eprintln!("tensorfile: {text}");
+    }
+}
+
+/// The file an error (or one of its causes) names, and the reader rule.
+fn error_place(err: &(dyn std::error::Error + 'static)) -> (Option<PathBuf>, Option<u8>) {
+    let mut file = None;
+    let mut rule = None;
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = cause {
+        if let Some(e) = e.downcast_ref::<tensorfile::Error>() {
+            file = file.or_else(|| e.file().map(Path::to_path_buf));
+            rule = rule.or(e.rule());
+        } else if let Some(e) = e.downcast_ref::<tensorfile_core::Error>() {
+            file = file.or_else(|| e.file().map(Path::to_path_buf));
+            rule = rule.or(e.rule());
+        }
+        cause = e.source();
+    }
+    (file, rule)
+}
+
 /// The error and its causes on one line, with no backtrace.
 pub fn one_line(err: &(dyn std::error::Error + 'static)) -> String {
     let mut line = err.to_string();
@@ -163,21 +219,79 @@ pub fn one_line(err: &(dyn std::error::Error + 'static)) -> String {
     }
     // One line whatever the messages quote: no newline, carriage return or
     // other control character survives.
-    line.chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect()
+    escape_text(&line).into_owned()
 }
 
-/// Prints a line to stdout. A closed pipe (`| head`) ends the program
-/// quietly with status 0; any other write error (a full disk, `>/dev/full`)
-/// is reported and ends it with status 1.
+/// Text that came from a file (tensor names, metadata) made safe for a
+/// terminal: control characters (C0, DEL, C1) and the bidirectional
+/// controls that reorder what follows become `\uXXXX`. That is a JSON
+/// escape too, so one rule serves text and JSON lines (serde_json leaves
+/// DEL and C1 raw): `a ESC [2J` prints as `a\u001b[2J`.
+pub fn escape_text(text: &str) -> Cow<'_, str> {
+    let unsafe_char = |c: char| {
+        c.is_control()
+            || matches!(c, '\u{061C}' | '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+    };
+    if !text.chars().any(unsafe_char) {
+        return Cow::Borrowed(text);
+    }
+    let mut escaped = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if unsafe_char(c) {
+            escaped.push_str(&format!("\\u{:04x}", c as u32));
+        } else {
+            escaped.push(c);
+        }
+    }
+    Cow::Owned(escaped)
+}
+
+/// A name from a file in double quotes, escaped for a terminal.
+pub fn quoted(name: &str) -> String {
+    format!("\"{}\"", escape_text(name))
+}
+
+/// Prints a warning line on stderr (`tensorfile: warning: ...`), escaped.
+pub fn warn(message: impl Display) {
+    eprintln!("tensorfile: warning: {}", escape_text(&message.to_string()));
+}
+
+/// Whether stdout was found closed (`| head`): later lines are dropped and
+/// the command ends with its own status.
+static STDOUT_CLOSED: AtomicBool = AtomicBool::new(false);
+
+/// Prints a line to stdout, escaped ([`escape_text`]). A closed pipe
+/// (`| head`) drops this and later lines quietly: the command goes on and
+/// exits with its own status (`validate bad* | head -1` still says the
+/// files are invalid). Any other write error (a full disk, `>/dev/full`)
+/// is reported and ends the program with status 1.
 pub fn out(line: impl Display) {
+    if STDOUT_CLOSED.load(Ordering::Relaxed) {
+        return;
+    }
+    let text = line.to_string();
     let mut stdout = io::stdout().lock();
-    if let Err(e) = writeln!(stdout, "{line}") {
+    if let Err(e) = writeln!(stdout, "{}", escape_text(&text)).and_then(|_| stdout.flush()) {
         if e.kind() == io::ErrorKind::BrokenPipe {
-            std::process::exit(0);
+            STDOUT_CLOSED.store(true, Ordering::Relaxed);
+            return;
         }
         eprintln!("tensorfile: cannot write to standard output: {e}");
         std::process::exit(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::escape_text;
+
+    #[test]
+    fn control_and_bidi_characters_are_escaped_as_json_does() {
+        assert_eq!(escape_text("plain.weight"), "plain.weight");
+        assert_eq!(escape_text("a\u{1b}[2Jb\n"), "a\\u001b[2Jb\\u000a");
+        assert_eq!(escape_text("\u{9b}x\u{202e}"), "\\u009bx\\u202e");
+        let json = format!("\"{}\"", escape_text("\u{7f}\u{85}"));
+        let back: String = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, "\u{7f}\u{85}");
     }
 }

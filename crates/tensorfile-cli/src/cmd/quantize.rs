@@ -6,9 +6,9 @@
 use std::process::ExitCode;
 
 use serde_json::json;
-use tensorfile::quant::{quantize_file, Glob, QuantizeOptions, Scheme, Selection};
-use tensorfile::SafeTensors;
+use tensorfile::quant::{quantize_plan, Glob, QuantizeOptions, Scheme, Selection};
 
+use super::inout::{self, Input};
 use super::{out, Failure, Usage};
 
 /// Arguments of `quantize`.
@@ -48,18 +48,22 @@ pub struct Args {
     exclude: Vec<String>,
 }
 
+impl Args {
+    /// The input errors are reported against, and whether as JSON.
+    pub fn report_to(&self) -> (Option<&std::path::Path>, bool) {
+        self.io.report_to()
+    }
+}
+
 /// Quantizes IN into an atomic save of OUT.
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
-    super::safetensors_input(&args.io.input)?;
     let mut scheme =
         Scheme::parse(&args.scheme, args.bits, args.group_size).map_err(Usage::failure)?;
     if args.global_scale {
         scheme = scheme.with_global_scale().map_err(Usage::failure)?;
     }
-    super::refuse_input_as_output(&args.io.output, [&args.io.input])?;
-    let read = args.io.read_options();
-    // Read, not mapped: a file truncated underneath is an error, not a signal.
-    let input = SafeTensors::open_pread_with(&args.io.input, &read)?;
+    let input = Input::open(&args.io.input, &args.io.read_options())?;
+    super::refuse_input_as_output(&args.io.output, input.files())?;
     let opts = QuantizeOptions {
         scheme,
         selection: Selection {
@@ -68,14 +72,26 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         },
         write: args.io.write_options(),
     };
-    let mut tensors: Vec<_> = input.tensor_data().collect();
+    let mut tensors = input.tensors();
     tensors.sort_unstable_by(|a, b| a.info().name.cmp(b.info().name));
-    let summary = quantize_file(&args.io.output, &tensors, input.metadata(), &opts)?;
-    let bytes = args.io.output_size()?;
+    let metadata = input.metadata()?;
+    let (plan, summary) = quantize_plan(&tensors, metadata.as_ref(), &opts)?;
+    let written = inout::write(
+        &input,
+        &tensors,
+        &plan,
+        &args.io.output,
+        args.io.max_shard_size,
+        &opts.write,
+        "quantize",
+    )?;
+    let bytes = written.bytes;
     if args.io.json {
         out(json!({
             "input": args.io.input,
             "output": args.io.output,
+            "files": written.files,
+            "index": written.index,
             "scheme": scheme.name(),
             "group_size": scheme.group_size(),
             "bits": scheme.bits(),

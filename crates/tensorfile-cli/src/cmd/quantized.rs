@@ -11,7 +11,7 @@ use tensorfile::{Metadata, TensorInfo};
 /// MLX parameters: the file's own metadata, else the `quantization` of the
 /// config.json in `dir` (MLX keeps them there).
 fn mlx_config(dir: &Path, metadata: Option<&Metadata>) -> Result<Option<QuantConfig>, String> {
-    if let Some(own) = QuantConfig::from_metadata(metadata)? {
+    if let Some(own) = QuantConfig::from_metadata(metadata).map_err(|e| e.to_string())? {
         return Ok(Some(own));
     }
     let config = dir.join(tensorfile::model::CONFIG_NAME);

@@ -3,9 +3,10 @@
 use std::process::ExitCode;
 
 use serde_json::json;
-use tensorfile::cast::{save_converted, CastOptions};
-use tensorfile::{Align, SafeTensors, WriteOptions};
+use tensorfile::cast::{convert_plan, CastOptions};
+use tensorfile::{Align, WriteOptions};
 
+use super::inout::{self, Input};
 use super::{out, Failure};
 
 /// Arguments of `rewrite`.
@@ -19,6 +20,13 @@ pub struct Args {
     align: Align,
 }
 
+impl Args {
+    /// The input errors are reported against, and whether as JSON.
+    pub fn report_to(&self) -> (Option<&std::path::Path>, bool) {
+        self.io.report_to()
+    }
+}
+
 fn parse_align(s: &str) -> Result<Align, String> {
     s.parse::<u64>()
         .ok()
@@ -26,43 +34,46 @@ fn parse_align(s: &str) -> Result<Align, String> {
         .ok_or_else(|| format!("`{s}` is not an alignment; expected 8, 64 or 4096"))
 }
 
-/// Reads IN (positional reads: a file truncated underneath is an error,
-/// not a signal) and copies its tensors into an atomic save of OUT.
+/// Reads IN (a file or a set; positional reads: a file truncated
+/// underneath is an error, not a signal) and copies its tensors into an
+/// atomic save of OUT.
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
-    super::safetensors_input(&args.io.input)?;
     let read = args.io.read_options();
-    let input = SafeTensors::open_pread_with(&args.io.input, &read)?;
+    let input = Input::open(&args.io.input, &read)?;
     let options = WriteOptions {
         align: args.align,
         ..args.io.write_options()
     };
-    // OUT may be IN (the in-place canonical rewrite, the one case
-    // `refuse_input_as_output` is not asked about): the save renames a new
-    // inode over the name, and IN's open file keeps reading the old one.
-    let tensors: Vec<_> = input.tensor_data().collect();
-    let metadata = input.metadata();
-    save_converted(
-        &args.io.output,
+    // OUT may be IN (the in-place canonical rewrite): the save renames a
+    // new inode over the name, and IN's open file keeps reading the old one.
+    let tensors = input.tensors();
+    let metadata = input.metadata()?;
+    let (plan, summary) = convert_plan(&tensors, metadata.as_ref(), None, CastOptions::default())?;
+    let written = inout::write(
+        &input,
         &tensors,
-        metadata,
-        None,
-        CastOptions::default(),
+        &plan,
+        &args.io.output,
+        args.io.max_shard_size,
         &options,
+        "rewrite",
     )?;
-    let bytes = args.io.output_size()?;
     if args.io.json {
         out(json!({
             "input": args.io.input,
             "output": args.io.output,
-            "tensors": input.len(),
-            "bytes": bytes,
+            "files": written.files,
+            "index": written.index,
+            "tensors": summary.tensors,
+            "bytes": written.bytes,
             "align": args.align.bytes(),
         }));
     } else {
         out(format_args!(
-            "{}: {} tensors, {bytes} bytes",
+            "{}: {} tensors, {} bytes",
             args.io.output.display(),
-            input.len()
+            summary.tensors,
+            written.bytes
         ));
     }
     Ok(ExitCode::SUCCESS)

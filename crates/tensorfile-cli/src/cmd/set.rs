@@ -61,8 +61,10 @@ pub fn inspect(path: &Path, json: bool, hash: bool) -> Result<ExitCode, Failure>
     let set = ShardedTensors::open_pread(path, &ReadOptions::default())?;
     let mut digests = std::collections::HashMap::new();
     if hash {
+        let total = set.shards().iter().map(|s| s.header().data_len()).sum();
+        let bar = crate::progress::Progress::bytes(total, "hashing");
         for t in set.tensor_data() {
-            digests.insert(t.info().name, super::sha256_hex(&t)?);
+            digests.insert(t.info().name, super::sha256_hex(&t, &bar)?);
         }
     }
     let digest = |name: &str| -> Result<Option<String>, Error> { Ok(digests.get(name).cloned()) };

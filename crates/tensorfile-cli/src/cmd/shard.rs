@@ -36,6 +36,13 @@ pub struct Args {
     json: bool,
 }
 
+impl Args {
+    /// The input errors are reported against, and whether as JSON.
+    pub fn report_to(&self) -> (Option<&std::path::Path>, bool) {
+        (Some(&self.input), self.json)
+    }
+}
+
 fn parse_prefix(s: &str) -> Result<String, String> {
     if s.is_empty() || s.contains(['/', '\\', '\0']) || s == "." || s == ".." {
         Err(format!("`{s}` is not a file name prefix"))
@@ -57,15 +64,9 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
             ..WriteOptions::default()
         },
     };
-    let bar = crate::progress::bytes(source.data_len(), "shard");
-    let summary = split(&source, &args.out_dir, &options, &|n| {
-        if let Some(bar) = &bar {
-            bar.inc(n);
-        }
-    });
-    if let Some(bar) = &bar {
-        bar.finish_and_clear();
-    }
+    let bar = crate::progress::Progress::bytes(source.data_len(), "shard");
+    let summary = split(&source, &args.out_dir, &options, &|n| bar.inc(n));
+    drop(bar);
     let summary = summary?;
     if args.json {
         out(json!({

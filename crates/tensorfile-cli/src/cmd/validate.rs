@@ -23,6 +23,14 @@ pub struct Args {
     files: Vec<PathBuf>,
 }
 
+impl Args {
+    /// The input errors are reported against, and whether as JSON.
+    pub fn report_to(&self) -> (Option<&std::path::Path>, bool) {
+        // Each file reports its own verdict; other errors name no one file.
+        (None, self.json)
+    }
+}
+
 /// Checks each file; exit 1 when any is invalid or unreadable.
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
     let options = ReadOptions::default().max_header_len(args.max_header_len);

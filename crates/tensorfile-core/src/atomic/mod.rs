@@ -311,6 +311,103 @@ fn write_layout_plan(
     })
 }
 
+/// Writes what `plan` produces into several files at once, committing none
+/// (the caller commits them, in an [`AtomicSet`]): tensor `i` of the plan
+/// goes to `files[part_of[i]]`, each file holding its tensors in the
+/// canonical layout with `metadata`. The jobs run once, in parallel, each
+/// piece going to its file (a job whose tensors land in two files writes
+/// both).
+///
+/// # Errors
+/// `part_of` does not give every tensor a file, a layout is refused, a job
+/// fails, or writing fails (naming the file).
+pub fn write_plan_parts(
+    files: &[AtomicFile],
+    plan: &Plan<'_>,
+    part_of: &[usize],
+    metadata: Option<&Metadata>,
+    options: &WriteOptions,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<()> {
+    let specs = plan.specs();
+    if part_of.len() != specs.len() || part_of.iter().any(|&k| k >= files.len()) {
+        return Err(Error::Stream(io::Error::other(format!(
+            "invalid split: {} tensors, {} assignments into {} files",
+            specs.len(),
+            part_of.len(),
+            files.len()
+        ))));
+    }
+    // Each file's declarations, and each plan tensor's place among them.
+    let mut decls: Vec<Vec<TensorSpec>> = vec![Vec::new(); files.len()];
+    let mut local = Vec::with_capacity(specs.len());
+    for (spec, &k) in specs.iter().zip(part_of) {
+        local.push(decls[k].len());
+        decls[k].push(spec.clone());
+    }
+    let mut layouts = Vec::with_capacity(files.len());
+    for d in &decls {
+        layouts.push(Layout::new(d, metadata, options)?);
+    }
+    let slot_maps: Vec<SlotMap> = layouts.iter().map(SlotMap::new).collect();
+    for (file, layout) in files.iter().zip(&layouts) {
+        file.write_all_at(layout.header(), 0)?;
+        file.set_len(layout.file_len())?;
+        file.reserve(layout.file_len())?;
+    }
+    let writers: Vec<PositionalWriter<'_>> = files
+        .iter()
+        .zip(&layouts)
+        .map(|(file, layout)| PositionalWriter {
+            file: file.file(),
+            layout,
+            written: layout.slots().map(|_| Mutex::default()).collect(),
+        })
+        .collect();
+    let sink = PartsSink {
+        writers: &writers,
+        files,
+        slot_maps: &slot_maps,
+        part_of,
+        local: &local,
+    };
+    let rank = |i: usize| {
+        let k = part_of[i];
+        ((k as u64) << 32) | slot_maps[k].rank(local[i]).min(u32::MAX as u64)
+    };
+    plan.run(&sink, rank, progress)?;
+    for (w, file) in writers.iter().zip(files) {
+        w.finish().map_err(|e| e.at(file.path()))?;
+    }
+    Ok(())
+}
+
+/// Routes a plan's tensors to the writers of several files.
+struct PartsSink<'s, 'a> {
+    writers: &'s [PositionalWriter<'a>],
+    files: &'s [AtomicFile],
+    slot_maps: &'s [SlotMap],
+    part_of: &'s [usize],
+    local: &'s [usize],
+}
+
+impl Sink for PartsSink<'_, '_> {
+    fn write(&self, tensor: usize, offset: u64, bytes: &[u8]) -> Result<()> {
+        let trailing = || WriteError::Trailing {
+            extra: bytes.len() as u64,
+        };
+        let k = *self.part_of.get(tensor).ok_or_else(trailing)?;
+        let j = *self.local.get(tensor).ok_or_else(trailing)?;
+        let index = self.slot_maps[k].slot(j).ok_or_else(trailing)?;
+        self.writers[k]
+            .write(index, offset, bytes)
+            .map_err(|e| match e {
+                Error::Write(WriteError::Output(source)) => Error::io(self.files[k].path(), source),
+                other => other,
+            })
+    }
+}
+
 /// Maps a plan's tensor indices to the positional writer's slots.
 struct PlanSink<'w, 'a> {
     w: &'w PositionalWriter<'a>,

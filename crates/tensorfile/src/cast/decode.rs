@@ -4,7 +4,7 @@
 use half::f16;
 use half::slice::HalfFloatSliceExt;
 
-use super::{bf16, minifloat as mf, packing};
+use super::{bf16, minifloat as mf};
 use crate::Dtype;
 
 // f32 bits of every code, computed at compile time from the format descriptions.
@@ -71,7 +71,7 @@ pub(crate) fn to_f32(dtype: Dtype, src: &[u8], dst: &mut [f32]) {
         Dtype::F4 | Dtype::F6_E2M3 | Dtype::F6_E3M2 => {
             if let Some(t) = table(dtype) {
                 let mask = t.len() - 1;
-                for (o, c) in dst.iter_mut().zip(packing::unpack(dtype.bits(), src)) {
+                for (o, c) in dst.iter_mut().zip(crate::bits::codes(dtype.bits(), src)) {
                     *o = f32::from_bits(t[c as usize & mask]);
                 }
             }

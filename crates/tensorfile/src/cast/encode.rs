@@ -6,7 +6,7 @@ use half::f16;
 use half::slice::HalfFloatSliceExt;
 
 use super::minifloat::{self as mf, Exact, Format};
-use super::{bf16, int, lanes, packing, CastError, CastOptions};
+use super::{bf16, int, lanes, CastError, CastOptions};
 use crate::Dtype;
 
 const BLOCK: usize = 1024;
@@ -41,7 +41,7 @@ fn write_codes(to: Dtype, dst: &mut [u8], codes: impl IntoIterator<Item = u32>) 
                 *o = c as u8;
             }
         }
-        bits => packing::pack(bits, dst, codes.into_iter().map(|c| c as u8)),
+        bits => crate::bits::pack_from(bits, dst, codes.into_iter().map(|c| c as u8)),
     }
 }
 

@@ -28,6 +28,22 @@ pub enum CastError {
         /// Target dtype.
         to: Dtype,
     },
+    /// A strict cast met a value it would change beyond rounding (see
+    /// [`Losses`](super::Losses)).
+    #[error("element {index}: {from} value {value} {what} in {to} (a strict cast)")]
+    Lossy {
+        /// Element index (within the tensor, or the slice).
+        index: u64,
+        /// The value, as text.
+        value: String,
+        /// Source dtype.
+        from: Dtype,
+        /// Target dtype.
+        to: Dtype,
+        /// What would happen to it (`overflows to inf`, `becomes NaN`,
+        /// `saturates`, `flushes to zero`).
+        what: &'static str,
+    },
     /// A BOOL element is neither 0 nor 1.
     #[error("element {index}: BOOL byte {byte:#04x} is neither 0 nor 1")]
     InvalidBool {

@@ -4,7 +4,7 @@
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
-use super::{CastOptions, TensorCast};
+use super::{CastOptions, LossTally, Losses, TensorCast};
 use crate::plan::{Plan, Sink};
 use crate::writer::{TensorData, TensorSpec, WriteOptions};
 use crate::{Dtype, Metadata, Result};
@@ -22,6 +22,21 @@ pub struct ConvertSummary {
     pub cast: usize,
     /// Companions of quantized weights left as they were (see [`quant_companions`]).
     pub companions: usize,
+    /// The running loss count of each cast tensor, filled in as the plan's
+    /// jobs run: read [`ConvertSummary::losses`] after writing.
+    pub tallies: Vec<(String, LossTally)>,
+}
+
+impl ConvertSummary {
+    /// The tensors whose cast changed values beyond rounding (overflow,
+    /// NaN, saturation, flush to zero), with how many, in plan order.
+    pub fn losses(&self) -> Vec<(&str, Losses)> {
+        self.tallies
+            .iter()
+            .map(|(name, tally)| (name.as_str(), tally.get()))
+            .filter(|(_, l)| !l.is_empty())
+            .collect()
+    }
 }
 
 /// The tensors of a quantized weight, which a dtype conversion must not
@@ -155,17 +170,21 @@ pub fn convert_plan<'a, T: TensorData>(
         tensors: tensors.len(),
         cast: 0,
         companions: 0,
+        tallies: Vec::new(),
     };
     let mut plan = Plan::new(metadata.cloned());
-    for (t, target) in tensors.iter().zip(targets) {
+    for (i, (t, target)) in tensors.iter().zip(targets).enumerate() {
         if target.dtype == t.dtype() {
             summary.companions += usize::from(target.companion);
-            plan.copy(t);
+            plan.copy_from(t, i);
             continue;
         }
         summary.cast += 1;
-        let out = plan.declare(TensorSpec::new(t.name(), target.dtype, t.shape()));
+        let out = plan.declare_from(TensorSpec::new(t.name(), target.dtype, t.shape()), i);
         let cast = TensorCast::new(t.name(), t.dtype(), t.shape(), target.dtype, opts)?;
+        summary
+            .tallies
+            .push((t.name().to_string(), cast.loss_tally()));
         if !t.seekable() {
             plan.push(vec![out], move |sink: &dyn Sink| {
                 stream_cast(t, &cast, out, sink)

@@ -63,8 +63,8 @@ mod error;
 mod file;
 mod int;
 mod lanes;
+mod loss;
 mod minifloat;
-mod packing;
 mod tensor;
 
 pub use error::CastError;
@@ -72,6 +72,7 @@ pub use file::{
     convert_plan, converted_dtype, plan_targets, quant_companions, save_converted, ConvertSummary,
     Target,
 };
+pub use loss::{LossTally, Losses};
 pub use tensor::{cast_tensor, TensorCast};
 
 use crate::{Dtype, Error, Result, TensorView};
@@ -149,6 +150,10 @@ pub struct CastOptions {
     /// Allow casts to, from and between integer dtypes (and BOOL to/from
     /// integers); values that do not fit are errors.
     pub allow_int: bool,
+    /// Refuse any value the cast changes beyond rounding (see [`Losses`]:
+    /// overflow to infinity, NaN, saturation, flush to zero), naming the
+    /// first, before it is written.
+    pub strict: bool,
 }
 
 /// Checks that `from` converts to `to` under `opts` (no data is looked at).
@@ -182,34 +187,27 @@ pub fn check(from: Dtype, to: Dtype, opts: CastOptions) -> Result<(), CastError>
 }
 
 /// Element count of `len` bytes of `dtype` (whole packing groups for F4/F6).
+///
+/// # Errors
+/// [`CastError::Length`] when `len` is not a whole number of elements (or
+/// groups).
 pub fn element_count(dtype: Dtype, len: usize) -> Result<usize, CastError> {
     let err = || CastError::Length {
         dtype,
         len: len as u64,
     };
-    let bits = dtype.bits() as usize;
-    // Whole groups: 1 byte (F4), 3 bytes (F6), or one element.
-    let group_bytes = match bits {
-        4 => 1,
-        6 => 3,
-        b => b / 8,
-    };
-    if len % group_bytes != 0 {
+    let n = (len as u64).checked_mul(8).ok_or_else(err)? / u64::from(dtype.bits());
+    // The one sub-byte rule (`Dtype::byte_len`) says whether n fills len.
+    if dtype.byte_len(n) != Some(len as u64) {
         return Err(err());
     }
-    len.checked_mul(8).map(|b| b / bits).ok_or_else(err)
+    usize::try_from(n).map_err(|_| err())
 }
 
 /// Bytes of `n` elements of `dtype` (checked; sub-byte counts must fill whole groups).
 fn byte_count(dtype: Dtype, n: usize) -> Result<usize, CastError> {
-    let whole = match dtype.bits() {
-        4 => n % 2 == 0,
-        6 => n % 4 == 0,
-        _ => true,
-    };
     dtype
         .byte_len(n as u64)
-        .filter(|_| whole)
         .and_then(|b| usize::try_from(b).ok())
         .ok_or(CastError::NotWholeBytes {
             dtype,
@@ -286,6 +284,9 @@ pub fn encode_f32(
 ) -> Result<(), CastError> {
     check(Dtype::F32, to, opts)?;
     check_dst(byte_count(to, src.len())?, dst.len())?;
+    if let (true, Some(b)) = (opts.strict, loss::Bounds::new(Dtype::F32, to, opts)) {
+        b.scan(Dtype::F32, to, bytemuck::cast_slice(src), 0, true)?;
+    }
     encode::from_f32(src, Dtype::F32, to, dst, opts, 0)
 }
 
@@ -298,6 +299,9 @@ pub fn encode_f64(
 ) -> Result<(), CastError> {
     check(Dtype::F64, to, opts)?;
     check_dst(byte_count(to, src.len())?, dst.len())?;
+    if let (true, Some(b)) = (opts.strict, loss::Bounds::new(Dtype::F64, to, opts)) {
+        b.scan(Dtype::F64, to, bytemuck::cast_slice(src), 0, true)?;
+    }
     encode::from_f64(src, Dtype::F64, to, dst, opts, 0)
 }
 
@@ -327,7 +331,7 @@ pub fn cast_slice(
     check(from, to, opts)?;
     let n = element_count(from, src.len())?;
     check_dst(byte_count(to, n)?, dst.len())?;
-    convert(from, src, to, dst, opts, 0)
+    convert(from, src, to, dst, opts, 0).map(|_| ())
 }
 
 /// Elements per step of the general path (a multiple of 4, so F4/F6 groups
@@ -341,7 +345,9 @@ const SPLIT_FROM: usize = 1 << 19;
 /// The conversion proper: lengths and the pair are already checked. `base`
 /// is the index of the first element, for error messages. Large inputs are
 /// split into pieces converted on the pool's threads at once: casting is
-/// computation on independent elements.
+/// computation on independent elements. Returns what was lost beyond
+/// rounding (with `opts.strict`, a loss is an error before anything is
+/// written).
 fn convert(
     from: Dtype,
     src: &[u8],
@@ -349,33 +355,39 @@ fn convert(
     dst: &mut [u8],
     opts: CastOptions,
     base: u64,
-) -> Result<(), CastError> {
+) -> Result<Losses, CastError> {
     let n = src.len() * 8 / from.bits() as usize;
+    let bounds = loss::Bounds::new(from, to, opts);
+    let bounds = bounds.as_ref();
     if n < 2 * SPLIT_FROM || from == to {
-        return convert_serial(from, src, to, dst, opts, base);
+        return convert_serial(from, src, to, dst, opts, base, bounds);
     }
     // Pieces of whole BLOCKs: a multiple of BLOCK elements is a whole number
     // of bytes in every dtype (F4 and F6 included).
     use rayon::prelude::*;
     let (sb, db) = (from.bits() as usize, to.bits() as usize);
-    let bounds = crate::parallel::pieces(n, BLOCK, SPLIT_FROM);
-    let mut outs = Vec::with_capacity(bounds.len());
+    let pieces = crate::parallel::pieces(n, BLOCK, SPLIT_FROM);
+    let mut outs = Vec::with_capacity(pieces.len());
     let mut rest = dst;
-    for &(s, e) in &bounds {
+    for &(s, e) in &pieces {
         let (piece, tail) = rest.split_at_mut((e - s) * db / 8);
         outs.push(piece);
         rest = tail;
     }
-    let results: Vec<Result<(), CastError>> = bounds
+    let results: Vec<Result<Losses, CastError>> = pieces
         .into_par_iter()
         .zip(outs)
         .map(|((start, end), out)| {
             let input = &src[start * sb / 8..end * sb / 8];
-            convert_serial(from, input, to, out, opts, base + start as u64)
+            convert_serial(from, input, to, out, opts, base + start as u64, bounds)
         })
         .collect();
     // Pieces come back in order: the first error names the lowest element.
-    results.into_iter().collect()
+    let mut total = Losses::default();
+    for r in results {
+        total.add(r?);
+    }
+    Ok(total)
 }
 
 /// [`convert`] on one thread.
@@ -386,11 +398,16 @@ fn convert_serial(
     dst: &mut [u8],
     opts: CastOptions,
     base: u64,
-) -> Result<(), CastError> {
+    bounds: Option<&loss::Bounds>,
+) -> Result<Losses, CastError> {
     if from == to {
         dst.copy_from_slice(src);
-        return Ok(());
+        return Ok(Losses::default());
     }
+    let losses = match bounds {
+        Some(b) => b.scan(from, to, src, base, opts.strict)?,
+        None => Losses::default(),
+    };
     match (from, to) {
         (Dtype::BF16, Dtype::F32) => bf16::bytes_to_f32_bytes(src, dst),
         (Dtype::F32, Dtype::BF16) => bf16::f32_bytes_to_bytes(src, dst),
@@ -411,7 +428,7 @@ fn convert_serial(
             }
         }
     }
-    Ok(())
+    Ok(losses)
 }
 
 /// Converts up to [`BLOCK`] elements through a stack buffer of f32 (float

@@ -1,7 +1,7 @@
 //! Whole tensors: in one call, or streamed in chunks of any size so a file
 //! converts with bounded memory.
 
-use super::{check, convert, CastError, CastOptions};
+use super::{check, convert, CastError, CastOptions, LossTally, Losses};
 use crate::{dtype, Dtype, Error, Result};
 
 /// Converts one tensor's bytes as it arrives, in chunks of any size.
@@ -36,6 +36,9 @@ pub struct TensorCast {
     received: u64,
     /// The start of an incomplete unit, held until the next chunk.
     carry: Vec<u8>,
+    /// What the conversion lost so far (shared by clones: the jobs of one
+    /// tensor count into one total).
+    losses: LossTally,
 }
 
 impl TensorCast {
@@ -61,10 +64,13 @@ impl TensorCast {
             })
         };
         let numel = dtype::numel(shape).ok_or_else(|| overflow(from))?;
-        let group = |d: Dtype| match d.bits() {
-            4 => 2u64,
-            6 => 4,
-            _ => 1,
+        // Elements per whole group of packed codes (see `bits`).
+        let group = |d: Dtype| {
+            if d.is_sub_byte() {
+                crate::bits::group(d.bits()).0 as u64
+            } else {
+                1
+            }
         };
         // Name the side whose packing the count does not fill (the target first).
         for dtype in [to, from] {
@@ -87,6 +93,7 @@ impl TensorCast {
             group_bytes: (group * u64::from(from.bits()) / 8) as usize,
             received: 0,
             carry: Vec::new(),
+            losses: LossTally::default(),
         })
     }
 
@@ -98,6 +105,18 @@ impl TensorCast {
     /// Bytes of converted data it produces.
     pub fn output_len(&self) -> u64 {
         self.output_len
+    }
+
+    /// What the values converted so far lost beyond rounding (by this cast
+    /// and its clones).
+    pub fn losses(&self) -> Losses {
+        self.losses.get()
+    }
+
+    /// The running total of [`TensorCast::losses`], to read after the cast
+    /// has been moved into the jobs that run it.
+    pub fn loss_tally(&self) -> LossTally {
+        self.losses.clone()
     }
 
     fn error(&self, source: CastError) -> Error {
@@ -167,10 +186,16 @@ impl TensorCast {
         let start = out.len();
         out.resize(start + out_bytes as usize, 0);
         let dst = &mut out[start..];
-        convert(self.from, src, self.to, dst, self.opts, first).map_err(|e| {
-            out.truncate(start);
-            self.error(e)
-        })
+        match convert(self.from, src, self.to, dst, self.opts, first) {
+            Ok(losses) => {
+                self.losses.add(losses);
+                Ok(())
+            }
+            Err(e) => {
+                out.truncate(start);
+                Err(self.error(e))
+            }
+        }
     }
 
     /// Ends the tensor: fails unless exactly [`TensorCast::input_len`] bytes

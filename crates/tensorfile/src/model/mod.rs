@@ -326,7 +326,7 @@ fn check_plan(
             report.push(Problem::error(
                 ProblemKind::InvalidField,
                 "quantization",
-                message,
+                message.to_string(),
             ));
             None
         }

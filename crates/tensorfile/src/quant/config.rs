@@ -2,6 +2,7 @@
 //! `quantization` (MLX) and a file's metadata (`quant` for int4,
 //! [`QUANTIZATION_KEY`] for MLX files written here).
 
+use super::QuantError;
 use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
@@ -129,7 +130,15 @@ impl QuantConfig {
     /// `quantization_config` unless that names a `quant_method` (another
     /// library's scheme, not MLX's). `Ok(None)` when there is neither. The
     /// error names the offending entry.
-    pub fn from_config(config: &Map<String, Value>) -> Result<Option<QuantConfig>, String> {
+    ///
+    /// # Errors
+    /// [`QuantError::Params`] naming the entry.
+    pub fn from_config(config: &Map<String, Value>) -> Result<Option<QuantConfig>, QuantError> {
+        Self::from_config_text(config).map_err(QuantError::Params)
+    }
+
+    // The text of the error.
+    fn from_config_text(config: &Map<String, Value>) -> Result<Option<QuantConfig>, String> {
         let (key, q) = match (
             config.get("quantization"),
             config.get("quantization_config"),
@@ -138,11 +147,19 @@ impl QuantConfig {
             (None, Some(q)) if q.get("quant_method").is_none() => ("quantization_config", q),
             _ => return Ok(None),
         };
-        QuantConfig::from_value(q, key).map(Some)
+        QuantConfig::from_value_text(q, key).map(Some)
     }
 
     /// Reads a `quantization` object itself (`place` names it in errors).
-    pub fn from_value(q: &Value, place: &str) -> Result<QuantConfig, String> {
+    ///
+    /// # Errors
+    /// [`QuantError::Params`] naming the entry.
+    pub fn from_value(q: &Value, place: &str) -> Result<QuantConfig, QuantError> {
+        Self::from_value_text(q, place).map_err(QuantError::Params)
+    }
+
+    // The text of the error.
+    fn from_value_text(q: &Value, place: &str) -> Result<QuantConfig, String> {
         let Some(q) = q.as_object() else {
             return Err(format!("{place} must be an object, found {q}"));
         };
@@ -164,13 +181,21 @@ impl QuantConfig {
 
     /// Reads the [`QUANTIZATION_KEY`] metadata of a file written by this
     /// library; `Ok(None)` when absent.
-    pub fn from_metadata(metadata: Option<&Metadata>) -> Result<Option<QuantConfig>, String> {
+    ///
+    /// # Errors
+    /// [`QuantError::Params`]: the metadata is not JSON or not parameters.
+    pub fn from_metadata(metadata: Option<&Metadata>) -> Result<Option<QuantConfig>, QuantError> {
+        Self::from_metadata_text(metadata).map_err(QuantError::Params)
+    }
+
+    // The text of the error.
+    fn from_metadata_text(metadata: Option<&Metadata>) -> Result<Option<QuantConfig>, String> {
         let Some(text) = metadata.and_then(|m| m.get(QUANTIZATION_KEY)) else {
             return Ok(None);
         };
         let value: Value = serde_json::from_str(text)
             .map_err(|e| format!("metadata {QUANTIZATION_KEY:?} is not JSON: {e}"))?;
-        QuantConfig::from_value(&value, &format!("metadata {QUANTIZATION_KEY:?}")).map(Some)
+        QuantConfig::from_value_text(&value, &format!("metadata {QUANTIZATION_KEY:?}")).map(Some)
     }
 
     /// The parameters for a module path (a weight's name without

@@ -153,8 +153,7 @@ fn plan_quantize<T: TensorData>(
     let mlx_params = match opts.scheme {
         Scheme::Int4Sym { .. } => None,
         Scheme::Mlx(p) => {
-            p.validate()
-                .map_err(|e| quant_error("__metadata__", QuantError::Params(e)))?;
+            p.validate().map_err(|e| quant_error("__metadata__", e))?;
             Some(p)
         }
     };
@@ -609,10 +608,10 @@ pub fn quantize_plan<'a, T: TensorData>(
                 let t = tensors
                     .get(i)
                     .ok_or_else(|| Error::not_found(spec.name.clone()))?;
-                plan.copy(t);
+                plan.copy_from(t, i);
             }
             Some(&QJob::Quant { src, part }) => {
-                let out = plan.declare(spec.clone());
+                let out = plan.declare_from(spec.clone(), src);
                 by_source
                     .get_mut(src)
                     .ok_or_else(|| Error::not_found(spec.name.clone()))?
@@ -700,8 +699,7 @@ fn find_weights<'a, T: TensorData>(
             data_offsets: (0, t.byte_len()),
         })
     };
-    let own = QuantConfig::from_metadata(metadata)
-        .map_err(|e| quant_error("__metadata__", QuantError::Params(e)))?;
+    let own = QuantConfig::from_metadata(metadata).map_err(|e| quant_error("__metadata__", e))?;
     let config = explicit.or(own.as_ref());
     let names = tensors.iter().map(|t| t.name());
     let weights = quantized_weights(names, lookup, int4_group(metadata), config)?;
@@ -775,21 +773,23 @@ pub fn dequantize_plan<'a, T: TensorData>(
         tensors: 0,
         dequantized: Vec::new(),
     };
-    for t in tensors {
+    for (i, t) in tensors.iter().enumerate() {
         if !consumed.contains(t.name()) {
             check_len(t)?;
-            plan.copy(t);
+            plan.copy_from(t, i);
         }
     }
     let by_name = std::sync::Arc::new(by_name);
     let requested = opts.dtype;
     for weight in weights {
         let dtype = output_dtype(&weight, opts.dtype)?;
-        let out = plan.declare(TensorSpec::new(
-            weight.name.clone(),
-            dtype,
-            weight.shape.clone(),
-        ));
+        let spec = TensorSpec::new(weight.name.clone(), dtype, weight.shape.clone());
+        // The weight comes from its codes' input.
+        let origin = weight.parts.first().and_then(|n| by_name.get(n)).copied();
+        let out = match origin {
+            Some(o) => plan.declare_from(spec, o),
+            None => plan.declare(spec),
+        };
         summary
             .dequantized
             .push((weight.name.clone(), weight.storage, dtype));

@@ -292,9 +292,7 @@ fn quantize_row_portable(
             *code = ((x + ROUND).to_bits() & 0x0F) as u8;
         }
     }
-    for (pair, byte) in codes.chunks_exact(2).zip(packed.iter_mut()) {
-        *byte = pair[0] | (pair[1] << 4);
-    }
+    crate::bits::pack(4, codes, packed);
     Ok(())
 }
 

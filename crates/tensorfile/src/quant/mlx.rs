@@ -94,42 +94,7 @@ fn packed_width(bits: u32) -> Result<u32, QuantError> {
 /// shorter stream fills only the codes it holds. Any other width is a
 /// [`QuantError::Params`].
 pub fn unpack(bits: u32, packed: &[u8], codes: &mut [u8]) -> Result<(), QuantError> {
-    match packed_width(bits)? {
-        8 => {
-            let n = codes.len().min(packed.len());
-            codes[..n].copy_from_slice(&packed[..n]);
-        }
-        4 => {
-            for (c, &b) in codes.chunks_exact_mut(2).zip(packed) {
-                c[0] = b & 0x0F;
-                c[1] = b >> 4;
-            }
-        }
-        2 => {
-            for (c, &b) in codes.chunks_exact_mut(4).zip(packed) {
-                c[0] = b & 3;
-                c[1] = (b >> 2) & 3;
-                c[2] = (b >> 4) & 3;
-                c[3] = b >> 6;
-            }
-        }
-        _ => {
-            // Eight codes fill exactly `bits` bytes.
-            let mask = (1u64 << bits) - 1;
-            for (c, chunk) in codes
-                .chunks_exact_mut(8)
-                .zip(packed.chunks_exact(bits as usize))
-            {
-                let mut v = 0u64;
-                for (i, &b) in chunk.iter().enumerate() {
-                    v |= u64::from(b) << (8 * i);
-                }
-                for (k, code) in c.iter_mut().enumerate() {
-                    *code = ((v >> (k as u32 * bits)) & mask) as u8;
-                }
-            }
-        }
-    }
+    crate::bits::unpack(packed_width(bits)?, packed, codes);
     Ok(())
 }
 
@@ -138,32 +103,7 @@ pub fn unpack(bits: u32, packed: &[u8], codes: &mut [u8]) -> Result<(), QuantErr
 /// buffer takes only the codes it holds. `bits` is 2, 3, 4, 5, 6 or 8;
 /// any other width is a [`QuantError::Params`].
 pub fn pack(bits: u32, codes: &[u8], packed: &mut [u8]) -> Result<(), QuantError> {
-    match packed_width(bits)? {
-        8 => {
-            let n = packed.len().min(codes.len());
-            packed[..n].copy_from_slice(&codes[..n]);
-        }
-        4 => {
-            for (c, b) in codes.chunks_exact(2).zip(packed.iter_mut()) {
-                *b = (c[0] & 0x0F) | (c[1] << 4);
-            }
-        }
-        _ => {
-            let mask = (1u64 << bits) - 1;
-            for (c, chunk) in codes
-                .chunks_exact(8)
-                .zip(packed.chunks_exact_mut(bits as usize))
-            {
-                let mut v = 0u64;
-                for (k, &code) in c.iter().enumerate() {
-                    v |= (u64::from(code) & mask) << (k as u32 * bits);
-                }
-                for (i, b) in chunk.iter_mut().enumerate() {
-                    *b = (v >> (8 * i)) as u8;
-                }
-            }
-        }
-    }
+    crate::bits::pack(packed_width(bits)?, codes, packed);
     Ok(())
 }
 
@@ -712,7 +652,7 @@ impl Geometry {
 /// more, the groups dividing the last dimension, whole U32 words a row)
 /// and gives its geometry.
 pub(crate) fn check_shape(shape: &[u64], params: &QuantParams) -> Result<Geometry, QuantError> {
-    params.validate().map_err(QuantError::Params)?;
+    params.validate()?;
     let Some(&cols) = shape.last().filter(|_| shape.len() >= 2) else {
         return Err(QuantError::Shape(format!(
             "has shape {shape:?}: MLX quantizes weights of 2 or more dimensions"

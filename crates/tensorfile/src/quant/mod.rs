@@ -204,7 +204,15 @@ impl QuantParams {
     /// Checks the combination: affine takes 2, 3, 4, 5, 6 or 8 bits and a
     /// group size of at least 2; the floating-point modes take only theirs;
     /// a global scale needs nvfp4.
-    pub fn validate(&self) -> Result<(), String> {
+    ///
+    /// # Errors
+    /// [`QuantError::Params`] saying what does not fit.
+    pub fn validate(&self) -> Result<(), QuantError> {
+        self.problem().map_err(QuantError::Params)
+    }
+
+    // The text of the error.
+    fn problem(&self) -> Result<(), String> {
         if self.global_scale && self.mode != Mode::Nvfp4 {
             return Err(format!(
                 "a global scale needs nvfp4 mode, not {}",
@@ -293,7 +301,23 @@ impl Scheme {
     /// assert!(Scheme::parse("mlx-mxfp8", Some(4), None).is_err()); // mxfp8 is 8-bit
     /// assert!(Scheme::parse("int4-g3-sym", None, None).is_err()); // odd group
     /// ```
-    pub fn parse(name: &str, bits: Option<u64>, group_size: Option<u64>) -> Result<Scheme, String> {
+    ///
+    /// # Errors
+    /// [`QuantError::Params`]: an unknown scheme or parameters it does not take.
+    pub fn parse(
+        name: &str,
+        bits: Option<u64>,
+        group_size: Option<u64>,
+    ) -> Result<Scheme, QuantError> {
+        Self::parse_text(name, bits, group_size).map_err(QuantError::Params)
+    }
+
+    // The text of the error.
+    fn parse_text(
+        name: &str,
+        bits: Option<u64>,
+        group_size: Option<u64>,
+    ) -> Result<Scheme, String> {
         if let Some(group) = parse_int4(name) {
             if bits.is_some() || group_size.is_some() {
                 return Err(format!(
@@ -341,7 +365,15 @@ impl Scheme {
     /// assert_eq!(s.to_string(), "mlx-nvfp4 (nvfp4 4-bit, groups of 16, global scale)");
     /// assert!(Scheme::parse("mlx-mxfp4", None, None).unwrap().with_global_scale().is_err());
     /// ```
-    pub fn with_global_scale(self) -> Result<Scheme, String> {
+    ///
+    /// # Errors
+    /// [`QuantError::Params`] for a scheme other than mlx-nvfp4.
+    pub fn with_global_scale(self) -> Result<Scheme, QuantError> {
+        self.global_scale_text().map_err(QuantError::Params)
+    }
+
+    // The text of the error.
+    fn global_scale_text(self) -> Result<Scheme, String> {
         match self {
             Scheme::Mlx(p) if p.mode == Mode::Nvfp4 => Ok(Scheme::Mlx(QuantParams {
                 global_scale: true,

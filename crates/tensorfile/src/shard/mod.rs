@@ -123,9 +123,13 @@ impl ShardIndex {
         }
     }
 
-    /// Parses an index's text. The error says what is wrong.
-    pub fn parse(text: &[u8]) -> Result<ShardIndex, String> {
-        let raw: RawIndex = serde_json::from_slice(text).map_err(|e| e.to_string())?;
+    /// Parses an index's text.
+    ///
+    /// # Errors
+    /// [`ParseError`](crate::ParseError) saying what is wrong.
+    pub fn parse(text: &[u8]) -> Result<ShardIndex, crate::ParseError> {
+        let raw: RawIndex =
+            serde_json::from_slice(text).map_err(|e| crate::ParseError(e.to_string()))?;
         Ok(ShardIndex {
             metadata: raw.metadata.unwrap_or_default(),
             weight_map: raw.weight_map.0,
@@ -164,7 +168,7 @@ impl ShardIndex {
         source
             .read_exact_at(0, &mut text)
             .map_err(|e| Error::io(&path, e))?;
-        Ok(ShardIndex::parse(&text).map_err(bad)?)
+        Ok(ShardIndex::parse(&text).map_err(|e| bad(e.0))?)
     }
 
     /// `metadata.total_size`: `Ok(None)` when absent, `Err` with what it is
@@ -984,6 +988,6 @@ mod tests {
     fn duplicate_tensor_in_weight_map_is_refused() {
         let text = br#"{"weight_map": {"a": "x.safetensors", "a": "y.safetensors"}}"#;
         let err = ShardIndex::parse(text).unwrap_err();
-        assert!(err.contains("twice"), "{err}");
+        assert!(err.message().contains("twice"), "{err}");
     }
 }

@@ -1,0 +1,125 @@
+//! Progress bars: drawn on a terminal only, within its width, cleared at
+//! the end. Run under a pseudo-terminal made by `script` (util-linux).
+
+use std::path::Path;
+use std::process::Command;
+
+/// A file of one F32 tensor of `mib` MiB.
+fn big_file(path: &Path, mib: usize) {
+    let len = mib << 20;
+    let header = format!(
+        r#"{{"w":{{"dtype":"F32","shape":[{}],"data_offsets":[0,{len}]}}}}"#,
+        len / 4
+    );
+    let mut h = header.into_bytes();
+    while h.len() % 8 != 0 {
+        h.push(b' ');
+    }
+    let mut bytes = (h.len() as u64).to_le_bytes().to_vec();
+    bytes.extend(h);
+    bytes.resize(bytes.len() + len, 0x3f);
+    std::fs::write(path, bytes).unwrap();
+}
+
+/// What a terminal 80 columns wide shows while `args` runs: the raw bytes
+/// the command wrote to it (stdout and stderr).
+fn on_a_terminal(args: &[&str]) -> String {
+    let bin = env!("CARGO_BIN_EXE_tensorfile");
+    let mut line = format!("stty cols 80 rows 24; exec '{bin}'");
+    for a in args {
+        line.push_str(&format!(" '{a}'"));
+    }
+    let o = Command::new("script")
+        .args(["-qec", &line, "/dev/null"])
+        .output()
+        .expect("the `script` command (util-linux) makes the pseudo-terminal");
+    assert!(
+        o.status.success(),
+        "{line}: {}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// The visible text of terminal output: escape sequences removed, split
+/// where the cursor goes back to the line's start.
+fn screen_lines(raw: &str) -> Vec<String> {
+    let mut lines = vec![String::new()];
+    let mut chars = raw.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\u{1b}' => {
+                // CSI: ESC [ parameters final-byte.
+                if chars.peek() == Some(&'[') {
+                    chars.next();
+                    for f in chars.by_ref() {
+                        if ('@'..='~').contains(&f) {
+                            break;
+                        }
+                    }
+                }
+                lines.push(String::new());
+            }
+            '\r' | '\n' => lines.push(String::new()),
+            c => lines.last_mut().unwrap().push(c),
+        }
+    }
+    lines.retain(|l| !l.trim().is_empty());
+    lines
+}
+
+fn check_bar(raw: &str, what: &str) {
+    let lines = screen_lines(raw);
+    let bars: Vec<&String> = lines.iter().filter(|l| l.starts_with(what)).collect();
+    assert!(!bars.is_empty(), "no {what} bar in {lines:?}");
+    for b in bars {
+        assert!(b.chars().count() <= 80, "wider than the terminal: {b:?}");
+        assert!(b.contains("MiB"), "{b:?}");
+    }
+}
+
+#[test]
+fn long_commands_draw_a_bar_that_fits_the_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.safetensors");
+    big_file(&input, 48);
+    let input = input.to_str().unwrap();
+    let output = dir.path().join("out.safetensors");
+    let output = output.to_str().unwrap();
+    check_bar(
+        &on_a_terminal(&["rewrite", "--no-sync", input, output]),
+        "rewrite",
+    );
+    check_bar(
+        &on_a_terminal(&["convert", "--no-sync", "--dtype", "bf16", input, output]),
+        "convert",
+    );
+    let raw = on_a_terminal(&["inspect", "--hash", input]);
+    check_bar(&raw, "hashing");
+    // The bar is cleared before the result is printed.
+    let lines = screen_lines(&raw);
+    let first_result = lines.iter().position(|l| l.starts_with("file:")).unwrap();
+    assert!(lines[first_result..]
+        .iter()
+        .all(|l| !l.starts_with("hashing")));
+}
+
+#[test]
+fn piped_output_has_no_bar() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.safetensors");
+    big_file(&input, 8);
+    let output = dir.path().join("out.safetensors");
+    let o = Command::new(env!("CARGO_BIN_EXE_tensorfile"))
+        .args(["rewrite", "--no-sync"])
+        .arg(&input)
+        .arg(&output)
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    assert!(
+        o.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
