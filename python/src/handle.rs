@@ -483,8 +483,9 @@ impl Handle {
 
     /// The tensor cast to `dtype` (a float dtype; integers with
     /// `allow_int`), in memory of its own; a tensor already of that dtype
-    /// comes as `get` gives it.
-    #[pyo3(signature = (name, dtype, saturate = false, allow_int = false))]
+    /// comes as `get` gives it. With `strict`, a value the cast changes
+    /// beyond rounding (overflow, NaN, saturation, flush to zero) is an error.
+    #[pyo3(signature = (name, dtype, saturate = false, allow_int = false, strict = false))]
     fn get_cast(
         &self,
         py: Python<'_>,
@@ -492,12 +493,14 @@ impl Handle {
         dtype: &str,
         saturate: bool,
         allow_int: bool,
+        strict: bool,
     ) -> PyResult<Buffer> {
         let to = parse_dtype(dtype)?;
         let source = self.source()?;
         let opts = CastOptions {
             saturate,
             allow_int,
+            strict,
         };
         py.detach(|| -> tensorfile::Result<Buffer> {
             let info = source.info(name)?;

@@ -14,6 +14,7 @@ mod errors;
 mod extras;
 mod handle;
 mod pyfile;
+mod transforms;
 mod write;
 
 pub use errors::SafetensorError;
@@ -35,6 +36,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(extras::load_pytorch, m)?)?;
     m.add_function(wrap_pyfunction!(extras::dtype_names, m)?)?;
     m.add_function(wrap_pyfunction!(extras::is_float, m)?)?;
+    m.add_function(wrap_pyfunction!(transforms::convert, m)?)?;
+    m.add_function(wrap_pyfunction!(transforms::quantize, m)?)?;
+    m.add_function(wrap_pyfunction!(transforms::dequantize, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

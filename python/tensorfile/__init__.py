@@ -10,7 +10,7 @@ without running pickle, casts on load, conversion, quantization.
 
 from ._native import SafetensorError, TensorSpec, __version__, deserialize, serialize, serialize_file
 from ._open import _safe_open_handle, safe_open
-from ._extras import load_pytorch, validate
+from ._extras import convert, dequantize, load_pytorch, quantize, validate
 
 __all__ = [
     "SafetensorError",
@@ -22,5 +22,8 @@ __all__ = [
     "safe_open",
     "validate",
     "load_pytorch",
+    "convert",
+    "quantize",
+    "dequantize",
 ]
 

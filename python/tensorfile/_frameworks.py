@@ -269,8 +269,12 @@ def dtype_code(dtype: Optional[str]) -> Optional[str]:
     if dtype is None:
         return None
     if not isinstance(dtype, str):
-        # numpy and torch dtypes: their names.
-        dtype = str(getattr(dtype, "name", None) or dtype).rsplit(".", 1)[-1]
+        if type(dtype).__module__.startswith("torch"):
+            # torch.bfloat16 prints as "torch.bfloat16".
+            dtype = str(dtype).rsplit(".", 1)[-1]
+        else:
+            # numpy dtypes and scalar types (np.float16), ml_dtypes' too.
+            dtype = np.dtype(dtype).name
     for code, name in _TORCH_NAMES.items():
         if dtype == name:
             return code

@@ -65,7 +65,12 @@ class Handle:
     def get(self, name: str) -> Buffer: ...
     def get_many(self, names: Sequence[str]) -> List[Buffer]: ...
     def get_cast(
-        self, name: str, dtype: str, saturate: bool = False, allow_int: bool = False
+        self,
+        name: str,
+        dtype: str,
+        saturate: bool = False,
+        allow_int: bool = False,
+        strict: bool = False,
     ) -> Buffer: ...
     def slice(
         self, name: str, args: Sequence[Union[int, Tuple[Optional[int], Optional[int], int]]]
@@ -122,3 +127,41 @@ def load_pytorch(
 ) -> List[Tuple[str, Buffer]]: ...
 def dtype_names() -> List[str]: ...
 def is_float(code: str) -> bool: ...
+def convert(
+    input: PathLike,
+    output: PathLike,
+    dtype: Optional[str] = None,
+    *,
+    saturate: bool = False,
+    allow_int: bool = False,
+    strict: bool = False,
+    sync: bool = True,
+    max_shard_size: Optional[int] = None,
+    key: Optional[str] = None,
+    name: Optional[str] = None,
+) -> Dict[str, Any]: ...
+def quantize(
+    input: PathLike,
+    output: PathLike,
+    scheme: str,
+    *,
+    bits: Optional[int] = None,
+    group_size: Optional[int] = None,
+    global_scale: bool = False,
+    include: Sequence[str] = ...,
+    exclude: Sequence[str] = ...,
+    sync: bool = True,
+    max_shard_size: Optional[int] = None,
+) -> Dict[str, Any]: ...
+def dequantize(
+    input: PathLike,
+    output: PathLike,
+    dtype: Optional[str] = None,
+    *,
+    config: Optional[PathLike] = None,
+    bits: Optional[int] = None,
+    group_size: Optional[int] = None,
+    mode: Optional[str] = None,
+    sync: bool = True,
+    max_shard_size: Optional[int] = None,
+) -> Dict[str, Any]: ...

@@ -8,7 +8,7 @@ import os
 from typing import Any, Dict, List, Optional, Union
 
 from . import _frameworks, _index
-from ._native import Handle, SafetensorError
+from ._native import Handle, SafetensorError, is_float
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -90,13 +90,17 @@ class safe_open:
         return self._framework.convert(buffer, self._device)
 
     def get_tensors(self, dtype: Any = None) -> Dict[str, Any]:
-        """Every tensor, by name, in the order of their bytes."""
+        """Every tensor, by name, in the order of their bytes. With ``dtype``,
+        the float tensors are cast to it (integers and booleans stay)."""
         names = self._handle.offset_keys()
         code = _frameworks.dtype_code(dtype)
         if code is None:
             buffers = self._handle.get_many(names)
         else:
-            buffers = [self._handle.get_cast(n, code) for n in names]
+            buffers = [
+                self._handle.get_cast(n, code) if is_float(self._handle.info(n)[0]) else self._handle.get(n)
+                for n in names
+            ]
         convert = self._framework.convert
         device = self._device
         return {n: convert(b, device) for n, b in zip(names, buffers)}

@@ -105,19 +105,7 @@ def load_file(filename: PathLike, *, dtype: Any = None) -> Dict[str, np.ndarray]
     if dtype is not None:
         from ._open import safe_open
 
-        return _cast_all(safe_open(filename, "np"), dtype)
+        with safe_open(filename, "np", backend="pread") as f:
+            return f.get_tensors(dtype=dtype)
     return _arrays(_native.load_file(os.fspath(filename)))
 
-
-def _cast_all(opened: Any, dtype: Any) -> Dict[str, Any]:
-    """Every tensor of an open file, its floats cast to ``dtype``."""
-    code = _frameworks.dtype_code(dtype)
-    with opened as f:
-        out = {}
-        for name in f.offset_keys():
-            kind, _ = f._handle.info(name)
-            if _native.is_float(kind):
-                out[name] = f.get_tensor(name, dtype=code)
-            else:
-                out[name] = f.get_tensor(name)
-        return out

@@ -249,9 +249,8 @@ def load_file(
     """
     _check_backend(backend)
     if dtype is not None:
-        from .numpy import _cast_all
-
-        return _cast_all(safe_open(filename, "pt", device, backend="pread"), dtype)
+        with safe_open(filename, "pt", device, backend="pread") as f:
+            return f.get_tensors(dtype=dtype)
     pairs = _native.load_file(os.fspath(filename))
     return {name: _frameworks.as_torch(buffer, device) for name, buffer in pairs}
 

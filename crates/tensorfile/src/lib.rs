@@ -44,6 +44,7 @@ pub mod model;
 pub mod quant;
 pub mod reshard;
 pub mod shard;
+pub mod transform;
 
 pub use cast::Decode;
 pub use error::{Error, ParseError, Result};
