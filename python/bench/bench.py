@@ -7,7 +7,7 @@ processes. Prints a markdown table (and JSON with --json).
 
 Needs tensorfile and safetensors (and numpy) installed in the interpreter
 running it; torch for the torch.load and torch-checkpoint rows. Writes its
-inputs (about 3 GiB) into DIR (default: a temporary directory, removed).
+inputs and outputs (about 3 GiB at --gib 1) into DIR (default: a temporary directory, removed).
 """
 
 import argparse
@@ -171,9 +171,9 @@ def main():
         t = interleaved([("ours", lambda: tn.load_file(big)), ("ref", lambda: sn.load_file(big))], args.runs)
         row("load_file (numpy)", t["ours"], t["ref"], ">= 2x")
 
-        out = os.path.join(directory, "out.safetensors")
-        ref_out = os.path.join(directory, "ref.safetensors")
-        base_out = os.path.join(directory, "base.bin")
+        # One output path for every save (each replaces the last): the
+        # inputs and one output stay on disk, not four.
+        out = ref_out = base_out = os.path.join(directory, "out.safetensors")
         t = interleaved(
             [("ours", lambda: tn.save_file(arrays, out)), ("ref", lambda: sn.save_file(arrays, ref_out))], args.runs
         )
@@ -184,6 +184,7 @@ def main():
         )
         row("save_file(sync=True) vs write + fsync", t["ours"], t["base"], "<= 1.1x write + fsync", "baseline: plain write of the data, then fsync")
 
+        os.remove(out)
         t = interleaved(
             [
                 ("ours", lambda: tensorfile.safe_open(many, framework="np").keys()),

@@ -116,3 +116,68 @@ pub fn dtype_names() -> Vec<&'static str> {
 pub fn is_float(code: &str) -> bool {
     Dtype::from_name(code).is_some_and(Dtype::is_float)
 }
+
+/// What `tensorfile inspect --json` says about `path` (a safetensors file,
+/// a set, or a PyTorch checkpoint), as a JSON text; with `hash`, each
+/// tensor's sha256 too (reads every byte).
+#[pyfunction]
+#[pyo3(signature = (path, hash = false))]
+pub fn inspect_json(py: Python<'_>, path: PathBuf, hash: bool) -> PyResult<String> {
+    use tensorfile::describe;
+    let kind = py
+        .detach(|| tensorfile::input::detect(&path))
+        .map_err(errors::lib)?;
+    let value = match kind {
+        Kind::Safetensors => py
+            .detach(|| -> tensorfile::Result<_> {
+                let file = tensorfile::SafeTensors::open_pread(&path)?;
+                let mut digests = std::collections::HashMap::new();
+                if hash {
+                    for t in file.tensor_data() {
+                        digests.insert(t.info().name, describe::sha256_hex(&t, &|_| {})?);
+                    }
+                }
+                let digest = |n: &str| digests.get(n).cloned();
+                Ok(describe::file(&path, file.header(), &digest))
+            })
+            .map_err(errors::lib)?,
+        Kind::SafetensorsSet => py
+            .detach(|| -> tensorfile::Result<_> {
+                let set = ShardedTensors::open_pread(&path, &ReadOptions::default())?;
+                let mut digests = std::collections::HashMap::new();
+                if hash {
+                    for t in set.tensor_data() {
+                        digests.insert(t.info().name, describe::sha256_hex(&t, &|_| {})?);
+                    }
+                }
+                let digest = |n: &str| digests.get(n).cloned();
+                Ok(describe::set(&path, &set, &digest))
+            })
+            .map_err(errors::lib)?,
+        Kind::Pytorch => py
+            .detach(|| -> Result<_, tensorfile_pytorch::Error> {
+                let ckpt = tensorfile_pytorch::Checkpoint::open(&path)?;
+                let size = std::fs::metadata(&path)
+                    .map_err(|e| tensorfile::Error::io(&path, e))?
+                    .len();
+                let mut digests = std::collections::HashMap::new();
+                if hash {
+                    for t in ckpt.tensors() {
+                        digests.insert(t.name().to_string(), describe::sha256_of(&t.bytes()?));
+                    }
+                }
+                let digest = |n: &str| digests.get(n).cloned();
+                Ok(tensorfile_pytorch::describe::checkpoint(
+                    &path, size, &ckpt, &digest,
+                ))
+            })
+            .map_err(errors::pytorch)?,
+        other => {
+            return Err(errors::msg(format!(
+                "{}: is {other}, which inspect does not describe",
+                path.display()
+            )))
+        }
+    };
+    Ok(value.to_string())
+}

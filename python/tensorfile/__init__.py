@@ -10,7 +10,7 @@ without running pickle, casts on load, conversion, quantization.
 
 from ._native import SafetensorError, TensorSpec, __version__, deserialize, serialize, serialize_file
 from ._open import _safe_open_handle, safe_open
-from ._extras import convert, dequantize, load_pytorch, quantize, validate
+from ._extras import convert, dequantize, inspect, load_pytorch, quantize, validate
 
 __all__ = [
     "SafetensorError",
@@ -25,5 +25,6 @@ __all__ = [
     "convert",
     "quantize",
     "dequantize",
+    "inspect",
 ]
 

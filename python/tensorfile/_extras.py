@@ -190,3 +190,17 @@ def dequantize(
         sync=sync,
         max_shard_size=max_shard_size,
     )
+
+
+def inspect(path: PathLike, *, hash: bool = False) -> Dict[str, Any]:
+    """What ``tensorfile inspect --json`` says about ``path``, as a dict (the
+    same schema): for a safetensors file, sizes, metadata, every tensor in
+    data order, parameters, alignment, warnings and quantized weights; for a
+    set (a directory or an index), each shard, every tensor with its shard and
+    the totals; for a PyTorch checkpoint, its format, tensors (with storage,
+    offset and strides) and non-tensor values. With ``hash``, each tensor's
+    sha256 (this reads every byte).
+
+    >>> tensorfile.inspect("model.safetensors")["parameters"]
+    """
+    return json.loads(_native.inspect_json(os.fspath(path), hash=hash))

@@ -170,3 +170,33 @@ def test_quantize_mlx_and_dequantize_with_parameters(tmp_path):
     assert np.max(np.abs(restored - original)) < 0.5
     with pytest.raises(SafetensorError):
         tensorfile.quantize(source, tmp_path / "bad.safetensors", "mlx-affine", bits=3)
+
+
+def test_inspect_file_matches_the_manifest():
+    path = FIXTURES / "valid" / "every_dtype.safetensors"
+    described = json.loads(path.with_suffix(".json").read_text())
+    info = tensorfile.inspect(path, hash=True)
+    assert info["size"] == described["size"] and info["header_len"] == described["header_len"]
+    assert info["metadata"] == described["metadata"]
+    for got, want in zip(info["tensors"], described["tensors"]):
+        assert (got["name"], got["dtype"], got["shape"], got["data_offsets"], got["sha256"]) == (
+            want["name"],
+            want["dtype"],
+            want["shape"],
+            want["data_offsets"],
+            want["sha256"],
+        )
+    assert info["warnings"] == [] and "parameters" in info and "misaligned_tensors" in info
+
+
+def test_inspect_set_checkpoint_and_quantized():
+    info = tensorfile.inspect(FIXTURES / "real" / "sharded" / "unet_sharded_safetensors")
+    assert info["totals"]["shards"] == 4 and len(info["shards"]) == 4
+    assert all("shard" in t for t in info["tensors"])
+    ckpt = tensorfile.inspect(FIXTURES / "pytorch" / "zip_simple.pt", hash=True)
+    assert ckpt["format"].startswith("PyTorch zip") and [t["name"] for t in ckpt["tensors"]] == ["a", "b"]
+    assert ckpt["tensors"][0]["sha256"] == "e2c0a71510b5394df7773b63fb5f54372b84c3564e67811bde7d665be227976d"
+    q = tensorfile.inspect(FIXTURES / "quant" / "int4_g32_sym.safetensors")
+    assert [w["name"] for w in q["quantized"]] == ["layer.weight"] and q["quantized_problem"] is None
+    with pytest.raises(SafetensorError):
+        tensorfile.inspect(FIXTURES / "invalid" / "overlap.safetensors")

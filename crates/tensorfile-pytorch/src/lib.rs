@@ -29,6 +29,7 @@ compile_error!("tensorfile-pytorch assumes a little-endian host");
 
 pub mod checkpoint;
 pub mod convert;
+pub mod describe;
 pub mod dtypes;
 pub mod error;
 mod flatten;

@@ -38,6 +38,7 @@ pub use tensorfile_core::{
 
 mod bits;
 pub mod cast;
+pub mod describe;
 pub mod error;
 pub mod input;
 pub mod model;

@@ -129,14 +129,7 @@ pub fn sha256_hex(
     t: &impl tensorfile::TensorData,
     bar: &crate::progress::Progress,
 ) -> Result<String, tensorfile::Error> {
-    use sha2::{Digest, Sha256};
-    let mut hasher = Sha256::new();
-    t.produce(&mut |_, piece| {
-        hasher.update(piece);
-        bar.inc(piece.len() as u64);
-        Ok(())
-    })?;
-    Ok(hex::encode(hasher.finalize()))
+    tensorfile::describe::sha256_hex(t, &|n| bar.inc(n))
 }
 
 /// A failure that ends a command: exit status 2 for a [`Usage`] error, else 1.

@@ -1,0 +1,221 @@
+//! What `inspect --json` says about a safetensors file or set, as JSON: the
+//! one schema the CLI prints and the Python package's `inspect` returns.
+//! (PyTorch checkpoints: `tensorfile_pytorch::describe`.)
+
+use std::path::Path;
+
+use serde_json::{json, Value};
+
+use crate::model::{read_config, CONFIG_NAME, TOKENIZER_NAME};
+use crate::quant::{int4_group, quantized_weights, QuantConfig, Storage};
+use crate::{Dtype, Header, Metadata, ShardedTensors, TensorData, TensorInfo};
+
+/// A tensor's sha256 in hex, when hashes are asked for (`None` otherwise).
+pub type Digest<'a> = &'a dyn Fn(&str) -> Option<String>;
+
+/// The sha256 of a tensor's bytes, in hex, read a piece at a time, each
+/// piece's length told to `progress`.
+///
+/// # Errors
+/// A read that fails.
+pub fn sha256_hex(t: &impl TensorData, progress: &dyn Fn(u64)) -> crate::Result<String> {
+    use sha2::{Digest as _, Sha256};
+    let mut hasher = Sha256::new();
+    t.produce(&mut |_, piece| {
+        hasher.update(piece);
+        progress(piece.len() as u64);
+        Ok(())
+    })?;
+    Ok(hex::encode(hasher.finalize()))
+}
+
+/// The sha256 of bytes at hand, in hex.
+pub fn sha256_of(bytes: &[u8]) -> String {
+    use sha2::{Digest as _, Sha256};
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// The alignment an element type wants in memory.
+pub fn natural_alignment(dtype: Dtype) -> u64 {
+    match dtype {
+        Dtype::C64 => 4,
+        d => (u64::from(d.bits()) / 8).max(1),
+    }
+}
+
+/// MLX parameters: the file's own metadata, else the `quantization` of the
+/// config.json in `dir` (MLX keeps them there).
+fn mlx_config(dir: &Path, metadata: Option<&Metadata>) -> Result<Option<QuantConfig>, String> {
+    if let Some(own) = QuantConfig::from_metadata(metadata).map_err(|e| e.to_string())? {
+        return Ok(Some(own));
+    }
+    let config = dir.join(CONFIG_NAME);
+    if !config.is_file() {
+        return Ok(None);
+    }
+    let map = read_config(&config).map_err(|e| e.to_string())?;
+    QuantConfig::from_config(&map).map_err(|e| format!("{}: {e}", config.display()))
+}
+
+/// The quantized weights among `names` (a file's or a model directory's
+/// tensors, found with `lookup`) as JSON values, or the problem that stops
+/// them being read (a packed MLX weight without parameters, a `.qweight`
+/// without scales, ...). `dir` is where a config.json would be; `metadata`
+/// the file's, or the shards' together.
+///
+/// # Errors
+/// The problem, in words.
+pub fn quantized<'a>(
+    dir: &Path,
+    metadata: Option<&Metadata>,
+    names: impl IntoIterator<Item = &'a str>,
+    lookup: impl Fn(&str) -> Option<TensorInfo<'a>>,
+) -> Result<Vec<Value>, String> {
+    let mlx = mlx_config(dir, metadata)?;
+    let weights = quantized_weights(names, lookup, int4_group(metadata), mlx.as_ref())
+        .map_err(|e| e.to_string())?;
+    Ok(weights
+        .iter()
+        .map(|w| {
+            let (scheme, bits, group, mode) = match w.storage {
+                Storage::Int4 { group_size } => ("int4-sym", 4, group_size, None),
+                Storage::Mlx(p) => ("mlx", p.bits, p.group_size, Some(p.mode.name())),
+                Storage::Plain => ("plain", u64::from(w.dtype.bits()), 0, None),
+            };
+            let global_scale = matches!(w.storage, Storage::Mlx(p) if p.global_scale);
+            json!({
+                "name": w.name,
+                "scheme": scheme,
+                "mode": mode,
+                "global_scale": global_scale,
+                "bits": bits,
+                "group_size": group,
+                "logical_shape": w.shape,
+                "scales_dtype": w.dtype.name(),
+                "bits_per_weight": w.storage.bits_per_weight(w.dtype),
+                "parts": w.parts,
+            })
+        })
+        .collect())
+}
+
+/// One safetensors file at `path` whose header is `header`: sizes,
+/// metadata, every tensor in data order (with its sha256 when `digest`
+/// gives one), parameters, alignment, warnings, quantized weights.
+pub fn file(path: &Path, header: &Header, digest: Digest<'_>) -> Value {
+    let data_start = header.data_start();
+    let misaligned = header
+        .tensors()
+        .filter(|t| (data_start + t.data_offsets.0) % natural_alignment(t.dtype) != 0)
+        .count();
+    let parameters: u128 = header.tensors().map(|t| u128::from(t.numel())).sum();
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    let names = header.tensors().map(|t| t.name);
+    let quantized = quantized(dir, header.metadata(), names, |n| header.get(n));
+    let tensors: Vec<Value> = header
+        .tensors()
+        .map(|t| {
+            let mut v = json!({
+                "name": t.name,
+                "dtype": t.dtype.name(),
+                "shape": t.shape,
+                "data_offsets": [t.data_offsets.0, t.data_offsets.1],
+            });
+            if let Some(h) = digest(t.name) {
+                v["sha256"] = Value::String(h);
+            }
+            v
+        })
+        .collect();
+    json!({
+        "file": path,
+        "size": data_start + header.data_len(),
+        "header_len": header.header_len(),
+        "metadata": header.metadata(),
+        "tensors": tensors,
+        "parameters": parameters,
+        "data_start": data_start,
+        "misaligned_tensors": misaligned,
+        "warnings": header.warnings(),
+        "quantized": quantized.as_ref().ok(),
+        "quantized_problem": quantized.as_ref().err(),
+    })
+}
+
+/// For a directory with config.json: its tl_arch and whether tokenizer.json
+/// is there (`check` verifies them; this only describes).
+fn model_summary(path: &Path) -> Option<Value> {
+    if !path.is_dir() {
+        return None;
+    }
+    let config = read_config(&path.join(CONFIG_NAME)).ok()?;
+    Some(json!({
+        "tl_arch": config.get("tl_arch"),
+        "tokenizer": path.join(TOKENIZER_NAME).is_file(),
+    }))
+}
+
+/// A set opened from `path` (a directory or an index): the model's config
+/// (for a directory), each shard, every tensor with its shard (and sha256
+/// when `digest` gives one), totals, quantized weights, warnings.
+pub fn set(path: &Path, set: &ShardedTensors, digest: Digest<'_>) -> Value {
+    let names = set.infos().map(|(_, t)| t.name);
+    // Without the shards' metadata (say, two shards disagree) the int4
+    // group and MLX parameters are unknown: say why instead of guessing.
+    let quantized = match set.metadata() {
+        Ok(metadata) => quantized(set.dir(), Some(&metadata), names, |n| set.info(n)),
+        Err(e) => Err(e.to_string()),
+    };
+    let shards: Vec<Value> = set
+        .shards()
+        .iter()
+        .map(|s| {
+            let h = s.header();
+            json!({
+                "name": s.name(),
+                "tensors": h.len(),
+                "header_len": h.header_len(),
+                "data_bytes": h.data_len(),
+                "size": h.data_start() + h.data_len(),
+                "metadata": h.metadata(),
+            })
+        })
+        .collect();
+    let tensors: Vec<Value> = set
+        .infos()
+        .map(|(shard, t)| {
+            let mut v = json!({
+                "name": t.name,
+                "dtype": t.dtype.name(),
+                "shape": t.shape,
+                "shard": shard.name(),
+                "data_offsets": [t.data_offsets.0, t.data_offsets.1],
+            });
+            if let Some(h) = digest(t.name) {
+                v["sha256"] = Value::String(h);
+            }
+            v
+        })
+        .collect();
+    json!({
+        "path": path,
+        "index": set.index_path(),
+        "index_metadata": set.index_metadata(),
+        "model": model_summary(path),
+        "shards": shards,
+        "tensors": tensors,
+        "totals": {
+            "shards": set.shards().len(),
+            "tensors": set.len(),
+            "parameters": set.parameters(),
+            "data_bytes": set.data_len(),
+            "size": set.file_len(),
+        },
+        "quantized": quantized.as_ref().ok(),
+        "quantized_problem": quantized.as_ref().err(),
+        "warnings": set.warnings(),
+    })
+}
