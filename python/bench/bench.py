@@ -202,9 +202,11 @@ def main():
             ckpt = os.path.join(directory, "big.pt")
             torch.save({k: torch.from_numpy(v) for k, v in arrays.items()}, ckpt)
             warm(ckpt)
-            buf = np.empty(os.path.getsize(ckpt), np.uint8)
+            ckpt_size = os.path.getsize(ckpt)
 
             def read_once():
+                # Into fresh memory each time, as a loader's copy is.
+                buf = np.empty(ckpt_size, np.uint8)
                 with open(ckpt, "rb", buffering=0) as f:
                     f.readinto(buf)
 

@@ -272,3 +272,16 @@ def test_handles_survive_garbage_collection(sample):
     gc.collect()
     for arr in arrays:
         np.testing.assert_array_equal(arr, tensors["big"])
+
+
+def test_frameworks_are_imported_only_when_asked_for(sample):
+    import subprocess
+    import sys
+
+    path, _ = sample
+    script = (
+        "import sys, tensorfile, tensorfile.numpy\n"
+        f"f = tensorfile.safe_open({str(path)!r}, 'np'); f.get_tensor('b'); f.get_slice('b')[1:]\n"
+        "assert 'torch' not in sys.modules and 'mlx' not in sys.modules, sorted(sys.modules)\n"
+    )
+    subprocess.run([sys.executable, "-c", script], check=True)
