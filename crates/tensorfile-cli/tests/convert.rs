@@ -3,33 +3,24 @@
 
 use std::ffi::OsStr;
 use std::fs;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
+use std::process::Output;
+use tensorfile_testkit::{fixture, stderr};
 
 use serde_json::Value;
 use tensorfile::cast::{cast_tensor, CastOptions};
 use tensorfile::{Dtype, SafeTensors};
 
-fn fixture(rel: &str) -> PathBuf {
-    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures")).join(rel)
-}
-
 fn tensorfile(args: &[&OsStr]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tensorfile"))
-        .args(args)
-        .arg("--no-sync")
-        .output()
-        .unwrap()
+    let mut all: Vec<&OsStr> = args.to_vec();
+    all.push(OsStr::new("--no-sync"));
+    tensorfile_testkit::run(env!("CARGO_BIN_EXE_tensorfile"), all)
 }
 
 fn convert(input: &Path, output: &Path, extra: &[&str]) -> Output {
     let mut args: Vec<&OsStr> = vec!["convert".as_ref(), input.as_os_str(), output.as_os_str()];
     args.extend(extra.iter().map(|a| OsStr::new(*a)));
     tensorfile(&args)
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
 #[test]

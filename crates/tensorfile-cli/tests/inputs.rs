@@ -1,17 +1,11 @@
 //! Inputs of the wrong kind are named for what they are, with what to do.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures")
-}
+use std::path::Path;
+use std::process::Output;
+use tensorfile_testkit::fixtures;
 
 fn tensorfile(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tensorfile"))
-        .args(args)
-        .output()
-        .unwrap()
+    tensorfile_testkit::run(env!("CARGO_BIN_EXE_tensorfile"), args)
 }
 
 #[test]

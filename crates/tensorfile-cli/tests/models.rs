@@ -2,24 +2,13 @@
 //! indexes, run as a user runs them.
 
 use std::fs;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
+use tensorfile_testkit::{fixtures, stdout};
 
 use serde_json::Value;
 
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures")
-}
-
 fn tensorfile(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tensorfile"))
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8(o.stdout.clone()).unwrap()
+    tensorfile_testkit::run(env!("CARGO_BIN_EXE_tensorfile"), args)
 }
 
 fn model(name: &str) -> String {

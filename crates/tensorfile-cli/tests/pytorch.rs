@@ -1,8 +1,9 @@
 //! `inspect` and `convert` on PyTorch checkpoints, run as a user runs them.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 use tensorfile::Decode;
+use tensorfile_testkit::stdout;
 
 use serde_json::Value;
 
@@ -17,14 +18,7 @@ fn pytorch(name: &str) -> PathBuf {
 }
 
 fn tensorfile(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tensorfile"))
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8(o.stdout.clone()).unwrap()
+    tensorfile_testkit::run(env!("CARGO_BIN_EXE_tensorfile"), args)
 }
 
 #[test]

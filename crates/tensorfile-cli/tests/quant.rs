@@ -2,16 +2,13 @@
 //! as a user runs them.
 
 use std::ffi::OsStr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 use tensorfile::Decode;
+use tensorfile_testkit::{fixture, stderr};
 
 use serde_json::Value;
 use tensorfile::{Dtype, Metadata, SafeTensors, TensorRef, WriteOptions};
-
-fn fixture(rel: &str) -> PathBuf {
-    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures")).join(rel)
-}
 
 fn run(args: &[&OsStr]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_tensorfile"))
@@ -29,10 +26,6 @@ fn cmd(sub: &str, input: &Path, output: &Path, extra: &[&str]) -> Output {
     ];
     args.extend(extra.iter().map(OsStr::new));
     run(&args)
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
 fn refused(o: &Output, code: i32, needle: &str) {

@@ -1,18 +1,12 @@
 //! `tensorfile rewrite`: canonical output, alignment, refusals.
 
 use std::fs;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-fn fixtures() -> PathBuf {
-    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures")).to_path_buf()
-}
+use std::path::PathBuf;
+use std::process::Output;
+use tensorfile_testkit::fixtures;
 
 fn tensorfile(args: &[&std::ffi::OsStr]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tensorfile"))
-        .args(args)
-        .output()
-        .unwrap()
+    tensorfile_testkit::run(env!("CARGO_BIN_EXE_tensorfile"), args)
 }
 
 fn valid_files() -> Vec<PathBuf> {

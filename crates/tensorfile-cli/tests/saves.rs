@@ -13,15 +13,12 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
+use tensorfile_testkit::{fixture, stderr};
 
 const OLD: &[u8] = b"the old output, which must survive";
 
 fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_tensorfile")
-}
-
-fn fixture(rel: &str) -> PathBuf {
-    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures")).join(rel)
 }
 
 /// A valid file of `header` (the JSON) followed by `data_len` zero bytes,
@@ -79,10 +76,6 @@ fn entries(dir: &Path) -> Vec<String> {
         .collect();
     names.sort();
     names
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
 /// A child killed (and reaped) if the test fails before it ends.

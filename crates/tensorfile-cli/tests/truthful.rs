@@ -2,15 +2,12 @@
 //! name the file (as JSON with `--json`), casts that say what they lost.
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::Value;
 
 fn tensorfile(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tensorfile"))
-        .args(args)
-        .output()
-        .unwrap()
+    tensorfile_testkit::run(env!("CARGO_BIN_EXE_tensorfile"), args)
 }
 
 fn text(bytes: &[u8]) -> String {

@@ -1,24 +1,14 @@
 //! The `validate` and `inspect` commands, run as a user runs them.
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output};
+use tensorfile_testkit::{fixtures, stdout};
 
 use serde_json::Value;
 
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures")
-}
-
 fn tensorfile(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tensorfile"))
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8(o.stdout.clone()).unwrap()
+    tensorfile_testkit::run(env!("CARGO_BIN_EXE_tensorfile"), args)
 }
 
 fn files_in(dir: &str) -> Vec<PathBuf> {

@@ -3,6 +3,7 @@
 //! fuzz targets in `fuzz/` do the same, unbounded.)
 
 use std::path::PathBuf;
+use tensorfile_testkit::Rng;
 
 use tensorfile_pytorch::pickle::{Limits, Pickle};
 use tensorfile_pytorch::zip::ZipIndex;
@@ -28,21 +29,6 @@ fn fixtures() -> Vec<(String, Vec<u8>)> {
     out
 }
 
-/// xorshift64*: deterministic, no dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-}
-
 fn mutate(rng: &mut Rng, input: &[u8]) -> Vec<u8> {
     let mut v = input.to_vec();
     match rng.below(4) {
@@ -51,7 +37,7 @@ fn mutate(rng: &mut Rng, input: &[u8]) -> Vec<u8> {
             for _ in 0..1 + rng.below(4) {
                 if !v.is_empty() {
                     let i = rng.below(v.len());
-                    v[i] = [0, 0xff, 0x7f, 0x80, rng.next() as u8][rng.below(5)];
+                    v[i] = [0, 0xff, 0x7f, 0x80, rng.next_u64() as u8][rng.below(5)];
                 }
             }
         }
@@ -96,7 +82,7 @@ fn load_everything(bytes: Vec<u8>) {
 
 #[test]
 fn mutated_checkpoints_never_panic() {
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut rng = Rng::new(0x9e37_79b9_7f4a_7c15);
     for (_, bytes) in fixtures() {
         let rounds = if bytes.len() > 100_000 { 30 } else { 300 };
         for _ in 0..rounds {
@@ -113,7 +99,7 @@ fn mutated_checkpoints_never_panic() {
 
 #[test]
 fn mutated_pickles_never_panic() {
-    let mut rng = Rng(42);
+    let mut rng = Rng::new(42);
     let limits = Limits::default();
     for (_, bytes) in fixtures() {
         let Ok(zip) = ZipIndex::parse(&bytes) else {
@@ -131,10 +117,10 @@ fn mutated_pickles_never_panic() {
 
 #[test]
 fn random_bytes_never_panic() {
-    let mut rng = Rng(7);
+    let mut rng = Rng::new(7);
     for len in [0usize, 1, 8, 15, 22, 64, 300, 4096] {
         for _ in 0..50 {
-            let mut v: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+            let mut v: Vec<u8> = (0..len).map(|_| rng.next_u64() as u8).collect();
             load_everything(v.clone());
             let _ = Pickle::parse(&v, &Limits::default());
             // With a valid-looking start, so the deeper paths run too.

@@ -4,6 +4,7 @@
 //! which come after syntax).
 
 use tensorfile::{FormatError, Header};
+use tensorfile_testkit::Rng;
 
 /// Our verdict on syntax alone: `false` only for a JSON syntax error, or a
 /// number out of the range serde_json reads (which it reports as malformed).
@@ -90,22 +91,6 @@ fn nesting_limit_matches_serde_json() {
     }
 }
 
-/// xorshift64*: deterministic, so failures reproduce.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-}
-
 #[test]
 fn mutated_headers_agree_with_serde_json() {
     let seeds = [
@@ -124,7 +109,7 @@ fn mutated_headers_agree_with_serde_json() {
         ".", "e", "+", "true", "null", "fals", "\u{1}", "é", "01", "1.5", "[]", "{}", "\\n",
         "e400", "e308", "e-400", "1e99999999999", "179769313486231580793728971405303415079934132710037826936173778980444968292764750946649017977587207096330286416692887910946555547851940402630657488671505820681908902000708383676273854845817711531764475730270069855571366959622842914819860834936475292719074168444365510704342711559699508093042880177904174497792",
     ];
-    let mut rng = Rng(0x5eed_1234_abcd_0001);
+    let mut rng = Rng::new(0x5eed_1234_abcd_0001);
     let mut compared = 0;
     for round in 0..20_000 {
         let mut text = seeds[round % seeds.len()].clone();

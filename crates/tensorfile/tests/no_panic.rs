@@ -4,24 +4,9 @@
 use std::fs;
 use std::path::Path;
 use tensorfile::Decode;
+use tensorfile_testkit::Rng;
 
 use tensorfile::{ReadOptions, SafeTensors, SliceArg};
-
-/// xorshift64*: a small deterministic generator, so failures reproduce.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-}
 
 /// Reads `bytes` every way and slices every tensor with random arguments.
 fn exercise(bytes: &[u8], rng: &mut Rng) {
@@ -35,7 +20,7 @@ fn exercise(bytes: &[u8], rng: &mut Rng) {
         let _ = t.as_slice::<f32>();
         let args: Vec<SliceArg> = (0..rng.below(4))
             .map(|_| {
-                let [a, b, c, d, e] = [(); 5].map(|()| rng.next());
+                let [a, b, c, d, e] = [(); 5].map(|()| rng.next_u64());
                 let v = |x: u64| (x as i64) % 9 - 4;
                 if a % 3 == 0 {
                     SliceArg::Index(v(b))
@@ -45,7 +30,7 @@ fn exercise(bytes: &[u8], rng: &mut Rng) {
                     SliceArg::Range {
                         start,
                         stop,
-                        step: rng.next() % 4,
+                        step: rng.next_u64() % 4,
                     }
                 }
             })
@@ -83,7 +68,7 @@ fn mutate(original: &[u8], rng: &mut Rng) -> Vec<u8> {
             4 => b.truncate(rng.below(len + 1)),
             5 if len >= 8 => {
                 let n = match rng.below(3) {
-                    0 => rng.next(),
+                    0 => rng.next_u64(),
                     1 => (len as u64)
                         .wrapping_sub(8)
                         .wrapping_add(rng.below(5) as u64)
@@ -100,11 +85,11 @@ fn mutate(original: &[u8], rng: &mut Rng) -> Vec<u8> {
 
 #[test]
 fn random_bytes_never_panic() {
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut rng = Rng::new(0x9e37_79b9_7f4a_7c15);
     for _ in 0..3000 {
         let len = rng.below(64);
-        let mut b: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
-        if len >= 8 && rng.next() % 2 == 0 {
+        let mut b: Vec<u8> = (0..len).map(|_| rng.next_u64() as u8).collect();
+        if len >= 8 && rng.next_u64() % 2 == 0 {
             // A plausible length prefix, so the JSON parser gets exercised.
             b[..8].copy_from_slice(&((len - 8) as u64).to_le_bytes());
         }
@@ -115,7 +100,7 @@ fn random_bytes_never_panic() {
 #[test]
 fn mutated_valid_files_never_panic() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/valid");
-    let mut rng = Rng(0x1234_5678_9abc_def1);
+    let mut rng = Rng::new(0x1234_5678_9abc_def1);
     let mut seeds = Vec::new();
     for entry in fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();

@@ -119,17 +119,9 @@ fn bits_eq(a: &[f32], b: &[f32]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
 }
 
-/// A deterministic pseudo-random sequence (xorshift) of values in [-1, 1).
+/// `n` deterministic pseudo-random values in [-1, 1).
 fn noise(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
+    tensorfile_testkit::Rng::new(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1).noise(n)
 }
 
 fn quant_problem(e: &Error) -> (&str, &QuantError) {

@@ -33,7 +33,7 @@ pub const QUANTIZATION_KEY: &str = "quantization";
 /// assert_eq!(q.for_module("model.layers.0.mlp.up_proj"), Some(QuantParams::affine(4, 64)));
 /// assert_eq!(q.for_module("model.layers.0.mlp.down_proj"), Some(QuantParams::affine(6, 32)));
 /// assert_eq!(q.for_module("lm_head"), None);
-/// # Ok::<(), String>(())
+/// # Ok::<(), tensorfile::quant::QuantError>(())
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct QuantConfig {

@@ -1,0 +1,86 @@
+//! What the workspace's tests share, so that no test file keeps its own
+//! copy: where the fixtures are, running the `tensorfile` command and
+//! reading what it printed, and one deterministic pseudo-random generator
+//! (failures reproduce from the seed).
+//!
+//! ```
+//! use tensorfile_testkit::Rng;
+//! let mut a = Rng::new(7);
+//! let mut b = Rng::new(7);
+//! assert_eq!(a.next_u64(), b.next_u64());
+//! assert!(a.below(10) < 10);
+//! ```
+
+#![warn(missing_docs)]
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The repository's `tests/fixtures` directory.
+pub fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures")
+}
+
+/// A fixture by its path under `tests/fixtures` (`valid/minimal_bf16.safetensors`).
+pub fn fixture(rel: &str) -> PathBuf {
+    fixtures().join(rel)
+}
+
+/// Runs the program `bin` (a test's `env!("CARGO_BIN_EXE_tensorfile")`)
+/// with `args`, waiting for it; stdout and stderr are captured.
+pub fn run<I, S>(bin: &str, args: I) -> Output
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    Command::new(bin)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {bin}: {e}"))
+}
+
+/// What a run printed on stdout, as text.
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// What a run printed on stderr, as text.
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// xorshift64*: small, deterministic, no dependency.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator from `seed` (0 is replaced: xorshift needs a nonzero state).
+    pub fn new(seed: u64) -> Rng {
+        Rng(if seed == 0 {
+            0x9E37_79B9_7F4A_7C15
+        } else {
+            seed
+        })
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// A number below `n` (0 when `n` is 0).
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n.max(1) as u64) as usize
+    }
+
+    /// `n` values in [-1, 1).
+    pub fn noise(&mut self, n: usize) -> Vec<f32> {
+        (0..n)
+            .map(|_| ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0)
+            .collect()
+    }
+}
