@@ -1,7 +1,7 @@
 //! `tensorfile._native`: the extension module under the `tensorfile` Python
 //! package. A thin layer over the library: it opens, reads, slices, casts
 //! and writes through `tensorfile`'s own API, hands tensor bytes to Python
-//! as [`Buffer`]s (objects with the numpy array interface, which keep the
+//! as `Buffer`s (objects with the numpy array interface, which keep the
 //! memory alive), and turns the library's errors into `SafetensorError`s
 //! that name the rule and the place. The Python modules beside it give the
 //! safetensors API on top. The GIL is released around every read, parse
