@@ -6,7 +6,9 @@
 #
 # The environment is target/python-venv, made on the first run (so fresh on
 # a clean clone, as in CI) and reused later; PYTHON picks the interpreter
-# that makes it (default python3).
+# that makes it (default python3). TENSORFILE_PY_PROFILE=dev builds the
+# extension unoptimized, reusing what `cargo test` already compiled (CI does
+# this: a release build of the whole library would add minutes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,6 +22,9 @@ fi
 py="$PWD/$venv/bin/python"
 # The build backend runs the maturin executable from PATH.
 export PATH="$PWD/$venv/bin:$PATH"
+if [ "${TENSORFILE_PY_PROFILE:-release}" != release ]; then
+    export MATURIN_PEP517_ARGS="--profile ${TENSORFILE_PY_PROFILE}"
+fi
 # --no-build-isolation: maturin is already in the environment.
 "$py" -m pip install --quiet --no-build-isolation --force-reinstall --no-deps ./python
 "$py" -m pytest -q -p no:cacheprovider python/tests
