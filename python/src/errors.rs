@@ -64,11 +64,6 @@ pub fn lib(e: tensorfile::Error) -> PyErr {
     safetensor_error(e.to_string(), rule, e.file())
 }
 
-/// A PyTorch loader error.
-pub fn pytorch(e: tensorfile_pytorch::Error) -> PyErr {
-    safetensor_error(e.to_string(), None, None)
-}
-
 /// A plain message.
 pub fn msg(message: impl Into<String>) -> PyErr {
     safetensor_error(message.into(), None, None)

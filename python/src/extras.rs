@@ -74,33 +74,32 @@ pub fn load_pytorch(
     key: Option<String>,
     name: Option<String>,
 ) -> PyResult<Vec<(String, Buffer)>> {
-    py.detach(
-        || -> Result<Vec<(String, Buffer)>, tensorfile_pytorch::Error> {
-            let options = tensorfile_pytorch::LoadOptions {
-                key,
-                name,
-                ..Default::default()
-            };
-            let ckpt = tensorfile_pytorch::Checkpoint::open_with(&path, &options)?;
-            let mut out = Vec::with_capacity(ckpt.len());
-            for t in ckpt.tensors() {
-                let bytes = t.data()?.into_vec();
-                out.push((
-                    t.name().to_string(),
-                    Buffer::owned(bytes, t.dtype(), t.shape()),
-                ));
-            }
-            Ok(out)
-        },
-    )
-    .map_err(|e| match e {
-        tensorfile_pytorch::Error::Io { .. } if !path.exists() => {
+    py.detach(|| -> tensorfile::Result<Vec<(String, Buffer)>> {
+        let options = tensorfile::pytorch::LoadOptions {
+            key,
+            name,
+            ..Default::default()
+        };
+        let ckpt = tensorfile::pytorch::Checkpoint::open_with(&path, &options)?;
+        let mut out = Vec::with_capacity(ckpt.len());
+        for t in ckpt.tensors() {
+            let bytes = t.data()?.into_vec();
+            out.push((
+                t.name().to_string(),
+                Buffer::owned(bytes, t.dtype(), t.shape()),
+            ));
+        }
+        Ok(out)
+    })
+    .map_err(|e| {
+        if path.exists() {
+            errors::lib(e)
+        } else {
             pyo3::exceptions::PyFileNotFoundError::new_err(format!(
                 "No such file or directory: {}",
                 path.display()
             ))
         }
-        other => errors::pytorch(other),
     })
 }
 
@@ -155,23 +154,21 @@ pub fn inspect_json(py: Python<'_>, path: PathBuf, hash: bool) -> PyResult<Strin
             })
             .map_err(errors::lib)?,
         Kind::Pytorch => py
-            .detach(|| -> Result<_, tensorfile_pytorch::Error> {
-                let ckpt = tensorfile_pytorch::Checkpoint::open(&path)?;
+            .detach(|| -> tensorfile::Result<_> {
+                let ckpt = tensorfile::pytorch::Checkpoint::open(&path)?;
                 let size = std::fs::metadata(&path)
                     .map_err(|e| tensorfile::Error::io(&path, e))?
                     .len();
                 let mut digests = std::collections::HashMap::new();
                 if hash {
                     for t in ckpt.tensors() {
-                        digests.insert(t.name().to_string(), describe::sha256_of(&t.bytes()?));
+                        digests.insert(t.name().to_string(), describe::sha256_hex(&t, &|_| {})?);
                     }
                 }
                 let digest = |n: &str| digests.get(n).cloned();
-                Ok(tensorfile_pytorch::describe::checkpoint(
-                    &path, size, &ckpt, &digest,
-                ))
+                Ok(describe::checkpoint(&path, size, &ckpt, &digest))
             })
-            .map_err(errors::pytorch)?,
+            .map_err(errors::lib)?,
         other => {
             return Err(errors::msg(format!(
                 "{}: is {other}, which inspect does not describe",

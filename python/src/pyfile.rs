@@ -98,7 +98,7 @@ impl ByteSource for PyFile {
 
     fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         let end = offset.checked_add(buf.len() as u64);
-        if !end.is_some_and(|end| end <= self.len) {
+        if end.is_none_or(|end| end > self.len) {
             return Err(tensorfile::source::truncated(offset, buf.len(), self.len));
         }
         if buf.is_empty() {

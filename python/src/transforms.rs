@@ -14,7 +14,7 @@ use tensorfile::quant::{
     dequantize_plan, is_dequantize_dtype, quantize_plan, DequantizeOptions, Glob, Mode,
     QuantConfig, QuantParams, QuantizeOptions, Scheme, Selection, Storage,
 };
-use tensorfile::transform::Input;
+use tensorfile::transform::{Input, Written};
 use tensorfile::{ReadOptions, WriteOptions};
 
 use crate::errors;
@@ -83,33 +83,30 @@ pub fn convert<'py>(
     let kind = py
         .detach(|| tensorfile::input::detect(&input))
         .map_err(errors::lib)?;
-    if kind == Kind::Pytorch {
-        use tensorfile_pytorch::convert::{convert_checkpoint, ConvertOptions};
-        let report = py
-            .detach(|| -> Result<_, tensorfile_pytorch::Error> {
-                tensorfile::atomic::check_not_input(&output, [&input])
-                    .map_err(tensorfile::Error::from)?;
-                let load = tensorfile_pytorch::LoadOptions {
+    if matches!(kind, Kind::Pytorch | Kind::PytorchSet) {
+        let (format, written, tensors, aliases, cast_count, losses) = py
+            .detach(|| {
+                convert_pytorch(
+                    &input,
+                    &output,
+                    kind,
                     key,
                     name,
-                    ..Default::default()
-                };
-                let ckpt = tensorfile_pytorch::Checkpoint::open_with(&input, &load)?;
-                let options = ConvertOptions {
-                    load,
-                    write,
                     dtype,
                     cast,
-                    ..ConvertOptions::default()
-                };
-                convert_checkpoint(&ckpt, &output, &options, |_| {})
+                    write,
+                    max_shard_size,
+                )
             })
-            .map_err(errors::pytorch)?;
-        d.set_item("input_format", "pytorch")?;
-        d.set_item("tensors", report.tensors)?;
-        d.set_item("aliases", report.aliases)?;
-        d.set_item("cast", report.cast)?;
-        d.set_item("bytes", std::fs::metadata(&output).map(|m| m.len()).ok())?;
+            .map_err(errors::lib)?;
+        d.set_item("input_format", format)?;
+        d.set_item("files", shown(&written.files))?;
+        d.set_item("index", written.index.map(|p| p.display().to_string()))?;
+        d.set_item("tensors", tensors)?;
+        d.set_item("aliases", aliases)?;
+        d.set_item("cast", cast_count)?;
+        d.set_item("bytes", written.bytes)?;
+        d.set_item("losses", losses_dict(py, losses)?)?;
         return Ok(d);
     }
     if key.is_some() || name.is_some() {
@@ -137,11 +134,7 @@ pub fn convert<'py>(
                 &write,
                 &no_progress,
             )?;
-            let losses: Vec<(String, [u64; 4])> = summary
-                .losses()
-                .into_iter()
-                .map(|(n, l)| (n.to_string(), [l.to_inf, l.to_nan, l.saturated, l.flushed]))
-                .collect();
+            let losses = owned_losses(summary.losses());
             Ok((summary, written, losses))
         })
         .map_err(errors::lib)?;
@@ -151,6 +144,24 @@ pub fn convert<'py>(
     d.set_item("cast", summary.cast)?;
     d.set_item("companions", summary.companions)?;
     d.set_item("bytes", written.bytes)?;
+    d.set_item("losses", losses_dict(py, losses)?)?;
+    Ok(d)
+}
+
+/// Per tensor whose cast lost values: to_inf, to_nan, saturated, flushed.
+type LossCounts = Vec<(String, [u64; 4])>;
+
+/// The losses of a conversion, owned (to leave the detached section).
+fn owned_losses(losses: Vec<(&str, tensorfile::cast::Losses)>) -> LossCounts {
+    losses
+        .into_iter()
+        .map(|(n, l)| (n.to_string(), [l.to_inf, l.to_nan, l.saturated, l.flushed]))
+        .collect()
+}
+
+/// The losses as `{name: {to_inf, to_nan, saturated, flushed}}`, as the
+/// CLI's `--json` gives them.
+fn losses_dict<'py>(py: Python<'py>, losses: LossCounts) -> PyResult<Bound<'py, PyDict>> {
     let lost = PyDict::new(py);
     for (name, [to_inf, to_nan, saturated, flushed]) in losses {
         let counts = PyDict::new(py);
@@ -160,8 +171,118 @@ pub fn convert<'py>(
         counts.set_item("flushed", flushed)?;
         lost.set_item(name, counts)?;
     }
-    d.set_item("losses", lost)?;
-    Ok(d)
+    Ok(lost)
+}
+
+/// What a PyTorch conversion gives the summary: the input's format, what
+/// was written, tensors, aliases, casts and losses.
+type PytorchConverted = (&'static str, Written, usize, usize, usize, LossCounts);
+
+/// Converts a PyTorch checkpoint (`Kind::Pytorch`) or a sharded `.bin` set
+/// (its index, or a directory holding one) to `output`: a file, or a set
+/// with one output shard per input shard (or cut at `max_shard_size`).
+#[allow(clippy::too_many_arguments)]
+fn convert_pytorch(
+    input: &Path,
+    output: &Path,
+    kind: Kind,
+    key: Option<String>,
+    name: Option<String>,
+    dtype: Option<tensorfile::Dtype>,
+    cast: CastOptions,
+    write: WriteOptions,
+    max_shard_size: Option<u64>,
+) -> tensorfile::Result<PytorchConverted> {
+    use tensorfile::pytorch::{convert_plan, plan_set, Checkpoint, CheckpointSet, ConvertOptions};
+    use tensorfile::transform::{write_to, Layout};
+    let set_index = match kind {
+        Kind::PytorchSet => Some(CheckpointSet::find_index(input).ok_or_else(|| {
+            let e = std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                "no .bin index here (a sharded set is converted from its index)",
+            );
+            tensorfile::Error::io(input, e)
+        })?),
+        _ => None,
+    };
+    if set_index.is_some() && (key.is_some() || name.is_some()) {
+        let e = std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "key and name apply to a single checkpoint, not a sharded .bin set",
+        );
+        return Err(tensorfile::Error::io(input, e));
+    }
+    let options = ConvertOptions {
+        load: tensorfile::pytorch::LoadOptions {
+            key,
+            name,
+            ..Default::default()
+        },
+        write,
+        dtype,
+        cast,
+        ..ConvertOptions::default()
+    };
+    if let Some(index) = set_index {
+        let set = CheckpointSet::open(&index, &options.load)?;
+        let mut inputs: Vec<PathBuf> = set
+            .shards()
+            .iter()
+            .map(|s| set.dir().join(s.name()))
+            .collect();
+        inputs.push(set.index_path().to_path_buf());
+        tensorfile::atomic::check_not_input(output, &inputs)?;
+        let planned = plan_set(&set, &options)?;
+        let layout = Layout {
+            is_set: true,
+            shard_of: planned.shard_of.clone(),
+            shards: planned.shards,
+            prefix: planned.prefix.into(),
+        };
+        let written = write_to(
+            &layout,
+            &planned.plan,
+            output,
+            max_shard_size,
+            &options.write,
+            &no_progress,
+        )?;
+        let r = &planned.report;
+        return Ok((
+            "pytorch-set",
+            written,
+            r.tensors,
+            r.aliases,
+            r.cast,
+            owned_losses(r.losses()),
+        ));
+    }
+    // Safetensors bytes must not land on the checkpoint itself.
+    tensorfile::atomic::check_not_input(output, [input])?;
+    let ckpt = Checkpoint::open_with(input, &options.load)?;
+    let (plan, report) = convert_plan(&ckpt, &options)?;
+    let layout = Layout {
+        is_set: false,
+        shard_of: vec![0; plan.specs().len()],
+        shards: 1,
+        prefix: "model".into(),
+    };
+    let written = write_to(
+        &layout,
+        &plan,
+        output,
+        max_shard_size,
+        &options.write,
+        &no_progress,
+    )?;
+    Ok((
+        "pytorch",
+        written,
+        report.tensors,
+        report.aliases,
+        report.cast,
+        owned_losses(report.losses()),
+    ))
 }
 
 /// Quantizes the weights of `input` (a safetensors file or set) with

@@ -104,7 +104,7 @@ pub fn header_text(specs: &[Spec]) -> String {
         offset += t.nbytes;
     }
     s.push('}');
-    while s.len() % 8 != 0 {
+    while !s.len().is_multiple_of(8) {
         s.push(' ');
     }
     s
@@ -122,7 +122,7 @@ pub fn unknown_fields_header(fields: usize) -> String {
         let _ = write!(s, r#""u{i}":{},"#, i % 10);
     }
     s.push_str(r#""data_offsets":[0,8]}}"#);
-    while s.len() % 8 != 0 {
+    while !s.len().is_multiple_of(8) {
         s.push(' ');
     }
     s

@@ -26,14 +26,6 @@ impl Progress {
         Progress(Some(bar))
     }
 
-    /// Sets the bytes done and the total.
-    pub fn set(&self, done: u64, total: u64) {
-        if let Some(bar) = &self.0 {
-            bar.set_length(total);
-            bar.set_position(done);
-        }
-    }
-
     /// Adds `n` bytes done (from any thread).
     pub fn inc(&self, n: u64) {
         if let Some(bar) = &self.0 {

@@ -92,12 +92,12 @@ fn check_warnings_do_not_fail() {
 
 #[test]
 fn check_a_non_course_model_and_the_v0_contract() {
-    let dir = fixtures().join("mlx/mlx_mixed_model");
+    let dir = fixtures().join("real/hf/llama");
     let dir = dir.to_str().unwrap();
     let o = tensorfile(&["check", dir]);
     assert_eq!(o.status.code(), Some(0));
     assert!(
-        stdout(&o).contains("architecture check was skipped"),
+        stdout(&o).contains(": ok (LlamaForCausalLM, architecture checked; 0 errors, 0 warnings)"),
         "{}",
         stdout(&o)
     );
@@ -110,6 +110,61 @@ fn check_a_non_course_model_and_the_v0_contract() {
         .unwrap()
         .iter()
         .all(|p| p["kind"] == "unsupported_format"));
+}
+
+#[test]
+fn check_hugging_face_directories() {
+    let real = |rel: &str| {
+        fixtures()
+            .join("real")
+            .join(rel)
+            .to_str()
+            .unwrap()
+            .to_string()
+    };
+    // A config whose hidden_size no longer matches the weights.
+    let dir = real("hf_broken/llama_hidden_mismatch");
+    let o = tensorfile(&["check", &dir]);
+    assert_eq!(o.status.code(), Some(1));
+    let text = stdout(&o);
+    assert!(
+        text.contains(": failed (LlamaForCausalLM, architecture checked; 21 errors"),
+        "{text}"
+    );
+    assert!(
+        text.contains("error: lm_head.weight: shape [256, 64], but the config gives [256, 48]"),
+        "{text}"
+    );
+    // A layer's down_proj missing.
+    let o = tensorfile(&[
+        "check",
+        "--json",
+        &real("hf_broken/qwen2_missing_down_proj"),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["errors"], 1);
+    let p = &v["report"]["problems"][0];
+    assert_eq!(p["kind"], "missing_tensor");
+    assert_eq!(p["subject"], "model.layers.1.mlp.down_proj.weight");
+    assert_eq!(v["report"]["arch"], "Qwen2ForCausalLM");
+    // mlx-lm's quantized experts.
+    let o = tensorfile(&["check", &real("mlx_lm_arch/qwen3_moe_q4")]);
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+    // A diffusers directory: a warning, not ok-and-silent.
+    let o = tensorfile(&["check", "--json", &real("sharded/unet_safetensors")]);
+    assert_eq!(o.status.code(), Some(0));
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["warnings"], 1);
+    assert_eq!(v["report"]["problems"][0]["kind"], "unknown_architecture");
+    // PyTorch weights only: convert says how.
+    let o = tensorfile(&["check", &real("sharded/llama_tied_bin")]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stdout(&o).contains("error: pytorch_model.bin.index.json: the weights are PyTorch checkpoints, not safetensors: `tensorfile convert` turns them into safetensors"),
+        "{}",
+        stdout(&o)
+    );
 }
 
 #[test]

@@ -383,3 +383,191 @@ fn budget_flags_apply_only_to_pytorch_input() {
             .contains("--max-inflated-bytes applies only to PyTorch input"));
     }
 }
+
+fn real(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/real")
+        .join(path)
+}
+
+#[test]
+fn convert_writes_a_sharded_set_from_a_bin_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = real("sharded/llama_tied_bin");
+    let out = dir.path().join("out");
+    let o = tensorfile(&[
+        "convert",
+        "--no-sync",
+        "--json",
+        input.to_str().unwrap(),
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["input_format"], "pytorch-set");
+    assert_eq!(
+        (v["tensors"].as_u64(), v["aliases"].as_u64()),
+        (Some(20), Some(1))
+    );
+    let mut names: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "model-00001-of-00004.safetensors",
+            "model-00002-of-00004.safetensors",
+            "model-00003-of-00004.safetensors",
+            "model-00004-of-00004.safetensors",
+            "model.safetensors.index.json",
+        ]
+    );
+    // The set validates; re-cut with --max-shard-size, and cast.
+    let o = tensorfile(&["validate", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    let recut = dir.path().join("recut");
+    let index = input.join("pytorch_model.bin.index.json");
+    let o = tensorfile(&[
+        "convert",
+        "--no-sync",
+        "--max-shard-size",
+        "1MB",
+        "--dtype",
+        "bf16",
+        index.to_str().unwrap(),
+        recut.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    assert!(
+        stdout(&o).contains("1 files, 20 tensors (+1 aliases), 20 cast to BF16"),
+        "{}",
+        stdout(&o)
+    );
+    assert!(recut.join("model.safetensors").exists());
+}
+
+#[test]
+fn convert_takes_a_directory_of_one_checkpoint_and_cuts_with_max_shard_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = real("tied_bin/llama/bin");
+    let bin = input.join("pytorch_model.bin");
+    // A directory holding one pytorch_model.bin and no index is that
+    // checkpoint, as a directory holding one model.safetensors is that file.
+    let from_dir = dir.path().join("from_dir.safetensors");
+    let from_bin = dir.path().join("from_bin.safetensors");
+    for (input, out) in [(&input, &from_dir), (&bin, &from_bin)] {
+        let o = tensorfile(&[
+            "convert",
+            "--no-sync",
+            input.to_str().unwrap(),
+            out.to_str().unwrap(),
+        ]);
+        assert_eq!(o.status.code(), Some(0), "{o:?}");
+    }
+    assert_eq!(
+        std::fs::read(&from_dir).unwrap(),
+        std::fs::read(&from_bin).unwrap()
+    );
+    // --max-shard-size makes a set of a single checkpoint's conversion, as
+    // of a single safetensors file's.
+    let cut = dir.path().join("cut");
+    let o = tensorfile(&[
+        "convert",
+        "--no-sync",
+        "--json",
+        "--max-shard-size",
+        "40KB",
+        bin.to_str().unwrap(),
+        cut.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let files = v["files"].as_array().unwrap();
+    assert!(files.len() > 1, "{v}");
+    assert!(cut.join("model.safetensors.index.json").exists());
+    let o = tensorfile(&["validate", cut.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    // A directory with no weights explains itself on one line.
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let out = dir.path().join("out");
+    let o = tensorfile(&["convert", empty.to_str().unwrap(), out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("no model weights"), "{err}");
+    assert!(err.contains("empty"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(!out.exists());
+}
+
+#[test]
+fn inspect_counts_a_tied_tensor_once() {
+    let bin = real("tied_bin/llama/bin/pytorch_model.bin");
+    let o = tensorfile(&["inspect", "--json", bin.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let tensors = v["tensors"].as_array().unwrap();
+    let all: u64 = tensors
+        .iter()
+        .map(|t| {
+            t["shape"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|d| d.as_u64().unwrap())
+                .product::<u64>()
+        })
+        .sum();
+    // The embedding (256 x 32) is also lm_head.weight.
+    assert_eq!(v["parameters"].as_u64(), Some(all - 256 * 32));
+}
+
+#[test]
+fn a_cast_of_a_checkpoint_reports_what_it_lost_and_strict_refuses_it() {
+    use hostile::{Record, Storage, Tensor};
+    let dir = tempfile::tempdir().unwrap();
+    let values: [f32; 4] = [1e6, -1e6, 1e-9, 1.0];
+    let storages = [Storage {
+        key: "0".into(),
+        class: "FloatStorage",
+        elem: 4,
+        numel: 4,
+    }];
+    let tensors = [Tensor {
+        name: "big".into(),
+        storage: 0,
+        offset: 0,
+        shape: vec![4],
+        strides: vec![1],
+    }];
+    let bytes = hostile::checkpoint(
+        Record::stored(
+            "archive/data.pkl",
+            hostile::state_dict_pickle(&storages, &tensors),
+        ),
+        vec![Record::stored(
+            "archive/data/0",
+            values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        )],
+    );
+    let input = dir.path().join("big.pt");
+    std::fs::write(&input, bytes).unwrap();
+    let out = dir.path().join("out.safetensors");
+    let (i, o) = (input.to_str().unwrap(), out.to_str().unwrap());
+    let r = tensorfile(&["convert", "--json", "--dtype", "f16", i, o]);
+    assert_eq!(r.status.code(), Some(0), "{r:?}");
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert_eq!(
+        err.trim_end(),
+        format!("tensorfile: warning: {o}: tensor \"big\": 2 overflowed to inf, 1 flushed to zero (--strict refuses this)")
+    );
+    let v: Value = serde_json::from_str(&stdout(&r)).unwrap();
+    assert_eq!(v["losses"]["big"]["to_inf"], 2);
+    std::fs::remove_file(&out).unwrap();
+    let r = tensorfile(&["convert", "--strict", "--dtype", "f16", i, o]);
+    assert_eq!(r.status.code(), Some(1), "{r:?}");
+    assert!(String::from_utf8_lossy(&r.stderr).contains("overflows to inf in F16"));
+    assert!(!out.exists(), "a refused conversion writes nothing");
+}

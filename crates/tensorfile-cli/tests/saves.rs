@@ -25,7 +25,7 @@ fn bin() -> &'static str {
 /// sparse on disk.
 fn sparse_file(path: &Path, header: &str, data_len: u64) {
     let mut text = header.as_bytes().to_vec();
-    while text.len() % 8 != 0 {
+    while !text.len().is_multiple_of(8) {
         text.push(b' ');
     }
     let mut bytes = (text.len() as u64).to_le_bytes().to_vec();

@@ -3,15 +3,20 @@
 //! status 1, never a signal, and leaves no output behind.
 
 use std::fs;
+use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::Duration;
+
+/// The checkpoint builder of the loader's tests.
+#[path = "../../tensorfile-pytorch/tests/common/hostile.rs"]
+mod hostile;
 
 /// A valid file with one 1 GiB F32 weight, sparse on disk (zeros).
 fn big_file(path: &std::path::Path) {
     let header =
         br#"{"layer.weight":{"dtype":"F32","shape":[16384,16384],"data_offsets":[0,1073741824]}}"#;
     let mut text = header.to_vec();
-    while text.len() % 8 != 0 {
+    while !text.len().is_multiple_of(8) {
         text.push(b' ');
     }
     let mut bytes = (text.len() as u64).to_le_bytes().to_vec();
@@ -19,6 +24,106 @@ fn big_file(path: &std::path::Path) {
     fs::write(path, &bytes).unwrap();
     let f = fs::OpenOptions::new().write(true).open(path).unwrap();
     f.set_len(bytes.len() as u64 + (1 << 30)).unwrap();
+}
+
+/// A `torch.save` zip checkpoint with one 1 GiB F32 weight stored as is,
+/// sparse on disk (zeros): the archive is laid out by the builder with an
+/// empty record, then the record's gigabyte is a hole before the central
+/// directory, whose sizes and offset are patched to match.
+fn big_checkpoint(path: &std::path::Path) {
+    use hostile::{Record, Storage, Tensor};
+    const LEN: u64 = 1 << 30;
+    let storages = [Storage {
+        key: "0".into(),
+        class: "FloatStorage",
+        elem: 4,
+        numel: LEN / 4,
+    }];
+    let tensors = [Tensor {
+        name: "layer.weight".into(),
+        storage: 0,
+        offset: 0,
+        shape: vec![16384, 16384],
+        strides: vec![16384, 1],
+    }];
+    let pickle = hostile::state_dict_pickle(&storages, &tensors);
+    let bytes = hostile::zip(&[
+        Record::stored("archive/data.pkl", pickle),
+        Record::stored("archive/data/0", Vec::new()),
+    ]);
+    let eocd = bytes.len() - 22;
+    let cd_offset = u32::from_le_bytes(bytes[eocd + 16..eocd + 20].try_into().unwrap()) as usize;
+    let (head, tail) = bytes.split_at(cd_offset);
+    let mut tail = tail.to_vec();
+    // The second central entry follows the first (46 bytes and its name).
+    let second = 46 + "archive/data.pkl".len();
+    tail[second + 20..second + 28]
+        .copy_from_slice(&[(LEN as u32).to_le_bytes(), (LEN as u32).to_le_bytes()].concat());
+    let eocd = tail.len() - 22;
+    let moved = (cd_offset as u64 + LEN) as u32;
+    tail[eocd + 16..eocd + 20].copy_from_slice(&moved.to_le_bytes());
+    let mut f = fs::File::create(path).unwrap();
+    f.write_all(head).unwrap();
+    f.set_len(cd_offset as u64 + LEN).unwrap();
+    use std::io::{Seek, SeekFrom};
+    f.seek(SeekFrom::End(0)).unwrap();
+    f.write_all(&tail).unwrap();
+}
+
+#[test]
+fn long_reads_of_a_checkpoint_truncated_underneath_fail_cleanly() {
+    let commands: [&[&str]; 3] = [
+        &["inspect", "--hash"],
+        &["convert", "--no-sync"],
+        &["convert", "--no-sync", "--dtype", "bf16"],
+    ];
+    for args in commands {
+        let dir = tempfile::tempdir().unwrap();
+        let input = dir.path().join("in.pt");
+        let out_dir = dir.path().join("out");
+        fs::create_dir(&out_dir).unwrap();
+        big_checkpoint(&input);
+        // The checkpoint is whole before it is cut.
+        let check = Command::new(env!("CARGO_BIN_EXE_tensorfile"))
+            .args(["inspect", "--json"])
+            .arg(&input)
+            .output()
+            .unwrap();
+        assert_eq!(check.status.code(), Some(0), "{check:?}");
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tensorfile"));
+        cmd.args(args).arg(&input);
+        if args[0] != "inspect" {
+            cmd.arg(out_dir.join("out.safetensors"));
+        }
+        let child = cmd
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        fs::OpenOptions::new()
+            .write(true)
+            .open(&input)
+            .unwrap()
+            .set_len(4096)
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "{args:?}: {:?} {stderr}",
+            out.status
+        );
+        assert!(stderr.contains("in.pt"), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("changed or truncated"),
+            "{args:?}: {stderr}"
+        );
+        assert_eq!(stderr.trim().lines().count(), 1, "{args:?}: {stderr}");
+        let left: Vec<_> = fs::read_dir(&out_dir).unwrap().collect();
+        assert!(left.is_empty(), "{args:?} left {left:?}");
+    }
 }
 
 #[test]
@@ -69,4 +174,46 @@ fn long_reads_of_a_file_truncated_underneath_fail_cleanly() {
         let left: Vec<_> = fs::read_dir(&out_dir).unwrap().collect();
         assert!(left.is_empty(), "{args:?} left {left:?}");
     }
+}
+
+#[test]
+fn a_bin_set_whose_shard_is_truncated_underneath_fails_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let set = dir.path().join("set");
+    fs::create_dir(&set).unwrap();
+    let shard = set.join("pytorch_model-00001-of-00001.bin");
+    big_checkpoint(&shard);
+    fs::write(
+        set.join("pytorch_model.bin.index.json"),
+        br#"{"metadata":{"total_size":1073741824},"weight_map":{"layer.weight":"pytorch_model-00001-of-00001.bin"}}"#,
+    )
+    .unwrap();
+    let out = dir.path().join("out");
+    let child = Command::new(env!("CARGO_BIN_EXE_tensorfile"))
+        .args(["convert", "--no-sync"])
+        .arg(&set)
+        .arg(&out)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&shard)
+        .unwrap()
+        .set_len(4096)
+        .unwrap();
+    let o = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{:?} {stderr}", o.status);
+    assert!(
+        stderr.contains("pytorch_model-00001-of-00001.bin"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("changed or truncated"), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    // No shard, no index: the set is all or nothing.
+    let left: Vec<_> = fs::read_dir(&out).map(|d| d.collect()).unwrap_or_default();
+    assert!(left.is_empty(), "left {left:?}");
 }

@@ -29,7 +29,7 @@ fn write_f32(path: &Path, tensors: &[(&str, &[f32])]) {
         );
     }
     let mut h = serde_json::to_vec(&Value::Object(header)).unwrap();
-    while h.len() % 8 != 0 {
+    while !h.len().is_multiple_of(8) {
         h.push(b' ');
     }
     let mut bytes = (h.len() as u64).to_le_bytes().to_vec();

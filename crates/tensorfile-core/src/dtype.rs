@@ -145,7 +145,7 @@ impl Dtype {
     /// Bytes per element for dtypes of 8 bits or more; `None` for F4 and F6.
     pub const fn size(self) -> Option<usize> {
         let bits = self.bits();
-        if bits % 8 == 0 {
+        if bits.is_multiple_of(8) {
             Some((bits / 8) as usize)
         } else {
             None

@@ -404,6 +404,108 @@ pub enum OutputError {
     },
 }
 
+/// What kind of failure an error is: what to decide on (report a bad
+/// input, fix the call, raise a limit, retry), whichever layer the error
+/// comes from. Every error of the workspace's crates has one
+/// (`tensorfile_core::Error::kind`, `tensorfile::Error::kind`,
+/// `tensorfile_pytorch::Error::kind`), and the C library turns each kind
+/// into its `TL_E*` code.
+///
+/// Deliberately not `#[non_exhaustive]`: a `match` on it names every kind,
+/// so a kind added later does not compile until each such match (the C
+/// library's among them) says what to do with it:
+///
+/// ```
+/// use tensorfile_core::ErrorKind;
+///
+/// // No `_` arm: this compiles only while these are all the kinds.
+/// fn retry_makes_sense(kind: ErrorKind) -> bool {
+///     match kind {
+///         ErrorKind::Io | ErrorKind::OutOfMemory => true,
+///         ErrorKind::Format
+///         | ErrorKind::NotFound
+///         | ErrorKind::InvalidArgument
+///         | ErrorKind::Unsupported
+///         | ErrorKind::Limit
+///         | ErrorKind::Output
+///         | ErrorKind::Internal => false,
+///     }
+/// }
+/// assert!(retry_makes_sense(ErrorKind::Io));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// An input is malformed: a safetensors file breaking a reader rule, an
+    /// index or a config that is not what it must be, shards that disagree
+    /// with their index, a broken PyTorch archive, pickle or storage.
+    Format,
+    /// The system refused an operation: open, read, write, rename, map (a
+    /// file that does not exist included).
+    Io,
+    /// Memory could not be allocated.
+    OutOfMemory,
+    /// What was asked for by name or index is not there: a tensor, a
+    /// metadata key.
+    NotFound,
+    /// The caller's request is wrong: a typed view of another dtype, a
+    /// slice outside the tensor, tensors declared to the writer that
+    /// disagree with their bytes, share a name or arrive out of order, cast
+    /// buffers of the wrong size, contradictory parameters.
+    InvalidArgument,
+    /// Well-formed input refused on purpose: a dtype an operation or the
+    /// reader's contract does not take, a pickle global off the allow-list,
+    /// a tensor or container kind that is not loaded, a value a cast or a
+    /// quantization cannot represent.
+    Unsupported,
+    /// Over a limit or a budget: a header over the format's cap, a pickle
+    /// or a checkpoint over the loader's budgets (the message names the
+    /// option that raises it).
+    Limit,
+    /// The output path cannot be written: a directory, a FIFO or device, a
+    /// symbolic link to a directory or to nothing, one of the inputs.
+    Output,
+    /// A bug: an invariant of the library does not hold.
+    Internal,
+}
+
+impl ErrorKind {
+    /// The kind of an I/O error: [`ErrorKind::OutOfMemory`] when the system
+    /// says so, [`ErrorKind::Io`] otherwise.
+    pub fn of_io(e: &io::Error) -> ErrorKind {
+        if e.kind() == io::ErrorKind::OutOfMemory {
+            ErrorKind::OutOfMemory
+        } else {
+            ErrorKind::Io
+        }
+    }
+}
+
+impl WriteError {
+    /// This error's kind: declarations and calls the writer refuses are
+    /// [`ErrorKind::InvalidArgument`], sizes past the format's caps
+    /// [`ErrorKind::Limit`], failures to read or write bytes
+    /// [`ErrorKind::Io`] (or [`ErrorKind::OutOfMemory`]).
+    pub fn kind(&self) -> ErrorKind {
+        use WriteError::*;
+        match self {
+            DuplicateName { .. }
+            | ReservedName
+            | ShapeOverflow { .. }
+            | NotWholeBytes { .. }
+            | LengthMismatch { .. }
+            | OutOfOrder { .. }
+            | Started { .. }
+            | Overlap { .. }
+            | TooLong { .. }
+            | TooShort { .. }
+            | Trailing { .. }
+            | Poisoned => ErrorKind::InvalidArgument,
+            DataTooLarge { .. } | HeaderTooLarge { .. } => ErrorKind::Limit,
+            Input { source, .. } | Output(source) => ErrorKind::of_io(source),
+        }
+    }
+}
+
 /// Any error of the format core.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -478,9 +580,15 @@ pub enum Error {
     },
     /// An error of a layer above the core (a cast or a quantization that a
     /// plan's job runs), carried through the core as it is: that layer
-    /// takes it back out.
-    #[error(transparent)]
-    Other(Box<dyn std::error::Error + Send + Sync>),
+    /// takes it back out. `kind` is the kind that layer gives it.
+    #[error("{error}")]
+    Other {
+        /// The error's kind, as its layer says ([`Error::kind`] returns it).
+        kind: ErrorKind,
+        /// The error itself.
+        #[source]
+        error: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// The writer refused its input, or writing failed.
     #[error("cannot write: {0}")]
     Write(#[from] WriteError),
@@ -544,6 +652,24 @@ impl Error {
                 path: path.into(),
                 source: Box::new(other),
             },
+        }
+    }
+
+    /// This error's kind (that of the error inside, for [`Error::File`] and
+    /// [`Error::Set`]; the one its layer gave, for [`Error::Other`]).
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::Format(_) => ErrorKind::Format,
+            Error::Io { source, .. } | Error::Stream(source) => ErrorKind::of_io(source),
+            Error::File { source, .. } | Error::Set { source, .. } => source.kind(),
+            Error::NotFound(_) => ErrorKind::NotFound,
+            Error::DtypeMismatch { .. } | Error::Slice { .. } => ErrorKind::InvalidArgument,
+            Error::UnsupportedDtype { .. } | Error::UnsupportedFormat { .. } => {
+                ErrorKind::Unsupported
+            }
+            Error::Other { kind, .. } => *kind,
+            Error::Write(e) => e.kind(),
+            Error::Output { .. } => ErrorKind::Output,
         }
     }
 

@@ -53,7 +53,7 @@ pub use atomic::{
     save, save_plan, save_positional, save_streaming, AtomicFile, AtomicSet, PositionalWriter,
 };
 pub use dtype::Dtype;
-pub use error::{Error, FormatError, OutputError, Result, WriteError};
+pub use error::{Error, ErrorKind, FormatError, OutputError, Result, WriteError};
 pub use file::{read_header, read_header_from, read_header_from_path, FileTensor, SafeTensors};
 pub use header::{Header, ReadOptions, TensorInfo};
 pub use plan::Plan;

@@ -167,16 +167,26 @@ impl<'a> Plan<'a> {
     }
 
     /// Declares a tensor and the job that copies `input`'s bytes into it.
-    pub fn copy<T: TensorData>(&mut self, input: &'a T) -> usize {
+    /// `input` is any handle to the tensor the job may hold: a reference
+    /// (`&'a T`), or an `Arc` of a tensor the plan owns.
+    pub fn copy<H>(&mut self, input: H) -> usize
+    where
+        H: std::ops::Deref + Send + Sync + 'a,
+        H::Target: TensorData,
+    {
         let out = self.declare(TensorSpec::new(input.name(), input.dtype(), input.shape()));
         self.push(vec![out], move |sink: &dyn Sink| {
-            copy_into(input, out, sink)
+            copy_into(&*input, out, sink)
         });
         out
     }
 
     /// [`Plan::copy`] of input `origin` (see [`Plan::declare_from`]).
-    pub fn copy_from<T: TensorData>(&mut self, input: &'a T, origin: usize) -> usize {
+    pub fn copy_from<H>(&mut self, input: H, origin: usize) -> usize
+    where
+        H: std::ops::Deref + Send + Sync + 'a,
+        H::Target: TensorData,
+    {
         let out = self.copy(input);
         self.origins[out] = Some(origin);
         out

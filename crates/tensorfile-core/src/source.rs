@@ -303,7 +303,7 @@ impl FileSource {
 /// `pread` until `buf` is full; a short file is [`truncated`].
 pub(crate) fn read_file_at(file: &File, len: u64, offset: u64, buf: &mut [u8]) -> io::Result<()> {
     let end = offset.checked_add(buf.len() as u64);
-    if !end.is_some_and(|end| end <= len) {
+    if end.is_none_or(|end| end > len) {
         return Err(truncated(offset, buf.len(), len));
     }
     let mut done = 0usize;
@@ -464,7 +464,7 @@ impl PrivateMap {
     pub fn map(file: &File, offset: u64, len: usize) -> io::Result<PrivateMap> {
         let file_len = file.metadata()?.len();
         let end = offset.checked_add(len as u64);
-        if !end.is_some_and(|end| end <= file_len) {
+        if end.is_none_or(|end| end > file_len) {
             return Err(truncated(offset, len, file_len));
         }
         if len == 0 {

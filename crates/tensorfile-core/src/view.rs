@@ -95,7 +95,7 @@ impl<'a> TensorView<'a> {
     /// Whether the bytes' address is a multiple of `T`'s alignment, so that
     /// [`TensorView::as_slice`] can borrow instead of copy.
     pub fn is_aligned_for<T: Element>(&self) -> bool {
-        (self.data.as_ptr() as usize) % std::mem::align_of::<T>() == 0
+        (self.data.as_ptr() as usize).is_multiple_of(std::mem::align_of::<T>())
     }
 
     /// The elements as `&[T]`: borrowed when the bytes are aligned for `T`,

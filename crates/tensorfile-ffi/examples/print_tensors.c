@@ -33,7 +33,7 @@ int main(int argc, char **argv) {
         const char *name = fs_tensor_name_at(f, i, NULL);
         /* A PyTorch tensor that must be gathered is made here, on first
          * access, which can fail (a budget exceeded, a broken record). */
-        const tm_tensor *t = fs_get_tensor_at(f, i);
+        const tm_tensor *t = fs_tensor_at(f, i);
         if (!t) {
             fprintf(stderr, "%s: tensor %s: %s (error %d)\n", path, name, fs_last_error_message(),
                     fs_last_error());
@@ -46,7 +46,7 @@ int main(int argc, char **argv) {
         printf((uintptr_t)t->data % 64 == 0 ? ", 64-byte aligned\n" : "\n");
     }
     /* The names, keys and values belong to f: no freeing, valid until fs_close. */
-    for (const char **key = fs_metadata_keys(f); *key; key++)
+    for (const char *const *key = fs_metadata_key_list(f); *key; key++)
         printf("metadata %s = %s\n", *key, fs_get_metadata(f, *key));
     fs_close(f);
     return 0;

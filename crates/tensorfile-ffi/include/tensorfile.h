@@ -4,13 +4,19 @@
  * Errors: functions returning int return 0 (or a count) on success and a
  * negative TL_E* code on failure; functions returning a pointer return NULL
  * on failure. Every failure sets a per-thread error: fs_last_error() and
- * fs_last_error_message(). A successful call resets it to TL_OK.
+ * fs_last_error_message(). A successful call resets it to TL_OK. The codes
+ * keep their numbers; TL_EINTERNAL (-7) is a bug in the library (a caught
+ * panic, an invariant that failed), never the caller's input.
  *
  * Ownership, in short:
- *   - fs_file* (fs_open, fs_mmap, fs_load_pytorch): yours; free it with
- *     fs_close. Everything it returns (tm_tensor structs, their shape and
+ *   - fs_file* (fs_open, fs_mmap, fs_load_pytorch, fs_mmap_pytorch): yours;
+ *     free it with fs_close. Everything it returns (tm_tensor structs, their shape and
  *     data, names, metadata strings and arrays) is its own and lives until
- *     fs_close; never free or modify any of it.
+ *     fs_close; never free or modify any of it. fs_tensor, fs_tensor_at,
+ *     fs_tensor_name_list and fs_metadata_key_list say so in their types
+ *     (const); fs_get_tensor, fs_get_tensor_at, fs_tensor_names and
+ *     fs_metadata_keys, the original API, return the same pointers without
+ *     the const, and they are just as read-only.
  *   - fs_writer* (fs_writer_new): yours until fs_write or fs_writer_free,
  *     which free it. fs_add_tensor copies the name, the tm_tensor and its
  *     shape, but only borrows the data bytes: they are read during
@@ -25,9 +31,15 @@
  * Threads: one fs_file may be read from several threads at once. A
  * fs_writer must be used by one thread at a time.
  *
- * PyTorch checkpoints (fs_load_pytorch): tensors that are not stored as
- * they are (views with gaps, expansions, deflated or big-endian records)
- * are gathered on their first fs_get_tensor / fs_get_tensor_at, not at
+ * Files changed underneath: fs_open and fs_load_pytorch read the file
+ * (fs_load_pytorch keeps it open and reads each tensor on its first
+ * access), so a file truncated by another process is an error naming it
+ * (TL_EIO), never a signal. fs_mmap and fs_mmap_pytorch map it: zero-copy,
+ * but a truncation while mapped makes a later access raise SIGBUS.
+ *
+ * PyTorch checkpoints (fs_load_pytorch, fs_mmap_pytorch): tensors that are
+ * not in a mapped file as they are (with fs_load_pytorch, every tensor) are
+ * read or gathered on their first fs_tensor / fs_tensor_at, not at
  * load, once even when threads ask at the same time; that first access can
  * fail (NULL and an error, the same on every later access), and its
  * pointer, like every other, stays valid until fs_close.
@@ -44,10 +56,12 @@
 // Success.
 #define TL_OK 0
 
-// The file breaks the safetensors format (a reader rule of the format page).
+// The file breaks the safetensors format (a reader rule of the format
+// page), or a PyTorch checkpoint is malformed.
 #define TL_EFORMAT -1
 
-// The system refused an operation: open, read, write, rename, map.
+// The system refused an operation (open, read, write, rename, map), or the
+// output path is not a file that can be replaced (a directory, a FIFO).
 #define TL_EIO -2
 
 // Memory could not be allocated.
@@ -61,8 +75,13 @@
 #define TL_ENOTFOUND -5
 
 // Valid content the library refuses (a pickle global that is not allowed,
-// a dimension that does not fit `int64_t`).
+// a dimension that does not fit `int64_t`), or over a limit or budget (a
+// header over 100,000,000 bytes, a checkpoint over the loader's budgets).
 #define TL_EUNSUPPORTED -6
+
+// A bug in libtensorfile: an internal invariant failed, or a panic was
+// caught (it never unwinds into C). Please report it with the message.
+#define TL_EINTERNAL -7
 
 // An element type. The values are fixed (an ABI): a dtype added later
 // gets the next free number; `fs_dtype_name` and `fs_dtype_from_name`
@@ -114,8 +133,8 @@ typedef enum tl_dtype {
   TL_U64 = 21,
 } tl_dtype;
 
-// An open file: an opaque handle from `fs_open`, `fs_mmap` or
-// `fs_load_pytorch`, freed by `fs_close`.
+// An open file: an opaque handle from `fs_open`, `fs_mmap`,
+// `fs_load_pytorch` or `fs_mmap_pytorch`, freed by `fs_close`.
 typedef struct fs_file fs_file;
 
 // A writer in progress: an opaque handle from `fs_writer_new`, consumed
@@ -124,9 +143,10 @@ typedef struct fs_writer fs_writer;
 
 // One tensor: a plain struct.
 //
-// From a reader (`fs_get_tensor`, `fs_get_tensor_at`), every pointer in it
-// is owned by the `fs_file` and lives until `fs_close`; treat the struct
-// and what it points to as read-only. Given to the writer
+// From a reader (`fs_tensor`, `fs_tensor_at`, and the original
+// `fs_get_tensor`, `fs_get_tensor_at`), every pointer in it is owned by
+// the `fs_file` and lives until `fs_close`; the struct and what it points
+// to are read-only. Given to the writer
 // (`fs_add_tensor`), the struct and its `shape` array are copied at once,
 // while the `data` bytes are borrowed until `fs_write` or
 // `fs_writer_free` returns.
@@ -164,17 +184,20 @@ const char *fs_last_error_message(void);
 
 // Loads a PyTorch checkpoint (`torch.save`: the zip format and the legacy
 // one, `.pt`, `.pth`, `pytorch_model.bin`) without running any code in
-// it. Tensors are named by their path in the saved object
-// (`model.layers.0.weight`) and listed in ascending byte order of their
-// names; each `data` holds the C-order little-endian bytes. Stored
-// tensors point into the mapped file (torch.save aligns records to 64
-// bytes). The others (views with gaps, expansions, deflated or big-endian
-// records) are gathered on first access (`fs_get_tensor`,
-// `fs_get_tensor_at`), once, into buffers of `malloc` alignment that live
-// until `fs_close`: loading itself gathers nothing, and a first access may
-// fail (NULL with the codes below). The metadata holds the checkpoint's
-// non-tensor values (numbers, strings) rendered as text, under their
-// flattened names.
+// it, reading the file with positional reads. Tensors are named by their
+// path in the saved object (`model.layers.0.weight`) and listed in
+// ascending byte order of their names; each `data` holds the C-order
+// little-endian bytes. Every tensor is read (or gathered: views with
+// gaps, expansions, deflated or big-endian records) on its first access
+// (`fs_get_tensor`, `fs_get_tensor_at`), once, into a buffer of `malloc`
+// alignment that lives until `fs_close`: loading itself reads only the
+// archive's directory and pickle, and a first access may fail (NULL with
+// the codes below). The file stays open, never mapped: if another process
+// truncates it meanwhile, a later first access fails with `TL_EIO` and a
+// message naming the file ("changed or truncated while being read"),
+// never a signal. `fs_mmap_pytorch` maps it instead (zero-copy). The
+// metadata holds the checkpoint's non-tensor values (numbers, strings)
+// rendered as text, under their flattened names.
 //
 // The loader's budgets apply, with their defaults: the pickle
 // interpreter holds at most 256 MiB; expanded views (larger than their
@@ -193,6 +216,23 @@ const char *fs_last_error_message(void);
 // # Safety
 // `path` is NULL or a NUL-terminated string.
 struct fs_file *fs_load_pytorch(const char *path);
+
+// Loads a PyTorch checkpoint as `fs_load_pytorch` does, from a read-only
+// memory map: tensors stored as they are point into the map from the
+// start (zero-copy; torch.save aligns records to 64 bytes), the others
+// are gathered on first access as there. The file is mapped for the
+// handle's life and must not be modified in place meanwhile: another
+// process truncating it makes a later access raise `SIGBUS`, as for
+// `fs_mmap` (replacing it by rename is safe).
+//
+// Returns NULL on failure, with the codes of `fs_load_pytorch`.
+//
+// Ownership: the caller owns the handle and frees it with `fs_close`,
+// which unmaps the file.
+//
+// # Safety
+// `path` is NULL or a NUL-terminated string.
+struct fs_file *fs_mmap_pytorch(const char *path);
 
 // Reads the file at `path` into memory and validates it (all five reader
 // rules). Every tensor's `data` is aligned to at least 64 bytes. The file
@@ -230,11 +270,21 @@ struct fs_file *fs_mmap(const char *path);
 int fs_num_tensors(const struct fs_file *f);
 
 // The tensor names in file order (the order of their bytes in the file),
-// then NULL. NULL with `TL_EINVAL` when `f` is NULL.
+// then NULL: a read-only array of read-only strings. NULL with
+// `TL_EINVAL` when `f` is NULL.
 //
 // Ownership: the array and the strings belong to `f` and live until
 // `fs_close(f)`; do not free or modify them. A name holding a NUL
 // character reads as cut short here: see `fs_tensor_name_at`.
+//
+// # Safety
+// `f` is NULL or a live handle.
+const char *const *fs_tensor_name_list(const struct fs_file *f);
+
+// The array of `fs_tensor_name_list` under the name and type of the
+// original API (`const char **`). Read-only all the same: the array is
+// the file's, and writing into it is undefined behavior. Prefer
+// `fs_tensor_name_list`, whose type says so.
 //
 // # Safety
 // `f` is NULL or a live handle.
@@ -245,32 +295,50 @@ const char **fs_tensor_names(const struct fs_file *f);
 // counts any NUL characters inside the name. NULL on failure:
 // `TL_EINVAL` (NULL `f`, negative `i`), `TL_ENOTFOUND` (`i` past the end).
 //
-// Ownership: as for `fs_tensor_names`.
+// Ownership: as for `fs_tensor_name_list` (the same pointer as its `i`th).
 //
 // # Safety
 // `f` is NULL or a live handle; `len` is NULL or writable.
 const char *fs_tensor_name_at(const struct fs_file *f, int i, size_t *len);
 
-// The tensor called `name`. NULL on failure: `TL_EINVAL` (NULL argument,
-// `name` not UTF-8), `TL_ENOTFOUND` (no such tensor), and for a tensor of
-// `fs_load_pytorch` gathered on this first access, the codes of
-// `fs_load_pytorch` (`TL_EUNSUPPORTED` for a budget exceeded, `TL_EFORMAT`
-// for a broken record, `TL_ENOMEM`); a failed access fails again the same
-// way.
+// The tensor called `name`, read-only. NULL on failure: `TL_EINVAL`
+// (NULL argument, `name` not UTF-8), `TL_ENOTFOUND` (no such tensor), and
+// for a tensor of `fs_load_pytorch` read or gathered on this first
+// access, the codes of `fs_load_pytorch` (`TL_EUNSUPPORTED` for a budget
+// exceeded, `TL_EFORMAT` for a broken record, `TL_ENOMEM`, `TL_EIO` for a
+// file truncated underneath); a failed access fails again the same way.
 //
 // Ownership: the struct, its `shape` and its `data` belong to `f` and live
-// until `fs_close(f)`; treat them as read-only. Each call returns the
-// same pointer for the same tensor.
+// until `fs_close(f)`; they are read-only. Each call returns the same
+// pointer for the same tensor.
 //
 // # Safety
 // `f` is NULL or a live handle; `name` is NULL or a NUL-terminated string.
+const struct tm_tensor *fs_tensor(const struct fs_file *f, const char *name);
+
+// `fs_tensor` under the name and type of the original API (`tm_tensor *`).
+// The struct, its shape and its data are read-only all the same: they
+// are the file's (a map of it, for `fs_mmap`, is read-only memory), and
+// writing through the pointer is undefined behavior. Prefer `fs_tensor`,
+// whose type says so.
+//
+// # Safety
+// As for `fs_tensor`.
 struct tm_tensor *fs_get_tensor(const struct fs_file *f, const char *name);
 
-// Tensor `i` in file order (`0 <= i < fs_num_tensors(f)`): the way to
-// reach every tensor, those whose names hold NUL characters included.
-// NULL on failure: `TL_EINVAL` (NULL `f`, negative `i`), `TL_ENOTFOUND`
-// (`i` past the end), or the failure of gathering a PyTorch tensor as for
-// `fs_get_tensor`. Ownership: as for `fs_get_tensor`.
+// Tensor `i` in file order (`0 <= i < fs_num_tensors(f)`), read-only: the
+// way to reach every tensor, those whose names hold NUL characters
+// included. NULL on failure: `TL_EINVAL` (NULL `f`, negative `i`),
+// `TL_ENOTFOUND` (`i` past the end), or the failure of gathering a
+// PyTorch tensor as for `fs_tensor`. Ownership: as for `fs_tensor`.
+//
+// # Safety
+// `f` is NULL or a live handle.
+const struct tm_tensor *fs_tensor_at(const struct fs_file *f, int i);
+
+// `fs_tensor_at` under the name and type of the original API
+// (`tm_tensor *`); read-only all the same, as for `fs_get_tensor`. Prefer
+// `fs_tensor_at`.
 //
 // # Safety
 // `f` is NULL or a live handle.
@@ -288,11 +356,20 @@ struct tm_tensor *fs_get_tensor_at(const struct fs_file *f, int i);
 const char *fs_get_metadata(const struct fs_file *f, const char *key);
 
 // The metadata keys in ascending byte order, then NULL (just NULL when
-// the file has no metadata). NULL with `TL_EINVAL` when `f` is NULL.
+// the file has no metadata): a read-only array of read-only strings.
+// NULL with `TL_EINVAL` when `f` is NULL.
 //
 // Ownership: the array and the strings belong to `f` and live until
 // `fs_close(f)`. A key holding a NUL character reads as cut short here:
 // see `fs_metadata_key_at`.
+//
+// # Safety
+// `f` is NULL or a live handle.
+const char *const *fs_metadata_key_list(const struct fs_file *f);
+
+// The array of `fs_metadata_key_list` under the name and type of the
+// original API (`const char **`); read-only all the same (writing into it
+// is undefined behavior). Prefer `fs_metadata_key_list`.
 //
 // # Safety
 // `f` is NULL or a live handle.
@@ -311,7 +388,7 @@ int fs_num_metadata(const struct fs_file *f);
 // string is NUL-terminated after those `*len` bytes. NULL on failure:
 // `TL_EINVAL` (NULL `f`, negative `i`), `TL_ENOTFOUND` (`i` past the end).
 //
-// Ownership: as for `fs_metadata_keys` (the same pointer as its `i`th).
+// Ownership: as for `fs_metadata_key_list` (the same pointer as its `i`th).
 //
 // # Safety
 // `f` is NULL or a live handle; `len` is NULL or writable.
@@ -400,8 +477,10 @@ int fs_set_metadata(struct fs_writer *w, const char *key, const char *value);
 // to a temporary file beside it, synced, then renamed over `path`. On
 // failure `path` is left as it was.
 //
-// Returns 0, or `TL_EIO` / `TL_ENOMEM` (writing failed), `TL_EINVAL`
-// (NULL `w`; a header over 100,000,000 bytes).
+// Returns 0, or `TL_EIO` (writing failed; `path` is a directory, a FIFO
+// or a device, or a symbolic link to a directory or to nothing),
+// `TL_ENOMEM`, `TL_EUNSUPPORTED` (a header over 100,000,000 bytes, the
+// format's cap), `TL_EINVAL` (NULL `w`).
 //
 // # Safety
 // `w` is NULL or a live writer, not used again after this call; the bytes

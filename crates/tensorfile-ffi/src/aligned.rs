@@ -90,7 +90,7 @@ impl AlignedFile {
             // In bounds: `total` was summed from these very lengths.
             let len = t.nbytes() as usize;
             let dest = memory.get_mut(slot..slot + len).ok_or_else(|| {
-                Failure::invalid(format!("tensor {:?}: slot out of bounds", t.name))
+                Failure::internal(format_args!("tensor {:?}: slot out of bounds", t.name))
             })?;
             reader.read_exact(dest).map_err(|e| {
                 Failure::new(

@@ -7,13 +7,15 @@ use std::ffi::{c_char, c_int};
 use std::io;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use tensorfile_core::{Error, WriteError};
+use tensorfile_core::{Error, ErrorKind};
 
 /// Success.
 pub const TL_OK: c_int = 0;
-/// The file breaks the safetensors format (a reader rule of the format page).
+/// The file breaks the safetensors format (a reader rule of the format
+/// page), or a PyTorch checkpoint is malformed.
 pub const TL_EFORMAT: c_int = -1;
-/// The system refused an operation: open, read, write, rename, map.
+/// The system refused an operation (open, read, write, rename, map), or the
+/// output path is not a file that can be replaced (a directory, a FIFO).
 pub const TL_EIO: c_int = -2;
 /// Memory could not be allocated.
 pub const TL_ENOMEM: c_int = -3;
@@ -23,8 +25,26 @@ pub const TL_EINVAL: c_int = -4;
 /// No such tensor, index or metadata key.
 pub const TL_ENOTFOUND: c_int = -5;
 /// Valid content the library refuses (a pickle global that is not allowed,
-/// a dimension that does not fit `int64_t`).
+/// a dimension that does not fit `int64_t`), or over a limit or budget (a
+/// header over 100,000,000 bytes, a checkpoint over the loader's budgets).
 pub const TL_EUNSUPPORTED: c_int = -6;
+/// A bug in libtensorfile: an internal invariant failed, or a panic was
+/// caught (it never unwinds into C). Please report it with the message.
+pub const TL_EINTERNAL: c_int = -7;
+
+/// The C code of an error kind. No `_` arm: a kind added to the library
+/// does not compile until it is given its code here.
+pub(crate) fn code_of(kind: ErrorKind) -> c_int {
+    match kind {
+        ErrorKind::Format => TL_EFORMAT,
+        ErrorKind::Io | ErrorKind::Output => TL_EIO,
+        ErrorKind::OutOfMemory => TL_ENOMEM,
+        ErrorKind::InvalidArgument => TL_EINVAL,
+        ErrorKind::NotFound => TL_ENOTFOUND,
+        ErrorKind::Unsupported | ErrorKind::Limit => TL_EUNSUPPORTED,
+        ErrorKind::Internal => TL_EINTERNAL,
+    }
+}
 
 /// A failure: its code and a message as specific as the Rust error.
 #[derive(Debug, Clone)]
@@ -48,68 +68,30 @@ impl Failure {
     pub(crate) fn not_found(message: impl Into<String>) -> Failure {
         Failure::new(TL_ENOTFOUND, message)
     }
+
+    /// An invariant of this library that does not hold (a bug).
+    pub(crate) fn internal(message: impl std::fmt::Display) -> Failure {
+        Failure::new(
+            TL_EINTERNAL,
+            format!("internal error in libtensorfile (a bug): {message}"),
+        )
+    }
 }
 
 /// The code for an I/O error: out of memory is told apart from the rest.
 pub(crate) fn io_code(e: &io::Error) -> c_int {
-    if e.kind() == io::ErrorKind::OutOfMemory {
-        TL_ENOMEM
-    } else {
-        TL_EIO
-    }
-}
-
-/// The code for a core library error.
-fn core_code(e: &Error) -> c_int {
-    match e.detail() {
-        Error::Format(_) => TL_EFORMAT,
-        Error::Io { source, .. } | Error::Stream(source) => io_code(source),
-        Error::NotFound(_) => TL_ENOTFOUND,
-        Error::UnsupportedDtype { .. } => TL_EUNSUPPORTED,
-        Error::Write(WriteError::Output(source) | WriteError::Input { source, .. }) => {
-            io_code(source)
-        }
-        // The rest of the writer's refusals are about what the caller
-        // declared: duplicate or reserved names, lengths, overflows.
-        Error::Write(_) => TL_EINVAL,
-        _ => TL_EINVAL,
-    }
+    code_of(ErrorKind::of_io(e))
 }
 
 impl From<Error> for Failure {
     fn from(e: Error) -> Failure {
-        Failure::new(core_code(&e), e.to_string())
+        Failure::new(code_of(e.kind()), e.to_string())
     }
 }
 
 impl From<tensorfile_pytorch::Error> for Failure {
     fn from(e: tensorfile_pytorch::Error) -> Failure {
-        use tensorfile_pytorch::pickle::PickleErrorKind;
-        use tensorfile_pytorch::zip::ZipError;
-        use tensorfile_pytorch::Error as E;
-        let code = match &e {
-            E::Io { source, .. } => io_code(source),
-            // Valid input refused on purpose: a global off the allow-list,
-            // a pickle over the limits or budget, a container or zip
-            // feature not loaded (TorchScript, tar, encryption).
-            E::Pickle { source, .. } => match source.kind {
-                PickleErrorKind::ForbiddenGlobal { .. }
-                | PickleErrorKind::Limit { .. }
-                | PickleErrorKind::Budget { .. } => TL_EUNSUPPORTED,
-                PickleErrorKind::OutOfMemory(_) => TL_ENOMEM,
-                _ => TL_EFORMAT,
-            },
-            // A budget of the loader (expansions, inflated storages, the
-            // walk's entries) refuses what it would have to hold.
-            E::Zip(ZipError::Unsupported { .. })
-            | E::NotACheckpoint(_)
-            | E::Refused { .. }
-            | E::Budget { .. } => TL_EUNSUPPORTED,
-            E::Write(inner) => inner.core().map_or(TL_EINVAL, core_code),
-            // Malformed archives, storages and views.
-            _ => TL_EFORMAT,
-        };
-        Failure::new(code, e.to_string())
+        Failure::new(code_of(e.kind()), e.to_string())
     }
 }
 
@@ -168,7 +150,7 @@ impl<T> FfiReturn for *const T {
 
 /// Runs an exported function's body: on success the thread's last error is
 /// cleared, on failure it is set and the failure value returned. A panic
-/// (a bug in this library) is caught here, reported as `TL_EINVAL` with
+/// (a bug in this library) is caught here, reported as `TL_EINTERNAL` with
 /// its message, and never crosses into C.
 pub(crate) fn guard<T: FfiReturn>(body: impl FnOnce() -> Result<T, Failure>) -> T {
     // Unwind safety: a panicking body leaves at most a half-updated writer
@@ -186,7 +168,7 @@ pub(crate) fn guard<T: FfiReturn>(body: impl FnOnce() -> Result<T, Failure>) -> 
                 .map(|s| s.to_string())
                 .or_else(|| payload.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "unknown panic".to_string());
-            Failure::invalid(format!("internal error in libtensorfile (a bug): {what}"))
+            Failure::internal(format_args!("panic: {what}"))
         }
     };
     set_last(failure.code, &failure.message);
@@ -235,8 +217,8 @@ mod tests {
     #[test]
     fn a_panic_becomes_an_error_code() {
         let r: c_int = guard(|| panic!("boom {}", 7));
-        assert_eq!(r, TL_EINVAL);
-        assert_eq!(fs_last_error(), TL_EINVAL);
+        assert_eq!(r, TL_EINTERNAL);
+        assert_eq!(fs_last_error(), TL_EINTERNAL);
         assert!(message().contains("boom 7"), "{}", message());
         let p: *mut u8 = guard(|| panic!("static"));
         assert!(p.is_null());

@@ -33,8 +33,8 @@ pub mod types;
 pub mod writer;
 
 pub use error::{
-    fs_last_error, fs_last_error_message, TL_EFORMAT, TL_EINVAL, TL_EIO, TL_ENOMEM, TL_ENOTFOUND,
-    TL_EUNSUPPORTED, TL_OK,
+    fs_last_error, fs_last_error_message, TL_EFORMAT, TL_EINTERNAL, TL_EINVAL, TL_EIO, TL_ENOMEM,
+    TL_ENOTFOUND, TL_EUNSUPPORTED, TL_OK,
 };
 pub use reader::fs_file;
 pub use types::{tl_dtype, tm_tensor};

@@ -2,8 +2,8 @@
 //!
 //! Everything C can ask of a file (the `tm_tensor` structs, shapes as
 //! `int64_t`, the names, the metadata strings) is built when the file is
-//! opened, except the data of the PyTorch tensors that must be gathered:
-//! those are produced on first access, once (a `OnceLock` per tensor), and
+//! opened, except the data of the PyTorch tensors that must be read or
+//! gathered: those are produced on first access, once (a `OnceLock` per tensor), and
 //! never change after. Any number of threads may read one `fs_file` at
 //! once.
 
@@ -45,16 +45,15 @@ impl Storage {
     fn data(&self, index: usize) -> Result<*const u8, Failure> {
         match self {
             Storage::Lazy(loaded) => loaded.data(index),
-            _ => Err(Failure::new(
-                crate::error::TL_EFORMAT,
-                format!("tensor {index} has no data"),
-            )),
+            _ => Err(Failure::internal(format_args!(
+                "tensor {index} has no data"
+            ))),
         }
     }
 }
 
-/// An open file: an opaque handle from `fs_open`, `fs_mmap` or
-/// `fs_load_pytorch`, freed by `fs_close`.
+/// An open file: an opaque handle from `fs_open`, `fs_mmap`,
+/// `fs_load_pytorch` or `fs_mmap_pytorch`, freed by `fs_close`.
 pub struct fs_file {
     view: View,
     /// Dropped after `view`, whose data pointers point into it.
@@ -339,7 +338,8 @@ pub unsafe extern "C" fn fs_num_tensors(f: *const fs_file) -> c_int {
 }
 
 /// The tensor names in file order (the order of their bytes in the file),
-/// then NULL. NULL with `TL_EINVAL` when `f` is NULL.
+/// then NULL: a read-only array of read-only strings. NULL with
+/// `TL_EINVAL` when `f` is NULL.
 ///
 /// Ownership: the array and the strings belong to `f` and live until
 /// `fs_close(f)`; do not free or modify them. A name holding a NUL
@@ -348,12 +348,26 @@ pub unsafe extern "C" fn fs_num_tensors(f: *const fs_file) -> c_int {
 /// # Safety
 /// `f` is NULL or a live handle.
 #[no_mangle]
-pub unsafe extern "C" fn fs_tensor_names(f: *const fs_file) -> *mut *const c_char {
+pub unsafe extern "C" fn fs_tensor_name_list(f: *const fs_file) -> *const *const c_char {
     guard(|| {
         // SAFETY: by the caller's contract.
         let f = unsafe { handle(f, "file") }?;
-        Ok(f.view.names.ptrs().cast_mut())
+        Ok(f.view.names.ptrs())
     })
+}
+
+/// The array of `fs_tensor_name_list` under the name and type of the
+/// original API (`const char **`). Read-only all the same: the array is
+/// the file's, and writing into it is undefined behavior. Prefer
+/// `fs_tensor_name_list`, whose type says so.
+///
+/// # Safety
+/// `f` is NULL or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn fs_tensor_names(f: *const fs_file) -> *mut *const c_char {
+    // SAFETY: by the caller's contract. The C type drops the array's
+    // `const` for the original signature; nothing writes through it.
+    unsafe { fs_tensor_name_list(f) }.cast_mut()
 }
 
 /// The name of tensor `i` (file order, `0 <= i < fs_num_tensors(f)`);
@@ -361,7 +375,7 @@ pub unsafe extern "C" fn fs_tensor_names(f: *const fs_file) -> *mut *const c_cha
 /// counts any NUL characters inside the name. NULL on failure:
 /// `TL_EINVAL` (NULL `f`, negative `i`), `TL_ENOTFOUND` (`i` past the end).
 ///
-/// Ownership: as for `fs_tensor_names`.
+/// Ownership: as for `fs_tensor_name_list` (the same pointer as its `i`th).
 ///
 /// # Safety
 /// `f` is NULL or a live handle; `len` is NULL or writable.
@@ -388,21 +402,21 @@ pub unsafe extern "C" fn fs_tensor_name_at(
     })
 }
 
-/// The tensor called `name`. NULL on failure: `TL_EINVAL` (NULL argument,
-/// `name` not UTF-8), `TL_ENOTFOUND` (no such tensor), and for a tensor of
-/// `fs_load_pytorch` gathered on this first access, the codes of
-/// `fs_load_pytorch` (`TL_EUNSUPPORTED` for a budget exceeded, `TL_EFORMAT`
-/// for a broken record, `TL_ENOMEM`); a failed access fails again the same
-/// way.
+/// The tensor called `name`, read-only. NULL on failure: `TL_EINVAL`
+/// (NULL argument, `name` not UTF-8), `TL_ENOTFOUND` (no such tensor), and
+/// for a tensor of `fs_load_pytorch` read or gathered on this first
+/// access, the codes of `fs_load_pytorch` (`TL_EUNSUPPORTED` for a budget
+/// exceeded, `TL_EFORMAT` for a broken record, `TL_ENOMEM`, `TL_EIO` for a
+/// file truncated underneath); a failed access fails again the same way.
 ///
 /// Ownership: the struct, its `shape` and its `data` belong to `f` and live
-/// until `fs_close(f)`; treat them as read-only. Each call returns the
-/// same pointer for the same tensor.
+/// until `fs_close(f)`; they are read-only. Each call returns the same
+/// pointer for the same tensor.
 ///
 /// # Safety
 /// `f` is NULL or a live handle; `name` is NULL or a NUL-terminated string.
 #[no_mangle]
-pub unsafe extern "C" fn fs_get_tensor(f: *const fs_file, name: *const c_char) -> *mut tm_tensor {
+pub unsafe extern "C" fn fs_tensor(f: *const fs_file, name: *const c_char) -> *const tm_tensor {
     guard(|| {
         // SAFETY: by the caller's contract.
         let f = unsafe { handle(f, "file") }?;
@@ -412,28 +426,53 @@ pub unsafe extern "C" fn fs_get_tensor(f: *const fs_file, name: *const c_char) -
             .view
             .find(name)
             .ok_or_else(|| Failure::not_found(format!("no tensor named {name:?}")))?;
-        let t = f.tensor(i)?;
-        // Read-only for C, as documented; nothing in Rust writes it either.
-        Ok(std::ptr::from_ref(t).cast_mut())
+        Ok(std::ptr::from_ref(f.tensor(i)?))
     })
 }
 
-/// Tensor `i` in file order (`0 <= i < fs_num_tensors(f)`): the way to
-/// reach every tensor, those whose names hold NUL characters included.
-/// NULL on failure: `TL_EINVAL` (NULL `f`, negative `i`), `TL_ENOTFOUND`
-/// (`i` past the end), or the failure of gathering a PyTorch tensor as for
-/// `fs_get_tensor`. Ownership: as for `fs_get_tensor`.
+/// `fs_tensor` under the name and type of the original API (`tm_tensor *`).
+/// The struct, its shape and its data are read-only all the same: they
+/// are the file's (a map of it, for `fs_mmap`, is read-only memory), and
+/// writing through the pointer is undefined behavior. Prefer `fs_tensor`,
+/// whose type says so.
+///
+/// # Safety
+/// As for `fs_tensor`.
+#[no_mangle]
+pub unsafe extern "C" fn fs_get_tensor(f: *const fs_file, name: *const c_char) -> *mut tm_tensor {
+    // SAFETY: by the caller's contract. The C type drops the `const` for
+    // the original signature; nothing writes through it.
+    unsafe { fs_tensor(f, name) }.cast_mut()
+}
+
+/// Tensor `i` in file order (`0 <= i < fs_num_tensors(f)`), read-only: the
+/// way to reach every tensor, those whose names hold NUL characters
+/// included. NULL on failure: `TL_EINVAL` (NULL `f`, negative `i`),
+/// `TL_ENOTFOUND` (`i` past the end), or the failure of gathering a
+/// PyTorch tensor as for `fs_tensor`. Ownership: as for `fs_tensor`.
+///
+/// # Safety
+/// `f` is NULL or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn fs_tensor_at(f: *const fs_file, i: c_int) -> *const tm_tensor {
+    guard(|| {
+        // SAFETY: by the caller's contract.
+        let f = unsafe { handle(f, "file") }?;
+        let t = f.tensor(f.view.index(i)?)?;
+        Ok(std::ptr::from_ref(t))
+    })
+}
+
+/// `fs_tensor_at` under the name and type of the original API
+/// (`tm_tensor *`); read-only all the same, as for `fs_get_tensor`. Prefer
+/// `fs_tensor_at`.
 ///
 /// # Safety
 /// `f` is NULL or a live handle.
 #[no_mangle]
 pub unsafe extern "C" fn fs_get_tensor_at(f: *const fs_file, i: c_int) -> *mut tm_tensor {
-    guard(|| {
-        // SAFETY: by the caller's contract.
-        let f = unsafe { handle(f, "file") }?;
-        let t = f.tensor(f.view.index(i)?)?;
-        Ok(std::ptr::from_ref(t).cast_mut())
-    })
+    // SAFETY: by the caller's contract; nothing writes through the pointer.
+    unsafe { fs_tensor_at(f, i) }.cast_mut()
 }
 
 /// The metadata value of `key`. NULL on failure: `TL_EINVAL` (NULL
@@ -461,7 +500,8 @@ pub unsafe extern "C" fn fs_get_metadata(f: *const fs_file, key: *const c_char) 
 }
 
 /// The metadata keys in ascending byte order, then NULL (just NULL when
-/// the file has no metadata). NULL with `TL_EINVAL` when `f` is NULL.
+/// the file has no metadata): a read-only array of read-only strings.
+/// NULL with `TL_EINVAL` when `f` is NULL.
 ///
 /// Ownership: the array and the strings belong to `f` and live until
 /// `fs_close(f)`. A key holding a NUL character reads as cut short here:
@@ -470,12 +510,24 @@ pub unsafe extern "C" fn fs_get_metadata(f: *const fs_file, key: *const c_char) 
 /// # Safety
 /// `f` is NULL or a live handle.
 #[no_mangle]
-pub unsafe extern "C" fn fs_metadata_keys(f: *const fs_file) -> *mut *const c_char {
+pub unsafe extern "C" fn fs_metadata_key_list(f: *const fs_file) -> *const *const c_char {
     guard(|| {
         // SAFETY: by the caller's contract.
         let f = unsafe { handle(f, "file") }?;
-        Ok(f.view.meta_keys.ptrs().cast_mut())
+        Ok(f.view.meta_keys.ptrs())
     })
+}
+
+/// The array of `fs_metadata_key_list` under the name and type of the
+/// original API (`const char **`); read-only all the same (writing into it
+/// is undefined behavior). Prefer `fs_metadata_key_list`.
+///
+/// # Safety
+/// `f` is NULL or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn fs_metadata_keys(f: *const fs_file) -> *mut *const c_char {
+    // SAFETY: by the caller's contract; nothing writes through the array.
+    unsafe { fs_metadata_key_list(f) }.cast_mut()
 }
 
 /// The number of metadata entries (0 when the file has no metadata), or a
@@ -524,7 +576,7 @@ unsafe fn metadata_at(
 /// string is NUL-terminated after those `*len` bytes. NULL on failure:
 /// `TL_EINVAL` (NULL `f`, negative `i`), `TL_ENOTFOUND` (`i` past the end).
 ///
-/// Ownership: as for `fs_metadata_keys` (the same pointer as its `i`th).
+/// Ownership: as for `fs_metadata_key_list` (the same pointer as its `i`th).
 ///
 /// # Safety
 /// `f` is NULL or a live handle; `len` is NULL or writable.

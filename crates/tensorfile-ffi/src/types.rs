@@ -28,9 +28,10 @@ pub(crate) fn dtype_of(value: c_int) -> Result<Dtype, Failure> {
 
 /// One tensor: a plain struct.
 ///
-/// From a reader (`fs_get_tensor`, `fs_get_tensor_at`), every pointer in it
-/// is owned by the `fs_file` and lives until `fs_close`; treat the struct
-/// and what it points to as read-only. Given to the writer
+/// From a reader (`fs_tensor`, `fs_tensor_at`, and the original
+/// `fs_get_tensor`, `fs_get_tensor_at`), every pointer in it is owned by
+/// the `fs_file` and lives until `fs_close`; the struct and what it points
+/// to are read-only. Given to the writer
 /// (`fs_add_tensor`), the struct and its `shape` array are copied at once,
 /// while the `data` bytes are borrowed until `fs_write` or
 /// `fs_writer_free` returns.

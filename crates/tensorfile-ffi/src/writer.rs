@@ -210,8 +210,10 @@ pub unsafe extern "C" fn fs_set_metadata(
 /// to a temporary file beside it, synced, then renamed over `path`. On
 /// failure `path` is left as it was.
 ///
-/// Returns 0, or `TL_EIO` / `TL_ENOMEM` (writing failed), `TL_EINVAL`
-/// (NULL `w`; a header over 100,000,000 bytes).
+/// Returns 0, or `TL_EIO` (writing failed; `path` is a directory, a FIFO
+/// or a device, or a symbolic link to a directory or to nothing),
+/// `TL_ENOMEM`, `TL_EUNSUPPORTED` (a header over 100,000,000 bytes, the
+/// format's cap), `TL_EINVAL` (NULL `w`).
 ///
 /// # Safety
 /// `w` is NULL or a live writer, not used again after this call; the bytes

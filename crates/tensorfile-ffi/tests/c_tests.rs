@@ -15,6 +15,7 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::OnceLock;
 
 use serde_json::Value;
 
@@ -26,12 +27,18 @@ fn fixtures() -> PathBuf {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures")).to_path_buf()
 }
 
-/// Builds `libtensorfile.so` and returns the directory it is in.
+/// Builds `libtensorfile.so` (once per test binary) and returns the
+/// directory it is in.
 ///
 /// `cargo test` builds a cdylib-only crate's tests but not the library
 /// itself, so this runs `cargo build` for it, in the same target directory
 /// and profile as the test binary (`<target>/<profile>/deps/<test>`).
 fn build_library() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(build_library_now).clone()
+}
+
+fn build_library_now() -> PathBuf {
     let exe = std::env::current_exe().expect("the test binary's path");
     let dir = exe
         .parent()
@@ -67,6 +74,82 @@ fn build_library() -> PathBuf {
         dir.display()
     );
     dir
+}
+
+/// The SONAME recorded in a shared library (`readelf -d`, of binutils,
+/// which comes with the C compiler).
+fn soname(library: &Path) -> String {
+    let out = Command::new("readelf")
+        .arg("-d")
+        .arg(library)
+        .output()
+        .expect("run readelf (binutils)");
+    assert!(out.status.success(), "readelf -d {}", library.display());
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .find_map(|line| {
+            let (_, rest) = line.split_once("Library soname: [")?;
+            rest.strip_suffix(']').map(str::to_string)
+        })
+        .unwrap_or_else(|| panic!("{} has no SONAME:\n{text}", library.display()))
+}
+
+/// A directory in `work` to link and run against, laid out as an install
+/// is: `libtensorfile.so` and the SONAME's name, both links to cargo's
+/// `libtensorfile.so` (which programs find by its SONAME at run time).
+fn library_dir(work: &Path) -> PathBuf {
+    let built = build_library().join("libtensorfile.so");
+    let lib = work.join("lib");
+    std::fs::create_dir_all(&lib).expect("create lib/");
+    for name in ["libtensorfile.so".to_string(), soname(&built)] {
+        std::os::unix::fs::symlink(&built, lib.join(name)).expect("link the library");
+    }
+    lib
+}
+
+/// The C compiler (`$CC`, else `cc`) with the flags every C program here
+/// is built with: warnings are errors, casting a const away is one
+/// (`-Wcast-qual`), string literals are const (`-Wwrite-strings`), plus
+/// `TENSORFILE_C_CFLAGS`.
+fn c_compiler() -> Command {
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_string());
+    let extra = std::env::var("TENSORFILE_C_CFLAGS").unwrap_or_default();
+    let mut compile = Command::new(cc);
+    compile
+        .args(["-std=c11", "-Wall", "-Wextra", "-Wcast-qual"])
+        .args(["-Wwrite-strings", "-Werror", "-O1", "-g"])
+        .args(extra.split_whitespace())
+        .arg("-I")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("include"));
+    compile
+}
+
+/// Links a compiler command against the library in `lib` and builds `exe`.
+fn link_and_build(mut compile: Command, lib: &Path, exe: &Path) {
+    compile
+        .arg("-L")
+        .arg(lib)
+        .arg(format!("-Wl,-rpath,{}", lib.display()))
+        .args(["-ltensorfile", "-lpthread", "-o"])
+        .arg(exe);
+    let status = compile
+        .status()
+        .unwrap_or_else(|e| panic!("running the C compiler: {e}"));
+    assert!(status.success(), "compiling failed: {compile:?}");
+}
+
+/// A command running `exe` under `TENSORFILE_C_RUNNER` (valgrind), if set.
+fn runner(exe: &Path) -> Command {
+    let runner = std::env::var("TENSORFILE_C_RUNNER").unwrap_or_default();
+    let mut words = runner.split_whitespace();
+    match words.next() {
+        Some(program) => {
+            let mut c = Command::new(program);
+            c.args(words).arg(exe);
+            c
+        }
+        None => Command::new(exe),
+    }
 }
 
 /// A C string literal of `bytes`: printable ASCII as is, the rest as octal
@@ -465,50 +548,27 @@ fn pytorch_table(fixtures: &Path) -> String {
 fn c_test_program_passes() {
     let fixtures = fixtures();
     let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let lib_dir = build_library();
     let work = tempfile::tempdir().expect("a temporary directory");
+    let lib = library_dir(work.path());
     let table = generate_table(&fixtures) + &hostile_table(work.path());
     std::fs::write(work.path().join("fixtures_table.c"), table).expect("write the table");
 
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_string());
-    let extra = std::env::var("TENSORFILE_C_CFLAGS").unwrap_or_default();
     let exe = work.path().join("test_tensorfile");
     let c_dir = crate_dir.join("tests/c");
-    let mut compile = Command::new(&cc);
+    let mut compile = c_compiler();
     compile
-        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-g"])
-        .args(extra.split_whitespace())
         .arg(format!(
             "-DTF_EXPECTED_VERSION=\"{}\"",
             env!("CARGO_PKG_VERSION")
         ))
         .arg("-I")
-        .arg(crate_dir.join("include"))
-        .arg("-I")
         .arg(&c_dir)
         .arg(c_dir.join("test_tensorfile.c"))
         .arg(c_dir.join("sha256.c"))
-        .arg(work.path().join("fixtures_table.c"))
-        .arg("-L")
-        .arg(&lib_dir)
-        .arg(format!("-Wl,-rpath,{}", lib_dir.display()))
-        .args(["-ltensorfile", "-lpthread", "-o"])
-        .arg(&exe);
-    let status = compile
-        .status()
-        .unwrap_or_else(|e| panic!("running {cc}: {e}"));
-    assert!(status.success(), "compiling the C test failed: {compile:?}");
+        .arg(work.path().join("fixtures_table.c"));
+    link_and_build(compile, &lib, &exe);
 
-    let runner = std::env::var("TENSORFILE_C_RUNNER").unwrap_or_default();
-    let mut words = runner.split_whitespace();
-    let mut run = match words.next() {
-        Some(program) => {
-            let mut c = Command::new(program);
-            c.args(words).arg(&exe);
-            c
-        }
-        None => Command::new(&exe),
-    };
+    let mut run = runner(&exe);
     run.arg(work.path());
     let output = run.output().expect("run the C test");
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -519,5 +579,63 @@ fn c_test_program_passes() {
     assert!(
         stdout.contains(" passed, 0 failed"),
         "the C test did not report its checks"
+    );
+}
+
+/// The library is named by `libtensorfile.so.0`, so a program linked
+/// against it finds the installed, versioned library (and a later one
+/// that breaks the ABI can sit beside it).
+#[test]
+fn the_library_has_a_versioned_soname() {
+    let built = build_library().join("libtensorfile.so");
+    assert_eq!(soname(&built), "libtensorfile.so.0");
+}
+
+/// The README's C example (its one ` ```c ` block) compiles with the
+/// strict flags and does what it says: it reads `w` from model.safetensors
+/// and writes out.safetensors, in the directory it runs in.
+#[test]
+fn the_readme_c_example_compiles_and_runs() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"))
+        .expect("read README.md");
+    let blocks: Vec<&str> = readme
+        .split("\n```c\n")
+        .skip(1)
+        .map(|rest| rest.split_once("\n```\n").expect("a closed ```c block").0)
+        .collect();
+    assert_eq!(blocks.len(), 1, "the README has one C example");
+    let work = tempfile::tempdir().expect("a temporary directory");
+    let lib = library_dir(work.path());
+    let source = work.path().join("readme_example.c");
+    std::fs::write(&source, format!("{}\n", blocks[0])).expect("write the example");
+    let exe = work.path().join("readme_example");
+    let mut compile = c_compiler();
+    compile.arg(&source);
+    link_and_build(compile, &lib, &exe);
+
+    std::fs::copy(
+        fixtures().join("valid/worked_example.safetensors"),
+        work.path().join("model.safetensors"),
+    )
+    .expect("copy the worked example");
+    let mut run = runner(&exe);
+    let output = run.current_dir(work.path()).output().expect("run it");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    eprint!("{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "the README's example failed: {run:?}"
+    );
+    assert_eq!(stdout, "F32, 2 dims, 16 bytes\n");
+    let written = tensorfile_core::SafeTensors::open(work.path().join("out.safetensors"))
+        .expect("the example's output is a valid file");
+    let w = written.tensor("w").expect("it holds w");
+    assert_eq!(w.data(), [1f32, 2., 3., 4.].map(f32::to_le_bytes).concat());
+    assert_eq!(
+        written
+            .metadata()
+            .and_then(|m| m.get("format"))
+            .map(String::as_str),
+        Some("tinyllm")
     );
 }

@@ -2,9 +2,8 @@
 //! the pickle interpreter, the zip reader and the PyTorch loader.
 
 use tensorfile::{Decode, SafeTensors, SliceArg};
-use tensorfile_pytorch::pickle::{Limits, Pickle};
-use tensorfile_pytorch::zip::ZipIndex;
 use tensorfile_pytorch::{Checkpoint, LoadOptions};
+use tensorfile_zip::ZipIndex;
 
 /// The safetensors reader: the header parser (rules 1 to 5) and, for
 /// accepted files, typed views and slicing. Errors, never panics.
@@ -22,20 +21,20 @@ pub fn header(data: &[u8]) {
 
 /// The restricted pickle interpreter: errors, never panics.
 pub fn pickle(data: &[u8]) {
-    let _ = Pickle::parse(data, &Limits::default());
+    let _ = tensorfile_pytorch::fuzzing::pickle(data);
 }
 
-/// The zip reader: index, then read every entry.
+/// The zip reader: index, then read every entry (at most 64 MiB each).
 pub fn zip(data: &[u8]) {
     if let Ok(index) = ZipIndex::parse(data) {
         for entry in index.entries() {
-            let _ = entry.read(data);
+            let _ = entry.read(&data, 64 << 20);
         }
     }
 }
 
 /// The whole PyTorch loader: load (expansion capped at 1 MiB), then read
-/// every tensor.
+/// every tensor, whole and in pieces.
 pub fn checkpoint(data: &[u8]) {
     let options = LoadOptions {
         max_expanded_bytes: 1 << 20,
@@ -43,7 +42,14 @@ pub fn checkpoint(data: &[u8]) {
     };
     if let Ok(ckpt) = Checkpoint::from_bytes(data.to_vec(), &options) {
         for t in ckpt.tensors() {
-            let _ = t.bytes();
+            if let Ok(whole) = t.bytes() {
+                let mut pieces = Vec::new();
+                let made = t.for_each_piece(4096, |p| -> Result<(), tensorfile_pytorch::Error> {
+                    pieces.extend_from_slice(p);
+                    Ok(())
+                });
+                assert!(made.is_ok() && pieces == *whole, "{:?}", t.name());
+            }
         }
     }
 }

@@ -200,7 +200,7 @@ fn packing(input: &mut Input<'_>) {
     let valid = [2, 3, 4, 5, 6, 8].contains(&bits);
     assert_eq!(packs.is_ok(), valid, "pack at {bits} bits");
     assert_eq!(unpacks.is_ok(), valid, "unpack at {bits} bits");
-    if valid && codes.len() % 8 == 0 && packed.len() == codes.len() * bits as usize / 8 {
+    if valid && codes.len().is_multiple_of(8) && packed.len() == codes.len() * bits as usize / 8 {
         let masked: Vec<u8> = codes
             .iter()
             .map(|c| c & ((1u16 << bits) - 1) as u8)

@@ -1,28 +1,23 @@
-//! Converts a checkpoint into a canonical safetensors file.
+//! What converting a checkpoint to safetensors writes, as data: which
+//! tensors under which names ([`SharedPolicy`] decides what becomes of
+//! names that share storage), the output's metadata (`"format": "pt"`, a
+//! `"removed": "kept"` entry per alias, and with `keep_values` every
+//! non-tensor value), and tensors that release a deflated storage's
+//! inflated bytes once its last one is written.
 //!
-//! Tensors go from the input to their places in the output file, written by
-//! two threads at once (each takes the next tensor in file order): stored
-//! tensors are read in 4 MiB pieces, contiguous views are written straight
-//! from the memory map, and other views are gathered about 4 MiB at a time
-//! ([`TorchTensor::for_each_piece`]), so peak memory is a few pieces per
-//! thread, not the largest tensor. A deflated storage is
-//! inflated once for all its tensors (only the spans they view, see
-//! [`LoadOptions::max_inflated_bytes`]) and released after the last of them
-//! is written. A refused or failed
-//! conversion leaves no output file (the writer saves to a temporary file and
-//! renames it at the end).
+//! Casting and writing are the umbrella crate's (`tensorfile::pytorch`),
+//! which plans [`Conversion::tensors`] like any other tensors.
 
-use std::collections::HashMap;
-use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use tensorfile_core::writer::TensorData;
+use tensorfile_core::{Dtype, Metadata};
 
-use tensorfile::cast::{plan_targets, CastOptions, TensorCast};
-use tensorfile::{save_positional, Dtype, Metadata, PositionalWriter, TensorSpec, WriteOptions};
-
-use crate::checkpoint::{Checkpoint, LoadOptions, TorchTensor};
+use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
-use crate::sharing::{plan, SharedPolicy};
+use crate::sharing::{select, SharedPolicy};
+use crate::tensor::TorchTensor;
 
 /// The metadata key and value every converted file carries, like the
 /// reference converter's output.
@@ -30,310 +25,132 @@ pub const FORMAT_KEY: &str = "format";
 /// See [`FORMAT_KEY`].
 pub const FORMAT_VALUE: &str = "pt";
 
-/// How to convert.
-#[derive(Debug, Clone, Default)]
-pub struct ConvertOptions {
-    /// How to load the checkpoint (`key`, `name`, limits).
-    pub load: LoadOptions,
+/// What to write of a checkpoint.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ConvertPolicy {
     /// What to do with tensors that share storage.
     pub shared: SharedPolicy,
     /// Keep non-tensor values (numbers, strings) as string metadata.
     pub keep_values: bool,
-    /// How to write (alignment, syncing).
-    pub write: WriteOptions,
-    /// Cast the float tensors to this dtype on the way (the companions of
-    /// quantized weights keep theirs, as in `tensorfile::cast`).
-    pub dtype: Option<Dtype>,
-    /// How to cast (saturation, integers), with `dtype`.
-    pub cast: CastOptions,
 }
 
-/// Where a conversion is, for progress bars.
-#[derive(Debug, Clone, Copy)]
-pub struct Progress<'a> {
-    /// The tensor just written.
-    pub name: &'a str,
-    /// Tensors written so far.
-    pub tensors_done: usize,
-    /// Tensors to write.
-    pub tensors_total: usize,
-    /// Tensor bytes written so far.
-    pub bytes_done: u64,
-    /// Tensor bytes to write.
-    pub bytes_total: u64,
-}
-
-/// What a conversion wrote.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Report {
-    /// Tensors written with their own bytes.
-    pub tensors: usize,
-    /// Names recorded as aliases of a written tensor.
-    pub aliases: usize,
-    /// Non-tensor values kept as metadata.
+/// What converting a checkpoint writes.
+#[derive(Debug)]
+pub struct Conversion<'a> {
+    /// The tensors to write, under their names, sorted by name.
+    pub tensors: Vec<ConvertTensor<'a>>,
+    /// `(removed name, kept name)` for each alias, sorted by removed name.
+    pub aliases: Vec<(String, String)>,
+    /// Non-tensor values kept in the metadata.
     pub values: usize,
-    /// Tensors cast to `dtype`.
-    pub cast: usize,
-    /// Tensor bytes written.
-    pub bytes: u64,
     /// The output's metadata.
     pub metadata: Metadata,
 }
 
-/// Loads `input` and converts it to `output`.
-pub fn convert(
-    input: impl AsRef<Path>,
-    output: impl AsRef<Path>,
-    options: &ConvertOptions,
-    progress: impl FnMut(Progress<'_>),
-) -> Result<Report> {
-    let ckpt = Checkpoint::open_with(input, &options.load)?;
-    convert_checkpoint(&ckpt, output, options, progress)
+impl Conversion<'_> {
+    /// The tensor bytes to write.
+    pub fn bytes(&self) -> u64 {
+        self.tensors
+            .iter()
+            .fold(0u64, |n, t| n.saturating_add(t.tensor.nbytes()))
+    }
+
+    /// The parameters written (a tied tensor counted once).
+    pub fn parameters(&self) -> u128 {
+        self.tensors
+            .iter()
+            .map(|t| u128::from(t.tensor.numel()))
+            .sum()
+    }
 }
 
-/// Converts a loaded checkpoint to `output` (`options.load` is not used).
-pub fn convert_checkpoint(
-    ckpt: &Checkpoint,
-    output: impl AsRef<Path>,
-    options: &ConvertOptions,
-    mut progress: impl FnMut(Progress<'_>),
-) -> Result<Report> {
-    let plan = plan(ckpt, options.shared)?;
-    let metadata = metadata(ckpt, &plan.aliases, options.keep_values)?;
-    // The dtype each tensor is written in, every cast checked up front.
-    let described: Vec<(&str, Dtype, &[u64])> = plan
-        .write
-        .iter()
-        .map(|t| (t.name(), t.dtype(), t.shape()))
+/// Applies `policy` to the checkpoint.
+pub fn conversion<'a>(ckpt: &'a Checkpoint, policy: &ConvertPolicy) -> Result<Conversion<'a>> {
+    let selection = select(ckpt, policy.shared)?;
+    let metadata = metadata(ckpt, &selection.aliases, policy.keep_values)?;
+    // Tensors left to write per storage: a deflated storage's inflated
+    // bytes are released after its last one.
+    let left: Arc<[AtomicUsize]> = (0..ckpt.storage_count())
+        .map(|_| AtomicUsize::new(0))
         .collect();
-    let targets = plan_targets(&described, options.dtype, options.cast)?;
-    let cast = plan
-        .write
-        .iter()
-        .zip(&targets)
-        .filter(|(t, target)| target.dtype != t.dtype())
-        .count();
-    let specs: Vec<TensorSpec> = plan
-        .write
-        .iter()
-        .zip(&targets)
-        .map(|(t, target)| TensorSpec::new(t.name(), target.dtype, t.shape()))
-        .collect();
-    let by_name: HashMap<&str, (TorchTensor<'_>, Dtype)> = plan
-        .write
-        .iter()
-        .zip(&targets)
-        .map(|(t, target)| (t.name(), (*t, target.dtype)))
-        .collect();
-    let bytes_total: u64 = plan.write.iter().map(|t| t.nbytes()).sum();
-    let mut bytes_done = 0u64;
-    let mut tensors_done = 0usize;
-    // A loader error inside the writer's callback must come back out as
-    // itself, not as a writer error: keep it aside.
-    let mut failure: Option<Error> = None;
-    let layout = tensorfile::writer::Layout::new(&specs, Some(&metadata), &options.write)?;
-    let result = save_positional(output, layout, &options.write, |w| {
-        // Tensors in file order; two workers take them in turn.
-        let order: Vec<&(TorchTensor<'_>, Dtype)> = w
-            .layout()
-            .slots()
-            .map(|slot| {
-                by_name
-                    .get(slot.name())
-                    .ok_or_else(|| aborted(format!("no tensor {:?} to write", slot.name())))
-            })
-            .collect::<tensorfile::Result<_>>()
-            .map_err(tensorfile_core::Error::from)?;
-        let next = AtomicUsize::new(0);
-        let stop = AtomicBool::new(false);
-        // Tensors left to write per storage: a deflated storage's inflated
-        // bytes are released after its last one.
-        let mut left: HashMap<usize, AtomicUsize> = HashMap::new();
-        for (t, _) in &order {
-            left.entry(t.storage_index())
-                .or_insert_with(|| AtomicUsize::new(0))
-                .fetch_add(1, Ordering::Relaxed);
+    for t in &selection.write {
+        if let Some(n) = left.get(t.storage_index()) {
+            n.fetch_add(1, Ordering::Relaxed);
         }
-        let left = &left;
-        let (done, finished) = std::sync::mpsc::channel::<std::result::Result<usize, Failed>>();
-        std::thread::scope(|scope| {
-            for _ in 0..WORKERS {
-                let done = done.clone();
-                let (order, next, stop) = (&order, &next, &stop);
-                scope.spawn(move || {
-                    let mut buf = Vec::new();
-                    loop {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(&&(ref t, target)) = order.get(i) else {
-                            return;
-                        };
-                        if stop.load(Ordering::Relaxed) {
-                            return;
-                        }
-                        let cast = (target != t.dtype()).then_some((target, options.cast));
-                        let written = write_tensor(w, i, t, cast, &mut buf);
-                        let storage = t.storage_index();
-                        if left
-                            .get(&storage)
-                            .is_some_and(|n| n.fetch_sub(1, Ordering::AcqRel) == 1)
-                        {
-                            ckpt.release_storage(storage);
-                        }
-                        if written.is_err() {
-                            stop.store(true, Ordering::Relaxed);
-                        }
-                        let _ = done.send(written.map(|()| i));
-                    }
-                });
-            }
-            drop(done);
-            // Progress from this thread (the callback need not be Sync);
-            // the first failure wins, the workers stop at their next tensor.
-            let mut first: Option<Failed> = None;
-            for event in finished {
-                match event {
-                    Ok(i) => {
-                        let Some((t, _)) = order.get(i) else { continue };
-                        bytes_done += t.nbytes();
-                        tensors_done += 1;
-                        progress(Progress {
-                            name: t.name(),
-                            tensors_done,
-                            tensors_total: specs.len(),
-                            bytes_done,
-                            bytes_total,
-                        });
-                    }
-                    Err(e) => {
-                        first.get_or_insert(e);
-                    }
-                }
-            }
-            match first {
-                None => Ok(()),
-                Some(Failed::Write(e)) => Err(e.into()),
-                Some(Failed::Load(name, e)) => {
-                    failure = Some(*e);
-                    Err(aborted(format!("tensor {name:?} could not be read")).into())
-                }
-            }
-        })
-    });
-    if let Some(e) = failure {
-        return Err(e);
     }
-    result?;
-    Ok(Report {
-        tensors: plan.write.len(),
-        aliases: plan.aliases.len(),
-        cast,
-        values: if options.keep_values {
+    let tensors = selection
+        .write
+        .into_iter()
+        .map(|tensor| ConvertTensor {
+            tensor,
+            ckpt,
+            left: Arc::clone(&left),
+        })
+        .collect();
+    Ok(Conversion {
+        tensors,
+        aliases: selection.aliases,
+        values: if policy.keep_values {
             ckpt.values().len()
         } else {
             0
         },
-        bytes: bytes_total,
         metadata,
     })
 }
 
-/// Threads writing tensors at once: two cores copying into the page cache
-/// is what makes writing a large file fast (one core was the bottleneck).
-const WORKERS: usize = 2;
-/// Stored tensors are read in pieces of this size.
-const PIECE: usize = 4 << 20;
-
-/// Why a worker stopped.
-enum Failed {
-    /// The tensor could not be read from the checkpoint (boxed: errors are
-    /// large and this travels through a channel).
-    Load(String, Box<Error>),
-    /// Writing failed.
-    Write(tensorfile::Error),
+/// A tensor to write: a [`TorchTensor`] that, once its bytes are made
+/// ([`TensorData::produce`]), releases its storage's inflated bytes if no
+/// other tensor of the conversion still needs them.
+#[derive(Debug, Clone)]
+pub struct ConvertTensor<'a> {
+    tensor: TorchTensor<'a>,
+    ckpt: &'a Checkpoint,
+    left: Arc<[AtomicUsize]>,
 }
 
-/// Why writing one piece of a tensor stopped.
-enum PieceError {
-    Load(Error),
-    Write(tensorfile::Error),
-}
-
-impl From<Error> for PieceError {
-    fn from(e: Error) -> PieceError {
-        PieceError::Load(e)
+impl<'a> ConvertTensor<'a> {
+    /// The checkpoint's tensor.
+    pub fn tensor(&self) -> TorchTensor<'a> {
+        self.tensor
     }
 }
 
-/// Writes tensor `t`, the `index`-th in file order, at its place: stored
-/// tensors are read in pieces into `buf` (plain reads are faster than
-/// faulting in the memory map page by page); other views are taken from
-/// the map, or gathered (re-ordered, expanded, inflated, byte-swapped) a
-/// piece at a time, so that no tensor is ever held whole. With `cast`, the
-/// bytes are cast piece by piece on the way.
-fn write_tensor(
-    w: &PositionalWriter<'_>,
-    index: usize,
-    t: &TorchTensor<'_>,
-    cast: Option<(Dtype, CastOptions)>,
-    buf: &mut Vec<u8>,
-) -> std::result::Result<(), Failed> {
-    use std::io::Read;
-    let load = |e: Error| Failed::Load(t.name().to_string(), Box::new(e));
-    let failed = |e: PieceError| match e {
-        PieceError::Load(e) => load(e),
-        PieceError::Write(e) => Failed::Write(e),
-    };
-    if let Some((target, opts)) = cast {
-        let mut caster =
-            TensorCast::new(t.name(), t.dtype(), t.shape(), target, opts).map_err(Failed::Write)?;
-        let mut offset = 0u64;
-        t.for_each_piece(PIECE, |piece| {
-            buf.clear();
-            caster.push(piece, buf).map_err(PieceError::Write)?;
-            w.write(index, offset, buf)
-                .map_err(|e| PieceError::Write(e.into()))?;
-            offset += buf.len() as u64;
-            Ok(())
-        })
-        .map_err(failed)?;
-        return caster.finish().map_err(Failed::Write);
+impl TensorData for ConvertTensor<'_> {
+    fn name(&self) -> &str {
+        self.tensor.name()
     }
-    match t.reader().map_err(load)? {
-        Some(mut reader) => {
-            buf.resize(PIECE, 0);
-            let mut offset = 0u64;
-            loop {
-                let n = match reader.read(buf) {
-                    Ok(0) => return Ok(()),
-                    Ok(n) => n,
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                    Err(e) => {
-                        let reason = format!("cannot read the input file: {e}");
-                        let name = t.name().to_string();
-                        return Err(load(Error::Tensor { name, reason }));
-                    }
-                };
-                w.write(index, offset, &buf[..n])
-                    .map_err(|e| Failed::Write(e.into()))?;
-                offset += n as u64;
-            }
+    fn dtype(&self) -> Dtype {
+        self.tensor.dtype()
+    }
+    fn shape(&self) -> &[u64] {
+        self.tensor.shape()
+    }
+    fn byte_len(&self) -> u64 {
+        self.tensor.nbytes()
+    }
+    fn bytes(&self) -> Option<&[u8]> {
+        TensorData::bytes(&self.tensor)
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> tensorfile_core::Result<()> {
+        self.tensor.read_at(offset, buf)
+    }
+    fn seekable(&self) -> bool {
+        self.tensor.seekable()
+    }
+    fn produce(
+        &self,
+        each: &mut dyn FnMut(u64, &[u8]) -> tensorfile_core::Result<()>,
+    ) -> tensorfile_core::Result<()> {
+        let made = self.tensor.produce(each);
+        let storage = self.tensor.storage_index();
+        if self.left.get(storage).is_some_and(|n| {
+            n.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| v.checked_sub(1)) == Ok(1)
+        }) {
+            self.ckpt.release_storage(storage);
         }
-        None => {
-            let mut offset = 0u64;
-            t.for_each_piece(PIECE, |piece| {
-                w.write(index, offset, piece)
-                    .map_err(|e| PieceError::Write(e.into()))?;
-                offset += piece.len() as u64;
-                Ok(())
-            })
-            .map_err(failed)
-        }
+        made
     }
-}
-
-/// Stops the writer (which then removes its temporary file).
-fn aborted(why: String) -> tensorfile::Error {
-    tensorfile::Error::from(std::io::Error::other(why))
 }
 
 /// The output's metadata: `"format": "pt"`, one `"removed": "kept"` entry

@@ -1,7 +1,7 @@
 //! Torch element types: their names in pickles (dtype objects and the
 //! legacy typed storage classes) and how they map to safetensors dtypes.
 
-use tensorfile::Dtype;
+use tensorfile_core::Dtype;
 
 /// A torch dtype that a checkpoint can name.
 ///

@@ -4,8 +4,10 @@
 use std::io;
 use std::path::PathBuf;
 
-use crate::pickle::PickleError;
-use crate::zip::ZipError;
+use tensorfile_core::ErrorKind;
+use tensorfile_zip::ZipError;
+
+use crate::pickle::{PickleError, PickleErrorKind};
 
 /// Any error of this crate.
 #[derive(Debug, thiserror::Error)]
@@ -102,25 +104,92 @@ pub enum Error {
     /// Tensors share storage and the sharing policy refuses it.
     #[error("{0}")]
     Shared(String),
-    /// Writing the converted file failed.
+    /// An error of the format core: writing, or a tensor's bytes that a
+    /// writer could not take.
     #[error(transparent)]
-    Write(#[from] tensorfile::Error),
-}
-
-impl Error {
-    pub(crate) fn io(path: impl Into<PathBuf>, source: io::Error) -> Error {
-        Error::Io {
-            path: path.into(),
-            source,
-        }
-    }
+    Core(tensorfile_core::Error),
 }
 
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// A core error; one that carries an error of this crate through the core
+/// (a tensor read inside a writer's job) comes back out as itself.
 impl From<tensorfile_core::Error> for Error {
     fn from(e: tensorfile_core::Error) -> Error {
-        Error::Write(e.into())
+        match e {
+            tensorfile_core::Error::Other { kind, error } => match error.downcast::<Error>() {
+                Ok(mine) => *mine,
+                Err(error) => Error::Core(tensorfile_core::Error::Other { kind, error }),
+            },
+            core => Error::Core(core),
+        }
+    }
+}
+
+/// Lets this crate's errors travel through the core: an I/O error on the
+/// checkpoint becomes the core's I/O error naming the file (a file
+/// truncated while read says so), the others travel as they are.
+impl From<Error> for tensorfile_core::Error {
+    fn from(e: Error) -> tensorfile_core::Error {
+        match e {
+            Error::Io { path, source } => tensorfile_core::Error::io(path, source),
+            Error::Core(core) => core,
+            other => tensorfile_core::Error::Other {
+                kind: other.kind(),
+                error: Box::new(other),
+            },
+        }
+    }
+}
+
+impl Error {
+    /// This error's kind: a malformed archive, pickle, storage or view is
+    /// [`ErrorKind::Format`]; what is refused on purpose (a pickle global
+    /// off the allow-list, TorchScript or tar containers, zip features not
+    /// supported, tensors safetensors cannot hold, shared storage the policy
+    /// refuses) [`ErrorKind::Unsupported`]; the pickle's limits and the
+    /// loader's budgets [`ErrorKind::Limit`]; a failed write its own kind.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::Io { source, .. } => ErrorKind::of_io(source),
+            Error::Zip(e) => e.kind(),
+            Error::Pickle { source, .. } => source.kind.error_kind(),
+            Error::NotACheckpoint(_) | Error::Refused { .. } | Error::Shared(_) => {
+                ErrorKind::Unsupported
+            }
+            Error::Archive(_)
+            | Error::Legacy(_)
+            | Error::Storage { .. }
+            | Error::DtypeConflict { .. }
+            | Error::Tensor { .. }
+            | Error::Structure(_) => ErrorKind::Format,
+            Error::Budget { .. } => ErrorKind::Limit,
+            Error::Core(e) => e.kind(),
+        }
+    }
+}
+
+impl PickleErrorKind {
+    /// The [`ErrorKind`] of this pickle problem: a refused global is
+    /// [`ErrorKind::Unsupported`], the limits and the budget
+    /// [`ErrorKind::Limit`], the rest a malformed pickle.
+    pub fn error_kind(&self) -> ErrorKind {
+        use PickleErrorKind as K;
+        match self {
+            K::ForbiddenGlobal { .. } => ErrorKind::Unsupported,
+            K::Limit { .. } | K::Budget { .. } => ErrorKind::Limit,
+            K::OutOfMemory(_) => ErrorKind::OutOfMemory,
+            K::UnknownOpcode(_)
+            | K::Truncated { .. }
+            | K::NoStop
+            | K::StackUnderflow(_)
+            | K::NoMark(_)
+            | K::MissingMemo(_)
+            | K::WrongType { .. }
+            | K::Utf8(_)
+            | K::BadStop(_)
+            | K::OpenMark { .. } => ErrorKind::Format,
+        }
     }
 }

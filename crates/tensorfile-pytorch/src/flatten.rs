@@ -54,8 +54,10 @@ impl Default for WalkLimits {
 /// The flattened tree.
 #[derive(Debug, Default)]
 pub(crate) struct Flat {
-    /// Tensor names and their spec index, sorted by name.
-    pub tensors: Vec<(String, usize)>,
+    /// Tensor names, their spec index and their place in the walk (pickle
+    /// order: a dict's items in insertion order, depth first), sorted by
+    /// name.
+    pub tensors: Vec<(String, usize, usize)>,
     /// Non-tensor leaves, rendered as text, in tree order.
     pub values: Vec<(String, String)>,
 }
@@ -173,7 +175,8 @@ pub(crate) fn flatten(
                     let spec = rebuilder.tensor(id, &path)?;
                     let dims = rebuilder.specs.get(spec).map_or(0, |s| s.shape.len());
                     keep(dims.saturating_mul(16), &path)?;
-                    flat.tensors.push((path, spec));
+                    let order = flat.tensors.len();
+                    flat.tensors.push((path, spec, order));
                 }
             }
             Some((_, Object::PersistentId(_))) => {
@@ -209,7 +212,7 @@ pub(crate) fn flatten(
                 name[k.len() + 1..].to_string()
             };
         };
-        flat.tensors.iter_mut().for_each(|(n, _)| strip(n));
+        flat.tensors.iter_mut().for_each(|(n, _, _)| strip(n));
         flat.values.iter_mut().for_each(|(n, _)| strip(n));
     }
     flat.tensors
@@ -334,14 +337,14 @@ mod tests {
         let mut p = vec![0x80, 2]; // PROTO 2
         p.push(b'X'); // BINUNICODE
         p.extend_from_slice(&(key_len as u32).to_le_bytes());
-        p.extend(std::iter::repeat(b'k').take(key_len));
+        p.extend(std::iter::repeat_n(b'k', key_len));
         p.extend_from_slice(&[b'q', 0, b'0']); // BINPUT 0, POP
         for _ in 0..levels {
             p.push(b'}'); // EMPTY_DICT
             p.extend_from_slice(&[b'h', 0]); // BINGET 0: the shared key
         }
         p.extend_from_slice(&[b'K', 1]); // BININT1 1
-        p.extend(std::iter::repeat(b's').take(levels)); // SETITEM, once per dict
+        p.extend(std::iter::repeat_n(b's', levels)); // SETITEM, once per dict
         p.push(b'.'); // STOP
         p
     }
@@ -367,7 +370,7 @@ mod tests {
     fn shared_value_pickle(len: usize, count: usize) -> Vec<u8> {
         let mut p = vec![0x80, 2, b']', b'(', b'X'];
         p.extend_from_slice(&(len as u32).to_le_bytes());
-        p.extend(std::iter::repeat(b'v').take(len));
+        p.extend(std::iter::repeat_n(b'v', len));
         p.extend_from_slice(&[b'q', 0]);
         for _ in 1..count {
             p.extend_from_slice(&[b'h', 0]);

@@ -4,13 +4,23 @@
 //! Python and without executing anything, and yields their tensors by name
 //! with dtype, shape and C-order little-endian bytes.
 //!
-//! - Both containers `torch.save` writes: the zip format (read in place from
-//!   a memory map; ZIP64, deflated records, big-endian data) and the legacy
+//! - Both containers `torch.save` writes: the zip format (ZIP64, deflated
+//!   records, big-endian data; read with `tensorfile-zip`) and the legacy
 //!   format of PyTorch before 1.6.
-//! - A restricted pickle interpreter ([`pickle`]) that only builds values,
-//!   with an allow-list of globals ([`globals`]) and limits against hostile
-//!   input.
-//! - Views are honoured: storage offsets, strides, expansions.
+//! - Everything is read through a byte source
+//!   ([`tensorfile_core::source::ByteSource`]): [`Checkpoint::open`] reads
+//!   the file with positional reads, so a file truncated underneath is an
+//!   error naming it, never a signal; [`Checkpoint::open_mapped`] maps it
+//!   for zero-copy stored tensors.
+//! - A restricted pickle interpreter that only builds values, with an
+//!   allow-list of globals and limits against hostile input ([`Limits`],
+//!   [`LoadOptions`]).
+//! - Views are honoured: storage offsets, strides, expansions. Every
+//!   tensor is a format-core [`TensorData`](tensorfile_core::TensorData),
+//!   read by range or made a piece at a time.
+//! - What converting writes ([`convert::conversion`]): the tensors, the
+//!   names kept for tied weights ([`SharedPolicy`]), the metadata. Casting
+//!   and writing are in the `tensorfile` crate (`tensorfile::pytorch`).
 //!
 //! ```no_run
 //! use tensorfile_pytorch::Checkpoint;
@@ -21,31 +31,46 @@
 //! # Ok::<(), tensorfile_pytorch::Error>(())
 //! ```
 
-#![forbid(unsafe_op_in_unsafe_fn)]
+#![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 #[cfg(target_endian = "big")]
 compile_error!("tensorfile-pytorch assumes a little-endian host");
 
-pub mod checkpoint;
+mod checkpoint;
 pub mod convert;
-pub mod describe;
-pub mod dtypes;
+mod dtypes;
 pub mod error;
 mod flatten;
-pub mod globals;
+mod globals;
 mod legacy;
-pub mod pickle;
+mod pickle;
 mod rebuild;
-pub mod sharing;
-pub mod view;
-pub mod zip;
+mod sharing;
+mod store;
+mod tensor;
+mod view;
 
 pub use checkpoint::{
-    file_looks_like_pytorch, looks_like_pytorch, Checkpoint, Format, InflateStats, LoadOptions,
-    StoredReader, TensorData, TorchTensor, ViewKey,
+    file_looks_like_pytorch, looks_like_pytorch, Checkpoint, Format, LoadOptions, IN_MEMORY,
 };
-pub use convert::{convert, ConvertOptions};
+pub use convert::{conversion, Conversion, ConvertPolicy, ConvertTensor};
 pub use error::{Error, Result};
 pub use flatten::{WalkLimits, ENTRY_BYTES};
-pub use sharing::SharedPolicy;
+pub use pickle::{Limits, PickleError, PickleErrorKind};
+pub use sharing::{select, Selection, SharedPolicy};
+pub use store::InflateStats;
+pub use tensor::{TensorBytes, TorchTensor, ViewKey};
+pub use tensorfile_zip::ZipError;
+
+#[doc(hidden)]
+pub mod fuzzing;
+
+/// The repository's README, whose Rust examples `cargo test` compiles as
+/// doctests (`no_run`: they name files that are not there) so that they
+/// cannot rot. It lives in this crate because this is the one that sees
+/// both `tensorfile` and `tensorfile_pytorch`, which the examples use; the
+/// C example is compiled and run by tensorfile-ffi's C tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeExamples;

@@ -710,7 +710,7 @@ impl<'a> Machine<'a> {
     /// `target` (just below them, or a new one); they are taken off the stack.
     fn set_items(&mut self, target: Slot, from: usize, op: &'static str) -> R<()> {
         let n = self.stack.len() - from;
-        if n % 2 != 0 {
+        if !n.is_multiple_of(2) {
             return self.err(PickleErrorKind::WrongType {
                 opcode: op,
                 expected: "key-value pairs",
@@ -1188,7 +1188,7 @@ mod tests {
     #[test]
     fn deep_nesting_hits_the_depth_limit() {
         let mut p = vec![b'N'];
-        p.extend(std::iter::repeat(0x85).take(5000));
+        p.extend(std::iter::repeat_n(0x85, 5000));
         p.push(b'.');
         let e = run(&p).unwrap_err();
         assert!(e.to_string().contains("nesting depth"), "{e}");
@@ -1234,17 +1234,17 @@ mod tests {
         match shared {
             Shared::Tuple => {
                 p.push(b'(');
-                p.extend(std::iter::repeat(b'N').take(n));
+                p.extend(std::iter::repeat_n(b'N', n));
                 p.push(b't');
             }
             Shared::List => {
                 p.extend_from_slice(b"](");
-                p.extend(std::iter::repeat(b'N').take(n));
+                p.extend(std::iter::repeat_n(b'N', n));
                 p.push(b'e');
             }
             Shared::Dict => {
                 p.extend_from_slice(b"}(");
-                p.extend(std::iter::repeat(b'N').take(2 * n));
+                p.extend(std::iter::repeat_n(b'N', 2 * n));
                 p.push(b'u');
             }
         }
@@ -1380,7 +1380,7 @@ mod tests {
         // is made; then the arena's first four object slots are one
         // allocation too many.
         let mut p = b"X\x00\x00\x10\x00".to_vec();
-        p.extend(std::iter::repeat(b'a').take(1 << 20));
+        p.extend(std::iter::repeat_n(b'a', 1 << 20));
         p.push(b'.');
         let small = Limits {
             max_bytes: 1 << 20,

@@ -220,7 +220,7 @@ impl<'p> Rebuilder<'p> {
             Some(size) => {
                 view.check(size).map_err(bad)?;
                 let end = view_offset.checked_add(size);
-                if end.map_or(true, |e| e > storage_numel) {
+                if end.is_none_or(|e| e > storage_numel) {
                     return Err(bad(format!(
                         "legacy storage view [{view_offset}, +{size}) is outside its storage of {storage_numel} elements"
                     )));
@@ -417,4 +417,50 @@ impl<'p> Rebuilder<'p> {
         .ok_or_else(|| format!("{what} is {}, not a tuple", pickle.kind(v)))?;
         items.iter().map(|&i| self.uint(i, what)).collect()
     }
+}
+
+/// The element size of every storage a legacy object pickle's persistent
+/// ids name (`('storage', FloatStorage, key, location, numel[, view])`),
+/// whether the tensors kept use it or not: the raw data of every listed
+/// storage must be skipped to reach the next. An untyped storage counts
+/// bytes. Refuses one key named with two element sizes.
+pub(crate) fn legacy_element_sizes(pickle: &Pickle) -> Result<HashMap<String, u64>> {
+    let mut sizes: HashMap<String, u64> = HashMap::new();
+    for object in pickle.objects() {
+        let Object::PersistentId(pid) = object else {
+            continue;
+        };
+        let Some(items) = pickle.as_seq(*pid) else {
+            continue;
+        };
+        let (Some(tag), Some(cls), Some(key)) = (items.first(), items.get(1), items.get(2)) else {
+            continue;
+        };
+        if pickle.as_str(*tag) != Some("storage") {
+            continue;
+        }
+        let Some(key) = pickle.as_str(*key) else {
+            continue;
+        };
+        let elem = match pickle.deref(*cls) {
+            Some(Object::Global(Global::TypedStorage(d))) => d.element_size(),
+            Some(Object::Global(Global::UntypedStorage)) => 1,
+            _ => continue,
+        };
+        match sizes.get(key) {
+            Some(&e) if e != elem => {
+                return Err(Error::Storage {
+                    key: key.to_string(),
+                    problem: format!(
+                        "persistent ids name it with elements of {e} B and of {elem} B"
+                    ),
+                })
+            }
+            Some(_) => {}
+            None => {
+                sizes.insert(key.to_string(), elem);
+            }
+        }
+    }
+    Ok(sizes)
 }

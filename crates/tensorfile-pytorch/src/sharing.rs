@@ -6,16 +6,19 @@
 
 use std::collections::HashMap;
 
-use crate::checkpoint::{Checkpoint, TorchTensor, ViewKey};
+use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
+use crate::tensor::{TorchTensor, ViewKey};
 
 /// The sharing policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum SharedPolicy {
     /// Merge exact aliases (same storage, offset, shape, strides, dtype):
-    /// the first name in byte order keeps the bytes, the others are
-    /// recorded in the metadata as `"removed": "kept"`. Other views of a
-    /// shared storage get their own bytes.
+    /// the name that comes first in the pickle keeps the bytes (the
+    /// owning module's: `model.embed_tokens.weight`, not `lm_head.weight`;
+    /// the name transformers keeps), the others are recorded in the
+    /// metadata as `"removed": "kept"`. Other views of a shared storage get
+    /// their own bytes.
     #[default]
     Alias,
     /// Every name gets its own bytes.
@@ -41,7 +44,7 @@ impl std::str::FromStr for SharedPolicy {
 
 /// Which tensors to write, and which names became aliases.
 #[derive(Debug)]
-pub struct Plan<'a> {
+pub struct Selection<'a> {
     /// Tensors that get their own bytes, sorted by name.
     pub write: Vec<TorchTensor<'a>>,
     /// `(removed name, kept name)` pairs, sorted by removed name.
@@ -49,21 +52,31 @@ pub struct Plan<'a> {
 }
 
 /// Applies `policy` to the checkpoint's tensors.
-pub fn plan(ckpt: &Checkpoint, policy: SharedPolicy) -> Result<Plan<'_>> {
+pub fn select(ckpt: &Checkpoint, policy: SharedPolicy) -> Result<Selection<'_>> {
     let mut write = Vec::with_capacity(ckpt.len());
     let mut aliases = Vec::new();
     match policy {
         SharedPolicy::Copy => write.extend(ckpt.tensors()),
         SharedPolicy::Alias => {
-            // Tensors come sorted by name, so the first seen keeps the bytes.
-            let mut kept: HashMap<ViewKey, &str> = HashMap::new();
+            // Of each group of exact aliases, the name first in pickle
+            // order keeps the bytes.
+            let mut owner: HashMap<ViewKey, TorchTensor<'_>> = HashMap::new();
             for t in ckpt.tensors() {
-                match kept.get(&t.view_key()) {
-                    Some(&first) => aliases.push((t.name().to_string(), first.to_string())),
-                    None => {
-                        kept.insert(t.view_key(), t.name());
-                        write.push(t);
+                owner
+                    .entry(t.view_key())
+                    .and_modify(|o| {
+                        if t.pickle_order() < o.pickle_order() {
+                            *o = t;
+                        }
+                    })
+                    .or_insert(t);
+            }
+            for t in ckpt.tensors() {
+                match owner.get(&t.view_key()) {
+                    Some(o) if o.name() != t.name() => {
+                        aliases.push((t.name().to_string(), o.name().to_string()));
                     }
+                    _ => write.push(t),
                 }
             }
         }
@@ -81,5 +94,5 @@ pub fn plan(ckpt: &Checkpoint, policy: SharedPolicy) -> Result<Plan<'_>> {
             }
         }
     }
-    Ok(Plan { write, aliases })
+    Ok(Selection { write, aliases })
 }

@@ -24,7 +24,7 @@ pub struct View<'a> {
 impl View<'_> {
     /// Number of elements, or `None` on overflow.
     pub fn numel(&self) -> Option<u64> {
-        tensorfile::dtype::numel(self.shape)
+        tensorfile_core::dtype::numel(self.shape)
     }
 
     /// Byte length of the view's C-order bytes, or `None` on overflow.

@@ -7,7 +7,6 @@
 mod hostile;
 
 use hostile::{Apply, Shared};
-use tensorfile_pytorch::convert::{convert, ConvertOptions};
 use tensorfile_pytorch::{Checkpoint, Error, LoadOptions, ENTRY_BYTES};
 
 /// The budget error's name, limit and counted bytes.
@@ -96,7 +95,7 @@ fn the_clone_bomb_under_a_small_pickle_budget_names_it() {
         panic!("{e}")
     };
     match source.kind {
-        tensorfile_pytorch::pickle::PickleErrorKind::Budget {
+        tensorfile_pytorch::PickleErrorKind::Budget {
             budget,
             limit,
             needed,
@@ -171,22 +170,6 @@ fn expansions_are_capped_per_tensor_and_in_total() {
         assert_eq!(b.len(), 256_000);
         assert!(b.chunks(256).all(|c| c == row), "{}", t.name());
     }
-}
-
-#[test]
-fn convert_refuses_expansions_before_writing() {
-    let dir = tempfile::tempdir().unwrap();
-    let input = dir.path().join("expansions.pt");
-    std::fs::write(&input, hostile::expansions(16, 1 << 22)).unwrap();
-    let output = dir.path().join("out.safetensors");
-    let e = convert(&input, &output, &ConvertOptions::default(), |_| {}).unwrap_err();
-    assert_eq!(budget(&e).0, "max_expanded_total_bytes");
-    assert!(!output.exists());
-    assert_eq!(
-        std::fs::read_dir(dir.path()).unwrap().count(),
-        1,
-        "no file left"
-    );
 }
 
 #[test]
@@ -355,22 +338,111 @@ fn every_fixture_reads_the_same_in_pieces() {
     assert!(files >= 20, "{files} fixtures loaded");
 }
 
+/// A source that is not lent and records the largest single read and the
+/// bytes read in all.
+struct Counting {
+    bytes: Vec<u8>,
+    largest: std::sync::atomic::AtomicU64,
+    total: std::sync::atomic::AtomicU64,
+}
+
+impl tensorfile_core::source::ByteSource for Counting {
+    fn len(&self) -> u64 {
+        self.bytes.len() as u64
+    }
+    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        use std::sync::atomic::Ordering;
+        self.largest.fetch_max(buf.len() as u64, Ordering::Relaxed);
+        self.total.fetch_add(buf.len() as u64, Ordering::Relaxed);
+        self.bytes.as_slice().read_exact_at(offset, buf)
+    }
+}
+
 #[test]
-fn convert_inflates_each_deflated_storage_once_and_releases_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let input = dir.path().join("views.pt");
-    std::fs::write(&input, hostile::deflated_views(1000, 16 << 20, true)).unwrap();
-    let ckpt = Checkpoint::open(&input).unwrap();
-    let output = dir.path().join("views.safetensors");
-    let mut options = ConvertOptions::default();
-    options.write.sync = false;
-    let report =
-        tensorfile_pytorch::convert::convert_checkpoint(&ckpt, &output, &options, |_| {}).unwrap();
-    assert_eq!(report.tensors, 1000);
-    let stats = ckpt.inflate_stats();
-    assert_eq!((stats.passes, stats.inflated), (1, 16 << 20));
-    assert_eq!((stats.held, stats.peak), (0, 4000));
-    let st = tensorfile::SafeTensors::open(&output).unwrap();
-    assert_eq!(st.len(), 1000);
-    assert!(st.tensors().all(|t| t.data() == [0u8; 4]));
+fn views_read_by_range_read_bounded_spans() {
+    use hostile::{Record, Storage, Tensor};
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+    use tensorfile_core::TensorData;
+    // A 2048 x 1024 F32 storage (8 MiB) of 0, 1, 2, ...
+    let (rows, cols) = (2048u64, 1024u64);
+    let numel = rows * cols;
+    let data: Vec<u8> = (0..numel).flat_map(|i| (i as f32).to_le_bytes()).collect();
+    let storages = [Storage {
+        key: "0".into(),
+        class: "FloatStorage",
+        elem: 4,
+        numel,
+    }];
+    let view = |name: &str, offset, shape: &[u64], strides: &[u64]| Tensor {
+        name: name.into(),
+        storage: 0,
+        offset,
+        shape: shape.to_vec(),
+        strides: strides.to_vec(),
+    };
+    let tensors = [
+        // A column: 8 KiB spread over 8 MiB.
+        view("col", 3, &[rows], &[cols]),
+        // Every other column of the first 16 rows... of 2 KiB rows: a
+        // strided block over 64 KiB.
+        view("half", 0, &[16, cols / 2], &[cols, 2]),
+        // A transpose: every byte, in another order.
+        view("t", 0, &[cols, rows], &[1, cols]),
+        // A row block, contiguous.
+        view("rows", cols * 100, &[200, cols], &[cols, 1]),
+        // An expansion of one row to 4096 rows (16 MiB from 4 KiB).
+        view("expand", cols * 5, &[4096, cols], &[0, 1]),
+    ];
+    let pickle = hostile::state_dict_pickle(&storages, &tensors);
+    let bytes = hostile::checkpoint(
+        Record::stored("archive/data.pkl", pickle),
+        vec![Record::stored("archive/data/0", data)],
+    );
+    let lent = Checkpoint::from_bytes(bytes.clone(), &LoadOptions::default()).unwrap();
+    let source = Arc::new(Counting {
+        bytes,
+        largest: Default::default(),
+        total: Default::default(),
+    });
+    let read =
+        Checkpoint::from_source(Arc::clone(&source), "counting", &LoadOptions::default()).unwrap();
+    for name in ["col", "half", "t", "rows", "expand"] {
+        let (a, b) = (lent.tensor(name).unwrap(), read.tensor(name).unwrap());
+        let want = a.bytes().unwrap();
+        source.largest.store(0, Ordering::Relaxed);
+        source.total.store(0, Ordering::Relaxed);
+        let mut got = Vec::new();
+        b.produce(&mut |at, p| {
+            assert_eq!(at, got.len() as u64);
+            got.extend_from_slice(p);
+            Ok(())
+        })
+        .unwrap();
+        assert!(got == *want, "{name}");
+        let (largest, total) = (
+            source.largest.load(Ordering::Relaxed),
+            source.total.load(Ordering::Relaxed),
+        );
+        match name {
+            // Read a bounded window at a time, never the whole storage.
+            "col" => assert!(largest <= 1 << 20, "{name}: a read of {largest} B"),
+            // Its span is small: read once.
+            "half" => assert_eq!((largest, total), (64 * 1024 - 4, 64 * 1024 - 4)),
+            // The storage it re-orders is read once, whole.
+            "t" => assert_eq!((largest, total), (numel * 4, numel * 4)),
+            // Stored as is: read by range, in pieces of 4 MiB at most.
+            "rows" => {
+                assert!(b.seekable());
+                assert_eq!(total, 200 * cols * 4);
+                assert!(largest <= 4 << 20);
+            }
+            // One 4 KiB row, read for each piece.
+            "expand" => assert!(
+                largest <= cols * 4 && total <= 64 * cols * 4,
+                "{largest} {total}"
+            ),
+            _ => unreachable!(),
+        }
+    }
 }

@@ -129,8 +129,16 @@ fn zero_copy_where_possible() {
     let zc = |n: &str| ckpt.tensor(n).unwrap().is_zero_copy();
     assert!(zc("full") && zc("row") && zc("tail"));
     assert!(!zc("col") && !zc("t"));
+    // Read by range from a file opened with positional reads; borrowed
+    // from a map.
     assert!(matches!(
         ckpt.tensor("tail").unwrap().bytes().unwrap(),
+        std::borrow::Cow::Owned(_)
+    ));
+    let mapped =
+        Checkpoint::open_mapped(fixtures().join("zip_views.pt"), &LoadOptions::default()).unwrap();
+    assert!(matches!(
+        mapped.tensor("tail").unwrap().bytes().unwrap(),
         std::borrow::Cow::Borrowed(_)
     ));
     // Deflated and big-endian storages cannot be borrowed.
@@ -138,6 +146,55 @@ fn zero_copy_where_possible() {
     assert!(!d.tensor("a").unwrap().is_zero_copy());
     let b = Checkpoint::open(fixtures().join("ok_big_endian.pt")).unwrap();
     assert!(b.is_big_endian() && !b.tensor("a").unwrap().is_zero_copy());
+}
+
+/// Every `ok` fixture gives the same bytes read with positional reads, from
+/// a map, and in pieces of a few sizes (views with gaps, transposes,
+/// expansions, deflated and big-endian records included).
+#[test]
+fn read_mapped_and_pieces_agree() {
+    use tensorfile_core::TensorData;
+    let mut checked = 0;
+    for (file, spec) in &manifest() {
+        if !spec["expect"].as_str().unwrap().starts_with("ok") {
+            continue;
+        }
+        let read = Checkpoint::open(fixtures().join(file)).unwrap();
+        let mapped =
+            Checkpoint::open_mapped(fixtures().join(file), &LoadOptions::default()).unwrap();
+        for (t, m) in read.tensors().zip(mapped.tensors()) {
+            let whole = t.bytes().unwrap();
+            assert!(whole == m.bytes().unwrap(), "{file} {}", t.name());
+            for piece in [1usize, 7, 64, 4096] {
+                let mut joined = Vec::new();
+                t.for_each_piece(piece, |p| -> Result<(), tensorfile_pytorch::Error> {
+                    joined.extend_from_slice(p);
+                    Ok(())
+                })
+                .unwrap();
+                assert!(joined == *whole, "{file} {} in pieces of {piece}", t.name());
+            }
+            let mut produced = vec![0u8; whole.len()];
+            t.produce(&mut |at, p| {
+                produced[at as usize..at as usize + p.len()].copy_from_slice(p);
+                Ok(())
+            })
+            .unwrap();
+            assert!(produced == *whole, "{file} {}: produce", t.name());
+            assert_eq!(t.seekable(), t.is_zero_copy());
+            if whole.len() > 3 {
+                let mut mid = vec![0u8; whole.len() - 3];
+                t.read_at(2, &mut mid).unwrap();
+                assert!(
+                    mid == whole[2..whole.len() - 1],
+                    "{file} {}: read_at",
+                    t.name()
+                );
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked > 100, "{checked} tensors");
 }
 
 #[test]
@@ -244,9 +301,9 @@ fn from_bytes_matches_open() {
 
 #[test]
 fn sharing_policies() {
-    use tensorfile_pytorch::sharing::plan;
+    use tensorfile_pytorch::select as plan;
     use tensorfile_pytorch::SharedPolicy;
-    let names = |p: &tensorfile_pytorch::sharing::Plan| {
+    let names = |p: &tensorfile_pytorch::Selection| {
         p.write
             .iter()
             .map(|t| t.name().to_string())

@@ -1,12 +1,13 @@
-//! What `inspect --json` says about a safetensors file or set, as JSON: the
-//! one schema the CLI prints and the Python package's `inspect` returns.
-//! (PyTorch checkpoints: `tensorfile_pytorch::describe`.)
+//! What `inspect --json` says about a safetensors file or set, or a PyTorch
+//! checkpoint, as JSON: the one schema the CLI prints and the Python
+//! package's `inspect` returns.
 
 use std::path::Path;
 
 use serde_json::{json, Value};
 
 use crate::model::{read_config, CONFIG_NAME, TOKENIZER_NAME};
+use crate::pytorch::{Checkpoint, Format};
 use crate::quant::{int4_group, quantized_weights, QuantConfig, Storage};
 use crate::{Dtype, Header, Metadata, ShardedTensors, TensorData, TensorInfo};
 
@@ -106,7 +107,7 @@ pub fn file(path: &Path, header: &Header, digest: Digest<'_>) -> Value {
     let data_start = header.data_start();
     let misaligned = header
         .tensors()
-        .filter(|t| (data_start + t.data_offsets.0) % natural_alignment(t.dtype) != 0)
+        .filter(|t| !(data_start + t.data_offsets.0).is_multiple_of(natural_alignment(t.dtype)))
         .count();
     let parameters: u128 = header.tensors().map(|t| u128::from(t.numel())).sum();
     let dir = match path.parent() {
@@ -217,5 +218,64 @@ pub fn set(path: &Path, set: &ShardedTensors, digest: Digest<'_>) -> Value {
         "quantized": quantized.as_ref().ok(),
         "quantized_problem": quantized.as_ref().err(),
         "warnings": set.warnings(),
+    })
+}
+
+/// How a PyTorch checkpoint is stored, in words.
+pub fn checkpoint_format(ckpt: &Checkpoint) -> String {
+    match ckpt.format() {
+        Format::Zip { prefix } => format!("PyTorch zip checkpoint (directory {prefix:?})"),
+        Format::Legacy => "PyTorch legacy checkpoint (before 1.6)".to_string(),
+    }
+}
+
+/// A PyTorch checkpoint `ckpt` opened from `file` (of `size` bytes): format,
+/// byte order, every tensor (with its storage key, offset and strides where
+/// a safetensors file has data offsets, and its sha256 when `digest` gives
+/// one), the non-tensor values, parameters (names that are exact aliases of
+/// one another, tied weights, counted once).
+pub fn checkpoint(file: &Path, size: u64, ckpt: &Checkpoint, digest: Digest<'_>) -> Value {
+    let byte_order = if ckpt.is_big_endian() {
+        "big-endian"
+    } else {
+        "little-endian"
+    };
+    let mut seen = std::collections::HashSet::new();
+    let parameters: u128 = ckpt
+        .tensors()
+        .filter(|t| seen.insert(t.view_key()))
+        .map(|t| u128::from(t.numel()))
+        .sum();
+    let tensors: Vec<Value> = ckpt
+        .tensors()
+        .map(|t| {
+            let mut v = json!({
+                "name": t.name(),
+                "dtype": t.dtype().name(),
+                "shape": t.shape(),
+                "nbytes": t.nbytes(),
+                "storage": t.storage_key(),
+                "storage_offset": t.storage_offset(),
+                "strides": t.strides(),
+            });
+            if let Some(h) = digest(t.name()) {
+                v["sha256"] = Value::String(h);
+            }
+            v
+        })
+        .collect();
+    let values: serde_json::Map<String, Value> = ckpt
+        .values()
+        .iter()
+        .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+        .collect();
+    json!({
+        "file": file,
+        "size": size,
+        "format": checkpoint_format(ckpt),
+        "byte_order": byte_order,
+        "tensors": tensors,
+        "values": values,
+        "parameters": parameters,
     })
 }

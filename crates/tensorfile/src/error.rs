@@ -5,7 +5,7 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-use tensorfile_core::FormatError;
+use tensorfile_core::{ErrorKind, FormatError};
 
 use crate::cast::CastError;
 use crate::quant::QuantError;
@@ -49,6 +49,11 @@ pub enum Error {
         #[source]
         source: CastError,
     },
+    /// A PyTorch checkpoint was refused, or one of its tensors could not
+    /// be read (see [`tensorfile_pytorch::Error`]). (Boxed: errors travel
+    /// by value.)
+    #[error(transparent)]
+    Pytorch(Box<tensorfile_pytorch::Error>),
     /// An error about a named file. [`Error::detail`] gives the error
     /// without the file.
     #[error("{}: {source}", path.display())]
@@ -66,9 +71,12 @@ impl From<tensorfile_core::Error> for Error {
     /// ([`tensorfile_core::Error::Other`]) comes back out as itself.
     fn from(e: tensorfile_core::Error) -> Error {
         match e {
-            tensorfile_core::Error::Other(other) => match other.downcast::<Error>() {
+            tensorfile_core::Error::Other { kind, error } => match error.downcast::<Error>() {
                 Ok(mine) => *mine,
-                Err(other) => Error::Core(tensorfile_core::Error::Other(other)),
+                Err(error) => match error.downcast::<tensorfile_pytorch::Error>() {
+                    Ok(pytorch) => Error::from(*pytorch),
+                    Err(error) => Error::Core(tensorfile_core::Error::Other { kind, error }),
+                },
             },
             core => Error::Core(core),
         }
@@ -80,7 +88,20 @@ impl From<Error> for tensorfile_core::Error {
     fn from(e: Error) -> tensorfile_core::Error {
         match e {
             Error::Core(core) => core,
-            other => tensorfile_core::Error::Other(Box::new(other)),
+            other => tensorfile_core::Error::Other {
+                kind: other.kind(),
+                error: Box::new(other),
+            },
+        }
+    }
+}
+
+/// A loader error; one that only carries a core error is that error.
+impl From<tensorfile_pytorch::Error> for Error {
+    fn from(e: tensorfile_pytorch::Error) -> Error {
+        match e {
+            tensorfile_pytorch::Error::Core(core) => Error::from(core),
+            other => Error::Pytorch(Box::new(other)),
         }
     }
 }
@@ -131,6 +152,21 @@ impl Error {
                 path: path.into(),
                 source: Box::new(other),
             },
+        }
+    }
+
+    /// This error's kind: a core error's own ([`tensorfile_core::Error::kind`]),
+    /// that of each layer's (see [`ErrorKind`]), the inner error's for
+    /// [`Error::File`].
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::Core(e) => e.kind(),
+            Error::Config { .. } => ErrorKind::Format,
+            Error::Shard(e) => e.kind(),
+            Error::Quant { problem, .. } => problem.kind(),
+            Error::Cast { source, .. } => source.kind(),
+            Error::File { source, .. } => source.kind(),
+            Error::Pytorch(e) => e.kind(),
         }
     }
 
@@ -187,6 +223,12 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub struct ParseError(pub(crate) String);
 
 impl ParseError {
+    /// This error's kind: [`ErrorKind::Format`] (a text that is not what
+    /// it should be).
+    pub fn kind(&self) -> ErrorKind {
+        ErrorKind::Format
+    }
+
     /// What is wrong.
     pub fn message(&self) -> &str {
         &self.0

@@ -89,6 +89,16 @@ const DIR_ENTRIES: [(&str, Kind); 8] = [
     ("diffusion_pytorch_model.bin", Kind::PytorchSet),
 ];
 
+/// The weight file a model directory holds (the first of its index, its
+/// single file, PyTorch's and diffusers' names that is there) and what it
+/// makes the directory; `None` when it holds none.
+pub fn dir_weights(dir: &Path) -> Option<(&'static str, Kind)> {
+    DIR_ENTRIES
+        .iter()
+        .find(|(name, _)| dir.join(name).is_file())
+        .copied()
+}
+
 /// How many bytes of a file [`detect`] looks at.
 const HEAD: u64 = 512;
 
@@ -104,11 +114,7 @@ pub fn detect(path: impl AsRef<Path>) -> Result<Kind, Error> {
     let path = path.as_ref();
     let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
     if meta.is_dir() {
-        return DIR_ENTRIES
-            .iter()
-            .find(|(name, _)| path.join(name).is_file())
-            .map(|&(_, kind)| kind)
-            .ok_or_else(|| {
+        return dir_weights(path).map(|(_, kind)| kind).ok_or_else(|| {
                 not_a(
                     path,
                     "a directory holding no model weights (model.safetensors, its index, pytorch_model.bin or diffusers' equivalents)".into(),

@@ -30,10 +30,10 @@ pub use tensorfile_core::{
 pub use tensorfile_core::{
     read_header, read_header_from, read_header_from_path, save, save_plan, save_positional,
     save_streaming, serialize, serialize_with, Accept, Align, AtomicFile, AtomicSet, ByteSource,
-    Dtype, DtypeSet, Element, FileSource, FileTensor, FormatError, Header, InMemory, MappedFile,
-    Metadata, OutputError, Plan, PositionalWriter, PrivateMap, ReadOptions, SafeTensors, SliceArg,
-    SlicedView, StreamWriter, TensorData, TensorInfo, TensorRef, TensorSlice, TensorSpec,
-    TensorView, WriteError, WriteOptions, DEFAULT_MAX_HEADER_LEN,
+    Dtype, DtypeSet, Element, ErrorKind, FileSource, FileTensor, FormatError, Header, InMemory,
+    MappedFile, Metadata, OutputError, Plan, PositionalWriter, PrivateMap, ReadOptions,
+    SafeTensors, SliceArg, SlicedView, StreamWriter, TensorData, TensorInfo, TensorRef,
+    TensorSlice, TensorSpec, TensorView, WriteError, WriteOptions, DEFAULT_MAX_HEADER_LEN,
 };
 
 mod bits;
@@ -42,6 +42,7 @@ pub mod describe;
 pub mod error;
 pub mod input;
 pub mod model;
+pub mod pytorch;
 pub mod quant;
 pub mod reshard;
 pub mod shard;

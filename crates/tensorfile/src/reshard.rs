@@ -217,6 +217,21 @@ impl Sharding {
         Sharding::Given { parts, count }
     }
 
+    /// How a transform of a set writes its output: cut by
+    /// `max_shard_size` when given ([`Sharding::MaxSize`]), else one output
+    /// file per input file ([`Sharding::like_inputs`]).
+    pub fn new(
+        max_shard_size: Option<u64>,
+        plan: &Plan<'_>,
+        shard_of_input: &[usize],
+        count: usize,
+    ) -> Sharding {
+        match max_shard_size {
+            Some(max) => Sharding::MaxSize(max),
+            None => Sharding::like_inputs(plan, shard_of_input, count),
+        }
+    }
+
     /// The file of each tensor and the number of files.
     fn resolve(&self, plan: &Plan<'_>) -> Result<(Vec<usize>, usize)> {
         match self {

@@ -1,7 +1,8 @@
 //! What the transforms of safetensors (rewrite, convert, quantize,
 //! dequantize: the CLI's commands and the Python package's functions) read
 //! and write: a file or a set in, a file or a set out, through the
-//! library's plans.
+//! library's plans. PyTorch checkpoints and `.bin` sets come in through
+//! their own loader and go out through the same [`write_to`].
 
 use std::path::{Path, PathBuf};
 
@@ -63,18 +64,24 @@ impl Input {
         files
     }
 
-    /// The shard each of `tensors` (from [`Input::tensors`]) is in.
-    fn shard_of(&self, tensors: &[SetTensor<'_>]) -> Vec<usize> {
+    /// Where `tensors` (from [`Input::tensors`]) lie: what [`write_to`]
+    /// needs.
+    pub fn layout(&self, tensors: &[SetTensor<'_>]) -> Layout {
         let shards = self.set.shards();
-        tensors
-            .iter()
-            .map(|t| {
-                shards
-                    .iter()
-                    .position(|s| std::ptr::eq(s, t.shard()))
-                    .unwrap_or(0)
-            })
-            .collect()
+        Layout {
+            is_set: self.is_set(),
+            shard_of: tensors
+                .iter()
+                .map(|t| {
+                    shards
+                        .iter()
+                        .position(|s| std::ptr::eq(s, t.shard()))
+                        .unwrap_or(0)
+                })
+                .collect(),
+            shards: shards.len(),
+            prefix: self.prefix(),
+        }
     }
 
     /// The file name prefix of the set's shards (`model` for
@@ -114,14 +121,27 @@ pub struct Written {
     pub bytes: u64,
 }
 
-/// Writes what `plan` (built over `tensors` of `input`) produces to `out`:
-/// one file for a file, a set in the directory `out` for a set (one output
-/// shard per input shard, or cut by `max_shard_size`), all or nothing.
-/// `progress` is told the data bytes written as they go.
+/// Where a plan's inputs lie, whatever they were read from (safetensors
+/// files, PyTorch checkpoints): what it takes to write the output as a
+/// file, or as a set with one output shard per input shard.
+#[derive(Debug, Clone)]
+pub struct Layout {
+    /// Whether the input is a set of files: the output is then a directory.
+    pub is_set: bool,
+    /// Per input of the plan (its [`Plan::origin`]), the input shard it
+    /// comes from.
+    pub shard_of: Vec<usize>,
+    /// How many input shards.
+    pub shards: usize,
+    /// The file name prefix of the output set's shards.
+    pub prefix: String,
+}
+
+/// Writes what `plan` (built over `tensors` of `input`) produces to `out`,
+/// as [`write_to`] does.
 ///
 /// # Errors
-/// A tensor that cannot be read or produced, or a failed write (nothing
-/// is left behind).
+/// As [`write_to`].
 pub fn write(
     input: &Input,
     tensors: &[SetTensor<'_>],
@@ -131,7 +151,33 @@ pub fn write(
     options: &WriteOptions,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<Written> {
-    if !input.is_set() && max_shard_size.is_none() {
+    write_to(
+        &input.layout(tensors),
+        plan,
+        out,
+        max_shard_size,
+        options,
+        progress,
+    )
+}
+
+/// Writes what `plan` produces to `out`: one file for a file, a set in the
+/// directory `out` for a set (one output shard per input shard, or cut by
+/// `max_shard_size`, which also makes a set of a file's output), all or
+/// nothing. `progress` is told the data bytes written as they go.
+///
+/// # Errors
+/// A tensor that cannot be read or produced, or a failed write (nothing
+/// is left behind).
+pub fn write_to(
+    layout: &Layout,
+    plan: &Plan<'_>,
+    out: &Path,
+    max_shard_size: Option<u64>,
+    options: &WriteOptions,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<Written> {
+    if !layout.is_set && max_shard_size.is_none() {
         save_plan(out, plan, options, progress)?;
         let bytes = file_size(out)?;
         return Ok(Written {
@@ -140,11 +186,8 @@ pub fn write(
             bytes,
         });
     }
-    let sharding = match max_shard_size {
-        Some(max) => Sharding::MaxSize(max),
-        None => Sharding::like_inputs(plan, &input.shard_of(tensors), input.set.shards().len()),
-    };
-    let summary = save_set(out, &input.prefix(), plan, &sharding, options, progress)?;
+    let sharding = Sharding::new(max_shard_size, plan, &layout.shard_of, layout.shards);
+    let summary = save_set(out, &layout.prefix, plan, &sharding, options, progress)?;
     let mut bytes = 0;
     for f in summary.files.iter().chain(&summary.index) {
         bytes += file_size(f)?;

@@ -528,15 +528,38 @@ fn mlx_weights_count_as_their_logical_shape() {
 #[test]
 fn mlx_mixed_model_is_a_non_course_model() {
     let dir = fixtures().join("mlx/mlx_mixed_model");
+    // Its config says "model_type": "llama" but gives only hidden_size:
+    // the Llama check names the fields it lacks.
     let report = check_dir(&dir, Contract::Any);
-    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    assert_eq!(
+        kinds(&report),
+        [
+            "vocab_size",
+            "intermediate_size",
+            "num_hidden_layers",
+            "num_attention_heads"
+        ]
+        .map(|f| (ProblemKind::MissingField, f.to_string()))
+    );
     assert!(!report.architecture_checked);
-    assert!(report
-        .notes
-        .iter()
-        .any(|n| n.contains("architecture check was skipped")));
+    // Without a model type, the architecture is unknown: a warning, and
+    // only the files are checked.
+    let tmp = tempfile::tempdir().unwrap();
+    for file in ["config.json", "model.safetensors"] {
+        fs::copy(dir.join(file), tmp.path().join(file)).unwrap();
+    }
+    edit_config(tmp.path(), |c| {
+        c.remove("model_type");
+    });
+    let report = check_dir(tmp.path(), Contract::Any);
+    assert!(report.is_ok(), "{:?}", report.problems);
+    assert_eq!(
+        kinds(&report),
+        [(ProblemKind::UnknownArchitecture, "config.json".into())]
+    );
+    assert!(!report.architecture_checked);
     // Contract v0 still applies to the weights.
-    assert!(!check_dir(&dir, Contract::V0).is_ok());
+    assert!(!check_dir(tmp.path(), Contract::V0).is_ok());
 
     // Its per-module overrides give each packed weight its logical shape.
     let model = ModelDir::open(&dir).unwrap();

@@ -89,7 +89,7 @@ fn random_bytes_never_panic() {
     for _ in 0..3000 {
         let len = rng.below(64);
         let mut b: Vec<u8> = (0..len).map(|_| rng.next_u64() as u8).collect();
-        if len >= 8 && rng.next_u64() % 2 == 0 {
+        if len >= 8 && rng.next_u64().is_multiple_of(2) {
             // A plausible length prefix, so the JSON parser gets exercised.
             b[..8].copy_from_slice(&((len - 8) as u64).to_le_bytes());
         }

@@ -1,4 +1,6 @@
-//! `tensorfile check [--json] [--contract v0] DIR`: verify a model directory.
+//! `tensorfile check [--json] [--contract v0] DIR`: verify a model directory
+//! (the files, and every tensor against the architecture config.json
+//! names: a course `tl_arch` or a Hugging Face class).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -18,7 +20,8 @@ pub struct Args {
     /// Also hold the tensors to a course contract (`v0`: F32 only).
     #[arg(long, value_name = "CONTRACT", value_parser = parse_contract)]
     contract: Option<Contract>,
-    /// The model directory (config.json and its weights).
+    /// The model directory (config.json and its weights): a course model,
+    /// a transformers, mlx-lm or diffusers directory.
     #[arg(value_name = "DIR")]
     dir: PathBuf,
 }
@@ -60,7 +63,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         let arch = match (&report.arch, report.architecture_checked) {
             (Some(arch), true) => format!("{arch}, architecture checked"),
             (Some(arch), false) => format!("{arch}, architecture not checked"),
-            (None, _) => "no tl_arch".to_string(),
+            (None, _) => "architecture unknown".to_string(),
         };
         let verdict = if report.is_ok() { "ok" } else { "failed" };
         out(format_args!(

@@ -2,13 +2,14 @@
 //! the float tensors of a file to one dtype, or (without `--dtype`) write
 //! the canonical file.
 //!
-//! A PyTorch checkpoint as IN (`.pt`, `.pth`, `.bin`) goes through
-//! [`super::convert_pytorch`] instead: loaded without executing anything,
-//! then streamed (or cast) the same way.
+//! A PyTorch checkpoint as IN (`.pt`, `.pth`, `.bin`), or a sharded `.bin`
+//! set (`pytorch_model.bin.index.json`, diffusers' own, or the directory
+//! holding one), goes through [`super::convert_pytorch`] instead: loaded
+//! without executing anything, then streamed (or cast) the same way.
 //!
 //! IN may be a set (a directory or an index): OUT is then a directory
 //! holding the converted set, one output shard per input shard (or cut by
-//! `--max-shard-size`).
+//! `--max-shard-size`), for safetensors and `.bin` sets alike.
 
 use std::process::ExitCode;
 
@@ -67,15 +68,20 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         allow_int: args.allow_int,
         strict: args.strict,
     };
-    if kind == tensorfile::input::Kind::Pytorch {
+    if matches!(
+        kind,
+        tensorfile::input::Kind::Pytorch | tensorfile::input::Kind::PytorchSet
+    ) {
         return super::convert_pytorch::run(super::convert_pytorch::Job {
             input: &args.io.input,
+            set: kind.is_set(),
             output: &args.io.output,
             dtype: args.dtype,
             cast,
             sync: !args.io.no_sync,
             json: args.io.json,
             pytorch: args.pytorch,
+            max_shard_size: args.io.max_shard_size,
         });
     }
     // An input that cannot be read is that error (exit 1), not a misuse of
@@ -101,7 +107,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         "convert",
     )?;
     let losses = summary.losses();
-    report_losses(&args.io.output, &losses);
+    super::losses::report(&args.io.output, &losses);
     if args.io.json {
         out(json!({
             "input": args.io.input,
@@ -113,7 +119,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
             "cast": summary.cast,
             "companions": summary.companions,
             "bytes": written.bytes,
-            "losses": losses_json(&losses),
+            "losses": super::losses::json(&losses),
         }));
     } else {
         let what = match args.dtype {
@@ -130,32 +136,4 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         ));
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// One warning line per tensor whose cast changed values beyond rounding.
-pub fn report_losses(output: &std::path::Path, losses: &[(&str, tensorfile::cast::Losses)]) {
-    for (name, l) in losses {
-        super::warn(format_args!(
-            "{}: tensor {}: {l} (--strict refuses this)",
-            output.display(),
-            super::quoted(name)
-        ));
-    }
-}
-
-/// The losses as JSON: `{name: {to_inf, to_nan, saturated, flushed}}`.
-pub fn losses_json(losses: &[(&str, tensorfile::cast::Losses)]) -> serde_json::Value {
-    let map: serde_json::Map<String, serde_json::Value> = losses
-        .iter()
-        .map(|(name, l)| {
-            let counts = json!({
-                "to_inf": l.to_inf,
-                "to_nan": l.to_nan,
-                "saturated": l.saturated,
-                "flushed": l.flushed,
-            });
-            (name.to_string(), counts)
-        })
-        .collect();
-    serde_json::Value::Object(map)
 }

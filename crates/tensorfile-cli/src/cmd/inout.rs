@@ -1,14 +1,17 @@
 //! What the commands that transform safetensors (rewrite, convert,
 //! quantize, dequantize) read and write: the library's
 //! [`tensorfile::transform`] with a progress bar, inputs that are not
-//! safetensors refused in the CLI's words.
+//! safetensors refused in the CLI's words. PyTorch checkpoints and `.bin`
+//! sets (`convert`) come in through their own loader and go out through the
+//! same [`write_to`].
 
 use std::path::Path;
 
 use tensorfile::plan::Plan;
 use tensorfile::shard::SetTensor;
-use tensorfile::transform::{Input, Written};
 use tensorfile::{ReadOptions, WriteOptions};
+
+pub use tensorfile::transform::{Input, Layout, Written};
 
 use super::Failure;
 use crate::progress::Progress;
@@ -19,7 +22,8 @@ pub fn open(path: &Path, read: &ReadOptions) -> Result<Input, Failure> {
     Ok(Input::open(path, kind, read)?)
 }
 
-/// [`tensorfile::transform::write`] with a progress bar called `what`.
+/// Writes what `plan` (built over `tensors` of `input`) produces to `out`,
+/// as [`write_to`] does.
 pub fn write(
     input: &Input,
     tensors: &[SetTensor<'_>],
@@ -29,17 +33,29 @@ pub fn write(
     options: &WriteOptions,
     what: &str,
 ) -> Result<Written, Failure> {
-    let bar = Progress::bytes(plan.data_len()?, what);
-    let progress = |n: u64| bar.inc(n);
-    let written = tensorfile::transform::write(
-        input,
-        tensors,
+    write_to(
+        &input.layout(tensors),
         plan,
         out,
         max_shard_size,
         options,
-        &progress,
-    )?;
+        what,
+    )
+}
+
+/// [`tensorfile::transform::write_to`] with a progress bar called `what`.
+pub fn write_to(
+    layout: &Layout,
+    plan: &Plan<'_>,
+    out: &Path,
+    max_shard_size: Option<u64>,
+    options: &WriteOptions,
+    what: &str,
+) -> Result<Written, Failure> {
+    let bar = Progress::bytes(plan.data_len()?, what);
+    let progress = |n: u64| bar.inc(n);
+    let written =
+        tensorfile::transform::write_to(layout, plan, out, max_shard_size, options, &progress)?;
     drop(bar);
     Ok(written)
 }

@@ -53,7 +53,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         Kind::Pytorch => {
             let load = args
                 .budgets
-                .apply(tensorfile_pytorch::LoadOptions::default());
+                .apply(tensorfile::pytorch::LoadOptions::default());
             return super::inspect_pytorch::run(&args.file, args.json, args.hash, &load);
         }
         Kind::Safetensors => {}

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::ExitCode;
 
+use tensorfile::pytorch::{Checkpoint, LoadOptions};
 use tensorfile::Dtype;
-use tensorfile_pytorch::{Checkpoint, LoadOptions};
 
 use super::{out, Failure};
 
@@ -24,8 +24,11 @@ pub fn run(
     let size = std::fs::metadata(file)?.len();
     let mut digests = BTreeMap::new();
     if hash {
+        // A piece at a time, read with positional reads.
+        let total = ckpt.tensors().map(|t| t.nbytes()).sum();
+        let bar = crate::progress::Progress::bytes(total, "hashing");
         for t in ckpt.tensors() {
-            digests.insert(t.name(), tensorfile::describe::sha256_of(&t.bytes()?));
+            digests.insert(t.name(), super::sha256_hex(&t, &bar)?);
         }
     }
     let mut per_dtype: BTreeMap<Dtype, (usize, u64)> = BTreeMap::new();
@@ -38,7 +41,7 @@ pub fn run(
     let digest = |name: &str| -> Option<String> { digests.get(name).cloned() };
     // The --json description (the library's, which the Python package
     // returns too); the text below says the same from it.
-    let described = tensorfile_pytorch::describe::checkpoint(file, size, &ckpt, &digest);
+    let described = tensorfile::describe::checkpoint(file, size, &ckpt, &digest);
     if as_json {
         out(described);
         return Ok(ExitCode::SUCCESS);

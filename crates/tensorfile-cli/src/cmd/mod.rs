@@ -15,6 +15,7 @@ pub mod dequantize;
 pub mod inout;
 pub mod inspect;
 pub mod inspect_pytorch;
+pub mod losses;
 pub mod merge;
 pub mod quantize;
 pub mod quantized;

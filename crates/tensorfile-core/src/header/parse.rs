@@ -230,7 +230,7 @@ impl<'t> Parser<'t> {
     /// Whether a violation of `rule` would be recorded: callers skip
     /// building messages (which may quote long names) that would be dropped.
     fn wants(&self, rule: u8) -> bool {
-        self.deferred.as_ref().map_or(true, |d| d.rule() > rule)
+        self.deferred.as_ref().is_none_or(|d| d.rule() > rule)
     }
 
     /// Records a warning; past [`MAX_WARNINGS`] they are only counted.
@@ -841,7 +841,7 @@ impl<'t> Parser<'t> {
             group.sort_unstable();
             for pair in group.windows(2) {
                 let [(a, _), (b, pos)] = pair else { continue };
-                if a == b && found.as_ref().map_or(true, |(p, _)| pos < p) {
+                if a == b && found.as_ref().is_none_or(|(p, _)| pos < p) {
                     found = Some((*pos, b.clone()));
                 }
             }

@@ -95,8 +95,10 @@ static void test_sha256(void) {
 static void check_file(fs_file *f, const struct fx_file *fx, int aligned64, const char *how) {
     CHECK(fs_num_tensors(f) == fx->ntensors, "%s %s: %d tensors, expected %d", how, fx->stem,
           fs_num_tensors(f), fx->ntensors);
-    const char **names = fs_tensor_names(f);
+    const char *const *names = fs_tensor_name_list(f);
     CHECK(names != NULL, "%s %s: no names", how, fx->stem);
+    /* The original API gives the same read-only array, typed without const. */
+    CHECK(fs_tensor_names(f) == names, "%s %s: fs_tensor_names is another array", how, fx->stem);
     if (!names) return;
     for (int i = 0; i < fx->ntensors; i++) {
         const struct fx_tensor *e = &fx->tensors[i];
@@ -108,10 +110,14 @@ static void check_file(fs_file *f, const struct fx_file *fx, int aligned64, cons
         CHECK(full == names[i] && len == e->name_len && memcmp(full, e->name, len) == 0,
               "%s %s: fs_tensor_name_at(%d)", how, fx->stem, i);
 
-        tm_tensor *t = fs_get_tensor_at(f, i);
+        const tm_tensor *t = fs_tensor_at(f, i);
         CHECK(t != NULL, "%s %s: tensor %d: %s", how, fx->stem, i, fs_last_error_message());
         if (!t) continue;
+        CHECK(fs_get_tensor_at(f, i) == t, "%s %s: fs_get_tensor_at(%d) is another tensor", how,
+              fx->stem, i);
         if (strlen(e->name) == e->name_len) {
+            CHECK(fs_tensor(f, e->name) == t, "%s %s: fs_tensor(%s) is not tensor %d", how,
+                  fx->stem, e->name, i);
             CHECK(fs_get_tensor(f, e->name) == t, "%s %s: fs_get_tensor(%s) is not tensor %d",
                   how, fx->stem, e->name, i);
         }
@@ -139,9 +145,10 @@ static void check_file(fs_file *f, const struct fx_file *fx, int aligned64, cons
     CHECK(names[fx->ntensors] == NULL, "%s %s: names not NULL-terminated", how, fx->stem);
 
     if (fx->nmeta < 0) return;
-    const char **keys = fs_metadata_keys(f);
+    const char *const *keys = fs_metadata_key_list(f);
     CHECK(keys != NULL, "%s %s: no key array", how, fx->stem);
     if (!keys) return;
+    CHECK(fs_metadata_keys(f) == keys, "%s %s: fs_metadata_keys is another array", how, fx->stem);
     CHECK(fs_num_metadata(f) == fx->nmeta, "%s %s: %d metadata entries, expected %d", how,
           fx->stem, fs_num_metadata(f), fx->nmeta);
     for (int k = 0; k < fx->nmeta; k++) {
@@ -189,7 +196,7 @@ static void test_metadata_with_nul(void) {
         CHECK(f != NULL, "nul metadata: open: %s", fs_last_error_message());
         if (!f) continue;
         CHECK(fs_num_metadata(f) == 2, "nul metadata: %d entries", fs_num_metadata(f));
-        const char **keys = fs_metadata_keys(f);
+        const char *const *keys = fs_metadata_key_list(f);
         CHECK(keys && strcmp(keys[0], "a") == 0 && strcmp(keys[1], "c") == 0 && !keys[2],
               "nul metadata: the key array");
         size_t len = 0;
@@ -258,6 +265,11 @@ static void test_pytorch(void) {
         CHECK(f != NULL, "fs_load_pytorch %s: %s", fx->stem, fs_last_error_message());
         if (f) check_file(f, fx, 0, "fs_load_pytorch");
         fs_close(f);
+        /* The mapped way gives the same tensors. */
+        f = fs_mmap_pytorch(fx->path);
+        CHECK(f != NULL, "fs_mmap_pytorch %s: %s", fx->stem, fs_last_error_message());
+        if (f) check_file(f, fx, 0, "fs_mmap_pytorch");
+        fs_close(f);
     }
     CHECK(files >= 20, "only %d loadable checkpoints", files);
     files = 0;
@@ -286,9 +298,45 @@ static void test_pytorch(void) {
     }
     CHECK(fs_load_pytorch(NULL) == NULL, "fs_load_pytorch(NULL)");
     CHECK_ERROR(TL_EINVAL, "NULL", "fs_load_pytorch(NULL)");
+    CHECK(fs_mmap_pytorch(NULL) == NULL, "fs_mmap_pytorch(NULL)");
+    CHECK_ERROR(TL_EINVAL, "NULL", "fs_mmap_pytorch(NULL)");
     /* A safetensors file is not a checkpoint. */
     CHECK(fs_load_pytorch(FX_VALID[0].path) == NULL, "a safetensors file loaded as PyTorch");
     CHECK_ERROR(TL_EUNSUPPORTED, "safetensors", "fs_load_pytorch(safetensors)");
+}
+
+/* A checkpoint truncated by another process after fs_load_pytorch: the
+ * first access of a tensor with bytes fails with TL_EIO naming the file,
+ * never SIGBUS (the file is read, not mapped). */
+static void test_pytorch_truncated(void) {
+    const struct fx_file *fx = NULL;
+    for (const struct fx_file *p = FX_PYTORCH_OK; p->path && !fx; p++)
+        for (int i = 0; i < p->ntensors; i++)
+            if (p->tensors[i].nbytes > 0) fx = p;
+    CHECK(fx != NULL, "no checkpoint with tensor bytes");
+    if (!fx) return;
+    size_t len = 0;
+    unsigned char *bytes = read_all(fx->path, &len);
+    char *path = tmp_path("truncated_underneath.pt");
+    write_all(path, bytes, len);
+    free(bytes);
+    fs_file *f = fs_load_pytorch(path);
+    CHECK(f != NULL, "fs_load_pytorch %s: %s", path, fs_last_error_message());
+    if (f) {
+        FILE *cut = fopen(path, "wb"); /* truncates it to 0 bytes */
+        if (cut) fclose(cut);
+        int refused = 0;
+        for (int i = 0; i < fs_num_tensors(f); i++) {
+            if (fx->tensors[i].nbytes == 0) continue;
+            CHECK(fs_get_tensor_at(f, i) == NULL, "tensor %d read from a cut file", i);
+            CHECK_ERROR(TL_EIO, "truncated_underneath.pt", "a tensor of the cut file");
+            CHECK_ERROR(TL_EIO, "changed or truncated", "a tensor of the cut file");
+            refused++;
+        }
+        CHECK(refused > 0, "no tensor refused");
+    }
+    fs_close(f);
+    free(path);
 }
 
 /* ---- hostile PyTorch checkpoints (issue 12) ---- */
@@ -312,7 +360,7 @@ struct lazy_job {
 /* Reads every tensor of a shared file, first accesses racing. */
 static void *read_lazy(void *arg) {
     struct lazy_job *job = arg;
-    for (int i = 0; i < job->n && i < 8; i++) job->got[i] = fs_get_tensor_at(job->f, i);
+    for (int i = 0; i < job->n && i < 8; i++) job->got[i] = fs_tensor_at(job->f, i);
     return NULL;
 }
 
@@ -330,18 +378,18 @@ static void test_pytorch_hostile(void) {
         CHECK(fs_num_tensors(f) == h->ntensors, "%s: %d tensors, expected %d", h->path,
               fs_num_tensors(f), h->ntensors);
         for (int i = 0; h->content >= 0 && i < h->ntensors; i++) {
-            tm_tensor *t = fs_get_tensor_at(f, i);
+            const tm_tensor *t = fs_tensor_at(f, i);
             if (h->access_code) {
                 CHECK(t == NULL, "%s: tensor %d read", h->path, i);
                 CHECK_ERROR(h->access_code, h->part, h->path);
                 /* The failure is kept: the second access fails alike. */
-                CHECK(fs_get_tensor_at(f, i) == NULL, "%s: tensor %d read again", h->path, i);
+                CHECK(fs_tensor_at(f, i) == NULL, "%s: tensor %d read again", h->path, i);
                 CHECK_ERROR(h->access_code, h->part, h->path);
                 continue;
             }
             CHECK(t != NULL, "%s: tensor %d: %s", h->path, i, fs_last_error_message());
             if (!t) continue;
-            CHECK(fs_get_tensor_at(f, i) == t, "%s: tensor %d moved", h->path, i);
+            CHECK(fs_tensor_at(f, i) == t, "%s: tensor %d moved", h->path, i);
             CHECK(t->data != NULL && content_ok(t, h->content), "%s: tensor %d's bytes", h->path,
                   i);
         }
@@ -369,7 +417,7 @@ static void test_pytorch_hostile(void) {
                   "expansion %d read by thread 0", i);
             for (int k = 1; k < N; k++)
                 CHECK(jobs[k].got[i] == t, "thread %d got another tensor %d", k, i);
-            CHECK(fs_get_tensor_at(f, i) == t, "tensor %d moved", i);
+            CHECK(fs_tensor_at(f, i) == t, "tensor %d moved", i);
         }
         fs_close(f);
     }
@@ -423,12 +471,12 @@ static void test_rewrite_fixtures(void) {
         char *out = tmp_path("rewrite.safetensors");
         fs_writer *w = fs_writer_new(out);
         int n = fs_num_tensors(f);
-        const char **names = fs_tensor_names(f);
+        const char *const *names = fs_tensor_name_list(f);
         for (int i = 0; i < n; i++) {
-            CHECK(fs_add_tensor(w, names[i], fs_get_tensor_at(f, i)) == 0, "%s: add %s: %s",
+            CHECK(fs_add_tensor(w, names[i], fs_tensor_at(f, i)) == 0, "%s: add %s: %s",
                   fx->stem, names[i], fs_last_error_message());
         }
-        for (const char **k = fs_metadata_keys(f); *k; k++)
+        for (const char *const *k = fs_metadata_key_list(f); *k; k++)
             CHECK(fs_set_metadata(w, *k, fs_get_metadata(f, *k)) == 0, "%s: metadata", fx->stem);
         CHECK(fs_write(w) == 0, "%s: fs_write: %s", fx->stem, fs_last_error_message());
         fs_close(f);
@@ -468,6 +516,14 @@ static void test_reader_errors(void) {
     CHECK(fs_get_tensor_at(NULL, 0) == NULL, "fs_get_tensor_at(NULL)");
     CHECK(fs_tensor_name_at(NULL, 0, NULL) == NULL, "fs_tensor_name_at(NULL)");
     CHECK(fs_metadata_keys(NULL) == NULL, "fs_metadata_keys(NULL)");
+    CHECK(fs_tensor_name_list(NULL) == NULL, "fs_tensor_name_list(NULL)");
+    CHECK_ERROR(TL_EINVAL, "NULL", "fs_tensor_name_list(NULL)");
+    CHECK(fs_metadata_key_list(NULL) == NULL, "fs_metadata_key_list(NULL)");
+    CHECK_ERROR(TL_EINVAL, "NULL", "fs_metadata_key_list(NULL)");
+    CHECK(fs_tensor(NULL, "w") == NULL, "fs_tensor(NULL)");
+    CHECK_ERROR(TL_EINVAL, "NULL", "fs_tensor(NULL, w)");
+    CHECK(fs_tensor_at(NULL, 0) == NULL, "fs_tensor_at(NULL)");
+    CHECK_ERROR(TL_EINVAL, "NULL", "fs_tensor_at(NULL, 0)");
     CHECK(fs_get_metadata(NULL, "format") == NULL, "fs_get_metadata(NULL)");
     CHECK(fs_close(NULL) == 0, "fs_close(NULL)");
 
@@ -478,20 +534,20 @@ static void test_reader_errors(void) {
             f = fs_open(fx->path);
         }
     CHECK(f != NULL && fs_get_tensor(f, "w") != NULL, "worked_example has w");
-    CHECK(fs_get_tensor(f, NULL) == NULL, "fs_get_tensor(f, NULL)");
-    CHECK_ERROR(TL_EINVAL, "NULL", "fs_get_tensor(f, NULL)");
-    CHECK(fs_get_tensor(f, "\xff\xfe") == NULL, "fs_get_tensor(f, bad UTF-8)");
-    CHECK_ERROR(TL_EINVAL, "UTF-8", "fs_get_tensor(f, bad UTF-8)");
-    CHECK(fs_get_tensor(f, "nope") == NULL, "fs_get_tensor(f, nope)");
-    CHECK_ERROR(TL_ENOTFOUND, "nope", "fs_get_tensor(f, nope)");
+    CHECK(fs_tensor(f, NULL) == NULL, "fs_tensor(f, NULL)");
+    CHECK_ERROR(TL_EINVAL, "NULL", "fs_tensor(f, NULL)");
+    CHECK(fs_tensor(f, "\xff\xfe") == NULL, "fs_tensor(f, bad UTF-8)");
+    CHECK_ERROR(TL_EINVAL, "UTF-8", "fs_tensor(f, bad UTF-8)");
+    CHECK(fs_tensor(f, "nope") == NULL, "fs_tensor(f, nope)");
+    CHECK_ERROR(TL_ENOTFOUND, "nope", "fs_tensor(f, nope)");
     /* A success clears the error. */
     CHECK(fs_get_tensor(f, "w") != NULL, "fs_get_tensor(f, w)");
     CHECK(fs_last_error() == TL_OK && strcmp(fs_last_error_message(), "") == 0,
           "a success leaves error %d", fs_last_error());
-    CHECK(fs_get_tensor_at(f, -1) == NULL, "fs_get_tensor_at(f, -1)");
-    CHECK_ERROR(TL_EINVAL, "negative", "fs_get_tensor_at(f, -1)");
-    CHECK(fs_get_tensor_at(f, 1) == NULL, "fs_get_tensor_at(f, 1)");
-    CHECK_ERROR(TL_ENOTFOUND, "out of range", "fs_get_tensor_at(f, 1)");
+    CHECK(fs_tensor_at(f, -1) == NULL, "fs_tensor_at(f, -1)");
+    CHECK_ERROR(TL_EINVAL, "negative", "fs_tensor_at(f, -1)");
+    CHECK(fs_tensor_at(f, 1) == NULL, "fs_tensor_at(f, 1)");
+    CHECK_ERROR(TL_ENOTFOUND, "out of range", "fs_tensor_at(f, 1)");
     CHECK(fs_tensor_name_at(f, 1, NULL) == NULL, "fs_tensor_name_at(f, 1)");
     CHECK_ERROR(TL_ENOTFOUND, "out of range", "fs_tensor_name_at(f, 1)");
     CHECK(fs_get_metadata(f, "nokey") == NULL, "fs_get_metadata(f, nokey)");
@@ -516,6 +572,41 @@ static void test_reader_errors(void) {
     CHECK_ERROR(TL_EUNSUPPORTED, "int64_t", "fs_open(huge dim)");
     CHECK(fs_mmap(path) == NULL, "fs_mmap(huge dim)");
     CHECK_ERROR(TL_EUNSUPPORTED, "int64_t", "fs_mmap(huge dim)");
+    free(path);
+}
+
+/* The codes keep their numbers (an ABI), and each kind of error the
+ * library has gets its own: an output path that is a directory is an I/O
+ * error, a header over the format's cap is refused as over a limit. */
+static void test_error_codes(void) {
+    CHECK(TL_OK == 0 && TL_EFORMAT == -1 && TL_EIO == -2 && TL_ENOMEM == -3 &&
+              TL_EINVAL == -4 && TL_ENOTFOUND == -5 && TL_EUNSUPPORTED == -6 &&
+              TL_EINTERNAL == -7,
+          "the TL_E* numbers moved");
+
+    float v[1] = {1};
+    int64_t shape[1] = {1};
+    tm_tensor t = {TL_F32, 1, shape, v, sizeof v};
+    fs_writer *w = fs_writer_new(tmpdir);
+    CHECK(fs_add_tensor(w, "a", &t) == 0, "add a: %s", fs_last_error_message());
+    CHECK(fs_write(w) == TL_EIO, "fs_write onto a directory");
+    CHECK_ERROR(TL_EIO, "is a directory", "fs_write onto a directory");
+
+    /* 100,000,000 bytes of metadata: the header is over the format's cap. */
+    size_t big = 100000000;
+    char *value = malloc(big + 1);
+    memset(value, 'x', big);
+    value[big] = '\0';
+    char *path = tmp_path("too_large.safetensors");
+    w = fs_writer_new(path);
+    CHECK(fs_set_metadata(w, "k", value) == 0, "set a large value: %s", fs_last_error_message());
+    free(value);
+    CHECK(fs_write(w) == TL_EUNSUPPORTED, "fs_write of a header over the cap");
+    CHECK_ERROR(TL_EUNSUPPORTED, "over the limit of 100000000", "fs_write of a header over the cap");
+    size_t len;
+    unsigned char *nothing = read_all(path, &len);
+    CHECK(nothing == NULL, "a refused header left a file");
+    free(nothing);
     free(path);
 }
 
@@ -603,9 +694,9 @@ static void test_writer_errors(void) {
     CHECK(f && fs_num_tensors(f) == 3, "3 tensors written");
     CHECK(f && fs_get_metadata(f, "k") && strcmp(fs_get_metadata(f, "k"), "second") == 0,
           "the last value wins");
-    tm_tensor *s = f ? fs_get_tensor(f, "scalar") : NULL;
+    const tm_tensor *s = f ? fs_tensor(f, "scalar") : NULL;
     CHECK(s && s->ndim == 0 && s->nbytes == 4 && *(const float *)s->data == 1.0f, "scalar back");
-    tm_tensor *e = f ? fs_get_tensor(f, "empty") : NULL;
+    const tm_tensor *e = f ? fs_tensor(f, "empty") : NULL;
     CHECK(e && e->ndim == 1 && e->shape[0] == 0 && e->nbytes == 0 && e->data != NULL,
           "empty back");
     fs_close(f);
@@ -667,7 +758,7 @@ static void *read_shared(void *arg) {
     for (int round = 0; round < 3; round++) {
         for (int i = 0; i < job->fx->ntensors; i++) {
             const struct fx_tensor *e = &job->fx->tensors[i];
-            tm_tensor *t = fs_get_tensor(job->f, e->name);
+            const tm_tensor *t = fs_tensor(job->f, e->name);
             char hex[65];
             if (!t) {
                 job->mismatches++;
@@ -676,7 +767,7 @@ static void *read_shared(void *arg) {
             sha256_hex(t->data, t->nbytes, hex);
             job->mismatches += strcmp(hex, e->sha256) != 0;
         }
-        job->mismatches += fs_get_tensor(job->f, "missing") != NULL;
+        job->mismatches += fs_tensor(job->f, "missing") != NULL;
         job->mismatches += fs_last_error() != TL_ENOTFOUND;
     }
     return NULL;
@@ -698,7 +789,7 @@ static void test_threads(void) {
             pthread_create(&threads[i], NULL, read_shared, &jobs[i]);
         }
         /* Errors are per thread: the readers' TL_ENOTFOUND is not ours. */
-        CHECK(fs_get_tensor(files[k], "") == NULL, "empty name");
+        CHECK(fs_tensor(files[k], "") == NULL, "empty name");
         for (int i = 0; i < N; i++) {
             pthread_join(threads[i], NULL);
             CHECK(jobs[i].mismatches == 0, "thread %d: %d mismatches", i, jobs[i].mismatches);
@@ -719,11 +810,13 @@ int main(int argc, char **argv) {
     test_metadata_with_nul();
     test_invalid_files();
     test_pytorch();
+    test_pytorch_truncated();
     test_pytorch_hostile();
     test_worked_example();
     test_rewrite_fixtures();
     test_reader_errors();
     test_writer_errors();
+    test_error_codes();
     test_helpers();
     test_threads();
     printf("%d passed, %d failed\n", passed, failed);

@@ -190,7 +190,7 @@ pub fn deflated_zeros(len: u64) -> Vec<u8> {
     for _ in 0..len / MIB {
         out.extend_from_slice(&mib);
     }
-    if len % MIB != 0 {
+    if !len.is_multiple_of(MIB) {
         out.extend_from_slice(&flushed(len % MIB));
     }
     // A final fixed-Huffman block with only the end-of-block code.
@@ -308,19 +308,19 @@ pub fn clone_bomb(apply: Apply, shared: Shared, n: usize, calls: usize) -> Vec<u
     match shared {
         Shared::Tuple | Shared::TupleArg => {
             p.op(b"(");
-            p.out.extend(std::iter::repeat(b'N').take(n));
+            p.out.extend(std::iter::repeat_n(b'N', n));
             p.op(b"t");
         }
         Shared::List => {
             p.op(b"](");
-            p.out.extend(std::iter::repeat(b'N').take(n));
+            p.out.extend(std::iter::repeat_n(b'N', n));
             p.op(b"e");
         }
         Shared::Dict => {
             // {None: None} n times over: SETITEMS keeps every pair (Python
             // would keep one; the interpreter does not de-duplicate).
             p.op(b"}(");
-            p.out.extend(std::iter::repeat(b'N').take(2 * n));
+            p.out.extend(std::iter::repeat_n(b'N', 2 * n));
             p.op(b"u");
         }
     }

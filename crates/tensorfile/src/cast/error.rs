@@ -98,3 +98,25 @@ pub enum CastError {
         actual: u64,
     },
 }
+
+impl CastError {
+    /// This error's kind: a pair of dtypes or a value the cast does not
+    /// convert (or, strict, would change beyond rounding) is [`ErrorKind::Unsupported`](tensorfile_core::ErrorKind::Unsupported),
+    /// a BOOL byte other than 0 or 1 [`Format`](tensorfile_core::ErrorKind::Format),
+    /// buffers and lengths that disagree
+    /// [`InvalidArgument`](tensorfile_core::ErrorKind::InvalidArgument).
+    pub fn kind(&self) -> tensorfile_core::ErrorKind {
+        use tensorfile_core::ErrorKind;
+        match self {
+            CastError::Unsupported { .. }
+            | CastError::OutOfRange { .. }
+            | CastError::Lossy { .. } => ErrorKind::Unsupported,
+            CastError::InvalidBool { .. } => ErrorKind::Format,
+            CastError::Length { .. }
+            | CastError::NotWholeBytes { .. }
+            | CastError::BufferSize { .. }
+            | CastError::ShapeOverflow { .. }
+            | CastError::TensorLength { .. } => ErrorKind::InvalidArgument,
+        }
+    }
+}

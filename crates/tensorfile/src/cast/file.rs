@@ -3,6 +3,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
+use std::sync::Arc;
 
 use super::{CastOptions, LossTally, Losses, TensorCast};
 use crate::plan::{Plan, Sink};
@@ -31,12 +32,19 @@ impl ConvertSummary {
     /// The tensors whose cast changed values beyond rounding (overflow,
     /// NaN, saturation, flush to zero), with how many, in plan order.
     pub fn losses(&self) -> Vec<(&str, Losses)> {
-        self.tallies
-            .iter()
-            .map(|(name, tally)| (name.as_str(), tally.get()))
-            .filter(|(_, l)| !l.is_empty())
-            .collect()
+        losses_of(&self.tallies)
     }
+}
+
+/// The tensors of `tallies` (per cast tensor, as [`ConvertSummary`] and
+/// the PyTorch conversions' reports keep them) whose cast changed values
+/// beyond rounding, with how many, in order.
+pub fn losses_of(tallies: &[(String, LossTally)]) -> Vec<(&str, Losses)> {
+    tallies
+        .iter()
+        .map(|(name, tally)| (name.as_str(), tally.get()))
+        .filter(|(_, l)| !l.is_empty())
+        .collect()
 }
 
 /// The tensors of a quantized weight, which a dtype conversion must not
@@ -161,11 +169,72 @@ pub fn convert_plan<'a, T: TensorData>(
     to: Option<Dtype>,
     opts: CastOptions,
 ) -> Result<(Plan<'a>, ConvertSummary)> {
+    let targets = targets_of(tensors, to, opts)?;
+    build_plan(tensors.iter().zip(targets).collect(), metadata, opts)
+}
+
+/// [`plan_targets`] of `tensors`.
+fn targets_of<T: TensorData>(
+    tensors: &[T],
+    to: Option<Dtype>,
+    opts: CastOptions,
+) -> Result<Vec<Target>> {
     let described: Vec<(&str, Dtype, &[u64])> = tensors
         .iter()
         .map(|t| (t.name(), t.dtype(), t.shape()))
         .collect();
-    let targets = plan_targets(&described, to, opts)?;
+    plan_targets(&described, to, opts)
+}
+
+/// [`convert_plan`] of tensors the plan owns: each is shared by the jobs
+/// that read it and dropped with the plan. For tensors that are handles
+/// made on the fly (a checkpoint's, borrowing the checkpoint for `'a`).
+///
+/// # Errors
+/// As [`convert_plan`].
+pub fn convert_plan_owned<'a, T: TensorData + Send + 'a>(
+    tensors: Vec<T>,
+    metadata: Option<&Metadata>,
+    to: Option<Dtype>,
+    opts: CastOptions,
+) -> Result<(Plan<'a>, ConvertSummary)> {
+    let targets = targets_of(&tensors, to, opts)?;
+    convert_plan_targeted(tensors.into_iter().zip(targets).collect(), metadata, opts)
+}
+
+/// [`convert_plan_owned`] with each tensor's target given (from
+/// [`plan_targets`] over a larger set, such as every shard of a model, so
+/// that a quantized weight's companions are known whichever shard holds
+/// them). Every cast is checked here.
+///
+/// # Errors
+/// As [`convert_plan`].
+pub fn convert_plan_targeted<'a, T: TensorData + Send + 'a>(
+    tensors: Vec<(T, Target)>,
+    metadata: Option<&Metadata>,
+    opts: CastOptions,
+) -> Result<(Plan<'a>, ConvertSummary)> {
+    build_plan(
+        tensors
+            .into_iter()
+            .map(|(t, target)| (Arc::new(t), target))
+            .collect(),
+        metadata,
+        opts,
+    )
+}
+
+/// [`convert_plan`] over handles to tensors (`&T`, `Arc<T>`), each job
+/// holding its own handle.
+fn build_plan<'a, T, H>(
+    tensors: Vec<(H, Target)>,
+    metadata: Option<&Metadata>,
+    opts: CastOptions,
+) -> Result<(Plan<'a>, ConvertSummary)>
+where
+    T: TensorData + ?Sized,
+    H: std::ops::Deref<Target = T> + Clone + Send + Sync + 'a,
+{
     let mut summary = ConvertSummary {
         tensors: tensors.len(),
         cast: 0,
@@ -173,7 +242,7 @@ pub fn convert_plan<'a, T: TensorData>(
         tallies: Vec::new(),
     };
     let mut plan = Plan::new(metadata.cloned());
-    for (i, (t, target)) in tensors.iter().zip(targets).enumerate() {
+    for (i, (t, target)) in tensors.into_iter().enumerate() {
         if target.dtype == t.dtype() {
             summary.companions += usize::from(target.companion);
             plan.copy_from(t, i);
@@ -187,7 +256,7 @@ pub fn convert_plan<'a, T: TensorData>(
             .push((t.name().to_string(), cast.loss_tally()));
         if !t.seekable() {
             plan.push(vec![out], move |sink: &dyn Sink| {
-                stream_cast(t, &cast, out, sink)
+                stream_cast(&*t, &cast, out, sink)
             });
             continue;
         }
@@ -195,11 +264,12 @@ pub fn convert_plan<'a, T: TensorData>(
         let unit = cast.unit_bytes() as u64;
         let step = (JOB_BYTES / unit).max(1) * unit;
         let total = cast.input_len();
-        let cast = std::sync::Arc::new(cast);
+        let cast = Arc::new(cast);
         let mut at = 0u64;
         loop {
             let len = (total - at).min(step);
             let cast = cast.clone();
+            let t = t.clone();
             plan.push(vec![out], move |sink: &dyn Sink| {
                 let mut scratch = Vec::new();
                 let src = t.bytes_at(at, len as usize, &mut scratch)?;
@@ -217,7 +287,12 @@ pub fn convert_plan<'a, T: TensorData>(
 }
 
 /// Casts a tensor that is best read in its own pieces, in one pass.
-fn stream_cast<T: TensorData>(t: &T, cast: &TensorCast, out: usize, sink: &dyn Sink) -> Result<()> {
+fn stream_cast<T: TensorData + ?Sized>(
+    t: &T,
+    cast: &TensorCast,
+    out: usize,
+    sink: &dyn Sink,
+) -> Result<()> {
     let mut cast = cast.clone();
     let mut converted = Vec::new();
     let mut written = 0u64;

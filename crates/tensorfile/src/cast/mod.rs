@@ -69,8 +69,8 @@ mod tensor;
 
 pub use error::CastError;
 pub use file::{
-    convert_plan, converted_dtype, plan_targets, quant_companions, save_converted, ConvertSummary,
-    Target,
+    convert_plan, convert_plan_owned, convert_plan_targeted, converted_dtype, losses_of,
+    plan_targets, quant_companions, save_converted, ConvertSummary, Target,
 };
 pub use loss::{LossTally, Losses};
 pub use tensor::{cast_tensor, TensorCast};

@@ -10,7 +10,7 @@ pub const ARCHITECTURES: &[&str] = &["bigram", "llama"];
 
 /// The most layers a config may declare: far above any real model, low
 /// enough that checking every layer's names stays quick.
-const MAX_LAYERS: u64 = 100_000;
+pub(crate) const MAX_LAYERS: u64 = 100_000;
 
 /// Which dtypes a tensor may have.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,7 +21,20 @@ pub(crate) enum DtypeRule {
     Float,
 }
 
-/// One tensor an architecture needs.
+/// Whether a tensor must be there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Need {
+    /// It must be present.
+    Required,
+    /// It may be absent (a tied alias that some savers write and others
+    /// leave out); when present, its shape and dtype are checked.
+    Optional,
+    /// A buffer older savers wrote and loaders drop (a causal mask, rotary
+    /// frequencies): accepted as it is, present or not.
+    Buffer,
+}
+
+/// One tensor an architecture names.
 #[derive(Debug, Clone)]
 pub(crate) struct Expected {
     /// The module path for a linear weight that may be quantized
@@ -33,24 +46,56 @@ pub(crate) struct Expected {
     pub shape: Vec<u64>,
     /// Its dtype rule.
     pub dtype: DtypeRule,
+    /// Whether it must be there.
+    pub need: Need,
 }
 
 impl Expected {
-    fn plain(name: String, shape: Vec<u64>, dtype: DtypeRule) -> Expected {
+    /// A tensor stored as it is (a norm, a bias, a course model's table).
+    pub(crate) fn plain(name: String, shape: Vec<u64>, dtype: DtypeRule) -> Expected {
         Expected {
             name,
             linear: false,
             shape,
             dtype,
+            need: Need::Required,
         }
     }
 
-    fn linear(module: String, shape: Vec<u64>) -> Expected {
+    /// The weight of a linear layer or an embedding, plain or quantized:
+    /// `module` is its path without `.weight`.
+    pub(crate) fn linear(module: String, shape: Vec<u64>) -> Expected {
         Expected {
             name: module,
             linear: true,
             shape,
             dtype: DtypeRule::Float,
+            need: Need::Required,
+        }
+    }
+
+    /// A buffer (see [`Need::Buffer`]).
+    pub(crate) fn buffer(name: String) -> Expected {
+        Expected {
+            need: Need::Buffer,
+            ..Expected::plain(name, Vec::new(), DtypeRule::Float)
+        }
+    }
+
+    /// The same tensor, allowed to be absent.
+    pub(crate) fn optional(self) -> Expected {
+        Expected {
+            need: Need::Optional,
+            ..self
+        }
+    }
+
+    /// The same tensor, allowed to be absent when `optional`.
+    pub(crate) fn optional_if(self, optional: bool) -> Expected {
+        if optional {
+            self.optional()
+        } else {
+            self
         }
     }
 
@@ -64,18 +109,54 @@ impl Expected {
     }
 }
 
+/// Writes the tensors of layer `i` of a stack into the vector.
+pub(crate) type LayerFn = Box<dyn Fn(u64, &mut Vec<Expected>)>;
+
+/// A stack of layers whose tensors are made one layer at a time, so that
+/// a config declaring many layers costs time, never memory.
+pub(crate) struct Stack {
+    /// How many layers.
+    pub layers: u64,
+    /// The tensors of one layer.
+    pub make: LayerFn,
+}
+
 /// What an architecture needs of the weights.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub(crate) struct Plan {
-    /// Tensors that must be present.
+    /// Tensors outside the layer stacks.
     pub expected: Vec<Expected>,
+    /// The layer stacks (a decoder's layers; T5's encoder and decoder).
+    pub stacks: Vec<Stack>,
     /// Tensors that must be absent, with why.
     pub forbidden: Vec<(String, String)>,
 }
 
+impl Plan {
+    /// Calls `f` on every tensor of the plan: the stacks' layers in order,
+    /// then the others.
+    pub(crate) fn for_each(&self, f: impl FnMut(&Expected)) {
+        self.for_each_in(u64::MAX, f);
+    }
+
+    /// [`Plan::for_each`] over at most the first `layers` layers of each
+    /// stack.
+    pub(crate) fn for_each_in(&self, layers: u64, mut f: impl FnMut(&Expected)) {
+        let mut buf = Vec::new();
+        for stack in &self.stacks {
+            for i in 0..stack.layers.min(layers) {
+                buf.clear();
+                (stack.make)(i, &mut buf);
+                buf.iter().for_each(&mut f);
+            }
+        }
+        self.expected.iter().for_each(f);
+    }
+}
+
 /// A config field read as a count: `Some` when usable, else a problem is
 /// recorded (missing without a default, or not a fitting integer).
-fn count(
+pub(crate) fn count(
     config: &Map<String, Value>,
     name: &str,
     default: Option<u64>,
@@ -107,6 +188,28 @@ fn count(
     }
 }
 
+/// A config field read as true or false (`default` when absent); `None`
+/// with a problem recorded when it is something else.
+pub(crate) fn flag(
+    config: &Map<String, Value>,
+    name: &str,
+    default: bool,
+    report: &mut Report,
+) -> Option<bool> {
+    match config.get(name) {
+        None => Some(default),
+        Some(Value::Bool(b)) => Some(*b),
+        Some(v) => {
+            report.push(Problem::error(
+                ProblemKind::InvalidField,
+                name,
+                format!("must be true or false, found {v}"),
+            ));
+            None
+        }
+    }
+}
+
 /// The plan for `arch`, or `None` (with problems recorded) when the config
 /// does not allow one.
 pub(crate) fn plan(arch: &str, config: &Map<String, Value>, report: &mut Report) -> Option<Plan> {
@@ -119,7 +222,7 @@ pub(crate) fn plan(arch: &str, config: &Map<String, Value>, report: &mut Report)
                     vec![vocab, vocab],
                     DtypeRule::F32,
                 )],
-                forbidden: Vec::new(),
+                ..Plan::default()
             })
         }
         "llama" => llama(config, report),
@@ -148,18 +251,7 @@ fn llama(config: &Map<String, Value>, report: &mut Report) -> Option<Plan> {
     let kv_heads = count(config, "num_key_value_heads", heads, 1, report);
     let head_dim_field = count(config, "head_dim", Some(0), 1, report);
     // HF's LlamaConfig defaults tie_word_embeddings to false.
-    let tied = match config.get("tie_word_embeddings") {
-        None => Some(false),
-        Some(Value::Bool(b)) => Some(*b),
-        Some(v) => {
-            report.push(Problem::error(
-                ProblemKind::InvalidField,
-                "tie_word_embeddings",
-                format!("must be true or false, found {v}"),
-            ));
-            None
-        }
-    };
+    let tied = flag(config, "tie_word_embeddings", false, report);
     let (vocab, hidden, inter, layers, heads, kv_heads, head_dim_field, tied) = (
         vocab?,
         hidden?,
@@ -251,5 +343,6 @@ fn llama(config: &Map<String, Value>, report: &mut Report) -> Option<Plan> {
     Some(Plan {
         expected,
         forbidden,
+        ..Plan::default()
     })
 }

@@ -4,8 +4,11 @@
 //!
 //! [`ModelDir::open`] opens the config and the weights in one call;
 //! [`check_dir`] (or [`ModelDir::check`]) verifies the directory against the
-//! rules and the architecture its config names (`tl_arch`), and reports
-//! every problem by name.
+//! rules and the architecture its config names, and reports every problem
+//! by name: a course model's `tl_arch` ([`ARCHITECTURES`]), or a Hugging
+//! Face class (`architectures`, `model_type`; [`HF_ARCHITECTURES`]), whose
+//! every tensor's name and shape come from the config, plain or
+//! MLX-quantized, as transformers and mlx-lm write them.
 //!
 //! ```
 //! use tensorfile::model::check_dir;
@@ -18,6 +21,7 @@
 
 mod arch;
 mod contract;
+mod hf;
 pub mod report;
 
 use std::collections::HashSet;
@@ -32,9 +36,10 @@ use crate::ReadOptions;
 pub use crate::quant::{logical_weight, LogicalWeight, QuantConfig, QuantParams, Storage};
 pub use arch::ARCHITECTURES;
 pub use contract::Contract;
+pub use hf::KNOWN as HF_ARCHITECTURES;
 pub use report::{Problem, ProblemKind, Report, Severity};
 
-use arch::{DtypeRule, Plan};
+use arch::{DtypeRule, Expected, Need, Plan};
 
 /// The config's file name.
 pub const CONFIG_NAME: &str = "config.json";
@@ -177,11 +182,19 @@ pub fn check_dir(dir: impl AsRef<Path>, contract: Contract) -> Report {
     let weights = match ShardedTensors::open(dir) {
         Ok(w) => Some(w),
         Err(Error::Shard(e)) if matches!(*e, ShardError::NoWeights { .. }) => {
-            report.push(Problem::error(
-                ProblemKind::MissingFile,
-                crate::shard::SINGLE_NAME,
-                e.to_string(),
-            ));
+            report.push(match crate::input::dir_weights(dir) {
+                Some((name, crate::input::Kind::PytorchSet)) => Problem::error(
+                    ProblemKind::PytorchWeights,
+                    name,
+                    "the weights are PyTorch checkpoints, not safetensors: \
+                     `tensorfile convert` turns them into safetensors",
+                ),
+                _ => Problem::error(
+                    ProblemKind::MissingFile,
+                    crate::shard::SINGLE_NAME,
+                    e.to_string(),
+                ),
+            });
             None
         }
         Err(e) => {
@@ -294,10 +307,12 @@ fn check_parts(
         }
     }
     match config.get("tl_arch") {
-        None => report.notes.push(
-            "config.json has no tl_arch (not a course model): the architecture check was skipped"
-                .into(),
-        ),
+        None => {
+            if let Some(plan) = hf::plan(config, &|n| weights.info(n).is_some(), report) {
+                check_plan(&plan, config, weights, report);
+                report.architecture_checked = true;
+            }
+        }
         Some(Value::String(arch)) => {
             report.arch = Some(arch.clone());
             if let Some(plan) = arch::plan(arch, config, report) {
@@ -332,89 +347,9 @@ fn check_plan(
         }
     };
     let mut accounted: HashSet<&str> = HashSet::new();
-    for expected in &plan.expected {
-        let found = if expected.linear {
-            let qweight = format!("{}.weight.qweight", expected.name);
-            let group = weights
-                .shard_of(&qweight)
-                .and_then(|s| crate::quant::int4_group(s.header().metadata()));
-            match logical_weight(&expected.name, |n| weights.info(n), group, mlx.as_ref()) {
-                Ok(found) => found,
-                Err(e) => {
-                    let kind = if e.dtype {
-                        ProblemKind::WrongDtype
-                    } else {
-                        ProblemKind::WrongShape
-                    };
-                    report.push(Problem::error(kind, e.tensor, e.message));
-                    // Its parts are accounted for: the problem is already named.
-                    for suffix in [
-                        "weight",
-                        "weight.qweight",
-                        "weight.scales",
-                        "scales",
-                        "biases",
-                    ] {
-                        if let Some(t) = weights.info(&format!("{}.{suffix}", expected.name)) {
-                            accounted.insert(t.name);
-                        }
-                    }
-                    continue;
-                }
-            }
-        } else {
-            weights.info(&expected.name).map(|t| LogicalWeight {
-                name: t.name.to_string(),
-                storage: Storage::Plain,
-                dtype: t.dtype,
-                shape: t.shape.to_vec(),
-                parts: vec![t.name],
-            })
-        };
-        let name = expected.tensor_name();
-        let Some(found) = found else {
-            report.push(Problem::error(
-                ProblemKind::MissingTensor,
-                &name,
-                format!("missing (expected shape {:?})", expected.shape),
-            ));
-            continue;
-        };
-        accounted.extend(found.parts.iter().copied());
-        let quantized = found.storage != Storage::Plain;
-        let subject = if quantized {
-            expected.name.as_str()
-        } else {
-            name.as_str()
-        };
-        if found.shape != expected.shape {
-            report.push(Problem::error(
-                ProblemKind::WrongShape,
-                subject,
-                format!(
-                    "{}shape {:?}, but the config gives {:?}",
-                    if quantized { "logical " } else { "" },
-                    found.shape,
-                    expected.shape
-                ),
-            ));
-        }
-        let dtype_ok = match expected.dtype {
-            DtypeRule::F32 => found.dtype == crate::Dtype::F32,
-            DtypeRule::Float => found.dtype.is_float(),
-        };
-        if !dtype_ok {
-            let wanted = match expected.dtype {
-                DtypeRule::F32 => "F32",
-                DtypeRule::Float => "a floating-point type",
-            };
-            report.push(Problem::error(
-                ProblemKind::WrongDtype,
-                subject,
-                format!("is {}, but must be {wanted}", found.dtype),
-            ));
-        }
-    }
+    plan.for_each(|expected| {
+        check_expected(expected, weights, mlx.as_ref(), &mut accounted, report)
+    });
     for (_, t) in weights.infos() {
         if accounted.contains(t.name) {
             continue;
@@ -429,6 +364,111 @@ fn check_plan(
             ProblemKind::UnexpectedTensor,
             t.name,
             reason,
+        ));
+    }
+}
+
+/// Matches one tensor of a plan against the weights, recording what it
+/// finds and the stored tensors it accounts for.
+fn check_expected<'w>(
+    expected: &Expected,
+    weights: &'w ShardedTensors,
+    mlx: Option<&QuantConfig>,
+    accounted: &mut HashSet<&'w str>,
+    report: &mut Report,
+) {
+    if expected.need == Need::Buffer {
+        if let Some(t) = weights.info(&expected.name) {
+            accounted.insert(t.name);
+        }
+        return;
+    }
+    let found = if expected.linear {
+        let qweight = format!("{}.weight.qweight", expected.name);
+        let group = weights
+            .shard_of(&qweight)
+            .and_then(|s| crate::quant::int4_group(s.header().metadata()));
+        match logical_weight(&expected.name, |n| weights.info(n), group, mlx) {
+            Ok(found) => found,
+            Err(e) => {
+                let kind = if e.dtype {
+                    ProblemKind::WrongDtype
+                } else {
+                    ProblemKind::WrongShape
+                };
+                report.push(Problem::error(kind, e.tensor, e.message));
+                // Its parts are accounted for: the problem is already named.
+                for suffix in [
+                    "weight",
+                    "weight.qweight",
+                    "weight.scales",
+                    "scales",
+                    "biases",
+                ] {
+                    if let Some(t) = weights.info(&format!("{}.{suffix}", expected.name)) {
+                        accounted.insert(t.name);
+                    }
+                }
+                return;
+            }
+        }
+    } else {
+        weights.info(&expected.name).map(|t| LogicalWeight {
+            name: t.name.to_string(),
+            storage: Storage::Plain,
+            dtype: t.dtype,
+            shape: t.shape.to_vec(),
+            parts: vec![t.name],
+        })
+    };
+    let name = expected.tensor_name();
+    let Some(found) = found else {
+        if expected.need == Need::Optional {
+            return;
+        }
+        report.push(Problem::error(
+            ProblemKind::MissingTensor,
+            &name,
+            format!("missing (expected shape {:?})", expected.shape),
+        ));
+        return;
+    };
+    accounted.extend(found.parts.iter().copied());
+    let quantized = found.storage != Storage::Plain;
+    let subject = if quantized {
+        expected.name.as_str()
+    } else {
+        name.as_str()
+    };
+    if found.shape != expected.shape {
+        report.push(Problem::error(
+            ProblemKind::WrongShape,
+            subject,
+            format!(
+                "{}shape {:?}, but the config gives {:?}",
+                if quantized { "logical " } else { "" },
+                found.shape,
+                expected.shape
+            ),
+        ));
+    }
+    // A floating-point MLX mode's scales are U8 codes: its parts' dtypes
+    // were checked with its layout, and its values are floats by design.
+    let float_codes =
+        matches!(found.storage, Storage::Mlx(p) if p.mode != crate::quant::Mode::Affine);
+    let dtype_ok = match expected.dtype {
+        DtypeRule::F32 => found.dtype == crate::Dtype::F32,
+        DtypeRule::Float => float_codes || found.dtype.is_float(),
+    };
+    if !dtype_ok {
+        let wanted = match expected.dtype {
+            DtypeRule::F32 => "F32",
+            DtypeRule::Float => "a floating-point type",
+        };
+        report.push(Problem::error(
+            ProblemKind::WrongDtype,
+            subject,
+            format!("is {}, but must be {wanted}", found.dtype),
         ));
     }
 }

@@ -44,6 +44,13 @@ pub enum ProblemKind {
     UnsupportedFormat,
     /// A course model's file lacks `"format": "tinyllm"` metadata.
     MissingFormatMetadata,
+    /// config.json names an architecture (or a diffusers model, or a
+    /// quantization scheme) whose tensors are not derived: only the files
+    /// were checked.
+    UnknownArchitecture,
+    /// The weights are PyTorch checkpoints (`pytorch_model.bin`, its
+    /// index, or diffusers' `.bin`), not safetensors.
+    PytorchWeights,
 }
 
 /// One problem, named: what kind, which tensor, field or file, and a message.
@@ -104,7 +111,9 @@ pub const MAX_LISTED: usize = 1000;
 /// The result of checking a model directory.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Report {
-    /// The config's `tl_arch`, when it has one.
+    /// The architecture config.json names: its `tl_arch`, else its class
+    /// (`architectures[0]`, or the usual class of its `model_type`), or a
+    /// diffusers model's `_class_name`.
     pub arch: Option<String>,
     /// Whether the tensors were checked against the architecture.
     pub architecture_checked: bool,

@@ -79,3 +79,24 @@ pub enum QuantError {
     #[error("{0}")]
     Params(String),
 }
+
+impl QuantError {
+    /// This error's kind: weights, shapes and dtypes the scheme cannot
+    /// represent are [`ErrorKind::Unsupported`](tensorfile_core::ErrorKind::Unsupported),
+    /// a quantized weight's broken layout [`Format`](tensorfile_core::ErrorKind::Format),
+    /// unknown or contradictory parameters
+    /// [`InvalidArgument`](tensorfile_core::ErrorKind::InvalidArgument).
+    pub fn kind(&self) -> tensorfile_core::ErrorKind {
+        use tensorfile_core::ErrorKind;
+        match self {
+            QuantError::NotFinite { .. }
+            | QuantError::ScaleOverflow { .. }
+            | QuantError::RangeOverflow { .. }
+            | QuantError::ScaleOutOfRange { .. }
+            | QuantError::Shape(_)
+            | QuantError::Dtype { .. } => ErrorKind::Unsupported,
+            QuantError::Layout(_) => ErrorKind::Format,
+            QuantError::Params(_) => ErrorKind::InvalidArgument,
+        }
+    }
+}

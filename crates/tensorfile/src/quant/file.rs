@@ -658,7 +658,7 @@ pub fn quantize_file<T: TensorData>(
 /// Whether dequantized weights can be written as `dtype`
 /// ([`DequantizeOptions::dtype`]): a float dtype of whole bytes, not C64.
 pub fn is_dequantize_dtype(dtype: Dtype) -> bool {
-    dtype.is_float() && dtype != Dtype::C64 && dtype.bits() % 8 == 0
+    dtype.is_float() && dtype != Dtype::C64 && dtype.bits().is_multiple_of(8)
 }
 
 /// The dtype a dequantized weight is written in.

@@ -130,7 +130,7 @@ pub(crate) fn quantize_row(
     if std::arch::is_x86_feature_detected!("avx2") {
         if std::arch::is_x86_feature_detected!("f16c")
             && group != 0
-            && group % x86::BLOCK == 0
+            && group.is_multiple_of(x86::BLOCK)
             && packed.len() * 2 == row.len()
             && scales.len() * group == row.len()
         {
@@ -319,7 +319,7 @@ pub(crate) fn check_shape(shape: &[u64], group: u64) -> Result<(usize, usize), Q
             "has shape {shape:?}: only 2-D weights quantize"
         )));
     };
-    if group == 0 || group % 2 != 0 || cols % group != 0 {
+    if group == 0 || !group.is_multiple_of(2) || cols % group != 0 {
         return Err(QuantError::Shape(format!(
             "has {cols} inputs (shape {shape:?}), which groups of {group} do not divide"
         )));

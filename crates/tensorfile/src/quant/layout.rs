@@ -143,7 +143,7 @@ fn check_groups(
     input: u64,
     group: u64,
 ) -> Result<(), LayoutError> {
-    if group == 0 || input % group != 0 {
+    if group == 0 || !input.is_multiple_of(group) {
         return Err(shape_error(
             t.name,
             format!("belongs to a weight of {input} inputs, which groups of {group} do not divide"),

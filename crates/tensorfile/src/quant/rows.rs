@@ -236,7 +236,7 @@ fn span<'s, T: TensorData>(
     name: &str,
 ) -> Result<&'s [u8]> {
     let end = (at as u64).checked_add(len as u64);
-    if end.map_or(true, |end| end > part.byte_len()) {
+    if end.is_none_or(|end| end > part.byte_len()) {
         return Err(quant_error(
             name,
             QuantError::Layout("a part is shorter than its shape".into()),

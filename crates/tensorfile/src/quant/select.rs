@@ -129,7 +129,7 @@ pub fn quantizable(dtype: Dtype, shape: &[u64], scheme: &Scheme) -> Verdict {
         ));
     }
     let bits = scheme.bits();
-    if mlx && cols.checked_mul(bits).map_or(true, |b| b % 32 != 0) {
+    if mlx && cols.checked_mul(bits).is_none_or(|b| b % 32 != 0) {
         return Verdict::Leave(format!(
             "has {cols} inputs, which at {bits} bits do not fill whole U32 words"
         ));

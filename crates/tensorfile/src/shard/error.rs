@@ -111,3 +111,25 @@ pub enum ShardError {
         second_shard: String,
     },
 }
+
+impl ShardError {
+    /// This error's kind: a shard's own error's for
+    /// [`ShardError::InvalidShard`];
+    /// [`Format`](tensorfile_core::ErrorKind::Format) for the rest (an index,
+    /// shard names or shards that are not what the set needs).
+    pub fn kind(&self) -> tensorfile_core::ErrorKind {
+        use tensorfile_core::ErrorKind;
+        match self {
+            ShardError::InvalidShard { source, .. } => source.kind(),
+            ShardError::BadIndex { .. }
+            | ShardError::BadShardName { .. }
+            | ShardError::MissingShard { .. }
+            | ShardError::NotInShard { .. }
+            | ShardError::InTwoShards { .. }
+            | ShardError::NotInMap { .. }
+            | ShardError::Ambiguous { .. }
+            | ShardError::NoWeights { .. }
+            | ShardError::MetadataConflict { .. } => ErrorKind::Format,
+        }
+    }
+}

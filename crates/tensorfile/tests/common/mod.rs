@@ -60,7 +60,7 @@ pub fn st_bytes(tensors: &[T], metadata: &[(&str, &str)]) -> Vec<u8> {
         offset = end;
     }
     let mut text = serde_json::to_vec(&header).unwrap();
-    while text.len() % 8 != 0 {
+    while !text.len().is_multiple_of(8) {
         text.push(b' ');
     }
     let mut out = (text.len() as u64).to_le_bytes().to_vec();
