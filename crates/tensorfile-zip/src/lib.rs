@@ -14,7 +14,7 @@
 //!   ([`Entry::read`]), or inflated from the source a piece at a time
 //!   ([`Entry::inflate_prefix`]).
 //! - [`ZipWriter`] writes stored and deflated members the way numpy's
-//!   `np.savez` does (ZIP64 local headers, see [`write`]).
+//!   `np.savez` does (ZIP64 local headers, see [`mod@write`]).
 //!
 //! Hand-written rather than using the `zip` crate: some of its versions
 //! fail to open ordinary `torch.save` files and reject records whose CRC is

@@ -1,11 +1,11 @@
 //! PyTorch checkpoints: the `tensorfile-pytorch` loader (re-exported here
 //! whole), and their conversion to safetensors, single files
-//! ([`convert`]) and sharded `.bin` sets ([`CheckpointSet`],
+//! ([`convert()`]) and sharded `.bin` sets ([`CheckpointSet`],
 //! [`convert_set`]).
 //!
 //! A conversion is a [`Plan`] like any other: the loader says which tensors
 //! to write under which names and with what metadata
-//! ([`conversion`](tensorfile_pytorch::conversion)), [`cast::convert_plan`]
+//! ([`conversion`]), [`cast::convert_plan`]
 //! plans them (cast to `dtype` if asked), and [`save_plan`] writes the
 //! canonical file atomically. Stored tensors are read by range a piece at
 //! a time; gathered, expanded and inflated ones are made about 4 MiB at a
@@ -156,7 +156,7 @@ pub fn convert(
 /// Converts a loaded checkpoint to `output` (`options.load` is not used).
 ///
 /// # Errors
-/// As [`convert`].
+/// As [`convert()`].
 pub fn convert_checkpoint(
     ckpt: &Checkpoint,
     output: impl AsRef<Path>,
