@@ -65,12 +65,3 @@ pub use tensorfile_zip::ZipError;
 
 #[doc(hidden)]
 pub mod fuzzing;
-
-/// The repository's README, whose Rust examples `cargo test` compiles as
-/// doctests (`no_run`: they name files that are not there) so that they
-/// cannot rot. It lives in this crate because this is the one that sees
-/// both `tensorfile` and `tensorfile_pytorch`, which the examples use; the
-/// C example is compiled and run by tensorfile-ffi's C tests.
-#[cfg(doctest)]
-#[doc = include_str!("../../../README.md")]
-pub struct ReadmeExamples;

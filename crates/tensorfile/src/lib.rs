@@ -52,3 +52,13 @@ pub use cast::Decode;
 pub use error::{Error, ParseError, Result};
 pub use model::Contract;
 pub use shard::{ShardError, ShardedTensors};
+
+/// The repository's README, whose Rust examples `cargo test` compiles as
+/// doctests (`no_run`: they name files that are not there) so that they
+/// cannot rot. It lives in this crate because this is the one that sees
+/// both `tensorfile` and `tensorfile_pytorch` (its dependency, below it),
+/// which the examples use; the C example is compiled and run by
+/// tensorfile-ffi's C tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeExamples;
