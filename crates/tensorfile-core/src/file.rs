@@ -314,6 +314,13 @@ impl<S: ByteSource> SafeTensors<S> {
         &self.source
     }
 
+    /// The byte source, mutably: for a caller that owns the bytes (a file
+    /// loaded into memory) and hands them out writeable. The header is
+    /// parsed already, so changing the data changes no description.
+    pub fn source_mut(&mut self) -> &mut S {
+        &mut self.source
+    }
+
     /// The metadata, if the file has any.
     pub fn metadata(&self) -> Option<&Metadata> {
         self.header.metadata()

@@ -58,7 +58,7 @@ pub use file::{read_header, read_header_from, read_header_from_path, FileTensor,
 pub use header::{Header, ReadOptions, TensorInfo};
 pub use plan::Plan;
 pub use slice::{SliceArg, SlicedView, TensorSlice};
-pub use source::{ByteSource, FileSource, InMemory, MappedFile};
+pub use source::{ByteSource, FileSource, InMemory, MappedFile, PrivateMap};
 pub use view::{Element, TensorView};
 pub use writer::{
     serialize, serialize_with, Align, StreamWriter, TensorData, TensorRef, TensorSpec, WriteOptions,

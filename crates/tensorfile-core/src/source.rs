@@ -13,6 +13,7 @@
 //! | [`LoadedFile`] (a file read into memory) | yes | yes |
 //! | [`FileSource`] (positional reads) | no | yes: an error names the file |
 //! | [`MappedFile`] (a read-only memory map) | yes | **no**: the kernel sends `SIGBUS` |
+//! | [`PrivateMap`] (a copy-on-write map of one range, writeable) | yes | **no**: `SIGBUS` too |
 //!
 //! A memory map is the fastest way in and gives zero-copy views, but the
 //! map's contract holds: if another process truncates the file while it is
@@ -257,6 +258,27 @@ impl FileSource {
         })
     }
 
+    /// A file already open (say, a descriptor handed over by another
+    /// language), named `path` in errors. Anything but a regular file is
+    /// refused, as [`open_regular`] does.
+    ///
+    /// # Errors
+    /// The system's error, or `InvalidInput` for what is not a regular file.
+    pub fn from_file(file: File, path: impl AsRef<Path>) -> io::Result<FileSource> {
+        let meta = file.metadata()?;
+        if !meta.is_file() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("not a regular file ({})", file_kind(&meta)),
+            ));
+        }
+        Ok(FileSource {
+            file,
+            len: meta.len(),
+            path: path.as_ref().to_path_buf(),
+        })
+    }
+
     /// The path the file was opened from.
     pub fn path(&self) -> &Path {
         &self.path
@@ -395,6 +417,111 @@ impl InMemory for MappedFile {
     }
 }
 
+/// One byte range of a file mapped private and copy-on-write
+/// (`MAP_PRIVATE`, readable and writeable): the pages are the page cache's
+/// until written, and a write gives this map its own copy of the page, never
+/// reaching the file or any other map of it. Zero-copy *and* writeable, for
+/// callers that hand mutable buffers out (the Python package's arrays).
+///
+/// The contract of [`MappedFile`] holds: if another process truncates the
+/// file underneath, touching a page past the new end sends `SIGBUS`.
+pub struct PrivateMap {
+    map: Option<MmapMut>,
+    /// Where the range starts within the map (the map begins on a page).
+    skip: usize,
+    len: usize,
+}
+
+impl std::fmt::Debug for PrivateMap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PrivateMap")
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+/// The system's page size (the alignment of map offsets).
+fn page_size() -> u64 {
+    #[cfg(unix)]
+    {
+        // SAFETY: sysconf has no preconditions.
+        let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        if n > 0 {
+            return n as u64;
+        }
+    }
+    4096
+}
+
+impl PrivateMap {
+    /// Maps `len` bytes of `file` from `offset`, private and copy-on-write.
+    /// The range must lie within the file's current length.
+    ///
+    /// # Errors
+    /// The range is past the file's end (`UnexpectedEof`, see [`truncated`])
+    /// or does not fit the address space, or the system refuses the map
+    /// (for example `ENOMEM` past the process's limit on maps).
+    pub fn map(file: &File, offset: u64, len: usize) -> io::Result<PrivateMap> {
+        let file_len = file.metadata()?.len();
+        let end = offset.checked_add(len as u64);
+        if end.is_none_or(|end| end > file_len) {
+            return Err(truncated(offset, len, file_len));
+        }
+        if len == 0 {
+            return Ok(PrivateMap {
+                map: None,
+                skip: 0,
+                len: 0,
+            });
+        }
+        let start = offset - offset % page_size();
+        let skip = (offset - start) as usize;
+        let total = skip
+            .checked_add(len)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "too large to map"))?;
+        // SAFETY: a private copy-on-write map: writes through it never reach
+        // the file. The range was checked against the file's length just now;
+        // a file truncated later by another process is outside what a map
+        // can guard against (the type's documentation says so).
+        let map = unsafe { MmapOptions::new().offset(start).len(total).map_copy(file) }?;
+        Ok(PrivateMap {
+            map: Some(map),
+            skip,
+            len,
+        })
+    }
+
+    /// The range's first byte, for handing the writeable bytes to code
+    /// outside Rust (the pointer stays valid while the map lives). Dangling
+    /// but non-null and aligned for any element when the range is empty.
+    pub fn as_mut_ptr(&mut self) -> *mut u8 {
+        match &mut self.map {
+            // skip < the map's length: in bounds.
+            Some(map) => map[self.skip..].as_mut_ptr(),
+            None => std::ptr::NonNull::<u64>::dangling().as_ptr().cast(),
+        }
+    }
+
+    /// The range's bytes, writeable (copy-on-write).
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        let (skip, len) = (self.skip, self.len);
+        match &mut self.map {
+            Some(map) => &mut map[skip..skip + len],
+            None => &mut [],
+        }
+    }
+}
+
+impl Deref for PrivateMap {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match &self.map {
+            Some(map) => &map[self.skip..self.skip + self.len],
+            None => &[],
+        }
+    }
+}
+
 /// A whole file read into anonymous memory the process owns (page-aligned,
 /// huge pages where the system grants them): the file is read with plain
 /// reads and never mapped, so nothing done to it afterwards affects these
@@ -461,6 +588,17 @@ fn read_in_parallel(file: &File, len: u64, out: &mut [u8]) -> io::Result<()> {
         .try_for_each(|(at, piece)| read_file_at(file, len, at as u64, piece))
 }
 
+impl LoadedFile {
+    /// The loaded bytes, writeable: the memory is the process's own, so
+    /// changing it changes nothing on disk.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        match &mut self.memory {
+            Some(memory) => memory,
+            None => &mut [],
+        }
+    }
+}
+
 impl Deref for LoadedFile {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
@@ -524,6 +662,28 @@ mod tests {
         assert!(err.to_string().contains("at byte 100"), "{err}");
     }
 
+    #[test]
+    fn private_maps_are_writeable_without_touching_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let bytes: Vec<u8> = (0..20_000u32).map(|i| i as u8).collect();
+        std::fs::write(&path, &bytes).unwrap();
+        let file = File::open(&path).unwrap();
+        // An offset off a page boundary, spanning pages.
+        let mut map = PrivateMap::map(&file, 5000, 10_000).unwrap();
+        assert_eq!(&map[..], &bytes[5000..15_000]);
+        map.as_mut_slice()[0] = 0xEE;
+        assert_eq!(map[0], 0xEE);
+        assert_eq!(std::fs::read(&path).unwrap(), bytes);
+        let other = PrivateMap::map(&file, 5000, 10).unwrap();
+        assert_eq!(other[0], bytes[5000]);
+        let err = PrivateMap::map(&file, 19_999, 2).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof);
+        let mut empty = PrivateMap::map(&file, 20_000, 0).unwrap();
+        assert!(empty.is_empty());
+        assert!(!empty.as_mut_ptr().is_null());
+    }
+
     #[cfg(unix)]
     #[test]
     fn fifos_and_directories_are_refused_without_blocking() {
@@ -537,5 +697,11 @@ mod tests {
         assert!(err.to_string().contains("a FIFO"), "{err}");
         let err = MappedFile::open(dir.path()).unwrap_err();
         assert!(err.to_string().contains("a directory"), "{err}");
+        let err = FileSource::from_file(File::open(dir.path()).unwrap(), "d").unwrap_err();
+        assert!(err.to_string().contains("a directory"), "{err}");
+        let plain = dir.path().join("f");
+        std::fs::write(&plain, b"12345").unwrap();
+        let source = FileSource::from_file(File::open(&plain).unwrap(), "named").unwrap();
+        assert_eq!((source.len(), source.path()), (5, Path::new("named")));
     }
 }

@@ -31,13 +31,14 @@ pub use tensorfile_core::{
     read_header, read_header_from, read_header_from_path, save, save_plan, save_positional,
     save_streaming, serialize, serialize_with, Accept, Align, AtomicFile, AtomicSet, ByteSource,
     Dtype, DtypeSet, Element, ErrorKind, FileSource, FileTensor, FormatError, Header, InMemory,
-    MappedFile, Metadata, OutputError, Plan, PositionalWriter, ReadOptions, SafeTensors, SliceArg,
-    SlicedView, StreamWriter, TensorData, TensorInfo, TensorRef, TensorSlice, TensorSpec,
-    TensorView, WriteError, WriteOptions, DEFAULT_MAX_HEADER_LEN,
+    MappedFile, Metadata, OutputError, Plan, PositionalWriter, PrivateMap, ReadOptions,
+    SafeTensors, SliceArg, SlicedView, StreamWriter, TensorData, TensorInfo, TensorRef,
+    TensorSlice, TensorSpec, TensorView, WriteError, WriteOptions, DEFAULT_MAX_HEADER_LEN,
 };
 
 mod bits;
 pub mod cast;
+pub mod describe;
 pub mod diff;
 pub mod digest;
 pub mod error;
@@ -50,6 +51,7 @@ pub mod quant;
 pub mod reshard;
 pub mod shard;
 pub mod stats;
+pub mod transform;
 pub mod values;
 
 pub use cast::Decode;

@@ -336,6 +336,8 @@ fn crates() -> Vec<PathBuf> {
         .map(|e| e.unwrap().path().join("src"))
         .filter(|p| p.is_dir())
         .collect();
+    // The Python package's extension module is a crate of the workspace too.
+    out.push(root.join("..").join("python").join("src"));
     out.sort();
     out
 }

@@ -21,7 +21,7 @@ use tensorfile::cast::{convert_plan, CastOptions};
 use tensorfile::input::Kind;
 use tensorfile::Dtype;
 
-use super::inout::{self, Input};
+use super::inout;
 use super::{out, Failure};
 
 /// Arguments of `convert`.
@@ -112,7 +112,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     }
     // An input that cannot be read is that error (exit 1), not a misuse of
     // the PyTorch options.
-    let input = Input::open(&args.io.input, &args.io.read_options())?;
+    let input = inout::open(&args.io.input, &args.io.read_options())?;
     args.pytorch.refuse_for(&args.io.input)?;
     if args.dtype.is_some() {
         // Only the canonical rewrite may replace IN.

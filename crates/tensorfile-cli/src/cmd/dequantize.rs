@@ -18,7 +18,7 @@ use tensorfile::quant::{
 };
 use tensorfile::Dtype;
 
-use super::inout::{self, Input};
+use super::inout;
 use super::{out, Failure, Usage};
 
 /// Arguments of `dequantize`.
@@ -92,7 +92,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         )));
     }
     let mlx = given_params(&args)?;
-    let input = Input::open(&args.io.input, &args.io.read_options())?;
+    let input = inout::open(&args.io.input, &args.io.read_options())?;
     let inputs = input.files().into_iter().chain(args.config.as_deref());
     super::refuse_input_as_output(&args.io.output, inputs)?;
     let tensors = input.tensors();

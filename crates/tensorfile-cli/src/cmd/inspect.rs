@@ -4,7 +4,6 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use serde_json::{json, Value};
 use tensorfile::{read_header_from_path, Dtype, Header, ReadOptions, SafeTensors};
 
 use super::{out, Failure};
@@ -31,14 +30,6 @@ impl Args {
     /// The input errors are reported against, and whether as JSON.
     pub fn report_to(&self) -> (Option<&std::path::Path>, bool) {
         (Some(&self.file), self.json)
-    }
-}
-
-/// The alignment an element type wants in memory.
-fn natural_alignment(dtype: Dtype) -> u64 {
-    match dtype {
-        Dtype::C64 => 4,
-        d => (d.bits() as u64 / 8).max(1),
     }
 }
 
@@ -111,24 +102,12 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     // PyTorch options.
     args.budgets.refuse_for(&args.file)?;
     let data_start = header.data_start();
-    let misaligned = header
-        .tensors()
-        .filter(|t| !(data_start + t.data_offsets.0).is_multiple_of(natural_alignment(t.dtype)))
-        .count();
-    let parameters: u128 = header.tensors().map(|t| t.numel() as u128).sum();
     let mut per_dtype: BTreeMap<Dtype, (usize, u64)> = BTreeMap::new();
     for t in header.tensors() {
         let slot = per_dtype.entry(t.dtype).or_default();
         slot.0 += 1;
         slot.1 += t.nbytes();
     }
-    // Quantized weights (int4, MLX): see `quantized`.
-    let dir = match args.file.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => dir,
-        _ => std::path::Path::new("."),
-    };
-    let names = header.tensors().map(|t| t.name);
-    let quantized = super::quantized::describe(dir, header.metadata(), names, |n| header.get(n));
 
     let digests = match (&local, &remote) {
         (Some(f), _) if args.hash => hash_all(f)?,
@@ -136,38 +115,14 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         _ => std::collections::HashMap::new(),
     };
     let digest = |name: &str| -> Option<String> { digests.get(name).cloned() };
-
+    // The --json description (the library's, which the Python package
+    // returns too); the text below says the same from it.
+    let described = tensorfile::describe::file(&args.file, header, &digest);
     if args.json {
-        let tensors: Vec<Value> = header
-            .tensors()
-            .map(|t| {
-                let mut v = json!({
-                    "name": t.name,
-                    "dtype": t.dtype.name(),
-                    "shape": t.shape,
-                    "data_offsets": [t.data_offsets.0, t.data_offsets.1],
-                });
-                if let Some(h) = digest(t.name) {
-                    v["sha256"] = Value::String(h);
-                }
-                v
-            })
-            .collect();
-        out(json!({
-            "file": args.file,
-            "size": data_start + header.data_len(),
-            "header_len": header.header_len(),
-            "metadata": header.metadata(),
-            "tensors": tensors,
-            "parameters": parameters,
-            "data_start": data_start,
-            "misaligned_tensors": misaligned,
-            "warnings": header.warnings(),
-            "quantized": quantized.as_ref().ok(),
-            "quantized_problem": quantized.as_ref().err(),
-        }));
+        out(described);
         return Ok(ExitCode::SUCCESS);
     }
+    let quantized = super::quantized::of(&described);
 
     out(format_args!("file: {}", args.file.display()));
     out(format_args!(
@@ -212,10 +167,11 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         }
     }
     super::print_dtypes(&per_dtype);
-    out(format_args!("parameters: {parameters}"));
+    out(format_args!("parameters: {}", described["parameters"]));
     out(format_args!(
-        "alignment: data starts at byte {data_start} ({}-byte aligned); {misaligned} of {} tensors misaligned for their dtype",
+        "alignment: data starts at byte {data_start} ({}-byte aligned); {} of {} tensors misaligned for their dtype",
         alignment_of(data_start),
+        described["misaligned_tensors"],
         header.len()
     ));
     super::quantized::print(&quantized);

@@ -7,8 +7,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::ExitCode;
 
-use serde_json::{json, Value};
-use tensorfile::pytorch::{Checkpoint, Format, LoadOptions};
+use tensorfile::pytorch::{Checkpoint, LoadOptions};
 use tensorfile::Dtype;
 
 use super::{out, Failure};
@@ -23,15 +22,6 @@ pub fn run(
 ) -> Result<ExitCode, Failure> {
     let ckpt = Checkpoint::open_with(file, load)?;
     let size = std::fs::metadata(file)?.len();
-    let format = match ckpt.format() {
-        Format::Zip { prefix } => format!("PyTorch zip checkpoint (directory {prefix:?})"),
-        Format::Legacy => "PyTorch legacy checkpoint (before 1.6)".to_string(),
-    };
-    let byte_order = if ckpt.is_big_endian() {
-        "big-endian"
-    } else {
-        "little-endian"
-    };
     let mut digests = BTreeMap::new();
     if hash {
         // A piece at a time, read with positional reads.
@@ -41,14 +31,6 @@ pub fn run(
             digests.insert(t.name(), super::sha256_hex(&t, &bar)?);
         }
     }
-    // Names that are exact aliases of one another (tied weights) are one
-    // tensor: its parameters are counted once.
-    let mut seen = std::collections::HashSet::new();
-    let parameters: u128 = ckpt
-        .tensors()
-        .filter(|t| seen.insert(t.view_key()))
-        .map(|t| u128::from(t.numel()))
-        .sum();
     let mut per_dtype: BTreeMap<Dtype, (usize, u64)> = BTreeMap::new();
     for t in ckpt.tensors() {
         let slot = per_dtype.entry(t.dtype()).or_default();
@@ -56,45 +38,22 @@ pub fn run(
         slot.1 += t.nbytes();
     }
 
+    let digest = |name: &str| -> Option<String> { digests.get(name).cloned() };
+    // The --json description (the library's, which the Python package
+    // returns too); the text below says the same from it.
+    let described = tensorfile::describe::checkpoint(file, size, &ckpt, &digest);
     if as_json {
-        let tensors: Vec<Value> = ckpt
-            .tensors()
-            .map(|t| {
-                let mut v = json!({
-                    "name": t.name(),
-                    "dtype": t.dtype().name(),
-                    "shape": t.shape(),
-                    "nbytes": t.nbytes(),
-                    "storage": t.storage_key(),
-                    "storage_offset": t.storage_offset(),
-                    "strides": t.strides(),
-                });
-                if let Some(h) = digests.get(t.name()) {
-                    v["sha256"] = Value::String(h.clone());
-                }
-                v
-            })
-            .collect();
-        let values: serde_json::Map<String, Value> = ckpt
-            .values()
-            .iter()
-            .map(|(k, v)| (k.clone(), Value::String(v.clone())))
-            .collect();
-        out(json!({
-            "file": file,
-            "size": size,
-            "format": format,
-            "byte_order": byte_order,
-            "tensors": tensors,
-            "values": values,
-            "parameters": parameters,
-        }));
+        out(described);
         return Ok(ExitCode::SUCCESS);
     }
 
     out(format_args!("file: {}", file.display()));
     out(format_args!("size: {size} bytes"));
-    out(format_args!("format: {format}, {byte_order}"));
+    out(format_args!(
+        "format: {}, {}",
+        described["format"].as_str().unwrap_or_default(),
+        described["byte_order"].as_str().unwrap_or_default()
+    ));
     out(format_args!(
         "values: {} (non-tensor entries)",
         ckpt.values().len()
@@ -134,6 +93,6 @@ pub fn run(
         }
     }
     super::print_dtypes(&per_dtype);
-    out(format_args!("parameters: {parameters}"));
+    out(format_args!("parameters: {}", described["parameters"]));
     Ok(ExitCode::SUCCESS)
 }

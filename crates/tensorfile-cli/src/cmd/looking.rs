@@ -88,8 +88,7 @@ impl Opened {
         use tensorfile::input::Kind;
         match super::input_kind(path)? {
             Kind::Safetensors | Kind::SafetensorsSet => {
-                let set =
-                    tensorfile::ShardedTensors::open_pread(path, &tensorfile::ReadOptions::default())?;
+                let set = super::remote::open_set(path, &tensorfile::ReadOptions::default())?;
                 let m = set.metadata()?;
                 Ok(Opened::Set {
                     set,

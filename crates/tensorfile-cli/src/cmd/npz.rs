@@ -16,7 +16,6 @@ use tensorfile::input::Kind;
 use tensorfile::npz::{self, FromNpzOptions, NpzFile, NpzWriteOptions};
 use tensorfile::{Dtype, TensorData};
 
-use super::inout::Input;
 use super::{out, Failure, Usage};
 use crate::progress::Progress;
 
@@ -162,7 +161,7 @@ fn to_numpy(
     if out_kind == Kind::Npy {
         args.refuse_for(&io.output)?;
     }
-    let input = Input::open(&io.input, &io.read_options())?;
+    let input = super::inout::open(&io.input, &io.read_options())?;
     super::refuse_input_as_output(&io.output, input.files())?;
     let tensors = input.tensors();
     if let Some(m) = input.metadata()? {

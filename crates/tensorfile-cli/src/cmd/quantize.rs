@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use serde_json::json;
 use tensorfile::quant::{quantize_plan, Glob, QuantizeOptions, Scheme, Selection};
 
-use super::inout::{self, Input};
+use super::inout;
 use super::{out, Failure, Usage};
 
 /// Arguments of `quantize`.
@@ -64,7 +64,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     if args.global_scale {
         scheme = scheme.with_global_scale().map_err(Usage::failure)?;
     }
-    let input = Input::open(&args.io.input, &args.io.read_options())?;
+    let input = inout::open(&args.io.input, &args.io.read_options())?;
     super::refuse_input_as_output(&args.io.output, input.files())?;
     let opts = QuantizeOptions {
         scheme,

@@ -6,7 +6,7 @@ use serde_json::json;
 use tensorfile::cast::{convert_plan, CastOptions};
 use tensorfile::{Align, WriteOptions};
 
-use super::inout::{self, Input};
+use super::inout;
 use super::{out, Failure};
 
 /// Arguments of `rewrite`.
@@ -41,7 +41,7 @@ fn parse_align(s: &str) -> Result<Align, String> {
 /// atomic save of OUT.
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
     let read = args.io.read_options();
-    let input = Input::open(&args.io.input, &read)?;
+    let input = inout::open(&args.io.input, &read)?;
     let options = WriteOptions {
         align: args.align,
         ..args.io.write_options()

@@ -5,8 +5,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::ExitCode;
 
-use serde_json::{json, Value};
-use tensorfile::model::{read_config, read_config_from, CONFIG_NAME, TOKENIZER_NAME};
+use serde_json::json;
 use tensorfile::{Dtype, Error, ReadOptions};
 
 use super::{one_line, out, Failure};
@@ -67,17 +66,16 @@ pub fn inspect(path: &Path, json: bool, hash: bool) -> Result<ExitCode, Failure>
             digests.insert(t.info().name, super::sha256_hex(&t, &bar)?);
         }
     }
-    let digest = |name: &str| -> Result<Option<String>, Error> { Ok(digests.get(name).cloned()) };
-    let model = model_summary(path, &set);
-    let names = set.infos().map(|(_, t)| t.name);
-    // Without the shards' metadata (say, two shards disagree) the int4
-    // group and MLX parameters are unknown: say why instead of guessing.
-    let quantized = match set.metadata() {
-        Ok(metadata) => {
-            super::quantized::describe(set.dir(), Some(&metadata), names, |n| set.info(n))
-        }
-        Err(e) => Err(e.to_string()),
-    };
+    let digest = |name: &str| -> Option<String> { digests.get(name).cloned() };
+    // The --json description (the library's, which the Python package
+    // returns too); the text below says the same.
+    let described = tensorfile::describe::set(path, &set, &digest);
+    if json {
+        out(described);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let model = &described["model"];
+    let quantized = super::quantized::of(&described);
     let mut per_dtype: BTreeMap<Dtype, (usize, u64)> = BTreeMap::new();
     for (_, t) in set.infos() {
         let slot = per_dtype.entry(t.dtype).or_default();
@@ -85,59 +83,8 @@ pub fn inspect(path: &Path, json: bool, hash: bool) -> Result<ExitCode, Failure>
         slot.1 += t.nbytes();
     }
 
-    if json {
-        let shards: Vec<Value> = set
-            .shards()
-            .iter()
-            .map(|s| {
-                let h = s.header();
-                json!({
-                    "name": s.name(),
-                    "tensors": h.len(),
-                    "header_len": h.header_len(),
-                    "data_bytes": h.data_len(),
-                    "size": h.data_start() + h.data_len(),
-                    "metadata": h.metadata(),
-                })
-            })
-            .collect();
-        let mut tensors = Vec::with_capacity(set.len());
-        for (shard, t) in set.infos() {
-            let mut v = json!({
-                "name": t.name,
-                "dtype": t.dtype.name(),
-                "shape": t.shape,
-                "shard": shard.name(),
-                "data_offsets": [t.data_offsets.0, t.data_offsets.1],
-            });
-            if let Some(h) = digest(t.name)? {
-                v["sha256"] = Value::String(h);
-            }
-            tensors.push(v);
-        }
-        out(json!({
-            "path": path,
-            "index": set.index_path(),
-            "index_metadata": set.index_metadata(),
-            "model": model,
-            "shards": shards,
-            "tensors": tensors,
-            "totals": {
-                "shards": set.shards().len(),
-                "tensors": set.len(),
-                "parameters": set.parameters(),
-                "data_bytes": set.data_len(),
-                "size": set.file_len(),
-            },
-            "quantized": quantized.as_ref().ok(),
-            "quantized_problem": quantized.as_ref().err(),
-            "warnings": set.warnings(),
-        }));
-        return Ok(ExitCode::SUCCESS);
-    }
-
     out(format_args!("path: {}", path.display()));
-    if let Some(model) = &model {
+    if !model.is_null() {
         out(format_args!(
             "model: tl_arch {}, tokenizer.json {}",
             model["tl_arch"].as_str().unwrap_or("none"),
@@ -192,7 +139,7 @@ pub fn inspect(path: &Path, json: bool, hash: bool) -> Result<ExitCode, Failure>
             format!("{:?}", t.shape),
             shard.name()
         );
-        match digest(t.name)? {
+        match digest(t.name) {
             Some(h) => out(format_args!("{line}  sha256 {h}")),
             None => out(line),
         }
@@ -211,26 +158,4 @@ pub fn inspect(path: &Path, json: bool, hash: bool) -> Result<ExitCode, Failure>
         out(format_args!("warning: {warning}"));
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// For a directory with config.json: its tl_arch and whether tokenizer.json
-/// is there. (`check` verifies them; this only describes.) A remote
-/// directory is asked through the set's location (a request for each).
-fn model_summary(path: &Path, set: &tensorfile::ShardedTensors) -> Option<Value> {
-    let config = match super::remote::url(path) {
-        Some(url) if !url.ends_with(".json") => {
-            read_config_from(&**set.location(), CONFIG_NAME).ok()?
-        }
-        Some(_) => return None,
-        None if path.is_dir() => read_config(&path.join(CONFIG_NAME)).ok()?,
-        None => return None,
-    };
-    let tokenizer = match super::remote::url(path) {
-        Some(_) => set.location().open(TOKENIZER_NAME).is_ok(),
-        None => path.join(TOKENIZER_NAME).is_file(),
-    };
-    Some(json!({
-        "tl_arch": config.get("tl_arch"),
-        "tokenizer": tokenizer,
-    }))
 }

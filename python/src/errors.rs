@@ -1,0 +1,70 @@
+//! The library's errors as Python exceptions.
+//!
+//! Everything becomes a `SafetensorError` (the reference's one exception
+//! class) carrying the library's message, which names the rule and the
+//! place, with the rule's number in its `rule` attribute (`None` for errors
+//! that break no reader rule) and the file in `path`; except a missing
+//! file, which is a `FileNotFoundError` worded as the reference words it.
+
+use std::io;
+
+use pyo3::create_exception;
+use pyo3::exceptions::{PyException, PyFileNotFoundError};
+use pyo3::prelude::*;
+
+create_exception!(
+    tensorfile,
+    SafetensorError,
+    PyException,
+    "An error of tensorfile: a file that breaks a reader rule (the message names the rule and \
+     the place; `rule` holds its number), a failed read or write, a tensor that is not there, \
+     a refused request."
+);
+
+/// The error of a path that does not exist, as the reference says it.
+fn not_found(path: &std::path::Path) -> PyErr {
+    PyFileNotFoundError::new_err(format!("No such file or directory: {}", path.display()))
+}
+
+/// A `SafetensorError` with `message`, `rule` and `path` attributes.
+pub fn safetensor_error(
+    message: String,
+    rule: Option<u8>,
+    path: Option<&std::path::Path>,
+) -> PyErr {
+    Python::attach(|py| {
+        let err = SafetensorError::new_err(message);
+        let value = err.value(py);
+        // Attributes on a fresh exception object cannot fail but for memory.
+        let _ = value.setattr("rule", rule);
+        let _ = value.setattr("path", path.map(|p| p.display().to_string()));
+        err
+    })
+}
+
+/// A core error.
+pub fn core(e: tensorfile_core::Error) -> PyErr {
+    if let tensorfile_core::Error::Io { path, source } = &e {
+        if source.kind() == io::ErrorKind::NotFound {
+            return not_found(path);
+        }
+    }
+    let rule = e.rule();
+    safetensor_error(e.to_string(), rule, e.file())
+}
+
+/// An error of the umbrella crate.
+pub fn lib(e: tensorfile::Error) -> PyErr {
+    if e.is_not_found_file() {
+        if let Some(path) = e.file() {
+            return not_found(path);
+        }
+    }
+    let rule = e.rule();
+    safetensor_error(e.to_string(), rule, e.file())
+}
+
+/// A plain message.
+pub fn msg(message: impl Into<String>) -> PyErr {
+    safetensor_error(message.into(), None, None)
+}

@@ -1,0 +1,183 @@
+//! What the reference cannot do: strict validation with the rule and the
+//! place, and the tensors of PyTorch checkpoints without running pickle.
+
+use std::path::PathBuf;
+
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use tensorfile::input::Kind;
+use tensorfile::{read_header_from_path, Dtype, ReadOptions, ShardedTensors};
+
+use crate::buffer::Buffer;
+use crate::errors;
+
+/// Checks a file (or, for a directory or an index, a whole sharded set)
+/// against the format's reader rules, reading only headers. Returns the
+/// keys of `tensorfile validate --json`: `file`, `valid`, `rule` (the
+/// number of the rule broken, or `None`), `error` (what is wrong and where,
+/// or `None`) and `warnings`. Never raises for an invalid file; a path that
+/// cannot be read is reported the same way, with `rule` `None`.
+#[pyfunction]
+pub fn validate<'py>(py: Python<'py>, path: PathBuf) -> PyResult<Bound<'py, PyDict>> {
+    let (error, rule, warnings) = py.detach(|| {
+        let options = ReadOptions::default();
+        let one_line = |e: &dyn std::error::Error| {
+            let mut text = e.to_string();
+            let mut source = e.source();
+            while let Some(s) = source {
+                let more = s.to_string();
+                if !text.contains(&more) {
+                    text.push_str(": ");
+                    text.push_str(&more);
+                }
+                source = s.source();
+            }
+            text
+        };
+        match tensorfile::input::detect(&path) {
+            Ok(Kind::SafetensorsSet) => match ShardedTensors::open_pread(&path, &options) {
+                Ok(set) => (None, None, set.warnings().to_vec()),
+                Err(e) => (Some(one_line(&e)), e.rule(), Vec::new()),
+            },
+            Ok(Kind::Safetensors) => match read_header_from_path(&path, &options) {
+                Ok(header) => (None, None, header.warnings().to_vec()),
+                Err(e) => (Some(one_line(e.detail())), e.rule(), Vec::new()),
+            },
+            Ok(kind) => (
+                Some(format!("is {kind}, not safetensors")),
+                None,
+                Vec::new(),
+            ),
+            Err(e) => (Some(one_line(&e)), None, Vec::new()),
+        }
+    });
+    let d = PyDict::new(py);
+    d.set_item("file", path.display().to_string())?;
+    d.set_item("valid", error.is_none())?;
+    d.set_item("rule", rule)?;
+    d.set_item("error", error)?;
+    d.set_item("warnings", warnings)?;
+    Ok(d)
+}
+
+/// The tensors of a `torch.save` checkpoint (zip, legacy or tar), read
+/// without executing anything: the pickle is interpreted by a restricted
+/// machine that only rebuilds tensors and containers. Each tensor comes in
+/// memory of its own (C order, little-endian), as `(name, buffer)` in the
+/// checkpoint's order; `key` keeps the subtree at that path (`"model"`,
+/// `"state_dict"`), `name` names a bare top-level tensor.
+#[pyfunction]
+#[pyo3(signature = (path, key = None, name = None))]
+pub fn load_pytorch(
+    py: Python<'_>,
+    path: PathBuf,
+    key: Option<String>,
+    name: Option<String>,
+) -> PyResult<Vec<(String, Buffer)>> {
+    py.detach(|| -> tensorfile::Result<Vec<(String, Buffer)>> {
+        let options = tensorfile::pytorch::LoadOptions {
+            key,
+            name,
+            ..Default::default()
+        };
+        let ckpt = tensorfile::pytorch::Checkpoint::open_with(&path, &options)?;
+        let mut out = Vec::with_capacity(ckpt.len());
+        for t in ckpt.tensors() {
+            let bytes = t.data()?.into_vec();
+            out.push((
+                t.name().to_string(),
+                Buffer::owned(bytes, t.dtype(), t.shape()),
+            ));
+        }
+        Ok(out)
+    })
+    .map_err(|e| {
+        if path.exists() {
+            errors::lib(e)
+        } else {
+            pyo3::exceptions::PyFileNotFoundError::new_err(format!(
+                "No such file or directory: {}",
+                path.display()
+            ))
+        }
+    })
+}
+
+/// Every dtype the format has, as the header names them.
+#[pyfunction]
+pub fn dtype_names() -> Vec<&'static str> {
+    Dtype::ALL.iter().map(|d| d.name()).collect()
+}
+
+/// Whether the format's dtype `code` holds floats (what casts on load
+/// apply to); an unknown code is not a float.
+#[pyfunction]
+pub fn is_float(code: &str) -> bool {
+    Dtype::from_name(code).is_some_and(Dtype::is_float)
+}
+
+/// What `tensorfile inspect --json` says about `path` (a safetensors file,
+/// a set, or a PyTorch checkpoint), as a JSON text; with `hash`, each
+/// tensor's sha256 too (reads every byte).
+#[pyfunction]
+#[pyo3(signature = (path, hash = false))]
+pub fn inspect_json(py: Python<'_>, path: PathBuf, hash: bool) -> PyResult<String> {
+    use tensorfile::describe;
+    let kind = py
+        .detach(|| tensorfile::input::detect(&path))
+        .map_err(errors::lib)?;
+    let value = match kind {
+        Kind::Safetensors => py
+            .detach(|| -> tensorfile::Result<_> {
+                let file = tensorfile::SafeTensors::open_pread(&path)?;
+                let mut digests = std::collections::HashMap::new();
+                if hash {
+                    for t in file.tensor_data() {
+                        digests.insert(t.info().name, tensorfile::digest::tensor_sha256(&t)?.hex());
+                    }
+                }
+                let digest = |n: &str| digests.get(n).cloned();
+                Ok(describe::file(&path, file.header(), &digest))
+            })
+            .map_err(errors::lib)?,
+        Kind::SafetensorsSet => py
+            .detach(|| -> tensorfile::Result<_> {
+                let set = ShardedTensors::open_pread(&path, &ReadOptions::default())?;
+                let mut digests = std::collections::HashMap::new();
+                if hash {
+                    for t in set.tensor_data() {
+                        digests.insert(t.info().name, tensorfile::digest::tensor_sha256(&t)?.hex());
+                    }
+                }
+                let digest = |n: &str| digests.get(n).cloned();
+                Ok(describe::set(&path, &set, &digest))
+            })
+            .map_err(errors::lib)?,
+        Kind::Pytorch => py
+            .detach(|| -> tensorfile::Result<_> {
+                let ckpt = tensorfile::pytorch::Checkpoint::open(&path)?;
+                let size = std::fs::metadata(&path)
+                    .map_err(|e| tensorfile::Error::io(&path, e))?
+                    .len();
+                let mut digests = std::collections::HashMap::new();
+                if hash {
+                    for t in ckpt.tensors() {
+                        digests.insert(
+                            t.name().to_string(),
+                            tensorfile::digest::tensor_sha256(&t)?.hex(),
+                        );
+                    }
+                }
+                let digest = |n: &str| digests.get(n).cloned();
+                Ok(describe::checkpoint(&path, size, &ckpt, &digest))
+            })
+            .map_err(errors::lib)?,
+        other => {
+            return Err(errors::msg(format!(
+                "{}: is {other}, which inspect does not describe",
+                path.display()
+            )))
+        }
+    };
+    Ok(value.to_string())
+}

@@ -1,0 +1,30 @@
+"""tensorfile: safetensors files, strict and fast.
+
+A drop-in for the ``safetensors`` Python package (switching is one import
+line: ``import tensorfile as safetensors``, ``from tensorfile.torch import
+load_file``) built on the tensorfile Rust library, and what the reference
+cannot do: strict validation naming the rule and the place, sharded sets and
+model directories opened as one file, the tensors of PyTorch checkpoints
+without running pickle, casts on load, conversion, quantization.
+"""
+
+from ._native import SafetensorError, TensorSpec, __version__, deserialize, serialize, serialize_file
+from ._open import _safe_open_handle, safe_open
+from ._extras import convert, dequantize, inspect, load_pytorch, quantize, validate
+
+__all__ = [
+    "SafetensorError",
+    "TensorSpec",
+    "__version__",
+    "deserialize",
+    "serialize",
+    "serialize_file",
+    "safe_open",
+    "validate",
+    "load_pytorch",
+    "convert",
+    "quantize",
+    "dequantize",
+    "inspect",
+]
+

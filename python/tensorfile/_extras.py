@@ -1,0 +1,206 @@
+"""What the reference cannot do: strict validation, the tensors of PyTorch
+checkpoints without running pickle, and the CLI's transforms (convert,
+quantize, dequantize) as functions."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Dict, Optional, Sequence, Union
+
+from . import _frameworks, _native
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+def validate(path: PathLike) -> Dict[str, Any]:
+    """Checks a safetensors file (or, for a directory or an index, a whole
+    sharded set) against the format's reader rules, reading only headers.
+
+    Returns the keys of ``tensorfile validate --json``: ``file``, ``valid``,
+    ``rule`` (the number of the rule broken, or None), ``error`` (what is
+    wrong and where, or None) and ``warnings``. Never raises for an invalid
+    or unreadable file: that is reported the same way.
+
+    >>> tensorfile.validate("model.safetensors")["valid"]
+    True
+    """
+    return _native.validate(os.fspath(path))
+
+
+def load_pytorch(
+    path: PathLike,
+    framework: str = "np",
+    device: Any = "cpu",
+    *,
+    key: Optional[str] = None,
+    name: Optional[str] = None,
+) -> Dict[str, Any]:
+    """The tensors of a ``torch.save`` checkpoint (zip, legacy or tar format),
+    read without executing anything: a safe replacement for
+    ``torch.load(path, weights_only=True)`` that needs no torch.
+
+    The pickle is interpreted by a restricted machine that only rebuilds
+    tensors and containers; nested containers give dotted names
+    (``"model.layer.weight"``). ``key`` keeps the subtree at that path
+    (``"model"``, ``"state_dict"``); ``name`` names a bare top-level tensor.
+    Tensors come as numpy arrays (``framework="np"``) or torch tensors
+    (``"pt"``, on ``device``), in memory of their own, in the checkpoint's order.
+
+    >>> state_dict = tensorfile.load_pytorch("pytorch_model.bin", "pt")
+    """
+    fw = _frameworks.framework(framework, device)
+    pairs = _native.load_pytorch(os.fspath(path), key=key, name=name)
+    return {n: fw.convert(buffer, device) for n, buffer in pairs}
+
+
+def convert(
+    input: PathLike,
+    output: PathLike,
+    dtype: Any = None,
+    *,
+    saturate: bool = False,
+    allow_int: bool = False,
+    strict: bool = False,
+    sync: bool = True,
+    max_shard_size: Optional[int] = None,
+    key: Optional[str] = None,
+    name: Optional[str] = None,
+) -> Dict[str, Any]:
+    """``tensorfile convert``: casts the float tensors of ``input`` to
+    ``dtype`` (``"bf16"``, ``"F32"``, ``"f8_e4m3"``, ...; the companions of
+    quantized weights keep theirs) and writes ``output`` atomically, one
+    piece of one tensor at a time; without ``dtype``, the canonical rewrite.
+
+    ``input`` may be a safetensors file, a set (an index or a model directory:
+    ``output`` is then a directory holding one shard per input shard, or cut
+    at ``max_shard_size`` bytes) or a PyTorch checkpoint, converted without
+    running pickle (``key``/``name`` as in :func:`load_pytorch`). ``saturate``
+    clamps values beyond an F8 target's range; ``strict`` refuses any value the
+    cast changes beyond rounding (nothing is written); ``allow_int`` allows
+    integer targets. Returns the summary ``tensorfile convert --json`` prints
+    (``losses`` counts, per tensor, the values that overflowed, became NaN,
+    saturated or flushed to zero).
+
+    >>> tensorfile.convert("model.safetensors", "model-bf16.safetensors", "bf16")["cast"]
+    """
+    return _native.convert(
+        os.fspath(input),
+        os.fspath(output),
+        _frameworks.dtype_code(dtype),
+        saturate=saturate,
+        allow_int=allow_int,
+        strict=strict,
+        sync=sync,
+        max_shard_size=max_shard_size,
+        key=key,
+        name=name,
+    )
+
+
+def quantize(
+    input: PathLike,
+    output: PathLike,
+    scheme: str,
+    *,
+    bits: Optional[int] = None,
+    group_size: Optional[int] = None,
+    global_scale: bool = False,
+    include: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+    sync: bool = True,
+    max_shard_size: Optional[int] = None,
+) -> Dict[str, Any]:
+    """``tensorfile quantize``: quantizes the weights of ``input`` (a
+    safetensors file or set) into ``output`` with ``scheme``:
+    ``"int4-g32-sym"`` (and other groups, ``int4-gG-sym``), ``"mlx-affine"``
+    with ``bits`` and ``group_size`` (MLX's ``mx.quantize`` byte for byte),
+    ``"mlx-mxfp4"``, ``"mlx-mxfp8"``, ``"mlx-nvfp4"`` (``global_scale`` adds
+    nvfp4's per-tensor scale). ``include``/``exclude`` are globs over tensor
+    names. Returns the summary ``tensorfile quantize --json`` prints.
+
+    >>> tensorfile.quantize("model.safetensors", "q.safetensors", "mlx-affine", bits=4, group_size=64)
+    """
+    return _native.quantize(
+        os.fspath(input),
+        os.fspath(output),
+        scheme,
+        bits=bits,
+        group_size=group_size,
+        global_scale=global_scale,
+        include=list(include),
+        exclude=list(exclude),
+        sync=sync,
+        max_shard_size=max_shard_size,
+    )
+
+
+def _config_of_model(input: PathLike) -> Optional[str]:
+    """The config.json of the model ``input`` belongs to (in it when it is a
+    directory, beside it otherwise) when it says how the model is quantized,
+    as ``tensorfile dequantize`` looks for it."""
+    path = os.fspath(input)
+    directory = path if os.path.isdir(path) else (os.path.dirname(path) or ".")
+    config = os.path.join(directory, "config.json")
+    if not os.path.isfile(config):
+        return None
+    try:
+        with open(config, "rb") as f:
+            text = json.load(f)
+    except (OSError, ValueError):
+        return config  # let the library say what is wrong with it
+    if not isinstance(text, dict):
+        return config
+    q = text.get("quantization")
+    qc = text.get("quantization_config")
+    if q is not None or (isinstance(qc, dict) and "quant_method" not in qc):
+        return config
+    return None
+
+
+def dequantize(
+    input: PathLike,
+    output: PathLike,
+    dtype: Any = None,
+    *,
+    config: Optional[PathLike] = None,
+    bits: Optional[int] = None,
+    group_size: Optional[int] = None,
+    mode: Optional[str] = None,
+    sync: bool = True,
+    max_shard_size: Optional[int] = None,
+) -> Dict[str, Any]:
+    """``tensorfile dequantize``: turns the quantized weights of ``input``
+    back into floats (``dtype``, default the scales' dtype) in ``output``.
+    int4 files say their group in their metadata; MLX parameters come from
+    ``config`` (a config.json's ``quantization``), from ``bits``,
+    ``group_size`` and ``mode``, from the config.json of ``input``'s model, or
+    from the metadata of a file tensorfile quantized; never guessed. Returns
+    the summary ``tensorfile dequantize --json`` prints."""
+    if config is None and bits is None and group_size is None and mode is None:
+        config = _config_of_model(input)
+    return _native.dequantize(
+        os.fspath(input),
+        os.fspath(output),
+        _frameworks.dtype_code(dtype),
+        config=None if config is None else os.fspath(config),
+        bits=bits,
+        group_size=group_size,
+        mode=mode,
+        sync=sync,
+        max_shard_size=max_shard_size,
+    )
+
+
+def inspect(path: PathLike, *, hash: bool = False) -> Dict[str, Any]:
+    """What ``tensorfile inspect --json`` says about ``path``, as a dict (the
+    same schema): for a safetensors file, sizes, metadata, every tensor in
+    data order, parameters, alignment, warnings and quantized weights; for a
+    set (a directory or an index), each shard, every tensor with its shard and
+    the totals; for a PyTorch checkpoint, its format, tensors (with storage,
+    offset and strides) and non-tensor values. With ``hash``, each tensor's
+    sha256 (this reads every byte).
+
+    >>> tensorfile.inspect("model.safetensors")["parameters"]
+    """
+    return json.loads(_native.inspect_json(os.fspath(path), hash=hash))

@@ -1,0 +1,281 @@
+"""Tensor bytes from the native module as numpy arrays, torch tensors or mlx
+arrays, without copying where the framework can view memory it does not own.
+
+A native ``Buffer`` describes its bytes through the numpy array interface in a
+*carrier* dtype numpy always has (``uint16`` for BF16, ``uint8`` for the
+float8 types and for packed F4). ``numpy.asarray`` views it, keeping the
+buffer (and so the memory map or allocation) alive as the array's base; the
+carrier is then viewed as ml_dtypes' type (numpy) or torch's (torch). Frameworks
+are imported only when asked for.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable, Dict, Optional, Tuple
+
+import numpy as np
+
+from ._native import SafetensorError
+
+# The format's dtype codes whose numpy type comes from ml_dtypes, by name.
+_ML_DTYPES = {
+    "BF16": "bfloat16",
+    "F8_E4M3": "float8_e4m3fn",
+    "F8_E4M3FNUZ": "float8_e4m3fnuz",
+    "F8_E5M2": "float8_e5m2",
+    "F8_E5M2FNUZ": "float8_e5m2fnuz",
+    "F8_E8M0": "float8_e8m0fnu",
+}
+
+# The format's dtype codes with numpy types of their own.
+_NUMPY_DTYPES = {
+    "BOOL": np.bool_,
+    "U8": np.uint8,
+    "I8": np.int8,
+    "I16": np.int16,
+    "U16": np.uint16,
+    "F16": np.float16,
+    "I32": np.int32,
+    "U32": np.uint32,
+    "F32": np.float32,
+    "F64": np.float64,
+    "I64": np.int64,
+    "U64": np.uint64,
+    "C64": np.complex64,
+    # Two values per byte, the last dimension halved (as torch's
+    # float4_e2m1fn_x2): numpy has no packed type, so the bytes come as uint8.
+    "F4": np.uint8,
+}
+
+# The types packed below a byte that no framework here can hold as they are.
+_NO_CARRIER = {"F6_E2M3", "F6_E3M2"}
+
+# torch's names of the format's dtypes (those torch has; looked up lazily,
+# since older torch versions lack some).
+_TORCH_NAMES = {
+    "BOOL": "bool",
+    "U8": "uint8",
+    "I8": "int8",
+    "I16": "int16",
+    "U16": "uint16",
+    "F16": "float16",
+    "BF16": "bfloat16",
+    "I32": "int32",
+    "U32": "uint32",
+    "F32": "float32",
+    "F64": "float64",
+    "I64": "int64",
+    "U64": "uint64",
+    "C64": "complex64",
+    "F8_E4M3": "float8_e4m3fn",
+    "F8_E4M3FNUZ": "float8_e4m3fnuz",
+    "F8_E5M2": "float8_e5m2",
+    "F8_E5M2FNUZ": "float8_e5m2fnuz",
+    "F8_E8M0": "float8_e8m0fnu",
+    "F4": "float4_e2m1fn_x2",
+}
+
+_ml_dtypes_module: Any = None
+
+
+def ml_dtypes() -> Any:
+    """The ml_dtypes module, or None when it is not installed."""
+    global _ml_dtypes_module
+    if _ml_dtypes_module is None:
+        try:
+            _ml_dtypes_module = importlib.import_module("ml_dtypes")
+        except ImportError:
+            _ml_dtypes_module = False
+    return _ml_dtypes_module or None
+
+
+def numpy_dtype(code: str) -> np.dtype:
+    """The numpy dtype of a format dtype code (ml_dtypes' for BF16 and the
+    float8 types); SafetensorError when numpy cannot hold it."""
+    plain = _NUMPY_DTYPES.get(code)
+    if plain is not None:
+        return np.dtype(plain)
+    name = _ML_DTYPES.get(code)
+    if name is not None:
+        ml = ml_dtypes()
+        if ml is None:
+            raise SafetensorError(
+                f"{code} has no numpy dtype without ml_dtypes: pip install ml_dtypes, "
+                f"or read it cast with get_tensor(name, dtype='F32')"
+            )
+        return np.dtype(getattr(ml, name))
+    raise SafetensorError(
+        f"{code} has no numpy dtype: read it cast with get_tensor(name, dtype='F32')"
+    )
+
+
+def as_numpy(buffer: Any) -> np.ndarray:
+    """A numpy array viewing a native buffer (no copy): its base keeps the
+    buffer alive."""
+    code = buffer.dtype
+    if code in _NO_CARRIER:
+        raise SafetensorError(
+            f"{code} packs four values in three bytes, which no numpy or torch dtype holds: "
+            f"read it cast with get_tensor(name, dtype='F32')"
+        )
+    array = np.asarray(buffer)
+    name = _ML_DTYPES.get(code)
+    if name is not None:
+        array = array.view(numpy_dtype(code))
+    return array
+
+
+def torch_dtype(torch: Any, code: str) -> Any:
+    """torch's dtype for a format dtype code; SafetensorError when this torch
+    has none."""
+    name = _TORCH_NAMES.get(code)
+    dtype = getattr(torch, name, None) if name is not None else None
+    if dtype is None:
+        raise SafetensorError(
+            f"{code} has no dtype in torch {torch.__version__}: "
+            f"read it cast with get_tensor(name, dtype='F32')"
+        )
+    return dtype
+
+
+def _is_cpu(device: Any) -> bool:
+    return device is None or device == "cpu" or str(device) == "cpu"
+
+
+def _torch_device(device: Any) -> Any:
+    """A device as torch takes it: an int is a CUDA device index."""
+    if isinstance(device, int) and not isinstance(device, bool):
+        return f"cuda:{device}"
+    return device
+
+
+def as_torch(buffer: Any, device: Any = "cpu") -> Any:
+    """A torch tensor viewing a native buffer (no copy on the CPU)."""
+    import torch
+
+    code = buffer.dtype
+    if code in _NO_CARRIER:
+        as_numpy(buffer)  # raises, with the reason
+    dtype = torch_dtype(torch, code)
+    carrier = np.asarray(buffer)
+    if carrier.dtype == np.uint16 and not hasattr(torch, "uint16"):
+        # torch before 2.3 takes no uint16 from numpy; same width, same bytes.
+        carrier = carrier.view(np.int16)
+    tensor = torch.from_numpy(carrier)
+    if tensor.dtype != dtype:
+        tensor = tensor.view(dtype)
+    if not _is_cpu(device):
+        tensor = tensor.to(_torch_device(device))
+    return tensor
+
+
+def as_mlx(buffer: Any) -> Any:
+    """An mlx array holding a native buffer's tensor (mlx copies)."""
+    import mlx.core as mx
+
+    code = buffer.dtype
+    carrier = np.asarray(buffer) if code not in _NO_CARRIER else as_numpy(buffer)
+    if code == "BF16":
+        return mx.array(carrier).view(mx.bfloat16)
+    if code in _ML_DTYPES or code == "F4":
+        raise SafetensorError(
+            f"{code} has no mlx dtype: read it cast with get_tensor(name, dtype='F32')"
+        )
+    return mx.array(carrier)
+
+
+class Framework:
+    """How one framework's tensors are made from buffers."""
+
+    def __init__(
+        self,
+        name: str,
+        convert: Callable[[Any, Any], Any],
+        empty: Callable[[str, Tuple[int, ...], Any], Any],
+        reshape: Callable[[Any, Tuple[int, ...]], Any],
+    ) -> None:
+        self.name = name
+        self.convert = convert
+        self.empty = empty
+        self.reshape = reshape
+
+
+def _numpy_empty(code: str, shape: Tuple[int, ...], device: Any) -> Any:
+    return np.empty(shape, dtype=numpy_dtype(code))
+
+
+def _torch_empty(code: str, shape: Tuple[int, ...], device: Any) -> Any:
+    import torch
+
+    device = "cpu" if _is_cpu(device) else _torch_device(device)
+    return torch.empty(shape, dtype=torch_dtype(torch, code), device=device)
+
+
+def _mlx_empty(code: str, shape: Tuple[int, ...], device: Any) -> Any:
+    import mlx.core as mx
+
+    return mx.array(np.empty(shape, dtype=numpy_dtype(code)))
+
+
+def _numpy_convert(buffer: Any, device: Any) -> Any:
+    return as_numpy(buffer)
+
+
+def _mlx_convert(buffer: Any, device: Any) -> Any:
+    return as_mlx(buffer)
+
+
+def _reshape(tensor: Any, shape: Tuple[int, ...]) -> Any:
+    return tensor.reshape(shape)
+
+
+_NUMPY = Framework("numpy", _numpy_convert, _numpy_empty, _reshape)
+_TORCH = Framework("pt", as_torch, _torch_empty, _reshape)
+_MLX = Framework("mlx", _mlx_convert, _mlx_empty, _reshape)
+
+_NAMES: Dict[str, Framework] = {
+    "np": _NUMPY,
+    "numpy": _NUMPY,
+    "pt": _TORCH,
+    "torch": _TORCH,
+    "pytorch": _TORCH,
+    "mlx": _MLX,
+}
+
+
+def framework(name: Any, device: Any) -> Framework:
+    """The framework of that name, checked with its device: the framework is
+    imported now (mlx as mlx.core, so nothing needs importing first)."""
+    if not isinstance(name, str) or name not in _NAMES:
+        supported = ", ".join(sorted(_NAMES))
+        raise SafetensorError(f"framework {name} is invalid: use one of {supported}")
+    chosen = _NAMES[name]
+    if chosen is _TORCH:
+        importlib.import_module("torch")
+    elif chosen is _MLX:
+        try:
+            importlib.import_module("mlx.core")
+        except ImportError as e:
+            raise SafetensorError(f"framework mlx needs mlx installed: {e}") from e
+    if chosen is not _TORCH and not _is_cpu(device):
+        raise SafetensorError(f"Device {device} is not supported for framework {chosen.name}")
+    return chosen
+
+
+def dtype_code(dtype: Optional[str]) -> Optional[str]:
+    """A dtype asked for on load, as the format names it (``"bf16"`` and
+    ``"bfloat16"`` both give ``"BF16"``); None stays None."""
+    if dtype is None:
+        return None
+    if not isinstance(dtype, str):
+        if type(dtype).__module__.startswith("torch"):
+            # torch.bfloat16 prints as "torch.bfloat16".
+            dtype = str(dtype).rsplit(".", 1)[-1]
+        else:
+            # numpy dtypes and scalar types (np.float16), ml_dtypes' too.
+            dtype = np.dtype(dtype).name
+    for code, name in _TORCH_NAMES.items():
+        if dtype == name:
+            return code
+    return dtype

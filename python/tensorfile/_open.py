@@ -1,0 +1,224 @@
+"""``safe_open``: a safetensors file, a sharded set or a model directory,
+opened lazily, its tensors handed out as they are asked for."""
+
+from __future__ import annotations
+
+import io
+import os
+from typing import Any, Dict, List, Optional, Union
+
+from . import _frameworks, _index
+from ._native import Handle, SafetensorError, is_float
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+class safe_open:
+    """Opens a safetensors file lazily and gives its tensors as asked.
+
+    ``filename`` may also be a sharded set's index (``*.safetensors.index.json``)
+    or a model directory: every shard's header is read and checked against the
+    index, and the tensors of all shards are one namespace.
+
+    ``framework`` is ``"np"``/``"numpy"``, ``"pt"``/``"torch"``/``"pytorch"`` or
+    ``"mlx"`` (the framework is imported when asked for, never before). With the
+    ``"mmap"`` backend (the default) a tensor of 64 KiB or more is a private,
+    copy-on-write map of its bytes in the file: no copy, writeable (writes
+    never reach the file), freed when the last array over it goes. Like any
+    map, it dies with SIGBUS if the file is truncated underneath; the
+    ``"pread"`` backend reads every tensor into memory of its own instead.
+
+    Usable as a context manager (closed on exit; arrays handed out live on)
+    or as a plain object, and from several threads at once.
+    """
+
+    def __init__(
+        self,
+        filename: PathLike,
+        framework: str,
+        device: Any = "cpu",
+        *,
+        backend: str = "mmap",
+    ) -> None:
+        self._framework = _frameworks.framework(framework, device)
+        self._device = device
+        self._handle = Handle(os.fspath(filename), backend)
+
+    @classmethod
+    def _of_handle(cls, handle: Handle, framework: str, device: Any) -> "safe_open":
+        opened = cls.__new__(cls)
+        opened._framework = _frameworks.framework(framework, device)
+        opened._device = device
+        opened._handle = handle
+        return opened
+
+    def __enter__(self) -> "safe_open":
+        return self
+
+    def __exit__(self, _exc_type: Any, _exc_value: Any, _traceback: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Closes the file; later calls raise SafetensorError."""
+        self._handle.close()
+
+    def keys(self) -> List[str]:
+        """The tensor names, sorted."""
+        return self._handle.keys()
+
+    def offset_keys(self) -> List[str]:
+        """The tensor names in the order of their bytes in the file (shard by
+        shard for a set)."""
+        return self._handle.offset_keys()
+
+    def metadata(self) -> Optional[Dict[str, str]]:
+        """The header's ``__metadata__``, or None when it has none (for a set,
+        the union of the shards')."""
+        return self._handle.metadata()
+
+    def get_tensor(self, name: str, dtype: Any = None) -> Any:
+        """The tensor ``name`` in the framework asked for.
+
+        With ``dtype`` (a float dtype: ``"bf16"``, ``"F32"``, ``"float16"``,
+        ``torch.bfloat16``, ...) the tensor is cast on load, in memory of its own.
+        """
+        code = _frameworks.dtype_code(dtype)
+        if code is None:
+            buffer = self._handle.get(name)
+        else:
+            buffer = self._handle.get_cast(name, code)
+        return self._framework.convert(buffer, self._device)
+
+    def get_tensors(self, dtype: Any = None) -> Dict[str, Any]:
+        """Every tensor, by name, in the order of their bytes. With ``dtype``,
+        the float tensors are cast to it (integers and booleans stay)."""
+        names = self._handle.offset_keys()
+        code = _frameworks.dtype_code(dtype)
+        if code is None:
+            buffers = self._handle.get_many(names)
+        else:
+            buffers = [
+                self._handle.get_cast(n, code) if is_float(self._handle.info(n)[0]) else self._handle.get(n)
+                for n in names
+            ]
+        convert = self._framework.convert
+        device = self._device
+        return {n: convert(b, device) for n, b in zip(names, buffers)}
+
+    def get_slice(self, name: str) -> "TensorSlice":
+        """A slice object for ``name``: ``get_shape()``, ``get_dtype()``, and
+        indexing (ints, slices, ``...``, ``None``) that reads only the bytes the
+        slice covers."""
+        dtype, shape = self._handle.info(name)
+        return TensorSlice(self, name, dtype, shape)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name in self._handle
+
+    def __len__(self) -> int:
+        return len(self._handle)
+
+    def __repr__(self) -> str:
+        state = "closed" if self._handle.closed else "open"
+        return f"<tensorfile.safe_open {self._handle.path!r} ({self._framework.name}, {state})>"
+
+
+class TensorSlice:
+    """One tensor of an open file, to be sliced: ``f.get_slice(name)[:, :128]``."""
+
+    def __init__(self, owner: safe_open, name: str, dtype: str, shape: List[int]) -> None:
+        self._owner = owner
+        self._name = name
+        self._dtype = dtype
+        self._shape = shape
+
+    def get_shape(self) -> List[int]:
+        """The tensor's shape."""
+        return list(self._shape)
+
+    def get_dtype(self) -> str:
+        """The tensor's dtype as the header names it (``"F32"``)."""
+        return self._dtype
+
+    @property
+    def shape(self) -> List[int]:
+        """The tensor's shape."""
+        return list(self._shape)
+
+    @property
+    def dtype(self) -> str:
+        """The tensor's dtype as the header names it."""
+        return self._dtype
+
+    def __len__(self) -> int:
+        if not self._shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self._shape[0]
+
+    def __getitem__(self, index: Any) -> Any:
+        owner = self._owner
+        fw = owner._framework
+        plan = _index.plan(index, self._shape)
+        if plan.empty:
+            return fw.empty(self._dtype, plan.shape, owner._device)
+        buffer = owner._handle.slice(self._name, plan.args)
+        tensor = fw.convert(buffer, owner._device)
+        shape = plan.shape
+        if self._dtype == "F4" and shape:
+            # The carrier holds a byte per pair of values.
+            shape = shape[:-1] + (shape[-1] // 2,)
+        if tuple(tensor.shape) != shape:
+            tensor = fw.reshape(tensor, shape)
+        return tensor
+
+    def __repr__(self) -> str:
+        return f"<tensorfile slice {self._name!r} {self._dtype} {self._shape}>"
+
+
+def _descriptor(f: Any) -> Optional[int]:
+    """The descriptor of a real file behind a file object (a file opened
+    with ``open``, in either mode, or fsspec's local file), else None. Wrappers
+    that transform the bytes (gzip, ...) have none: their ``fileno`` is the
+    compressed file's, so only chains of io's own file types are followed."""
+    seen = 0
+    obj = f
+    while obj is not None and seen < 8:
+        seen += 1
+        if isinstance(obj, io.FileIO):
+            try:
+                return obj.fileno()
+            except (OSError, ValueError):
+                return None
+        if isinstance(obj, (io.TextIOWrapper, io.BufferedReader, io.BufferedRandom)):
+            obj = getattr(obj, "buffer", None) or getattr(obj, "raw", None)
+            continue
+        # fsspec's LocalFileOpener holds the real file as `f`.
+        inner = getattr(obj, "f", None)
+        if type(obj).__name__ == "LocalFileOpener" and inner is not None:
+            obj = inner
+            continue
+        return None
+    return None
+
+
+def _safe_open_handle(
+    f: Any, framework: str, device: Any = "cpu", *, backend: str = "mmap"
+) -> safe_open:
+    """``safe_open`` over an open Python file object: the file's descriptor
+    when it is a real file (read as ``safe_open`` reads a path), else the
+    object's own ``seek`` and ``read`` (fsspec's remote files, ``io.BytesIO``),
+    fetching only the header now and each tensor when asked for."""
+    _frameworks.framework(framework, device)
+    name = getattr(f, "name", None)
+    name = os.fspath(name) if isinstance(name, (str, os.PathLike)) else f"<{type(f).__name__}>"
+    fd = _descriptor(f)
+    if fd is not None and hasattr(Handle, "from_fd"):
+        handle = Handle.from_fd(fd, name, backend)
+    else:
+        binary = f.buffer if isinstance(f, io.TextIOBase) and hasattr(f, "buffer") else f
+        if not (hasattr(binary, "seek") and hasattr(binary, "read")):
+            raise SafetensorError(
+                f"_safe_open_handle needs a file object with seek() and read(), not {type(f).__name__}"
+            )
+        handle = Handle.from_file_object(binary, name)
+    return safe_open._of_handle(handle, framework, device)

@@ -1,0 +1,111 @@
+"""safetensors files and numpy arrays: ``save``, ``save_file``, ``load``,
+``load_file``, as ``safetensors.numpy`` has them.
+
+BF16 and the float8 types load as ml_dtypes arrays (install ml_dtypes); F4
+loads as uint8 bytes, two values per byte, the last dimension halved (as
+torch's ``float4_e2m1fn_x2``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, Dict, List, Optional, Union
+
+import numpy as np
+
+from . import _frameworks, _native
+from ._native import TensorSpec
+
+__all__ = ["save", "save_file", "load", "load_file"]
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+def _specs(tensor_dict: Dict[str, np.ndarray], keep_alive: List[Any]) -> Dict[str, TensorSpec]:
+    """A TensorSpec per array: C-contiguous and little-endian (a copy only
+    for arrays that are not), the copies kept alive by ``keep_alive``."""
+    if not isinstance(tensor_dict, dict):
+        raise ValueError(f"Expected a dict of [str, np.ndarray] but received {type(tensor_dict)}")
+    specs = {}
+    for name, value in tensor_dict.items():
+        array = np.asarray(value)
+        if array.dtype.byteorder == ">" or (array.dtype.byteorder == "=" and sys.byteorder == "big"):
+            array = array.astype(array.dtype.newbyteorder("<"))
+        # An array that is not C-contiguous is written in C order (the
+        # reference writes its memory as it lies, which is wrong for views).
+        if not array.flags.c_contiguous:
+            # (Not np.ascontiguousarray: it makes 0-d arrays 1-d.)
+            array = array.copy(order="C")
+        keep_alive.append(array)
+        specs[name] = TensorSpec(
+            dtype=array.dtype.name,
+            shape=array.shape,
+            data_ptr=array.ctypes.data,
+            data_len=array.nbytes,
+        )
+    return specs
+
+
+def save(tensor_dict: Dict[str, np.ndarray], metadata: Optional[Dict[str, str]] = None) -> bytes:
+    """The bytes of a safetensors file holding ``tensor_dict``'s arrays (the
+    canonical layout the reference writes) and ``metadata``.
+
+    >>> from tensorfile.numpy import save
+    >>> data = save({"embedding": np.zeros((512, 1024))})
+    """
+    keep_alive: List[Any] = []
+    return _native.serialize(_specs(tensor_dict, keep_alive), metadata=metadata)
+
+
+def save_file(
+    tensor_dict: Dict[str, np.ndarray],
+    filename: PathLike,
+    metadata: Optional[Dict[str, str]] = None,
+    *,
+    sync: bool = False,
+) -> None:
+    """Writes ``tensor_dict``'s arrays and ``metadata`` to ``filename``
+    atomically: readers see the old file or the new one, never a part, and an
+    interrupted save leaves nothing behind. With ``sync``, the file and its
+    directory are on disk when this returns (the reference never syncs).
+
+    >>> from tensorfile.numpy import save_file
+    >>> save_file({"embedding": np.zeros((512, 1024))}, "model.safetensors")
+    """
+    keep_alive: List[Any] = []
+    _native.serialize_file(
+        _specs(tensor_dict, keep_alive), os.fspath(filename), metadata=metadata, sync=sync
+    )
+
+
+def _arrays(pairs: List[Any]) -> Dict[str, np.ndarray]:
+    return {name: _frameworks.as_numpy(buffer) for name, buffer in pairs}
+
+
+def load(data: bytes) -> Dict[str, np.ndarray]:
+    """The arrays of a safetensors file held in ``data`` (copied once; the
+    arrays share that copy and are writeable).
+
+    >>> from tensorfile.numpy import load
+    >>> arrays = load(open("model.safetensors", "rb").read())
+    """
+    return _arrays(_native.load_bytes(data))
+
+
+def load_file(filename: PathLike, *, dtype: Any = None) -> Dict[str, np.ndarray]:
+    """The arrays of the safetensors file ``filename``, read into memory of
+    their own (one read of the whole file, which nothing done to the file later
+    can affect; the arrays share it and are writeable). With ``dtype``, every
+    float tensor is cast to it (integers and booleans stay as they are).
+
+    >>> from tensorfile.numpy import load_file
+    >>> arrays = load_file("model.safetensors")
+    """
+    if dtype is not None:
+        from ._open import safe_open
+
+        with safe_open(filename, "np", backend="pread") as f:
+            return f.get_tensors(dtype=dtype)
+    return _arrays(_native.load_file(os.fspath(filename)))
+
