@@ -1,15 +1,16 @@
 //! What the reference cannot do: strict validation with the rule and the
 //! place, and the tensors of PyTorch checkpoints without running pickle.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use tensorfile::input::Kind;
-use tensorfile::{read_header_from_path, Dtype, ReadOptions, ShardedTensors};
+use tensorfile::{read_header_from_path, Dtype, Header, ReadOptions, ShardedTensors};
 
 use crate::buffer::Buffer;
 use crate::errors;
+use crate::remote;
 
 /// Checks a file (or, for a directory or an index, a whole sharded set)
 /// against the format's reader rules, reading only headers. Returns the
@@ -34,14 +35,25 @@ pub fn validate<'py>(py: Python<'py>, path: PathBuf) -> PyResult<Bound<'py, PyDi
             }
             text
         };
-        match tensorfile::input::detect(&path) {
-            Ok(Kind::SafetensorsSet) => match ShardedTensors::open_pread(&path, &options) {
+        let url = remote::url(&path);
+        let kind = match url {
+            Some(u) => Ok(remote::kind(u)),
+            None => tensorfile::input::detect(&path),
+        };
+        match kind {
+            Ok(Kind::SafetensorsSet) => match open_set(&path, &options) {
                 Ok(set) => (None, None, set.warnings().to_vec()),
                 Err(e) => (Some(one_line(&e)), e.rule(), Vec::new()),
             },
-            Ok(Kind::Safetensors) => match read_header_from_path(&path, &options) {
+            Ok(Kind::Safetensors) => match header_of(&path, &options) {
                 Ok(header) => (None, None, header.warnings().to_vec()),
-                Err(e) => (Some(one_line(e.detail())), e.rule(), Vec::new()),
+                Err(e) => {
+                    let detail: &(dyn std::error::Error + 'static) = match e.core() {
+                        Some(core) => core,
+                        None => e.detail(),
+                    };
+                    (Some(one_line(detail)), e.rule(), Vec::new())
+                }
             },
             Ok(kind) => (
                 Some(format!("is {kind}, not safetensors")),
@@ -58,6 +70,25 @@ pub fn validate<'py>(py: Python<'py>, path: PathBuf) -> PyResult<Bound<'py, PyDi
     d.set_item("error", error)?;
     d.set_item("warnings", warnings)?;
     Ok(d)
+}
+
+/// A set, local (read with positional reads) or remote (headers only).
+fn open_set(path: &Path, options: &ReadOptions) -> tensorfile::Result<ShardedTensors> {
+    match remote::url(path) {
+        Some(u) => remote::open_set(u, remote::client(), options),
+        None => ShardedTensors::open_pread(path, options),
+    }
+}
+
+/// A file's header, local or remote (one request when it fits in 64 KiB);
+/// rule 5 is checked against the file's length.
+fn header_of(path: &Path, options: &ReadOptions) -> tensorfile::Result<Header> {
+    match remote::url(path) {
+        Some(u) => Ok(remote::open_file(u, remote::client(), options)?
+            .header()
+            .clone()),
+        None => Ok(read_header_from_path(path, options)?),
+    }
 }
 
 /// The tensors of a `torch.save` checkpoint (zip, legacy or tar), read
@@ -123,26 +154,32 @@ pub fn is_float(code: &str) -> bool {
 #[pyo3(signature = (path, hash = false))]
 pub fn inspect_json(py: Python<'_>, path: PathBuf, hash: bool) -> PyResult<String> {
     use tensorfile::describe;
-    let kind = py
-        .detach(|| tensorfile::input::detect(&path))
-        .map_err(errors::lib)?;
+    let kind = match remote::url(&path) {
+        Some(u) => remote::kind(u),
+        None => py
+            .detach(|| tensorfile::input::detect(&path))
+            .map_err(errors::lib)?,
+    };
     let value = match kind {
         Kind::Safetensors => py
             .detach(|| -> tensorfile::Result<_> {
-                let file = tensorfile::SafeTensors::open_pread(&path)?;
-                let mut digests = std::collections::HashMap::new();
-                if hash {
-                    for t in file.tensor_data() {
-                        digests.insert(t.info().name, tensorfile::digest::tensor_sha256(&t)?.hex());
-                    }
+                // A remote file: its header (one request), and its tensors'
+                // bytes only when hashing.
+                if let Some(u) = remote::url(&path) {
+                    let file = remote::open_file(u, remote::client(), &ReadOptions::default())?;
+                    let digests = digests_of(&file, hash)?;
+                    let digest = |n: &str| digests.get(n).cloned();
+                    return Ok(describe::file(&path, file.header(), &digest));
                 }
+                let file = tensorfile::SafeTensors::open_pread(&path)?;
+                let digests = digests_of(&file, hash)?;
                 let digest = |n: &str| digests.get(n).cloned();
                 Ok(describe::file(&path, file.header(), &digest))
             })
             .map_err(errors::lib)?,
         Kind::SafetensorsSet => py
             .detach(|| -> tensorfile::Result<_> {
-                let set = ShardedTensors::open_pread(&path, &ReadOptions::default())?;
+                let set = open_set(&path, &ReadOptions::default())?;
                 let mut digests = std::collections::HashMap::new();
                 if hash {
                     for t in set.tensor_data() {
@@ -180,4 +217,19 @@ pub fn inspect_json(py: Python<'_>, path: PathBuf, hash: bool) -> PyResult<Strin
         }
     };
     Ok(value.to_string())
+}
+
+/// Each tensor's sha256 when `hash` (reading every byte), else none.
+fn digests_of<S: tensorfile::ByteSource>(
+    file: &tensorfile::SafeTensors<S>,
+    hash: bool,
+) -> tensorfile::Result<std::collections::HashMap<String, String>> {
+    let mut digests = std::collections::HashMap::new();
+    if hash {
+        for t in file.tensor_data() {
+            let sum = tensorfile::digest::tensor_sha256(&t)?.hex();
+            digests.insert(t.info().name.to_string(), sum);
+        }
+    }
+    Ok(digests)
 }

@@ -8,7 +8,9 @@
 //! [`MAP_AT_LEAST`] are read instead: a copy that small costs less than a
 //! map, and files of many small tensors stay under the system's limit on
 //! maps. With `pread` every tensor is read into memory of its own, so
-//! nothing done to the file later can hurt it.
+//! nothing done to the file later can hurt it. A remote file or set
+//! (`s3://`, `http(s)://`, `hf://`) is read as `pread` reads: each tensor
+//! with range requests of exactly its bytes, into memory of its own.
 
 use std::borrow::Cow;
 use std::fs::File;
@@ -20,13 +22,15 @@ use pyo3::types::PyDict;
 use tensorfile::cast::{cast_tensor, CastOptions};
 use tensorfile::input::Kind;
 use tensorfile::{
-    ByteSource, Dtype, FileSource, Metadata, PrivateMap, SafeTensors, ShardedTensors, SliceArg,
-    TensorInfo, TensorSlice,
+    ByteSource, Dtype, FileSource, Metadata, PrivateMap, ReadOptions, SafeTensors, ShardedTensors,
+    SliceArg, TensorInfo, TensorSlice,
 };
+use tensorfile_remote::RemoteFile;
 
 use crate::buffer::{Buffer, Memory};
 use crate::errors;
 use crate::pyfile::PyFile;
+use crate::remote;
 
 /// Tensors of fewer bytes are read rather than mapped (see the module
 /// documentation).
@@ -65,8 +69,12 @@ enum Source {
     Stream(SafeTensors<PyFile>),
     /// A file's bytes held in memory.
     Bytes(SafeTensors),
-    /// A sharded set or a model directory; with `map`, each shard's file is
-    /// kept open (in `files`, in the order of the shards) to map from.
+    /// One remote safetensors file (its header read with one range request
+    /// when it fits in 64 KiB).
+    Remote(Box<SafeTensors<RemoteFile>>),
+    /// A sharded set or a model directory, local or remote; with `map`, each
+    /// local shard's file is kept open (in `files`, in the order of the
+    /// shards) to map from (none for a remote set: its tensors are read).
     Set {
         set: ShardedTensors,
         files: Vec<File>,
@@ -108,6 +116,9 @@ fn read_single<S: ByteSource>(
 
 impl Source {
     fn open(path: &Path, backend: Backend) -> tensorfile::Result<Source> {
+        if let Some(url) = remote::url(path) {
+            return Source::open_remote(url);
+        }
         let meta = std::fs::metadata(path).map_err(|e| tensorfile::Error::io(path, e))?;
         let is_json = path.extension().is_some_and(|e| e == "json");
         if meta.is_dir() || is_json {
@@ -129,6 +140,23 @@ impl Source {
                 }
                 Err(err.into())
             }
+        }
+    }
+
+    /// A remote file or set (only headers are read now), whichever the URL
+    /// names (see `tensorfile_remote::kind`).
+    fn open_remote(url: &str) -> tensorfile::Result<Source> {
+        let read = ReadOptions::default();
+        match remote::kind(url) {
+            Kind::SafetensorsSet => Ok(Source::Set {
+                set: remote::open_set(url, remote::client(), &read)?,
+                files: Vec::new(),
+            }),
+            _ => Ok(Source::Remote(Box::new(remote::open_file(
+                url,
+                remote::client(),
+                &read,
+            )?))),
         }
     }
 
@@ -155,6 +183,7 @@ impl Source {
             Source::File { file, .. } => file.header().tensors().collect(),
             Source::Stream(f) => f.header().tensors().collect(),
             Source::Bytes(f) => f.header().tensors().collect(),
+            Source::Remote(f) => f.header().tensors().collect(),
             Source::Set { set, .. } => set.infos().map(|(_, info)| info).collect(),
         }
     }
@@ -164,6 +193,7 @@ impl Source {
             Source::File { file, .. } => file.header().get(name),
             Source::Stream(f) => f.header().get(name),
             Source::Bytes(f) => f.header().get(name),
+            Source::Remote(f) => f.header().get(name),
             Source::Set { set, .. } => set.info(name),
         };
         found.ok_or_else(|| tensorfile::Error::not_found(name))
@@ -174,6 +204,7 @@ impl Source {
             Source::File { file, .. } => file.metadata().cloned(),
             Source::Stream(f) => f.metadata().cloned(),
             Source::Bytes(f) => f.metadata().cloned(),
+            Source::Remote(f) => f.metadata().cloned(),
             Source::Set { set, .. } => {
                 let union = set.metadata().map_err(tensorfile::Error::from)?;
                 let any = set.shards().iter().any(|s| s.header().metadata().is_some());
@@ -207,6 +238,14 @@ impl Source {
                     info.shape,
                 ))
             }
+            Source::Remote(f) => {
+                let info = f.info(name)?;
+                Ok(Buffer::owned(
+                    f.read_tensor(&info)?.into_owned(),
+                    info.dtype,
+                    info.shape,
+                ))
+            }
             Source::Set { set, files } => {
                 let info = self.info(name)?;
                 let shard = set
@@ -229,6 +268,7 @@ impl Source {
             Source::File { file, .. } => read_single(file, name),
             Source::Stream(f) => read_single(f, name),
             Source::Bytes(f) => Ok(f.read_tensor(&f.info(name)?)?),
+            Source::Remote(f) => read_single(f.as_ref(), name),
             Source::Set { set, .. } => set.read_tensor(name),
         }
     }
@@ -241,6 +281,7 @@ impl Source {
             Source::File { file, .. } => file.read_slice(&plan)?,
             Source::Stream(f) => f.read_slice(&plan)?,
             Source::Bytes(f) => f.read_slice(&plan)?,
+            Source::Remote(f) => f.read_slice(&plan)?,
             Source::Set { set, .. } => set.read_slice(name, args)?,
         };
         Ok(Buffer::owned(bytes, info.dtype, plan.shape()))
@@ -252,6 +293,7 @@ impl Source {
             Source::File { file, .. } => ByteSource::len(file.source()),
             Source::Stream(f) => ByteSource::len(f.source()),
             Source::Bytes(f) => f.as_bytes().len() as u64,
+            Source::Remote(f) => ByteSource::len(f.source()),
             Source::Set { set, .. } => set.file_len(),
         }
     }
@@ -553,10 +595,40 @@ impl Handle {
 /// later affects them.
 #[pyfunction]
 pub fn load_file(py: Python<'_>, path: PathBuf) -> PyResult<Vec<(String, Buffer)>> {
+    if let Some(url) = remote::url(&path) {
+        return py
+            .detach(|| load_remote(url))
+            .map(buffers_of)
+            .map_err(errors::lib);
+    }
     let file = py
         .detach(|| SafeTensors::load(&path))
         .map_err(errors::core)?;
     Ok(buffers_of(file))
+}
+
+/// A remote file read whole into memory: its header first (validated
+/// before anything else is asked for), then the rest with parallel range
+/// requests, validated again as bytes of the process's own.
+fn load_remote(url: &str) -> tensorfile::Result<SafeTensors> {
+    let file = remote::open_file(url, remote::client(), &ReadOptions::default())?;
+    let too_big = |e: std::io::Error| remote::io_error(url, e);
+    let len = usize::try_from(ByteSource::len(file.source())).map_err(|_| {
+        too_big(std::io::Error::new(
+            std::io::ErrorKind::OutOfMemory,
+            "is larger than this machine's address space",
+        ))
+    })?;
+    let mut bytes = Vec::new();
+    bytes
+        .try_reserve_exact(len)
+        .map_err(|e| too_big(std::io::Error::new(std::io::ErrorKind::OutOfMemory, e)))?;
+    bytes.resize(len, 0);
+    file.source()
+        .read_exact_at(0, &mut bytes)
+        .map_err(|e| remote::io_error(url, e))?;
+    let name = file.source().name().to_string();
+    SafeTensors::from_bytes(bytes).map_err(|e| tensorfile::Error::from(e.at(name)))
 }
 
 /// Tensors of a file held in `data` (copied once into memory of their own),

@@ -14,6 +14,7 @@ mod errors;
 mod extras;
 mod handle;
 mod pyfile;
+mod remote;
 mod transforms;
 mod write;
 

@@ -23,6 +23,27 @@ pub fn is_url(input: &str) -> bool {
         .any(|p| input.len() > p.len() && input[..p.len()].eq_ignore_ascii_case(p))
 }
 
+/// The URL a path argument holds, if it holds one (see [`is_url`]): how a
+/// caller that takes local paths and URLs alike (the CLI, the Python
+/// package) tells them apart.
+pub fn url_of(path: &std::path::Path) -> Option<&str> {
+    path.to_str().filter(|s| is_url(s))
+}
+
+/// What a URL names, judged from the URL alone (a remote file cannot be
+/// sniffed without a request): a set when it ends in `/`, names a `.json`
+/// index, or its last part has no extension (a directory or a Hub
+/// repository); otherwise one safetensors file.
+pub fn kind(url: &str) -> tensorfile::input::Kind {
+    use tensorfile::input::Kind;
+    let last = url.trim_end_matches('/').rsplit('/').next().unwrap_or("");
+    if url.ends_with('/') || last.ends_with(".json") || !last.contains('.') {
+        Kind::SafetensorsSet
+    } else {
+        Kind::Safetensors
+    }
+}
+
 /// Where a remote directory's files are.
 #[derive(Debug, Clone)]
 enum Base {

@@ -38,6 +38,10 @@ pub enum Fault {
     Short,
     /// The body's first byte is flipped (a corruption no header shows).
     Corrupt,
+    /// The headers promise the range, half the body comes, then the
+    /// connection is reset (a TCP RST, not a clean close), as a peer or a
+    /// middlebox that drops a connection mid-body does.
+    Reset,
 }
 
 /// One request the server answered.
@@ -414,11 +418,72 @@ fn connection(stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
         });
         shared.answering.fetch_sub(1, Ordering::SeqCst);
         if !keep || request.close {
-            let _ = out.shutdown(Shutdown::Both);
+            // A connection to be reset is closed without a FIN first.
+            if !resets_on_close(&out) {
+                let _ = out.shutdown(Shutdown::Both);
+            }
             return Ok(());
         }
     }
     Ok(())
+}
+
+/// Makes closing `socket` send a TCP reset (`SO_LINGER` of 0 seconds).
+#[cfg(unix)]
+fn reset_on_close(socket: &TcpStream) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let linger = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: a valid descriptor and a `linger` of the size given.
+    let r = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&linger as *const libc::linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// Elsewhere a plain close stands in for the reset.
+#[cfg(not(unix))]
+fn reset_on_close(_socket: &TcpStream) -> std::io::Result<()> {
+    Ok(())
+}
+
+/// Whether closing `socket` sends a reset ([`reset_on_close`] was called).
+#[cfg(unix)]
+fn resets_on_close(socket: &TcpStream) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut linger = libc::linger {
+        l_onoff: 0,
+        l_linger: 0,
+    };
+    let mut len = std::mem::size_of::<libc::linger>() as libc::socklen_t;
+    // SAFETY: a valid descriptor, and a `linger` of the size given.
+    let r = unsafe {
+        libc::getsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&mut linger as *mut libc::linger).cast(),
+            &mut len,
+        )
+    };
+    r == 0 && linger.l_onoff != 0 && linger.l_linger == 0
+}
+
+#[cfg(not(unix))]
+fn resets_on_close(_socket: &TcpStream) -> bool {
+    false
 }
 
 /// What to send: status, extra headers, and the body's range of the
@@ -568,6 +633,15 @@ fn answer(
     if fault == Some(Fault::Short) {
         let half = a + (b - a) / 2;
         let (_, sent, _) = send_partial(out, status, &extra, &object, a, b, half, head)?;
+        return Ok((status, sent, false));
+    }
+    if fault == Some(Fault::Reset) && !head {
+        let half = a + (b - a) / 2;
+        let (_, sent, _) = send_partial(out, status, &extra, &object, a, b, half, head)?;
+        // Let the client take what came before the reset, which would
+        // otherwise discard it in flight.
+        std::thread::sleep(Duration::from_millis(100));
+        reset_on_close(out)?;
         return Ok((status, sent, false));
     }
     if fault == Some(Fault::Corrupt) && b > a && !head {
@@ -849,6 +923,31 @@ impl S3Bucket {
     /// # Errors
     /// The endpoint or name is unusable, or the server refuses.
     pub fn create(endpoint: &str, name: &str, key: &str, secret: &str) -> Result<S3Bucket, String> {
+        S3Bucket::make(endpoint, name, key, secret, None)
+    }
+
+    /// Creates the bucket `name` as [`create`](S3Bucket::create) does, with
+    /// the `public-read` canned ACL: anyone may list it, without
+    /// credentials (moto enforces ACLs on anonymous requests, as AWS does).
+    ///
+    /// # Errors
+    /// The endpoint or name is unusable, or the server refuses.
+    pub fn create_public(
+        endpoint: &str,
+        name: &str,
+        key: &str,
+        secret: &str,
+    ) -> Result<S3Bucket, String> {
+        S3Bucket::make(endpoint, name, key, secret, Some("public-read"))
+    }
+
+    fn make(
+        endpoint: &str,
+        name: &str,
+        key: &str,
+        secret: &str,
+        acl: Option<&str>,
+    ) -> Result<S3Bucket, String> {
         use rusty_s3::S3Action;
         let url = endpoint.parse().map_err(|e| format!("{endpoint}: {e}"))?;
         let bucket = rusty_s3::Bucket::new(
@@ -863,13 +962,16 @@ impl S3Bucket {
             .http_status_as_error(false)
             .build()
             .into();
-        let url = bucket
-            .create_bucket(&credentials)
-            .sign(Duration::from_secs(3600));
-        let r = agent
-            .put(url.as_str())
-            .send_empty()
-            .map_err(|e| e.to_string())?;
+        let mut action = bucket.create_bucket(&credentials);
+        if let Some(acl) = acl {
+            action.headers_mut().insert("x-amz-acl", acl);
+        }
+        let url = action.sign(Duration::from_secs(3600));
+        let mut request = agent.put(url.as_str());
+        if let Some(acl) = acl {
+            request = request.header("x-amz-acl", acl);
+        }
+        let r = request.send_empty().map_err(|e| e.to_string())?;
         if !r.status().is_success() {
             return Err(format!("create bucket {name}: HTTP {}", r.status()));
         }
@@ -886,6 +988,25 @@ impl S3Bucket {
     /// # Errors
     /// The server refuses.
     pub fn put(&self, key: &str, bytes: &[u8], checksum: bool) -> Result<(), String> {
+        self.put_with(key, bytes, checksum, None)
+    }
+
+    /// Puts an object anyone may read without credentials (the
+    /// `public-read` canned ACL).
+    ///
+    /// # Errors
+    /// The server refuses.
+    pub fn put_public(&self, key: &str, bytes: &[u8]) -> Result<(), String> {
+        self.put_with(key, bytes, false, Some("public-read"))
+    }
+
+    fn put_with(
+        &self,
+        key: &str,
+        bytes: &[u8],
+        checksum: bool,
+        acl: Option<&str>,
+    ) -> Result<(), String> {
         use base64::Engine;
         use rusty_s3::S3Action;
         let mut action = self.bucket.put_object(Some(&self.credentials), key);
@@ -895,12 +1016,18 @@ impl S3Bucket {
             headers.insert("x-amz-checksum-sha256", sum.clone());
             headers.insert("x-amz-sdk-checksum-algorithm", "SHA256");
         }
+        if let Some(acl) = acl {
+            action.headers_mut().insert("x-amz-acl", acl);
+        }
         let url = action.sign(Duration::from_secs(3600));
         let mut request = self.agent.put(url.as_str());
         if checksum {
             request = request
                 .header("x-amz-checksum-sha256", &sum)
                 .header("x-amz-sdk-checksum-algorithm", "SHA256");
+        }
+        if let Some(acl) = acl {
+            request = request.header("x-amz-acl", acl);
         }
         let r = request.send(bytes).map_err(|e| e.to_string())?;
         if !r.status().is_success() {

@@ -1,7 +1,8 @@
 //! Faults of servers and networks, injected by the test server: retried
 //! where retrying helps (5xx, 429 with `Retry-After`, dropped connections,
-//! short bodies), errors naming the URL and what went wrong otherwise
-//! (a server ignoring `Range`, a wrong `Content-Range`, an object changed
+//! short bodies, connections reset mid-body: resumed where the body
+//! stopped), errors naming the URL and what went wrong otherwise (a server
+//! ignoring `Range`, a wrong `Content-Range`, an object changed
 //! between two requests, a 416), never wrong bytes; budgets stop requests.
 
 mod common;
@@ -58,6 +59,7 @@ fn server_errors_and_drops_are_retried() {
         Fault::Status(503, None),
         Fault::Drop,
         Fault::Short,
+        Fault::Reset,
     ] {
         let client = common::client();
         // The first request (the header) and the next (the data) both fail
@@ -75,6 +77,17 @@ fn server_errors_and_drops_are_retried() {
 
 #[test]
 fn a_short_body_resumes_where_it_stopped() {
+    resumes_after(Fault::Short);
+}
+
+#[test]
+fn a_connection_reset_mid_body_resumes_where_it_stopped() {
+    resumes_after(Fault::Reset);
+}
+
+/// A body cut by `fault` half way: the next request asks for exactly what
+/// did not come, and every byte is sent once.
+fn resumes_after(fault: Fault) {
     let (server, url, whole) = serve_big();
     let client = Client::new(RemoteOptions {
         chunk_size: 64 << 20,
@@ -82,14 +95,20 @@ fn a_short_body_resumes_where_it_stopped() {
     });
     let file = tensorfile_remote::open_file(&url, &client, &ReadOptions::default()).unwrap();
     server.reset();
-    server.inject("big", Fault::Short, 1);
+    server.inject("big", fault.clone(), 1);
     let info = file.info("t").unwrap();
-    file.read_tensor(&info).unwrap();
+    let got = file.read_tensor(&info).unwrap();
+    assert!(
+        *got == whole[whole.len() - (1 << 20)..],
+        "{fault:?}: wrong bytes"
+    );
+    assert_eq!(client.stats().retries, 1, "{fault:?}");
     let log = server.log();
-    assert_eq!(log.len(), 2, "{log:?}");
+    assert_eq!(log.len(), 2, "{fault:?}: {log:?}");
     // The second request asks for what the first did not deliver.
     let first_end = whole.len() - 1;
     let sent = log[0].body_bytes;
+    assert!(sent > 0 && sent < 1 << 20, "{fault:?}: {log:?}");
     let start = |r: &str| -> u64 {
         r.trim_start_matches("bytes=")
             .split('-')
@@ -101,10 +120,11 @@ fn a_short_body_resumes_where_it_stopped() {
     let a0 = start(log[0].range.as_deref().unwrap());
     assert_eq!(
         log[1].range.as_deref(),
-        Some(format!("bytes={}-{first_end}", a0 + sent).as_str())
+        Some(format!("bytes={}-{first_end}", a0 + sent).as_str()),
+        "{fault:?}"
     );
     // Every byte was sent once.
-    assert_eq!(log[0].body_bytes + log[1].body_bytes, 1 << 20);
+    assert_eq!(log[0].body_bytes + log[1].body_bytes, 1 << 20, "{fault:?}");
 }
 
 #[test]

@@ -17,23 +17,7 @@ use tensorfile_remote::fetch::{fetch, FetchOptions, Outcome};
 use tensorfile_remote::serve::S3Bucket;
 use tensorfile_remote::Client;
 
-/// moto's URL, or `None` (with a message) when the test cannot run here.
-fn endpoint() -> Option<String> {
-    match std::env::var("TENSORFILE_TEST_S3") {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ if std::env::var_os("CI").is_some() => {
-            panic!(
-                "CI must run the S3 tests: .ci/run starts moto_server and sets TENSORFILE_TEST_S3"
-            )
-        }
-        _ => {
-            eprintln!(
-                "skipped: no S3 server (set TENSORFILE_TEST_S3 to a moto_server URL, as .ci/run does)"
-            );
-            None
-        }
-    }
-}
+use common::s3_endpoint as endpoint;
 
 /// A new bucket of moto's, made with the credentials of [`set_env`].
 fn bucket(endpoint: &str, name: &str) -> TestBucket {

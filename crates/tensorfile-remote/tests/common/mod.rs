@@ -47,3 +47,23 @@ pub fn fast() -> RemoteOptions {
 pub fn client() -> Arc<Client> {
     Client::new(fast())
 }
+
+/// The URL of moto's S3 server (`TENSORFILE_TEST_S3`, set by
+/// `.ci/s3-server.sh`), or `None` (with a message) when the S3 tests cannot
+/// run here; in CI (`CI` set) they must.
+pub fn s3_endpoint() -> Option<String> {
+    match std::env::var("TENSORFILE_TEST_S3") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ if std::env::var_os("CI").is_some() => {
+            panic!(
+                "CI must run the S3 tests: .ci/run starts moto_server and sets TENSORFILE_TEST_S3"
+            )
+        }
+        _ => {
+            eprintln!(
+                "skipped: no S3 server (set TENSORFILE_TEST_S3 to a moto_server URL, as .ci/run does)"
+            );
+            None
+        }
+    }
+}
