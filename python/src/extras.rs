@@ -169,7 +169,10 @@ pub fn inspect_json(py: Python<'_>, path: PathBuf, hash: bool) -> PyResult<Strin
                     let file = remote::open_file(u, remote::client(), &ReadOptions::default())?;
                     let digests = digests_of(&file, hash)?;
                     let digest = |n: &str| digests.get(n).cloned();
-                    return Ok(describe::file(&path, file.header(), &digest));
+                    // A config.json beside it is looked for remotely too.
+                    let dir = tensorfile_remote::dir_of(u, remote::client())
+                        .map_err(|e| remote::io_error(u, e.into()))?;
+                    return Ok(describe::file_at(&path, file.header(), &digest, &dir));
                 }
                 let file = tensorfile::SafeTensors::open_pread(&path)?;
                 let digests = digests_of(&file, hash)?;

@@ -123,3 +123,64 @@ fn piped_output_has_no_bar() {
         String::from_utf8_lossy(&o.stderr)
     );
 }
+
+#[test]
+fn fetch_draws_a_bar_on_a_terminal_and_nothing_when_piped() {
+    use tensorfile_remote::serve::Server;
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.safetensors");
+    big_file(&input, 16);
+    let server = Server::start().unwrap();
+    server.put_file("/m/in.safetensors", &input).unwrap();
+    // Each answer 20 ms late, 1 MB at a time, two in flight: the copy takes
+    // long enough for the bar to be drawn more than once.
+    server.set_latency(std::time::Duration::from_millis(20));
+    let url = format!("{}/m/in.safetensors", server.url());
+    let dest = dir.path().join("tty.safetensors");
+    let dest = dest.to_str().unwrap();
+    let fetch = |dest: &str| {
+        vec![
+            "fetch".to_string(),
+            "--no-sync".into(),
+            "--concurrency".into(),
+            "2".into(),
+            "--chunk-size".into(),
+            "1MB".into(),
+            url.clone(),
+            dest.to_string(),
+        ]
+    };
+    let args = fetch(dest);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let raw = on_a_terminal(&args);
+    check_bar(&raw, "fetching");
+    // The bar is cleared before the result is printed.
+    let lines = screen_lines(&raw);
+    let last_bar = lines
+        .iter()
+        .rposition(|l| l.starts_with("fetching"))
+        .unwrap();
+    assert!(
+        last_bar + 1 < lines.len(),
+        "no result after the bar: {lines:?}"
+    );
+    assert_eq!(std::fs::read(dest).unwrap(), std::fs::read(&input).unwrap());
+
+    // Piped: the result on stdout, nothing on stderr.
+    let piped = dir.path().join("piped.safetensors");
+    let o = Command::new(env!("CARGO_BIN_EXE_tensorfile"))
+        .args(fetch(piped.to_str().unwrap()))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(!o.stdout.is_empty());
+    assert_eq!(
+        std::fs::read(piped).unwrap(),
+        std::fs::read(&input).unwrap()
+    );
+}

@@ -59,7 +59,9 @@ pub mod serve;
 
 pub use error::{Problem, RemoteError};
 pub use http::{Client, Counts, RemoteOptions, Secret, Validator};
-pub use location::{is_url, kind, open_file, open_set, resolve, url_of, RemoteDir, Resolved};
+pub use location::{
+    dir_of, is_url, kind, open_file, open_set, resolve, url_of, RemoteDir, Resolved,
+};
 pub use object::RemoteFile;
 
 /// A URL as it may be shown: no user name or password, no query (which may

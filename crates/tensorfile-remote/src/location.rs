@@ -378,6 +378,15 @@ pub fn open_file(
         .map_err(|e| tensorfile::Error::from(e.at(&name)))
 }
 
+/// The directory a file's URL is in (where a config.json beside the file
+/// is looked for), configured from the environment as [`resolve`] does.
+///
+/// # Errors
+/// As [`resolve`].
+pub fn dir_of(url: &str, client: &Arc<Client>) -> Result<RemoteDir, RemoteError> {
+    resolve(url, client).map(|r| r.dir)
+}
+
 /// Opens a remote set: a directory (`s3://bucket/model/`, `hf://org/repo`,
 /// `https://host/model/`), an index, or a single file, and validates it as
 /// [`ShardedTensors::open`] does. Only headers are read: the index (one

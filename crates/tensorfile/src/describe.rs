@@ -6,9 +6,10 @@ use std::path::Path;
 
 use serde_json::{json, Value};
 
-use crate::model::{read_config, read_config_from, CONFIG_NAME, TOKENIZER_NAME};
+use crate::model::{read_config_from, read_config_source, CONFIG_NAME, TOKENIZER_NAME};
 use crate::pytorch::{Checkpoint, Format};
 use crate::quant::{int4_group, quantized_weights, QuantConfig, Storage};
+use crate::shard::{LocalDir, Location};
 use crate::{Dtype, Header, Metadata, ShardedTensors, TensorInfo};
 
 /// A tensor's sha256 in hex, when hashes are asked for (`None` otherwise).
@@ -23,16 +24,22 @@ pub fn natural_alignment(dtype: Dtype) -> u64 {
 }
 
 /// MLX parameters: the file's own metadata, else the `quantization` of the
-/// config.json in `dir` (MLX keeps them there).
-fn mlx_config(dir: &Path, metadata: Option<&Metadata>) -> Result<Option<QuantConfig>, String> {
+/// config.json at `location` (MLX keeps them there; a location without one
+/// gives none).
+fn mlx_config(
+    location: &dyn Location,
+    metadata: Option<&Metadata>,
+) -> Result<Option<QuantConfig>, String> {
     if let Some(own) = QuantConfig::from_metadata(metadata).map_err(|e| e.to_string())? {
         return Ok(Some(own));
     }
-    let config = dir.join(CONFIG_NAME);
-    if !config.is_file() {
-        return Ok(None);
-    }
-    let map = read_config(&config).map_err(|e| e.to_string())?;
+    let config = location.path_of(CONFIG_NAME);
+    let source = match location.open(CONFIG_NAME) {
+        Ok(source) => source,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("{}: {e}", config.display())),
+    };
+    let map = read_config_source(&*source, &config).map_err(|e| e.to_string())?;
     QuantConfig::from_config(&map).map_err(|e| format!("{}: {e}", config.display()))
 }
 
@@ -50,7 +57,21 @@ pub fn quantized<'a>(
     names: impl IntoIterator<Item = &'a str>,
     lookup: impl Fn(&str) -> Option<TensorInfo<'a>>,
 ) -> Result<Vec<Value>, String> {
-    let mlx = mlx_config(dir, metadata)?;
+    quantized_at(&LocalDir::new(dir, false), metadata, names, lookup)
+}
+
+/// [`quantized`], with the config.json read at `location` (a remote
+/// directory, say).
+///
+/// # Errors
+/// The problem, in words.
+pub fn quantized_at<'a>(
+    location: &dyn Location,
+    metadata: Option<&Metadata>,
+    names: impl IntoIterator<Item = &'a str>,
+    lookup: impl Fn(&str) -> Option<TensorInfo<'a>>,
+) -> Result<Vec<Value>, String> {
+    let mlx = mlx_config(location, metadata)?;
     let weights = quantized_weights(names, lookup, int4_group(metadata), mlx.as_ref())
         .map_err(|e| e.to_string())?;
     Ok(weights
@@ -82,18 +103,24 @@ pub fn quantized<'a>(
 /// metadata, every tensor in data order (with its sha256 when `digest`
 /// gives one), parameters, alignment, warnings, quantized weights.
 pub fn file(path: &Path, header: &Header, digest: Digest<'_>) -> Value {
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    file_at(path, header, digest, &LocalDir::new(dir, false))
+}
+
+/// [`file`] for a file in `location` (a remote directory, say), where a
+/// config.json beside it is looked for.
+pub fn file_at(path: &Path, header: &Header, digest: Digest<'_>, location: &dyn Location) -> Value {
     let data_start = header.data_start();
     let misaligned = header
         .tensors()
         .filter(|t| !(data_start + t.data_offsets.0).is_multiple_of(natural_alignment(t.dtype)))
         .count();
     let parameters: u128 = header.tensors().map(|t| u128::from(t.numel())).sum();
-    let dir = match path.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => dir,
-        _ => Path::new("."),
-    };
     let names = header.tensors().map(|t| t.name);
-    let quantized = quantized(dir, header.metadata(), names, |n| header.get(n));
+    let quantized = quantized_at(location, header.metadata(), names, |n| header.get(n));
     let tensors: Vec<Value> = header
         .tensors()
         .map(|t| {
@@ -148,7 +175,7 @@ pub fn set(path: &Path, set: &ShardedTensors, digest: Digest<'_>) -> Value {
     // Without the shards' metadata (say, two shards disagree) the int4
     // group and MLX parameters are unknown: say why instead of guessing.
     let quantized = match set.metadata() {
-        Ok(metadata) => quantized(set.dir(), Some(&metadata), names, |n| set.info(n)),
+        Ok(metadata) => quantized_at(&**set.location(), Some(&metadata), names, |n| set.info(n)),
         Err(e) => Err(e.to_string()),
     };
     let shards: Vec<Value> = set

@@ -117,7 +117,13 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     let digest = |name: &str| -> Option<String> { digests.get(name).cloned() };
     // The --json description (the library's, which the Python package
     // returns too); the text below says the same from it.
-    let described = tensorfile::describe::file(&args.file, header, &digest);
+    // A remote file's config.json is looked for beside it, remotely.
+    let described = match super::remote::url(&args.file)
+        .and_then(|u| tensorfile_remote::dir_of(u, &super::remote::client()).ok())
+    {
+        Some(dir) => tensorfile::describe::file_at(&args.file, header, &digest, &dir),
+        None => tensorfile::describe::file(&args.file, header, &digest),
+    };
     if args.json {
         out(described);
         return Ok(ExitCode::SUCCESS);

@@ -80,12 +80,20 @@ pub fn read_config_from(
 ) -> Result<Map<String, Value>> {
     let path = location.path_of(file);
     let source = location.open(file).map_err(|e| Error::io(&path, e))?;
+    read_config_source(&*source, &path)
+}
+
+/// Reads an opened config named `path` as [`read_config`] does.
+pub(crate) fn read_config_source(
+    source: &dyn crate::ByteSource,
+    path: &Path,
+) -> Result<Map<String, Value>> {
     let len = source.len().min(MAX_CONFIG_LEN + 1);
     let mut text = vec![0u8; len as usize];
     source
         .read_exact_at(0, &mut text)
-        .map_err(|e| Error::io(&path, e))?;
-    parse_config(&text, &path)
+        .map_err(|e| Error::io(path, e))?;
+    parse_config(&text, path)
 }
 
 /// A config's text (at most [`MAX_CONFIG_LEN`] bytes) as a JSON object.
