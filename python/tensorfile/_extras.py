@@ -17,6 +17,9 @@ def validate(path: PathLike) -> Dict[str, Any]:
     """Checks a safetensors file (or, for a directory or an index, a whole
     sharded set) against the format's reader rules, reading only headers.
 
+    ``path`` may be a URL (``s3://``, ``http(s)://``, ``hf://``): only headers
+    are fetched.
+
     Returns the keys of ``tensorfile validate --json``: ``file``, ``valid``,
     ``rule`` (the number of the rule broken, or None), ``error`` (what is
     wrong and where, or None) and ``warnings``. Never raises for an invalid
@@ -199,7 +202,9 @@ def inspect(path: PathLike, *, hash: bool = False) -> Dict[str, Any]:
     set (a directory or an index), each shard, every tensor with its shard and
     the totals; for a PyTorch checkpoint, its format, tensors (with storage,
     offset and strides) and non-tensor values. With ``hash``, each tensor's
-    sha256 (this reads every byte).
+    sha256 (this reads every byte). ``path`` may be a URL of a safetensors
+    file or set (``s3://``, ``http(s)://``, ``hf://``): only headers (and a
+    config.json beside them) are fetched, unless hashing.
 
     >>> tensorfile.inspect("model.safetensors")["parameters"]
     """

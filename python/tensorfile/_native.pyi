@@ -39,7 +39,8 @@ class Buffer:
     def __len__(self) -> int: ...
 
 class Handle:
-    """An open file, set, file object or buffer (what ``safe_open`` wraps)."""
+    """An open file, set, file object or buffer (what ``safe_open`` wraps);
+    ``path`` may be an ``s3://``, ``http(s)://`` or ``hf://`` URL."""
 
     def __init__(self, path: PathLike, backend: str = "mmap") -> None: ...
     @staticmethod

@@ -18,7 +18,11 @@ class safe_open:
 
     ``filename`` may also be a sharded set's index (``*.safetensors.index.json``)
     or a model directory: every shard's header is read and checked against the
-    index, and the tensors of all shards are one namespace.
+    index, and the tensors of all shards are one namespace. It may be a URL
+    too: ``s3://BUCKET/KEY``, ``http(s)://...`` or ``hf://ORG/REPO[@REV][/PATH]``
+    (a file, an index, or a directory or repository), of which only headers
+    are read on opening; each tensor or slice is then fetched with range
+    requests of exactly its bytes into memory of its own, whatever the backend.
 
     ``framework`` is ``"np"``/``"numpy"``, ``"pt"``/``"torch"``/``"pytorch"`` or
     ``"mlx"`` (the framework is imported when asked for, never before). With the

@@ -98,6 +98,8 @@ def load_file(filename: PathLike, *, dtype: Any = None) -> Dict[str, np.ndarray]
     their own (one read of the whole file, which nothing done to the file later
     can affect; the arrays share it and are writeable). With ``dtype``, every
     float tensor is cast to it (integers and booleans stay as they are).
+    ``filename`` may be a URL (``s3://``, ``http(s)://``, ``hf://``): the file
+    is fetched with parallel range requests.
 
     >>> from tensorfile.numpy import load_file
     >>> arrays = load_file("model.safetensors")

@@ -242,7 +242,9 @@ def load_file(
     """The tensors of ``filename`` on ``device``, read into memory of their own
     with one read of the whole file (nothing done to the file later can affect
     them; on the CPU they share that memory). Both backends read this way.
-    With ``dtype``, float tensors are cast to it on load.
+    With ``dtype``, float tensors are cast to it on load. ``filename`` may be
+    a URL (``s3://``, ``http(s)://``, ``hf://``): the file is fetched with
+    parallel range requests.
 
     >>> from tensorfile.torch import load_file
     >>> state_dict = load_file("model.safetensors")
