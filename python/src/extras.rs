@@ -126,7 +126,7 @@ pub fn inspect_json(py: Python<'_>, path: PathBuf, hash: bool) -> PyResult<Strin
     let kind = py
         .detach(|| tensorfile::input::detect(&path))
         .map_err(errors::lib)?;
-    let value = match kind {
+    let text = match kind {
         Kind::Safetensors => py
             .detach(|| -> tensorfile::Result<_> {
                 let file = tensorfile::SafeTensors::open_pread(&path)?;
@@ -137,7 +137,7 @@ pub fn inspect_json(py: Python<'_>, path: PathBuf, hash: bool) -> PyResult<Strin
                     }
                 }
                 let digest = |n: &str| digests.get(n).cloned();
-                Ok(describe::file(&path, file.header(), &digest))
+                Ok(describe::file(&path, file.header(), &digest).to_json())
             })
             .map_err(errors::lib)?,
         Kind::SafetensorsSet => py
@@ -150,7 +150,7 @@ pub fn inspect_json(py: Python<'_>, path: PathBuf, hash: bool) -> PyResult<Strin
                     }
                 }
                 let digest = |n: &str| digests.get(n).cloned();
-                Ok(describe::set(&path, &set, &digest))
+                Ok(describe::set(&path, &set, &digest).to_json())
             })
             .map_err(errors::lib)?,
         Kind::Pytorch => py
@@ -169,7 +169,7 @@ pub fn inspect_json(py: Python<'_>, path: PathBuf, hash: bool) -> PyResult<Strin
                     }
                 }
                 let digest = |n: &str| digests.get(n).cloned();
-                Ok(describe::checkpoint(&path, size, &ckpt, &digest))
+                Ok(describe::checkpoint(&path, size, &ckpt, &digest).to_json())
             })
             .map_err(errors::lib)?,
         other => {
@@ -179,5 +179,5 @@ pub fn inspect_json(py: Python<'_>, path: PathBuf, hash: bool) -> PyResult<Strin
             )))
         }
     };
-    Ok(value.to_string())
+    Ok(text)
 }

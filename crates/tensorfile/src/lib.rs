@@ -44,6 +44,7 @@ pub mod digest;
 pub mod error;
 pub mod gguf;
 pub mod input;
+mod json_object;
 pub mod model;
 pub mod npz;
 pub mod pytorch;
@@ -56,6 +57,7 @@ pub mod values;
 
 pub use cast::Decode;
 pub use error::{Error, ParseError, Result};
+pub use json_object::JsonObject;
 pub use model::Contract;
 pub use shard::{ShardError, ShardedTensors};
 

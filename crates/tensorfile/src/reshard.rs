@@ -299,9 +299,9 @@ pub fn save_set(
     let index = if count > 1 {
         let path = out_dir.join(format!("{prefix}.safetensors.index.json"));
         let mut index = ShardIndex::new(total_size, weight_map);
-        index.metadata.insert(
-            "total_parameters".into(),
-            serde_json::Value::from(u64::try_from(total_parameters).unwrap_or(u64::MAX)),
+        index.metadata.insert_u64(
+            "total_parameters",
+            u64::try_from(total_parameters).unwrap_or(u64::MAX),
         );
         let file = set.create(&path)?;
         file.write_all_at(index.to_json().as_bytes(), 0)?;

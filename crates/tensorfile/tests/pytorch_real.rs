@@ -181,7 +181,7 @@ fn a_sharded_tied_llama_bin_set_converts_shard_for_shard() {
         assert_eq!(index.weight_map, expected);
         // As transformers wrote them for the .bin set.
         assert_eq!(index.total_size(), Ok(Some(361_728)));
-        assert_eq!(index.metadata["total_parameters"], 90_432);
+        assert_eq!(index.metadata.get_u64("total_parameters"), Some(90_432));
         assert_eq!(
             index.to_json(),
             std::fs::read_to_string(out.join("model.safetensors.index.json")).unwrap()

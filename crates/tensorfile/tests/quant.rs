@@ -1029,7 +1029,9 @@ fn scheme_and_config_parsing() {
         .with_global_scale()
         .is_err());
     assert!(Scheme::parse("gptq", None, None).is_err());
-    let c = |v: Value| QuantConfig::from_config(v.as_object().unwrap());
+    let c = |v: Value| {
+        QuantConfig::from_config(&tensorfile::JsonObject::parse(&v.to_string()).unwrap())
+    };
     // The mirror is read when `quantization` is absent; another library's is not.
     let q = c(serde_json::json!({"quantization_config": {"bits": 8, "group_size": 32}}))
         .unwrap()

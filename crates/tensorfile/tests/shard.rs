@@ -76,7 +76,10 @@ fn opens_from_index_dir_or_file() {
         let order: Vec<&str> = set.infos().map(|(_, t)| t.name).collect();
         assert_eq!(order, ["x", "y", "z"]);
         assert_eq!(set.metadata().unwrap()["format"], "tinyllm");
-        assert_eq!(set.index_metadata().unwrap()["total_size"], 37);
+        assert_eq!(
+            set.index_metadata().unwrap().get_u64("total_size"),
+            Some(37)
+        );
     }
     // A single file is a set of one shard, without an index.
     let set = ShardedTensors::open(tmp.path().join(A)).unwrap();

@@ -239,7 +239,7 @@ impl QuantParams {
 
     /// The JSON object config.json uses for these parameters
     /// (`"global_scale": true` only when there is one, as mlx-lm writes).
-    pub fn to_json(&self) -> serde_json::Value {
+    pub(crate) fn json(self) -> serde_json::Value {
         let mut v = serde_json::json!({
             "bits": self.bits,
             "group_size": self.group_size,

@@ -37,6 +37,7 @@ use std::sync::Arc;
 use crate::error::{Error, Result};
 use crate::file::SafeTensors;
 use crate::header::{Header, ReadOptions, TensorInfo};
+use crate::json_object::JsonObject;
 use crate::source::{ByteSource, FileSource, MappedFile};
 use crate::view::TensorView;
 use crate::writer::TensorData;
@@ -61,7 +62,7 @@ pub const MAX_INDEX_LEN: u64 = 100_000_000;
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ShardIndex {
     /// The index's `metadata` object (`total_size` and anything else).
-    pub metadata: Map<String, Value>,
+    pub metadata: JsonObject,
     /// Tensor name to shard file name, in ascending byte order of names.
     pub weight_map: BTreeMap<String, String>,
 }
@@ -117,8 +118,8 @@ struct IndexOut<'a> {
 impl ShardIndex {
     /// An index for shards holding `total_size` data bytes.
     pub fn new(total_size: u64, weight_map: BTreeMap<String, String>) -> ShardIndex {
-        let mut metadata = Map::new();
-        metadata.insert("total_size".into(), Value::from(total_size));
+        let mut metadata = JsonObject::new();
+        metadata.insert_u64("total_size", total_size);
         ShardIndex {
             metadata,
             weight_map,
@@ -133,7 +134,7 @@ impl ShardIndex {
         let raw: RawIndex =
             serde_json::from_slice(text).map_err(|e| crate::ParseError(e.to_string()))?;
         Ok(ShardIndex {
-            metadata: raw.metadata.unwrap_or_default(),
+            metadata: JsonObject::from_map(raw.metadata.unwrap_or_default()),
             weight_map: raw.weight_map.0,
         })
     }
@@ -176,7 +177,7 @@ impl ShardIndex {
     /// `metadata.total_size`: `Ok(None)` when absent, `Err` with what it is
     /// when it is not a non-negative integer.
     pub fn total_size(&self) -> Result<Option<u64>, String> {
-        match self.metadata.get("total_size") {
+        match self.metadata.as_map().get("total_size") {
             None => Ok(None),
             Some(v) => match (v.as_u64(), v.as_f64()) {
                 (Some(n), _) => Ok(Some(n)),
@@ -198,6 +199,7 @@ impl ShardIndex {
         // BTreeMaps sort by UTF-8 bytes, which is code point order: Python's.
         let metadata: BTreeMap<String, Value> = self
             .metadata
+            .as_map()
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
@@ -465,7 +467,7 @@ pub struct ShardedTensors {
     dir: PathBuf,
     location: Arc<dyn Location>,
     index_path: Option<PathBuf>,
-    index_metadata: Option<Map<String, Value>>,
+    index_metadata: Option<JsonObject>,
     /// In ascending byte order of file names.
     shards: Vec<Shard>,
     /// Tensor name to shard position; empty with a single shard, whose
@@ -769,7 +771,7 @@ impl ShardedTensors {
     }
 
     /// The index's `metadata` object, when the set has an index.
-    pub fn index_metadata(&self) -> Option<&Map<String, Value>> {
+    pub fn index_metadata(&self) -> Option<&JsonObject> {
         self.index_metadata.as_ref()
     }
 
