@@ -75,11 +75,9 @@ pub fn load_pytorch(
     name: Option<String>,
 ) -> PyResult<Vec<(String, Buffer)>> {
     py.detach(|| -> tensorfile::Result<Vec<(String, Buffer)>> {
-        let options = tensorfile::pytorch::LoadOptions {
-            key,
-            name,
-            ..Default::default()
-        };
+        let options = tensorfile::pytorch::LoadOptions::default()
+            .with_key(key)
+            .with_name(name);
         let ckpt = tensorfile::pytorch::Checkpoint::open_with(&path, &options)?;
         let mut out = Vec::with_capacity(ckpt.len());
         for t in ckpt.tensors() {

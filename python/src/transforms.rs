@@ -67,15 +67,11 @@ pub fn convert<'py>(
             "dtype {d} is an integer dtype: pass allow_int=True to cast to it"
         )));
     }
-    let cast = CastOptions {
-        saturate,
-        allow_int,
-        strict,
-    };
-    let write = WriteOptions {
-        sync,
-        ..WriteOptions::default()
-    };
+    let cast = CastOptions::default()
+        .with_saturate(saturate)
+        .with_allow_int(allow_int)
+        .with_strict(strict);
+    let write = WriteOptions::default().with_sync(sync);
     let d = PyDict::new(py);
     d.set_item("input", input.display().to_string())?;
     d.set_item("output", output.display().to_string())?;
@@ -212,17 +208,15 @@ fn convert_pytorch(
         );
         return Err(tensorfile::Error::io(input, e));
     }
-    let options = ConvertOptions {
-        load: tensorfile::pytorch::LoadOptions {
-            key,
-            name,
-            ..Default::default()
-        },
-        write,
-        dtype,
-        cast,
-        ..ConvertOptions::default()
-    };
+    let options = ConvertOptions::default()
+        .with_load(
+            tensorfile::pytorch::LoadOptions::default()
+                .with_key(key)
+                .with_name(name),
+        )
+        .with_write(write)
+        .with_dtype(dtype)
+        .with_cast(cast);
     if let Some(index) = set_index {
         let set = CheckpointSet::open(&index, &options.load)?;
         let mut inputs: Vec<PathBuf> = set
@@ -313,17 +307,12 @@ pub fn quantize<'py>(
             .with_global_scale()
             .map_err(|e| errors::msg(e.to_string()))?;
     }
-    let opts = QuantizeOptions {
-        scheme,
-        selection: Selection {
+    let opts = QuantizeOptions::new(scheme)
+        .with_selection(Selection {
             include: include.iter().map(Glob::new).collect(),
             exclude: exclude.iter().map(Glob::new).collect(),
-        },
-        write: WriteOptions {
-            sync,
-            ..WriteOptions::default()
-        },
-    };
+        })
+        .with_write(WriteOptions::default().with_sync(sync));
     let (summary, written) = py
         .detach(|| -> tensorfile::Result<_> {
             let source = open_input(&input)?;
@@ -443,14 +432,10 @@ pub fn dequantize<'py>(
         )));
     }
     let mlx = given_params(config.as_deref(), bits, group_size, mode)?;
-    let opts = DequantizeOptions {
-        mlx,
-        dtype,
-        write: WriteOptions {
-            sync,
-            ..WriteOptions::default()
-        },
-    };
+    let opts = DequantizeOptions::default()
+        .with_mlx(mlx)
+        .with_dtype(dtype)
+        .with_write(WriteOptions::default().with_sync(sync));
     let (summary, written) = py
         .detach(|| -> tensorfile::Result<_> {
             let source = open_input(&input)?;

@@ -184,6 +184,7 @@ impl Dtype {
 
 /// Why a shape has no byte length in a dtype ([`Dtype::tensor_bytes`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ByteLenError {
     /// The element count, or its bit count, overflows 64 bits.
     Overflow,

@@ -25,6 +25,7 @@ use crate::tensor::TorchTensor;
 
 /// Options for loading a checkpoint.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct LoadOptions {
     /// Keep only the subtree at this path (`model`, `model.encoder`), with
     /// names relative to it.
@@ -63,6 +64,59 @@ pub struct LoadOptions {
     /// over is [`Error::Budget`] naming `max_inflated_bytes`. 4 GiB by
     /// default.
     pub max_inflated_bytes: u64,
+}
+
+/// Builders, one per field: `LoadOptions::default()` (or `new`) then
+/// `with_*` calls, the way other crates make a `#[non_exhaustive]` struct.
+impl LoadOptions {
+    /// Sets [`LoadOptions::key`].
+    #[must_use]
+    pub fn with_key(mut self, key: Option<String>) -> Self {
+        self.key = key;
+        self
+    }
+
+    /// Sets [`LoadOptions::name`].
+    #[must_use]
+    pub fn with_name(mut self, name: Option<String>) -> Self {
+        self.name = name;
+        self
+    }
+
+    /// Sets [`LoadOptions::limits`].
+    #[must_use]
+    pub fn with_limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Sets [`LoadOptions::walk`].
+    #[must_use]
+    pub fn with_walk(mut self, walk: WalkLimits) -> Self {
+        self.walk = walk;
+        self
+    }
+
+    /// Sets [`LoadOptions::max_expanded_bytes`].
+    #[must_use]
+    pub fn with_max_expanded_bytes(mut self, max_expanded_bytes: u64) -> Self {
+        self.max_expanded_bytes = max_expanded_bytes;
+        self
+    }
+
+    /// Sets [`LoadOptions::max_expanded_total_bytes`].
+    #[must_use]
+    pub fn with_max_expanded_total_bytes(mut self, max_expanded_total_bytes: u64) -> Self {
+        self.max_expanded_total_bytes = max_expanded_total_bytes;
+        self
+    }
+
+    /// Sets [`LoadOptions::max_inflated_bytes`].
+    #[must_use]
+    pub fn with_max_inflated_bytes(mut self, max_inflated_bytes: u64) -> Self {
+        self.max_inflated_bytes = max_inflated_bytes;
+        self
+    }
 }
 
 impl Default for LoadOptions {

@@ -16,6 +16,7 @@ use crate::rebuild::Rebuilder;
 
 /// Limits of the walk.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct WalkLimits {
     /// Deepest path (in dict / list levels).
     pub max_depth: usize,
@@ -32,6 +33,45 @@ pub struct WalkLimits {
     /// [`Error::Budget`] naming `max_entry_bytes`. 256 MiB by default
     /// (a million tensors of four dimensions take about 190 MiB).
     pub max_entry_bytes: usize,
+}
+
+/// Builders, one per field: `WalkLimits::default()` (or `new`) then
+/// `with_*` calls, the way other crates make a `#[non_exhaustive]` struct.
+impl WalkLimits {
+    /// Sets [`WalkLimits::max_depth`].
+    #[must_use]
+    pub fn with_max_depth(mut self, max_depth: usize) -> Self {
+        self.max_depth = max_depth;
+        self
+    }
+
+    /// Sets [`WalkLimits::max_visits`].
+    #[must_use]
+    pub fn with_max_visits(mut self, max_visits: usize) -> Self {
+        self.max_visits = max_visits;
+        self
+    }
+
+    /// Sets [`WalkLimits::max_name_len`].
+    #[must_use]
+    pub fn with_max_name_len(mut self, max_name_len: usize) -> Self {
+        self.max_name_len = max_name_len;
+        self
+    }
+
+    /// Sets [`WalkLimits::max_name_bytes`].
+    #[must_use]
+    pub fn with_max_name_bytes(mut self, max_name_bytes: usize) -> Self {
+        self.max_name_bytes = max_name_bytes;
+        self
+    }
+
+    /// Sets [`WalkLimits::max_entry_bytes`].
+    #[must_use]
+    pub fn with_max_entry_bytes(mut self, max_entry_bytes: usize) -> Self {
+        self.max_entry_bytes = max_entry_bytes;
+        self
+    }
 }
 
 /// What one tensor or value entry counts against

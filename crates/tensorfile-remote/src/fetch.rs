@@ -67,6 +67,7 @@ pub const SIDE_FILES: [&str; 12] = [
 
 /// How a fetch writes.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct FetchOptions {
     /// Sync each file and its directory before and after the rename.
     pub sync: bool,
@@ -74,6 +75,31 @@ pub struct FetchOptions {
     pub resume: bool,
     /// How the fetched headers are read when verified.
     pub read: ReadOptions,
+}
+
+/// Builders, one per field: `FetchOptions::default()` (or `new`) then
+/// `with_*` calls, the way other crates make a `#[non_exhaustive]` struct.
+impl FetchOptions {
+    /// Sets [`FetchOptions::sync`].
+    #[must_use]
+    pub fn with_sync(mut self, sync: bool) -> Self {
+        self.sync = sync;
+        self
+    }
+
+    /// Sets [`FetchOptions::resume`].
+    #[must_use]
+    pub fn with_resume(mut self, resume: bool) -> Self {
+        self.resume = resume;
+        self
+    }
+
+    /// Sets [`FetchOptions::read`].
+    #[must_use]
+    pub fn with_read(mut self, read: ReadOptions) -> Self {
+        self.read = read;
+        self
+    }
 }
 
 impl Default for FetchOptions {

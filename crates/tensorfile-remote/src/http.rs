@@ -16,6 +16,7 @@ use crate::s3::S3Store;
 /// How remote objects are read: concurrency, request sizes, retries and
 /// timeouts. The defaults suit a real network.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct RemoteOptions {
     /// Requests in flight at once, across every object of a [`Client`].
     pub concurrency: usize,
@@ -44,6 +45,87 @@ pub struct RemoteOptions {
     /// The time the client may take, from its creation: no request starts
     /// and no retry waits past it; `None`: no limit.
     pub time_budget: Option<Duration>,
+}
+
+/// Builders, one per field: `RemoteOptions::default()` (or `new`) then
+/// `with_*` calls, the way other crates make a `#[non_exhaustive]` struct.
+impl RemoteOptions {
+    /// Sets [`RemoteOptions::concurrency`].
+    #[must_use]
+    pub fn with_concurrency(mut self, concurrency: usize) -> Self {
+        self.concurrency = concurrency;
+        self
+    }
+
+    /// Sets [`RemoteOptions::chunk_size`].
+    #[must_use]
+    pub fn with_chunk_size(mut self, chunk_size: u64) -> Self {
+        self.chunk_size = chunk_size;
+        self
+    }
+
+    /// Sets [`RemoteOptions::coalesce_gap`].
+    #[must_use]
+    pub fn with_coalesce_gap(mut self, coalesce_gap: u64) -> Self {
+        self.coalesce_gap = coalesce_gap;
+        self
+    }
+
+    /// Sets [`RemoteOptions::retries`].
+    #[must_use]
+    pub fn with_retries(mut self, retries: u32) -> Self {
+        self.retries = retries;
+        self
+    }
+
+    /// Sets [`RemoteOptions::backoff`].
+    #[must_use]
+    pub fn with_backoff(mut self, backoff: Duration) -> Self {
+        self.backoff = backoff;
+        self
+    }
+
+    /// Sets [`RemoteOptions::max_backoff`].
+    #[must_use]
+    pub fn with_max_backoff(mut self, max_backoff: Duration) -> Self {
+        self.max_backoff = max_backoff;
+        self
+    }
+
+    /// Sets [`RemoteOptions::connect_timeout`].
+    #[must_use]
+    pub fn with_connect_timeout(mut self, connect_timeout: Duration) -> Self {
+        self.connect_timeout = connect_timeout;
+        self
+    }
+
+    /// Sets [`RemoteOptions::read_timeout`].
+    #[must_use]
+    pub fn with_read_timeout(mut self, read_timeout: Duration) -> Self {
+        self.read_timeout = read_timeout;
+        self
+    }
+
+    /// Sets [`RemoteOptions::max_requests`].
+    #[must_use]
+    pub fn with_max_requests(mut self, max_requests: Option<u64>) -> Self {
+        self.max_requests = max_requests;
+        self
+    }
+
+    /// Sets [`RemoteOptions::max_bytes`].
+    #[must_use]
+    pub fn with_max_bytes(mut self, max_bytes: Option<u64>) -> Self {
+        self.max_bytes = max_bytes;
+        self
+    }
+
+    /// Sets [`RemoteOptions::time_budget`].
+    #[must_use]
+    pub fn with_time_budget(mut self, time_budget: Option<Duration>) -> Self {
+        self.time_budget = time_budget;
+        self
+    }
 }
 
 impl Default for RemoteOptions {

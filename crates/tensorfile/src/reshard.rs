@@ -121,6 +121,7 @@ pub fn plan_shards(sizes: &[u64], max_shard_size: u64) -> Vec<Vec<usize>> {
 
 /// How to split.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct SplitOptions {
     /// The most data bytes a shard holds (a larger tensor is alone).
     pub max_shard_size: u64,
@@ -128,6 +129,40 @@ pub struct SplitOptions {
     pub prefix: String,
     /// How each file is written.
     pub write: WriteOptions,
+}
+
+/// Builders, one per field: `SplitOptions::default()` (or `new`) then
+/// `with_*` calls, the way other crates make a `#[non_exhaustive]` struct.
+impl SplitOptions {
+    /// Options with these `max_shard_size`, `prefix`; the other fields at their defaults.
+    pub fn new(max_shard_size: u64, prefix: String) -> SplitOptions {
+        SplitOptions {
+            max_shard_size,
+            prefix,
+            write: Default::default(),
+        }
+    }
+
+    /// Sets [`SplitOptions::max_shard_size`].
+    #[must_use]
+    pub fn with_max_shard_size(mut self, max_shard_size: u64) -> Self {
+        self.max_shard_size = max_shard_size;
+        self
+    }
+
+    /// Sets [`SplitOptions::prefix`].
+    #[must_use]
+    pub fn with_prefix(mut self, prefix: String) -> Self {
+        self.prefix = prefix;
+        self
+    }
+
+    /// Sets [`SplitOptions::write`].
+    #[must_use]
+    pub fn with_write(mut self, write: WriteOptions) -> Self {
+        self.write = write;
+        self
+    }
 }
 
 /// What a split wrote.

@@ -23,19 +23,15 @@ fn manifest() -> Json {
 }
 
 fn quick() -> WriteOptions {
-    WriteOptions {
-        sync: false,
-        ..WriteOptions::default()
-    }
+    WriteOptions::default().with_sync(false)
 }
 
 fn to_hf(gguf: &Path, out: &Path, dtype: Dtype, keep_quant: bool) -> tensorfile::gguf::ToHfSummary {
     let file = GgufFile::open(gguf).unwrap();
-    let opts = ToHfOptions {
-        dtype,
-        keep_quant,
-        write: quick(),
-    };
+    let opts = ToHfOptions::default()
+        .with_dtype(dtype)
+        .with_keep_quant(keep_quant)
+        .with_write(quick());
     convert(&file, out, &opts).unwrap()
 }
 
@@ -261,11 +257,10 @@ fn hostile_but_valid_files_convert_or_are_refused_never_panic() {
             continue;
         };
         read += 1;
-        let opts = ToHfOptions {
-            dtype: Dtype::BF16,
-            keep_quant: k % 3 == 0,
-            write: quick(),
-        };
+        let opts = ToHfOptions::default()
+            .with_dtype(Dtype::BF16)
+            .with_keep_quant(k % 3 == 0)
+            .with_write(quick());
         if convert(&file, &out.path().join("m"), &opts).is_ok() {
             converted += 1;
         }

@@ -119,13 +119,7 @@ fn key_model_of_a_legacy_training_checkpoint_converts() {
     let m = manifest("checkpoint");
     let spec = &m["files"]["legacy_train_checkpoint.pt"];
     let input = real().join("checkpoint/legacy_train_checkpoint.pt");
-    let options = ConvertOptions {
-        load: LoadOptions {
-            key: Some("model".into()),
-            ..LoadOptions::default()
-        },
-        ..no_sync()
-    };
+    let options = no_sync().with_load(LoadOptions::default().with_key(Some("model".into())));
     let ckpt = Checkpoint::open_with(&input, &options.load).unwrap();
     let want = spec["expected_key_model"]["tensors"].as_array().unwrap();
     assert_eq!(ckpt.len(), want.len());

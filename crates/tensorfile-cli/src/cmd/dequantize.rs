@@ -97,11 +97,10 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     super::refuse_input_as_output(&args.io.output, inputs)?;
     let tensors = input.tensors();
     let metadata = input.metadata()?;
-    let opts = DequantizeOptions {
-        mlx,
-        dtype: args.dtype,
-        write: args.io.write_options(),
-    };
+    let opts = DequantizeOptions::default()
+        .with_mlx(mlx)
+        .with_dtype(args.dtype)
+        .with_write(args.io.write_options());
     let (plan, summary) = dequantize_plan(&tensors, metadata.as_ref(), &opts)?;
     let written = inout::write(
         &input,

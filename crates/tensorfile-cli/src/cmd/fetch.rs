@@ -75,16 +75,14 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
             "--concurrency and --chunk-size must be at least 1",
         ));
     }
-    let client = Client::new(RemoteOptions {
-        concurrency: args.concurrency,
-        chunk_size: args.chunk_size,
-        ..RemoteOptions::default()
-    });
-    let options = FetchOptions {
-        sync: !args.no_sync,
-        resume: !args.no_resume,
-        ..FetchOptions::default()
-    };
+    let client = Client::new(
+        RemoteOptions::default()
+            .with_concurrency(args.concurrency)
+            .with_chunk_size(args.chunk_size),
+    );
+    let options = FetchOptions::default()
+        .with_sync(!args.no_sync)
+        .with_resume(!args.no_resume);
     let bar = Bar(OnceLock::new());
     let result = fetch(&args.source, &args.dest, &client, &options, &bar);
     drop(bar);

@@ -415,12 +415,11 @@ fn from_hf(
                 ))
             })?,
     };
-    let opts = FromHfOptions {
-        ggml_type,
-        raw: args.arch.clone().filter(|_| args.raw),
-        tokenizer_pre: args.tokenizer_pre.clone(),
-        sync: !io.no_sync,
-    };
+    let opts = FromHfOptions::default()
+        .with_ggml_type(ggml_type)
+        .with_raw(args.arch.clone().filter(|_| args.raw))
+        .with_tokenizer_pre(args.tokenizer_pre.clone())
+        .with_sync(!io.no_sync);
     let s = hf_to_gguf(&io.input, &io.output, &opts).map_err(|e| e.at(&io.input))?;
     if io.json {
         out(json!({
@@ -489,11 +488,10 @@ fn to_hf(
             io.output.display()
         )));
     }
-    let opts = ToHfOptions {
-        dtype: dtype.unwrap_or(tensorfile::Dtype::BF16),
-        keep_quant: args.keep_quant,
-        write: io.write_options(),
-    };
+    let opts = ToHfOptions::default()
+        .with_dtype(dtype.unwrap_or(tensorfile::Dtype::BF16))
+        .with_keep_quant(args.keep_quant)
+        .with_write(io.write_options());
     let summary = to_hf::convert_file(&io.input, &io.output, &opts)?;
     let files: Vec<String> = summary
         .files

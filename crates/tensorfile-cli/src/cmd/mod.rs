@@ -76,11 +76,9 @@ impl FileArgs {
 
     /// How OUT is written (canonical padding).
     pub fn write_options(&self) -> tensorfile::WriteOptions {
-        tensorfile::WriteOptions {
-            max_header_len: self.max_header_len,
-            sync: !self.no_sync,
-            ..tensorfile::WriteOptions::default()
-        }
+        tensorfile::WriteOptions::default()
+            .with_max_header_len(self.max_header_len)
+            .with_sync(!self.no_sync)
     }
 }
 

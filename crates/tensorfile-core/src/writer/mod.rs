@@ -112,6 +112,7 @@ impl Align {
 
 /// How to write a file.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct WriteOptions {
     /// The largest header (N, padding included) to write; the reader's cap by
     /// default, so that whatever is written can be read back.
@@ -121,6 +122,31 @@ pub struct WriteOptions {
     /// Whether saving to a path syncs the file and its directory (default
     /// `true`). The rename that makes a save atomic happens either way.
     pub sync: bool,
+}
+
+/// Builders, one per field: `WriteOptions::default()` (or `new`) then
+/// `with_*` calls, the way other crates make a `#[non_exhaustive]` struct.
+impl WriteOptions {
+    /// Sets [`WriteOptions::max_header_len`].
+    #[must_use]
+    pub fn with_max_header_len(mut self, max_header_len: u64) -> Self {
+        self.max_header_len = max_header_len;
+        self
+    }
+
+    /// Sets [`WriteOptions::align`].
+    #[must_use]
+    pub fn with_align(mut self, align: Align) -> Self {
+        self.align = align;
+        self
+    }
+
+    /// Sets [`WriteOptions::sync`].
+    #[must_use]
+    pub fn with_sync(mut self, sync: bool) -> Self {
+        self.sync = sync;
+        self
+    }
 }
 
 impl Default for WriteOptions {

@@ -143,6 +143,7 @@ fn decodable(t: &TensorView<'_>, operation: &'static str) -> Result<()> {
 
 /// Options of a cast.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct CastOptions {
     /// Clamp overflow (and infinities) to the largest finite value for the
     /// F8 types instead of giving NaN or infinity.
@@ -154,6 +155,31 @@ pub struct CastOptions {
     /// overflow to infinity, NaN, saturation, flush to zero), naming the
     /// first, before it is written.
     pub strict: bool,
+}
+
+/// Builders, one per field: `CastOptions::default()` (or `new`) then
+/// `with_*` calls, the way other crates make a `#[non_exhaustive]` struct.
+impl CastOptions {
+    /// Sets [`CastOptions::saturate`].
+    #[must_use]
+    pub fn with_saturate(mut self, saturate: bool) -> Self {
+        self.saturate = saturate;
+        self
+    }
+
+    /// Sets [`CastOptions::allow_int`].
+    #[must_use]
+    pub fn with_allow_int(mut self, allow_int: bool) -> Self {
+        self.allow_int = allow_int;
+        self
+    }
+
+    /// Sets [`CastOptions::strict`].
+    #[must_use]
+    pub fn with_strict(mut self, strict: bool) -> Self {
+        self.strict = strict;
+        self
+    }
 }
 
 /// Checks that `from` converts to `to` under `opts` (no data is looked at).

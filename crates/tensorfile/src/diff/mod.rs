@@ -185,6 +185,7 @@ impl Report {
 
 /// Options of [`diff`].
 #[derive(Debug, Clone, Copy, Default)]
+#[non_exhaustive]
 pub struct DiffOptions {
     /// The tolerance of every pair; `None`: each pair's default.
     pub tolerance: Option<Tolerance>,
@@ -193,6 +194,31 @@ pub struct DiffOptions {
     pub atol: Option<f64>,
     /// The relative tolerance only.
     pub rtol: Option<f64>,
+}
+
+/// Builders, one per field: `DiffOptions::default()` (or `new`) then
+/// `with_*` calls, the way other crates make a `#[non_exhaustive]` struct.
+impl DiffOptions {
+    /// Sets [`DiffOptions::tolerance`].
+    #[must_use]
+    pub fn with_tolerance(mut self, tolerance: Option<Tolerance>) -> Self {
+        self.tolerance = tolerance;
+        self
+    }
+
+    /// Sets [`DiffOptions::atol`].
+    #[must_use]
+    pub fn with_atol(mut self, atol: Option<f64>) -> Self {
+        self.atol = atol;
+        self
+    }
+
+    /// Sets [`DiffOptions::rtol`].
+    #[must_use]
+    pub fn with_rtol(mut self, rtol: Option<f64>) -> Self {
+        self.rtol = rtol;
+        self
+    }
 }
 
 fn values<'a>(c: &Catalog<'a>, i: Item<'_, 'a>) -> Result<Values<'a>> {

@@ -48,6 +48,7 @@ pub const TYPES: [GgmlType; 10] = [
 
 /// How to convert.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct FromHfOptions {
     /// The type of the weights (2-D and larger tensors ending in `.weight`,
     /// norms excepted); default F16, as the converter's.
@@ -58,6 +59,38 @@ pub struct FromHfOptions {
     pub tokenizer_pre: Option<String>,
     /// Sync the file and its directory.
     pub sync: bool,
+}
+
+/// Builders, one per field: `FromHfOptions::default()` (or `new`) then
+/// `with_*` calls, the way other crates make a `#[non_exhaustive]` struct.
+impl FromHfOptions {
+    /// Sets [`FromHfOptions::ggml_type`].
+    #[must_use]
+    pub fn with_ggml_type(mut self, ggml_type: GgmlType) -> Self {
+        self.ggml_type = ggml_type;
+        self
+    }
+
+    /// Sets [`FromHfOptions::raw`].
+    #[must_use]
+    pub fn with_raw(mut self, raw: Option<String>) -> Self {
+        self.raw = raw;
+        self
+    }
+
+    /// Sets [`FromHfOptions::tokenizer_pre`].
+    #[must_use]
+    pub fn with_tokenizer_pre(mut self, tokenizer_pre: Option<String>) -> Self {
+        self.tokenizer_pre = tokenizer_pre;
+        self
+    }
+
+    /// Sets [`FromHfOptions::sync`].
+    #[must_use]
+    pub fn with_sync(mut self, sync: bool) -> Self {
+        self.sync = sync;
+        self
+    }
 }
 
 impl Default for FromHfOptions {

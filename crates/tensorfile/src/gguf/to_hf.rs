@@ -29,6 +29,7 @@ use crate::{AtomicFile, Dtype, Error, Metadata, Result, TensorData, TensorSpec, 
 
 /// How to convert.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ToHfOptions {
     /// The dtype of decoded tensors (default BF16). Plain tensors of
     /// another float dtype are cast to it too.
@@ -39,6 +40,31 @@ pub struct ToHfOptions {
     pub keep_quant: bool,
     /// How `model.safetensors` is written (`sync`).
     pub write: WriteOptions,
+}
+
+/// Builders, one per field: `ToHfOptions::default()` (or `new`) then
+/// `with_*` calls, the way other crates make a `#[non_exhaustive]` struct.
+impl ToHfOptions {
+    /// Sets [`ToHfOptions::dtype`].
+    #[must_use]
+    pub fn with_dtype(mut self, dtype: Dtype) -> Self {
+        self.dtype = dtype;
+        self
+    }
+
+    /// Sets [`ToHfOptions::keep_quant`].
+    #[must_use]
+    pub fn with_keep_quant(mut self, keep_quant: bool) -> Self {
+        self.keep_quant = keep_quant;
+        self
+    }
+
+    /// Sets [`ToHfOptions::write`].
+    #[must_use]
+    pub fn with_write(mut self, write: WriteOptions) -> Self {
+        self.write = write;
+        self
+    }
 }
 
 impl Default for ToHfOptions {

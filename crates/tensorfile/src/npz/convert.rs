@@ -13,6 +13,7 @@ use crate::{save_plan, Dtype, Result, WriteOptions};
 
 /// How to convert.
 #[derive(Debug, Clone, Default)]
+#[non_exhaustive]
 pub struct FromNpzOptions {
     /// What opaque arrays (ml_dtypes types saved by numpy: `<V2`, `<V1`,
     /// `<f1`) hold.
@@ -27,6 +28,45 @@ pub struct FromNpzOptions {
     /// output directory (`model-0000K-of-0000N.safetensors` and an index),
     /// instead of one file.
     pub max_shard_size: Option<u64>,
+}
+
+/// Builders, one per field: `FromNpzOptions::default()` (or `new`) then
+/// `with_*` calls, the way other crates make a `#[non_exhaustive]` struct.
+impl FromNpzOptions {
+    /// Sets [`FromNpzOptions::opaque`].
+    #[must_use]
+    pub fn with_opaque(mut self, opaque: Option<Dtype>) -> Self {
+        self.opaque = opaque;
+        self
+    }
+
+    /// Sets [`FromNpzOptions::dtype`].
+    #[must_use]
+    pub fn with_dtype(mut self, dtype: Option<Dtype>) -> Self {
+        self.dtype = dtype;
+        self
+    }
+
+    /// Sets [`FromNpzOptions::cast`].
+    #[must_use]
+    pub fn with_cast(mut self, cast: CastOptions) -> Self {
+        self.cast = cast;
+        self
+    }
+
+    /// Sets [`FromNpzOptions::write`].
+    #[must_use]
+    pub fn with_write(mut self, write: WriteOptions) -> Self {
+        self.write = write;
+        self
+    }
+
+    /// Sets [`FromNpzOptions::max_shard_size`].
+    #[must_use]
+    pub fn with_max_shard_size(mut self, max_shard_size: Option<u64>) -> Self {
+        self.max_shard_size = max_shard_size;
+        self
+    }
 }
 
 /// What a conversion wrote.

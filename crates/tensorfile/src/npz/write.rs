@@ -27,11 +27,30 @@ const BUFFER: usize = 1 << 20;
 
 /// How to write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct NpzWriteOptions {
     /// Deflate the members (`np.savez_compressed`) instead of storing them.
     pub compress: bool,
     /// Sync the file and its directory before the rename.
     pub sync: bool,
+}
+
+/// Builders, one per field: `NpzWriteOptions::default()` (or `new`) then
+/// `with_*` calls, the way other crates make a `#[non_exhaustive]` struct.
+impl NpzWriteOptions {
+    /// Sets [`NpzWriteOptions::compress`].
+    #[must_use]
+    pub fn with_compress(mut self, compress: bool) -> Self {
+        self.compress = compress;
+        self
+    }
+
+    /// Sets [`NpzWriteOptions::sync`].
+    #[must_use]
+    pub fn with_sync(mut self, sync: bool) -> Self {
+        self.sync = sync;
+        self
+    }
 }
 
 impl Default for NpzWriteOptions {

@@ -31,6 +31,7 @@ const BATCH: usize = 1 << 20;
 
 /// How to quantize a file.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct QuantizeOptions {
     /// The scheme.
     pub scheme: Scheme,
@@ -38,6 +39,40 @@ pub struct QuantizeOptions {
     pub selection: Selection,
     /// How to write the output.
     pub write: WriteOptions,
+}
+
+/// Builders, one per field: `QuantizeOptions::default()` (or `new`) then
+/// `with_*` calls, the way other crates make a `#[non_exhaustive]` struct.
+impl QuantizeOptions {
+    /// Options with these `scheme`; the other fields at their defaults.
+    pub fn new(scheme: Scheme) -> QuantizeOptions {
+        QuantizeOptions {
+            scheme,
+            selection: Default::default(),
+            write: Default::default(),
+        }
+    }
+
+    /// Sets [`QuantizeOptions::scheme`].
+    #[must_use]
+    pub fn with_scheme(mut self, scheme: Scheme) -> Self {
+        self.scheme = scheme;
+        self
+    }
+
+    /// Sets [`QuantizeOptions::selection`].
+    #[must_use]
+    pub fn with_selection(mut self, selection: Selection) -> Self {
+        self.selection = selection;
+        self
+    }
+
+    /// Sets [`QuantizeOptions::write`].
+    #[must_use]
+    pub fn with_write(mut self, write: WriteOptions) -> Self {
+        self.write = write;
+        self
+    }
 }
 
 /// What [`quantize_file`] did.
@@ -53,6 +88,7 @@ pub struct QuantizeSummary {
 
 /// How to dequantize a file.
 #[derive(Debug, Clone, Default)]
+#[non_exhaustive]
 pub struct DequantizeOptions {
     /// MLX parameters from outside the file (config.json's `quantization`,
     /// or uniform ones from the command line). Without them, the file's own
@@ -66,6 +102,31 @@ pub struct DequantizeOptions {
     pub dtype: Option<Dtype>,
     /// How to write the output.
     pub write: WriteOptions,
+}
+
+/// Builders, one per field: `DequantizeOptions::default()` (or `new`) then
+/// `with_*` calls, the way other crates make a `#[non_exhaustive]` struct.
+impl DequantizeOptions {
+    /// Sets [`DequantizeOptions::mlx`].
+    #[must_use]
+    pub fn with_mlx(mut self, mlx: Option<QuantConfig>) -> Self {
+        self.mlx = mlx;
+        self
+    }
+
+    /// Sets [`DequantizeOptions::dtype`].
+    #[must_use]
+    pub fn with_dtype(mut self, dtype: Option<Dtype>) -> Self {
+        self.dtype = dtype;
+        self
+    }
+
+    /// Sets [`DequantizeOptions::write`].
+    #[must_use]
+    pub fn with_write(mut self, write: WriteOptions) -> Self {
+        self.write = write;
+        self
+    }
 }
 
 /// What [`dequantize_file`] did.
