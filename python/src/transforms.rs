@@ -11,8 +11,8 @@ use tensorfile::cast::{convert_plan, CastOptions};
 use tensorfile::input::Kind;
 use tensorfile::model::read_config;
 use tensorfile::quant::{
-    dequantize_plan, is_dequantize_dtype, quantize_plan, DequantizeOptions, Glob, Mode,
-    QuantConfig, QuantParams, QuantizeOptions, Scheme, Selection, Storage,
+    dequantize_plan, quantize_plan, DequantizeOptions, Glob, Mode, QuantConfig, QuantParams,
+    QuantizeOptions, Scheme, Selection, Storage,
 };
 use tensorfile::transform::{Input, Written};
 use tensorfile::{ReadOptions, WriteOptions};
@@ -426,7 +426,7 @@ pub fn dequantize<'py>(
     max_shard_size: Option<u64>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let dtype = dtype.map(parse_dtype).transpose()?;
-    if let Some(d) = dtype.filter(|&d| !is_dequantize_dtype(d)) {
+    if let Some(d) = dtype.filter(|&d| !DequantizeOptions::accepts_dtype(d)) {
         return Err(errors::msg(format!(
             "dtype {d}: dequantized weights are written as a float dtype of whole bytes (F32, F16, BF16, F64, F8_E4M3, ...)"
         )));

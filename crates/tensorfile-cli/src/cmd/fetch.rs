@@ -27,7 +27,7 @@ pub struct Args {
     #[arg(long, value_name = "N", default_value_t = 16)]
     concurrency: usize,
     /// Bytes per range request (bytes, or decimal KB, MB, GB).
-    #[arg(long, value_name = "SIZE", value_parser = tensorfile::reshard::parse_size, default_value = "8MB")]
+    #[arg(long, value_name = "SIZE", value_parser = super::size::parse_size, default_value = "8MB")]
     chunk_size: u64,
     /// Start over instead of going on from a partial copy.
     #[arg(long)]

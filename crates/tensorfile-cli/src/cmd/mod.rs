@@ -29,6 +29,7 @@ pub mod remote;
 pub mod rewrite;
 pub mod set;
 pub mod shard;
+pub mod size;
 pub mod stats;
 pub mod validate;
 pub mod verify;
@@ -48,7 +49,7 @@ pub struct FileArgs {
     /// (bytes, or decimal KB, MB, GB, TB, as huggingface_hub counts).
     /// Default for a set: one output shard per input shard, holding the
     /// same tensors.
-    #[arg(long, value_name = "SIZE", value_parser = tensorfile::reshard::parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = size::parse_size)]
     pub max_shard_size: Option<u64>,
     /// Largest header length accepted in IN and written to OUT, in bytes.
     #[arg(long, value_name = "BYTES", default_value_t = tensorfile::DEFAULT_MAX_HEADER_LEN)]

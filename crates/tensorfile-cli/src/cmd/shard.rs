@@ -4,8 +4,9 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use super::size::parse_size;
 use serde_json::json;
-use tensorfile::reshard::{parse_size, split, SplitOptions};
+use tensorfile::reshard::{split, SplitOptions};
 use tensorfile::WriteOptions;
 
 use super::{out, Failure};

@@ -125,7 +125,7 @@ pub struct Target {
 /// to `to` (`None` keeps every dtype), as [`converted_dtype`] says with the
 /// companions of [`quant_companions`]. Every cast is checked before
 /// anything is written: the pair is allowed and the element count packs.
-pub fn plan_targets(
+pub(crate) fn plan_targets(
     tensors: &[(&str, Dtype, &[u64])],
     to: Option<Dtype>,
     opts: CastOptions,

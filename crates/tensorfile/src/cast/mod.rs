@@ -68,9 +68,10 @@ mod minifloat;
 mod tensor;
 
 pub use error::CastError;
+pub(crate) use file::plan_targets;
 pub use file::{
     convert_plan, convert_plan_owned, convert_plan_targeted, converted_dtype, losses_of,
-    plan_targets, quant_companions, save_converted, ConvertSummary, Target,
+    quant_companions, save_converted, ConvertSummary, Target,
 };
 pub use loss::{LossTally, Losses};
 pub use tensor::{cast_tensor, TensorCast};

@@ -716,10 +716,14 @@ pub fn quantize_file<T: TensorData>(
     Ok(summary)
 }
 
-/// Whether dequantized weights can be written as `dtype`
-/// ([`DequantizeOptions::dtype`]): a float dtype of whole bytes, not C64.
-pub fn is_dequantize_dtype(dtype: Dtype) -> bool {
-    dtype.is_float() && dtype != Dtype::C64 && dtype.bits().is_multiple_of(8)
+impl DequantizeOptions {
+    /// Whether dequantized weights can be written as `dtype`
+    /// ([`DequantizeOptions::dtype`]): a float dtype of whole bytes, not
+    /// C64. Dequantizing refuses any other; the CLI and the Python package
+    /// ask first, to refuse a bad `--dtype` before reading a byte.
+    pub fn accepts_dtype(dtype: Dtype) -> bool {
+        dtype.is_float() && dtype != Dtype::C64 && dtype.bits().is_multiple_of(8)
+    }
 }
 
 /// The dtype a dequantized weight is written in.
@@ -730,7 +734,7 @@ fn output_dtype(w: &LogicalWeight<'_>, requested: Option<Dtype>) -> Result<Dtype
         Storage::Mlx(p) if p.mode != Mode::Affine => Dtype::BF16,
         _ => w.dtype,
     });
-    if !is_dequantize_dtype(dtype) {
+    if !DequantizeOptions::accepts_dtype(dtype) {
         return Err(quant_error(
             &w.name,
             QuantError::Dtype {
