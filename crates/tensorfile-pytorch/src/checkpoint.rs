@@ -66,58 +66,15 @@ pub struct LoadOptions {
     pub max_inflated_bytes: u64,
 }
 
-/// Builders, one per field: `LoadOptions::default()` (or `new`) then
-/// `with_*` calls, the way other crates make a `#[non_exhaustive]` struct.
-impl LoadOptions {
-    /// Sets [`LoadOptions::key`].
-    #[must_use]
-    pub fn with_key(mut self, key: Option<String>) -> Self {
-        self.key = key;
-        self
-    }
-
-    /// Sets [`LoadOptions::name`].
-    #[must_use]
-    pub fn with_name(mut self, name: Option<String>) -> Self {
-        self.name = name;
-        self
-    }
-
-    /// Sets [`LoadOptions::limits`].
-    #[must_use]
-    pub fn with_limits(mut self, limits: Limits) -> Self {
-        self.limits = limits;
-        self
-    }
-
-    /// Sets [`LoadOptions::walk`].
-    #[must_use]
-    pub fn with_walk(mut self, walk: WalkLimits) -> Self {
-        self.walk = walk;
-        self
-    }
-
-    /// Sets [`LoadOptions::max_expanded_bytes`].
-    #[must_use]
-    pub fn with_max_expanded_bytes(mut self, max_expanded_bytes: u64) -> Self {
-        self.max_expanded_bytes = max_expanded_bytes;
-        self
-    }
-
-    /// Sets [`LoadOptions::max_expanded_total_bytes`].
-    #[must_use]
-    pub fn with_max_expanded_total_bytes(mut self, max_expanded_total_bytes: u64) -> Self {
-        self.max_expanded_total_bytes = max_expanded_total_bytes;
-        self
-    }
-
-    /// Sets [`LoadOptions::max_inflated_bytes`].
-    #[must_use]
-    pub fn with_max_inflated_bytes(mut self, max_inflated_bytes: u64) -> Self {
-        self.max_inflated_bytes = max_inflated_bytes;
-        self
-    }
-}
+tensorfile_core::with_fields!(LoadOptions {
+    with_key => key: Option<String>,
+    with_name => name: Option<String>,
+    with_limits => limits: Limits,
+    with_walk => walk: WalkLimits,
+    with_max_expanded_bytes => max_expanded_bytes: u64,
+    with_max_expanded_total_bytes => max_expanded_total_bytes: u64,
+    with_max_inflated_bytes => max_inflated_bytes: u64,
+});
 
 impl Default for LoadOptions {
     fn default() -> LoadOptions {

@@ -35,44 +35,13 @@ pub struct WalkLimits {
     pub max_entry_bytes: usize,
 }
 
-/// Builders, one per field: `WalkLimits::default()` (or `new`) then
-/// `with_*` calls, the way other crates make a `#[non_exhaustive]` struct.
-impl WalkLimits {
-    /// Sets [`WalkLimits::max_depth`].
-    #[must_use]
-    pub fn with_max_depth(mut self, max_depth: usize) -> Self {
-        self.max_depth = max_depth;
-        self
-    }
-
-    /// Sets [`WalkLimits::max_visits`].
-    #[must_use]
-    pub fn with_max_visits(mut self, max_visits: usize) -> Self {
-        self.max_visits = max_visits;
-        self
-    }
-
-    /// Sets [`WalkLimits::max_name_len`].
-    #[must_use]
-    pub fn with_max_name_len(mut self, max_name_len: usize) -> Self {
-        self.max_name_len = max_name_len;
-        self
-    }
-
-    /// Sets [`WalkLimits::max_name_bytes`].
-    #[must_use]
-    pub fn with_max_name_bytes(mut self, max_name_bytes: usize) -> Self {
-        self.max_name_bytes = max_name_bytes;
-        self
-    }
-
-    /// Sets [`WalkLimits::max_entry_bytes`].
-    #[must_use]
-    pub fn with_max_entry_bytes(mut self, max_entry_bytes: usize) -> Self {
-        self.max_entry_bytes = max_entry_bytes;
-        self
-    }
-}
+tensorfile_core::with_fields!(WalkLimits {
+    with_max_depth => max_depth: usize,
+    with_max_visits => max_visits: usize,
+    with_max_name_len => max_name_len: usize,
+    with_max_name_bytes => max_name_bytes: usize,
+    with_max_entry_bytes => max_entry_bytes: usize,
+});
 
 /// What one tensor or value entry counts against
 /// [`WalkLimits::max_entry_bytes`] besides its dimensions or text: about

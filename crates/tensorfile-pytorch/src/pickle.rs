@@ -105,58 +105,15 @@ pub struct Limits {
     pub max_bytes: usize,
 }
 
-/// Builders, one per field: `Limits::default()` (or `new`) then
-/// `with_*` calls, the way other crates make a `#[non_exhaustive]` struct.
-impl Limits {
-    /// Sets [`Limits::max_input`].
-    #[must_use]
-    pub fn with_max_input(mut self, max_input: usize) -> Self {
-        self.max_input = max_input;
-        self
-    }
-
-    /// Sets [`Limits::max_objects`].
-    #[must_use]
-    pub fn with_max_objects(mut self, max_objects: usize) -> Self {
-        self.max_objects = max_objects;
-        self
-    }
-
-    /// Sets [`Limits::max_depth`].
-    #[must_use]
-    pub fn with_max_depth(mut self, max_depth: u32) -> Self {
-        self.max_depth = max_depth;
-        self
-    }
-
-    /// Sets [`Limits::max_stack`].
-    #[must_use]
-    pub fn with_max_stack(mut self, max_stack: usize) -> Self {
-        self.max_stack = max_stack;
-        self
-    }
-
-    /// Sets [`Limits::max_memo`].
-    #[must_use]
-    pub fn with_max_memo(mut self, max_memo: usize) -> Self {
-        self.max_memo = max_memo;
-        self
-    }
-
-    /// Sets [`Limits::max_string`].
-    #[must_use]
-    pub fn with_max_string(mut self, max_string: usize) -> Self {
-        self.max_string = max_string;
-        self
-    }
-
-    /// Sets [`Limits::max_bytes`].
-    #[must_use]
-    pub fn with_max_bytes(mut self, max_bytes: usize) -> Self {
-        self.max_bytes = max_bytes;
-        self
-    }
-}
+tensorfile_core::with_fields!(Limits {
+    with_max_input => max_input: usize,
+    with_max_objects => max_objects: usize,
+    with_max_depth => max_depth: u32,
+    with_max_stack => max_stack: usize,
+    with_max_memo => max_memo: usize,
+    with_max_string => max_string: usize,
+    with_max_bytes => max_bytes: usize,
+});
 
 impl Default for Limits {
     fn default() -> Limits {

@@ -77,30 +77,11 @@ pub struct FetchOptions {
     pub read: ReadOptions,
 }
 
-/// Builders, one per field: `FetchOptions::default()` (or `new`) then
-/// `with_*` calls, the way other crates make a `#[non_exhaustive]` struct.
-impl FetchOptions {
-    /// Sets [`FetchOptions::sync`].
-    #[must_use]
-    pub fn with_sync(mut self, sync: bool) -> Self {
-        self.sync = sync;
-        self
-    }
-
-    /// Sets [`FetchOptions::resume`].
-    #[must_use]
-    pub fn with_resume(mut self, resume: bool) -> Self {
-        self.resume = resume;
-        self
-    }
-
-    /// Sets [`FetchOptions::read`].
-    #[must_use]
-    pub fn with_read(mut self, read: ReadOptions) -> Self {
-        self.read = read;
-        self
-    }
-}
+tensorfile_core::with_fields!(FetchOptions {
+    with_sync => sync: bool,
+    with_resume => resume: bool,
+    with_read => read: ReadOptions,
+});
 
 impl Default for FetchOptions {
     fn default() -> FetchOptions {

@@ -47,86 +47,19 @@ pub struct RemoteOptions {
     pub time_budget: Option<Duration>,
 }
 
-/// Builders, one per field: `RemoteOptions::default()` (or `new`) then
-/// `with_*` calls, the way other crates make a `#[non_exhaustive]` struct.
-impl RemoteOptions {
-    /// Sets [`RemoteOptions::concurrency`].
-    #[must_use]
-    pub fn with_concurrency(mut self, concurrency: usize) -> Self {
-        self.concurrency = concurrency;
-        self
-    }
-
-    /// Sets [`RemoteOptions::chunk_size`].
-    #[must_use]
-    pub fn with_chunk_size(mut self, chunk_size: u64) -> Self {
-        self.chunk_size = chunk_size;
-        self
-    }
-
-    /// Sets [`RemoteOptions::coalesce_gap`].
-    #[must_use]
-    pub fn with_coalesce_gap(mut self, coalesce_gap: u64) -> Self {
-        self.coalesce_gap = coalesce_gap;
-        self
-    }
-
-    /// Sets [`RemoteOptions::retries`].
-    #[must_use]
-    pub fn with_retries(mut self, retries: u32) -> Self {
-        self.retries = retries;
-        self
-    }
-
-    /// Sets [`RemoteOptions::backoff`].
-    #[must_use]
-    pub fn with_backoff(mut self, backoff: Duration) -> Self {
-        self.backoff = backoff;
-        self
-    }
-
-    /// Sets [`RemoteOptions::max_backoff`].
-    #[must_use]
-    pub fn with_max_backoff(mut self, max_backoff: Duration) -> Self {
-        self.max_backoff = max_backoff;
-        self
-    }
-
-    /// Sets [`RemoteOptions::connect_timeout`].
-    #[must_use]
-    pub fn with_connect_timeout(mut self, connect_timeout: Duration) -> Self {
-        self.connect_timeout = connect_timeout;
-        self
-    }
-
-    /// Sets [`RemoteOptions::read_timeout`].
-    #[must_use]
-    pub fn with_read_timeout(mut self, read_timeout: Duration) -> Self {
-        self.read_timeout = read_timeout;
-        self
-    }
-
-    /// Sets [`RemoteOptions::max_requests`].
-    #[must_use]
-    pub fn with_max_requests(mut self, max_requests: Option<u64>) -> Self {
-        self.max_requests = max_requests;
-        self
-    }
-
-    /// Sets [`RemoteOptions::max_bytes`].
-    #[must_use]
-    pub fn with_max_bytes(mut self, max_bytes: Option<u64>) -> Self {
-        self.max_bytes = max_bytes;
-        self
-    }
-
-    /// Sets [`RemoteOptions::time_budget`].
-    #[must_use]
-    pub fn with_time_budget(mut self, time_budget: Option<Duration>) -> Self {
-        self.time_budget = time_budget;
-        self
-    }
-}
+tensorfile_core::with_fields!(RemoteOptions {
+    with_concurrency => concurrency: usize,
+    with_chunk_size => chunk_size: u64,
+    with_coalesce_gap => coalesce_gap: u64,
+    with_retries => retries: u32,
+    with_backoff => backoff: Duration,
+    with_max_backoff => max_backoff: Duration,
+    with_connect_timeout => connect_timeout: Duration,
+    with_read_timeout => read_timeout: Duration,
+    with_max_requests => max_requests: Option<u64>,
+    with_max_bytes => max_bytes: Option<u64>,
+    with_time_budget => time_budget: Option<Duration>,
+});
 
 impl Default for RemoteOptions {
     fn default() -> RemoteOptions {

@@ -67,8 +67,6 @@ pub struct SplitOptions {
     pub write: WriteOptions,
 }
 
-/// Builders, one per field: `SplitOptions::default()` (or `new`) then
-/// `with_*` calls, the way other crates make a `#[non_exhaustive]` struct.
 impl SplitOptions {
     /// Options with these `max_shard_size`, `prefix`; the other fields at their defaults.
     pub fn new(max_shard_size: u64, prefix: String) -> SplitOptions {
@@ -78,28 +76,13 @@ impl SplitOptions {
             write: Default::default(),
         }
     }
-
-    /// Sets [`SplitOptions::max_shard_size`].
-    #[must_use]
-    pub fn with_max_shard_size(mut self, max_shard_size: u64) -> Self {
-        self.max_shard_size = max_shard_size;
-        self
-    }
-
-    /// Sets [`SplitOptions::prefix`].
-    #[must_use]
-    pub fn with_prefix(mut self, prefix: String) -> Self {
-        self.prefix = prefix;
-        self
-    }
-
-    /// Sets [`SplitOptions::write`].
-    #[must_use]
-    pub fn with_write(mut self, write: WriteOptions) -> Self {
-        self.write = write;
-        self
-    }
 }
+
+tensorfile_core::with_fields!(SplitOptions {
+    with_max_shard_size => max_shard_size: u64,
+    with_prefix => prefix: String,
+    with_write => write: WriteOptions,
+});
 
 /// What a split wrote.
 #[derive(Debug, Clone, PartialEq, Eq)]

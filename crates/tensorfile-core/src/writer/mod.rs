@@ -124,30 +124,11 @@ pub struct WriteOptions {
     pub sync: bool,
 }
 
-/// Builders, one per field: `WriteOptions::default()` (or `new`) then
-/// `with_*` calls, the way other crates make a `#[non_exhaustive]` struct.
-impl WriteOptions {
-    /// Sets [`WriteOptions::max_header_len`].
-    #[must_use]
-    pub fn with_max_header_len(mut self, max_header_len: u64) -> Self {
-        self.max_header_len = max_header_len;
-        self
-    }
-
-    /// Sets [`WriteOptions::align`].
-    #[must_use]
-    pub fn with_align(mut self, align: Align) -> Self {
-        self.align = align;
-        self
-    }
-
-    /// Sets [`WriteOptions::sync`].
-    #[must_use]
-    pub fn with_sync(mut self, sync: bool) -> Self {
-        self.sync = sync;
-        self
-    }
-}
+crate::with_fields!(WriteOptions {
+    with_max_header_len => max_header_len: u64,
+    with_align => align: Align,
+    with_sync => sync: bool,
+});
 
 impl Default for WriteOptions {
     fn default() -> Self {

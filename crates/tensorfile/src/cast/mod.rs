@@ -60,7 +60,7 @@ mod bf16;
 mod decode;
 mod encode;
 mod error;
-mod file;
+pub(crate) mod file;
 mod int;
 mod lanes;
 mod loss;
@@ -68,7 +68,6 @@ mod minifloat;
 mod tensor;
 
 pub use error::CastError;
-pub(crate) use file::plan_targets;
 pub use file::{
     convert_plan, convert_plan_owned, convert_plan_targeted, converted_dtype, losses_of,
     quant_companions, save_converted, ConvertSummary, Target,
@@ -158,30 +157,11 @@ pub struct CastOptions {
     pub strict: bool,
 }
 
-/// Builders, one per field: `CastOptions::default()` (or `new`) then
-/// `with_*` calls, the way other crates make a `#[non_exhaustive]` struct.
-impl CastOptions {
-    /// Sets [`CastOptions::saturate`].
-    #[must_use]
-    pub fn with_saturate(mut self, saturate: bool) -> Self {
-        self.saturate = saturate;
-        self
-    }
-
-    /// Sets [`CastOptions::allow_int`].
-    #[must_use]
-    pub fn with_allow_int(mut self, allow_int: bool) -> Self {
-        self.allow_int = allow_int;
-        self
-    }
-
-    /// Sets [`CastOptions::strict`].
-    #[must_use]
-    pub fn with_strict(mut self, strict: bool) -> Self {
-        self.strict = strict;
-        self
-    }
-}
+tensorfile_core::with_fields!(CastOptions {
+    with_saturate => saturate: bool,
+    with_allow_int => allow_int: bool,
+    with_strict => strict: bool,
+});
 
 /// Checks that `from` converts to `to` under `opts` (no data is looked at).
 ///

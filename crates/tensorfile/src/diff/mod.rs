@@ -196,30 +196,11 @@ pub struct DiffOptions {
     pub rtol: Option<f64>,
 }
 
-/// Builders, one per field: `DiffOptions::default()` (or `new`) then
-/// `with_*` calls, the way other crates make a `#[non_exhaustive]` struct.
-impl DiffOptions {
-    /// Sets [`DiffOptions::tolerance`].
-    #[must_use]
-    pub fn with_tolerance(mut self, tolerance: Option<Tolerance>) -> Self {
-        self.tolerance = tolerance;
-        self
-    }
-
-    /// Sets [`DiffOptions::atol`].
-    #[must_use]
-    pub fn with_atol(mut self, atol: Option<f64>) -> Self {
-        self.atol = atol;
-        self
-    }
-
-    /// Sets [`DiffOptions::rtol`].
-    #[must_use]
-    pub fn with_rtol(mut self, rtol: Option<f64>) -> Self {
-        self.rtol = rtol;
-        self
-    }
-}
+tensorfile_core::with_fields!(DiffOptions {
+    with_tolerance => tolerance: Option<Tolerance>,
+    with_atol => atol: Option<f64>,
+    with_rtol => rtol: Option<f64>,
+});
 
 fn values<'a>(c: &Catalog<'a>, i: Item<'_, 'a>) -> Result<Values<'a>> {
     match i {

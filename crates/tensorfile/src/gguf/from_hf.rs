@@ -61,37 +61,12 @@ pub struct FromHfOptions {
     pub sync: bool,
 }
 
-/// Builders, one per field: `FromHfOptions::default()` (or `new`) then
-/// `with_*` calls, the way other crates make a `#[non_exhaustive]` struct.
-impl FromHfOptions {
-    /// Sets [`FromHfOptions::ggml_type`].
-    #[must_use]
-    pub fn with_ggml_type(mut self, ggml_type: GgmlType) -> Self {
-        self.ggml_type = ggml_type;
-        self
-    }
-
-    /// Sets [`FromHfOptions::raw`].
-    #[must_use]
-    pub fn with_raw(mut self, raw: Option<String>) -> Self {
-        self.raw = raw;
-        self
-    }
-
-    /// Sets [`FromHfOptions::tokenizer_pre`].
-    #[must_use]
-    pub fn with_tokenizer_pre(mut self, tokenizer_pre: Option<String>) -> Self {
-        self.tokenizer_pre = tokenizer_pre;
-        self
-    }
-
-    /// Sets [`FromHfOptions::sync`].
-    #[must_use]
-    pub fn with_sync(mut self, sync: bool) -> Self {
-        self.sync = sync;
-        self
-    }
-}
+tensorfile_core::with_fields!(FromHfOptions {
+    with_ggml_type => ggml_type: GgmlType,
+    with_raw => raw: Option<String>,
+    with_tokenizer_pre => tokenizer_pre: Option<String>,
+    with_sync => sync: bool,
+});
 
 impl Default for FromHfOptions {
     fn default() -> Self {

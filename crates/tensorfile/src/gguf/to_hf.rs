@@ -42,30 +42,11 @@ pub struct ToHfOptions {
     pub write: WriteOptions,
 }
 
-/// Builders, one per field: `ToHfOptions::default()` (or `new`) then
-/// `with_*` calls, the way other crates make a `#[non_exhaustive]` struct.
-impl ToHfOptions {
-    /// Sets [`ToHfOptions::dtype`].
-    #[must_use]
-    pub fn with_dtype(mut self, dtype: Dtype) -> Self {
-        self.dtype = dtype;
-        self
-    }
-
-    /// Sets [`ToHfOptions::keep_quant`].
-    #[must_use]
-    pub fn with_keep_quant(mut self, keep_quant: bool) -> Self {
-        self.keep_quant = keep_quant;
-        self
-    }
-
-    /// Sets [`ToHfOptions::write`].
-    #[must_use]
-    pub fn with_write(mut self, write: WriteOptions) -> Self {
-        self.write = write;
-        self
-    }
-}
+tensorfile_core::with_fields!(ToHfOptions {
+    with_dtype => dtype: Dtype,
+    with_keep_quant => keep_quant: bool,
+    with_write => write: WriteOptions,
+});
 
 impl Default for ToHfOptions {
     fn default() -> Self {

@@ -30,44 +30,13 @@ pub struct FromNpzOptions {
     pub max_shard_size: Option<u64>,
 }
 
-/// Builders, one per field: `FromNpzOptions::default()` (or `new`) then
-/// `with_*` calls, the way other crates make a `#[non_exhaustive]` struct.
-impl FromNpzOptions {
-    /// Sets [`FromNpzOptions::opaque`].
-    #[must_use]
-    pub fn with_opaque(mut self, opaque: Option<Dtype>) -> Self {
-        self.opaque = opaque;
-        self
-    }
-
-    /// Sets [`FromNpzOptions::dtype`].
-    #[must_use]
-    pub fn with_dtype(mut self, dtype: Option<Dtype>) -> Self {
-        self.dtype = dtype;
-        self
-    }
-
-    /// Sets [`FromNpzOptions::cast`].
-    #[must_use]
-    pub fn with_cast(mut self, cast: CastOptions) -> Self {
-        self.cast = cast;
-        self
-    }
-
-    /// Sets [`FromNpzOptions::write`].
-    #[must_use]
-    pub fn with_write(mut self, write: WriteOptions) -> Self {
-        self.write = write;
-        self
-    }
-
-    /// Sets [`FromNpzOptions::max_shard_size`].
-    #[must_use]
-    pub fn with_max_shard_size(mut self, max_shard_size: Option<u64>) -> Self {
-        self.max_shard_size = max_shard_size;
-        self
-    }
-}
+tensorfile_core::with_fields!(FromNpzOptions {
+    with_opaque => opaque: Option<Dtype>,
+    with_dtype => dtype: Option<Dtype>,
+    with_cast => cast: CastOptions,
+    with_write => write: WriteOptions,
+    with_max_shard_size => max_shard_size: Option<u64>,
+});
 
 /// What a conversion wrote.
 #[derive(Debug)]

@@ -35,23 +35,10 @@ pub struct NpzWriteOptions {
     pub sync: bool,
 }
 
-/// Builders, one per field: `NpzWriteOptions::default()` (or `new`) then
-/// `with_*` calls, the way other crates make a `#[non_exhaustive]` struct.
-impl NpzWriteOptions {
-    /// Sets [`NpzWriteOptions::compress`].
-    #[must_use]
-    pub fn with_compress(mut self, compress: bool) -> Self {
-        self.compress = compress;
-        self
-    }
-
-    /// Sets [`NpzWriteOptions::sync`].
-    #[must_use]
-    pub fn with_sync(mut self, sync: bool) -> Self {
-        self.sync = sync;
-        self
-    }
-}
+tensorfile_core::with_fields!(NpzWriteOptions {
+    with_compress => compress: bool,
+    with_sync => sync: bool,
+});
 
 impl Default for NpzWriteOptions {
     fn default() -> NpzWriteOptions {

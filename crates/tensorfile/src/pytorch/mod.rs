@@ -50,51 +50,14 @@ pub struct ConvertOptions {
     pub cast: CastOptions,
 }
 
-/// Builders, one per field: `ConvertOptions::default()` (or `new`) then
-/// `with_*` calls, the way other crates make a `#[non_exhaustive]` struct.
-impl ConvertOptions {
-    /// Sets [`ConvertOptions::load`].
-    #[must_use]
-    pub fn with_load(mut self, load: LoadOptions) -> Self {
-        self.load = load;
-        self
-    }
-
-    /// Sets [`ConvertOptions::shared`].
-    #[must_use]
-    pub fn with_shared(mut self, shared: SharedPolicy) -> Self {
-        self.shared = shared;
-        self
-    }
-
-    /// Sets [`ConvertOptions::keep_values`].
-    #[must_use]
-    pub fn with_keep_values(mut self, keep_values: bool) -> Self {
-        self.keep_values = keep_values;
-        self
-    }
-
-    /// Sets [`ConvertOptions::write`].
-    #[must_use]
-    pub fn with_write(mut self, write: WriteOptions) -> Self {
-        self.write = write;
-        self
-    }
-
-    /// Sets [`ConvertOptions::dtype`].
-    #[must_use]
-    pub fn with_dtype(mut self, dtype: Option<Dtype>) -> Self {
-        self.dtype = dtype;
-        self
-    }
-
-    /// Sets [`ConvertOptions::cast`].
-    #[must_use]
-    pub fn with_cast(mut self, cast: CastOptions) -> Self {
-        self.cast = cast;
-        self
-    }
-}
+tensorfile_core::with_fields!(ConvertOptions {
+    with_load => load: LoadOptions,
+    with_shared => shared: SharedPolicy,
+    with_keep_values => keep_values: bool,
+    with_write => write: WriteOptions,
+    with_dtype => dtype: Option<Dtype>,
+    with_cast => cast: CastOptions,
+});
 
 impl ConvertOptions {
     /// The loader's policy part of these options.

@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use tensorfile_pytorch::{conversion, Checkpoint, ConvertTensor, LoadOptions, TorchTensor};
 
 use super::ConvertOptions;
-use crate::cast::plan_targets;
+use crate::cast::file::plan_targets;
 use crate::cast::{self};
 use crate::error::{Error, Result};
 use crate::reshard::{save_set, Sharding, SplitSummary};

@@ -41,8 +41,6 @@ pub struct QuantizeOptions {
     pub write: WriteOptions,
 }
 
-/// Builders, one per field: `QuantizeOptions::default()` (or `new`) then
-/// `with_*` calls, the way other crates make a `#[non_exhaustive]` struct.
 impl QuantizeOptions {
     /// Options with these `scheme`; the other fields at their defaults.
     pub fn new(scheme: Scheme) -> QuantizeOptions {
@@ -52,28 +50,13 @@ impl QuantizeOptions {
             write: Default::default(),
         }
     }
-
-    /// Sets [`QuantizeOptions::scheme`].
-    #[must_use]
-    pub fn with_scheme(mut self, scheme: Scheme) -> Self {
-        self.scheme = scheme;
-        self
-    }
-
-    /// Sets [`QuantizeOptions::selection`].
-    #[must_use]
-    pub fn with_selection(mut self, selection: Selection) -> Self {
-        self.selection = selection;
-        self
-    }
-
-    /// Sets [`QuantizeOptions::write`].
-    #[must_use]
-    pub fn with_write(mut self, write: WriteOptions) -> Self {
-        self.write = write;
-        self
-    }
 }
+
+tensorfile_core::with_fields!(QuantizeOptions {
+    with_scheme => scheme: Scheme,
+    with_selection => selection: Selection,
+    with_write => write: WriteOptions,
+});
 
 /// What [`quantize_file`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -104,30 +87,11 @@ pub struct DequantizeOptions {
     pub write: WriteOptions,
 }
 
-/// Builders, one per field: `DequantizeOptions::default()` (or `new`) then
-/// `with_*` calls, the way other crates make a `#[non_exhaustive]` struct.
-impl DequantizeOptions {
-    /// Sets [`DequantizeOptions::mlx`].
-    #[must_use]
-    pub fn with_mlx(mut self, mlx: Option<QuantConfig>) -> Self {
-        self.mlx = mlx;
-        self
-    }
-
-    /// Sets [`DequantizeOptions::dtype`].
-    #[must_use]
-    pub fn with_dtype(mut self, dtype: Option<Dtype>) -> Self {
-        self.dtype = dtype;
-        self
-    }
-
-    /// Sets [`DequantizeOptions::write`].
-    #[must_use]
-    pub fn with_write(mut self, write: WriteOptions) -> Self {
-        self.write = write;
-        self
-    }
-}
+tensorfile_core::with_fields!(DequantizeOptions {
+    with_mlx => mlx: Option<QuantConfig>,
+    with_dtype => dtype: Option<Dtype>,
+    with_write => write: WriteOptions,
+});
 
 /// What [`dequantize_file`] did.
 #[derive(Debug, Clone, PartialEq)]
