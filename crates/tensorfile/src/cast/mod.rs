@@ -48,7 +48,7 @@
 //!
 //! let codes = cast::encode_f32_vec(&[1.0, -2.5, 500.0], Dtype::F8_E4M3, CastOptions::default())?;
 //! assert_eq!(codes, [0x38, 0xC2, 0x7F]); // 500 overflows F8_E4M3: NaN
-//! let sat = CastOptions { saturate: true, ..CastOptions::default() };
+//! let sat = CastOptions::default().with_saturate(true);
 //! assert_eq!(cast::encode_f32_vec(&[500.0], Dtype::F8_E4M3, sat)?, [0x7E]); // 448
 //! assert_eq!(cast::decode_f32_vec(Dtype::F8_E4M3, &codes[..2])?, [1.0, -2.5]);
 //! # Ok::<(), tensorfile::cast::CastError>(())
@@ -170,7 +170,7 @@ tensorfile_core::with_fields!(CastOptions {
 /// use tensorfile::Dtype;
 /// assert!(check(Dtype::F32, Dtype::F8_E4M3, CastOptions::default()).is_ok());
 /// assert!(check(Dtype::F32, Dtype::I8, CastOptions::default()).is_err());
-/// let ints = CastOptions { allow_int: true, ..CastOptions::default() };
+/// let ints = CastOptions::default().with_allow_int(true);
 /// assert!(check(Dtype::F32, Dtype::I8, ints).is_ok());
 /// assert!(check(Dtype::BOOL, Dtype::F32, ints).is_err());
 /// ```
