@@ -199,6 +199,12 @@ impl Dtype {
     /// Byte length of a tensor of `shape` in this dtype, telling an overflow
     /// from a count of sub-byte elements that does not fill whole bytes.
     ///
+    /// # Errors
+    ///
+    /// [`ByteLenError::Overflow`] when the element or bit count overflows
+    /// `u64`; [`ByteLenError::NotWholeBytes`] when sub-byte elements leave a
+    /// partial byte.
+    ///
     /// ```
     /// use tensorfile_core::dtype::{ByteLenError, Dtype};
     /// assert_eq!(Dtype::F32.tensor_bytes(&[2, 3]), Ok(24));

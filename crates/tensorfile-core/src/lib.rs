@@ -30,6 +30,7 @@
 
 #![forbid(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
+#![warn(clippy::missing_errors_doc)]
 
 #[cfg(target_endian = "big")]
 compile_error!("tensorfile assumes a little-endian host: safetensors data is little-endian and views are zero-copy");

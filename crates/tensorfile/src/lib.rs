@@ -21,6 +21,7 @@
 
 #![forbid(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
+#![warn(clippy::missing_errors_doc)]
 
 // The format core, under the same paths: `tensorfile::header`,
 // `tensorfile::SafeTensors`, ...

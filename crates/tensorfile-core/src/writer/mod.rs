@@ -56,6 +56,12 @@ impl TensorSpec {
     /// The number of bytes the tensor holds: its element count times the
     /// dtype's size. Refuses a shape whose byte count overflows `u64` and a
     /// sub-byte dtype whose elements do not fill whole bytes.
+    ///
+    /// # Errors
+    ///
+    /// [`WriteError::ShapeOverflow`] when the byte count overflows `u64`;
+    /// [`WriteError::NotWholeBytes`] when sub-byte elements leave a partial
+    /// byte.
     pub fn byte_len(&self) -> Result<u64, WriteError> {
         spec_byte_len(&self.name, self.dtype, &self.shape)
     }
@@ -387,6 +393,11 @@ pub(crate) fn write_tensors<W: std::io::Write, T: TensorData>(
 ///
 /// Tensors may come in any order; the file lays them out canonically.
 /// Metadata that is `None` or empty writes no `__metadata__` key.
+///
+/// # Errors
+///
+/// [`Error::Write`] when the tensors cannot be planned (duplicate or
+/// reserved names, data whose length does not match dtype and shape).
 pub fn serialize<T: TensorData>(
     tensors: impl IntoIterator<Item = T>,
     metadata: Option<&Metadata>,
@@ -395,6 +406,11 @@ pub fn serialize<T: TensorData>(
 }
 
 /// [`serialize`] with options (header cap, alignment; `sync` is ignored).
+///
+/// # Errors
+///
+/// As [`serialize`], and [`Error::Write`] when the header is over
+/// `options`' cap.
 pub fn serialize_with<T: TensorData>(
     tensors: impl IntoIterator<Item = T>,
     metadata: Option<&Metadata>,

@@ -165,6 +165,11 @@ tensorfile_core::with_fields!(CastOptions {
 
 /// Checks that `from` converts to `to` under `opts` (no data is looked at).
 ///
+/// # Errors
+///
+/// [`CastError::Unsupported`], with the reason, when the pair does not
+/// convert under `opts`.
+///
 /// ```
 /// use tensorfile::cast::{check, CastOptions};
 /// use tensorfile::Dtype;
@@ -273,6 +278,12 @@ fn require_float(dtype: Dtype, to: Dtype) -> Result<(), CastError> {
 /// Decodes float elements (any float dtype but C64) into `dst`, which must
 /// hold exactly the elements of `src`. Exact, except F64 which rounds to
 /// nearest even.
+///
+/// # Errors
+///
+/// [`CastError::Unsupported`] when `dtype` is not a float dtype (or is C64),
+/// [`CastError::Length`] when `src` is not a whole number of elements, and
+/// [`CastError::BufferSize`] when `dst` does not hold exactly that many.
 pub fn decode_f32(dtype: Dtype, src: &[u8], dst: &mut [f32]) -> Result<(), CastError> {
     require_float(dtype, Dtype::F32)?;
     let n = element_count(dtype, src.len())?;
@@ -282,6 +293,10 @@ pub fn decode_f32(dtype: Dtype, src: &[u8], dst: &mut [f32]) -> Result<(), CastE
 }
 
 /// Decodes float elements (any float dtype but C64) into `dst`, exactly.
+///
+/// # Errors
+///
+/// As [`decode_f32`].
 pub fn decode_f64(dtype: Dtype, src: &[u8], dst: &mut [f64]) -> Result<(), CastError> {
     require_float(dtype, Dtype::F64)?;
     let n = element_count(dtype, src.len())?;
@@ -291,6 +306,11 @@ pub fn decode_f64(dtype: Dtype, src: &[u8], dst: &mut [f64]) -> Result<(), CastE
 }
 
 /// [`decode_f32`] into a new vector.
+///
+/// # Errors
+///
+/// [`CastError::Unsupported`] when `dtype` is not a float dtype (or is C64);
+/// [`CastError::Length`] when `src` is not a whole number of elements.
 pub fn decode_f32_vec(dtype: Dtype, src: &[u8]) -> Result<Vec<f32>, CastError> {
     require_float(dtype, Dtype::F32)?;
     let mut out = vec![0.0; element_count(dtype, src.len())?];
@@ -299,6 +319,10 @@ pub fn decode_f32_vec(dtype: Dtype, src: &[u8]) -> Result<Vec<f32>, CastError> {
 }
 
 /// [`decode_f64`] into a new vector.
+///
+/// # Errors
+///
+/// As [`decode_f32_vec`].
 pub fn decode_f64_vec(dtype: Dtype, src: &[u8]) -> Result<Vec<f64>, CastError> {
     require_float(dtype, Dtype::F64)?;
     let mut out = vec![0.0; element_count(dtype, src.len())?];
@@ -308,6 +332,14 @@ pub fn decode_f64_vec(dtype: Dtype, src: &[u8]) -> Result<Vec<f64>, CastError> {
 
 /// Encodes f32 values as `to` into `dst`, which must be exactly their byte
 /// length (F4 needs an even count, F6 a multiple of 4).
+///
+/// # Errors
+///
+/// [`CastError::Unsupported`] when F32 does not convert to `to` under
+/// `opts`, [`CastError::NotWholeBytes`] when the count does not fill whole
+/// bytes of `to`, [`CastError::BufferSize`] when `dst` is the wrong size,
+/// and [`CastError::OutOfRange`] or (strict) [`CastError::Lossy`] for the
+/// first value `to` cannot hold.
 pub fn encode_f32(
     src: &[f32],
     to: Dtype,
@@ -323,6 +355,10 @@ pub fn encode_f32(
 }
 
 /// Encodes f64 values as `to` into `dst` (one rounding, see the module doc).
+///
+/// # Errors
+///
+/// As [`encode_f32`], for F64.
 pub fn encode_f64(
     src: &[f64],
     to: Dtype,
@@ -338,6 +374,10 @@ pub fn encode_f64(
 }
 
 /// [`encode_f32`] into a new vector.
+///
+/// # Errors
+///
+/// As [`encode_f32`], less the buffer size.
 pub fn encode_f32_vec(src: &[f32], to: Dtype, opts: CastOptions) -> Result<Vec<u8>, CastError> {
     let mut out = vec![0; byte_count(to, src.len())?];
     encode_f32(src, to, &mut out, opts)?;
@@ -345,6 +385,10 @@ pub fn encode_f32_vec(src: &[f32], to: Dtype, opts: CastOptions) -> Result<Vec<u
 }
 
 /// [`encode_f64`] into a new vector.
+///
+/// # Errors
+///
+/// As [`encode_f64`], less the buffer size.
 pub fn encode_f64_vec(src: &[f64], to: Dtype, opts: CastOptions) -> Result<Vec<u8>, CastError> {
     let mut out = vec![0; byte_count(to, src.len())?];
     encode_f64(src, to, &mut out, opts)?;
@@ -353,6 +397,15 @@ pub fn encode_f64_vec(src: &[f64], to: Dtype, opts: CastOptions) -> Result<Vec<u
 
 /// Converts the elements in `src` (bytes of `from`) into `dst` (bytes of
 /// `to`, exactly as many elements). Error indices count from 0.
+///
+/// # Errors
+///
+/// [`CastError::Unsupported`] when the pair does not convert under `opts`,
+/// [`CastError::Length`] or [`CastError::NotWholeBytes`] when `src` or the
+/// result is not whole elements, [`CastError::BufferSize`] when `dst` is
+/// the wrong size, and [`CastError::OutOfRange`], [`CastError::InvalidBool`]
+/// or (strict) [`CastError::Lossy`] for the first element that does not
+/// convert.
 pub fn cast_slice(
     from: Dtype,
     src: &[u8],

@@ -118,7 +118,7 @@ impl Manifest {
     /// Reads a statement (v1.0, or the v0.1 one of model-signing 0.2),
     /// checking its types, digests and root digest; `problem` errors say
     /// what is wrong.
-    pub fn from_statement(v: &Value) -> Result<Manifest, String> {
+    fn from_statement(v: &Value) -> Result<Manifest, String> {
         if v["_type"] != STATEMENT_TYPE {
             return Err(format!(
                 "not an in-toto statement v1 (_type is {})",
@@ -211,7 +211,7 @@ impl Manifest {
 
     /// The statement inside a Sigstore bundle's DSSE envelope, **without
     /// checking the signature**.
-    pub fn from_bundle(v: &Value) -> Result<Manifest, String> {
+    fn from_bundle(v: &Value) -> Result<Manifest, String> {
         let envelope = &v["dsseEnvelope"];
         if envelope["payloadType"] != PAYLOAD_TYPE {
             return Err(format!(

@@ -64,6 +64,11 @@ fn f32_key(h: &GgufHeader, key: &str) -> Result<Option<f64>, GgufError> {
 }
 
 /// The heads of a GGUF model: (`n_head`, `n_head_kv`).
+///
+/// # Errors
+///
+/// [`GgufError`] naming the key when `{arch}.attention.head_count` is
+/// missing, either count is not an unsigned integer, or either is zero.
 pub fn heads(h: &GgufHeader, arch: Arch) -> Result<(u64, u64), GgufError> {
     let a = arch.gguf_name();
     let n_head = required(h, &format!("{a}.attention.head_count"))?;

@@ -308,7 +308,7 @@ fn strings<'h>(h: &'h GgufHeader, key: &str) -> Result<Option<&'h [String]>, Ggu
 /// # Errors
 /// Tokenizer keys of the wrong types, or token types that do not match the
 /// tokens.
-pub fn hf_tokenizer(h: &GgufHeader) -> Result<Result<(Json, Json), String>, GgufError> {
+pub(crate) fn hf_tokenizer(h: &GgufHeader) -> Result<Result<(Json, Json), String>, GgufError> {
     let model = h.get("tokenizer.ggml.model").and_then(Value::as_str);
     if model != Some("gpt2") {
         return Ok(Err(match model {

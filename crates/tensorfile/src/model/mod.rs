@@ -109,11 +109,21 @@ fn parse_config(text: &[u8], path: &Path) -> Result<Config> {
 impl ModelDir {
     /// Opens `dir/config.json` and the directory's weights (validated; see
     /// [`ShardedTensors::open`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`ModelDir::open_with`].
     pub fn open(dir: impl AsRef<Path>) -> Result<ModelDir> {
         ModelDir::open_with(dir, &ReadOptions::default())
     }
 
     /// [`ModelDir::open`] with options for reading the weights.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Io`] when config.json cannot be read, [`Error::Config`] when it
+    /// is too long or not a JSON object, and the errors of
+    /// [`ShardedTensors::open_with`] for the weights.
     pub fn open_with(dir: impl AsRef<Path>, options: &ReadOptions) -> Result<ModelDir> {
         let dir = dir.as_ref();
         let config = read_config(&dir.join(CONFIG_NAME))?;

@@ -174,9 +174,13 @@ impl ShardIndex {
         Ok(ShardIndex::parse(&text).map_err(|e| bad(e.0))?)
     }
 
-    /// `metadata.total_size`: `Ok(None)` when absent, `Err` with what it is
-    /// when it is not a non-negative integer.
-    pub fn total_size(&self) -> Result<Option<u64>, String> {
+    /// `metadata.total_size`: `Ok(None)` when absent.
+    ///
+    /// # Errors
+    ///
+    /// [`ShardError::BadTotalSize`], with the value found, when it is not a
+    /// non-negative integer.
+    pub fn total_size(&self) -> Result<Option<u64>, ShardError> {
         match self.metadata.as_map().get("total_size") {
             None => Ok(None),
             Some(v) => match (v.as_u64(), v.as_f64()) {
@@ -185,7 +189,9 @@ impl ShardIndex {
                 (None, Some(f)) if f >= 0.0 && f.fract() == 0.0 && f < u64::MAX as f64 => {
                     Ok(Some(f as u64))
                 }
-                _ => Err(v.to_string()),
+                _ => Err(ShardError::BadTotalSize {
+                    found: v.to_string(),
+                }),
             },
         }
     }
@@ -732,9 +738,7 @@ impl ShardedTensors {
                 "the index's total_size is {total}, but the shards hold {data_len} data bytes"
             )),
             Ok(_) => {}
-            Err(found) => warnings.push(format!(
-                "the index's total_size is {found}, not a byte count"
-            )),
+            Err(e) => warnings.push(e.to_string()),
         }
         let lookup = index
             .weight_map
@@ -908,6 +912,11 @@ impl ShardedTensors {
     /// ([`crate::digest::TENSOR_SHA256_KEY`]) are each file's own, of its
     /// own bytes: they are left out (what is written from the set has
     /// other bytes, and gets its own with `--embed-hash`).
+    ///
+    /// # Errors
+    ///
+    /// [`ShardError::MetadataConflict`] when two shards give one key different
+    /// values.
     pub fn metadata(&self) -> Result<Metadata, ShardError> {
         let mut union: BTreeMap<String, (String, &str)> = BTreeMap::new();
         for shard in &self.shards {
@@ -991,7 +1000,7 @@ mod tests {
         let python = "{\n  \"metadata\": {\n    \"total_size\": 24\n  },\n  \"weight_map\": {\n    \"a\\n\": \"model-00001-of-00002.safetensors\",\n    \"b\": \"model-00002-of-00002.safetensors\"\n  }\n}\n";
         assert_eq!(text, python);
         let back = ShardIndex::parse(text.as_bytes()).unwrap();
-        assert_eq!(back.total_size(), Ok(Some(24)));
+        assert_eq!(back.total_size().unwrap(), Some(24));
     }
 
     #[test]
