@@ -95,7 +95,7 @@ impl Layout {
     ///
     /// # Errors
     ///
-    /// [`Error::Write`] on a duplicate or reserved name, a shape whose byte
+    /// [`Error::Write`](crate::Error::Write) on a duplicate or reserved name, a shape whose byte
     /// count overflows or leaves a partial byte, or a header or data buffer
     /// over the limits in `options`.
     pub fn new(

@@ -80,7 +80,7 @@ impl<W: Write> StreamWriter<W> {
     ///
     /// # Errors
     ///
-    /// [`Error::Write`] when `specs` cannot be planned (see [`Layout::new`]) or
+    /// [`Error::Write`](crate::Error::Write) when `specs` cannot be planned (see [`Layout::new`]) or
     /// the header cannot be written to `out` ([`WriteError::Output`]).
     pub fn create(
         out: W,
@@ -95,7 +95,7 @@ impl<W: Write> StreamWriter<W> {
     ///
     /// # Errors
     ///
-    /// [`Error::Write`] with [`WriteError::Output`] when `out` refuses the
+    /// [`Error::Write`](crate::Error::Write) with [`WriteError::Output`] when `out` refuses the
     /// header.
     pub fn new(mut out: W, layout: Layout) -> Result<StreamWriter<W>> {
         out.write_all(layout.header()).map_err(WriteError::Output)?;
@@ -156,7 +156,7 @@ impl<W: Write> StreamWriter<W> {
     ///
     /// # Errors
     ///
-    /// [`Error::Write`]: [`WriteError::Trailing`] when `piece` goes past the
+    /// [`Error::Write`](crate::Error::Write): [`WriteError::Trailing`] when `piece` goes past the
     /// last tensor, [`WriteError::Output`] when the output fails,
     /// [`WriteError::Poisoned`] after an earlier failure.
     pub fn write(&mut self, piece: &[u8]) -> Result<()> {
@@ -206,7 +206,7 @@ impl<W: Write> StreamWriter<W> {
     ///
     /// # Errors
     ///
-    /// [`Error::Write`]: [`WriteError::OutOfOrder`] or [`WriteError::Started`]
+    /// [`Error::Write`](crate::Error::Write): [`WriteError::OutOfOrder`] or [`WriteError::Started`]
     /// when `name` is not the next untouched tensor,
     /// [`WriteError::LengthMismatch`] when `data` is not its length,
     /// [`WriteError::Output`] or [`WriteError::Poisoned`].
@@ -240,7 +240,7 @@ impl<W: Write> StreamWriter<W> {
     ///
     /// # Errors
     ///
-    /// [`Error::Write`]: as [`StreamWriter::write_tensor`] for `name`;
+    /// [`Error::Write`](crate::Error::Write): as [`StreamWriter::write_tensor`] for `name`;
     /// [`WriteError::TooLong`] or [`WriteError::TooShort`] when `source` does
     /// not hold exactly its length, [`WriteError::Input`] when it fails.
     pub fn write_from<R: Read>(&mut self, name: &str, mut source: R) -> Result<u64> {
@@ -292,7 +292,7 @@ impl<W: Write> StreamWriter<W> {
     ///
     /// # Errors
     ///
-    /// [`Error::Write`]: [`WriteError::TooShort`] when a tensor is incomplete,
+    /// [`Error::Write`](crate::Error::Write): [`WriteError::TooShort`] when a tensor is incomplete,
     /// [`WriteError::Output`] when the flush fails, [`WriteError::Poisoned`]
     /// after an earlier failure.
     pub fn finish(mut self) -> Result<W> {

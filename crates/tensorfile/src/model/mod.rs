@@ -121,8 +121,9 @@ impl ModelDir {
     ///
     /// # Errors
     ///
-    /// [`Error::Io`] when config.json cannot be read, [`Error::Config`] when it
-    /// is too long or not a JSON object, and the errors of
+    /// An I/O error naming config.json ([`Error::Core`]) when it cannot be
+    /// read, [`Error::Config`] when it is too long or not a JSON object, and
+    /// the errors of
     /// [`ShardedTensors::open_with`] for the weights.
     pub fn open_with(dir: impl AsRef<Path>, options: &ReadOptions) -> Result<ModelDir> {
         let dir = dir.as_ref();

@@ -24,7 +24,7 @@ use crate::{Dtype, Result};
 ///
 /// # Errors
 ///
-/// [`Error::Quant`] naming the weight: [`QuantError::Layout`] when a part
+/// [`Error::Quant`](crate::Error::Quant) naming the weight: [`QuantError::Layout`] when a part
 /// is missing from `tensors`, [`QuantError::Shape`] when the parts' lengths
 /// do not make the logical shape,
 /// [`QuantError::Dtype`] when a plain weight is not a float dtype, and the
