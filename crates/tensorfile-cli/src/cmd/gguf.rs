@@ -56,7 +56,7 @@ fn show(v: &Value) -> String {
         Value::Array(a) => show_array(a),
         Value::F32(x) => format!("{x:?}"),
         Value::F64(x) => format!("{x:?}"),
-        other => other.to_json(0).to_string(),
+        other => other.json(0).to_string(),
     }
 }
 
@@ -135,7 +135,7 @@ pub fn inspect(path: &Path, json_out: bool, hash: bool) -> Result<ExitCode, Fail
                 let mut v = json!({
                     "key": kv.key,
                     "type": kv.value.value_type().name(),
-                    "value": kv.value.to_json(SHOWN),
+                    "value": kv.value.json(SHOWN),
                 });
                 if let Value::Array(a) = &kv.value {
                     v["element_type"] = a.element_type().name().into();
