@@ -279,11 +279,22 @@ impl Reader<'_, '_> {
     ///
     /// # Errors
     /// As [`Reader::read`]; values that are not exactly f32.
-    pub fn read_f32(&mut self, start: u64, out: &mut [f32]) -> Result<Option<&[u8]>> {
+    pub fn read_f32<'s>(&'s mut self, start: u64, out: &'s mut [f32]) -> Result<Option<&'s [u8]>> {
         let v = self.values;
         self.check(start, out.len())?;
         if !v.fits_f32() {
             return Err(Error::not_found(format!("{}: not f32 values", v.name)));
+        }
+        // F32 (and C64's parts) read from a file straight into `out`: on a
+        // little-endian machine its bytes are the values.
+        if let (Stored::Plain(Dtype::F32 | Dtype::C64), Source::Stored(t)) = (v.stored, &v.source)
+        {
+            if cfg!(target_endian = "little") && t.bytes().is_none() {
+                let bytes: &mut [u8] = bytemuck::cast_slice_mut(out);
+                // Four bytes a value (C64: two values an element).
+                t.read_at(start * 4, bytes)?;
+                return Ok(Some(bytes));
+            }
         }
         let (dtype, bytes) = self.stored_bytes(start, out.len())?;
         crate::cast::decode_f32(dtype, bytes, out).map_err(|source| Error::Cast {

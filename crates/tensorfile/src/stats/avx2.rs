@@ -140,3 +140,30 @@ pub(super) unsafe fn bins(
     }
     n8
 }
+
+/// The first group of eight values from `at` (a multiple of eight) with a
+/// magnitude of at least `bar` (compared in f64, as the portable code
+/// does), or where fewer than eight are left.
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn skip_below(values: &[f32], mut at: usize, bar: f64) -> usize {
+    let abs_pd = _mm256_castsi256_pd(_mm256_set1_epi64x(i64::MAX));
+    let bar = _mm256_set1_pd(bar);
+    while let Some(c) = values.get(at..at + 8) {
+        // SAFETY: a whole chunk of eight.
+        let v = unsafe { _mm256_loadu_ps(c.as_ptr()) };
+        let reach = |h: __m128| {
+            let a = _mm256_and_pd(_mm256_cvtps_pd(h), abs_pd);
+            _mm256_cmp_pd::<_CMP_GE_OQ>(a, bar)
+        };
+        let lo = reach(_mm256_castps256_ps128(v));
+        let hi = reach(_mm256_extractf128_ps::<1>(v));
+        if _mm256_movemask_pd(_mm256_or_pd(lo, hi)) != 0 {
+            return at;
+        }
+        at += 8;
+    }
+    at
+}

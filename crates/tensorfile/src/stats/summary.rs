@@ -172,6 +172,21 @@ impl Lanes {
     }
 }
 
+/// The first group of eight values from `at` (a multiple of eight) that
+/// may hold a magnitude of at least `bar`: `at` itself but for f32 values
+/// on AVX2, which are checked eight at a time.
+fn skip_below<T: Value>(values: &[T], at: usize, bar: f64) -> usize {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(v) = T::as_f32(values) {
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU has AVX2, checked just above.
+            return unsafe { super::avx2::skip_below(v, at, bar) };
+        }
+    }
+    let _ = bar;
+    at
+}
+
 /// Whether `(i, x)` ranks before `(j, y)`: larger magnitude, then lower index.
 fn ranks_before(a: (u64, f64), b: (u64, f64)) -> bool {
     let (x, y) = (a.1.abs(), b.1.abs());
@@ -229,15 +244,23 @@ impl Summary {
             let floor = self.top.get(TOP - 1).map_or(0.0, |t| t.1.abs());
             if absmax >= floor && absmax > 0.0 {
                 let mut bar = floor;
-                for (i, &x) in values.iter().enumerate() {
-                    let x: f64 = x.into();
-                    let a = x.abs();
-                    if a >= bar && a > 0.0 && a.is_finite() {
-                        insert_top(&mut block.top, (base + i as u64, x));
-                        if block.top.len() == TOP {
-                            bar = bar.max(block.top[TOP - 1].1.abs());
+                let mut at = 0;
+                while at < values.len() {
+                    // Groups of eight below the bar are passed over at once
+                    // (the bar only rises: none of them would be taken).
+                    let from = skip_below(values, at, bar);
+                    let to = (from + 8).min(values.len());
+                    for (i, &x) in values.iter().enumerate().take(to).skip(from) {
+                        let x: f64 = x.into();
+                        let a = x.abs();
+                        if a >= bar && a > 0.0 && a.is_finite() {
+                            insert_top(&mut block.top, (base + i as u64, x));
+                            if block.top.len() == TOP {
+                                bar = bar.max(block.top[TOP - 1].1.abs());
+                            }
                         }
                     }
+                    at = to;
                 }
             }
             // Counted straight into this one's bins (exact, in any order).
