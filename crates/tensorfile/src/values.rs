@@ -287,8 +287,7 @@ impl Reader<'_, '_> {
         }
         // F32 (and C64's parts) read from a file straight into `out`: on a
         // little-endian machine its bytes are the values.
-        if let (Stored::Plain(Dtype::F32 | Dtype::C64), Source::Stored(t)) = (v.stored, &v.source)
-        {
+        if let (Stored::Plain(Dtype::F32 | Dtype::C64), Source::Stored(t)) = (v.stored, &v.source) {
             if cfg!(target_endian = "little") && t.bytes().is_none() {
                 let bytes: &mut [u8] = bytemuck::cast_slice_mut(out);
                 // Four bytes a value (C64: two values an element).

@@ -302,6 +302,53 @@ mod tests {
     use super::*;
 
     #[test]
+    fn f32_pairs_give_the_figures_of_their_f64_values_bit_for_bit() {
+        // The f32 pass (AVX2 where the CPU has it) against the portable
+        // f64 one, on lengths around the groups of eight.
+        let mixed = crate::stats::tests_support::mixed_f32;
+        let tol = Tolerance {
+            atol: 1e-6,
+            rtol: 1e-3,
+        };
+        let bits = |m: &Metrics| {
+            let f = [
+                m.sum_abs,
+                m.sum_sq,
+                m.dot,
+                m.norm_a,
+                m.norm_b,
+                m.max_abs.0,
+                m.max_rel.0,
+            ];
+            let n = [m.count, m.finite, m.beyond, m.nan_a, m.nan_b, m.inf];
+            (f.map(f64::to_bits), n, m.max_abs.1, m.max_rel.1)
+        };
+        for (k, n) in [0, 1, 7, 8, 9, 16, 17, 1000, 16_389]
+            .into_iter()
+            .enumerate()
+        {
+            let a = mixed(n, 2 * k as u64 + 1);
+            let b: Vec<f32> = mixed(n, 2 * k as u64 + 2)
+                .iter()
+                .zip(&a)
+                .map(|(&y, &x)| {
+                    if y.to_bits() % 3 == 0 {
+                        x + y * 1e-3
+                    } else {
+                        x
+                    }
+                })
+                .collect();
+            let wide = |v: &[f32]| v.iter().map(|&x| f64::from(x)).collect::<Vec<f64>>();
+            let (wa, wb) = (wide(&a), wide(&b));
+            let (mut m32, mut m64) = (Metrics::default(), Metrics::default());
+            m32.add_block(&a, &b, 0, tol);
+            m64.add_block(&wa, &wb, 0, tol);
+            assert_eq!(bits(&m32), bits(&m64), "{n}");
+        }
+    }
+
+    #[test]
     fn figures_of_a_pair() {
         let tol = Tolerance {
             atol: 0.0,

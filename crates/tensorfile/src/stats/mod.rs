@@ -219,6 +219,12 @@ pub fn model_stats(values: Vec<Values<'_>>, on_values: OnValues<'_>) -> Result<R
     Ok(Report::new(tensors))
 }
 
+/// Test data shared with [`crate::diff`]'s tests.
+#[cfg(test)]
+pub(crate) mod tests_support {
+    pub(crate) use super::summary::tests::mixed_f32;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
