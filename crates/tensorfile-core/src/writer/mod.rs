@@ -201,7 +201,7 @@ pub trait TensorData: Sync {
         if let Some(all) = self.bytes() {
             return in_memory_range(self.name(), all, offset, len);
         }
-        scratch.clear();
+        // Only growth is zeroed: `read_at` fills every byte (or fails).
         scratch.resize(len, 0);
         self.read_at(offset, scratch)?;
         Ok(scratch)
