@@ -152,7 +152,7 @@ pub enum Sharding {
         count: usize,
     },
     /// huggingface_hub's greedy rule over the tensors' sizes, in plan
-    /// order ([`plan_shards`]).
+    /// order (`plan_shards`).
     MaxSize(u64),
 }
 

@@ -111,7 +111,7 @@ pub fn converted_dtype(dtype: Dtype, to: Dtype, opts: CastOptions, companion: bo
     }
 }
 
-/// What converting one tensor does ([`plan_targets`]).
+/// What converting one tensor does (`plan_targets`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Target {
     /// The dtype the tensor is written in.
@@ -203,7 +203,7 @@ pub fn convert_plan_owned<'a, T: TensorData + Send + 'a>(
 }
 
 /// [`convert_plan_owned`] with each tensor's target given (from
-/// [`plan_targets`] over a larger set, such as every shard of a model, so
+/// `plan_targets` over a larger set, such as every shard of a model, so
 /// that a quantized weight's companions are known whichever shard holds
 /// them). Every cast is checked here.
 ///
