@@ -11,7 +11,7 @@
 
 use std::arch::x86_64::*;
 
-use super::metrics::{Lanes, Tolerance, LANES};
+use super::lanes::{Lanes, Tolerance, LANES};
 
 /// [`Lanes::pass`] over the first whole groups of eight pairs, continuing
 /// `acc`; returns how many pairs it took (a multiple of eight, so that the

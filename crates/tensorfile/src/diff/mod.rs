@@ -31,10 +31,12 @@
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+mod lanes;
 mod metrics;
 pub mod names;
 
-pub use metrics::{Metrics, Tolerance};
+pub use lanes::Tolerance;
+pub use metrics::Metrics;
 
 use crate::values::{map_tasks, task_blocks, Catalog, Stored, Values, BLOCK};
 use crate::{Metadata, Result};

@@ -12,7 +12,7 @@
 
 use std::arch::x86_64::*;
 
-use super::summary::{Lanes, LANES};
+use super::lanes::{Lanes, LANES};
 
 /// The f32 bits of infinity: finite magnitudes are below, NaN above.
 const INF_BITS: i32 = 0x7F80_0000;

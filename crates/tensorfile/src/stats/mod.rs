@@ -28,6 +28,7 @@
 mod avx2;
 mod groups;
 mod histogram;
+mod lanes;
 mod summary;
 
 pub use groups::{layer_groups, layer_pattern};

@@ -6,6 +6,7 @@
 //! [`Histogram`].
 
 use super::histogram::Histogram;
+use super::lanes::{Lanes, LANES};
 use crate::values::Value;
 
 /// Elements of the largest magnitude kept per tensor.
@@ -61,115 +62,24 @@ impl Default for Summary {
     }
 }
 
-/// Independent accumulators of the pass over a block (four: one AVX2
-/// register each, eight accumulators in registers).
-pub(super) const LANES: usize = 4;
-
-/// The accumulators of the pass over a block: element `i` goes to lane
-/// `i % LANES`.
-pub(super) struct Lanes {
-    /// Sums of `x - shift` and of its square (the shifted-data rule: the
-    /// shift is a value of the block, so the sums stay small).
-    pub(super) sum: [f64; LANES],
-    pub(super) sq: [f64; LANES],
-    pub(super) min: [f64; LANES],
-    pub(super) max: [f64; LANES],
-    /// Counts, as f64 (exact far beyond a block's values) so that every
-    /// lane operation has the same width and the loop vectorizes.
-    pub(super) finite: [f64; LANES],
-    pub(super) nan: [f64; LANES],
-    pub(super) zeros: [f64; LANES],
-    pub(super) sub: [f64; LANES],
-}
-
-impl Lanes {
-    fn new() -> Lanes {
-        Lanes {
-            sum: [0.0; LANES],
-            sq: [0.0; LANES],
-            min: [f64::INFINITY; LANES],
-            max: [f64::NEG_INFINITY; LANES],
-            finite: [0.0; LANES],
-            nan: [0.0; LANES],
-            zeros: [0.0; LANES],
-            sub: [0.0; LANES],
-        }
-    }
-
-    /// The pass over a block (continuing from values whose number is a
-    /// multiple of [`LANES`]), branch-free in independent lanes on local
-    /// arrays (what the vectorizer takes).
-    #[inline(always)]
-    fn pass<T: Value>(&mut self, values: &[T], normal: f64, shift: f64) {
-        let (mut sum, mut sq, mut min, mut max) = (self.sum, self.sq, self.min, self.max);
-        let (mut finite, mut nan) = (self.finite, self.nan);
-        let (mut zeros, mut sub) = (self.zeros, self.sub);
-        let mut step = |l: usize, x: f64| {
-            // A comparison of magnitudes (false for NaN): it vectorizes.
-            let a = x.abs();
-            let f = a < f64::INFINITY;
-            let d = if f { x - shift } else { 0.0 };
-            sum[l] += d;
-            sq[l] += d * d;
-            // `&`, not `&&`: no branch, so that the lanes vectorize.
-            min[l] = if f & (x < min[l]) { x } else { min[l] };
-            max[l] = if f & (x > max[l]) { x } else { max[l] };
-            finite[l] += if f { 1.0 } else { 0.0 };
-            nan[l] += if a.is_nan() { 1.0 } else { 0.0 };
-            zeros[l] += if a == 0.0 { 1.0 } else { 0.0 };
-            sub[l] += if (a < normal) & (a != 0.0) { 1.0 } else { 0.0 };
-        };
-        let mut chunks = values.chunks_exact(LANES);
-        for c in &mut chunks {
-            for (l, &x) in c.iter().enumerate() {
-                step(l, x.into());
-            }
-        }
-        for (l, &x) in chunks.remainder().iter().enumerate() {
-            step(l, x.into());
-        }
-        *self = Lanes {
-            sum,
-            sq,
-            min,
-            max,
-            finite,
-            nan,
-            zeros,
-            sub,
-        };
-    }
-
-    /// [`Lanes::pass`] compiled with AVX2 enabled (the same operations in
-    /// the same order: the same result).
-    ///
-    /// # Safety
-    /// The CPU must support AVX2.
+/// The pass, on AVX2 when the CPU has it (f32 values through
+/// [`super::avx2::pass`], the same figures); `normal` is 0 or a
+/// dtype's smallest normal value (exact in f32 for f32 values).
+fn run_lanes<T: Value>(values: &[T], normal: f64, shift: f64) -> Lanes {
+    let mut acc = Lanes::new();
     #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
-    unsafe fn pass_avx2<T: Value>(&mut self, values: &[T], normal: f64, shift: f64) {
-        self.pass(values, normal, shift)
+    if std::arch::is_x86_feature_detected!("avx2") {
+        let done = match T::as_f32(values) {
+            // SAFETY: the CPU has AVX2, checked just above.
+            Some(v) => unsafe { super::avx2::pass(v, normal as f32, shift, &mut acc) },
+            None => 0,
+        };
+        // SAFETY: as above.
+        unsafe { acc.pass_avx2(&values[done..], normal, shift) };
+        return acc;
     }
-
-    /// The pass, on AVX2 when the CPU has it (f32 values through
-    /// [`super::avx2::pass`], the same figures); `normal` is 0 or a
-    /// dtype's smallest normal value (exact in f32 for f32 values).
-    fn run<T: Value>(values: &[T], normal: f64, shift: f64) -> Lanes {
-        let mut acc = Lanes::new();
-        #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx2") {
-            let done = match T::as_f32(values) {
-                // SAFETY: the CPU has AVX2, checked just above.
-                Some(v) => unsafe { super::avx2::pass(v, normal as f32, shift, &mut acc) },
-                None => 0,
-            };
-            // SAFETY: as above.
-            unsafe { acc.pass_avx2(&values[done..], normal, shift) };
-            return acc;
-        }
-        acc.pass(values, normal, shift);
-        acc
-    }
+    acc.pass(values, normal, shift);
+    acc
 }
 
 /// The first group of eight values from `at` (a multiple of eight) that
@@ -221,7 +131,7 @@ impl Summary {
             .map(|&x| x.into())
             .find(|x: &f64| x.is_finite())
             .unwrap_or(0.0);
-        let acc = Lanes::run(values, normal, shift);
+        let acc = run_lanes(values, normal, shift);
         let count = |c: &[f64; LANES]| c.iter().sum::<f64>() as u64;
         let (finite, nan) = (count(&acc.finite), count(&acc.nan));
         block.finite = finite;
