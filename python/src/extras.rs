@@ -106,11 +106,9 @@ pub fn load_pytorch(
     name: Option<String>,
 ) -> PyResult<Vec<(String, Buffer)>> {
     py.detach(|| -> tensorfile::Result<Vec<(String, Buffer)>> {
-        let options = tensorfile::pytorch::LoadOptions {
-            key,
-            name,
-            ..Default::default()
-        };
+        let options = tensorfile::pytorch::LoadOptions::default()
+            .with_key(key)
+            .with_name(name);
         let ckpt = tensorfile::pytorch::Checkpoint::open_with(&path, &options)?;
         let mut out = Vec::with_capacity(ckpt.len());
         for t in ckpt.tensors() {
@@ -160,7 +158,7 @@ pub fn inspect_json(py: Python<'_>, path: PathBuf, hash: bool) -> PyResult<Strin
             .detach(|| tensorfile::input::detect(&path))
             .map_err(errors::lib)?,
     };
-    let value = match kind {
+    let text = match kind {
         Kind::Safetensors => py
             .detach(|| -> tensorfile::Result<_> {
                 // A remote file: its header (one request), and its tensors'
@@ -172,12 +170,12 @@ pub fn inspect_json(py: Python<'_>, path: PathBuf, hash: bool) -> PyResult<Strin
                     // A config.json beside it is looked for remotely too.
                     let dir = tensorfile_remote::dir_of(u, remote::client())
                         .map_err(|e| remote::io_error(u, e.into()))?;
-                    return Ok(describe::file_at(&path, file.header(), &digest, &dir));
+                    return Ok(describe::file_at(&path, file.header(), &digest, &dir).to_json());
                 }
                 let file = tensorfile::SafeTensors::open_pread(&path)?;
                 let digests = digests_of(&file, hash)?;
                 let digest = |n: &str| digests.get(n).cloned();
-                Ok(describe::file(&path, file.header(), &digest))
+                Ok(describe::file(&path, file.header(), &digest).to_json())
             })
             .map_err(errors::lib)?,
         Kind::SafetensorsSet => py
@@ -190,7 +188,7 @@ pub fn inspect_json(py: Python<'_>, path: PathBuf, hash: bool) -> PyResult<Strin
                     }
                 }
                 let digest = |n: &str| digests.get(n).cloned();
-                Ok(describe::set(&path, &set, &digest))
+                Ok(describe::set(&path, &set, &digest).to_json())
             })
             .map_err(errors::lib)?,
         Kind::Pytorch => py
@@ -209,7 +207,7 @@ pub fn inspect_json(py: Python<'_>, path: PathBuf, hash: bool) -> PyResult<Strin
                     }
                 }
                 let digest = |n: &str| digests.get(n).cloned();
-                Ok(describe::checkpoint(&path, size, &ckpt, &digest))
+                Ok(describe::checkpoint(&path, size, &ckpt, &digest).to_json())
             })
             .map_err(errors::lib)?,
         other => {
@@ -219,7 +217,7 @@ pub fn inspect_json(py: Python<'_>, path: PathBuf, hash: bool) -> PyResult<Strin
             )))
         }
     };
-    Ok(value.to_string())
+    Ok(text)
 }
 
 /// Each tensor's sha256 when `hash` (reading every byte), else none.

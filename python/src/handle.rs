@@ -539,11 +539,10 @@ impl Handle {
     ) -> PyResult<Buffer> {
         let to = parse_dtype(dtype)?;
         let source = self.source()?;
-        let opts = CastOptions {
-            saturate,
-            allow_int,
-            strict,
-        };
+        let opts = CastOptions::default()
+            .with_saturate(saturate)
+            .with_allow_int(allow_int)
+            .with_strict(strict);
         py.detach(|| -> tensorfile::Result<Buffer> {
             let info = source.info(name)?;
             if info.dtype == to {

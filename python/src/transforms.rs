@@ -11,8 +11,8 @@ use tensorfile::cast::{convert_plan, CastOptions};
 use tensorfile::input::Kind;
 use tensorfile::model::read_config;
 use tensorfile::quant::{
-    dequantize_plan, is_dequantize_dtype, quantize_plan, DequantizeOptions, Glob, Mode,
-    QuantConfig, QuantParams, QuantizeOptions, Scheme, Selection, Storage,
+    dequantize_plan, quantize_plan, DequantizeOptions, Glob, Mode, QuantConfig, QuantParams,
+    QuantizeOptions, Scheme, Selection, Storage,
 };
 use tensorfile::transform::{Input, Written};
 use tensorfile::{ReadOptions, WriteOptions};
@@ -67,15 +67,11 @@ pub fn convert<'py>(
             "dtype {d} is an integer dtype: pass allow_int=True to cast to it"
         )));
     }
-    let cast = CastOptions {
-        saturate,
-        allow_int,
-        strict,
-    };
-    let write = WriteOptions {
-        sync,
-        ..WriteOptions::default()
-    };
+    let cast = CastOptions::default()
+        .with_saturate(saturate)
+        .with_allow_int(allow_int)
+        .with_strict(strict);
+    let write = WriteOptions::default().with_sync(sync);
     let d = PyDict::new(py);
     d.set_item("input", input.display().to_string())?;
     d.set_item("output", output.display().to_string())?;
@@ -212,17 +208,15 @@ fn convert_pytorch(
         );
         return Err(tensorfile::Error::io(input, e));
     }
-    let options = ConvertOptions {
-        load: tensorfile::pytorch::LoadOptions {
-            key,
-            name,
-            ..Default::default()
-        },
-        write,
-        dtype,
-        cast,
-        ..ConvertOptions::default()
-    };
+    let options = ConvertOptions::default()
+        .with_load(
+            tensorfile::pytorch::LoadOptions::default()
+                .with_key(key)
+                .with_name(name),
+        )
+        .with_write(write)
+        .with_dtype(dtype)
+        .with_cast(cast);
     if let Some(index) = set_index {
         let set = CheckpointSet::open(&index, &options.load)?;
         let mut inputs: Vec<PathBuf> = set
@@ -313,17 +307,12 @@ pub fn quantize<'py>(
             .with_global_scale()
             .map_err(|e| errors::msg(e.to_string()))?;
     }
-    let opts = QuantizeOptions {
-        scheme,
-        selection: Selection {
+    let opts = QuantizeOptions::new(scheme)
+        .with_selection(Selection {
             include: include.iter().map(Glob::new).collect(),
             exclude: exclude.iter().map(Glob::new).collect(),
-        },
-        write: WriteOptions {
-            sync,
-            ..WriteOptions::default()
-        },
-    };
+        })
+        .with_write(WriteOptions::default().with_sync(sync));
     let (summary, written) = py
         .detach(|| -> tensorfile::Result<_> {
             let source = open_input(&input)?;
@@ -437,20 +426,16 @@ pub fn dequantize<'py>(
     max_shard_size: Option<u64>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let dtype = dtype.map(parse_dtype).transpose()?;
-    if let Some(d) = dtype.filter(|&d| !is_dequantize_dtype(d)) {
+    if let Some(d) = dtype.filter(|&d| !DequantizeOptions::accepts_dtype(d)) {
         return Err(errors::msg(format!(
             "dtype {d}: dequantized weights are written as a float dtype of whole bytes (F32, F16, BF16, F64, F8_E4M3, ...)"
         )));
     }
     let mlx = given_params(config.as_deref(), bits, group_size, mode)?;
-    let opts = DequantizeOptions {
-        mlx,
-        dtype,
-        write: WriteOptions {
-            sync,
-            ..WriteOptions::default()
-        },
-    };
+    let opts = DequantizeOptions::default()
+        .with_mlx(mlx)
+        .with_dtype(dtype)
+        .with_write(WriteOptions::default().with_sync(sync));
     let (summary, written) = py
         .detach(|| -> tensorfile::Result<_> {
             let source = open_input(&input)?;

@@ -209,10 +209,7 @@ pub fn serialize_file(
     sync: bool,
 ) -> PyResult<()> {
     let specs = Specs::from(tensor_dict)?;
-    let options = WriteOptions {
-        sync,
-        ..Default::default()
-    };
+    let options = WriteOptions::default().with_sync(sync);
     py.detach(|| tensorfile::save(&filename, specs.refs(), metadata.as_ref(), &options))
         .map_err(errors::core)
 }

@@ -37,10 +37,7 @@ pub fn write(cfg: &Config, big: &Path) -> Result<String, BenchError> {
 
     let out = |name: &str| cfg.dir.join(name);
     let (ours_path, base_path, ref_path) = (out("ours.out"), out("base.out"), out("ref.out"));
-    let no_sync = WriteOptions {
-        sync: false,
-        ..WriteOptions::default()
-    };
+    let no_sync = WriteOptions::default().with_sync(false);
     let sync = WriteOptions::default();
     // Before every sample, untimed: remove every case's output, which also
     // drops its dirty pages, so no sample pays for writing back another's

@@ -105,6 +105,40 @@ fn long_commands_draw_a_bar_that_fits_the_terminal() {
 }
 
 #[test]
+fn validate_of_many_files_counts_them_on_a_bar() {
+    let dir = tempfile::tempdir().unwrap();
+    for i in 0..3000 {
+        big_file(&dir.path().join(format!("s{i:05}.safetensors")), 0);
+    }
+    let bin = env!("CARGO_BIN_EXE_tensorfile");
+    let line = format!(
+        "stty cols 80 rows 24; exec '{bin}' validate '{}'/*.safetensors",
+        dir.path().display()
+    );
+    let o = Command::new("script")
+        .args(["-qec", &line, "/dev/null"])
+        .output()
+        .expect("the `script` command (util-linux) makes the pseudo-terminal");
+    assert!(o.status.success());
+    let lines = screen_lines(&String::from_utf8_lossy(&o.stdout));
+    let bars: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.starts_with("validating"))
+        .collect();
+    assert!(!bars.is_empty(), "no validating bar in {:?}", &lines[..10]);
+    for b in &bars {
+        assert!(b.chars().count() <= 80, "wider than the terminal: {b:?}");
+        assert!(b.contains("/3,000 inputs"), "{b:?}");
+    }
+    // Every verdict is printed whole, on a line of its own.
+    let verdicts = lines
+        .iter()
+        .filter(|l| l.ends_with(".safetensors: ok"))
+        .count();
+    assert_eq!(verdicts, 3000);
+}
+
+#[test]
 fn piped_output_has_no_bar() {
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("in.safetensors");

@@ -184,6 +184,7 @@ impl Dtype {
 
 /// Why a shape has no byte length in a dtype ([`Dtype::tensor_bytes`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ByteLenError {
     /// The element count, or its bit count, overflows 64 bits.
     Overflow,
@@ -197,6 +198,12 @@ pub enum ByteLenError {
 impl Dtype {
     /// Byte length of a tensor of `shape` in this dtype, telling an overflow
     /// from a count of sub-byte elements that does not fill whole bytes.
+    ///
+    /// # Errors
+    ///
+    /// [`ByteLenError::Overflow`] when the element or bit count overflows
+    /// `u64`; [`ByteLenError::NotWholeBytes`] when sub-byte elements leave a
+    /// partial byte.
     ///
     /// ```
     /// use tensorfile_core::dtype::{ByteLenError, Dtype};

@@ -30,6 +30,7 @@
 
 #![forbid(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
+#![warn(clippy::missing_errors_doc)]
 
 #[cfg(target_endian = "big")]
 compile_error!("tensorfile assumes a little-endian host: safetensors data is little-endian and views are zero-copy");
@@ -70,3 +71,26 @@ pub type Metadata = std::collections::BTreeMap<String, String>;
 
 /// The default cap on the header length N: 100,000,000 bytes (reader rule 1).
 pub const DEFAULT_MAX_HEADER_LEN: u64 = 100_000_000;
+
+/// `with_<field>` builder methods for the public fields of a
+/// `#[non_exhaustive]` options struct, which other crates (the CLI, the C
+/// and Python bindings, tests) cannot build with a struct literal:
+/// `with_fields!(WriteOptions { with_sync => sync: bool })`. One macro for
+/// every options struct of the workspace's libraries, so that the setters
+/// are written once; not part of the API.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! with_fields {
+    ($ty:ident { $($with:ident => $field:ident: $fty:ty),* $(,)? }) => {
+        impl $ty {
+            $(
+                #[doc = concat!("Sets [`", stringify!($ty), "::", stringify!($field), "`].")]
+                #[must_use]
+                pub fn $with(mut self, $field: $fty) -> Self {
+                    self.$field = $field;
+                    self
+                }
+            )*
+        }
+    };
+}

@@ -101,6 +101,10 @@ impl<'a> TensorView<'a> {
     /// The elements as `&[T]`: borrowed when the bytes are aligned for `T`,
     /// an owned copy when they are not (MLX writes unaligned files).
     /// `T` must match the dtype (`f32` for F32, `half::bf16` for BF16, ...).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::DtypeMismatch`] when `T` is not the tensor's dtype.
     pub fn as_slice<T: Element>(&self) -> Result<Cow<'a, [T]>> {
         if self.dtype() != T::DTYPE {
             return Err(Error::DtypeMismatch {
@@ -117,6 +121,11 @@ impl<'a> TensorView<'a> {
 
     /// A NumPy-style slice: one [`SliceArg`] per leading dimension (missing
     /// ones take the whole dimension). See [`crate::TensorSlice`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Slice`] when there are more arguments than dimensions, an
+    /// index or range is out of bounds, or a step is zero.
     ///
     /// ```
     /// # fn main() -> tensorfile_core::Result<()> {

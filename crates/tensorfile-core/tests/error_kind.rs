@@ -74,10 +74,7 @@ fn invalid_argument_unsupported_and_limit() {
     let unsupported = SafeTensors::open_with(&path, &refused).unwrap_err();
     assert_eq!(unsupported.kind(), ErrorKind::Unsupported, "{unsupported}");
 
-    let options = WriteOptions {
-        max_header_len: 64,
-        ..WriteOptions::default()
-    };
+    let options = WriteOptions::default().with_max_header_len(64);
     let mut metadata = Metadata::new();
     metadata.insert("k".into(), "v".repeat(100));
     let too_large = save(

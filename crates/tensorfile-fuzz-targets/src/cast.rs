@@ -20,11 +20,10 @@ pub fn cast(data: &[u8]) {
     let from = input.dtype();
     let to = input.dtype();
     let flags = input.byte();
-    let opts = CastOptions {
-        saturate: flags & 1 != 0,
-        allow_int: flags & 2 != 0,
-        strict: flags & 8 != 0,
-    };
+    let opts = CastOptions::default()
+        .with_saturate(flags & 1 != 0)
+        .with_allow_int(flags & 2 != 0)
+        .with_strict(flags & 8 != 0);
     let ndim = input.below(4);
     let mut shape: Vec<u64> = (0..ndim).map(|_| input.dim()).collect();
     let chunk = 1 + input.below(64);

@@ -36,10 +36,7 @@ pub fn zip(data: &[u8]) {
 /// The whole PyTorch loader: load (expansion capped at 1 MiB), then read
 /// every tensor, whole and in pieces.
 pub fn checkpoint(data: &[u8]) {
-    let options = LoadOptions {
-        max_expanded_bytes: 1 << 20,
-        ..LoadOptions::default()
-    };
+    let options = LoadOptions::default().with_max_expanded_bytes(1 << 20);
     if let Ok(ckpt) = Checkpoint::from_bytes(data.to_vec(), &options) {
         for t in ckpt.tensors() {
             if let Ok(whole) = t.bytes() {

@@ -310,15 +310,10 @@ fn files(input: &mut Input<'_>) {
             data,
         })
         .collect();
-    let write = WriteOptions {
-        sync: false,
-        ..WriteOptions::default()
-    };
-    let mut opts = QuantizeOptions {
-        scheme,
-        selection: Default::default(),
-        write: write.clone(),
-    };
+    let write = WriteOptions::default().with_sync(false);
+    let mut opts = QuantizeOptions::new(scheme)
+        .with_selection(Default::default())
+        .with_write(write.clone());
     if input.flag() {
         opts.selection.include = vec![Glob::new("*")];
     }
@@ -328,10 +323,7 @@ fn files(input: &mut Input<'_>) {
         return;
     }
     let file = SafeTensors::open(&q).expect("a quantized file reads");
-    let dopts = DequantizeOptions {
-        write,
-        ..DequantizeOptions::default()
-    };
+    let dopts = DequantizeOptions::default().with_write(write);
     let views = file.tensors_by_name();
     dequantize_file(&d, &views, file.metadata(), &dopts)
         .unwrap_or_else(|e| panic!("{scheme:?}: a quantized file does not dequantize: {e}"));

@@ -63,10 +63,7 @@ pub fn writer(data: &[u8]) {
             data,
         })
         .collect();
-    let options = WriteOptions {
-        align,
-        ..WriteOptions::default()
-    };
+    let options = WriteOptions::default().with_align(align);
     let meta = (!metadata.is_empty()).then_some(&metadata);
     let bytes = match serialize_with(tensors.iter(), meta, &options) {
         Ok(bytes) => bytes,

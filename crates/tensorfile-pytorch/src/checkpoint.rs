@@ -25,6 +25,7 @@ use crate::tensor::TorchTensor;
 
 /// Options for loading a checkpoint.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct LoadOptions {
     /// Keep only the subtree at this path (`model`, `model.encoder`), with
     /// names relative to it.
@@ -64,6 +65,16 @@ pub struct LoadOptions {
     /// default.
     pub max_inflated_bytes: u64,
 }
+
+tensorfile_core::with_fields!(LoadOptions {
+    with_key => key: Option<String>,
+    with_name => name: Option<String>,
+    with_limits => limits: Limits,
+    with_walk => walk: WalkLimits,
+    with_max_expanded_bytes => max_expanded_bytes: u64,
+    with_max_expanded_total_bytes => max_expanded_total_bytes: u64,
+    with_max_inflated_bytes => max_inflated_bytes: u64,
+});
 
 impl Default for LoadOptions {
     fn default() -> LoadOptions {
@@ -129,6 +140,10 @@ pub const IN_MEMORY: &str = "<checkpoint in memory>";
 impl Checkpoint {
     /// Loads the checkpoint at `path` with default options, reading it with
     /// positional reads (see [`Checkpoint::open_with`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`Checkpoint::open_with`].
     pub fn open(path: impl AsRef<Path>) -> Result<Checkpoint> {
         Checkpoint::open_with(path, &LoadOptions::default())
     }
@@ -136,6 +151,11 @@ impl Checkpoint {
     /// Loads the checkpoint at `path`, reading it with positional reads
     /// ([`FileSource`]): the file is never mapped, so a file truncated or
     /// changed while it is read is an I/O error naming it, not a signal.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Io`] naming `path` when it cannot be opened or read, and
+    /// otherwise the errors of [`Checkpoint::from_source`].
     pub fn open_with(path: impl AsRef<Path>, options: &LoadOptions) -> Result<Checkpoint> {
         let path = path.as_ref();
         let source = FileSource::open(path).map_err(|e| io_error(path, e))?;
@@ -149,6 +169,11 @@ impl Checkpoint {
     /// process while mapped**: touching a page past the new end kills the
     /// process with `SIGBUS` (see [`tensorfile_core::source`]). Use
     /// [`Checkpoint::open_with`] for long reads of files others may change.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Io`] naming `path` when it cannot be opened or mapped, and
+    /// otherwise the errors of [`Checkpoint::from_source`].
     pub fn open_mapped(path: impl AsRef<Path>, options: &LoadOptions) -> Result<Checkpoint> {
         let path = path.as_ref();
         let source = MappedFile::open(path).map_err(|e| io_error(path, e))?;
@@ -156,12 +181,26 @@ impl Checkpoint {
     }
 
     /// Loads a checkpoint held in memory (errors name it [`IN_MEMORY`]).
+    ///
+    /// # Errors
+    ///
+    /// The errors of [`Checkpoint::from_source`].
     pub fn from_bytes(bytes: Vec<u8>, options: &LoadOptions) -> Result<Checkpoint> {
         Checkpoint::from_source(bytes, IN_MEMORY, options)
     }
 
     /// Loads a checkpoint from any byte source; `origin` (a path, or a
     /// label) names it in errors.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotACheckpoint`] when the bytes are neither container,
+    /// [`Error::Zip`], [`Error::Archive`] or [`Error::Legacy`] for a malformed
+    /// container, [`Error::Pickle`] for a pickle it refuses,
+    /// [`Error::Storage`], [`Error::Tensor`] or [`Error::Refused`] for a
+    /// storage or tensor it cannot take, [`Error::Structure`] when the object
+    /// tree cannot be named, [`Error::Budget`] past a limit in `options`, and
+    /// [`Error::Io`] when a read fails.
     pub fn from_source(
         source: impl ByteSource + 'static,
         origin: impl Into<PathBuf>,
@@ -295,6 +334,10 @@ pub fn looks_like_pytorch(head: &[u8]) -> bool {
 }
 
 /// [`looks_like_pytorch`] on the first bytes of the file at `path`.
+///
+/// # Errors
+///
+/// Any I/O error opening or reading the file's first bytes.
 pub fn file_looks_like_pytorch(path: impl AsRef<Path>) -> std::io::Result<bool> {
     let source = FileSource::open(path)?;
     let mut head = vec![0u8; source.len().min(512) as usize];

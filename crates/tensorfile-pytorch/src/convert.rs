@@ -65,6 +65,12 @@ impl Conversion<'_> {
 }
 
 /// Applies `policy` to the checkpoint.
+///
+/// # Errors
+///
+/// [`Error::Shared`] when `policy.shared` refuses tensors that share
+/// storage, and [`Error::Structure`] when two metadata entries (aliases,
+/// kept values) have one key.
 pub fn conversion<'a>(ckpt: &'a Checkpoint, policy: &ConvertPolicy) -> Result<Conversion<'a>> {
     let selection = select(ckpt, policy.shared)?;
     let metadata = metadata(ckpt, &selection.aliases, policy.keep_values)?;
@@ -156,6 +162,11 @@ impl TensorData for ConvertTensor<'_> {
 /// The output's metadata: `"format": "pt"`, one `"removed": "kept"` entry
 /// per alias, and with `keep_values` every non-tensor value. Refuses two
 /// entries with one key.
+///
+/// # Errors
+///
+/// [`Error::Structure`] when two entries (an alias, a kept value, or
+/// `format`) have one key.
 pub fn metadata(
     ckpt: &Checkpoint,
     aliases: &[(String, String)],

@@ -16,6 +16,7 @@ use crate::rebuild::Rebuilder;
 
 /// Limits of the walk.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct WalkLimits {
     /// Deepest path (in dict / list levels).
     pub max_depth: usize,
@@ -33,6 +34,14 @@ pub struct WalkLimits {
     /// (a million tensors of four dimensions take about 190 MiB).
     pub max_entry_bytes: usize,
 }
+
+tensorfile_core::with_fields!(WalkLimits {
+    with_max_depth => max_depth: usize,
+    with_max_visits => max_visits: usize,
+    with_max_name_len => max_name_len: usize,
+    with_max_name_bytes => max_name_bytes: usize,
+    with_max_entry_bytes => max_entry_bytes: usize,
+});
 
 /// What one tensor or value entry counts against
 /// [`WalkLimits::max_entry_bytes`] besides its dimensions or text: about

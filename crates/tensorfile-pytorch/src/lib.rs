@@ -33,6 +33,7 @@
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
+#![warn(clippy::missing_errors_doc)]
 
 #[cfg(target_endian = "big")]
 compile_error!("tensorfile-pytorch assumes a little-endian host");

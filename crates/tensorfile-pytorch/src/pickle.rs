@@ -78,6 +78,7 @@ pub enum Object {
 
 /// Limits that stop hostile pickles.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct Limits {
     /// Largest pickle accepted, in bytes.
     pub max_input: usize,
@@ -103,6 +104,16 @@ pub struct Limits {
     /// worst case stays well under 1 GiB of memory.
     pub max_bytes: usize,
 }
+
+tensorfile_core::with_fields!(Limits {
+    with_max_input => max_input: usize,
+    with_max_objects => max_objects: usize,
+    with_max_depth => max_depth: u32,
+    with_max_stack => max_stack: usize,
+    with_max_memo => max_memo: usize,
+    with_max_string => max_string: usize,
+    with_max_bytes => max_bytes: usize,
+});
 
 impl Default for Limits {
     fn default() -> Limits {

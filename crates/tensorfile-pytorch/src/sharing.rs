@@ -52,6 +52,11 @@ pub struct Selection<'a> {
 }
 
 /// Applies `policy` to the checkpoint's tensors.
+///
+/// # Errors
+///
+/// [`Error::Shared`] with [`SharedPolicy::Error`] when two tensors share a
+/// storage.
 pub fn select(ckpt: &Checkpoint, policy: SharedPolicy) -> Result<Selection<'_>> {
     let mut write = Vec::with_capacity(ckpt.len());
     let mut aliases = Vec::new();

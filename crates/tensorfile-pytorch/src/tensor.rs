@@ -222,6 +222,10 @@ impl<'a> TorchTensor<'a> {
     /// [`LoadOptions::max_inflated_bytes`](crate::LoadOptions::max_inflated_bytes));
     /// this copies the view out of it. [`TorchTensor::data`] shares it
     /// instead.
+    ///
+    /// # Errors
+    ///
+    /// As [`TorchTensor::data`].
     pub fn bytes(&self) -> Result<Cow<'a, [u8]>> {
         Ok(self.data()?.into_cow())
     }
@@ -229,6 +233,14 @@ impl<'a> TorchTensor<'a> {
     /// The tensor's bytes like [`TorchTensor::bytes`], but a contiguous
     /// view of a deflated storage shares the storage's inflated bytes
     /// (which stay allocated while this value lives) instead of copying.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Io`] when the source cannot be read, [`Error::Storage`] when
+    /// the storage lies outside it, [`Error::Zip`] when a deflated storage does
+    /// not inflate, [`Error::Budget`] past
+    /// [`LoadOptions::max_inflated_bytes`](crate::LoadOptions::max_inflated_bytes),
+    /// and [`Error::Tensor`] when the view does not fit its storage.
     pub fn data(&self) -> Result<TensorBytes<'a>> {
         let view = self.view();
         let mut access = self.access()?;
@@ -300,6 +312,11 @@ impl<'a> TorchTensor<'a> {
     /// a large storage, such as a transpose, reads the storage bytes it
     /// views once and gathers every piece from them.) Stops at the first
     /// error of `f`.
+    ///
+    /// # Errors
+    ///
+    /// The errors of [`TorchTensor::data`] (converted to `E`), and the first
+    /// error `f` returns.
     pub fn for_each_piece<E: From<Error>>(
         &self,
         piece: usize,
@@ -786,6 +803,11 @@ impl<'a> TensorBytes<'a> {
     /// Bytes borrowed from the input as `Err`, else the same data without
     /// the borrow (owned, or shared with an inflated storage), which may
     /// outlive the checkpoint: its bytes never move while it lives.
+    ///
+    /// # Errors
+    ///
+    /// The borrowed bytes themselves when they are borrowed from the input (the
+    /// caller copies them if it needs them to outlive the checkpoint).
     pub fn detach(self) -> Result<TensorBytes<'static>, &'a [u8]> {
         match self.0 {
             Repr::Borrowed(b) => Err(b),

@@ -34,7 +34,7 @@ impl View<'_> {
 
     /// Checks that every element of the view lies inside a storage of
     /// `storage_numel` elements, with checked arithmetic throughout.
-    pub fn check(&self, storage_numel: u64) -> Result<(), String> {
+    pub(crate) fn check(&self, storage_numel: u64) -> Result<(), String> {
         let describe = || {
             format!(
                 "storage offset {} with shape {:?} and strides {:?}",
@@ -98,7 +98,7 @@ impl View<'_> {
     /// The view's bytes in C order, from `storage` (the whole storage's
     /// bytes). Call [`View::check`] first; this re-checks every access and
     /// fails rather than panics if the view does not fit.
-    pub fn gather<'s>(&self, storage: &'s [u8]) -> Result<Cow<'s, [u8]>, String> {
+    pub(crate) fn gather<'s>(&self, storage: &'s [u8]) -> Result<Cow<'s, [u8]>, String> {
         let oob = || "view outside its storage".to_string();
         let nbytes = self
             .nbytes()

@@ -151,10 +151,7 @@ fn expansions_are_capped_per_tensor_and_in_total() {
     // Four views of 256,000 B: one byte under the total is refused,
     // exactly the total is accepted and reads back right.
     let total = 4 * 1000 * 256;
-    let mut options = LoadOptions {
-        max_expanded_total_bytes: total - 1,
-        ..LoadOptions::default()
-    };
+    let mut options = LoadOptions::default().with_max_expanded_total_bytes(total - 1);
     let e = load(hostile::expansions(4, 1000), &options).unwrap_err();
     assert_eq!(
         budget(&e),
@@ -216,10 +213,7 @@ fn a_deflated_storage_is_inflated_only_up_to_the_furthest_byte_needed() {
 #[test]
 fn inflated_bytes_are_counted_against_their_budget() {
     let file = || hostile::deflated_views(1000, 1 << 20, true);
-    let options = LoadOptions {
-        max_inflated_bytes: 4000 - 1,
-        ..LoadOptions::default()
-    };
+    let options = LoadOptions::default().with_max_inflated_bytes(4000 - 1);
     let ckpt = load(file(), &options).unwrap();
     let e = ckpt.tensor("t0").unwrap().bytes().unwrap_err();
     assert_eq!(budget(&e), ("max_inflated_bytes", 3999, 4000), "{e}");
@@ -229,10 +223,7 @@ fn inflated_bytes_are_counted_against_their_budget() {
         "a refused storage holds nothing"
     );
     // Exactly at the budget: read.
-    let options = LoadOptions {
-        max_inflated_bytes: 4000,
-        ..LoadOptions::default()
-    };
+    let options = LoadOptions::default().with_max_inflated_bytes(4000);
     let ckpt = load(file(), &options).unwrap();
     assert!(ckpt.tensors().all(|t| t.bytes().is_ok()));
     assert_eq!(ckpt.inflate_stats().held, 4000);

@@ -219,10 +219,7 @@ fn shared_objects_and_storages() {
 fn key_and_name_options() {
     let path = fixtures().join("zip_train_checkpoint.pt");
     let all = Checkpoint::open(&path).unwrap();
-    let opts = LoadOptions {
-        key: Some("model".into()),
-        ..LoadOptions::default()
-    };
+    let opts = LoadOptions::default().with_key(Some("model".into()));
     let model = Checkpoint::open_with(&path, &opts).unwrap();
     let model_names: Vec<String> = model.tensors().map(|t| t.name().to_string()).collect();
     let prefixed: Vec<String> = all
@@ -234,18 +231,13 @@ fn key_and_name_options() {
     assert!(all.values().iter().any(|(k, v)| k == "epoch" && v == "1"));
 
     // A dotted key reaches into nested dicts; a tensor key names it "".
-    let opts = LoadOptions {
-        key: Some("state_dict.0.weight".into()),
-        name: Some("w".into()),
-        ..LoadOptions::default()
-    };
+    let opts = LoadOptions::default()
+        .with_key(Some("state_dict.0.weight".into()))
+        .with_name(Some("w".into()));
     let one = Checkpoint::open_with(fixtures().join("zip_checkpoint_nested.pt"), &opts).unwrap();
     assert_eq!(one.tensors().map(|t| t.name()).collect::<Vec<_>>(), ["w"]);
 
-    let missing = LoadOptions {
-        key: Some("nope".into()),
-        ..LoadOptions::default()
-    };
+    let missing = LoadOptions::default().with_key(Some("nope".into()));
     let e = Checkpoint::open_with(&path, &missing)
         .unwrap_err()
         .to_string();
@@ -253,10 +245,7 @@ fn key_and_name_options() {
 
     // A bare tensor is "" unless named.
     let bare = fixtures().join("zip_bare_tensor.pt");
-    let named = LoadOptions {
-        name: Some("x".into()),
-        ..LoadOptions::default()
-    };
+    let named = LoadOptions::default().with_name(Some("x".into()));
     assert_eq!(
         Checkpoint::open_with(&bare, &named)
             .unwrap()

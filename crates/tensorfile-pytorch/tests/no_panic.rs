@@ -77,10 +77,7 @@ fn mutate(rng: &mut Rng, input: &[u8]) -> Vec<u8> {
 }
 
 fn options() -> LoadOptions {
-    LoadOptions {
-        max_expanded_bytes: 1 << 20,
-        ..LoadOptions::default()
-    }
+    LoadOptions::default().with_max_expanded_bytes(1 << 20)
 }
 
 fn load_everything(bytes: Vec<u8>) {

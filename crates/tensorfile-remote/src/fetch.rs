@@ -67,6 +67,7 @@ pub const SIDE_FILES: [&str; 12] = [
 
 /// How a fetch writes.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct FetchOptions {
     /// Sync each file and its directory before and after the rename.
     pub sync: bool,
@@ -75,6 +76,12 @@ pub struct FetchOptions {
     /// How the fetched headers are read when verified.
     pub read: ReadOptions,
 }
+
+tensorfile_core::with_fields!(FetchOptions {
+    with_sync => sync: bool,
+    with_resume => resume: bool,
+    with_read => read: ReadOptions,
+});
 
 impl Default for FetchOptions {
     fn default() -> FetchOptions {

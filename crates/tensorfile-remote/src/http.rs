@@ -16,6 +16,7 @@ use crate::s3::S3Store;
 /// How remote objects are read: concurrency, request sizes, retries and
 /// timeouts. The defaults suit a real network.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct RemoteOptions {
     /// Requests in flight at once, across every object of a [`Client`].
     pub concurrency: usize,
@@ -45,6 +46,20 @@ pub struct RemoteOptions {
     /// and no retry waits past it; `None`: no limit.
     pub time_budget: Option<Duration>,
 }
+
+tensorfile_core::with_fields!(RemoteOptions {
+    with_concurrency => concurrency: usize,
+    with_chunk_size => chunk_size: u64,
+    with_coalesce_gap => coalesce_gap: u64,
+    with_retries => retries: u32,
+    with_backoff => backoff: Duration,
+    with_max_backoff => max_backoff: Duration,
+    with_connect_timeout => connect_timeout: Duration,
+    with_read_timeout => read_timeout: Duration,
+    with_max_requests => max_requests: Option<u64>,
+    with_max_bytes => max_bytes: Option<u64>,
+    with_time_budget => time_budget: Option<Duration>,
+});
 
 impl Default for RemoteOptions {
     fn default() -> RemoteOptions {

@@ -46,6 +46,7 @@
 //! their public URL.
 
 #![warn(missing_docs)]
+#![warn(clippy::missing_errors_doc)]
 
 pub mod error;
 pub mod fetch;

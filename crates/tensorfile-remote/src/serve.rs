@@ -902,6 +902,10 @@ fn send_partial(
 
 /// A bucket of an S3 server (moto's, in tests), made and filled with
 /// requests signed by rusty-s3: for tests and benchmarks of `s3://`.
+///
+/// Test support only (the `serve` feature, which no product build
+/// enables): its errors are the server's answer as text, since a test
+/// only shows them.
 pub struct S3Bucket {
     bucket: rusty_s3::Bucket,
     credentials: rusty_s3::Credentials,

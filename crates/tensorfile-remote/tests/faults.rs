@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use tensorfile::{ByteSource, ReadOptions};
 use tensorfile_remote::serve::{Fault, Server};
-use tensorfile_remote::{Client, Problem, RemoteError, RemoteOptions};
+use tensorfile_remote::{Client, Problem, RemoteError};
 
 /// A 1 MiB safetensors file of one U8 tensor whose bytes count up.
 fn big_file() -> Vec<u8> {
@@ -89,10 +89,7 @@ fn a_connection_reset_mid_body_resumes_where_it_stopped() {
 /// did not come, and every byte is sent once.
 fn resumes_after(fault: Fault) {
     let (server, url, whole) = serve_big();
-    let client = Client::new(RemoteOptions {
-        chunk_size: 64 << 20,
-        ..common::fast()
-    });
+    let client = Client::new(common::fast().with_chunk_size(64 << 20));
     let file = tensorfile_remote::open_file(&url, &client, &ReadOptions::default()).unwrap();
     server.reset();
     server.inject("big", fault.clone(), 1);
@@ -130,10 +127,7 @@ fn resumes_after(fault: Fault) {
 #[test]
 fn too_many_requests_waits_as_asked() {
     let (server, url, _) = serve_big();
-    let client = Client::new(RemoteOptions {
-        max_backoff: Duration::from_secs(5),
-        ..common::fast()
-    });
+    let client = Client::new(common::fast().with_max_backoff(Duration::from_secs(5)));
     server.inject("big", Fault::Status(429, Some(1)), 1);
     let t = Instant::now();
     read_all(&url, &client).unwrap();
@@ -144,10 +138,7 @@ fn too_many_requests_waits_as_asked() {
 #[test]
 fn retries_run_out_with_the_last_status() {
     let (server, url, _) = serve_big();
-    let client = Client::new(RemoteOptions {
-        retries: 2,
-        ..common::fast()
-    });
+    let client = Client::new(common::fast().with_retries(2));
     server.inject("big", Fault::Status(500, None), 10);
     let e = read_all(&url, &client).unwrap_err();
     assert!(e.to_string().starts_with(&url), "{e}");
@@ -248,10 +239,7 @@ fn empty_and_missing_objects() {
 #[test]
 fn budgets_stop_requests() {
     let (_server, url, _) = serve_big();
-    let client = Client::new(RemoteOptions {
-        max_requests: Some(1),
-        ..common::fast()
-    });
+    let client = Client::new(common::fast().with_max_requests(Some(1)));
     let e = read_all(&url, &client).unwrap_err();
     assert!(
         matches!(
@@ -263,21 +251,18 @@ fn budgets_stop_requests() {
         ),
         "{e}"
     );
-    let client = Client::new(RemoteOptions {
-        max_bytes: Some(100_000),
-        ..common::fast()
-    });
+    let client = Client::new(common::fast().with_max_bytes(Some(100_000)));
     let e = read_all(&url, &client).unwrap_err();
     assert!(e.to_string().contains("budget of bytes received"), "{e}");
     assert!(client.stats().body_bytes <= 100_000);
     // Time: a server failing for ever, a budget shorter than the retries.
     let (server, url, _) = serve_big();
     server.inject("big", Fault::Status(503, None), 1000);
-    let client = Client::new(RemoteOptions {
-        time_budget: Some(Duration::from_millis(300)),
-        retries: 1000,
-        ..common::fast()
-    });
+    let client = Client::new(
+        common::fast()
+            .with_time_budget(Some(Duration::from_millis(300)))
+            .with_retries(1000),
+    );
     let e = read_all(&url, &client).unwrap_err();
     assert!(e.to_string().contains("budget of time"), "{e}");
     assert!(e.to_string().contains("HTTP 503"), "{e}");
@@ -286,12 +271,12 @@ fn budgets_stop_requests() {
 #[test]
 fn concurrent_ranges_are_coalesced_and_bounded() {
     let (server, url, file) = serve_big();
-    let client = Client::new(RemoteOptions {
-        concurrency: 4,
-        chunk_size: 128 << 10,
-        coalesce_gap: 1 << 10,
-        ..common::fast()
-    });
+    let client = Client::new(
+        common::fast()
+            .with_concurrency(4)
+            .with_chunk_size(128 << 10)
+            .with_coalesce_gap(1 << 10),
+    );
     let remote_file = tensorfile_remote::open_file(&url, &client, &ReadOptions::default()).unwrap();
     server.reset();
     // 100 small ranges 500 bytes apart (coalesced), and one of 512 KiB

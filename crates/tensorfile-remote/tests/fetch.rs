@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use tensorfile_remote::fetch::{fetch, FetchOptions, Outcome};
 use tensorfile_remote::serve::{Fault, Server};
-use tensorfile_remote::{Client, RemoteOptions};
+use tensorfile_remote::Client;
 
 /// Names in a directory, sorted (hidden ones too).
 fn names(dir: &Path) -> Vec<String> {
@@ -22,18 +22,15 @@ fn names(dir: &Path) -> Vec<String> {
 }
 
 fn small_chunks(concurrency: usize) -> Arc<Client> {
-    Client::new(RemoteOptions {
-        chunk_size: 16 << 10,
-        concurrency,
-        ..common::fast()
-    })
+    Client::new(
+        common::fast()
+            .with_chunk_size(16 << 10)
+            .with_concurrency(concurrency),
+    )
 }
 
 fn options() -> FetchOptions {
-    FetchOptions {
-        sync: false,
-        ..FetchOptions::default()
-    }
+    FetchOptions::default().with_sync(false)
 }
 
 /// A 3 MiB safetensors file.
@@ -125,12 +122,12 @@ fn an_interrupted_fetch_resumes_where_it_stopped() {
     let dest = tempfile::tempdir().unwrap();
     let target = dest.path().join("big.safetensors");
     // A budget of 40 requests stops it part way (192 chunks of 16 KiB).
-    let client = Client::new(RemoteOptions {
-        chunk_size: 16 << 10,
-        concurrency: 4,
-        max_requests: Some(40),
-        ..common::fast()
-    });
+    let client = Client::new(
+        common::fast()
+            .with_chunk_size(16 << 10)
+            .with_concurrency(4)
+            .with_max_requests(Some(40)),
+    );
     let e = fetch(&url, &target, &client, &options(), &()).unwrap_err();
     assert!(e.to_string().contains("budget of requests"), "{e}");
     assert!(!target.exists());
@@ -158,12 +155,12 @@ fn an_interrupted_fetch_resumes_where_it_stopped() {
     assert_eq!(names(dest.path()), ["big.safetensors"]);
 
     // An object that changed since starts over.
-    let client = Client::new(RemoteOptions {
-        chunk_size: 16 << 10,
-        concurrency: 4,
-        max_requests: Some(40),
-        ..common::fast()
-    });
+    let client = Client::new(
+        common::fast()
+            .with_chunk_size(16 << 10)
+            .with_concurrency(4)
+            .with_max_requests(Some(40)),
+    );
     let target2 = dest.path().join("again.safetensors");
     fetch(&url, &target2, &client, &options(), &()).unwrap_err();
     let mut changed = file.clone();

@@ -11,7 +11,7 @@ use std::time::Duration;
 use tensorfile::shard::Want;
 use tensorfile::ReadOptions;
 use tensorfile_remote::serve::Server;
-use tensorfile_remote::{Client, RemoteOptions};
+use tensorfile_remote::Client;
 
 /// A file of `n` one-byte tensors (its header about 60 bytes each).
 fn many_tensors(n: usize) -> Vec<u8> {
@@ -96,11 +96,11 @@ fn a_server_slower_than_the_timeout_is_retried_then_named() {
     let server = Server::start().unwrap();
     server.put("/slow.safetensors", many_tensors(3));
     server.set_latency(Duration::from_millis(500));
-    let client = Client::new(RemoteOptions {
-        read_timeout: Duration::from_millis(100),
-        retries: 1,
-        ..common::fast()
-    });
+    let client = Client::new(
+        common::fast()
+            .with_read_timeout(Duration::from_millis(100))
+            .with_retries(1),
+    );
     let url = format!("{}/slow.safetensors", server.url());
     let e = tensorfile_remote::open_file(&url, &client, &ReadOptions::default()).unwrap_err();
     let text = e.to_string();

@@ -161,10 +161,7 @@ fn s3_directories_are_fetched_and_verified_by_their_checksums() {
     }
     let dest = tempfile::tempdir().unwrap();
     let client: Arc<Client> = common::client();
-    let options = FetchOptions {
-        sync: false,
-        ..FetchOptions::default()
-    };
+    let options = FetchOptions::default().with_sync(false);
     let got = fetch("s3://tf-fetch/llama/", dest.path(), &client, &options, &()).unwrap();
     assert_eq!(got.files.len(), files.len());
     assert!(got.set.is_some());

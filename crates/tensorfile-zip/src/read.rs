@@ -160,11 +160,19 @@ fn record(
 
 impl ZipIndex {
     /// Reads an archive held in memory (see [`ZipIndex::read`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`ZipIndex::read_with`].
     pub fn parse(data: &[u8]) -> Result<ZipIndex> {
         ZipIndex::read(&data)
     }
 
     /// Reads the index of the archive `source` with default limits.
+    ///
+    /// # Errors
+    ///
+    /// As [`ZipIndex::read_with`].
     pub fn read(source: &dyn ByteSource) -> Result<ZipIndex> {
         ZipIndex::read_with(source, &ReadLimits::default())
     }
@@ -177,6 +185,15 @@ impl ZipIndex {
     ///
     /// Refuses duplicate names, encrypted members, methods other than
     /// stored and deflate, and any record that does not fit the source.
+    ///
+    /// # Errors
+    ///
+    /// [`ZipError::NoEndOfCentralDirectory`] when no end record is found,
+    /// [`ZipError::Malformed`] or [`ZipError::OutOfBounds`] for a record that
+    /// is wrong or does not fit the source, [`ZipError::DuplicateEntry`],
+    /// [`ZipError::Unsupported`] (encryption, other methods),
+    /// [`ZipError::Limit`] past `limits`, and [`ZipError::Read`] when a read
+    /// fails.
     pub fn read_with(source: &dyn ByteSource, limits: &ReadLimits) -> Result<ZipIndex> {
         let len = source.len();
         let searched = len.min((EOCD_LEN + u16::MAX as usize) as u64);
@@ -446,6 +463,13 @@ impl Entry {
     /// inflated when deflated. Refuses a member of more than `max_len`
     /// bytes before allocating. `source` must be the archive the index
     /// was read from.
+    ///
+    /// # Errors
+    ///
+    /// [`ZipError::Limit`] when the member is over `max_len` bytes (or cannot be allocated),
+    /// [`ZipError::Inflate`] when its deflate stream
+    /// is corrupt or does not end at its size, [`ZipError::Read`] when a read
+    /// fails.
     pub fn read(&self, source: &dyn ByteSource, max_len: u64) -> Result<Vec<u8>> {
         if self.size > max_len {
             return Err(ZipError::Limit {
@@ -504,6 +528,12 @@ impl Entry {
     /// inflated and nothing is kept here (`sink` keeps what it needs).
     /// When `end` is the declared size, the stream must also end there.
     /// `source` must be the archive the index was read from.
+    ///
+    /// # Errors
+    ///
+    /// [`ZipError::Inflate`] when the member is not deflated, declares more
+    /// than deflate can produce, `end` is past its size, or the stream is
+    /// corrupt or ends early; [`ZipError::Read`] when a read fails.
     pub fn inflate_prefix(
         &self,
         source: &dyn ByteSource,

@@ -48,10 +48,7 @@ fn ms(d: Duration) -> f64 {
 }
 
 fn quick() -> WriteOptions {
-    WriteOptions {
-        sync: false,
-        ..WriteOptions::default()
-    }
+    WriteOptions::default().with_sync(false)
 }
 
 /// xorshift64.
@@ -80,21 +77,19 @@ fn peak_mib() -> f64 {
 fn child(mode: &str, input: &Path, output: &Path) {
     match mode {
         "child-q8" => {
-            let o = FromHfOptions {
-                ggml_type: GgmlType::Q8_0,
-                raw: Some("llama".into()),
-                tokenizer_pre: None,
-                sync: false,
-            };
+            let o = FromHfOptions::default()
+                .with_ggml_type(GgmlType::Q8_0)
+                .with_raw(Some("llama".into()))
+                .with_tokenizer_pre(None)
+                .with_sync(false);
             hf_to_gguf(input, output, &o).unwrap();
         }
         "child-q4k" => {
             let file = GgufFile::open(input).unwrap();
-            let o = ToHfOptions {
-                dtype: Dtype::BF16,
-                keep_quant: false,
-                write: quick(),
-            };
+            let o = ToHfOptions::default()
+                .with_dtype(Dtype::BF16)
+                .with_keep_quant(false)
+                .with_write(quick());
             gguf_to_hf(&file, output, &o).unwrap();
         }
         _ => unreachable!(),

@@ -32,10 +32,7 @@ fn median(mut v: Vec<Duration>) -> Duration {
 }
 
 fn quick() -> WriteOptions {
-    WriteOptions {
-        sync: false,
-        ..WriteOptions::default()
-    }
+    WriteOptions::default().with_sync(false)
 }
 
 /// Peak resident memory of this process, in MiB.
@@ -53,18 +50,14 @@ fn child(mode: &str, input: &Path, output: &Path) {
         "child-to-npz" => {
             let file = SafeTensors::open_pread(input).unwrap();
             let tensors: Vec<_> = file.tensor_data().collect();
-            let o = NpzWriteOptions {
-                compress: false,
-                sync: false,
-            };
+            let o = NpzWriteOptions::default()
+                .with_compress(false)
+                .with_sync(false);
             save_npz(output, &tensors, &o, &|_| ()).unwrap();
         }
         "child-to-st" => {
             let file = NpzFile::open(input).unwrap();
-            let o = FromNpzOptions {
-                write: quick(),
-                ..FromNpzOptions::default()
-            };
+            let o = FromNpzOptions::default().with_write(quick());
             npz_to_safetensors(&file, output, &o, &|_| ()).unwrap();
         }
         _ => unreachable!(),

@@ -67,10 +67,7 @@ fn main() {
         .map(std::path::PathBuf::from)
         .unwrap_or_else(std::env::temp_dir);
     let tmp = tempfile::tempdir_in(&dir).unwrap();
-    let write = WriteOptions {
-        sync: false,
-        ..WriteOptions::default()
-    };
+    let write = WriteOptions::default().with_sync(false);
 
     // int4 input: `mib` MiB of F32 as one [rows, 4096] weight.
     let cols = 4096u64;
@@ -142,21 +139,16 @@ fn main() {
     let q_path = tmp.path().join("q.safetensors");
     let d_path = tmp.path().join("d.safetensors");
     let p_path = tmp.path().join("plain.safetensors");
-    let qopts = QuantizeOptions {
-        scheme: Scheme::Int4Sym { group: 32 },
-        selection: Selection::default(),
-        write: write.clone(),
-    };
-    let mlx_qopts = QuantizeOptions {
-        scheme: Scheme::Mlx(QuantParams::affine(4, 64)),
-        selection: Selection::default(),
-        write: write.clone(),
-    };
-    let dopts = DequantizeOptions {
-        mlx: Some(QuantConfig::uniform(QuantParams::affine(4, 64))),
-        dtype: Some(Dtype::BF16),
-        write: write.clone(),
-    };
+    let qopts = QuantizeOptions::new(Scheme::Int4Sym { group: 32 })
+        .with_selection(Selection::default())
+        .with_write(write.clone());
+    let mlx_qopts = QuantizeOptions::new(Scheme::Mlx(QuantParams::affine(4, 64)))
+        .with_selection(Selection::default())
+        .with_write(write.clone());
+    let dopts = DequantizeOptions::default()
+        .with_mlx(Some(QuantConfig::uniform(QuantParams::affine(4, 64))))
+        .with_dtype(Some(Dtype::BF16))
+        .with_write(write.clone());
     let (mut read, mut quant, mut deq, mut wr) = (vec![], vec![], vec![], vec![]);
     let mut mlx_quant = vec![];
     for _ in 0..runs {

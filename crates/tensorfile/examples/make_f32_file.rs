@@ -57,10 +57,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         });
         left -= bytes;
     }
-    let options = WriteOptions {
-        sync: false,
-        ..WriteOptions::default()
-    };
+    let options = WriteOptions::default().with_sync(false);
     tensorfile::save(out, &tensors, None, &options)?;
     Ok(())
 }

@@ -1,22 +1,260 @@
 //! What `inspect --json` says about a safetensors file or set, or a PyTorch
-//! checkpoint, as JSON: the one schema the CLI prints and the Python
-//! package's `inspect` returns.
+//! checkpoint: the one schema the CLI prints and the Python package's
+//! `inspect` returns, as typed structs ([`FileDescription`],
+//! [`SetDescription`], [`CheckpointDescription`] and the entries they
+//! hold). The README's "inspect --json" section lists every key.
+//!
+//! Each struct's fields are declared in ascending byte order of their names,
+//! the order the keys are printed in (the order a JSON object's keys had
+//! when these descriptions were built as `serde_json` values, which the
+//! CLI's and Python's tests compare against); `to_json` writes them so.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
 
 use crate::model::{read_config_from, read_config_source, CONFIG_NAME, TOKENIZER_NAME};
 use crate::pytorch::{Checkpoint, Format};
 use crate::quant::{int4_group, quantized_weights, QuantConfig, Storage};
 use crate::shard::{LocalDir, Location};
-use crate::{Dtype, Header, Metadata, ShardedTensors, TensorInfo};
+use crate::{Dtype, Header, JsonObject, Metadata, ShardedTensors, TensorInfo};
 
 /// A tensor's sha256 in hex, when hashes are asked for (`None` otherwise).
 pub type Digest<'a> = &'a dyn Fn(&str) -> Option<String>;
 
+/// Compact JSON text of a description (keys in field order, which is
+/// ascending byte order).
+fn to_json(value: &impl Serialize) -> String {
+    // Strings, numbers, sequences and string-keyed maps: writing them
+    // cannot fail.
+    serde_json::to_string(value).unwrap_or_default()
+}
+
+/// One safetensors file: what `inspect --json FILE` prints.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct FileDescription {
+    /// Where the data section starts: 8 + the header length.
+    pub data_start: u64,
+    /// The path, as given (lossy where it is not UTF-8).
+    pub file: String,
+    /// The header length N, padding included.
+    pub header_len: u64,
+    /// The header's `__metadata__`, or `None` when it has none.
+    pub metadata: Option<Metadata>,
+    /// How many tensors start at an offset that is not a multiple of their
+    /// element size (C64: 4), counted from the start of the file.
+    pub misaligned_tensors: usize,
+    /// Elements in all tensors (sub-byte elements count one each).
+    pub parameters: u128,
+    /// The quantized weights (int4, MLX), or `None` when
+    /// `quantized_problem` says why they cannot be read.
+    pub quantized: Option<Vec<QuantizedWeight>>,
+    /// Why the quantized weights cannot be read (a packed MLX weight
+    /// without parameters, a `.qweight` without scales, ...).
+    pub quantized_problem: Option<String>,
+    /// The file's length in bytes (header and data).
+    pub size: u64,
+    /// Every tensor, in data order.
+    pub tensors: Vec<TensorEntry>,
+    /// What the reader accepted but noted (see the format contract).
+    pub warnings: Vec<String>,
+}
+
+impl FileDescription {
+    /// Compact JSON text, as `inspect --json` prints it.
+    pub fn to_json(&self) -> String {
+        to_json(self)
+    }
+}
+
+/// One tensor of a safetensors file or set.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct TensorEntry {
+    /// Begin and end of its bytes, relative to its file's data section.
+    pub data_offsets: [u64; 2],
+    /// The dtype, as the header names it (`BF16`, `F8_E4M3`, ...).
+    pub dtype: String,
+    /// The tensor's name.
+    pub name: String,
+    /// The sha256 of its bytes in hex, with `--hash` only (the key is
+    /// absent otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+    /// The dimensions.
+    pub shape: Vec<u64>,
+    /// The shard (file name) holding it, in a set only (the key is absent
+    /// for a single file).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<String>,
+}
+
+/// A quantized weight: its scheme and parameters, and the tensors that
+/// store it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct QuantizedWeight {
+    /// Bits per stored value (the dtype's bits for `plain`).
+    pub bits: u64,
+    /// Storage bits per logical weight, scales and biases included.
+    pub bits_per_weight: f64,
+    /// Whether an MLX weight has a global scale (nvfp4); `false` otherwise.
+    pub global_scale: bool,
+    /// Weights per scale (0 for `plain`).
+    pub group_size: u64,
+    /// The shape of the dequantized weight.
+    pub logical_shape: Vec<u64>,
+    /// The MLX mode (`affine`, `mxfp4`, `nvfp4`, ...); `None` for int4 and
+    /// plain.
+    pub mode: Option<String>,
+    /// The logical weight's name.
+    pub name: String,
+    /// The stored tensors that make it up (weight, scales, biases, ...).
+    pub parts: Vec<String>,
+    /// The scales' dtype.
+    pub scales_dtype: String,
+    /// `int4-sym`, `mlx` or `plain`.
+    pub scheme: String,
+}
+
+/// A set of safetensors files (a model directory, an index, or a directory
+/// holding one file): what `inspect --json DIR` prints.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct SetDescription {
+    /// The index file, or `None` for a directory of one file.
+    pub index: Option<String>,
+    /// The index's `metadata` object (`total_size`, ...), when there is an
+    /// index with one.
+    pub index_metadata: Option<JsonObject>,
+    /// The model's config, for a directory with a config.json.
+    pub model: Option<ModelSummary>,
+    /// The path, as given (a directory, an index or a URL).
+    pub path: String,
+    /// The quantized weights across the shards, or `None` when
+    /// `quantized_problem` says why they cannot be read.
+    pub quantized: Option<Vec<QuantizedWeight>>,
+    /// Why the quantized weights cannot be read (say, two shards'
+    /// metadata disagree).
+    pub quantized_problem: Option<String>,
+    /// Every shard, in the order the set lists them.
+    pub shards: Vec<ShardEntry>,
+    /// Every tensor, with its shard.
+    pub tensors: Vec<TensorEntry>,
+    /// Counts across shards.
+    pub totals: Totals,
+    /// What the reader accepted but noted, across shards and the index.
+    pub warnings: Vec<String>,
+}
+
+impl SetDescription {
+    /// Compact JSON text, as `inspect --json` prints it.
+    pub fn to_json(&self) -> String {
+        to_json(self)
+    }
+}
+
+/// A model directory's config, as described (`check` verifies it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct ModelSummary {
+    /// The config's `tl_arch`, when it is a string.
+    pub tl_arch: Option<String>,
+    /// Whether tokenizer.json is there.
+    pub tokenizer: bool,
+}
+
+/// One shard of a set.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct ShardEntry {
+    /// Bytes of its data section.
+    pub data_bytes: u64,
+    /// Its header length N.
+    pub header_len: u64,
+    /// Its `__metadata__`, or `None`.
+    pub metadata: Option<Metadata>,
+    /// Its file name.
+    pub name: String,
+    /// Its length in bytes.
+    pub size: u64,
+    /// How many tensors it holds.
+    pub tensors: usize,
+}
+
+/// Counts across a set's shards.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Totals {
+    /// Bytes of every data section.
+    pub data_bytes: u64,
+    /// Elements in all tensors.
+    pub parameters: u128,
+    /// How many shards.
+    pub shards: usize,
+    /// Bytes of every file.
+    pub size: u64,
+    /// How many tensors.
+    pub tensors: usize,
+}
+
+/// A PyTorch checkpoint: what `inspect --json FILE.pt` prints.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct CheckpointDescription {
+    /// `big-endian` or `little-endian`.
+    pub byte_order: String,
+    /// The path, as given (lossy where it is not UTF-8).
+    pub file: String,
+    /// How it is stored, in words (zip with its directory, or legacy).
+    pub format: String,
+    /// Elements in all tensors, names that are exact aliases of one another
+    /// (tied weights) counted once.
+    pub parameters: u128,
+    /// The file's length in bytes.
+    pub size: u64,
+    /// Every tensor.
+    pub tensors: Vec<CheckpointTensor>,
+    /// The non-tensor values (numbers, strings, ...) by name, as text.
+    pub values: BTreeMap<String, String>,
+}
+
+impl CheckpointDescription {
+    /// Compact JSON text, as `inspect --json` prints it.
+    pub fn to_json(&self) -> String {
+        to_json(self)
+    }
+}
+
+/// One tensor of a PyTorch checkpoint: where a safetensors file has data
+/// offsets, a storage and a view of it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct CheckpointTensor {
+    /// The dtype, as safetensors names it.
+    pub dtype: String,
+    /// The tensor's name.
+    pub name: String,
+    /// Bytes of the tensor (its view, not its storage).
+    pub nbytes: u64,
+    /// The sha256 of its bytes in hex, with `--hash` only (the key is
+    /// absent otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+    /// The dimensions.
+    pub shape: Vec<u64>,
+    /// The key of the storage it views.
+    pub storage: String,
+    /// Its first element's offset in the storage, in elements.
+    pub storage_offset: u64,
+    /// Its strides, in elements.
+    pub strides: Vec<u64>,
+}
+
 /// The alignment an element type wants in memory.
-pub fn natural_alignment(dtype: Dtype) -> u64 {
+fn natural_alignment(dtype: Dtype) -> u64 {
     match dtype {
         Dtype::C64 => 4,
         d => (u64::from(d.bits()) / 8).max(1),
@@ -25,7 +263,7 @@ pub fn natural_alignment(dtype: Dtype) -> u64 {
 
 /// MLX parameters: the file's own metadata, else the `quantization` of the
 /// config.json at `location` (MLX keeps them there; a location without one
-/// gives none).
+/// gives none). A remote location is asked remotely.
 fn mlx_config(
     location: &dyn Location,
     metadata: Option<&Metadata>,
@@ -44,65 +282,68 @@ fn mlx_config(
 }
 
 /// The quantized weights among `names` (a file's or a model directory's
-/// tensors, found with `lookup`) as JSON values, or the problem that stops
-/// them being read (a packed MLX weight without parameters, a `.qweight`
-/// without scales, ...). `dir` is where a config.json would be; `metadata`
-/// the file's, or the shards' together.
-///
-/// # Errors
-/// The problem, in words.
-pub fn quantized<'a>(
-    dir: &Path,
-    metadata: Option<&Metadata>,
-    names: impl IntoIterator<Item = &'a str>,
-    lookup: impl Fn(&str) -> Option<TensorInfo<'a>>,
-) -> Result<Vec<Value>, String> {
-    quantized_at(&LocalDir::new(dir, false), metadata, names, lookup)
-}
-
-/// [`quantized`], with the config.json read at `location` (a remote
-/// directory, say).
-///
-/// # Errors
-/// The problem, in words.
-pub fn quantized_at<'a>(
+/// tensors, found with `lookup`), or the problem that stops them being read
+/// (what the description's `quantized_problem` says). `location` is where a
+/// config.json would be; `metadata` the file's, or the shards' together.
+fn quantized<'a>(
     location: &dyn Location,
     metadata: Option<&Metadata>,
     names: impl IntoIterator<Item = &'a str>,
     lookup: impl Fn(&str) -> Option<TensorInfo<'a>>,
-) -> Result<Vec<Value>, String> {
+) -> Result<Vec<QuantizedWeight>, String> {
     let mlx = mlx_config(location, metadata)?;
     let weights = quantized_weights(names, lookup, int4_group(metadata), mlx.as_ref())
         .map_err(|e| e.to_string())?;
     Ok(weights
         .iter()
         .map(|w| {
-            let (scheme, bits, group, mode) = match w.storage {
+            let (scheme, bits, group_size, mode) = match w.storage {
                 Storage::Int4 { group_size } => ("int4-sym", 4, group_size, None),
                 Storage::Mlx(p) => ("mlx", p.bits, p.group_size, Some(p.mode.name())),
                 Storage::Plain => ("plain", u64::from(w.dtype.bits()), 0, None),
             };
-            let global_scale = matches!(w.storage, Storage::Mlx(p) if p.global_scale);
-            json!({
-                "name": w.name,
-                "scheme": scheme,
-                "mode": mode,
-                "global_scale": global_scale,
-                "bits": bits,
-                "group_size": group,
-                "logical_shape": w.shape,
-                "scales_dtype": w.dtype.name(),
-                "bits_per_weight": w.storage.bits_per_weight(w.dtype),
-                "parts": w.parts,
-            })
+            QuantizedWeight {
+                bits,
+                bits_per_weight: w.storage.bits_per_weight(w.dtype),
+                global_scale: matches!(w.storage, Storage::Mlx(p) if p.global_scale),
+                group_size,
+                logical_shape: w.shape.clone(),
+                mode: mode.map(str::to_string),
+                name: w.name.clone(),
+                parts: w.parts.iter().map(|p| p.to_string()).collect(),
+                scales_dtype: w.dtype.name().to_string(),
+                scheme: scheme.to_string(),
+            }
         })
         .collect())
+}
+
+/// Splits what [`quantized`] found into the two keys that say it.
+fn split(
+    found: Result<Vec<QuantizedWeight>, String>,
+) -> (Option<Vec<QuantizedWeight>>, Option<String>) {
+    match found {
+        Ok(weights) => (Some(weights), None),
+        Err(problem) => (None, Some(problem)),
+    }
+}
+
+/// A safetensors tensor's entry; `shard` for a set's.
+fn tensor_entry(t: &TensorInfo<'_>, shard: Option<&str>, digest: Digest<'_>) -> TensorEntry {
+    TensorEntry {
+        data_offsets: [t.data_offsets.0, t.data_offsets.1],
+        dtype: t.dtype.name().to_string(),
+        name: t.name.to_string(),
+        sha256: digest(t.name),
+        shape: t.shape.to_vec(),
+        shard: shard.map(str::to_string),
+    }
 }
 
 /// One safetensors file at `path` whose header is `header`: sizes,
 /// metadata, every tensor in data order (with its sha256 when `digest`
 /// gives one), parameters, alignment, warnings, quantized weights.
-pub fn file(path: &Path, header: &Header, digest: Digest<'_>) -> Value {
+pub fn file(path: &Path, header: &Header, digest: Digest<'_>) -> FileDescription {
     let dir = match path.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir,
         _ => Path::new("."),
@@ -112,48 +353,43 @@ pub fn file(path: &Path, header: &Header, digest: Digest<'_>) -> Value {
 
 /// [`file`] for a file in `location` (a remote directory, say), where a
 /// config.json beside it is looked for.
-pub fn file_at(path: &Path, header: &Header, digest: Digest<'_>, location: &dyn Location) -> Value {
+pub fn file_at(
+    path: &Path,
+    header: &Header,
+    digest: Digest<'_>,
+    location: &dyn Location,
+) -> FileDescription {
     let data_start = header.data_start();
     let misaligned = header
         .tensors()
         .filter(|t| !(data_start + t.data_offsets.0).is_multiple_of(natural_alignment(t.dtype)))
         .count();
-    let parameters: u128 = header.tensors().map(|t| u128::from(t.numel())).sum();
     let names = header.tensors().map(|t| t.name);
-    let quantized = quantized_at(location, header.metadata(), names, |n| header.get(n));
-    let tensors: Vec<Value> = header
-        .tensors()
-        .map(|t| {
-            let mut v = json!({
-                "name": t.name,
-                "dtype": t.dtype.name(),
-                "shape": t.shape,
-                "data_offsets": [t.data_offsets.0, t.data_offsets.1],
-            });
-            if let Some(h) = digest(t.name) {
-                v["sha256"] = Value::String(h);
-            }
-            v
-        })
-        .collect();
-    json!({
-        "file": path,
-        "size": data_start + header.data_len(),
-        "header_len": header.header_len(),
-        "metadata": header.metadata(),
-        "tensors": tensors,
-        "parameters": parameters,
-        "data_start": data_start,
-        "misaligned_tensors": misaligned,
-        "warnings": header.warnings(),
-        "quantized": quantized.as_ref().ok(),
-        "quantized_problem": quantized.as_ref().err(),
-    })
+    let (quantized, quantized_problem) =
+        split(quantized(location, header.metadata(), names, |n| {
+            header.get(n)
+        }));
+    FileDescription {
+        data_start,
+        file: path.to_string_lossy().into_owned(),
+        header_len: header.header_len(),
+        metadata: header.metadata().cloned(),
+        misaligned_tensors: misaligned,
+        parameters: header.tensors().map(|t| u128::from(t.numel())).sum(),
+        quantized,
+        quantized_problem,
+        size: data_start + header.data_len(),
+        tensors: header
+            .tensors()
+            .map(|t| tensor_entry(&t, None, digest))
+            .collect(),
+        warnings: header.warnings().to_vec(),
+    }
 }
 
 /// For a directory with config.json: its tl_arch and whether tokenizer.json
 /// is there (`check` verifies them; this only describes).
-fn model_summary(path: &Path, set: &ShardedTensors) -> Option<Value> {
+fn model_summary(path: &Path, set: &ShardedTensors) -> Option<ModelSummary> {
     // A set opened from a directory, local or remote (a URL names no file
     // here): its config and tokenizer are read where its shards are.
     let name = path.file_name()?.to_string_lossy();
@@ -161,76 +397,64 @@ fn model_summary(path: &Path, set: &ShardedTensors) -> Option<Value> {
         return None;
     }
     let config = read_config_from(&**set.location(), CONFIG_NAME).ok()?;
-    Some(json!({
-        "tl_arch": config.get("tl_arch"),
-        "tokenizer": set.location().open(TOKENIZER_NAME).is_ok(),
-    }))
+    Some(ModelSummary {
+        tl_arch: config.get_str("tl_arch").map(str::to_string),
+        tokenizer: set.location().open(TOKENIZER_NAME).is_ok(),
+    })
 }
 
 /// A set opened from `path` (a directory or an index): the model's config
 /// (for a directory), each shard, every tensor with its shard (and sha256
 /// when `digest` gives one), totals, quantized weights, warnings.
-pub fn set(path: &Path, set: &ShardedTensors, digest: Digest<'_>) -> Value {
+pub fn set(path: &Path, set: &ShardedTensors, digest: Digest<'_>) -> SetDescription {
     let names = set.infos().map(|(_, t)| t.name);
     // Without the shards' metadata (say, two shards disagree) the int4
     // group and MLX parameters are unknown: say why instead of guessing.
-    let quantized = match set.metadata() {
-        Ok(metadata) => quantized_at(&**set.location(), Some(&metadata), names, |n| set.info(n)),
+    let found = match set.metadata() {
+        Ok(metadata) => quantized(&**set.location(), Some(&metadata), names, |n| set.info(n)),
         Err(e) => Err(e.to_string()),
     };
-    let shards: Vec<Value> = set
+    let (quantized, quantized_problem) = split(found);
+    let shards = set
         .shards()
         .iter()
         .map(|s| {
             let h = s.header();
-            json!({
-                "name": s.name(),
-                "tensors": h.len(),
-                "header_len": h.header_len(),
-                "data_bytes": h.data_len(),
-                "size": h.data_start() + h.data_len(),
-                "metadata": h.metadata(),
-            })
-        })
-        .collect();
-    let tensors: Vec<Value> = set
-        .infos()
-        .map(|(shard, t)| {
-            let mut v = json!({
-                "name": t.name,
-                "dtype": t.dtype.name(),
-                "shape": t.shape,
-                "shard": shard.name(),
-                "data_offsets": [t.data_offsets.0, t.data_offsets.1],
-            });
-            if let Some(h) = digest(t.name) {
-                v["sha256"] = Value::String(h);
+            ShardEntry {
+                data_bytes: h.data_len(),
+                header_len: h.header_len(),
+                metadata: h.metadata().cloned(),
+                name: s.name().to_string(),
+                size: h.data_start() + h.data_len(),
+                tensors: h.len(),
             }
-            v
         })
         .collect();
-    json!({
-        "path": path,
-        "index": set.index_path(),
-        "index_metadata": set.index_metadata(),
-        "model": model_summary(path, set),
-        "shards": shards,
-        "tensors": tensors,
-        "totals": {
-            "shards": set.shards().len(),
-            "tensors": set.len(),
-            "parameters": set.parameters(),
-            "data_bytes": set.data_len(),
-            "size": set.file_len(),
+    SetDescription {
+        index: set.index_path().map(|p| p.to_string_lossy().into_owned()),
+        index_metadata: set.index_metadata().cloned(),
+        model: model_summary(path, set),
+        path: path.to_string_lossy().into_owned(),
+        quantized,
+        quantized_problem,
+        shards,
+        tensors: set
+            .infos()
+            .map(|(shard, t)| tensor_entry(&t, Some(shard.name()), digest))
+            .collect(),
+        totals: Totals {
+            data_bytes: set.data_len(),
+            parameters: set.parameters(),
+            shards: set.shards().len(),
+            size: set.file_len(),
+            tensors: set.len(),
         },
-        "quantized": quantized.as_ref().ok(),
-        "quantized_problem": quantized.as_ref().err(),
-        "warnings": set.warnings(),
-    })
+        warnings: set.warnings().to_vec(),
+    }
 }
 
 /// How a PyTorch checkpoint is stored, in words.
-pub fn checkpoint_format(ckpt: &Checkpoint) -> String {
+fn checkpoint_format(ckpt: &Checkpoint) -> String {
     match ckpt.format() {
         Format::Zip { prefix } => format!("PyTorch zip checkpoint (directory {prefix:?})"),
         Format::Legacy => "PyTorch legacy checkpoint (before 1.6)".to_string(),
@@ -242,7 +466,12 @@ pub fn checkpoint_format(ckpt: &Checkpoint) -> String {
 /// a safetensors file has data offsets, and its sha256 when `digest` gives
 /// one), the non-tensor values, parameters (names that are exact aliases of
 /// one another, tied weights, counted once).
-pub fn checkpoint(file: &Path, size: u64, ckpt: &Checkpoint, digest: Digest<'_>) -> Value {
+pub fn checkpoint(
+    file: &Path,
+    size: u64,
+    ckpt: &Checkpoint,
+    digest: Digest<'_>,
+) -> CheckpointDescription {
     let byte_order = if ckpt.is_big_endian() {
         "big-endian"
     } else {
@@ -254,36 +483,28 @@ pub fn checkpoint(file: &Path, size: u64, ckpt: &Checkpoint, digest: Digest<'_>)
         .filter(|t| seen.insert(t.view_key()))
         .map(|t| u128::from(t.numel()))
         .sum();
-    let tensors: Vec<Value> = ckpt
+    let tensors = ckpt
         .tensors()
-        .map(|t| {
-            let mut v = json!({
-                "name": t.name(),
-                "dtype": t.dtype().name(),
-                "shape": t.shape(),
-                "nbytes": t.nbytes(),
-                "storage": t.storage_key(),
-                "storage_offset": t.storage_offset(),
-                "strides": t.strides(),
-            });
-            if let Some(h) = digest(t.name()) {
-                v["sha256"] = Value::String(h);
-            }
-            v
+        .map(|t| CheckpointTensor {
+            dtype: t.dtype().name().to_string(),
+            name: t.name().to_string(),
+            nbytes: t.nbytes(),
+            sha256: digest(t.name()),
+            shape: t.shape().to_vec(),
+            storage: t.storage_key().to_string(),
+            storage_offset: t.storage_offset(),
+            strides: t.strides().to_vec(),
         })
         .collect();
-    let values: serde_json::Map<String, Value> = ckpt
-        .values()
-        .iter()
-        .map(|(k, v)| (k.clone(), Value::String(v.clone())))
-        .collect();
-    json!({
-        "file": file,
-        "size": size,
-        "format": checkpoint_format(ckpt),
-        "byte_order": byte_order,
-        "tensors": tensors,
-        "values": values,
-        "parameters": parameters,
-    })
+    CheckpointDescription {
+        byte_order: byte_order.to_string(),
+        file: file.to_string_lossy().into_owned(),
+        format: checkpoint_format(ckpt),
+        parameters,
+        size,
+        tensors,
+        // Collected as a JSON object was: a repeated name keeps its last
+        // value.
+        values: ckpt.values().iter().cloned().collect(),
+    }
 }

@@ -21,6 +21,7 @@
 
 #![forbid(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
+#![warn(clippy::missing_errors_doc)]
 
 // The format core, under the same paths: `tensorfile::header`,
 // `tensorfile::SafeTensors`, ...
@@ -44,6 +45,7 @@ pub mod digest;
 pub mod error;
 pub mod gguf;
 pub mod input;
+mod json_object;
 pub mod model;
 pub mod npz;
 pub mod pytorch;
@@ -56,6 +58,7 @@ pub mod values;
 
 pub use cast::Decode;
 pub use error::{Error, ParseError, Result};
+pub use json_object::JsonObject;
 pub use model::Contract;
 pub use shard::{ShardError, ShardedTensors};
 

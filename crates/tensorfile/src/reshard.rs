@@ -26,76 +26,12 @@ use crate::plan::Plan;
 use crate::save_plan;
 use crate::shard::{SetTensor, ShardIndex, ShardedTensors};
 use crate::writer::WriteOptions;
-use crate::ParseError;
-
-/// Parses a shard size the way huggingface_hub does: a number of bytes, or a
-/// number (decimals allowed) followed by `KB`, `MB`, `GB` or `TB`, decimal
-/// units (`5GB` = 5,000,000,000), any case. The result is truncated to whole
-/// bytes.
-///
-/// ```
-/// use tensorfile::reshard::parse_size;
-/// assert_eq!(parse_size("5GB"), Ok(5_000_000_000));
-/// assert_eq!(parse_size("1.5mb"), Ok(1_500_000));
-/// assert_eq!(parse_size("4096"), Ok(4096));
-/// assert!(parse_size("5GiB").is_err());
-/// ```
-///
-/// # Errors
-/// [`ParseError`] saying what a size looks like.
-pub fn parse_size(text: &str) -> Result<u64, ParseError> {
-    let bad = || {
-        ParseError(format!(
-            "`{text}` is not a size: expected bytes or a number with KB, MB, GB or TB"
-        ))
-    };
-    let s = text.trim();
-    let upper = s.to_ascii_uppercase();
-    let (number, scale) = match ["KB", "MB", "GB", "TB"]
-        .iter()
-        .zip([3u32, 6, 9, 12])
-        .find(|(unit, _)| upper.ends_with(*unit))
-    {
-        Some((_, exp)) => (s[..s.len() - 2].trim(), 10u128.pow(exp)),
-        None => (s, 1),
-    };
-    // Exact decimal arithmetic (Python goes through a float; for sizes
-    // written with a few digits the results agree).
-    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
-    let digits = |d: &str| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit());
-    if !(digits(whole) || whole.is_empty() && digits(fraction))
-        || !(fraction.is_empty() || digits(fraction))
-        || fraction.len() > 12
-    {
-        return Err(bad());
-    }
-    let whole: u128 = if whole.is_empty() {
-        0
-    } else {
-        whole.parse().map_err(|_| bad())?
-    };
-    let frac_value: u128 = if fraction.is_empty() {
-        0
-    } else {
-        fraction.parse().map_err(|_| bad())?
-    };
-    let frac_scale = 10u128.pow(fraction.len() as u32);
-    let bytes = whole
-        .checked_mul(scale)
-        .and_then(|w| w.checked_add(frac_value * scale / frac_scale))
-        .ok_or_else(bad)?;
-    u64::try_from(bytes).map_err(|_| bad())
-}
 
 /// Groups tensor sizes (in source order) into shards the way huggingface_hub
-/// does; each shard lists positions into `sizes`.
-///
-/// ```
-/// use tensorfile::reshard::plan_shards;
-/// // 3 + 3 fit in 8; 9 is over the limit, so it is alone; 2 joins the open shard.
-/// assert_eq!(plan_shards(&[3, 3, 9, 4, 2], 8), vec![vec![2], vec![0, 1], vec![3, 4]]);
-/// ```
-pub fn plan_shards(sizes: &[u64], max_shard_size: u64) -> Vec<Vec<usize>> {
+/// does; each shard lists positions into `sizes` (`[3, 3, 9, 4, 2]` within
+/// 8: `[[2], [0, 1], [3, 4]]`, a tensor over the limit alone, a small one
+/// joining the open shard). [`split`] and the converters use it.
+pub(crate) fn plan_shards(sizes: &[u64], max_shard_size: u64) -> Vec<Vec<usize>> {
     let mut shards = Vec::new();
     let mut current = Vec::new();
     let mut current_size = 0u64;
@@ -121,6 +57,7 @@ pub fn plan_shards(sizes: &[u64], max_shard_size: u64) -> Vec<Vec<usize>> {
 
 /// How to split.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct SplitOptions {
     /// The most data bytes a shard holds (a larger tensor is alone).
     pub max_shard_size: u64,
@@ -129,6 +66,23 @@ pub struct SplitOptions {
     /// How each file is written.
     pub write: WriteOptions,
 }
+
+impl SplitOptions {
+    /// Options with these `max_shard_size`, `prefix`; the other fields at their defaults.
+    pub fn new(max_shard_size: u64, prefix: String) -> SplitOptions {
+        SplitOptions {
+            max_shard_size,
+            prefix,
+            write: Default::default(),
+        }
+    }
+}
+
+tensorfile_core::with_fields!(SplitOptions {
+    with_max_shard_size => max_shard_size: u64,
+    with_prefix => prefix: String,
+    with_write => write: WriteOptions,
+});
 
 /// What a split wrote.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -198,7 +152,7 @@ pub enum Sharding {
         count: usize,
     },
     /// huggingface_hub's greedy rule over the tensors' sizes, in plan
-    /// order ([`plan_shards`]).
+    /// order (`plan_shards`).
     MaxSize(u64),
 }
 
@@ -299,9 +253,9 @@ pub fn save_set(
     let index = if count > 1 {
         let path = out_dir.join(format!("{prefix}.safetensors.index.json"));
         let mut index = ShardIndex::new(total_size, weight_map);
-        index.metadata.insert(
-            "total_parameters".into(),
-            serde_json::Value::from(u64::try_from(total_parameters).unwrap_or(u64::MAX)),
+        index.metadata.insert_u64(
+            "total_parameters",
+            u64::try_from(total_parameters).unwrap_or(u64::MAX),
         );
         let file = set.create(&path)?;
         file.write_all_at(index.to_json().as_bytes(), 0)?;
@@ -378,33 +332,6 @@ pub fn merge(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sizes() {
-        for (text, bytes) in [
-            ("5GB", 5_000_000_000),
-            ("5 gb", 5_000_000_000),
-            ("1KB", 1000),
-            ("2TB", 2_000_000_000_000),
-            ("0.5MB", 500_000),
-            (".5KB", 500),
-            ("100", 100),
-        ] {
-            assert_eq!(parse_size(text), Ok(bytes), "{text}");
-        }
-        for bad in [
-            "",
-            "GB",
-            "5GiB",
-            "-1",
-            "1e3",
-            "5 G B",
-            "1.2.3MB",
-            "99999999999TB",
-        ] {
-            assert!(parse_size(bad).is_err(), "{bad}");
-        }
-    }
 
     #[test]
     fn greedy_plan_matches_huggingface_hub() {

@@ -27,6 +27,27 @@ pub const BLOCK: usize = 1 << 14;
 /// Blocks in a task: the unit of parallel work and of ordered combining.
 pub const TASK: usize = 64;
 
+/// A value type the passes of [`crate::stats`] and [`crate::diff`] take:
+/// f64, or f32 (widened exactly to f64 before any arithmetic, so that
+/// both give the same figures).
+pub trait Value: Copy + Send + Sync + Into<f64> {
+    /// The values as f32, when they are (for the passes written for f32
+    /// lanes).
+    fn as_f32(values: &[Self]) -> Option<&[f32]>;
+}
+
+impl Value for f32 {
+    fn as_f32(values: &[f32]) -> Option<&[f32]> {
+        Some(values)
+    }
+}
+
+impl Value for f64 {
+    fn as_f32(_: &[f64]) -> Option<&[f32]> {
+        None
+    }
+}
+
 /// What the values are stored as.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stored {
@@ -197,6 +218,12 @@ impl<'a> Values<'a> {
         self.len == 0
     }
 
+    /// Whether every value is exactly an f32 (a stored float narrower
+    /// than F64, or C64's parts), so that [`Reader::read_f32`] reads them.
+    pub fn fits_f32(&self) -> bool {
+        matches!(self.stored, Stored::Plain(d) if d.is_float() && d != Dtype::F64)
+    }
+
     /// The number of tasks its values make.
     pub fn tasks(&self) -> usize {
         let per = (BLOCK * TASK) as u64;
@@ -236,22 +263,72 @@ impl Reader<'_, '_> {
     /// A range past the end, or a failed read naming the tensor.
     pub fn read(&mut self, start: u64, out: &mut [f64]) -> Result<Option<&[u8]>> {
         let v = self.values;
-        let end = start.checked_add(out.len() as u64);
+        self.check(start, out.len())?;
+        if !matches!(v.stored, Stored::Plain(_)) {
+            self.read_rows(start, out)?;
+            return Ok(None);
+        }
+        let (dtype, bytes) = self.stored_bytes(start, out.len())?;
+        decode(&v.name, dtype, bytes, out)?;
+        Ok(Some(bytes))
+    }
+
+    /// [`Reader::read`] into f32, for values that are exactly f32
+    /// ([`Values::fits_f32`]): half the bytes of f64 for every pass over
+    /// them, and the same values.
+    ///
+    /// # Errors
+    /// As [`Reader::read`]; values that are not exactly f32.
+    pub fn read_f32<'s>(&'s mut self, start: u64, out: &'s mut [f32]) -> Result<Option<&'s [u8]>> {
+        let v = self.values;
+        self.check(start, out.len())?;
+        if !v.fits_f32() {
+            return Err(Error::not_found(format!("{}: not f32 values", v.name)));
+        }
+        // F32 (and C64's parts) read from a file straight into `out`: on a
+        // little-endian machine its bytes are the values.
+        if let (Stored::Plain(Dtype::F32 | Dtype::C64), Source::Stored(t)) = (v.stored, &v.source) {
+            if cfg!(target_endian = "little") && t.bytes().is_none() {
+                let bytes: &mut [u8] = bytemuck::cast_slice_mut(out);
+                // Four bytes a value (C64: two values an element).
+                t.read_at(start * 4, bytes)?;
+                return Ok(Some(bytes));
+            }
+        }
+        let (dtype, bytes) = self.stored_bytes(start, out.len())?;
+        crate::cast::decode_f32(dtype, bytes, out).map_err(|source| Error::Cast {
+            tensor: v.name.clone(),
+            source,
+        })?;
+        Ok(Some(bytes))
+    }
+
+    /// Refuses a range past the end, or one that starts inside a byte.
+    fn check(&self, start: u64, n: usize) -> Result<()> {
+        let v = self.values;
+        let end = start.checked_add(n as u64);
         if end.is_none_or(|e| e > v.len) || !start.is_multiple_of(8) {
             return Err(Error::not_found(format!(
                 "{}: values {start}.. of {} asked",
                 v.name, v.len
             )));
         }
-        let Stored::Plain(dtype) = v.stored else {
-            self.read_rows(start, out)?;
-            return Ok(None);
+        Ok(())
+    }
+
+    /// The stored bytes of values `start .. start + n` of a stored tensor
+    /// (checked), and the dtype they decode as (C64: its F32 parts).
+    fn stored_bytes(&mut self, start: u64, n: usize) -> Result<(Dtype, &[u8])> {
+        let v = self.values;
+        let dtype = match v.stored {
+            Stored::Plain(d) => d,
+            Stored::Quantized(..) => Dtype::F32,
         };
         // Values to elements: C64 has two per element.
         let (first, count, as_dtype) = if dtype == Dtype::C64 {
-            (start / 2, out.len() / 2, Dtype::F32)
+            (start / 2, n / 2, Dtype::F32)
         } else {
-            (start, out.len(), dtype)
+            (start, n, dtype)
         };
         let bits = u64::from(dtype.bits());
         let at = first * bits / 8;
@@ -263,8 +340,7 @@ impl Reader<'_, '_> {
             Source::Stored(t) => t.bytes_at(at, len, &mut self.bytes)?,
             Source::Quantized(_) => &[],
         };
-        decode(&v.name, as_dtype, bytes, out)?;
-        Ok(Some(bytes))
+        Ok((as_dtype, bytes))
     }
 
     /// Values of a quantized weight, from whole rows.

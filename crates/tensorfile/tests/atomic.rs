@@ -179,10 +179,7 @@ fn save_u8(path: &Path, data: &[u8], metadata: &Metadata, sync: bool) {
         shape: &[data.len() as u64],
         data,
     };
-    let options = WriteOptions {
-        sync,
-        ..Default::default()
-    };
+    let options = WriteOptions::default().with_sync(sync);
     save(path, [t], Some(metadata), &options).unwrap();
 }
 

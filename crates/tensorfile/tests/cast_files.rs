@@ -18,10 +18,7 @@ fn opts() -> CastOptions {
 }
 
 fn write_opts() -> WriteOptions {
-    WriteOptions {
-        sync: false,
-        ..WriteOptions::default()
-    }
+    WriteOptions::default().with_sync(false)
 }
 
 fn convert(
@@ -160,10 +157,7 @@ fn quantized_companions_keep_their_dtype() {
         ("mlx/mxfp4_g32.safetensors", 2),
     ] {
         let out = dir.path().join("mlx.safetensors");
-        let all = CastOptions {
-            allow_int: true,
-            ..opts()
-        };
+        let all = opts().with_allow_int(true);
         let s = convert(&fixture(file), &out, Some(Dtype::F16), all).unwrap();
         assert_eq!((s.cast, s.companions), (0, kept), "{file}");
         let (i, o) = (
@@ -206,10 +200,7 @@ fn refused_conversions_leave_no_output() {
     // With allow_int, fractional values fail during the write: the old
     // file stays as it was, and no temporary file is left.
     std::fs::write(&out, b"old").unwrap();
-    let ints = CastOptions {
-        allow_int: true,
-        ..opts()
-    };
+    let ints = opts().with_allow_int(true);
     let err = convert(&src, &out, Some(Dtype::I32), ints).unwrap_err();
     assert!(err.to_string().contains("does not fit I32"), "{err}");
     assert_eq!(std::fs::read(&out).unwrap(), b"old");
@@ -254,10 +245,7 @@ fn saturating_conversion_to_f8() {
     let f = SafeTensors::open(&out).unwrap();
     let v = f.tensor("w").unwrap().to_f32_vec().unwrap();
     assert!(v[0] == 1.0 && v[1].is_nan() && v[2].is_nan());
-    let sat = CastOptions {
-        saturate: true,
-        ..opts()
-    };
+    let sat = opts().with_saturate(true);
     convert(&src, &out, Some(Dtype::F8_E4M3), sat).unwrap();
     let f = SafeTensors::open(&out).unwrap();
     let v = f.tensor("w").unwrap().to_f32_vec().unwrap();

@@ -39,17 +39,11 @@ fn opts() -> CastOptions {
 }
 
 fn sat() -> CastOptions {
-    CastOptions {
-        saturate: true,
-        ..CastOptions::default()
-    }
+    CastOptions::default().with_saturate(true)
 }
 
 fn ints() -> CastOptions {
-    CastOptions {
-        allow_int: true,
-        ..CastOptions::default()
-    }
+    CastOptions::default().with_allow_int(true)
 }
 
 fn load(name: &str) -> serde_json::Value {
@@ -662,11 +656,10 @@ fn c64_converts_only_to_c64() {
         z
     );
     for &other in Dtype::ALL.iter().filter(|d| **d != Dtype::C64) {
-        let o = CastOptions {
-            saturate: true,
-            allow_int: true,
-            strict: false,
-        };
+        let o = CastOptions::default()
+            .with_saturate(true)
+            .with_allow_int(true)
+            .with_strict(false);
         assert!(cast::check(Dtype::C64, other, o).is_err(), "{other}");
         assert!(cast::check(other, Dtype::C64, o).is_err(), "{other}");
     }

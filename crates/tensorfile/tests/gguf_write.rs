@@ -18,11 +18,7 @@ fn gguf_dir() -> PathBuf {
 }
 
 fn opts(t: GgmlType) -> FromHfOptions {
-    FromHfOptions {
-        ggml_type: t,
-        sync: false,
-        ..FromHfOptions::default()
-    }
+    FromHfOptions::default().with_ggml_type(t).with_sync(false)
 }
 
 fn raw_of(file: &GgufFile, name: &str) -> Vec<u8> {
@@ -112,10 +108,7 @@ fn k_types_give_llama_model_quantize_blocks() {
     for t in ["Q4_K", "Q6_K"] {
         let ty = GgmlType::from_name(t).unwrap();
         let path = out.path().join(format!("{t}.gguf"));
-        let o = FromHfOptions {
-            raw: Some("llama".into()),
-            ..opts(ty)
-        };
+        let o = opts(ty).with_raw(Some("llama".into()));
         hf_to_gguf(&src, &path, &o).unwrap();
         let ours = GgufFile::open(&path).unwrap();
         let carrier =
@@ -166,14 +159,10 @@ fn every_architecture_round_trips_through_gguf() {
             file.header().warnings()
         );
         let back = out.path().join(arch);
-        let to = ToHfOptions {
-            dtype: Dtype::BF16,
-            keep_quant: false,
-            write: WriteOptions {
-                sync: false,
-                ..WriteOptions::default()
-            },
-        };
+        let to = ToHfOptions::default()
+            .with_dtype(Dtype::BF16)
+            .with_keep_quant(false)
+            .with_write(WriteOptions::default().with_sync(false));
         gguf_to_hf(&file, &back, &to).unwrap();
         same_tensors(
             &src.join("model.safetensors"),
@@ -216,10 +205,7 @@ fn values_that_cannot_be_quantized_are_refused_and_nothing_is_written() {
     };
     tensorfile::save(&src, [t], None, &WriteOptions::default()).unwrap();
     let path = out.path().join("w.gguf");
-    let o = FromHfOptions {
-        raw: Some("x".into()),
-        ..opts(GgmlType::Q8_0)
-    };
+    let o = opts(GgmlType::Q8_0).with_raw(Some("x".into()));
     let e = hf_to_gguf(&src, &path, &o).unwrap_err();
     assert!(
         e.to_string()
@@ -228,15 +214,7 @@ fn values_that_cannot_be_quantized_are_refused_and_nothing_is_written() {
     );
     assert!(!path.exists());
     // F16 keeps it, as numpy's astype does.
-    hf_to_gguf(
-        &src,
-        &path,
-        &FromHfOptions {
-            raw: Some("x".into()),
-            ..opts(GgmlType::F16)
-        },
-    )
-    .unwrap();
+    hf_to_gguf(&src, &path, &opts(GgmlType::F16).with_raw(Some("x".into()))).unwrap();
 
     // Unknown names: refused without --raw, by name.
     let dir = out.path().join("model");

@@ -42,17 +42,13 @@ fn bytes_of(t: &impl TensorData) -> Vec<u8> {
 }
 
 fn quick() -> WriteOptions {
-    WriteOptions {
-        sync: false,
-        ..WriteOptions::default()
-    }
+    WriteOptions::default().with_sync(false)
 }
 
 fn npz_opts(compress: bool) -> NpzWriteOptions {
-    NpzWriteOptions {
-        compress,
-        sync: false,
-    }
+    NpzWriteOptions::default()
+        .with_compress(compress)
+        .with_sync(false)
 }
 
 #[test]
@@ -281,11 +277,9 @@ fn safetensors_to_npz_and_back_gives_the_same_tensors() {
             assert_eq!(bytes_of(back), data, "{name} compress={compress}");
             // And through safetensors, in a plan.
             let st = dir.path().join(format!("{name}.safetensors"));
-            let opts = FromNpzOptions {
-                opaque: Some(dtype),
-                write: quick(),
-                ..FromNpzOptions::default()
-            };
+            let opts = FromNpzOptions::default()
+                .with_opaque(Some(dtype))
+                .with_write(quick());
             npz_to_safetensors(&file, &st, &opts, &|_| ()).unwrap();
             let st = SafeTensors::open(&st).unwrap();
             let got = st.tensor(&name).unwrap();
@@ -299,22 +293,18 @@ fn npz_to_safetensors_casts_and_shards_like_any_conversion() {
     let dir = tempfile::tempdir().unwrap();
     let file = NpzFile::open(fixtures().join("savez_compressed.npz")).unwrap();
     let out = dir.path().join("bf16.safetensors");
-    let opts = FromNpzOptions {
-        dtype: Some(Dtype::BF16),
-        write: quick(),
-        ..FromNpzOptions::default()
-    };
+    let opts = FromNpzOptions::default()
+        .with_dtype(Some(Dtype::BF16))
+        .with_write(quick());
     let s = npz_to_safetensors(&file, &out, &opts, &|_| ()).unwrap();
     assert_eq!(s.convert.tensors, file.arrays().len());
     let st = SafeTensors::open(&out).unwrap();
     assert_eq!(st.tensor("weight").unwrap().dtype(), Dtype::BF16);
     assert_eq!(st.tensor("ids").unwrap().dtype(), Dtype::I64);
     let sharded = dir.path().join("set");
-    let opts = FromNpzOptions {
-        max_shard_size: Some(64),
-        write: quick(),
-        ..FromNpzOptions::default()
-    };
+    let opts = FromNpzOptions::default()
+        .with_max_shard_size(Some(64))
+        .with_write(quick());
     let s = npz_to_safetensors(&file, &sharded, &opts, &|_| ()).unwrap();
     assert!(s.files.len() > 1 && s.index.is_some(), "{:?}", s.files);
 }

@@ -55,10 +55,7 @@ fn ok_fixtures_round_trip() {
         let want = spec["tensors"].as_object().unwrap();
         for policy in [SharedPolicy::Alias, SharedPolicy::Copy] {
             let out = dir.path().join(format!("{file}.{policy:?}.safetensors"));
-            let options = ConvertOptions {
-                shared: policy,
-                ..no_sync()
-            };
+            let options = no_sync().with_shared(policy);
             let report = convert(fixtures().join(file), &out, &options, &|_| ())
                 .unwrap_or_else(|e| panic!("{file}: {e}"));
             let st = SafeTensors::open(&out).unwrap();
@@ -137,10 +134,7 @@ fn refused_conversions_leave_no_file() {
     }
     // Sharing refused by policy.
     let out = dir.path().join("tied.safetensors");
-    let options = ConvertOptions {
-        shared: SharedPolicy::Error,
-        ..no_sync()
-    };
+    let options = no_sync().with_shared(SharedPolicy::Error);
     let e = convert(fixtures().join("zip_tied.pt"), &out, &options, &|_| ()).unwrap_err();
     assert!(e.to_string().contains("share storage"), "{e}");
     assert!(!out.exists());
@@ -178,13 +172,7 @@ fn a_failure_mid_stream_leaves_no_file() {
 fn key_and_keep_values() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("model.safetensors");
-    let options = ConvertOptions {
-        load: LoadOptions {
-            key: Some("model".into()),
-            ..LoadOptions::default()
-        },
-        ..no_sync()
-    };
+    let options = no_sync().with_load(LoadOptions::default().with_key(Some("model".into())));
     convert(
         fixtures().join("zip_train_checkpoint.pt"),
         &out,
@@ -199,10 +187,7 @@ fn key_and_keep_values() {
         .all(|n| !n.starts_with("model.") && !n.starts_with("optimizer.")));
 
     let out = dir.path().join("nested.safetensors");
-    let options = ConvertOptions {
-        keep_values: true,
-        ..no_sync()
-    };
+    let options = no_sync().with_keep_values(true);
     let report = convert(
         fixtures().join("zip_checkpoint_nested.pt"),
         &out,
@@ -252,10 +237,7 @@ fn conversions_cast_float_tensors_on_the_way() {
         let plain = dir.path().join("plain.safetensors");
         let cast = dir.path().join("cast.safetensors");
         convert(&input, &plain, &no_sync(), &|_| ()).unwrap();
-        let options = ConvertOptions {
-            dtype: Some(Dtype::BF16),
-            ..no_sync()
-        };
+        let options = no_sync().with_dtype(Some(Dtype::BF16));
         let report = convert(&input, &cast, &options, &|_| ()).unwrap();
         let (plain, cast) = (
             SafeTensors::open(&plain).unwrap(),

@@ -89,26 +89,20 @@ fn refs(ts: &[Owned]) -> Vec<TensorRef<'_>> {
 }
 
 fn no_sync() -> WriteOptions {
-    WriteOptions {
-        sync: false,
-        ..WriteOptions::default()
-    }
+    WriteOptions::default().with_sync(false)
 }
 
 fn qopts(scheme: Scheme) -> QuantizeOptions {
-    QuantizeOptions {
-        scheme,
-        selection: Selection::default(),
-        write: no_sync(),
-    }
+    QuantizeOptions::new(scheme)
+        .with_selection(Selection::default())
+        .with_write(no_sync())
 }
 
 fn dopts(mlx: Option<QuantConfig>, dtype: Option<Dtype>) -> DequantizeOptions {
-    DequantizeOptions {
-        mlx,
-        dtype,
-        write: no_sync(),
-    }
+    DequantizeOptions::default()
+        .with_mlx(mlx)
+        .with_dtype(dtype)
+        .with_write(no_sync())
 }
 
 fn values_of(file: &SafeTensors, name: &str) -> Vec<f32> {
@@ -506,13 +500,10 @@ fn default_selection_and_globs() {
     ];
     let run = |include: &[&str], exclude: &[&str]| {
         let out = dir.path().join("q.safetensors");
-        let opts = QuantizeOptions {
-            selection: Selection {
-                include: include.iter().map(|g| Glob::new(*g)).collect(),
-                exclude: exclude.iter().map(|g| Glob::new(*g)).collect(),
-            },
-            ..qopts(Scheme::Int4Sym { group: 32 })
-        };
+        let opts = qopts(Scheme::Int4Sym { group: 32 }).with_selection(Selection {
+            include: include.iter().map(|g| Glob::new(*g)).collect(),
+            exclude: exclude.iter().map(|g| Glob::new(*g)).collect(),
+        });
         quantize_file(&out, &refs(&input), None, &opts).map(|s| s.quantized)
     };
     assert_eq!(
@@ -1029,7 +1020,9 @@ fn scheme_and_config_parsing() {
         .with_global_scale()
         .is_err());
     assert!(Scheme::parse("gptq", None, None).is_err());
-    let c = |v: Value| QuantConfig::from_config(v.as_object().unwrap());
+    let c = |v: Value| {
+        QuantConfig::from_config(&tensorfile::JsonObject::parse(&v.to_string()).unwrap())
+    };
     // The mirror is read when `quantization` is absent; another library's is not.
     let q = c(serde_json::json!({"quantization_config": {"bits": 8, "group_size": 32}}))
         .unwrap()

@@ -11,14 +11,7 @@ use tensorfile::reshard::{merge, split, SplitOptions};
 use tensorfile::{Dtype, Error, ShardedTensors, WriteOptions};
 
 fn options(max: u64) -> SplitOptions {
-    SplitOptions {
-        max_shard_size: max,
-        prefix: "model".into(),
-        write: WriteOptions {
-            sync: false,
-            ..WriteOptions::default()
-        },
-    }
+    SplitOptions::new(max, "model".into()).with_write(WriteOptions::default().with_sync(false))
 }
 
 fn no_progress() -> impl Fn(u64) + Sync {
@@ -115,10 +108,7 @@ fn greedy_fill_in_data_order_like_huggingface_hub() {
     );
     let source = ShardedTensors::open(&src).unwrap();
     let out = tmp.path().join("out");
-    let opts = SplitOptions {
-        prefix: "m".into(),
-        ..options(20)
-    };
+    let opts = options(20).with_prefix("m".into());
     let summary = split(&source, &out, &opts, &no_progress()).unwrap();
     // z (8) opens a shard; y (40) goes alone at once; x (8) joins z (16);
     // w (8) would make 24 > 20, so it starts the next shard.
@@ -180,10 +170,7 @@ fn refuses_an_output_directory_holding_weights() {
     let err = split(&source, tmp.path(), &options(1), &no_progress()).unwrap_err();
     assert!(err.to_string().contains("already holds weights"), "{err}");
     // Another prefix is fine.
-    let opts = SplitOptions {
-        prefix: "other".into(),
-        ..options(1)
-    };
+    let opts = options(1).with_prefix("other".into());
     split(&source, tmp.path(), &opts, &no_progress()).unwrap();
     assert!(tmp.path().join("other.safetensors").exists());
 }

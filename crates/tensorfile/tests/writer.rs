@@ -116,10 +116,7 @@ fn aligned_files_are_read_by_the_reference() {
             })
             .collect();
         for align in [Align::Bytes64, Align::Bytes4096] {
-            let options = WriteOptions {
-                align,
-                ..Default::default()
-            };
+            let options = WriteOptions::default().with_align(align);
             let written = serialize_with(&refs, metadata.as_ref(), &options).unwrap();
             let n = u64::from_le_bytes(written[..8].try_into().unwrap());
             assert_eq!((8 + n) % align.bytes(), 0, "{}", path.display());
@@ -235,10 +232,7 @@ fn read_then_write_gives_the_same_bytes() {
         assert!(written == bytes, "{}: rewrite differs", path.display());
 
         for align in [Align::Bytes64, Align::Bytes4096] {
-            let options = WriteOptions {
-                align,
-                ..Default::default()
-            };
+            let options = WriteOptions::default().with_align(align);
             let aligned = serialize_with(file.tensors(), file.metadata(), &options).unwrap();
             let again = SafeTensors::from_bytes(aligned.clone())
                 .unwrap_or_else(|e| panic!("{}: our reader refuses: {e}", path.display()));

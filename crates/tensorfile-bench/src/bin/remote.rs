@@ -119,10 +119,7 @@ fn s3_env(endpoint: &str) {
 }
 
 fn client(concurrency: usize) -> Arc<Client> {
-    Client::new(RemoteOptions {
-        concurrency,
-        ..RemoteOptions::default()
-    })
+    Client::new(RemoteOptions::default().with_concurrency(concurrency))
 }
 
 fn main() {
@@ -220,10 +217,7 @@ fn main() {
     let url = format!("{}/big.safetensors", server.url());
     let ours = tmp.path().join("ours");
     let theirs = tmp.path().join("curl.safetensors");
-    let fetch_options = FetchOptions {
-        sync: false,
-        ..FetchOptions::default()
-    };
+    let fetch_options = FetchOptions::default().with_sync(false);
     let clear = |p: &Path| {
         let _ = std::fs::remove_dir_all(p);
         let _ = std::fs::remove_file(p);

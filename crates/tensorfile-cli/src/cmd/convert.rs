@@ -73,11 +73,10 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         )));
     }
     let kind = super::input_kind(&args.io.input)?;
-    let cast = CastOptions {
-        saturate: args.saturate,
-        allow_int: args.allow_int,
-        strict: args.strict,
-    };
+    let cast = CastOptions::default()
+        .with_saturate(args.saturate)
+        .with_allow_int(args.allow_int)
+        .with_strict(args.strict);
     let pytorch_in = matches!(kind, Kind::Pytorch | Kind::PytorchSet);
     if super::gguf::handles(kind, &args.io.output) {
         if !pytorch_in {

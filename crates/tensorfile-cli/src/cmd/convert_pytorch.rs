@@ -163,22 +163,18 @@ pub struct Job<'a> {
 impl Job<'_> {
     fn options(&mut self) -> ConvertOptions {
         let p = &mut self.pytorch;
-        let load = p.budgets.apply(LoadOptions {
-            key: p.key.take(),
-            name: p.name.take(),
-            ..LoadOptions::default()
-        });
-        ConvertOptions {
-            load,
-            shared: p.shared,
-            keep_values: p.keep_values,
-            write: WriteOptions {
-                sync: self.sync,
-                ..WriteOptions::default()
-            },
-            dtype: self.dtype,
-            cast: self.cast,
-        }
+        let load = p.budgets.apply(
+            LoadOptions::default()
+                .with_key(p.key.take())
+                .with_name(p.name.take()),
+        );
+        ConvertOptions::default()
+            .with_load(load)
+            .with_shared(p.shared)
+            .with_keep_values(p.keep_values)
+            .with_write(WriteOptions::default().with_sync(self.sync))
+            .with_dtype(self.dtype)
+            .with_cast(self.cast)
     }
 }
 

@@ -13,8 +13,7 @@ use std::process::ExitCode;
 use serde_json::json;
 use tensorfile::model::read_config;
 use tensorfile::quant::{
-    dequantize_plan, is_dequantize_dtype, DequantizeOptions, Mode, QuantConfig, QuantParams,
-    Storage,
+    dequantize_plan, DequantizeOptions, Mode, QuantConfig, QuantParams, Storage,
 };
 use tensorfile::Dtype;
 
@@ -86,7 +85,7 @@ fn given_params(args: &Args) -> Result<Option<QuantConfig>, Failure> {
 
 /// Dequantizes IN into an atomic save of OUT.
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
-    if let Some(dtype) = args.dtype.filter(|&d| !is_dequantize_dtype(d)) {
+    if let Some(dtype) = args.dtype.filter(|&d| !DequantizeOptions::accepts_dtype(d)) {
         return Err(Usage::failure(format_args!(
             "--dtype {dtype}: dequantized weights are written as a float dtype of whole bytes (F32, F16, BF16, F64, F8_E4M3, ...)"
         )));
@@ -97,11 +96,10 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     super::refuse_input_as_output(&args.io.output, inputs)?;
     let tensors = input.tensors();
     let metadata = input.metadata()?;
-    let opts = DequantizeOptions {
-        mlx,
-        dtype: args.dtype,
-        write: args.io.write_options(),
-    };
+    let opts = DequantizeOptions::default()
+        .with_mlx(mlx)
+        .with_dtype(args.dtype)
+        .with_write(args.io.write_options());
     let (plan, summary) = dequantize_plan(&tensors, metadata.as_ref(), &opts)?;
     let written = inout::write(
         &input,

@@ -90,11 +90,10 @@ fn compare(args: Args) -> Result<ExitCode, Failure> {
     let (ra, rb) = (refs(&ba), refs(&bb));
     let ca = Catalog::new(&ra, oa.metadata(), oa.mlx()).map_err(|e| e.at(&args.a))?;
     let cb = Catalog::new(&rb, ob.metadata(), ob.mlx()).map_err(|e| e.at(&args.b))?;
-    let options = DiffOptions {
-        tolerance: None,
-        atol: args.atol,
-        rtol: args.rtol,
-    };
+    let options = DiffOptions::default()
+        .with_tolerance(None)
+        .with_atol(args.atol)
+        .with_rtol(args.rtol);
     let bar = Progress::values(values_to_compare(&ca, &cb), "comparing");
     let report = diff((&ca, oa.metadata()), (&cb, ob.metadata()), &options, &|n| {
         bar.inc(n)

@@ -27,7 +27,7 @@ pub struct Args {
     #[arg(long, value_name = "N", default_value_t = 16)]
     concurrency: usize,
     /// Bytes per range request (bytes, or decimal KB, MB, GB).
-    #[arg(long, value_name = "SIZE", value_parser = tensorfile::reshard::parse_size, default_value = "8MB")]
+    #[arg(long, value_name = "SIZE", value_parser = super::size::parse_size, default_value = "8MB")]
     chunk_size: u64,
     /// Start over instead of going on from a partial copy.
     #[arg(long)]
@@ -75,16 +75,14 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
             "--concurrency and --chunk-size must be at least 1",
         ));
     }
-    let client = Client::new(RemoteOptions {
-        concurrency: args.concurrency,
-        chunk_size: args.chunk_size,
-        ..RemoteOptions::default()
-    });
-    let options = FetchOptions {
-        sync: !args.no_sync,
-        resume: !args.no_resume,
-        ..FetchOptions::default()
-    };
+    let client = Client::new(
+        RemoteOptions::default()
+            .with_concurrency(args.concurrency)
+            .with_chunk_size(args.chunk_size),
+    );
+    let options = FetchOptions::default()
+        .with_sync(!args.no_sync)
+        .with_resume(!args.no_resume);
     let bar = Bar(OnceLock::new());
     let result = fetch(&args.source, &args.dest, &client, &options, &bar);
     drop(bar);

@@ -56,7 +56,7 @@ fn show(v: &Value) -> String {
         Value::Array(a) => show_array(a),
         Value::F32(x) => format!("{x:?}"),
         Value::F64(x) => format!("{x:?}"),
-        other => other.to_json(0).to_string(),
+        other => other.json(0).to_string(),
     }
 }
 
@@ -135,7 +135,7 @@ pub fn inspect(path: &Path, json_out: bool, hash: bool) -> Result<ExitCode, Fail
                 let mut v = json!({
                     "key": kv.key,
                     "type": kv.value.value_type().name(),
-                    "value": kv.value.to_json(SHOWN),
+                    "value": kv.value.json(SHOWN),
                 });
                 if let Value::Array(a) = &kv.value {
                     v["element_type"] = a.element_type().name().into();
@@ -415,12 +415,11 @@ fn from_hf(
                 ))
             })?,
     };
-    let opts = FromHfOptions {
-        ggml_type,
-        raw: args.arch.clone().filter(|_| args.raw),
-        tokenizer_pre: args.tokenizer_pre.clone(),
-        sync: !io.no_sync,
-    };
+    let opts = FromHfOptions::default()
+        .with_ggml_type(ggml_type)
+        .with_raw(args.arch.clone().filter(|_| args.raw))
+        .with_tokenizer_pre(args.tokenizer_pre.clone())
+        .with_sync(!io.no_sync);
     let s = hf_to_gguf(&io.input, &io.output, &opts).map_err(|e| e.at(&io.input))?;
     if io.json {
         out(json!({
@@ -489,11 +488,10 @@ fn to_hf(
             io.output.display()
         )));
     }
-    let opts = ToHfOptions {
-        dtype: dtype.unwrap_or(tensorfile::Dtype::BF16),
-        keep_quant: args.keep_quant,
-        write: io.write_options(),
-    };
+    let opts = ToHfOptions::default()
+        .with_dtype(dtype.unwrap_or(tensorfile::Dtype::BF16))
+        .with_keep_quant(args.keep_quant)
+        .with_write(io.write_options());
     let summary = to_hf::convert_file(&io.input, &io.output, &opts)?;
     let files: Vec<String> = summary
         .files

@@ -220,7 +220,7 @@ fn write_manifest(dir: &Path, manifest_path: &Path, hashed: &[Hashed]) -> Result
     // model-signing would refuse them when it verifies.
     let linked = hashed.iter().any(|h| h.entry.linked);
     let manifest = Manifest::new(name, files, ignore, linked);
-    let text = serde_json::to_string_pretty(&manifest.to_statement())? + "\n";
+    let text = manifest.to_statement_json() + "\n";
     let file = tensorfile::AtomicFile::create(manifest_path)?;
     file.write_all_at(text.as_bytes(), 0)?;
     file.commit(true)?;

@@ -125,10 +125,9 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         None => tensorfile::describe::file(&args.file, header, &digest),
     };
     if args.json {
-        out(described);
+        out(described.to_json());
         return Ok(ExitCode::SUCCESS);
     }
-    let quantized = super::quantized::of(&described);
 
     out(format_args!("file: {}", args.file.display()));
     out(format_args!(
@@ -173,14 +172,14 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         }
     }
     super::print_dtypes(&per_dtype);
-    out(format_args!("parameters: {}", described["parameters"]));
+    out(format_args!("parameters: {}", described.parameters));
     out(format_args!(
         "alignment: data starts at byte {data_start} ({}-byte aligned); {} of {} tensors misaligned for their dtype",
         alignment_of(data_start),
-        described["misaligned_tensors"],
+        described.misaligned_tensors,
         header.len()
     ));
-    super::quantized::print(&quantized);
+    super::quantized::print(&described.quantized, &described.quantized_problem);
     for warning in header.warnings() {
         out(format_args!("warning: {warning}"));
     }

@@ -43,7 +43,7 @@ pub fn run(
     // returns too); the text below says the same from it.
     let described = tensorfile::describe::checkpoint(file, size, &ckpt, &digest);
     if as_json {
-        out(described);
+        out(described.to_json());
         return Ok(ExitCode::SUCCESS);
     }
 
@@ -51,8 +51,7 @@ pub fn run(
     out(format_args!("size: {size} bytes"));
     out(format_args!(
         "format: {}, {}",
-        described["format"].as_str().unwrap_or_default(),
-        described["byte_order"].as_str().unwrap_or_default()
+        described.format, described.byte_order
     ));
     out(format_args!(
         "values: {} (non-tensor entries)",
@@ -93,6 +92,6 @@ pub fn run(
         }
     }
     super::print_dtypes(&per_dtype);
-    out(format_args!("parameters: {}", described["parameters"]));
+    out(format_args!("parameters: {}", described.parameters));
     Ok(ExitCode::SUCCESS)
 }

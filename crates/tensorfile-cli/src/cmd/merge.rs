@@ -39,10 +39,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     super::safetensors_input(&args.input)?;
     // Read, not mapped: a file truncated underneath is an error, not a signal.
     let source = super::remote::open_set(&args.input, &tensorfile::ReadOptions::default())?;
-    let options = WriteOptions {
-        sync: !args.no_sync,
-        ..WriteOptions::default()
-    };
+    let options = WriteOptions::default().with_sync(!args.no_sync);
     let bar = crate::progress::Progress::bytes(source.data_len(), "merge");
     let result = merge(&source, &args.output, &options, &|n| bar.inc(n));
     drop(bar);

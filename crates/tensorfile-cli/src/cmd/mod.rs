@@ -29,6 +29,7 @@ pub mod remote;
 pub mod rewrite;
 pub mod set;
 pub mod shard;
+pub mod size;
 pub mod stats;
 pub mod validate;
 pub mod verify;
@@ -48,7 +49,7 @@ pub struct FileArgs {
     /// (bytes, or decimal KB, MB, GB, TB, as huggingface_hub counts).
     /// Default for a set: one output shard per input shard, holding the
     /// same tensors.
-    #[arg(long, value_name = "SIZE", value_parser = tensorfile::reshard::parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = size::parse_size)]
     pub max_shard_size: Option<u64>,
     /// Largest header length accepted in IN and written to OUT, in bytes.
     #[arg(long, value_name = "BYTES", default_value_t = tensorfile::DEFAULT_MAX_HEADER_LEN)]
@@ -76,11 +77,9 @@ impl FileArgs {
 
     /// How OUT is written (canonical padding).
     pub fn write_options(&self) -> tensorfile::WriteOptions {
-        tensorfile::WriteOptions {
-            max_header_len: self.max_header_len,
-            sync: !self.no_sync,
-            ..tensorfile::WriteOptions::default()
-        }
+        tensorfile::WriteOptions::default()
+            .with_max_header_len(self.max_header_len)
+            .with_sync(!self.no_sync)
     }
 }
 

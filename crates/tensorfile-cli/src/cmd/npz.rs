@@ -92,13 +92,12 @@ fn from_numpy(
         .iter()
         .filter(|a| matches!(a.element, npz::descr::Element::Opaque { .. }))
         .count();
-    let opts = FromNpzOptions {
-        opaque: dtype,
-        dtype: dtype.filter(|_| opaque == 0),
-        cast,
-        write: io.write_options(),
-        max_shard_size: io.max_shard_size,
-    };
+    let opts = FromNpzOptions::default()
+        .with_opaque(dtype)
+        .with_dtype(dtype.filter(|_| opaque == 0))
+        .with_cast(cast)
+        .with_write(io.write_options())
+        .with_max_shard_size(io.max_shard_size);
     let total: u64 = file.arrays().iter().map(|a| a.data_len()).sum();
     let bar = Progress::bytes(total, "convert");
     let summary = npz::npz_to_safetensors(&file, &io.output, &opts, &|n| bar.inc(n));
@@ -187,10 +186,9 @@ fn to_numpy(
         };
         npz::save_npy(&io.output, one, !io.no_sync, &progress)
     } else {
-        let opts = NpzWriteOptions {
-            compress: args.compress,
-            sync: !io.no_sync,
-        };
+        let opts = NpzWriteOptions::default()
+            .with_compress(args.compress)
+            .with_sync(!io.no_sync);
         npz::save_npz(&io.output, &tensors, &opts, &progress)
     };
     drop(bar);

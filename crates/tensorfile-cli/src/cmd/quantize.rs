@@ -66,14 +66,12 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     }
     let input = inout::open(&args.io.input, &args.io.read_options())?;
     super::refuse_input_as_output(&args.io.output, input.files())?;
-    let opts = QuantizeOptions {
-        scheme,
-        selection: Selection {
+    let opts = QuantizeOptions::new(scheme)
+        .with_selection(Selection {
             include: args.include.iter().map(Glob::new).collect(),
             exclude: args.exclude.iter().map(Glob::new).collect(),
-        },
-        write: args.io.write_options(),
-    };
+        })
+        .with_write(args.io.write_options());
     let mut tensors = input.tensors();
     tensors.sort_unstable_by(|a, b| a.info().name.cmp(b.info().name));
     let metadata = input.metadata()?;

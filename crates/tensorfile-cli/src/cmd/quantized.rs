@@ -1,61 +1,49 @@
-//! What `inspect` says about quantized weights (found by
-//! [`tensorfile::describe::quantized`]), for a single file and for a model
-//! directory or sharded set alike: [`of`], then [`print()`].
+//! What `inspect` says about quantized weights (the `quantized` and
+//! `quantized_problem` of a [`tensorfile::describe`] description), for a
+//! single file and for a model directory or sharded set alike.
 
-use serde_json::Value;
+use tensorfile::describe::QuantizedWeight;
 
-/// The quantized weights an `inspect` description holds (its `quantized`
-/// list), or the problem that stopped them being read.
-pub fn of(described: &Value) -> Result<Vec<Value>, String> {
-    match described["quantized_problem"].as_str() {
-        Some(problem) => Err(problem.to_string()),
-        None => Ok(described["quantized"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default()),
-    }
-}
-
-/// Prints what [`of`] found, under a "quantized weights" heading.
-pub fn print(found: &Result<Vec<Value>, String>) {
-    match found {
-        Ok(q) if q.is_empty() => {}
-        Ok(q) => {
+/// Prints the quantized weights a description found, under a "quantized
+/// weights" heading, or the problem that stopped them being read.
+pub fn print(found: &Option<Vec<QuantizedWeight>>, problem: &Option<String>) {
+    match (found, problem) {
+        (_, Some(problem)) => {
+            super::out(format_args!("quantized weights: cannot be read: {problem}"))
+        }
+        (Some(q), None) if !q.is_empty() => {
             super::out(format_args!("quantized weights: {}", q.len()));
             lines(q).into_iter().for_each(super::out);
         }
-        Err(problem) => super::out(format_args!("quantized weights: cannot be read: {problem}")),
+        _ => {}
     }
 }
 
 /// One text line per quantized weight.
-fn lines(weights: &[Value]) -> Vec<String> {
+fn lines(weights: &[QuantizedWeight]) -> Vec<String> {
     let width = weights
         .iter()
-        .filter_map(|w| w["name"].as_str().map(str::len))
+        .map(|w| w.name.len())
         .max()
         .unwrap_or(0)
         .min(60);
     weights
         .iter()
         .map(|w| {
-            let mode = w["mode"]
-                .as_str()
-                .map(|m| format!(" {m}"))
-                .unwrap_or_default();
-            let global = if w["global_scale"] == true {
-                ", global scale"
-            } else {
-                ""
-            };
+            let mode = w.mode.as_ref().map(|m| format!(" {m}")).unwrap_or_default();
+            let global = if w.global_scale { ", global scale" } else { "" };
+            // The shape as JSON writes it (`[64,128]`), as before.
+            let shape = format!(
+                "[{}]",
+                w.logical_shape
+                    .iter()
+                    .map(u64::to_string)
+                    .collect::<Vec<_>>()
+                    .join(",")
+            );
             format!(
-                "  {:<width$}  {}{mode} {}-bit, groups of {}{global}  logical shape {}  {:.3} bits/weight",
-                w["name"].as_str().unwrap_or(""),
-                w["scheme"].as_str().unwrap_or(""),
-                w["bits"],
-                w["group_size"],
-                w["logical_shape"],
-                w["bits_per_weight"].as_f64().unwrap_or(0.0),
+                "  {:<width$}  {}{mode} {}-bit, groups of {}{global}  logical shape {shape}  {:.3} bits/weight",
+                w.name, w.scheme, w.bits, w.group_size, w.bits_per_weight,
             )
         })
         .collect()

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use serde_json::json;
 use tensorfile::cast::{convert_plan, CastOptions};
-use tensorfile::{Align, WriteOptions};
+use tensorfile::Align;
 
 use super::inout;
 use super::{out, Failure};
@@ -42,10 +42,7 @@ fn parse_align(s: &str) -> Result<Align, String> {
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
     let read = args.io.read_options();
     let input = inout::open(&args.io.input, &read)?;
-    let options = WriteOptions {
-        align: args.align,
-        ..args.io.write_options()
-    };
+    let options = args.io.write_options().with_align(args.align);
     // OUT may be IN (the in-place canonical rewrite): the save renames a
     // new inode over the name, and IN's open file keeps reading the old one.
     let tensors = input.tensors();

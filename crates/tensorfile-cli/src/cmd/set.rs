@@ -71,11 +71,9 @@ pub fn inspect(path: &Path, json: bool, hash: bool) -> Result<ExitCode, Failure>
     // returns too); the text below says the same.
     let described = tensorfile::describe::set(path, &set, &digest);
     if json {
-        out(described);
+        out(described.to_json());
         return Ok(ExitCode::SUCCESS);
     }
-    let model = &described["model"];
-    let quantized = super::quantized::of(&described);
     let mut per_dtype: BTreeMap<Dtype, (usize, u64)> = BTreeMap::new();
     for (_, t) in set.infos() {
         let slot = per_dtype.entry(t.dtype).or_default();
@@ -84,15 +82,11 @@ pub fn inspect(path: &Path, json: bool, hash: bool) -> Result<ExitCode, Failure>
     }
 
     out(format_args!("path: {}", path.display()));
-    if !model.is_null() {
+    if let Some(model) = &described.model {
         out(format_args!(
             "model: tl_arch {}, tokenizer.json {}",
-            model["tl_arch"].as_str().unwrap_or("none"),
-            if model["tokenizer"] == true {
-                "present"
-            } else {
-                "absent"
-            }
+            model.tl_arch.as_deref().unwrap_or("none"),
+            if model.tokenizer { "present" } else { "absent" }
         ));
     }
     match set.index_path() {
@@ -153,7 +147,7 @@ pub fn inspect(path: &Path, json: bool, hash: bool) -> Result<ExitCode, Failure>
         set.data_len(),
         set.file_len()
     ));
-    super::quantized::print(&quantized);
+    super::quantized::print(&described.quantized, &described.quantized_problem);
     for warning in set.warnings() {
         out(format_args!("warning: {warning}"));
     }

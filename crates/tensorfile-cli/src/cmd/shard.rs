@@ -4,8 +4,9 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use super::size::parse_size;
 use serde_json::json;
-use tensorfile::reshard::{parse_size, split, SplitOptions};
+use tensorfile::reshard::{split, SplitOptions};
 use tensorfile::WriteOptions;
 
 use super::{out, Failure};
@@ -56,14 +57,8 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     super::safetensors_input(&args.input)?;
     // Read, not mapped: a file truncated underneath is an error, not a signal.
     let source = super::remote::open_set(&args.input, &tensorfile::ReadOptions::default())?;
-    let options = SplitOptions {
-        max_shard_size: args.max_shard_size,
-        prefix: args.prefix,
-        write: WriteOptions {
-            sync: !args.no_sync,
-            ..WriteOptions::default()
-        },
-    };
+    let options = SplitOptions::new(args.max_shard_size, args.prefix)
+        .with_write(WriteOptions::default().with_sync(!args.no_sync));
     let bar = crate::progress::Progress::bytes(source.data_len(), "shard");
     let summary = split(&source, &args.out_dir, &options, &|n| bar.inc(n));
     drop(bar);

@@ -49,7 +49,15 @@ fn header_of(
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
     let options = ReadOptions::default().max_header_len(args.max_header_len);
     let mut all_valid = true;
+    // Many files (every shard of a checkpoint, say) take a while: a bar
+    // over the inputs. A set's shard headers are read concurrently, as one
+    // step of it.
+    let bar = match args.files.len() {
+        0 | 1 => crate::progress::Progress::hidden(),
+        n => crate::progress::Progress::counted(n as u64, "validating", "inputs"),
+    };
     for path in &args.files {
+        bar.inc(1);
         let url = super::remote::url(path);
         let kind = match url {
             Some(u) => Ok(super::remote::kind(u)),
@@ -57,11 +65,11 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         };
         // A model directory or a sharded checkpoint's index: see `set`.
         if matches!(kind, Ok(Kind::SafetensorsSet)) {
-            all_valid &= super::set::validate(path, &options, args.json);
+            all_valid &= bar.suspend(|| super::set::validate(path, &options, args.json));
             continue;
         }
         if matches!(kind, Ok(Kind::Gguf)) {
-            all_valid &= super::gguf::validate(path, args.json);
+            all_valid &= bar.suspend(|| super::gguf::validate(path, args.json));
             continue;
         }
         let name = path.display();
@@ -82,23 +90,25 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
             Err(err) => (Some(super::one_line(&err)), None, Vec::new()),
         };
         all_valid &= error.is_none();
-        if args.json {
-            out(json!({
-                "file": path,
-                "valid": error.is_none(),
-                "rule": rule,
-                "error": error,
-                "warnings": warnings,
-            }));
-        } else {
-            match &error {
-                None => out(format_args!("{name}: ok")),
-                Some(err) => out(format_args!("{name}: invalid: {err}")),
+        bar.suspend(|| {
+            if args.json {
+                out(json!({
+                    "file": path,
+                    "valid": error.is_none(),
+                    "rule": rule,
+                    "error": error,
+                    "warnings": warnings,
+                }));
+            } else {
+                match &error {
+                    None => out(format_args!("{name}: ok")),
+                    Some(err) => out(format_args!("{name}: invalid: {err}")),
+                }
+                for warning in &warnings {
+                    out(format_args!("{name}: warning: {warning}"));
+                }
             }
-            for warning in &warnings {
-                out(format_args!("{name}: warning: {warning}"));
-            }
-        }
+        });
     }
     Ok(if all_valid {
         ExitCode::SUCCESS

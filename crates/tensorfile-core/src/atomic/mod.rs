@@ -78,6 +78,13 @@ const SINK_BUFFER: usize = 1 << 20;
 ///
 /// Tensors may come in any order, as [`TensorRef`](crate::TensorRef)s, the
 /// reader's views, or anything else implementing [`TensorData`].
+///
+/// # Errors
+///
+/// [`Error::Write`] when the tensors cannot be planned (duplicate or
+/// reserved names, a byte length that does not match dtype and shape, a
+/// header over the cap), and [`Error::Io`] when the temporary file cannot
+/// be created, written, synced or renamed onto `path`.
 pub fn save<T: TensorData>(
     path: impl AsRef<Path>,
     tensors: impl IntoIterator<Item = T>,
@@ -94,6 +101,12 @@ pub fn save<T: TensorData>(
 /// The header for `specs` and `metadata` is written first; `body` then hands
 /// over every tensor's bytes in file order (see [`StreamWriter`]). If `body`
 /// fails, or leaves a tensor short, nothing at `path` changes.
+///
+/// # Errors
+///
+/// [`Error::Write`] when `specs` cannot be planned or `body` writes out of
+/// order, too much or too little; [`Error::Io`] when the file cannot be
+/// written or committed; any error `body` returns, unchanged.
 ///
 /// ```no_run
 /// use tensorfile_core::{save_streaming, Dtype, TensorSpec, WriteOptions};
@@ -121,6 +134,12 @@ where
 
 /// [`save_streaming`] with a layout planned beforehand (`options.sync` is
 /// used; the layout carries the rest).
+///
+/// # Errors
+///
+/// As [`save_streaming`], without the planning errors: [`Error::Write`]
+/// when `body` breaks the layout, [`Error::Io`] on the file, or `body`'s
+/// own error.
 pub fn save_layout<F>(
     path: impl AsRef<Path>,
     layout: Layout,
@@ -224,6 +243,12 @@ impl PositionalWriter<'_> {
 /// tensors' bytes given by `body` through a [`PositionalWriter`], which
 /// several threads may use at once. Every tensor must be complete when
 /// `body` returns; otherwise, or on any error, the target is left as it was.
+///
+/// # Errors
+///
+/// [`Error::Write`] when a tensor is left incomplete or written out of its
+/// slot, [`Error::Io`] when the temporary file cannot be created, written
+/// or committed, or any error `body` returns.
 pub fn save_positional<F>(
     path: impl AsRef<Path>,
     layout: Layout,

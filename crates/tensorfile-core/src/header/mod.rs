@@ -195,6 +195,13 @@ fn hash_name(name: &str) -> u64 {
 impl Header {
     /// Validates the 8-byte prefix of a file of `file_len` bytes against rule
     /// 1 and returns N, the header length.
+    ///
+    /// # Errors
+    ///
+    /// [`FormatError::TooShort`] when there are fewer than 8 bytes,
+    /// [`FormatError::HeaderTooLarge`] when N is over `options.max_header_len`
+    /// (or `u32::MAX`), and [`FormatError::HeaderPastEof`] when 8 + N passes
+    /// `file_len`.
     pub fn check_prefix(
         prefix: &[u8],
         file_len: u64,
@@ -222,6 +229,11 @@ impl Header {
     }
 
     /// Parses and validates a whole file held in memory (rules 1 to 5).
+    ///
+    /// # Errors
+    ///
+    /// The [`FormatError`] of the first rule `bytes` breaks (see
+    /// [`Header::check_prefix`] and [`Header::parse`]).
     pub fn from_file_bytes(bytes: &[u8], options: &ReadOptions) -> Result<Header, FormatError> {
         let file_len = bytes.len() as u64;
         let header_len = Header::check_prefix(bytes, file_len, options)?;
@@ -232,6 +244,12 @@ impl Header {
 
     /// Parses the header text (the N bytes after the length) of a file whose
     /// data buffer is `data_len` bytes long, and checks rules 2 to 5.
+    ///
+    /// # Errors
+    ///
+    /// [`FormatError::HeaderTooLarge`] when the text is over `u32::MAX` bytes;
+    /// otherwise the [`FormatError`] of the first rule broken: invalid JSON,
+    /// a bad entry or metadata, or offsets that do not tile `data_len` bytes.
     pub fn parse(text: &[u8], data_len: u64) -> Result<Header, FormatError> {
         if text.len() > u32::MAX as usize {
             return Err(FormatError::HeaderTooLarge {

@@ -92,6 +92,12 @@ pub struct Layout {
 impl Layout {
     /// Plans the file holding the declared tensors and `metadata` (omitted
     /// when `None` or empty). The declarations may come in any order.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Write`](crate::Error::Write) on a duplicate or reserved name, a shape whose byte
+    /// count overflows or leaves a partial byte, or a header or data buffer
+    /// over the limits in `options`.
     pub fn new(
         specs: &[TensorSpec],
         metadata: Option<&Metadata>,

@@ -56,6 +56,12 @@ impl TensorSpec {
     /// The number of bytes the tensor holds: its element count times the
     /// dtype's size. Refuses a shape whose byte count overflows `u64` and a
     /// sub-byte dtype whose elements do not fill whole bytes.
+    ///
+    /// # Errors
+    ///
+    /// [`WriteError::ShapeOverflow`] when the byte count overflows `u64`;
+    /// [`WriteError::NotWholeBytes`] when sub-byte elements leave a partial
+    /// byte.
     pub fn byte_len(&self) -> Result<u64, WriteError> {
         spec_byte_len(&self.name, self.dtype, &self.shape)
     }
@@ -112,6 +118,7 @@ impl Align {
 
 /// How to write a file.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct WriteOptions {
     /// The largest header (N, padding included) to write; the reader's cap by
     /// default, so that whatever is written can be read back.
@@ -122,6 +129,12 @@ pub struct WriteOptions {
     /// `true`). The rename that makes a save atomic happens either way.
     pub sync: bool,
 }
+
+crate::with_fields!(WriteOptions {
+    with_max_header_len => max_header_len: u64,
+    with_align => align: Align,
+    with_sync => sync: bool,
+});
 
 impl Default for WriteOptions {
     fn default() -> Self {
@@ -188,7 +201,7 @@ pub trait TensorData: Sync {
         if let Some(all) = self.bytes() {
             return in_memory_range(self.name(), all, offset, len);
         }
-        scratch.clear();
+        // Only growth is zeroed: `read_at` fills every byte (or fails).
         scratch.resize(len, 0);
         self.read_at(offset, scratch)?;
         Ok(scratch)
@@ -380,6 +393,11 @@ pub(crate) fn write_tensors<W: std::io::Write, T: TensorData>(
 ///
 /// Tensors may come in any order; the file lays them out canonically.
 /// Metadata that is `None` or empty writes no `__metadata__` key.
+///
+/// # Errors
+///
+/// [`Error::Write`](crate::Error::Write) when the tensors cannot be planned (duplicate or
+/// reserved names, data whose length does not match dtype and shape).
 pub fn serialize<T: TensorData>(
     tensors: impl IntoIterator<Item = T>,
     metadata: Option<&Metadata>,
@@ -388,6 +406,11 @@ pub fn serialize<T: TensorData>(
 }
 
 /// [`serialize`] with options (header cap, alignment; `sync` is ignored).
+///
+/// # Errors
+///
+/// As [`serialize`], and [`Error::Write`](crate::Error::Write) when the header is over
+/// `options`' cap.
 pub fn serialize_with<T: TensorData>(
     tensors: impl IntoIterator<Item = T>,
     metadata: Option<&Metadata>,

@@ -77,6 +77,11 @@ impl<W: Write> StreamWriter<W> {
     }
 
     /// Plans the layout of `specs` and writes the header to `out`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Write`](crate::Error::Write) when `specs` cannot be planned (see [`Layout::new`]) or
+    /// the header cannot be written to `out` ([`WriteError::Output`]).
     pub fn create(
         out: W,
         specs: &[TensorSpec],
@@ -87,6 +92,11 @@ impl<W: Write> StreamWriter<W> {
     }
 
     /// Writes the header of `layout` to `out`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Write`](crate::Error::Write) with [`WriteError::Output`] when `out` refuses the
+    /// header.
     pub fn new(mut out: W, layout: Layout) -> Result<StreamWriter<W>> {
         out.write_all(layout.header()).map_err(WriteError::Output)?;
         Ok(StreamWriter::started(out, layout))
@@ -143,6 +153,12 @@ impl<W: Write> StreamWriter<W> {
 
     /// Writes the next bytes of the data buffer. A piece may end one tensor
     /// and go on with the next; it may not go past the last tensor.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Write`](crate::Error::Write): [`WriteError::Trailing`] when `piece` goes past the
+    /// last tensor, [`WriteError::Output`] when the output fails,
+    /// [`WriteError::Poisoned`] after an earlier failure.
     pub fn write(&mut self, piece: &[u8]) -> Result<()> {
         self.guarded(|w| {
             let left = w.layout.data_len() - w.data_written();
@@ -187,6 +203,13 @@ impl<W: Write> StreamWriter<W> {
 
     /// Writes all of tensor `name`'s bytes, which must be the next tensor
     /// with none of its bytes written yet, and `data` exactly its length.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Write`](crate::Error::Write): [`WriteError::OutOfOrder`] or [`WriteError::Started`]
+    /// when `name` is not the next untouched tensor,
+    /// [`WriteError::LengthMismatch`] when `data` is not its length,
+    /// [`WriteError::Output`] or [`WriteError::Poisoned`].
     pub fn write_tensor(&mut self, name: &str, data: &[u8]) -> Result<()> {
         self.guarded(|w| {
             let len = data.len() as u64;
@@ -214,6 +237,12 @@ impl<W: Write> StreamWriter<W> {
     /// tensor with none of its bytes written yet, and `source` must hold
     /// exactly its length (use [`Read::take`] to cut a longer stream).
     /// Returns the number of bytes written.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Write`](crate::Error::Write): as [`StreamWriter::write_tensor`] for `name`;
+    /// [`WriteError::TooLong`] or [`WriteError::TooShort`] when `source` does
+    /// not hold exactly its length, [`WriteError::Input`] when it fails.
     pub fn write_from<R: Read>(&mut self, name: &str, mut source: R) -> Result<u64> {
         self.guarded(|w| {
             let expected = w.expect_start(name)?;
@@ -260,6 +289,12 @@ impl<W: Write> StreamWriter<W> {
     }
 
     /// Checks every tensor is complete, flushes and returns the output.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Write`](crate::Error::Write): [`WriteError::TooShort`] when a tensor is incomplete,
+    /// [`WriteError::Output`] when the flush fails, [`WriteError::Poisoned`]
+    /// after an earlier failure.
     pub fn finish(mut self) -> Result<W> {
         self.check_live()?;
         self.skip_empty_except(None);

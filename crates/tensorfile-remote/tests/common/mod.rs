@@ -34,13 +34,11 @@ pub fn files_under(dir: &Path) -> Vec<PathBuf> {
 
 /// Options for loopback: short backoff, so that retried faults are quick.
 pub fn fast() -> RemoteOptions {
-    RemoteOptions {
-        backoff: Duration::from_millis(5),
-        max_backoff: Duration::from_millis(50),
-        connect_timeout: Duration::from_secs(5),
-        read_timeout: Duration::from_secs(5),
-        ..RemoteOptions::default()
-    }
+    RemoteOptions::default()
+        .with_backoff(Duration::from_millis(5))
+        .with_max_backoff(Duration::from_millis(50))
+        .with_connect_timeout(Duration::from_secs(5))
+        .with_read_timeout(Duration::from_secs(5))
 }
 
 /// A client with [`fast`] options.

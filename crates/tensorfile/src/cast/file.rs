@@ -111,7 +111,7 @@ pub fn converted_dtype(dtype: Dtype, to: Dtype, opts: CastOptions, companion: bo
     }
 }
 
-/// What converting one tensor does ([`plan_targets`]).
+/// What converting one tensor does (`plan_targets`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Target {
     /// The dtype the tensor is written in.
@@ -125,7 +125,7 @@ pub struct Target {
 /// to `to` (`None` keeps every dtype), as [`converted_dtype`] says with the
 /// companions of [`quant_companions`]. Every cast is checked before
 /// anything is written: the pair is allowed and the element count packs.
-pub fn plan_targets(
+pub(crate) fn plan_targets(
     tensors: &[(&str, Dtype, &[u64])],
     to: Option<Dtype>,
     opts: CastOptions,
@@ -203,7 +203,7 @@ pub fn convert_plan_owned<'a, T: TensorData + Send + 'a>(
 }
 
 /// [`convert_plan_owned`] with each tensor's target given (from
-/// [`plan_targets`] over a larger set, such as every shard of a model, so
+/// `plan_targets` over a larger set, such as every shard of a model, so
 /// that a quantized weight's companions are known whichever shard holds
 /// them). Every cast is checked here.
 ///

@@ -21,7 +21,7 @@ use crate::Dtype;
 /// let mut out = Vec::new();
 /// cast.push(&src, &mut out)?;
 /// assert_eq!(cast.losses(), Losses { to_inf: 1, flushed: 1, ..Losses::default() });
-/// let strict = CastOptions { strict: true, ..CastOptions::default() };
+/// let strict = CastOptions::default().with_strict(true);
 /// assert!(cast_tensor("w", Dtype::F32, &[3], &src, Dtype::F16, strict).is_err());
 /// # Ok::<(), tensorfile::Error>(())
 /// ```

@@ -48,7 +48,7 @@
 //!
 //! let codes = cast::encode_f32_vec(&[1.0, -2.5, 500.0], Dtype::F8_E4M3, CastOptions::default())?;
 //! assert_eq!(codes, [0x38, 0xC2, 0x7F]); // 500 overflows F8_E4M3: NaN
-//! let sat = CastOptions { saturate: true, ..CastOptions::default() };
+//! let sat = CastOptions::default().with_saturate(true);
 //! assert_eq!(cast::encode_f32_vec(&[500.0], Dtype::F8_E4M3, sat)?, [0x7E]); // 448
 //! assert_eq!(cast::decode_f32_vec(Dtype::F8_E4M3, &codes[..2])?, [1.0, -2.5]);
 //! # Ok::<(), tensorfile::cast::CastError>(())
@@ -60,7 +60,7 @@ mod bf16;
 mod decode;
 mod encode;
 mod error;
-mod file;
+pub(crate) mod file;
 mod int;
 mod lanes;
 mod loss;
@@ -70,7 +70,7 @@ mod tensor;
 pub use error::CastError;
 pub use file::{
     convert_plan, convert_plan_owned, convert_plan_targeted, converted_dtype, losses_of,
-    plan_targets, quant_companions, save_converted, ConvertSummary, Target,
+    quant_companions, save_converted, ConvertSummary, Target,
 };
 pub use loss::{LossTally, Losses};
 pub use tensor::{cast_tensor, TensorCast};
@@ -143,6 +143,7 @@ fn decodable(t: &TensorView<'_>, operation: &'static str) -> Result<()> {
 
 /// Options of a cast.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct CastOptions {
     /// Clamp overflow (and infinities) to the largest finite value for the
     /// F8 types instead of giving NaN or infinity.
@@ -156,14 +157,25 @@ pub struct CastOptions {
     pub strict: bool,
 }
 
+tensorfile_core::with_fields!(CastOptions {
+    with_saturate => saturate: bool,
+    with_allow_int => allow_int: bool,
+    with_strict => strict: bool,
+});
+
 /// Checks that `from` converts to `to` under `opts` (no data is looked at).
+///
+/// # Errors
+///
+/// [`CastError::Unsupported`], with the reason, when the pair does not
+/// convert under `opts`.
 ///
 /// ```
 /// use tensorfile::cast::{check, CastOptions};
 /// use tensorfile::Dtype;
 /// assert!(check(Dtype::F32, Dtype::F8_E4M3, CastOptions::default()).is_ok());
 /// assert!(check(Dtype::F32, Dtype::I8, CastOptions::default()).is_err());
-/// let ints = CastOptions { allow_int: true, ..CastOptions::default() };
+/// let ints = CastOptions::default().with_allow_int(true);
 /// assert!(check(Dtype::F32, Dtype::I8, ints).is_ok());
 /// assert!(check(Dtype::BOOL, Dtype::F32, ints).is_err());
 /// ```
@@ -266,6 +278,12 @@ fn require_float(dtype: Dtype, to: Dtype) -> Result<(), CastError> {
 /// Decodes float elements (any float dtype but C64) into `dst`, which must
 /// hold exactly the elements of `src`. Exact, except F64 which rounds to
 /// nearest even.
+///
+/// # Errors
+///
+/// [`CastError::Unsupported`] when `dtype` is not a float dtype (or is C64),
+/// [`CastError::Length`] when `src` is not a whole number of elements, and
+/// [`CastError::BufferSize`] when `dst` does not hold exactly that many.
 pub fn decode_f32(dtype: Dtype, src: &[u8], dst: &mut [f32]) -> Result<(), CastError> {
     require_float(dtype, Dtype::F32)?;
     let n = element_count(dtype, src.len())?;
@@ -275,6 +293,10 @@ pub fn decode_f32(dtype: Dtype, src: &[u8], dst: &mut [f32]) -> Result<(), CastE
 }
 
 /// Decodes float elements (any float dtype but C64) into `dst`, exactly.
+///
+/// # Errors
+///
+/// As [`decode_f32`].
 pub fn decode_f64(dtype: Dtype, src: &[u8], dst: &mut [f64]) -> Result<(), CastError> {
     require_float(dtype, Dtype::F64)?;
     let n = element_count(dtype, src.len())?;
@@ -284,6 +306,11 @@ pub fn decode_f64(dtype: Dtype, src: &[u8], dst: &mut [f64]) -> Result<(), CastE
 }
 
 /// [`decode_f32`] into a new vector.
+///
+/// # Errors
+///
+/// [`CastError::Unsupported`] when `dtype` is not a float dtype (or is C64);
+/// [`CastError::Length`] when `src` is not a whole number of elements.
 pub fn decode_f32_vec(dtype: Dtype, src: &[u8]) -> Result<Vec<f32>, CastError> {
     require_float(dtype, Dtype::F32)?;
     let mut out = vec![0.0; element_count(dtype, src.len())?];
@@ -292,6 +319,10 @@ pub fn decode_f32_vec(dtype: Dtype, src: &[u8]) -> Result<Vec<f32>, CastError> {
 }
 
 /// [`decode_f64`] into a new vector.
+///
+/// # Errors
+///
+/// As [`decode_f32_vec`].
 pub fn decode_f64_vec(dtype: Dtype, src: &[u8]) -> Result<Vec<f64>, CastError> {
     require_float(dtype, Dtype::F64)?;
     let mut out = vec![0.0; element_count(dtype, src.len())?];
@@ -301,6 +332,14 @@ pub fn decode_f64_vec(dtype: Dtype, src: &[u8]) -> Result<Vec<f64>, CastError> {
 
 /// Encodes f32 values as `to` into `dst`, which must be exactly their byte
 /// length (F4 needs an even count, F6 a multiple of 4).
+///
+/// # Errors
+///
+/// [`CastError::Unsupported`] when F32 does not convert to `to` under
+/// `opts`, [`CastError::NotWholeBytes`] when the count does not fill whole
+/// bytes of `to`, [`CastError::BufferSize`] when `dst` is the wrong size,
+/// and [`CastError::OutOfRange`] or (strict) [`CastError::Lossy`] for the
+/// first value `to` cannot hold.
 pub fn encode_f32(
     src: &[f32],
     to: Dtype,
@@ -316,6 +355,10 @@ pub fn encode_f32(
 }
 
 /// Encodes f64 values as `to` into `dst` (one rounding, see the module doc).
+///
+/// # Errors
+///
+/// As [`encode_f32`], for F64.
 pub fn encode_f64(
     src: &[f64],
     to: Dtype,
@@ -331,6 +374,10 @@ pub fn encode_f64(
 }
 
 /// [`encode_f32`] into a new vector.
+///
+/// # Errors
+///
+/// As [`encode_f32`], less the buffer size.
 pub fn encode_f32_vec(src: &[f32], to: Dtype, opts: CastOptions) -> Result<Vec<u8>, CastError> {
     let mut out = vec![0; byte_count(to, src.len())?];
     encode_f32(src, to, &mut out, opts)?;
@@ -338,6 +385,10 @@ pub fn encode_f32_vec(src: &[f32], to: Dtype, opts: CastOptions) -> Result<Vec<u
 }
 
 /// [`encode_f64`] into a new vector.
+///
+/// # Errors
+///
+/// As [`encode_f64`], less the buffer size.
 pub fn encode_f64_vec(src: &[f64], to: Dtype, opts: CastOptions) -> Result<Vec<u8>, CastError> {
     let mut out = vec![0; byte_count(to, src.len())?];
     encode_f64(src, to, &mut out, opts)?;
@@ -346,6 +397,15 @@ pub fn encode_f64_vec(src: &[f64], to: Dtype, opts: CastOptions) -> Result<Vec<u
 
 /// Converts the elements in `src` (bytes of `from`) into `dst` (bytes of
 /// `to`, exactly as many elements). Error indices count from 0.
+///
+/// # Errors
+///
+/// [`CastError::Unsupported`] when the pair does not convert under `opts`,
+/// [`CastError::Length`] or [`CastError::NotWholeBytes`] when `src` or the
+/// result is not whole elements, [`CastError::BufferSize`] when `dst` is
+/// the wrong size, and [`CastError::OutOfRange`], [`CastError::InvalidBool`]
+/// or (strict) [`CastError::Lossy`] for the first element that does not
+/// convert.
 pub fn cast_slice(
     from: Dtype,
     src: &[u8],

@@ -45,6 +45,13 @@ impl TensorCast {
     /// Prepares the cast of tensor `name` (used in error messages) of dtype
     /// `from` and shape `shape` into `to`. Fails when the pair does not
     /// convert under `opts` or the target cannot hold the element count.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Cast`] naming `name`: [`CastError::Unsupported`] when the pair
+    /// does not convert under `opts`, [`CastError::ShapeOverflow`] or
+    /// [`CastError::NotWholeBytes`] when `shape` has no whole byte count in
+    /// `from` or `to`.
     pub fn new(
         name: &str,
         from: Dtype,
@@ -129,6 +136,13 @@ impl TensorCast {
     /// Converts the next `chunk` of source bytes, appending the result to
     /// `out`. A chunk may end inside an element (or an F4/F6 group): the
     /// remainder is kept for the next call.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Cast`] naming the tensor: [`CastError::TensorLength`] when more
+    /// bytes arrive than the tensor holds, and the first element that does not
+    /// convert ([`CastError::OutOfRange`], [`CastError::InvalidBool`], strict
+    /// [`CastError::Lossy`]).
     pub fn push(&mut self, chunk: &[u8], out: &mut Vec<u8>) -> Result<()> {
         let total = self.received.saturating_add(chunk.len() as u64);
         if total > self.input_len {
@@ -200,6 +214,11 @@ impl TensorCast {
 
     /// Ends the tensor: fails unless exactly [`TensorCast::input_len`] bytes
     /// were pushed.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Cast`] with [`CastError::TensorLength`] when fewer bytes were
+    /// pushed than the tensor holds.
     pub fn finish(self) -> Result<()> {
         if self.received != self.input_len {
             return Err(self.error(CastError::TensorLength {
@@ -214,6 +233,11 @@ impl TensorCast {
 
 /// Converts a whole tensor's bytes (`src`, dtype `from`, shape `shape`) into
 /// a new buffer of dtype `to`. `name` is used in error messages.
+///
+/// # Errors
+///
+/// The errors of [`TensorCast::new`] and [`TensorCast::push`], and
+/// [`CastError::TensorLength`] when `src` is not the tensor's length.
 ///
 /// ```
 /// use tensorfile::cast::{cast_tensor, CastOptions};

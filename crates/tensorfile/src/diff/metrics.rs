@@ -4,104 +4,27 @@
 //! cosine similarity, and the elements beyond a tolerance by numpy's
 //! `isclose` rule with A as the reference.
 
-/// A tolerance: element `i` is within when `|a - b| <= atol + rtol * |a|`
-/// (numpy's `isclose(b, a, rtol, atol)`: A, the first input, is the
-/// reference). NaN against NaN and an infinity against the same infinity
-/// are within (numpy's `equal_nan=True`).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Tolerance {
-    /// Absolute.
-    pub atol: f64,
-    /// Relative to |a|.
-    pub rtol: f64,
-}
+use crate::values::Value;
 
-/// Whether both values are finite (a comparison of magnitudes: it
-/// vectorizes).
-#[inline(always)]
-fn finite_pair(x: f64, y: f64) -> bool {
-    // `&`, not `&&`: no branch, so that the lanes vectorize.
-    (x.abs() < f64::INFINITY) & (y.abs() < f64::INFINITY)
-}
+use super::lanes::{finite_pair, Lanes, Tolerance};
 
-/// Independent accumulators of [`Metrics::add_block`].
-const LANES: usize = 8;
-
-#[derive(Default)]
-struct Lanes {
-    finite: [u64; LANES],
-    sum_abs: [f64; LANES],
-    sum_sq: [f64; LANES],
-    dot: [f64; LANES],
-    norm_a: [f64; LANES],
-    norm_b: [f64; LANES],
-    beyond: [u64; LANES],
-    max_abs: [f64; LANES],
-    max_rel: [f64; LANES],
-}
-
-impl Lanes {
-    #[inline(always)]
-    fn step(&mut self, l: usize, x: f64, y: f64, tol: Tolerance) {
-        let f = finite_pair(x, y);
-        let (x, y) = if f { (x, y) } else { (0.0, 0.0) };
-        let d = (x - y).abs();
-        self.finite[l] += u64::from(f);
-        self.sum_abs[l] += d;
-        self.sum_sq[l] += d * d;
-        self.dot[l] += x * y;
-        self.norm_a[l] += x * x;
-        self.norm_b[l] += y * y;
-        self.beyond[l] += u64::from(d > tol.atol + tol.rtol * x.abs());
-        self.max_abs[l] = if d > self.max_abs[l] {
-            d
-        } else {
-            self.max_abs[l]
-        };
-        let rel = if x != 0.0 { d / x.abs() } else { 0.0 };
-        self.max_rel[l] = if rel > self.max_rel[l] {
-            rel
-        } else {
-            self.max_rel[l]
-        };
-    }
-
-    /// The pass over a block of pairs.
-    #[inline(always)]
-    fn pass(a: &[f64], b: &[f64], tol: Tolerance) -> Lanes {
-        let mut acc = Lanes::default();
-        let (mut ca, mut cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
-        for (x8, y8) in (&mut ca).zip(&mut cb) {
-            for l in 0..LANES {
-                acc.step(l, x8[l], y8[l], tol);
-            }
-        }
-        for (l, (&x, &y)) in ca.remainder().iter().zip(cb.remainder()).enumerate() {
-            acc.step(l, x, y, tol);
-        }
-        acc
-    }
-
-    /// [`Lanes::pass`] compiled with AVX2 enabled (the same operations in
-    /// the same order: the same result).
-    ///
-    /// # Safety
-    /// The CPU must support AVX2.
+/// The pass, on AVX2 when the CPU has it (f32 pairs through
+/// [`super::avx2::pass`], the same figures).
+fn run_lanes<T: Value>(a: &[T], b: &[T], tol: Tolerance) -> Lanes {
+    let mut acc = Lanes::default();
     #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
-    unsafe fn pass_avx2(a: &[f64], b: &[f64], tol: Tolerance) -> Lanes {
-        Lanes::pass(a, b, tol)
-    }
-
-    /// The pass, on AVX2 when the CPU has it.
-    fn run(a: &[f64], b: &[f64], tol: Tolerance) -> Lanes {
-        #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx2") {
+    if std::arch::is_x86_feature_detected!("avx2") {
+        let done = match (T::as_f32(a), T::as_f32(b)) {
             // SAFETY: the CPU has AVX2, checked just above.
-            return unsafe { Lanes::pass_avx2(a, b, tol) };
-        }
-        Lanes::pass(a, b, tol)
+            (Some(x), Some(y)) => unsafe { super::avx2::pass(x, y, tol, &mut acc) },
+            _ => 0,
+        };
+        // SAFETY: as above.
+        unsafe { acc.pass_avx2(&a[done..], &b[done..], tol) };
+        return acc;
     }
+    acc.pass(a, b, tol);
+    acc
 }
 
 /// The running figures of a pair of tensors.
@@ -159,7 +82,7 @@ impl Default for Metrics {
 
 impl Metrics {
     /// Adds the pairs `a[i], b[i]`, element `base + i`.
-    pub fn add_block(&mut self, a: &[f64], b: &[f64], base: u64, tol: Tolerance) {
+    pub fn add_block<T: Value>(&mut self, a: &[T], b: &[T], base: u64, tol: Tolerance) {
         let n = a.len().min(b.len());
         let (a, b) = (&a[..n], &b[..n]);
         let mut m = Metrics {
@@ -169,7 +92,7 @@ impl Metrics {
         // Branch-free over finite pairs, in LANES independent lanes (so
         // that it vectorizes; the lanes' order is fixed, and so is the
         // result). A pair with a NaN or an infinity adds 0 here.
-        let acc = Lanes::run(a, b, tol);
+        let acc = run_lanes(a, b, tol);
         m.finite = acc.finite.iter().sum();
         m.sum_abs = acc.sum_abs.iter().sum();
         m.sum_sq = acc.sum_sq.iter().sum();
@@ -178,27 +101,31 @@ impl Metrics {
         m.norm_b = acc.norm_b.iter().sum();
         m.beyond = acc.beyond.iter().sum();
         // The first element of the largest differences (found again: a
-        // second pass only over this block, in cache).
+        // second pass only over this block, in cache), only when it beats
+        // the figures so far (which [`Metrics::merge`] keeps on a tie).
+        let pair = |i: usize| -> (f64, f64) { (a[i].into(), b[i].into()) };
         let max_abs = acc.max_abs.iter().copied().fold(0.0, f64::max);
-        if max_abs > 0.0 {
-            if let Some(i) =
-                (0..n).find(|&i| finite_pair(a[i], b[i]) && (a[i] - b[i]).abs() == max_abs)
-            {
+        if max_abs > self.max_abs.0 {
+            if let Some(i) = (0..n).find(|&i| {
+                let (x, y) = pair(i);
+                finite_pair(x, y) && (x - y).abs() == max_abs
+            }) {
                 m.max_abs = (max_abs, base + i as u64);
             }
         }
         let max_rel = acc.max_rel.iter().copied().fold(0.0, f64::max);
-        if max_rel > 0.0 {
-            let rel = |i: usize| (a[i] - b[i]).abs() / a[i].abs();
-            if let Some(i) =
-                (0..n).find(|&i| finite_pair(a[i], b[i]) && a[i] != 0.0 && rel(i) == max_rel)
-            {
+        if max_rel > self.max_rel.0 {
+            if let Some(i) = (0..n).find(|&i| {
+                let (x, y) = pair(i);
+                finite_pair(x, y) && x != 0.0 && (x - y).abs() / x.abs() == max_rel
+            }) {
                 m.max_rel = (max_rel, base + i as u64);
             }
         }
         if m.finite < n as u64 {
             // NaN and infinities: few, counted one by one.
             for (&x, &y) in a.iter().zip(b) {
+                let (x, y): (f64, f64) = (x.into(), y.into());
                 if finite_pair(x, y) {
                     continue;
                 }
@@ -283,6 +210,53 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn f32_pairs_give_the_figures_of_their_f64_values_bit_for_bit() {
+        // The f32 pass (AVX2 where the CPU has it) against the portable
+        // f64 one, on lengths around the groups of eight.
+        let mixed = crate::stats::tests_support::mixed_f32;
+        let tol = Tolerance {
+            atol: 1e-6,
+            rtol: 1e-3,
+        };
+        let bits = |m: &Metrics| {
+            let f = [
+                m.sum_abs,
+                m.sum_sq,
+                m.dot,
+                m.norm_a,
+                m.norm_b,
+                m.max_abs.0,
+                m.max_rel.0,
+            ];
+            let n = [m.count, m.finite, m.beyond, m.nan_a, m.nan_b, m.inf];
+            (f.map(f64::to_bits), n, m.max_abs.1, m.max_rel.1)
+        };
+        for (k, n) in [0, 1, 7, 8, 9, 16, 17, 1000, 16_389]
+            .into_iter()
+            .enumerate()
+        {
+            let a = mixed(n, 2 * k as u64 + 1);
+            let b: Vec<f32> = mixed(n, 2 * k as u64 + 2)
+                .iter()
+                .zip(&a)
+                .map(|(&y, &x)| {
+                    if y.to_bits() % 3 == 0 {
+                        x + y * 1e-3
+                    } else {
+                        x
+                    }
+                })
+                .collect();
+            let wide = |v: &[f32]| v.iter().map(|&x| f64::from(x)).collect::<Vec<f64>>();
+            let (wa, wb) = (wide(&a), wide(&b));
+            let (mut m32, mut m64) = (Metrics::default(), Metrics::default());
+            m32.add_block(&a, &b, 0, tol);
+            m64.add_block(&wa, &wb, 0, tol);
+            assert_eq!(bits(&m32), bits(&m64), "{n}");
+        }
+    }
 
     #[test]
     fn figures_of_a_pair() {

@@ -92,8 +92,15 @@ impl Manifest {
         h.finish()
     }
 
+    /// The in-toto statement as JSON text, indented by two spaces (as
+    /// model-signing writes it), without a final newline. (Text rather than a
+    /// `serde_json` value, so no serde_json type is in the public API.)
+    pub fn to_statement_json(&self) -> String {
+        format!("{:#}", self.to_statement())
+    }
+
     /// The in-toto statement.
-    pub fn to_statement(&self) -> Value {
+    fn to_statement(&self) -> Value {
         let resources: Vec<Value> = self
             .files
             .iter()
@@ -118,7 +125,7 @@ impl Manifest {
     /// Reads a statement (v1.0, or the v0.1 one of model-signing 0.2),
     /// checking its types, digests and root digest; `problem` errors say
     /// what is wrong.
-    pub fn from_statement(v: &Value) -> Result<Manifest, String> {
+    fn from_statement(v: &Value) -> Result<Manifest, String> {
         if v["_type"] != STATEMENT_TYPE {
             return Err(format!(
                 "not an in-toto statement v1 (_type is {})",
@@ -211,7 +218,7 @@ impl Manifest {
 
     /// The statement inside a Sigstore bundle's DSSE envelope, **without
     /// checking the signature**.
-    pub fn from_bundle(v: &Value) -> Result<Manifest, String> {
+    fn from_bundle(v: &Value) -> Result<Manifest, String> {
         let envelope = &v["dsseEnvelope"];
         if envelope["payloadType"] != PAYLOAD_TYPE {
             return Err(format!(
@@ -327,6 +334,14 @@ mod tests {
         assert_eq!(m.files[0].0, "a/b");
         let back = Manifest::from_statement(&m.to_statement()).unwrap();
         assert_eq!(back, m);
+        // The text form is what serde_json's pretty printer writes.
+        let text = m.to_statement_json();
+        assert_eq!(
+            text,
+            serde_json::to_string_pretty(&m.to_statement()).unwrap()
+        );
+        let parsed: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(Manifest::from_statement(&parsed).unwrap(), m);
         let mut broken = m.to_statement();
         broken["predicate"]["resources"][0]["digest"] = json!(Sha256Digest::of(b"y").hex());
         assert!(Manifest::from_statement(&broken)

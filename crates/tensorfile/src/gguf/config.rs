@@ -64,6 +64,11 @@ fn f32_key(h: &GgufHeader, key: &str) -> Result<Option<f64>, GgufError> {
 }
 
 /// The heads of a GGUF model: (`n_head`, `n_head_kv`).
+///
+/// # Errors
+///
+/// [`GgufError`] naming the key when `{arch}.attention.head_count` is
+/// missing, either count is not an unsigned integer, or either is zero.
 pub fn heads(h: &GgufHeader, arch: Arch) -> Result<(u64, u64), GgufError> {
     let a = arch.gguf_name();
     let n_head = required(h, &format!("{a}.attention.head_count"))?;
@@ -94,7 +99,11 @@ pub struct HfConfigParts {
 ///
 /// # Errors
 /// A key config.json needs is missing or has the wrong type.
-pub fn hf_config(h: &GgufHeader, arch: Arch, parts: &HfConfigParts) -> Result<Json, GgufError> {
+pub(crate) fn hf_config(
+    h: &GgufHeader,
+    arch: Arch,
+    parts: &HfConfigParts,
+) -> Result<Json, GgufError> {
     let a = arch.gguf_name();
     let k = |s: &str| format!("{a}.{s}");
     let hidden = required(h, &k("embedding_length"))?;
@@ -239,7 +248,7 @@ fn config_f64(c: &Map<String, Json>, key: &str) -> Result<Option<f64>, GgufError
 ///
 /// # Errors
 /// No `model_type`, one this library does not convert, or missing sizes.
-pub fn hf_model(c: &Map<String, Json>) -> Result<HfModel, GgufError> {
+pub(crate) fn hf_model(c: &Map<String, Json>) -> Result<HfModel, GgufError> {
     let model_type =
         c.get("model_type")
             .and_then(Json::as_str)
@@ -315,7 +324,10 @@ fn rope_keys(
 ///
 /// # Errors
 /// A size config.json lacks, or a rope scaling not converted here.
-pub fn arch_keys(c: &Map<String, Json>, m: &HfModel) -> Result<Vec<(String, Value)>, GgufError> {
+pub(crate) fn arch_keys(
+    c: &Map<String, Json>,
+    m: &HfModel,
+) -> Result<Vec<(String, Value)>, GgufError> {
     let a = m.arch.gguf_name();
     let k = |s: &str| format!("{a}.{s}");
     let u32v = |key: &str, v: u64| -> Result<Value, GgufError> {

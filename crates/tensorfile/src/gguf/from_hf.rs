@@ -48,6 +48,7 @@ pub const TYPES: [GgmlType; 10] = [
 
 /// How to convert.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct FromHfOptions {
     /// The type of the weights (2-D and larger tensors ending in `.weight`,
     /// norms excepted); default F16, as the converter's.
@@ -59,6 +60,13 @@ pub struct FromHfOptions {
     /// Sync the file and its directory.
     pub sync: bool,
 }
+
+tensorfile_core::with_fields!(FromHfOptions {
+    with_ggml_type => ggml_type: GgmlType,
+    with_raw => raw: Option<String>,
+    with_tokenizer_pre => tokenizer_pre: Option<String>,
+    with_sync => sync: bool,
+});
 
 impl Default for FromHfOptions {
     fn default() -> Self {

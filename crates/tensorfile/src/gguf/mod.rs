@@ -47,4 +47,4 @@ pub use read::{
 };
 pub use to_hf::{gguf_to_hf, ToHfOptions, ToHfSummary};
 pub use types::GgmlType;
-pub use value::{Array, Value, ValueType};
+pub use value::{Array, Value, ValueJson, ValueType};

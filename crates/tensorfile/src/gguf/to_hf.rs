@@ -29,6 +29,7 @@ use crate::{AtomicFile, Dtype, Error, Metadata, Result, TensorData, TensorSpec, 
 
 /// How to convert.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ToHfOptions {
     /// The dtype of decoded tensors (default BF16). Plain tensors of
     /// another float dtype are cast to it too.
@@ -40,6 +41,12 @@ pub struct ToHfOptions {
     /// How `model.safetensors` is written (`sync`).
     pub write: WriteOptions,
 }
+
+tensorfile_core::with_fields!(ToHfOptions {
+    with_dtype => dtype: Dtype,
+    with_keep_quant => keep_quant: bool,
+    with_write => write: WriteOptions,
+});
 
 impl Default for ToHfOptions {
     fn default() -> Self {

@@ -68,14 +68,14 @@ fn is_gpt2_pre(pre: &Json) -> bool {
 
 /// The `tokenizer.ggml.*` keys of a Hugging Face tokenizer, in the
 /// converter's order. `Ok(None)` when it is not a byte-level BPE
-/// tokenizer (the reason in the error of [`explain_unsupported`]).
+/// tokenizer (`explain_unsupported` says why).
 ///
 /// `pre` names `tokenizer.ggml.pre` when the pre-tokenizer is not GPT-2's.
 ///
 /// # Errors
 /// A tokenizer.json that is not what it claims (ids out of range, merges
 /// of an unknown form).
-pub fn gguf_tokenizer(
+pub(crate) fn gguf_tokenizer(
     tokenizer: &Json,
     tokenizer_config: Option<&Map<String, Json>>,
     config: &Map<String, Json>,
@@ -275,7 +275,7 @@ pub fn gguf_tokenizer(
 }
 
 /// Why a tokenizer.json is not converted to GGUF, in words.
-pub fn explain_unsupported(tokenizer: &Json) -> String {
+pub(crate) fn explain_unsupported(tokenizer: &Json) -> String {
     let kind = tokenizer
         .get("model")
         .and_then(|m| m.get("type"))
@@ -308,7 +308,7 @@ fn strings<'h>(h: &'h GgufHeader, key: &str) -> Result<Option<&'h [String]>, Ggu
 /// # Errors
 /// Tokenizer keys of the wrong types, or token types that do not match the
 /// tokens.
-pub fn hf_tokenizer(h: &GgufHeader) -> Result<Result<(Json, Json), String>, GgufError> {
+pub(crate) fn hf_tokenizer(h: &GgufHeader) -> Result<Result<(Json, Json), String>, GgufError> {
     let model = h.get("tokenizer.ggml.model").and_then(Value::as_str);
     if model != Some("gpt2") {
         return Ok(Err(match model {

@@ -239,7 +239,7 @@ impl Value {
     /// The value as JSON: numbers exact (non-finite floats as the strings
     /// `"inf"`, `"-inf"`, `"nan"`), arrays of at most `max_array` elements
     /// whole and longer ones summarized (see [`Array::to_json`]).
-    pub fn to_json(&self, max_array: usize) -> Json {
+    pub(crate) fn to_json(&self, max_array: usize) -> Json {
         match self {
             Value::U8(v) => (*v).into(),
             Value::I8(v) => (*v).into(),
@@ -255,6 +255,48 @@ impl Value {
             Value::String(s) => s.clone().into(),
             Value::Array(a) => a.to_json(max_array),
         }
+    }
+}
+
+impl Value {
+    /// The value as JSON, to serialize or print: numbers exact (non-finite
+    /// floats as the strings `"inf"`, `"-inf"`, `"nan"`), arrays of at most
+    /// `max_array` elements whole and longer ones as
+    /// `{"type", "len", "first": [up to 8 elements]}`.
+    ///
+    /// ```
+    /// use tensorfile::gguf::{Array, Value};
+    /// assert_eq!(Value::F32(f32::INFINITY).json(0).to_string(), r#""inf""#);
+    /// let a = Value::Array(Array::U8(vec![1, 2, 3]));
+    /// assert_eq!(a.json(8).to_string(), "[1,2,3]");
+    /// assert!(a.json(2).to_string().contains(r#""len":3"#));
+    /// ```
+    pub fn json(&self, max_array: usize) -> ValueJson<'_> {
+        ValueJson {
+            value: self,
+            max_array,
+        }
+    }
+}
+
+/// A GGUF value shown as JSON ([`Value::json`]): it serializes as that
+/// JSON and displays as its compact text. (A view rather than a
+/// `serde_json` value, so no serde_json type is in the public API.)
+#[derive(Debug, Clone, Copy)]
+pub struct ValueJson<'a> {
+    value: &'a Value,
+    max_array: usize,
+}
+
+impl serde::Serialize for ValueJson<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.value.to_json(self.max_array).serialize(s)
+    }
+}
+
+impl fmt::Display for ValueJson<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.value.to_json(self.max_array))
     }
 }
 
@@ -344,7 +386,7 @@ impl Array {
 
     /// The elements as JSON when there are at most `max` of them; a longer
     /// array becomes `{"type", "len", "first": [up to 8 elements]}`.
-    pub fn to_json(&self, max: usize) -> Json {
+    pub(crate) fn to_json(&self, max: usize) -> Json {
         let n = self.len();
         let shown = if n <= max { n } else { n.min(8) };
         let items: Vec<Json> = (0..shown)

@@ -30,6 +30,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
+use crate::json_object::JsonObject;
 use crate::shard::{ShardError, ShardedTensors};
 use crate::ReadOptions;
 
@@ -54,12 +55,20 @@ const MAX_CONFIG_LEN: u64 = 10_000_000;
 #[derive(Debug)]
 pub struct ModelDir {
     dir: PathBuf,
-    config: Map<String, Value>,
+    config: Config,
     weights: ShardedTensors,
 }
 
+/// A model's config.json: a JSON object read through typed accessors
+/// (the library's own checks read it field by field).
+pub type Config = JsonObject;
+
 /// Reads a config.json as a JSON object (at most 10 MB).
-pub fn read_config(path: &Path) -> Result<Map<String, Value>> {
+///
+/// # Errors
+/// The file cannot be read ([`Error::File`] with the I/O error), is longer
+/// than 10 MB or is not a JSON object ([`Error::Config`]).
+pub fn read_config(path: &Path) -> Result<Config> {
     use std::io::Read;
     let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
     let mut text = Vec::new();
@@ -74,20 +83,14 @@ pub fn read_config(path: &Path) -> Result<Map<String, Value>> {
 ///
 /// # Errors
 /// The file cannot be read, is longer than 10 MB, or is not a JSON object.
-pub fn read_config_from(
-    location: &dyn crate::shard::Location,
-    file: &str,
-) -> Result<Map<String, Value>> {
+pub fn read_config_from(location: &dyn crate::shard::Location, file: &str) -> Result<Config> {
     let path = location.path_of(file);
     let source = location.open(file).map_err(|e| Error::io(&path, e))?;
     read_config_source(&*source, &path)
 }
 
 /// Reads an opened config named `path` as [`read_config`] does.
-pub(crate) fn read_config_source(
-    source: &dyn crate::ByteSource,
-    path: &Path,
-) -> Result<Map<String, Value>> {
+pub(crate) fn read_config_source(source: &dyn crate::ByteSource, path: &Path) -> Result<Config> {
     let len = source.len().min(MAX_CONFIG_LEN + 1);
     let mut text = vec![0u8; len as usize];
     source
@@ -97,7 +100,7 @@ pub(crate) fn read_config_source(
 }
 
 /// A config's text (at most [`MAX_CONFIG_LEN`] bytes) as a JSON object.
-fn parse_config(text: &[u8], path: &Path) -> Result<Map<String, Value>> {
+fn parse_config(text: &[u8], path: &Path) -> Result<Config> {
     let bad = |problem: String| Error::Config {
         path: path.to_path_buf(),
         problem,
@@ -105,32 +108,28 @@ fn parse_config(text: &[u8], path: &Path) -> Result<Map<String, Value>> {
     if text.len() as u64 > MAX_CONFIG_LEN {
         return Err(bad(format!("longer than {MAX_CONFIG_LEN} bytes")));
     }
-    match serde_json::from_slice::<Value>(text) {
-        Ok(Value::Object(map)) => Ok(map),
-        Ok(other) => Err(bad(format!("a JSON {}, not an object", json_kind(&other)))),
-        Err(e) => Err(bad(e.to_string())),
-    }
-}
-
-fn json_kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "boolean",
-        Value::Number(_) => "number",
-        Value::String(_) => "string",
-        Value::Array(_) => "array",
-        Value::Object(_) => "object",
-    }
+    JsonObject::from_slice(text).map_err(bad)
 }
 
 impl ModelDir {
     /// Opens `dir/config.json` and the directory's weights (validated; see
     /// [`ShardedTensors::open`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`ModelDir::open_with`].
     pub fn open(dir: impl AsRef<Path>) -> Result<ModelDir> {
         ModelDir::open_with(dir, &ReadOptions::default())
     }
 
     /// [`ModelDir::open`] with options for reading the weights.
+    ///
+    /// # Errors
+    ///
+    /// An I/O error naming config.json ([`Error::Core`]) when it cannot be
+    /// read, [`Error::Config`] when it is too long or not a JSON object, and
+    /// the errors of
+    /// [`ShardedTensors::open_with`] for the weights.
     pub fn open_with(dir: impl AsRef<Path>, options: &ReadOptions) -> Result<ModelDir> {
         let dir = dir.as_ref();
         let config = read_config(&dir.join(CONFIG_NAME))?;
@@ -148,7 +147,7 @@ impl ModelDir {
     }
 
     /// config.json.
-    pub fn config(&self) -> &Map<String, Value> {
+    pub fn config(&self) -> &Config {
         &self.config
     }
 
@@ -159,12 +158,12 @@ impl ModelDir {
 
     /// The config's `tl_arch`, when it is a string.
     pub fn arch(&self) -> Option<&str> {
-        self.config.get("tl_arch").and_then(Value::as_str)
+        self.config.get_str("tl_arch")
     }
 
     /// Whether the config calls for `tokenizer.json` (`"tl_tokenizer": "file"`).
     pub fn needs_tokenizer(&self) -> bool {
-        needs_tokenizer(&self.config)
+        needs_tokenizer(self.config.as_map())
     }
 
     /// Checks the directory: files, architecture, contract. Never fails;
@@ -173,7 +172,7 @@ impl ModelDir {
         let mut report = Report::default();
         check_parts(
             &self.dir,
-            Some(&self.config),
+            Some(self.config.as_map()),
             Some(&self.weights),
             contract,
             &mut report,
@@ -240,7 +239,7 @@ pub fn check_dir(dir: impl AsRef<Path>, contract: Contract) -> Report {
     };
     check_parts(
         dir,
-        config.as_ref(),
+        config.as_ref().map(JsonObject::as_map),
         weights.as_ref(),
         contract,
         &mut report,
@@ -367,7 +366,7 @@ fn check_plan(
     weights: &ShardedTensors,
     report: &mut Report,
 ) {
-    let mlx = match QuantConfig::from_config(config) {
+    let mlx = match QuantConfig::from_config_map(config) {
         Ok(q) => q,
         Err(message) => {
             report.push(Problem::error(

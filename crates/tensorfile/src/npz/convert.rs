@@ -13,6 +13,7 @@ use crate::{save_plan, Dtype, Result, WriteOptions};
 
 /// How to convert.
 #[derive(Debug, Clone, Default)]
+#[non_exhaustive]
 pub struct FromNpzOptions {
     /// What opaque arrays (ml_dtypes types saved by numpy: `<V2`, `<V1`,
     /// `<f1`) hold.
@@ -28,6 +29,14 @@ pub struct FromNpzOptions {
     /// instead of one file.
     pub max_shard_size: Option<u64>,
 }
+
+tensorfile_core::with_fields!(FromNpzOptions {
+    with_opaque => opaque: Option<Dtype>,
+    with_dtype => dtype: Option<Dtype>,
+    with_cast => cast: CastOptions,
+    with_write => write: WriteOptions,
+    with_max_shard_size => max_shard_size: Option<u64>,
+});
 
 /// What a conversion wrote.
 #[derive(Debug)]

@@ -32,7 +32,7 @@ pub enum Element {
 /// # Errors
 /// A dtype with no safetensors dtype (`<c16`, `<U2`, `|S2`, `<M8[s]`,
 /// `<f16`), or one that needs pickle (`|O`).
-pub fn element(descr: &str) -> Result<Element, String> {
+pub(crate) fn element(descr: &str) -> Result<Element, String> {
     let (order, rest) = match descr.chars().next() {
         Some(c @ ('<' | '>' | '|' | '=')) => (c, &descr[1..]),
         _ => ('=', descr),

@@ -27,12 +27,18 @@ const BUFFER: usize = 1 << 20;
 
 /// How to write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct NpzWriteOptions {
     /// Deflate the members (`np.savez_compressed`) instead of storing them.
     pub compress: bool,
     /// Sync the file and its directory before the rename.
     pub sync: bool,
 }
+
+tensorfile_core::with_fields!(NpzWriteOptions {
+    with_compress => compress: bool,
+    with_sync => sync: bool,
+});
 
 impl Default for NpzWriteOptions {
     fn default() -> NpzWriteOptions {

@@ -33,6 +33,7 @@ pub use set::{
 
 /// How to convert.
 #[derive(Debug, Clone, Default)]
+#[non_exhaustive]
 pub struct ConvertOptions {
     /// How to load the checkpoint (`key`, `name`, limits and budgets).
     pub load: LoadOptions,
@@ -48,6 +49,15 @@ pub struct ConvertOptions {
     /// How to cast (saturation, integers), with `dtype`.
     pub cast: CastOptions,
 }
+
+tensorfile_core::with_fields!(ConvertOptions {
+    with_load => load: LoadOptions,
+    with_shared => shared: SharedPolicy,
+    with_keep_values => keep_values: bool,
+    with_write => write: WriteOptions,
+    with_dtype => dtype: Option<Dtype>,
+    with_cast => cast: CastOptions,
+});
 
 impl ConvertOptions {
     /// The loader's policy part of these options.

@@ -23,7 +23,8 @@ use std::path::{Path, PathBuf};
 use tensorfile_pytorch::{conversion, Checkpoint, ConvertTensor, LoadOptions, TorchTensor};
 
 use super::ConvertOptions;
-use crate::cast::{self, plan_targets};
+use crate::cast::file::plan_targets;
+use crate::cast::{self};
 use crate::error::{Error, Result};
 use crate::reshard::{save_set, Sharding, SplitSummary};
 use crate::shard::{ShardError, ShardIndex};
@@ -291,7 +292,7 @@ pub struct SetPlan<'a> {
 
 impl SetPlan<'_> {
     /// One output shard per input shard, or, with `max_shard_size`, the
-    /// tensors re-cut as [`plan_shards`](crate::reshard::plan_shards) does.
+    /// tensors re-cut as `reshard::plan_shards` does.
     pub fn sharding(&self, max_shard_size: Option<u64>) -> Sharding {
         Sharding::new(max_shard_size, &self.plan, &self.shard_of, self.shards)
     }

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value};
 
 use super::{Mode, QuantParams};
+use crate::json_object::JsonObject;
 use crate::Metadata;
 
 /// The metadata key of the int4 scheme: `"quant": "int4-g<group>-sym"`.
@@ -22,18 +23,17 @@ pub const QUANTIZATION_KEY: &str = "quantization";
 /// `{"bits": 4, "group_size": 16, "mode": "nvfp4", "global_scale": true}`).
 ///
 /// ```
-/// use serde_json::json;
 /// use tensorfile::quant::{Mode, QuantConfig, QuantParams};
-/// let config = json!({"quantization": {
+/// let config = tensorfile::JsonObject::parse(r#"{"quantization": {
 ///     "bits": 4, "group_size": 64,
 ///     "model.layers.0.mlp.down_proj": {"bits": 6, "group_size": 32},
-///     "lm_head": false,
-/// }});
-/// let q = QuantConfig::from_config(config.as_object().unwrap())?.unwrap();
+///     "lm_head": false
+/// }}"#)?;
+/// let q = QuantConfig::from_config(&config)?.unwrap();
 /// assert_eq!(q.for_module("model.layers.0.mlp.up_proj"), Some(QuantParams::affine(4, 64)));
 /// assert_eq!(q.for_module("model.layers.0.mlp.down_proj"), Some(QuantParams::affine(6, 32)));
 /// assert_eq!(q.for_module("lm_head"), None);
-/// # Ok::<(), tensorfile::quant::QuantError>(())
+/// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct QuantConfig {
@@ -114,16 +114,16 @@ impl QuantConfig {
 
     /// The config's `quantization` object: the defaults' fields and one
     /// entry per module (`false` for a module left unquantized).
-    pub fn to_json(&self) -> Value {
-        let mut out = match self.default.map(|p| p.to_json()) {
+    pub fn to_json(&self) -> JsonObject {
+        let mut out = match self.default.map(QuantParams::json) {
             Some(Value::Object(m)) => m,
             _ => Map::new(),
         };
         for (module, params) in &self.modules {
-            let entry = params.map_or(Value::Bool(false), |p| p.to_json());
+            let entry = params.map_or(Value::Bool(false), QuantParams::json);
             out.insert(module.clone(), entry);
         }
-        Value::Object(out)
+        JsonObject::from_map(out)
     }
 
     /// Reads a config's `quantization`, or, when there is none, its mirror
@@ -133,7 +133,15 @@ impl QuantConfig {
     ///
     /// # Errors
     /// [`QuantError::Params`] naming the entry.
-    pub fn from_config(config: &Map<String, Value>) -> Result<Option<QuantConfig>, QuantError> {
+    pub fn from_config(config: &JsonObject) -> Result<Option<QuantConfig>, QuantError> {
+        Self::from_config_map(config.as_map())
+    }
+
+    /// [`QuantConfig::from_config`] on serde_json's map (the model layer's
+    /// checks hold the config so).
+    pub(crate) fn from_config_map(
+        config: &Map<String, Value>,
+    ) -> Result<Option<QuantConfig>, QuantError> {
         Self::from_config_text(config).map_err(QuantError::Params)
     }
 
@@ -148,14 +156,6 @@ impl QuantConfig {
             _ => return Ok(None),
         };
         QuantConfig::from_value_text(q, key).map(Some)
-    }
-
-    /// Reads a `quantization` object itself (`place` names it in errors).
-    ///
-    /// # Errors
-    /// [`QuantError::Params`] naming the entry.
-    pub fn from_value(q: &Value, place: &str) -> Result<QuantConfig, QuantError> {
-        Self::from_value_text(q, place).map_err(QuantError::Params)
     }
 
     // The text of the error.

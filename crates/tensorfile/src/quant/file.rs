@@ -31,6 +31,7 @@ const BATCH: usize = 1 << 20;
 
 /// How to quantize a file.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct QuantizeOptions {
     /// The scheme.
     pub scheme: Scheme,
@@ -39,6 +40,23 @@ pub struct QuantizeOptions {
     /// How to write the output.
     pub write: WriteOptions,
 }
+
+impl QuantizeOptions {
+    /// Options with these `scheme`; the other fields at their defaults.
+    pub fn new(scheme: Scheme) -> QuantizeOptions {
+        QuantizeOptions {
+            scheme,
+            selection: Default::default(),
+            write: Default::default(),
+        }
+    }
+}
+
+tensorfile_core::with_fields!(QuantizeOptions {
+    with_scheme => scheme: Scheme,
+    with_selection => selection: Selection,
+    with_write => write: WriteOptions,
+});
 
 /// What [`quantize_file`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,6 +71,7 @@ pub struct QuantizeSummary {
 
 /// How to dequantize a file.
 #[derive(Debug, Clone, Default)]
+#[non_exhaustive]
 pub struct DequantizeOptions {
     /// MLX parameters from outside the file (config.json's `quantization`,
     /// or uniform ones from the command line). Without them, the file's own
@@ -67,6 +86,12 @@ pub struct DequantizeOptions {
     /// How to write the output.
     pub write: WriteOptions,
 }
+
+tensorfile_core::with_fields!(DequantizeOptions {
+    with_mlx => mlx: Option<QuantConfig>,
+    with_dtype => dtype: Option<Dtype>,
+    with_write => write: WriteOptions,
+});
 
 /// What [`dequantize_file`] did.
 #[derive(Debug, Clone, PartialEq)]
@@ -655,10 +680,14 @@ pub fn quantize_file<T: TensorData>(
     Ok(summary)
 }
 
-/// Whether dequantized weights can be written as `dtype`
-/// ([`DequantizeOptions::dtype`]): a float dtype of whole bytes, not C64.
-pub fn is_dequantize_dtype(dtype: Dtype) -> bool {
-    dtype.is_float() && dtype != Dtype::C64 && dtype.bits().is_multiple_of(8)
+impl DequantizeOptions {
+    /// Whether dequantized weights can be written as `dtype`
+    /// ([`DequantizeOptions::dtype`]): a float dtype of whole bytes, not
+    /// C64. Dequantizing refuses any other; the CLI and the Python package
+    /// ask first, to refuse a bad `--dtype` before reading a byte.
+    pub fn accepts_dtype(dtype: Dtype) -> bool {
+        dtype.is_float() && dtype != Dtype::C64 && dtype.bits().is_multiple_of(8)
+    }
 }
 
 /// The dtype a dequantized weight is written in.
@@ -669,7 +698,7 @@ fn output_dtype(w: &LogicalWeight<'_>, requested: Option<Dtype>) -> Result<Dtype
         Storage::Mlx(p) if p.mode != Mode::Affine => Dtype::BF16,
         _ => w.dtype,
     });
-    if !is_dequantize_dtype(dtype) {
+    if !DequantizeOptions::accepts_dtype(dtype) {
         return Err(quant_error(
             &w.name,
             QuantError::Dtype {

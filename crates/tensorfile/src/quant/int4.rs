@@ -353,6 +353,14 @@ fn wrap(name: &str) -> impl Fn(QuantError) -> Error + '_ {
 
 /// Quantizes a whole weight (`data`: bytes of `dtype` F32, F16 or BF16,
 /// shape `[out, in]`) with groups of `group`. Errors name `name`.
+///
+/// # Errors
+///
+/// [`Error::Quant`] naming `name`: [`QuantError::Dtype`] for a dtype other
+/// than F32, F16 or BF16, [`QuantError::Shape`] when `shape` is not
+/// `[out, in]` with `in` a multiple of `group` or `data` is not its length,
+/// and [`QuantError::NotFinite`] or [`QuantError::ScaleOverflow`] for a
+/// weight that does not quantize.
 pub fn quantize(
     name: &str,
     dtype: Dtype,
@@ -403,6 +411,12 @@ pub fn quantize(
 
 /// Dequantizes a whole int4 weight of logical shape `[out, in]` from its
 /// qweight and F16 scales bytes: `out * in` f32 values, row-major.
+///
+/// # Errors
+///
+/// [`Error::Quant`] naming `name`: [`QuantError::Shape`] for a bad shape or
+/// group, [`QuantError::Layout`] when the qweight and scales lengths do not
+/// make `shape`.
 pub fn dequantize(
     name: &str,
     qweight: &[u8],

@@ -366,6 +366,12 @@ pub fn mlx_weight<'a>(
 ///
 /// `int4_group` is the group size from the int4 file's metadata, if known;
 /// `mlx` is config.json's `quantization`, if any.
+///
+/// # Errors
+///
+/// [`LayoutError`] naming the tensor when its stored form is inconsistent:
+/// stored both plain and quantized, a part missing, or shapes that do not
+/// make whole groups or packed values under `int4_group` or `mlx`.
 pub fn logical_weight<'a>(
     module: &str,
     lookup: impl Fn(&str) -> Option<TensorInfo<'a>>,
@@ -393,6 +399,11 @@ pub fn logical_weight<'a>(
 /// (`<m>.weight` U32 beside `<m>.scales`, of any rank 2 or more). A
 /// `.scales` that belongs to no weight, or a `.qweight` without its scales,
 /// is an error naming it.
+///
+/// # Errors
+///
+/// [`LayoutError`] naming the tensor: as [`logical_weight`], and for a
+/// `.scales` or `.qweight` that belongs to no quantized weight.
 pub fn quantized_weights<'a, 'n>(
     names: impl IntoIterator<Item = &'n str>,
     lookup: impl Fn(&str) -> Option<TensorInfo<'a>>,

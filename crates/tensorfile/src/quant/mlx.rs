@@ -93,6 +93,10 @@ fn packed_width(bits: u32) -> Result<u32, QuantError> {
 /// count is a multiple of 8 (as in any whole number of U32 words). A
 /// shorter stream fills only the codes it holds. Any other width is a
 /// [`QuantError::Params`].
+///
+/// # Errors
+///
+/// [`QuantError::Params`] when `bits` is not 2, 3, 4, 5, 6 or 8.
 pub fn unpack(bits: u32, packed: &[u8], codes: &mut [u8]) -> Result<(), QuantError> {
     crate::bits::unpack(packed_width(bits)?, packed, codes);
     Ok(())
@@ -102,6 +106,10 @@ pub fn unpack(bits: u32, packed: &[u8], codes: &mut [u8]) -> Result<(), QuantErr
 /// (`codes.len() * bits / 8` bytes); the inverse of [`unpack`]. A shorter
 /// buffer takes only the codes it holds. `bits` is 2, 3, 4, 5, 6 or 8;
 /// any other width is a [`QuantError::Params`].
+///
+/// # Errors
+///
+/// [`QuantError::Params`] when `bits` is not 2, 3, 4, 5, 6 or 8.
 pub fn pack(bits: u32, codes: &[u8], packed: &mut [u8]) -> Result<(), QuantError> {
     crate::bits::pack(packed_width(bits)?, codes, packed);
     Ok(())
@@ -732,6 +740,14 @@ pub(crate) fn abs_max(values: &[f32]) -> f32 {
 /// `params.global_scale` (nvfp4), each matrix gets the global scale mlx-lm
 /// gives an expert, its largest magnitude.
 ///
+/// # Errors
+///
+/// [`Error::Quant`] naming `name`: [`QuantError::Dtype`] for a dtype other
+/// than F32, F16 or BF16, [`QuantError::Shape`] or [`QuantError::Params`]
+/// when `shape`, `data` and `params` do not agree, and
+/// [`QuantError::NotFinite`] or an overflow variant for a weight that does
+/// not quantize.
+///
 /// ```
 /// use tensorfile::quant::{mlx, Mode, QuantParams};
 /// use tensorfile::Dtype;
@@ -841,6 +857,11 @@ pub fn quantize(
 }
 
 /// [`quantize`] in affine mode only (`params.mode` must be affine).
+///
+/// # Errors
+///
+/// [`Error::Quant`] with [`QuantError::Params`] when `params.mode` is not
+/// affine, then the errors of [`quantize`].
 pub fn quantize_affine(
     name: &str,
     dtype: Dtype,

@@ -55,7 +55,7 @@ pub mod int4;
 mod layout;
 pub mod mlx;
 mod rows;
-pub mod select;
+mod select;
 
 use std::fmt;
 use std::str::FromStr;
@@ -63,8 +63,8 @@ use std::str::FromStr;
 pub use config::{int4_group, QuantConfig, QUANTIZATION_KEY, QUANT_KEY};
 pub use error::QuantError;
 pub use file::{
-    dequantize_file, dequantize_plan, find_quantized, is_dequantize_dtype, quantize_file,
-    quantize_plan, DequantizeOptions, DequantizeSummary, QuantizeOptions, QuantizeSummary,
+    dequantize_file, dequantize_plan, find_quantized, quantize_file, quantize_plan,
+    DequantizeOptions, DequantizeSummary, QuantizeOptions, QuantizeSummary,
 };
 pub use layout::{logical_weight, quantized_weights, LayoutError, LogicalWeight, Storage};
 pub use rows::{dequantize_weight, WeightRows};
@@ -239,7 +239,7 @@ impl QuantParams {
 
     /// The JSON object config.json uses for these parameters
     /// (`"global_scale": true` only when there is one, as mlx-lm writes).
-    pub fn to_json(&self) -> serde_json::Value {
+    pub(crate) fn json(self) -> serde_json::Value {
         let mut v = serde_json::json!({
             "bits": self.bits,
             "group_size": self.group_size,

@@ -22,6 +22,14 @@ use crate::{Dtype, Result};
 /// scales' dtype, mxfp4/mxfp8/nvfp4 in BF16 (MLX's default output dtype),
 /// nvfp4 with a global scale in F32. A plain weight is decoded as it is.
 ///
+/// # Errors
+///
+/// [`Error::Quant`](crate::Error::Quant) naming the weight: [`QuantError::Layout`] when a part
+/// is missing from `tensors`, [`QuantError::Shape`] when the parts' lengths
+/// do not make the logical shape,
+/// [`QuantError::Dtype`] when a plain weight is not a float dtype, and the
+/// read errors of a part's bytes.
+///
 /// ```
 /// use tensorfile::quant::{dequantize_weight, int4, quantized_weights};
 /// use tensorfile::{serialize, Dtype, SafeTensors, TensorRef};

@@ -149,13 +149,8 @@ pub fn default_name(name: &str) -> bool {
 
 /// Whether a name is that of an expert stack of mlx-lm's switch layers: a
 /// path component before the last is `experts` or starts with `switch_`.
-///
-/// ```
-/// use tensorfile::quant::select::expert_stack;
-/// assert!(expert_stack("model.layers.0.block_sparse_moe.switch_mlp.down_proj.weight"));
-/// assert!(expert_stack("model.layers.3.mlp.experts.gate_proj.weight"));
-/// assert!(!expert_stack("model.layers.0.conv1d.weight"));
-/// ```
+/// (`...switch_mlp.down_proj.weight` and `...mlp.experts.gate_proj.weight`
+/// are, `model.layers.0.conv1d.weight` is not).
 pub fn expert_stack(name: &str) -> bool {
     let mut parts: Vec<&str> = name.split('.').collect();
     parts.pop();
@@ -169,4 +164,18 @@ pub fn expert_stack(name: &str) -> bool {
 /// (when `mlx`, the scheme being MLX's).
 pub fn default_take(name: &str, shape: &[u64], mlx: bool) -> bool {
     default_name(name) && (shape.len() == 2 || (mlx && shape.len() == 3 && expert_stack(name)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::expert_stack;
+
+    #[test]
+    fn expert_stacks_by_name() {
+        assert!(expert_stack(
+            "model.layers.0.block_sparse_moe.switch_mlp.down_proj.weight"
+        ));
+        assert!(expert_stack("model.layers.3.mlp.experts.gate_proj.weight"));
+        assert!(!expert_stack("model.layers.0.conv1d.weight"));
+    }
 }

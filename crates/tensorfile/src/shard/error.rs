@@ -110,6 +110,14 @@ pub enum ShardError {
         /// The shard giving the other value.
         second_shard: String,
     },
+    /// The index's `metadata.total_size` is not a non-negative integer
+    /// ([`ShardIndex::total_size`](super::ShardIndex::total_size); opening
+    /// a set only warns of it, since Hub indexes are not always exact).
+    #[error("the index's total_size is {found}, not a byte count")]
+    BadTotalSize {
+        /// The value found, as JSON text.
+        found: String,
+    },
 }
 
 impl ShardError {
@@ -129,7 +137,8 @@ impl ShardError {
             | ShardError::NotInMap { .. }
             | ShardError::Ambiguous { .. }
             | ShardError::NoWeights { .. }
-            | ShardError::MetadataConflict { .. } => ErrorKind::Format,
+            | ShardError::MetadataConflict { .. }
+            | ShardError::BadTotalSize { .. } => ErrorKind::Format,
         }
     }
 }

@@ -37,6 +37,7 @@ use std::sync::Arc;
 use crate::error::{Error, Result};
 use crate::file::SafeTensors;
 use crate::header::{Header, ReadOptions, TensorInfo};
+use crate::json_object::JsonObject;
 use crate::source::{ByteSource, FileSource, MappedFile};
 use crate::view::TensorView;
 use crate::writer::TensorData;
@@ -61,7 +62,7 @@ pub const MAX_INDEX_LEN: u64 = 100_000_000;
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ShardIndex {
     /// The index's `metadata` object (`total_size` and anything else).
-    pub metadata: Map<String, Value>,
+    pub metadata: JsonObject,
     /// Tensor name to shard file name, in ascending byte order of names.
     pub weight_map: BTreeMap<String, String>,
 }
@@ -117,8 +118,8 @@ struct IndexOut<'a> {
 impl ShardIndex {
     /// An index for shards holding `total_size` data bytes.
     pub fn new(total_size: u64, weight_map: BTreeMap<String, String>) -> ShardIndex {
-        let mut metadata = Map::new();
-        metadata.insert("total_size".into(), Value::from(total_size));
+        let mut metadata = JsonObject::new();
+        metadata.insert_u64("total_size", total_size);
         ShardIndex {
             metadata,
             weight_map,
@@ -133,7 +134,7 @@ impl ShardIndex {
         let raw: RawIndex =
             serde_json::from_slice(text).map_err(|e| crate::ParseError(e.to_string()))?;
         Ok(ShardIndex {
-            metadata: raw.metadata.unwrap_or_default(),
+            metadata: JsonObject::from_map(raw.metadata.unwrap_or_default()),
             weight_map: raw.weight_map.0,
         })
     }
@@ -173,10 +174,14 @@ impl ShardIndex {
         Ok(ShardIndex::parse(&text).map_err(|e| bad(e.0))?)
     }
 
-    /// `metadata.total_size`: `Ok(None)` when absent, `Err` with what it is
-    /// when it is not a non-negative integer.
-    pub fn total_size(&self) -> Result<Option<u64>, String> {
-        match self.metadata.get("total_size") {
+    /// `metadata.total_size`: `Ok(None)` when absent.
+    ///
+    /// # Errors
+    ///
+    /// [`ShardError::BadTotalSize`], with the value found, when it is not a
+    /// non-negative integer.
+    pub fn total_size(&self) -> Result<Option<u64>, ShardError> {
+        match self.metadata.as_map().get("total_size") {
             None => Ok(None),
             Some(v) => match (v.as_u64(), v.as_f64()) {
                 (Some(n), _) => Ok(Some(n)),
@@ -184,7 +189,9 @@ impl ShardIndex {
                 (None, Some(f)) if f >= 0.0 && f.fract() == 0.0 && f < u64::MAX as f64 => {
                     Ok(Some(f as u64))
                 }
-                _ => Err(v.to_string()),
+                _ => Err(ShardError::BadTotalSize {
+                    found: v.to_string(),
+                }),
             },
         }
     }
@@ -198,6 +205,7 @@ impl ShardIndex {
         // BTreeMaps sort by UTF-8 bytes, which is code point order: Python's.
         let metadata: BTreeMap<String, Value> = self
             .metadata
+            .as_map()
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
@@ -465,7 +473,7 @@ pub struct ShardedTensors {
     dir: PathBuf,
     location: Arc<dyn Location>,
     index_path: Option<PathBuf>,
-    index_metadata: Option<Map<String, Value>>,
+    index_metadata: Option<JsonObject>,
     /// In ascending byte order of file names.
     shards: Vec<Shard>,
     /// Tensor name to shard position; empty with a single shard, whose
@@ -730,9 +738,7 @@ impl ShardedTensors {
                 "the index's total_size is {total}, but the shards hold {data_len} data bytes"
             )),
             Ok(_) => {}
-            Err(found) => warnings.push(format!(
-                "the index's total_size is {found}, not a byte count"
-            )),
+            Err(e) => warnings.push(e.to_string()),
         }
         let lookup = index
             .weight_map
@@ -769,7 +775,7 @@ impl ShardedTensors {
     }
 
     /// The index's `metadata` object, when the set has an index.
-    pub fn index_metadata(&self) -> Option<&Map<String, Value>> {
+    pub fn index_metadata(&self) -> Option<&JsonObject> {
         self.index_metadata.as_ref()
     }
 
@@ -906,6 +912,11 @@ impl ShardedTensors {
     /// ([`crate::digest::TENSOR_SHA256_KEY`]) are each file's own, of its
     /// own bytes: they are left out (what is written from the set has
     /// other bytes, and gets its own with `--embed-hash`).
+    ///
+    /// # Errors
+    ///
+    /// [`ShardError::MetadataConflict`] when two shards give one key different
+    /// values.
     pub fn metadata(&self) -> Result<Metadata, ShardError> {
         let mut union: BTreeMap<String, (String, &str)> = BTreeMap::new();
         for shard in &self.shards {
@@ -989,7 +1000,7 @@ mod tests {
         let python = "{\n  \"metadata\": {\n    \"total_size\": 24\n  },\n  \"weight_map\": {\n    \"a\\n\": \"model-00001-of-00002.safetensors\",\n    \"b\": \"model-00002-of-00002.safetensors\"\n  }\n}\n";
         assert_eq!(text, python);
         let back = ShardIndex::parse(text.as_bytes()).unwrap();
-        assert_eq!(back.total_size(), Ok(Some(24)));
+        assert_eq!(back.total_size().unwrap(), Some(24));
     }
 
     #[test]

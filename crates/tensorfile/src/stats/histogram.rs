@@ -10,6 +10,8 @@ pub const BINS: usize = 1024;
 const HALF: usize = BINS / 2;
 const HALF_LOG2: i32 = 9;
 
+use crate::values::Value;
+
 /// `k` for an empty histogram or one of zeros only: below every other.
 const NONE: i32 = i32::MIN;
 
@@ -49,8 +51,14 @@ fn exponent_for(absmax: f64) -> i32 {
 /// scale (a power of two), or `s1 * s2` in two exact steps when `one` is
 /// not a normal number.
 #[inline(always)]
-fn bins_of_portable(values: &[f64], bins: &mut [u32], exact: bool, (one, s1, s2): (f64, f64, f64)) {
+fn bins_of_portable<T: Value>(
+    values: &[T],
+    bins: &mut [u32],
+    exact: bool,
+    (one, s1, s2): (f64, f64, f64),
+) {
     for (b, &x) in bins.iter_mut().zip(values) {
+        let x: f64 = x.into();
         let at = if exact { x * one } else { x * s1 * s2 } + HALF as f64;
         // In (0, BINS) for a finite value below 2^k: truncating floors.
         let bin = (at as u32).min(BINS as u32 - 1);
@@ -68,15 +76,26 @@ fn bins_of_portable(values: &[f64], bins: &mut [u32], exact: bool, (one, s1, s2)
 /// The CPU must support AVX2.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn bins_of_avx2(values: &[f64], bins: &mut [u32], exact: bool, scale: (f64, f64, f64)) {
+unsafe fn bins_of_avx2<T: Value>(
+    values: &[T],
+    bins: &mut [u32],
+    exact: bool,
+    scale: (f64, f64, f64),
+) {
     bins_of_portable(values, bins, exact, scale)
 }
 
-fn bins_of(values: &[f64], bins: &mut [u32], exact: bool, scale: (f64, f64, f64)) {
+fn bins_of<T: Value>(values: &[T], bins: &mut [u32], exact: bool, scale: (f64, f64, f64)) {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: the CPU has AVX2, checked just above.
-        return unsafe { bins_of_avx2(values, bins, exact, scale) };
+        let bounds = (HALF as f64, (BINS - 1) as f64, BINS as u32);
+        let done = match T::as_f32(values) {
+            // SAFETY: the CPU has AVX2, checked just above.
+            Some(v) => unsafe { super::avx2::bins(v, bins, exact, scale, bounds) },
+            None => 0,
+        };
+        // SAFETY: as above.
+        return unsafe { bins_of_avx2(&values[done..], &mut bins[done..], exact, scale) };
     }
     bins_of_portable(values, bins, exact, scale)
 }
@@ -97,7 +116,7 @@ fn scale(mut x: f64, mut n: i32) -> f64 {
 impl Histogram {
     /// Counts the finite values of `values`, whose largest finite
     /// magnitude is `absmax`.
-    pub fn add(&mut self, values: &[f64], absmax: f64) {
+    pub fn add<T: Value>(&mut self, values: &[T], absmax: f64) {
         if self.counts.is_empty() {
             self.counts = vec![0; BINS];
         }

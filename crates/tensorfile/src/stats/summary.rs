@@ -6,6 +6,8 @@
 //! [`Histogram`].
 
 use super::histogram::Histogram;
+use super::lanes::{Lanes, LANES};
+use crate::values::Value;
 
 /// Elements of the largest magnitude kept per tensor.
 pub const TOP: usize = 8;
@@ -60,94 +62,39 @@ impl Default for Summary {
     }
 }
 
-/// Independent accumulators of the pass over a block (four: one AVX2
-/// register each, eight accumulators in registers).
-const LANES: usize = 4;
-
-struct Lanes {
-    /// Sums of `x - shift` and of its square (the shifted-data rule: the
-    /// shift is a value of the block, so the sums stay small).
-    sum: [f64; LANES],
-    sq: [f64; LANES],
-    min: [f64; LANES],
-    max: [f64; LANES],
-    /// Counts, as f64 (exact far beyond a block's values) so that every
-    /// lane operation has the same width and the loop vectorizes.
-    finite: [f64; LANES],
-    nan: [f64; LANES],
-    zeros: [f64; LANES],
-    sub: [f64; LANES],
+/// The pass, on AVX2 when the CPU has it (f32 values through
+/// [`super::avx2::pass`], the same figures); `normal` is 0 or a
+/// dtype's smallest normal value (exact in f32 for f32 values).
+fn run_lanes<T: Value>(values: &[T], normal: f64, shift: f64) -> Lanes {
+    let mut acc = Lanes::new();
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        let done = match T::as_f32(values) {
+            // SAFETY: the CPU has AVX2, checked just above.
+            Some(v) => unsafe { super::avx2::pass(v, normal as f32, shift, &mut acc) },
+            None => 0,
+        };
+        // SAFETY: as above.
+        unsafe { acc.pass_avx2(&values[done..], normal, shift) };
+        return acc;
+    }
+    acc.pass(values, normal, shift);
+    acc
 }
 
-impl Lanes {
-    /// The pass over a block, branch-free in independent lanes on local
-    /// arrays (what the vectorizer takes).
-    #[inline(always)]
-    fn pass(values: &[f64], normal: f64, shift: f64) -> Lanes {
-        let mut sum = [0.0; LANES];
-        let mut sq = [0.0; LANES];
-        let mut min = [f64::INFINITY; LANES];
-        let mut max = [f64::NEG_INFINITY; LANES];
-        let mut finite = [0.0; LANES];
-        let mut nan = [0.0; LANES];
-        let mut zeros = [0.0; LANES];
-        let mut sub = [0.0; LANES];
-        let mut step = |l: usize, x: f64| {
-            // A comparison of magnitudes (false for NaN): it vectorizes.
-            let a = x.abs();
-            let f = a < f64::INFINITY;
-            let d = if f { x - shift } else { 0.0 };
-            sum[l] += d;
-            sq[l] += d * d;
-            // `&`, not `&&`: no branch, so that the lanes vectorize.
-            min[l] = if f & (x < min[l]) { x } else { min[l] };
-            max[l] = if f & (x > max[l]) { x } else { max[l] };
-            finite[l] += if f { 1.0 } else { 0.0 };
-            nan[l] += if a.is_nan() { 1.0 } else { 0.0 };
-            zeros[l] += if a == 0.0 { 1.0 } else { 0.0 };
-            sub[l] += if (a < normal) & (a != 0.0) { 1.0 } else { 0.0 };
-        };
-        let mut chunks = values.chunks_exact(LANES);
-        for c in &mut chunks {
-            for (l, &x) in c.iter().enumerate() {
-                step(l, x);
-            }
-        }
-        for (l, &x) in chunks.remainder().iter().enumerate() {
-            step(l, x);
-        }
-        Lanes {
-            sum,
-            sq,
-            min,
-            max,
-            finite,
-            nan,
-            zeros,
-            sub,
-        }
-    }
-
-    /// [`Lanes::pass`] compiled with AVX2 enabled (the same operations in
-    /// the same order: the same result).
-    ///
-    /// # Safety
-    /// The CPU must support AVX2.
+/// The first group of eight values from `at` (a multiple of eight) that
+/// may hold a magnitude of at least `bar`: `at` itself but for f32 values
+/// on AVX2, which are checked eight at a time.
+fn skip_below<T: Value>(values: &[T], at: usize, bar: f64) -> usize {
     #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
-    unsafe fn pass_avx2(values: &[f64], normal: f64, shift: f64) -> Lanes {
-        Lanes::pass(values, normal, shift)
-    }
-
-    /// The pass, on AVX2 when the CPU has it.
-    fn run(values: &[f64], normal: f64, shift: f64) -> Lanes {
-        #[cfg(target_arch = "x86_64")]
+    if let Some(v) = T::as_f32(values) {
         if std::arch::is_x86_feature_detected!("avx2") {
             // SAFETY: the CPU has AVX2, checked just above.
-            return unsafe { Lanes::pass_avx2(values, normal, shift) };
+            return unsafe { super::avx2::skip_below(v, at, bar) };
         }
-        Lanes::pass(values, normal, shift)
     }
+    let _ = bar;
+    at
 }
 
 /// Whether `(i, x)` ranks before `(j, y)`: larger magnitude, then lower index.
@@ -171,7 +118,7 @@ fn insert_top(top: &mut Vec<(u64, f64)>, item: (u64, f64)) {
 impl Summary {
     /// Adds a block of values whose first is element `base`; `normal` is
     /// the smallest normal value of their dtype, if it has subnormals.
-    pub fn add_block(&mut self, values: &[f64], base: u64, normal: Option<f64>) {
+    pub fn add_block<T: Value>(&mut self, values: &[T], base: u64, normal: Option<f64>) {
         let mut block = Summary {
             count: values.len() as u64,
             ..Summary::default()
@@ -181,10 +128,10 @@ impl Summary {
         // the block, so that the sum of squares keeps its precision).
         let shift = values
             .iter()
-            .copied()
-            .find(|x| x.is_finite())
+            .map(|&x| x.into())
+            .find(|x: &f64| x.is_finite())
             .unwrap_or(0.0);
-        let acc = Lanes::run(values, normal, shift);
+        let acc = run_lanes(values, normal, shift);
         let count = |c: &[f64; LANES]| c.iter().sum::<f64>() as u64;
         let (finite, nan) = (count(&acc.finite), count(&acc.nan));
         block.finite = finite;
@@ -207,14 +154,23 @@ impl Summary {
             let floor = self.top.get(TOP - 1).map_or(0.0, |t| t.1.abs());
             if absmax >= floor && absmax > 0.0 {
                 let mut bar = floor;
-                for (i, &x) in values.iter().enumerate() {
-                    let a = x.abs();
-                    if a >= bar && a > 0.0 && a.is_finite() {
-                        insert_top(&mut block.top, (base + i as u64, x));
-                        if block.top.len() == TOP {
-                            bar = bar.max(block.top[TOP - 1].1.abs());
+                let mut at = 0;
+                while at < values.len() {
+                    // Groups of eight below the bar are passed over at once
+                    // (the bar only rises: none of them would be taken).
+                    let from = skip_below(values, at, bar);
+                    let to = (from + 8).min(values.len());
+                    for (i, &x) in values.iter().enumerate().take(to).skip(from) {
+                        let x: f64 = x.into();
+                        let a = x.abs();
+                        if a >= bar && a > 0.0 && a.is_finite() {
+                            insert_top(&mut block.top, (base + i as u64, x));
+                            if block.top.len() == TOP {
+                                bar = bar.max(block.top[TOP - 1].1.abs());
+                            }
                         }
                     }
+                    at = to;
                 }
             }
             // Counted straight into this one's bins (exact, in any order).
@@ -266,7 +222,7 @@ impl Summary {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -293,6 +249,60 @@ mod tests {
         // 6.99 appears 10 times; the lowest indices come first.
         assert_eq!(whole.top[0].1, 6.99);
         assert!(whole.top.windows(2).all(|w| w[0].0 < w[1].0));
+    }
+
+    /// Values of every kind (NaN, infinities, zeros of both signs,
+    /// subnormals, magnitudes near the extremes) in a fixed mix.
+    pub(crate) fn mixed_f32(n: usize, seed: u64) -> Vec<f32> {
+        let mut x = seed | 1;
+        (0..n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let r = (x >> 40) as f32 / (1u64 << 24) as f32 - 0.5;
+                match x % 97 {
+                    0 => f32::NAN,
+                    1 => f32::INFINITY,
+                    2 => f32::NEG_INFINITY,
+                    3 => 0.0,
+                    4 => -0.0,
+                    5 => 1e-40 * r,
+                    6 => 3e38 * r,
+                    _ => r * 0.05,
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn f32_values_give_the_figures_of_their_f64_values_bit_for_bit() {
+        // The f32 passes (AVX2 where the CPU has it) against the portable
+        // f64 ones, on lengths around the groups of eight and a block.
+        let bits = |s: &Summary| {
+            let top: Vec<(u64, u64)> = s.top.iter().map(|&(i, x)| (i, x.to_bits())).collect();
+            let f = [s.min, s.max, s.mean, s.m2].map(f64::to_bits);
+            let n = [s.count, s.finite, s.zeros, s.nan, s.inf, s.subnormal];
+            (f, n, top, s.histogram.clone())
+        };
+        let normal = Some(f64::from(f32::MIN_POSITIVE));
+        for (k, n) in [0, 1, 3, 4, 7, 8, 9, 15, 16, 17, 31, 1000, 16_389]
+            .into_iter()
+            .enumerate()
+        {
+            let v = mixed_f32(n, k as u64 + 1);
+            let mut only_positive = v.clone();
+            only_positive.iter_mut().for_each(|x| *x = x.abs());
+            for v in [v, only_positive] {
+                let wide: Vec<f64> = v.iter().map(|&x| f64::from(x)).collect();
+                let (mut a, mut b) = (Summary::default(), Summary::default());
+                for (c, (p, q)) in v.chunks(5000).zip(wide.chunks(5000)).enumerate() {
+                    a.add_block(p, c as u64 * 5000, normal);
+                    b.add_block(q, c as u64 * 5000, normal);
+                }
+                assert_eq!(bits(&a), bits(&b), "{n}");
+            }
+        }
     }
 
     #[test]
