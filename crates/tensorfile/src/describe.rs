@@ -351,7 +351,7 @@ pub fn file(path: &Path, header: &Header, digest: Digest<'_>) -> FileDescription
     file_at(path, header, digest, &LocalDir::new(dir, false))
 }
 
-/// [`file`] for a file in `location` (a remote directory, say), where a
+/// [`file()`] for a file in `location` (a remote directory, say), where a
 /// config.json beside it is looked for.
 pub fn file_at(
     path: &Path,
