@@ -264,11 +264,15 @@ impl Bounds {
     ) -> Result<Losses, CastError> {
         let mut total = Losses::default();
         let sb = from.bits() as usize;
+        // One set of stack buffers for every block (filled, never copied
+        // out of an expression: an 8 KiB array moved per block was most of
+        // this pass's time).
+        let mut wide = [0f64; BLOCK];
+        let mut narrow = [0f32; BLOCK];
+        let mut bits = [0u64; BLOCK];
         for (k, s) in src.chunks(BLOCK * sb / 8).enumerate() {
             let n = s.len() * 8 / sb;
-            let mut wide = [0f64; BLOCK];
-            let mut narrow = [0f32; BLOCK];
-            let values: &[u64] = &if self.wide {
+            if self.wide {
                 if from.is_float() {
                     decode::to_f64(from, s, &mut wide[..n]);
                 } else {
@@ -278,19 +282,16 @@ impl Bounds {
                         *w = *i as f64;
                     }
                 }
-                let mut bits = [0u64; BLOCK];
                 for (b, w) in bits.iter_mut().zip(&wide[..n]) {
                     *b = w.to_bits();
                 }
-                bits
             } else {
                 decode::to_f32(from, s, &mut narrow[..n]);
-                let mut bits = [0u64; BLOCK];
                 for (b, w) in bits.iter_mut().zip(&narrow[..n]) {
                     *b = u64::from(w.to_bits());
                 }
-                bits
-            }[..n];
+            }
+            let values: &[u64] = &bits[..n];
             let l = self.count(values.iter().copied());
             if strict && !l.is_empty() {
                 let block_base = base + (k * BLOCK) as u64;
