@@ -4,12 +4,19 @@
 //!
 //! ```
 //! use tensorfile::input::{detect, Kind};
-//! let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures");
-//! let kind = detect(format!("{dir}/valid/worked_example.safetensors"))?;
-//! assert_eq!(kind, Kind::Safetensors);
-//! assert_eq!(detect(format!("{dir}/models/bigram"))?, Kind::SafetensorsSet);
-//! assert_eq!(detect(format!("{dir}/pytorch/zip_simple.pt"))?, Kind::Pytorch);
-//! # Ok::<(), tensorfile::Error>(())
+//! use tensorfile::{save, Dtype, TensorRef, WriteOptions};
+//! let dir = tempfile::tempdir()?;
+//! let model = dir.path().join("model.safetensors");
+//! let w = TensorRef { name: "w", dtype: Dtype::F32, shape: &[1], data: &[0u8; 4] };
+//! save(&model, [w], None, &WriteOptions::default())?;
+//! assert_eq!(detect(&model)?, Kind::Safetensors);
+//! // A directory holding a `model.safetensors` is a set (of one).
+//! assert_eq!(detect(dir.path())?, Kind::SafetensorsSet);
+//! // A legacy `torch.save`: PROTO 2, then LONG1 (its magic number).
+//! let pt = dir.path().join("old.pt");
+//! std::fs::write(&pt, b"\x80\x02\x8a\x0a")?;
+//! assert_eq!(detect(&pt)?, Kind::Pytorch);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
 use std::fmt;

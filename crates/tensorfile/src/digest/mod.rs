@@ -10,12 +10,18 @@
 //!
 //! ```
 //! use tensorfile::digest::{data_start, file_digest};
-//! let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/valid/worked_example.safetensors");
-//! let path = std::path::Path::new(path);
-//! let d = file_digest(path, data_start(path)?)?;
+//! use tensorfile::{save, Dtype, Metadata, TensorRef, WriteOptions};
+//! // The format page's worked example: a 96-byte header, 16 bytes of data.
+//! let dir = tempfile::tempdir()?;
+//! let path = dir.path().join("worked_example.safetensors");
+//! let data: Vec<u8> = [1f32, 2., 3., 4.].iter().flat_map(|x| x.to_le_bytes()).collect();
+//! let w = TensorRef { name: "w", dtype: Dtype::F32, shape: &[2, 2], data: &data };
+//! let format = Metadata::from([("format".to_string(), "tinyllm".to_string())]);
+//! save(&path, [w], Some(&format), &WriteOptions::default())?;
+//! let d = file_digest(&path, data_start(&path)?)?;
 //! assert_eq!(d.size, 120);
 //! assert_eq!(d.data.unwrap().start, 104);
-//! # Ok::<(), tensorfile::Error>(())
+//! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
 mod embedded;

@@ -821,9 +821,22 @@ pub fn is_gguf(path: &Path) -> std::io::Result<bool> {
 /// A GGUF file: its header and the source holding its bytes.
 ///
 /// ```
-/// use tensorfile::gguf::GgufFile;
-/// let dir = env!("CARGO_MANIFEST_DIR");
-/// let file = GgufFile::open(format!("{dir}/../../tests/fixtures/gguf/files/tensors_v3.gguf"))?;
+/// use tensorfile::gguf::{GgufFile, ReadLimits};
+/// // A GGUF v3 file of one F32 tensor of 3 rows of 64, no metadata.
+/// let mut bytes = b"GGUF".to_vec();
+/// bytes.extend(3u32.to_le_bytes()); // version
+/// bytes.extend(1u64.to_le_bytes()); // tensors
+/// bytes.extend(0u64.to_le_bytes()); // metadata keys
+/// bytes.extend(6u64.to_le_bytes()); // the name's length, then the name
+/// bytes.extend(b"f32_2d");
+/// bytes.extend(2u32.to_le_bytes()); // dimensions
+/// bytes.extend(64u64.to_le_bytes());
+/// bytes.extend(3u64.to_le_bytes());
+/// bytes.extend(0u32.to_le_bytes()); // type: F32
+/// bytes.extend(0u64.to_le_bytes()); // offset in the data section
+/// bytes.resize(bytes.len().next_multiple_of(32), 0); // the default alignment
+/// bytes.resize(bytes.len() + 64 * 3 * 4, 0);
+/// let file = GgufFile::from_source(bytes, &ReadLimits::default())?;
 /// let t = file.header().tensor("f32_2d").unwrap();
 /// assert_eq!(t.dims, [64, 3]); // GGUF order: fastest first
 /// assert_eq!(t.shape(), [3, 64]); // numpy order

@@ -12,11 +12,19 @@
 //!
 //! ```
 //! use tensorfile::model::check_dir;
-//! use tensorfile::Contract;
-//! let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/models/llama_tiny");
-//! let report = check_dir(dir, Contract::V0);
+//! use tensorfile::{save, Contract, Dtype, Metadata, TensorRef, WriteOptions};
+//! // The course's bigram model: a config and one [vocab, vocab] weight.
+//! let dir = tempfile::tempdir()?;
+//! let config = r#"{"tl_arch": "bigram", "vocab_size": 32, "tl_tokenizer": "byte"}"#;
+//! std::fs::write(dir.path().join("config.json"), config)?;
+//! let data = vec![0u8; 32 * 32 * 4];
+//! let w = TensorRef { name: "bigram.weight", dtype: Dtype::F32, shape: &[32, 32], data: &data };
+//! let format = Metadata::from([("format".to_string(), "tinyllm".to_string())]);
+//! save(dir.path().join("model.safetensors"), [w], Some(&format), &WriteOptions::default())?;
+//! let report = check_dir(dir.path(), Contract::V0);
 //! assert!(report.is_ok(), "{:?}", report.problems);
 //! assert!(report.architecture_checked);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
 mod arch;

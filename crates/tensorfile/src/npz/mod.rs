@@ -19,14 +19,18 @@
 //!   the way if asked.
 //!
 //! ```
-//! use tensorfile::npz::NpzFile;
-//! use tensorfile::TensorData;
-//! let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/npz");
-//! let file = NpzFile::open(format!("{dir}/savez_keywords.npz"))?;
+//! use tensorfile::npz::{save_npz, NpzFile, NpzWriteOptions};
+//! use tensorfile::{Dtype, TensorData, TensorRef};
+//! let dir = tempfile::tempdir()?;
+//! let path = dir.path().join("arrays.npz");
+//! let data: Vec<u8> = [1f32, 2., 3., 4.].iter().flat_map(|x| x.to_le_bytes()).collect();
+//! let w = TensorRef { name: "w", dtype: Dtype::F32, shape: &[2, 2], data: &data };
+//! save_npz(&path, &[w], &NpzWriteOptions::default(), &|_| ())?;
+//! let file = NpzFile::open(&path)?;
 //! for t in file.tensors(None)? {
 //!     println!("{} {} {:?}", t.name(), t.dtype(), t.shape());
 //! }
-//! # Ok::<(), tensorfile::Error>(())
+//! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
 mod array;

@@ -13,7 +13,11 @@
 //! # fn main() -> tensorfile::Result<()> {
 //! use tensorfile::shard::{ShardedTensors, Want};
 //! use tensorfile::SliceArg;
-//! let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/models/bigram");
+//! # let dir = tempfile::tempdir().map_err(|e| tensorfile::Error::io("tempdir", e))?;
+//! # let dir = dir.path();
+//! # let data = vec![0u8; 32 * 32 * 4];
+//! # let w = tensorfile::TensorRef { name: "bigram.weight", dtype: tensorfile::Dtype::F32, shape: &[32, 32], data: &data };
+//! # tensorfile::save(dir.join("model.safetensors"), [w], None, &tensorfile::WriteOptions::default())?;
 //! let set = ShardedTensors::open(dir)?;
 //! // Rows 8..16 of a 32x32 matrix: a quarter of it.
 //! let wants = [Want::slice("bigram.weight", vec![SliceArg::range(8, 16)])];

@@ -16,7 +16,12 @@
 //! ```
 //! # fn main() -> tensorfile::Result<()> {
 //! use tensorfile::shard::ShardedTensors;
-//! let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/models/bigram");
+//! # let dir = tempfile::tempdir().map_err(|e| tensorfile::Error::io("tempdir", e))?;
+//! # let dir = dir.path();
+//! # let data = vec![0u8; 32 * 32 * 4];
+//! # let w = tensorfile::TensorRef { name: "bigram.weight", dtype: tensorfile::Dtype::F32, shape: &[32, 32], data: &data };
+//! # tensorfile::save(dir.join("model.safetensors"), [w], None, &tensorfile::WriteOptions::default())?;
+//! // A directory holding one `model.safetensors` (the course's bigram model).
 //! let set = ShardedTensors::open(dir)?;
 //! assert_eq!(set.shards().len(), 1);
 //! assert_eq!(set.tensor("bigram.weight")?.shape(), &[32, 32]);
