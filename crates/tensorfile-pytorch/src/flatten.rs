@@ -368,6 +368,9 @@ mod tests {
     fn long_shared_keys_are_refused_before_paths_grow() {
         // A 1 MiB key nested 100 deep: paths of up to 100 MiB, refused.
         let err = walk(&shared_key_pickle(1 << 20, 100)).unwrap_err();
+        // Error::Structure covers every flattening refusal: the message
+        // says which.
+        assert!(matches!(err, Error::Structure(_)), "{err}");
         assert!(err.to_string().contains("exceed the limits"), "{err}");
         // Short keys at the same depth are fine.
         let flat = walk(&shared_key_pickle(8, 100)).unwrap();

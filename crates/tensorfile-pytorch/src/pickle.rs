@@ -1202,7 +1202,16 @@ mod tests {
         p.extend(std::iter::repeat_n(0x85, 5000));
         p.push(b'.');
         let e = run(&p).unwrap_err();
-        assert!(e.to_string().contains("nesting depth"), "{e}");
+        assert!(
+            matches!(
+                e.kind,
+                PickleErrorKind::Limit {
+                    what: "nesting depth",
+                    ..
+                }
+            ),
+            "{e}"
+        );
         // A self-referencing list is fine to build (it is a reference).
         let p = run(b"]q\x00h\x00a.").unwrap();
         assert!(matches!(p.deref(p.root()), Some(Object::List(v)) if v.len() == 1));

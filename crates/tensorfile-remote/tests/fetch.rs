@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use tensorfile_remote::fetch::{fetch, FetchOptions, Outcome};
 use tensorfile_remote::serve::{Fault, Server};
-use tensorfile_remote::Client;
+use tensorfile_remote::{Client, Problem};
 
 /// Names in a directory, sorted (hidden ones too).
 fn names(dir: &Path) -> Vec<String> {
@@ -129,7 +129,16 @@ fn an_interrupted_fetch_resumes_where_it_stopped() {
             .with_max_requests(Some(40)),
     );
     let e = fetch(&url, &target, &client, &options(), &()).unwrap_err();
-    assert!(e.to_string().contains("budget of requests"), "{e}");
+    assert!(
+        matches!(
+            common::remote(&e).problem,
+            Problem::Budget {
+                what: "requests",
+                ..
+            }
+        ),
+        "{e}"
+    );
     assert!(!target.exists());
     let left = names(dest.path());
     assert_eq!(

@@ -15,8 +15,9 @@ use tensorfile::shard::Want;
 use tensorfile::{ReadOptions, SafeTensors, ShardedTensors};
 use tensorfile_remote::fetch::{fetch, FetchOptions, Outcome};
 use tensorfile_remote::serve::S3Bucket;
-use tensorfile_remote::Client;
+use tensorfile_remote::{Client, Problem};
 
+use common::remote_core;
 use common::s3_endpoint as endpoint;
 
 /// A new bucket of moto's, made with the credentials of [`set_env`].
@@ -138,14 +139,26 @@ fn s3_objects_changed_underneath_are_errors() {
     bucket.put("m.safetensors", &other, false);
     let e = file.read_tensor(&last).unwrap_err();
     assert!(
-        e.to_string().contains("changed while being read (ETag"),
+        matches!(
+            remote_core(&e).problem,
+            Problem::Changed { what: "ETag", .. }
+        ),
         "{e}"
     );
     // Shorter: S3 answers 416 past the new end, which says the length changed.
     let file = tensorfile_remote::open_file(url, &client, &options).unwrap();
     bucket.put("m.safetensors", &bytes[..100], false);
     let e = file.read_tensor(&last).unwrap_err();
-    assert!(e.to_string().contains("the length was"), "{e}");
+    assert!(
+        matches!(
+            remote_core(&e).problem,
+            Problem::Changed {
+                what: "the length",
+                ..
+            }
+        ),
+        "{e}"
+    );
 }
 
 #[test]

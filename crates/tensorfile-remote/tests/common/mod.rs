@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tensorfile_remote::{Client, RemoteOptions};
+use tensorfile_remote::{Client, RemoteError, RemoteOptions};
 
 /// The repository's fixtures directory.
 pub fn fixtures() -> PathBuf {
@@ -63,5 +63,23 @@ pub fn s3_endpoint() -> Option<String> {
             );
             None
         }
+    }
+}
+
+/// The remote error inside a library error (an I/O error whose inner
+/// error is a [`RemoteError`]): what the tests match on.
+pub fn remote(e: &tensorfile::Error) -> RemoteError {
+    remote_core(e.core().unwrap_or_else(|| panic!("not a core error: {e}")))
+}
+
+/// [`remote`] of a core error (a tensor's read).
+pub fn remote_core(e: &tensorfile_core::Error) -> RemoteError {
+    match e.detail() {
+        tensorfile_core::Error::Io { source, .. } | tensorfile_core::Error::Stream(source) => {
+            RemoteError::of_io(source)
+                .cloned()
+                .unwrap_or_else(|| panic!("not a remote error: {e}"))
+        }
+        _ => panic!("not an I/O error: {e}"),
     }
 }
