@@ -8,6 +8,8 @@ use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::Path;
 
+use tensorfile_testkit::Rng;
+
 /// One tensor to generate.
 pub struct Spec {
     /// Tensor name.
@@ -135,11 +137,11 @@ pub fn write_header_file(path: &Path, header: &str, data_len: u64) -> io::Result
     out.write_all(&(header.len() as u64).to_le_bytes())?;
     out.write_all(header.as_bytes())?;
     let mut chunk = vec![0u8; 1 << 20];
-    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut rng = Rng::new(0x9e37_79b9_7f4a_7c15);
     let mut left = data_len;
     while left > 0 {
         let n = left.min(chunk.len() as u64) as usize;
-        fill(&mut chunk[..n], &mut state);
+        fill(&mut chunk[..n], &mut rng);
         out.write_all(&chunk[..n])?;
         left -= n as u64;
     }
@@ -154,13 +156,10 @@ pub fn write_file(path: &Path, specs: &[Spec]) -> io::Result<u64> {
     write_header_file(path, &header_text(specs), data_len)
 }
 
-/// Fills `buf` from a xorshift generator.
-fn fill(buf: &mut [u8], state: &mut u64) {
+/// Fills `buf` from the workspace's one deterministic generator.
+fn fill(buf: &mut [u8], rng: &mut Rng) {
     for chunk in buf.chunks_mut(8) {
-        *state ^= *state << 13;
-        *state ^= *state >> 7;
-        *state ^= *state << 17;
-        let bytes = state.to_le_bytes();
+        let bytes = rng.next_u64().to_le_bytes();
         chunk.copy_from_slice(&bytes[..chunk.len()]);
     }
 }

@@ -42,11 +42,9 @@ mod tests {
 
     #[test]
     fn plain_run_finds_the_first_quote_backslash_or_control_byte() {
-        let mut state = 0x0123_4567_89ab_cdefu64;
+        let mut rng = tensorfile_testkit::Rng::new(0x0123_4567_89ab_cdef);
         for _ in 0..20_000 {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
+            let state = rng.next_u64();
             let len = (state % 40) as usize;
             // Mostly plain ASCII, sometimes a special byte.
             let bytes: Vec<u8> = (0..len)

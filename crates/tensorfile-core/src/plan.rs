@@ -636,13 +636,8 @@ mod tests {
         // pseudo-random pieces: a piece is accepted exactly when none of
         // its bytes is written, the entries stay sorted, disjoint and
         // merged, and the total is the count of written bytes.
-        let mut seed = 0x2545_F491_4F6C_DD1Du64;
-        let mut next = |n: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % n
-        };
+        let mut rng = tensorfile_testkit::Rng::new(0x2545_F491_4F6C_DD1D);
+        let mut next = |n: u64| rng.next_u64() % n;
         for _ in 0..2000 {
             let mut ranges = Ranges::default();
             let mut model = [false; 64];

@@ -35,12 +35,10 @@ fn main() {
 
     // Values of every magnitude: a cheap deterministic generator of f32s
     // in the normal range.
-    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    let mut rng = tensorfile_testkit::Rng::new(0x9E37_79B9_7F4A_7C15);
     let f32s: Vec<u8> = (0..n)
         .flat_map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
+            let state = rng.next_u64();
             let bits = (state as u32 & 0x807F_FFFF) | ((100 + (state >> 32) as u32 % 56) << 23);
             bits.to_le_bytes()
         })

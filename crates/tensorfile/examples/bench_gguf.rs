@@ -37,6 +37,7 @@ use tensorfile::gguf::{
 };
 use tensorfile::plan::Sink;
 use tensorfile::{save, Dtype, TensorRef, WriteOptions};
+use tensorfile_testkit::Rng;
 
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
@@ -49,18 +50,6 @@ fn ms(d: Duration) -> f64 {
 
 fn quick() -> WriteOptions {
     WriteOptions::default().with_sync(false)
-}
-
-/// xorshift64.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
 }
 
 /// Peak resident memory of this process, in MiB.
@@ -130,12 +119,12 @@ fn make_f32_dir(dir: &Path, mib: u64) -> u64 {
     std::fs::create_dir_all(dir).unwrap();
     // 16 tensors of 4096 rows, `mib / 16` MiB each.
     let cols = (mib * 4).max(32) / 32 * 32;
-    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let mut rng = Rng::new(0x9E37_79B9_7F4A_7C15);
     let datas: Vec<Vec<u8>> = (0..16)
         .map(|_| {
             (0..4096 * cols)
                 .flat_map(|_| {
-                    let r = rng.next();
+                    let r = rng.next_u64();
                     let v = ((r >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.1;
                     v.to_le_bytes()
                 })
@@ -194,15 +183,17 @@ fn make_q4k(path: &Path, mib: u64) -> (u64, u64) {
         let len = s.byte_len().unwrap();
         let t = w.declare(s).unwrap();
         w.push(vec![t], move |sink: &dyn Sink| -> tensorfile::Result<()> {
-            let mut rng = Rng(0x1234_5678 + k as u64);
+            let mut rng = Rng::new(0x1234_5678 + k as u64);
             let mut bytes = vec![0u8; len as usize];
             for b in bytes.chunks_exact_mut(144) {
                 for x in b.iter_mut() {
-                    *x = rng.next() as u8;
+                    *x = rng.next_u64() as u8;
                 }
                 // d and dmin: small positive f16 (2^-10 .. 2^-9).
-                b[0..2].copy_from_slice(&(0x1400u16 | (rng.next() as u16 & 0x3FF)).to_le_bytes());
-                b[2..4].copy_from_slice(&(0x1000u16 | (rng.next() as u16 & 0x3FF)).to_le_bytes());
+                b[0..2]
+                    .copy_from_slice(&(0x1400u16 | (rng.next_u64() as u16 & 0x3FF)).to_le_bytes());
+                b[2..4]
+                    .copy_from_slice(&(0x1000u16 | (rng.next_u64() as u16 & 0x3FF)).to_le_bytes());
             }
             Ok(sink.write(t, 0, &bytes)?)
         });

@@ -101,16 +101,12 @@ fn main() {
 
     // 16 F32 tensors of [4096, cols], values of every sign.
     let cols = (mib * 4).max(1);
-    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    let mut rng = tensorfile_testkit::Rng::new(0x9E37_79B9_7F4A_7C15);
     let datas: Vec<Vec<u8>> = (0..16)
         .map(|_| {
-            (0..4096 * cols)
-                .flat_map(|_| {
-                    state ^= state << 13;
-                    state ^= state >> 7;
-                    state ^= state << 17;
-                    (((state >> 40) as f32 / (1u64 << 24) as f32) - 0.5).to_le_bytes()
-                })
+            rng.noise((4096 * cols) as usize)
+                .iter()
+                .flat_map(|v| (v * 0.5).to_le_bytes())
                 .collect()
         })
         .collect();

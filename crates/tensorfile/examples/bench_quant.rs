@@ -26,6 +26,7 @@ use tensorfile::quant::{
     Scheme, Selection,
 };
 use tensorfile::{save, Dtype, SafeTensors, TensorRef, WriteOptions};
+use tensorfile_testkit::Rng;
 
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
@@ -36,17 +37,10 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
-/// Deterministic bytes from a xorshift generator, shaped by `map`.
+/// Deterministic bytes from the tests' generator, shaped by `map`.
 fn fill(n: usize, mut map: impl FnMut(u64) -> u8) -> Vec<u8> {
-    let mut s = 0x9E37_79B9_7F4A_7C15u64;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            map(s)
-        })
-        .collect()
+    let mut rng = Rng::new(0x9E37_79B9_7F4A_7C15);
+    (0..n).map(|_| map(rng.next_u64())).collect()
 }
 
 fn read_all(path: &Path) -> u64 {
@@ -72,19 +66,12 @@ fn main() {
     // int4 input: `mib` MiB of F32 as one [rows, 4096] weight.
     let cols = 4096u64;
     let rows = (mib as u64) << 20 >> 2 >> 12;
-    let mut state = 0u32;
-    let f32_data: Vec<u8> = {
-        let words = fill((rows * cols) as usize, |s| (s >> 33) as u8);
-        words
-            .iter()
-            .flat_map(|&b| {
-                state = state
-                    .wrapping_mul(1_664_525)
-                    .wrapping_add(1_013_904_223 ^ u32::from(b));
-                ((state >> 8) as f32 / (1 << 24) as f32 - 0.5).to_le_bytes()
-            })
-            .collect()
-    };
+    // Values in [-0.5, 0.5).
+    let f32_data: Vec<u8> = Rng::new(1)
+        .noise((rows * cols) as usize)
+        .iter()
+        .flat_map(|v| (v * 0.5).to_le_bytes())
+        .collect();
     let f32_path = tmp.path().join("f32.safetensors");
     let shape = [rows, cols];
     let t = TensorRef {

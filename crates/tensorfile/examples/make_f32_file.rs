@@ -21,16 +21,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mib: usize = mib.parse()?;
     let perturbed = args.get(3).is_some_and(|a| a == "perturbed");
     const PER: usize = 64 << 20;
-    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
-    let mut next = move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
+    let mut rng = tensorfile_testkit::Rng::new(0x9E37_79B9_7F4A_7C15);
+    // Which elements change: a second stream, so that the values are the
+    // same with and without `perturbed`.
+    let mut changes = tensorfile_testkit::Rng::new(7);
+    let mut next = move || rng.next_u64();
     let mut left = mib << 20;
     let mut tensors = Vec::new();
-    let mut change: u64 = 7;
     while left > 0 {
         let bytes = left.min(PER);
         let n = bytes / 4;
@@ -42,11 +39,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .map(|k| ((r >> (16 * k)) & 0xFFFF) as f32 / 65535.0 - 0.5)
                 .sum();
             let mut v = s * 0.02 * 1.732;
-            if perturbed {
-                change = change.wrapping_mul(6364136223846793005).wrapping_add(1);
-                if change >> 60 < 2 {
-                    v += 1e-4;
-                }
+            if perturbed && changes.below(10) == 0 {
+                v += 1e-4;
             }
             data.extend_from_slice(&v.to_le_bytes());
         }

@@ -191,21 +191,9 @@ mod tests {
         out
     }
 
-    /// xorshift64*, deterministic.
-    struct Rng(u64);
-
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-        }
-    }
-
     #[test]
     fn collisions_are_exactly_the_shared_hashes() {
-        let mut rng = Rng(0x0dd5_eed5);
+        let mut rng = tensorfile_testkit::Rng::new(0x0dd5_eed5);
         let mut keys = UnknownKeys::default();
         // Sizes on both sides of the direct table and of partitioning; hash
         // pools small enough that many hashes repeat, or skewed so that
@@ -226,7 +214,7 @@ mod tests {
             keys.clear();
             let mut pushed = Vec::new();
             for pos in 0..n as u32 {
-                let mut hash = (rng.next() % pool).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+                let mut hash = (rng.next_u64() % pool).wrapping_mul(0x9e37_79b9_7f4a_7c15);
                 if skew {
                     // The same top 10 bits (one bucket, over MAX_TABLED
                     // at 70,000) and the same low 9 bits of the 32-bit

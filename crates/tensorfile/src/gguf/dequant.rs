@@ -710,16 +710,11 @@ mod tests {
     /// AVX2 (NaN payloads included).
     #[test]
     fn portable_and_avx2_decoders_agree() {
-        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+        let mut rng = tensorfile_testkit::Rng::new(0x9E37_79B9_7F4A_7C15);
         for t in GgmlType::all().filter(|&t| decoder(t).is_some()) {
             let n = 64usize;
             let raw: Vec<u8> = (0..n * t.type_size() as usize)
-                .map(|_| {
-                    seed ^= seed << 13;
-                    seed ^= seed >> 7;
-                    seed ^= seed << 17;
-                    seed as u8
-                })
+                .map(|_| rng.next_u64() as u8)
                 .collect();
             let len = n * t.block_size() as usize;
             let (mut a, mut b) = (vec![0f32; len], vec![0f32; len]);

@@ -869,13 +869,8 @@ mod tests {
     /// bytes (the fixture tests run whichever the machine picks).
     #[test]
     fn portable_and_avx2_kernels_agree() {
-        let mut seed = 0x2545_F491_4F6C_DD1Du64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut rng = tensorfile_testkit::Rng::new(0x2545_F491_4F6C_DD1D);
+        let mut next = move || rng.next_u64();
         let x: Vec<f32> = (0..256 * 64)
             .map(|i| {
                 let r = next();

@@ -468,13 +468,8 @@ mod tests {
     /// F16-subnormal scales to overflowing ones, exact ties (multiples of
     /// half a step), all-zero groups, and a non-finite value somewhere.
     fn rows(cols: usize) -> Vec<Vec<f32>> {
-        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut rng = tensorfile_testkit::Rng::new(0x9E37_79B9_7F4A_7C15);
+        let mut next = move || rng.next_u64();
         let mut rows = Vec::new();
         for exp in -40..24 {
             let mag = 2f32.powi(exp);

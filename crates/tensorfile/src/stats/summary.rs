@@ -254,12 +254,10 @@ pub(crate) mod tests {
     /// Values of every kind (NaN, infinities, zeros of both signs,
     /// subnormals, magnitudes near the extremes) in a fixed mix.
     pub(crate) fn mixed_f32(n: usize, seed: u64) -> Vec<f32> {
-        let mut x = seed | 1;
+        let mut rng = tensorfile_testkit::Rng::new(seed);
         (0..n)
             .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
+                let x = rng.next_u64();
                 let r = (x >> 40) as f32 / (1u64 << 24) as f32 - 0.5;
                 match x % 97 {
                     0 => f32::NAN,
