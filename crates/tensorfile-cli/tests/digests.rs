@@ -3,24 +3,18 @@
 //! (tests/fixtures/signing, scripts/make_signing_fixtures.py), exit
 //! statuses 0/1/2, and embedded per-tensor digests naming a corrupted tensor.
 
+use std::ffi::OsStr;
 use std::fs;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use tensorfile_testkit::fixtures;
+use tensorfile_testkit::{fixtures, json};
 
-fn run(args: &[&dyn AsRef<std::ffi::OsStr>]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tensorfile"))
-        .args(args.iter().map(|a| a.as_ref()))
-        .output()
-        .unwrap()
-}
-
-fn json(o: &Output) -> Value {
-    serde_json::from_slice(&o.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stdout)))
+fn run(args: &[&dyn AsRef<OsStr>]) -> Output {
+    let bin = env!("CARGO_BIN_EXE_tensorfile");
+    tensorfile_testkit::run(bin, args.iter().map(|a| a.as_ref()))
 }
 
 fn hex(bytes: &[u8]) -> String {

@@ -3,35 +3,22 @@
 //! the same JSON on one thread as on two, and the plot as a valid SVG and
 //! PNG with the expected series.
 
+use std::ffi::OsStr;
 use std::fs;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::Value;
 use tensorfile::{serialize, Dtype, Metadata, TensorRef};
-use tensorfile_testkit::fixtures;
+use tensorfile_testkit::{fixtures, json, Rng};
 
-fn run_env(env: &[(&str, &str)], args: &[&dyn AsRef<std::ffi::OsStr>]) -> Output {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_tensorfile"));
-    c.args(args.iter().map(|a| a.as_ref()));
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    c.output().unwrap()
+fn run_env(env: &[(&str, &str)], args: &[&dyn AsRef<OsStr>]) -> Output {
+    let bin = env!("CARGO_BIN_EXE_tensorfile");
+    tensorfile_testkit::run_env(bin, env, args.iter().map(|a| a.as_ref()))
 }
 
-fn run(args: &[&dyn AsRef<std::ffi::OsStr>]) -> Output {
+fn run(args: &[&dyn AsRef<OsStr>]) -> Output {
     run_env(&[], args)
-}
-
-fn json(o: &Output) -> Value {
-    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
-        panic!(
-            "{e}: {} / {}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        )
-    })
 }
 
 fn f32_bytes(v: &[f32]) -> Vec<u8> {
@@ -54,16 +41,9 @@ fn write(path: &Path, tensors: &[(&str, Vec<u64>, Vec<f32>)], metadata: Option<&
     fs::write(path, serialize(refs, metadata).unwrap()).unwrap();
 }
 
-fn pseudo(n: usize, seed: u32) -> Vec<f32> {
-    let mut x = seed.wrapping_mul(2654435761).wrapping_add(12345);
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            (x as f32 / u32::MAX as f32 - 0.5) * 0.1
-        })
-        .collect()
+/// `n` values in [-0.05, 0.05), from `seed`.
+fn pseudo(n: usize, seed: u64) -> Vec<f32> {
+    Rng::new(seed).noise(n).iter().map(|x| x * 0.05).collect()
 }
 
 #[test]

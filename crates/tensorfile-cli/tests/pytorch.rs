@@ -529,19 +529,8 @@ fn a_cast_of_a_checkpoint_reports_what_it_lost_and_strict_refuses_it() {
     use hostile::{Record, Storage, Tensor};
     let dir = tempfile::tempdir().unwrap();
     let values: [f32; 4] = [1e6, -1e6, 1e-9, 1.0];
-    let storages = [Storage {
-        key: "0".into(),
-        class: "FloatStorage",
-        elem: 4,
-        numel: 4,
-    }];
-    let tensors = [Tensor {
-        name: "big".into(),
-        storage: 0,
-        offset: 0,
-        shape: vec![4],
-        strides: vec![1],
-    }];
+    let storages = [Storage::f32("0", 4)];
+    let tensors = [Tensor::view("big", 0, 0, &[4], &[1])];
     let bytes = hostile::checkpoint(
         Record::stored(
             "archive/data.pkl",

@@ -13,35 +13,12 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
-use tensorfile_testkit::{fixture, stderr};
+use tensorfile_testkit::{fixture, sparse_file, sparse_gib_f32 as big_float, stderr};
 
 const OLD: &[u8] = b"the old output, which must survive";
 
 fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_tensorfile")
-}
-
-/// A valid file of `header` (the JSON) followed by `data_len` zero bytes,
-/// sparse on disk.
-fn sparse_file(path: &Path, header: &str, data_len: u64) {
-    let mut text = header.as_bytes().to_vec();
-    while !text.len().is_multiple_of(8) {
-        text.push(b' ');
-    }
-    let mut bytes = (text.len() as u64).to_le_bytes().to_vec();
-    bytes.extend_from_slice(&text);
-    fs::write(path, &bytes).unwrap();
-    let f = fs::OpenOptions::new().write(true).open(path).unwrap();
-    f.set_len(bytes.len() as u64 + data_len).unwrap();
-}
-
-/// One 1 GiB F32 weight.
-fn big_float(path: &Path) {
-    sparse_file(
-        path,
-        r#"{"layer.weight":{"dtype":"F32","shape":[16384,16384],"data_offsets":[0,1073741824]}}"#,
-        1 << 30,
-    );
 }
 
 /// The same weight as int4 (zero scales): dequantizing writes 1 GiB.

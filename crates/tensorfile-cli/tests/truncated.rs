@@ -4,6 +4,7 @@
 
 use std::fs;
 use std::io::Write;
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -11,41 +12,43 @@ use std::time::Duration;
 #[path = "../../tensorfile-pytorch/tests/common/hostile.rs"]
 mod hostile;
 
-/// A valid file with one 1 GiB F32 weight, sparse on disk (zeros).
-fn big_file(path: &std::path::Path) {
-    let header =
-        br#"{"layer.weight":{"dtype":"F32","shape":[16384,16384],"data_offsets":[0,1073741824]}}"#;
-    let mut text = header.to_vec();
-    while !text.len().is_multiple_of(8) {
-        text.push(b' ');
-    }
-    let mut bytes = (text.len() as u64).to_le_bytes().to_vec();
-    bytes.extend_from_slice(&text);
-    fs::write(path, &bytes).unwrap();
-    let f = fs::OpenOptions::new().write(true).open(path).unwrap();
-    f.set_len(bytes.len() as u64 + (1 << 30)).unwrap();
+/// Starts `cmd` (its stderr captured), cuts `input` to 4 KiB while it
+/// reads, and waits for it: its exit status and stderr.
+fn run_while_truncating(cmd: &mut Command, input: &Path) -> (Option<i32>, String) {
+    let child = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    fs::OpenOptions::new()
+        .write(true)
+        .open(input)
+        .unwrap()
+        .set_len(4096)
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 /// A `torch.save` zip checkpoint with one 1 GiB F32 weight stored as is,
 /// sparse on disk (zeros): the archive is laid out by the builder with an
 /// empty record, then the record's gigabyte is a hole before the central
 /// directory, whose sizes and offset are patched to match.
-fn big_checkpoint(path: &std::path::Path) {
+fn big_checkpoint(path: &Path) {
     use hostile::{Record, Storage, Tensor};
     const LEN: u64 = 1 << 30;
-    let storages = [Storage {
-        key: "0".into(),
-        class: "FloatStorage",
-        elem: 4,
-        numel: LEN / 4,
-    }];
-    let tensors = [Tensor {
-        name: "layer.weight".into(),
-        storage: 0,
-        offset: 0,
-        shape: vec![16384, 16384],
-        strides: vec![16384, 1],
-    }];
+    let storages = [Storage::f32("0", LEN / 4)];
+    let tensors = [Tensor::view(
+        "layer.weight",
+        0,
+        0,
+        &[16384, 16384],
+        &[16384, 1],
+    )];
     let pickle = hostile::state_dict_pickle(&storages, &tensors);
     let bytes = hostile::zip(&[
         Record::stored("archive/data.pkl", pickle),
@@ -95,26 +98,8 @@ fn long_reads_of_a_checkpoint_truncated_underneath_fail_cleanly() {
         if args[0] != "inspect" {
             cmd.arg(out_dir.join("out.safetensors"));
         }
-        let child = cmd
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        std::thread::sleep(Duration::from_millis(300));
-        fs::OpenOptions::new()
-            .write(true)
-            .open(&input)
-            .unwrap()
-            .set_len(4096)
-            .unwrap();
-        let out = child.wait_with_output().unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(
-            out.status.code(),
-            Some(1),
-            "{args:?}: {:?} {stderr}",
-            out.status
-        );
+        let (status, stderr) = run_while_truncating(&mut cmd, &input);
+        assert_eq!(status, Some(1), "{args:?}: {stderr}");
         assert!(stderr.contains("in.pt"), "{args:?}: {stderr}");
         assert!(
             stderr.contains("changed or truncated"),
@@ -139,33 +124,15 @@ fn long_reads_of_a_file_truncated_underneath_fail_cleanly() {
         let input = dir.path().join("in.safetensors");
         let out_dir = dir.path().join("out");
         fs::create_dir(&out_dir).unwrap();
-        big_file(&input);
+        tensorfile_testkit::sparse_gib_f32(&input);
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_tensorfile"));
         cmd.args(args).arg(&input);
         if args[0] != "inspect" {
             cmd.arg(out_dir.join("out.safetensors"));
         }
-        let child = cmd
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        std::thread::sleep(Duration::from_millis(300));
-        fs::OpenOptions::new()
-            .write(true)
-            .open(&input)
-            .unwrap()
-            .set_len(4096)
-            .unwrap();
-        let out = child.wait_with_output().unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
         // An exit status, not a signal; and the input named.
-        assert_eq!(
-            out.status.code(),
-            Some(1),
-            "{args:?}: {:?} {stderr}",
-            out.status
-        );
+        let (status, stderr) = run_while_truncating(&mut cmd, &input);
+        assert_eq!(status, Some(1), "{args:?}: {stderr}");
         assert!(stderr.contains("in.safetensors"), "{args:?}: {stderr}");
         assert!(
             stderr.contains("changed or truncated") || stderr.contains("rule "),
@@ -189,24 +156,10 @@ fn a_bin_set_whose_shard_is_truncated_underneath_fails_cleanly() {
     )
     .unwrap();
     let out = dir.path().join("out");
-    let child = Command::new(env!("CARGO_BIN_EXE_tensorfile"))
-        .args(["convert", "--no-sync"])
-        .arg(&set)
-        .arg(&out)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
-    fs::OpenOptions::new()
-        .write(true)
-        .open(&shard)
-        .unwrap()
-        .set_len(4096)
-        .unwrap();
-    let o = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(1), "{:?} {stderr}", o.status);
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tensorfile"));
+    cmd.args(["convert", "--no-sync"]).arg(&set).arg(&out);
+    let (status, stderr) = run_while_truncating(&mut cmd, &shard);
+    assert_eq!(status, Some(1), "{stderr}");
     assert!(
         stderr.contains("pytorch_model-00001-of-00001.bin"),
         "{stderr}"

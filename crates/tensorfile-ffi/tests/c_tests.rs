@@ -369,19 +369,8 @@ fn hostile_table(work: &Path) -> String {
         Record::stored(
             "archive/data.pkl",
             hostile::state_dict_pickle(
-                &[hostile::Storage {
-                    key: "0".into(),
-                    class: "FloatStorage",
-                    elem: 4,
-                    numel: 64,
-                }],
-                &[hostile::Tensor {
-                    name: "w".into(),
-                    storage: 0,
-                    offset: 0,
-                    shape: vec![64],
-                    strides: vec![1],
-                }],
+                &[hostile::Storage::f32("0", 64)],
+                &[hostile::Tensor::view("w", 0, 0, &[64], &[1])],
             ),
         ),
         vec![Record {

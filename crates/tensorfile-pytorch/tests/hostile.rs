@@ -236,18 +236,9 @@ fn views_of_a_deflated_storage_read_as_those_of_a_stored_one() {
     // end, an expansion and an empty view.
     let numel = 12 * 10;
     let data: Vec<u8> = (0..numel).flat_map(|i| (i as f32).to_le_bytes()).collect();
-    let storages = [Storage {
-        key: "0".into(),
-        class: "FloatStorage",
-        elem: 4,
-        numel,
-    }];
-    let view = |name: &str, offset, shape: &[u64], strides: &[u64]| Tensor {
-        name: name.into(),
-        storage: 0,
-        offset,
-        shape: shape.to_vec(),
-        strides: strides.to_vec(),
+    let storages = [Storage::f32("0", numel)];
+    let view = |name: &str, offset, shape: &[u64], strides: &[u64]| {
+        Tensor::view(name, 0, offset, shape, strides)
     };
     let tensors = [
         view("all", 0, &[12, 10], &[10, 1]),
@@ -359,18 +350,9 @@ fn views_read_by_range_read_bounded_spans() {
     let (rows, cols) = (2048u64, 1024u64);
     let numel = rows * cols;
     let data: Vec<u8> = (0..numel).flat_map(|i| (i as f32).to_le_bytes()).collect();
-    let storages = [Storage {
-        key: "0".into(),
-        class: "FloatStorage",
-        elem: 4,
-        numel,
-    }];
-    let view = |name: &str, offset, shape: &[u64], strides: &[u64]| Tensor {
-        name: name.into(),
-        storage: 0,
-        offset,
-        shape: shape.to_vec(),
-        strides: strides.to_vec(),
+    let storages = [Storage::f32("0", numel)];
+    let view = |name: &str, offset, shape: &[u64], strides: &[u64]| {
+        Tensor::view(name, 0, offset, shape, strides)
     };
     let tensors = [
         // A column: 8 KiB spread over 8 MiB.

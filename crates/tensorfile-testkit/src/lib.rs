@@ -1,7 +1,8 @@
 //! What the workspace's tests share, so that no test file keeps its own
 //! copy: where the fixtures are, running the `tensorfile` command and
-//! reading what it printed, and one deterministic pseudo-random generator
-//! (failures reproduce from the seed).
+//! reading what it printed (text or JSON), large sparse files, and one
+//! deterministic pseudo-random generator (failures reproduce from the
+//! seed).
 //!
 //! ```
 //! use tensorfile_testkit::Rng;
@@ -34,10 +35,59 @@ where
     I: IntoIterator<Item = S>,
     S: AsRef<OsStr>,
 {
-    Command::new(bin)
-        .args(args)
+    run_env(bin, &[], args)
+}
+
+/// [`run`] with these environment variables set (the rest inherited).
+pub fn run_env<I, S>(bin: &str, env: &[(&str, &str)], args: I) -> Output
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    let mut command = Command::new(bin);
+    command.args(args);
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    command
         .output()
         .unwrap_or_else(|e| panic!("cannot run {bin}: {e}"))
+}
+
+/// What a run printed on stdout, parsed as JSON (`--json`); a test fails
+/// showing both streams when it is not JSON.
+pub fn json(o: &Output) -> serde_json::Value {
+    serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("{e}: stdout {:?} / stderr {:?}", stdout(o), stderr(o)))
+}
+
+/// Writes a valid safetensors file at `path`: the 8-byte length, `header`
+/// (its JSON, padded with spaces to a multiple of 8 bytes) and `data_len`
+/// zero bytes left as a hole, so that a gigabyte costs no disk or time.
+pub fn sparse_file(path: &Path, header: &str, data_len: u64) {
+    let mut text = header.as_bytes().to_vec();
+    while !text.len().is_multiple_of(8) {
+        text.push(b' ');
+    }
+    let mut bytes = (text.len() as u64).to_le_bytes().to_vec();
+    bytes.extend_from_slice(&text);
+    std::fs::write(path, &bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .and_then(|f| f.set_len(bytes.len() as u64 + data_len))
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+}
+
+/// A [`sparse_file`] of one 1 GiB F32 weight, `layer.weight` of
+/// [16384, 16384]: long enough to read that a test can act while a
+/// command is still reading it.
+pub fn sparse_gib_f32(path: &Path) {
+    sparse_file(
+        path,
+        r#"{"layer.weight":{"dtype":"F32","shape":[16384,16384],"data_offsets":[0,1073741824]}}"#,
+        1 << 30,
+    );
 }
 
 /// What a run printed on stdout, as text.

@@ -207,6 +207,18 @@ pub struct Storage {
     pub numel: u64,
 }
 
+impl Storage {
+    /// A `FloatStorage` (F32) of `numel` elements under `key`.
+    pub fn f32(key: &str, numel: u64) -> Storage {
+        Storage {
+            key: key.into(),
+            class: "FloatStorage",
+            elem: 4,
+            numel,
+        }
+    }
+}
+
 /// One tensor of a state dict: a view of storage `storage`.
 pub struct Tensor {
     pub name: String,
@@ -214,6 +226,20 @@ pub struct Tensor {
     pub offset: u64,
     pub shape: Vec<u64>,
     pub strides: Vec<u64>,
+}
+
+impl Tensor {
+    /// `name`, a view of storage `storage` from element `offset` with this
+    /// shape and these strides (in elements).
+    pub fn view(name: &str, storage: usize, offset: u64, shape: &[u64], strides: &[u64]) -> Tensor {
+        Tensor {
+            name: name.into(),
+            storage,
+            offset,
+            shape: shape.to_vec(),
+            strides: strides.to_vec(),
+        }
+    }
 }
 
 /// The pickle of `{name: tensor, ...}` as `torch.save` writes a state dict
@@ -380,12 +406,7 @@ pub fn sparse_memo() -> Vec<u8> {
 /// 1 GiB and 128 views the file is about 1 MB.
 pub fn deflated_views(views: u64, storage_bytes: u64, spread: bool) -> Vec<u8> {
     let numel = storage_bytes / 4;
-    let storages = [Storage {
-        key: "0".into(),
-        class: "FloatStorage",
-        elem: 4,
-        numel,
-    }];
+    let storages = [Storage::f32("0", numel)];
     let tensors: Vec<Tensor> = (0..views)
         .map(|i| Tensor {
             name: format!("t{i}"),
