@@ -5,7 +5,7 @@
 
 use std::ffi::OsStr;
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Output;
 
 use serde_json::Value;
@@ -44,6 +44,19 @@ fn write(path: &Path, tensors: &[(&str, Vec<u64>, Vec<f32>)], metadata: Option<&
 /// `n` values in [-0.05, 0.05), from `seed`.
 fn pseudo(n: usize, seed: u64) -> Vec<f32> {
     Rng::new(seed).noise(n).iter().map(|x| x * 0.05).collect()
+}
+
+/// The llama fixture quantized to int4 in `dir`, and that dequantized to
+/// F32: the source, the quantized file and its dequantization.
+fn int4_and_back(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    let src = fixtures().join("real/hf/llama/model.safetensors");
+    let q = dir.join("q.safetensors");
+    let dq = dir.join("dq.safetensors");
+    let o = run(&[&"quantize", &"--scheme", &"int4-g32-sym", &src, &q]);
+    assert!(o.status.success(), "{}", tensorfile_testkit::stderr(&o));
+    let o = run(&[&"dequantize", &"--dtype", &"f32", &q, &dq]);
+    assert!(o.status.success(), "{}", tensorfile_testkit::stderr(&o));
+    (src, q, dq)
 }
 
 #[test]
@@ -233,15 +246,7 @@ fn a_quantized_model_compares_by_its_dequantized_values() {
     let dir = tempfile::tempdir().unwrap();
     // int4: diff against the quantized file equals diff against its
     // dequantization, figure for figure.
-    let src = fixtures().join("real/hf/llama/model.safetensors");
-    let q = dir.path().join("q.safetensors");
-    let dq = dir.path().join("dq.safetensors");
-    assert!(run(&[&"quantize", &"--scheme", &"int4-g32-sym", &src, &q])
-        .status
-        .success());
-    assert!(run(&[&"dequantize", &"--dtype", &"f32", &q, &dq])
-        .status
-        .success());
+    let (src, q, dq) = int4_and_back(dir.path());
     // MLX (mlx-lm's own 4-bit conversion) and its dequantization.
     let mlx_a = fixtures().join("real/mlx_lm/llama_bf16");
     let mlx_q = fixtures().join("real/mlx_lm/llama_q4");
@@ -415,15 +420,7 @@ fn stats_figures_groups_outliers_and_threads() {
 #[test]
 fn stats_of_a_quantized_file_are_those_of_its_dequantization() {
     let dir = tempfile::tempdir().unwrap();
-    let src = fixtures().join("real/hf/llama/model.safetensors");
-    let q = dir.path().join("q.safetensors");
-    let dq = dir.path().join("dq.safetensors");
-    assert!(run(&[&"quantize", &"--scheme", &"int4-g32-sym", &src, &q])
-        .status
-        .success());
-    assert!(run(&[&"dequantize", &"--dtype", &"f32", &q, &dq])
-        .status
-        .success());
+    let (_, q, dq) = int4_and_back(dir.path());
     let (vq, vd) = (
         json(&run(&[&"stats", &"--json", &q])),
         json(&run(&[&"stats", &"--json", &dq])),

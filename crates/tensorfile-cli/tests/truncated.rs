@@ -4,7 +4,7 @@
 
 use std::fs;
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -73,6 +73,43 @@ fn big_checkpoint(path: &Path) {
     f.write_all(&tail).unwrap();
 }
 
+/// Runs `tensorfile ARGS INPUT [OUT]` on a fresh input `name` that `make`
+/// writes, cutting it while it is read: the exit status, stderr, and what
+/// is left in the output's directory.
+fn cut_while_reading(
+    args: &[&str],
+    name: &str,
+    make: fn(&Path),
+) -> (Option<i32>, String, Vec<PathBuf>) {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join(name);
+    let out_dir = dir.path().join("out");
+    fs::create_dir(&out_dir).unwrap();
+    make(&input);
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tensorfile"));
+    cmd.args(args).arg(&input);
+    if args[0] != "inspect" {
+        cmd.arg(out_dir.join("out.safetensors"));
+    }
+    let (status, stderr) = run_while_truncating(&mut cmd, &input);
+    let left = fs::read_dir(&out_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    (status, stderr, left)
+}
+
+/// [`big_checkpoint`], checked whole before it is cut.
+fn whole_checkpoint(path: &Path) {
+    big_checkpoint(path);
+    let check = Command::new(env!("CARGO_BIN_EXE_tensorfile"))
+        .args(["inspect", "--json"])
+        .arg(path)
+        .output()
+        .unwrap();
+    assert_eq!(check.status.code(), Some(0), "{check:?}");
+}
+
 #[test]
 fn long_reads_of_a_checkpoint_truncated_underneath_fail_cleanly() {
     let commands: [&[&str]; 3] = [
@@ -81,24 +118,7 @@ fn long_reads_of_a_checkpoint_truncated_underneath_fail_cleanly() {
         &["convert", "--no-sync", "--dtype", "bf16"],
     ];
     for args in commands {
-        let dir = tempfile::tempdir().unwrap();
-        let input = dir.path().join("in.pt");
-        let out_dir = dir.path().join("out");
-        fs::create_dir(&out_dir).unwrap();
-        big_checkpoint(&input);
-        // The checkpoint is whole before it is cut.
-        let check = Command::new(env!("CARGO_BIN_EXE_tensorfile"))
-            .args(["inspect", "--json"])
-            .arg(&input)
-            .output()
-            .unwrap();
-        assert_eq!(check.status.code(), Some(0), "{check:?}");
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tensorfile"));
-        cmd.args(args).arg(&input);
-        if args[0] != "inspect" {
-            cmd.arg(out_dir.join("out.safetensors"));
-        }
-        let (status, stderr) = run_while_truncating(&mut cmd, &input);
+        let (status, stderr, left) = cut_while_reading(args, "in.pt", whole_checkpoint);
         assert_eq!(status, Some(1), "{args:?}: {stderr}");
         assert!(stderr.contains("in.pt"), "{args:?}: {stderr}");
         assert!(
@@ -106,7 +126,6 @@ fn long_reads_of_a_checkpoint_truncated_underneath_fail_cleanly() {
             "{args:?}: {stderr}"
         );
         assert_eq!(stderr.trim().lines().count(), 1, "{args:?}: {stderr}");
-        let left: Vec<_> = fs::read_dir(&out_dir).unwrap().collect();
         assert!(left.is_empty(), "{args:?} left {left:?}");
     }
 }
@@ -120,25 +139,15 @@ fn long_reads_of_a_file_truncated_underneath_fail_cleanly() {
         &["quantize", "--no-sync", "--scheme", "int4-g32-sym"],
     ];
     for args in commands {
-        let dir = tempfile::tempdir().unwrap();
-        let input = dir.path().join("in.safetensors");
-        let out_dir = dir.path().join("out");
-        fs::create_dir(&out_dir).unwrap();
-        tensorfile_testkit::sparse_gib_f32(&input);
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tensorfile"));
-        cmd.args(args).arg(&input);
-        if args[0] != "inspect" {
-            cmd.arg(out_dir.join("out.safetensors"));
-        }
         // An exit status, not a signal; and the input named.
-        let (status, stderr) = run_while_truncating(&mut cmd, &input);
+        let (status, stderr, left) =
+            cut_while_reading(args, "in.safetensors", tensorfile_testkit::sparse_gib_f32);
         assert_eq!(status, Some(1), "{args:?}: {stderr}");
         assert!(stderr.contains("in.safetensors"), "{args:?}: {stderr}");
         assert!(
             stderr.contains("changed or truncated") || stderr.contains("rule "),
             "{args:?}: {stderr}"
         );
-        let left: Vec<_> = fs::read_dir(&out_dir).unwrap().collect();
         assert!(left.is_empty(), "{args:?} left {left:?}");
     }
 }
