@@ -114,8 +114,14 @@ fn fast8(fmt: &Format, src: &[f32], dst: &mut [u8], saturate: bool) {
 /// (no intermediate buffer: this is the hot path of F32 -> F8 conversion).
 #[inline(always)]
 pub(crate) fn f32_bytes_to_f8(fmt: &Format, src: &[u8], dst: &mut [u8], saturate: bool) {
+    lanes::map(src, dst, f8_encoder(fmt, saturate));
+}
+
+/// The F32 -> 8-bit encoder of [`f32_bytes_to_f8`], on an f32's bits.
+#[inline(always)]
+pub(crate) fn f8_encoder(fmt: &Format, saturate: bool) -> impl Fn(u32) -> u8 + '_ {
     let ovf = mf::OverflowTo::new(fmt, saturate);
-    lanes::map(src, dst, |x: f32| mf::encode_f32_fast(fmt, x, ovf) as u8);
+    move |b| mf::encode_f32_fast(fmt, f32::from_bits(b), ovf) as u8
 }
 
 /// F32 -> F16 through `half` (F16C when the CPU has it), then NaNs patched
