@@ -13,7 +13,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
-use tensorfile_testkit::{fixture, sparse_file, sparse_gib_f32 as big_float, stderr};
+use tensorfile_testkit::{entries, fixture, sparse_file, sparse_gib_f32 as big_float, stderr};
 
 const OLD: &[u8] = b"the old output, which must survive";
 
@@ -44,15 +44,6 @@ fn big_four(path: &Path) {
         })
         .collect();
     sparse_file(path, &format!("{{{}}}", parts.join(",")), 4 * q);
-}
-
-fn entries(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .collect();
-    names.sort();
-    names
 }
 
 /// A child killed (and reaped) if the test fails before it ends.

@@ -8,16 +8,14 @@ use sha2::{Digest, Sha256};
 use tensorfile_pytorch::{Checkpoint, Error, LoadOptions};
 
 fn fixtures() -> PathBuf {
-    PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../tests/fixtures/pytorch"
-    ))
+    tensorfile_testkit::fixture("pytorch")
 }
 
 fn manifest() -> serde_json::Map<String, serde_json::Value> {
-    let text = std::fs::read_to_string(fixtures().join("manifest.json")).unwrap();
-    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
-    v["fixtures"].as_object().unwrap().clone()
+    tensorfile_testkit::manifest("pytorch")["fixtures"]
+        .as_object()
+        .unwrap()
+        .clone()
 }
 
 /// Words the refusal of each non-`ok` fixture must contain (lowercased

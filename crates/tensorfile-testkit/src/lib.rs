@@ -28,6 +28,33 @@ pub fn fixture(rel: &str) -> PathBuf {
     fixtures().join(rel)
 }
 
+/// The JSON of a fixture directory's `manifest.json`
+/// (`tests/fixtures/<rel>/manifest.json`).
+pub fn manifest(rel: &str) -> serde_json::Value {
+    let path = fixture(rel).join("manifest.json");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The names in `dir`, sorted: what a test expects a save to leave there
+/// (no temporary file, no litter).
+pub fn entries(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// Little-endian F32 bytes as values (a trailing partial word is dropped).
+pub fn f32s(bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
 /// Runs the program `bin` (a test's `env!("CARGO_BIN_EXE_tensorfile")`)
 /// with `args`, waiting for it; stdout and stderr are captured.
 pub fn run<I, S>(bin: &str, args: I) -> Output

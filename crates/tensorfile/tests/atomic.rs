@@ -10,17 +10,9 @@ use tensorfile::{
     WriteOptions,
 };
 use tensorfile_core::Error;
+use tensorfile_testkit::entries;
 
 const OLD: &[u8] = b"the old file, which must survive";
-
-fn entries(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .collect();
-    names.sort();
-    names
-}
 
 /// A directory holding `m.safetensors` with the old contents.
 fn with_old_file() -> (tempfile::TempDir, std::path::PathBuf) {

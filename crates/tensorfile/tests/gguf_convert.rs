@@ -10,16 +10,14 @@ use tensorfile::gguf::names::{gguf_rows_from_hf, gguf_to_hf, Arch};
 use tensorfile::gguf::{gguf_to_hf as convert, GgufFile, ToHfOptions};
 use tensorfile::quant::{dequantize_weight, quantized_weights, QuantConfig};
 use tensorfile::{Dtype, SafeTensors, TensorData, WriteOptions};
+use tensorfile_testkit::f32s;
 
 fn dir() -> PathBuf {
-    PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../tests/fixtures/gguf"
-    ))
+    tensorfile_testkit::fixture("gguf")
 }
 
 fn manifest() -> Json {
-    serde_json::from_str(&fs::read_to_string(dir().join("manifest.json")).unwrap()).unwrap()
+    tensorfile_testkit::manifest("gguf")
 }
 
 fn quick() -> WriteOptions {
@@ -33,13 +31,6 @@ fn to_hf(gguf: &Path, out: &Path, dtype: Dtype, keep_quant: bool) -> tensorfile:
         .with_keep_quant(keep_quant)
         .with_write(quick());
     convert(&file, out, &opts).unwrap()
-}
-
-fn f32s(bytes: &[u8]) -> Vec<f32> {
-    bytes
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-        .collect()
 }
 
 #[test]

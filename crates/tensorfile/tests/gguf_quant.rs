@@ -8,19 +8,10 @@ use std::path::PathBuf;
 use serde_json::Value as Json;
 use tensorfile::gguf::quant::{quantize_into, quantizes, RowFault};
 use tensorfile::gguf::GgmlType;
+use tensorfile_testkit::f32s;
 
 fn dir() -> PathBuf {
-    PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../tests/fixtures/gguf"
-    ))
-}
-
-fn f32s(bytes: &[u8]) -> Vec<f32> {
-    bytes
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-        .collect()
+    tensorfile_testkit::fixture("gguf")
 }
 
 #[test]

@@ -13,14 +13,11 @@ use tensorfile::gguf::{
 use tensorfile::TensorData;
 
 fn dir() -> PathBuf {
-    PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../tests/fixtures/gguf"
-    ))
+    tensorfile_testkit::fixture("gguf")
 }
 
 fn manifest() -> Json {
-    serde_json::from_str(&fs::read_to_string(dir().join("manifest.json")).unwrap()).unwrap()
+    tensorfile_testkit::manifest("gguf")
 }
 
 fn sha(bytes: &[u8]) -> String {

@@ -12,16 +12,14 @@ use tensorfile::SafeTensors;
 use tensorfile_zip::ZipIndex;
 
 fn fixtures() -> PathBuf {
-    PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../tests/fixtures/pytorch"
-    ))
+    tensorfile_testkit::fixture("pytorch")
 }
 
 fn manifest() -> serde_json::Map<String, serde_json::Value> {
-    let text = std::fs::read_to_string(fixtures().join("manifest.json")).unwrap();
-    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
-    v["fixtures"].as_object().unwrap().clone()
+    tensorfile_testkit::manifest("pytorch")["fixtures"]
+        .as_object()
+        .unwrap()
+        .clone()
 }
 
 fn sha(bytes: &[u8]) -> String {

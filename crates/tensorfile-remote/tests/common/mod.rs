@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tensorfile_remote::{Client, RemoteError, RemoteOptions};
+use tensorfile_remote::{Client, Problem, RemoteError, RemoteOptions};
 
 /// The repository's fixtures directory.
 pub fn fixtures() -> PathBuf {
@@ -81,5 +81,14 @@ pub fn remote_core(e: &tensorfile_core::Error) -> RemoteError {
                 .unwrap_or_else(|| panic!("not a remote error: {e}"))
         }
         _ => panic!("not an I/O error: {e}"),
+    }
+}
+
+/// What changed (`ETag`, `Last-Modified`, `the length`) for a read refused
+/// because the object changed under it.
+pub fn changed(e: &tensorfile_core::Error) -> &'static str {
+    match remote_core(e).problem {
+        Problem::Changed { what, .. } => what,
+        other => panic!("not a change: {other:?}: {e}"),
     }
 }
