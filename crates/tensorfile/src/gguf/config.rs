@@ -514,7 +514,7 @@ pub(crate) fn arch_keys(
 ///
 /// # Errors
 /// A size config.json lacks.
-pub fn arch_tail_keys(
+pub(crate) fn arch_tail_keys(
     c: &Map<String, Json>,
     m: &HfModel,
 ) -> Result<Vec<(String, Value)>, GgufError> {
