@@ -57,23 +57,7 @@ impl Deref for Backing {
     }
 }
 
-impl ByteSource for Backing {
-    fn len(&self) -> u64 {
-        <[u8]>::len(self) as u64
-    }
-    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
-        (&**self).read_exact_at(offset, buf)
-    }
-    fn as_slice(&self) -> Option<&[u8]> {
-        Some(self)
-    }
-}
-
-impl InMemory for Backing {
-    fn bytes(&self) -> &[u8] {
-        self
-    }
-}
+crate::source::in_memory!(held: Backing);
 
 /// A validated safetensors file: its header and its byte source.
 ///
