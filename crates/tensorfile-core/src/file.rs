@@ -57,23 +57,7 @@ impl Deref for Backing {
     }
 }
 
-impl ByteSource for Backing {
-    fn len(&self) -> u64 {
-        <[u8]>::len(self) as u64
-    }
-    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
-        (&**self).read_exact_at(offset, buf)
-    }
-    fn as_slice(&self) -> Option<&[u8]> {
-        Some(self)
-    }
-}
-
-impl InMemory for Backing {
-    fn bytes(&self) -> &[u8] {
-        self
-    }
-}
+crate::source::in_memory!(held: Backing);
 
 /// A validated safetensors file: its header and its byte source.
 ///
@@ -397,7 +381,7 @@ impl<S: ByteSource> SafeTensors<S> {
         if let Some(bytes) = self.lend(info) {
             return Ok(Cow::Borrowed(bytes));
         }
-        let mut buf = alloc_bytes(info.name, info.nbytes())?;
+        let mut buf = zeroed_buffer(info.name, info.nbytes())?;
         self.read_at(info, 0, &mut buf)?;
         Ok(Cow::Owned(buf))
     }
@@ -426,7 +410,7 @@ impl<S: ByteSource> SafeTensors<S> {
     /// A read fails (the error names the file).
     pub fn read_slice(&self, slice: &TensorSlice<'_>) -> Result<Vec<u8>> {
         let info = slice.info();
-        let mut out = alloc_bytes(info.name, slice.nbytes())?;
+        let mut out = zeroed_buffer(info.name, slice.nbytes())?;
         if let Some(bytes) = self.lend(&info) {
             slice.gather_into(bytes, &mut out);
             return Ok(out);
@@ -459,9 +443,21 @@ impl<S: ByteSource> SafeTensors<S> {
     }
 }
 
-/// A buffer of `len` zero bytes, or an error naming the tensor when that
-/// much memory cannot be had.
-fn alloc_bytes(name: &str, len: u64) -> Result<Vec<u8>> {
+/// A buffer of `len` zero bytes for tensor `name`, or an error naming the
+/// tensor when that much memory cannot be had (asked for with
+/// `try_reserve_exact`, so a header's claim never aborts the process).
+///
+/// ```
+/// let buf = tensorfile_core::file::zeroed_buffer("w", 16)?;
+/// assert_eq!(buf, [0; 16]);
+/// let err = tensorfile_core::file::zeroed_buffer("w", u64::MAX).unwrap_err();
+/// assert!(err.to_string().contains("\"w\""));
+/// # Ok::<(), tensorfile_core::Error>(())
+/// ```
+///
+/// # Errors
+/// [`Error::Stream`] of kind `OutOfMemory`.
+pub fn zeroed_buffer(name: &str, len: u64) -> Result<Vec<u8>> {
     let mut buf = Vec::new();
     let fits = usize::try_from(len)
         .ok()

@@ -105,20 +105,30 @@ fn range_in(offset: u64, len: usize, total: usize) -> io::Result<std::ops::Range
 }
 
 /// A source held in memory: reads are copies out of the slice.
-fn read_slice(bytes: &[u8], offset: u64, buf: &mut [u8]) -> io::Result<()> {
+pub(crate) fn read_slice(bytes: &[u8], offset: u64, buf: &mut [u8]) -> io::Result<()> {
     let range = range_in(offset, buf.len(), bytes.len())?;
     buf.copy_from_slice(&bytes[range]);
     Ok(())
 }
 
+/// [`ByteSource`] for types that deref to their bytes; with `held:`, also
+/// [`InMemory`] (the loaded and mapped files, the core's backing).
 macro_rules! in_memory {
+    (held: $($t:ty),* $(,)?) => {$(
+        $crate::source::in_memory!($t);
+        impl $crate::source::InMemory for $t {
+            fn bytes(&self) -> &[u8] {
+                self
+            }
+        }
+    )*};
     ($($t:ty),* $(,)?) => {$(
-        impl ByteSource for $t {
+        impl $crate::source::ByteSource for $t {
             fn len(&self) -> u64 {
                 <[u8]>::len(self) as u64
             }
-            fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
-                read_slice(self, offset, buf)
+            fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+                $crate::source::read_slice(self, offset, buf)
             }
             fn as_slice(&self) -> Option<&[u8]> {
                 Some(self)
@@ -128,6 +138,8 @@ macro_rules! in_memory {
 }
 
 in_memory!(&[u8], Vec<u8>, Box<[u8]>, Arc<[u8]>);
+in_memory!(held: MappedFile, LoadedFile);
+pub(crate) use in_memory;
 
 impl<S: ByteSource + ?Sized> ByteSource for Arc<S> {
     fn len(&self) -> u64 {
@@ -399,24 +411,6 @@ impl Deref for MappedFile {
     }
 }
 
-impl ByteSource for MappedFile {
-    fn len(&self) -> u64 {
-        <[u8]>::len(self) as u64
-    }
-    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
-        read_slice(self, offset, buf)
-    }
-    fn as_slice(&self) -> Option<&[u8]> {
-        Some(self)
-    }
-}
-
-impl InMemory for MappedFile {
-    fn bytes(&self) -> &[u8] {
-        self
-    }
-}
-
 /// One byte range of a file mapped private and copy-on-write
 /// (`MAP_PRIVATE`, readable and writeable): the pages are the page cache's
 /// until written, and a write gives this map its own copy of the page, never
@@ -603,24 +597,6 @@ impl Deref for LoadedFile {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
         self.memory.as_deref().unwrap_or_default()
-    }
-}
-
-impl ByteSource for LoadedFile {
-    fn len(&self) -> u64 {
-        <[u8]>::len(self) as u64
-    }
-    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
-        read_slice(self, offset, buf)
-    }
-    fn as_slice(&self) -> Option<&[u8]> {
-        Some(self)
-    }
-}
-
-impl InMemory for LoadedFile {
-    fn bytes(&self) -> &[u8] {
-        self
     }
 }
 

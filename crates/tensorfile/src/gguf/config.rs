@@ -346,110 +346,84 @@ pub(crate) fn arch_keys(
     let theta = config_f64(c, "rope_theta")?;
     let head_dim = config_u64(c, "head_dim")?;
     let mut out: Vec<(String, Value)> = Vec::new();
-    let push = |out: &mut Vec<(String, Value)>, key: String, v: Value| out.push((key, v));
-    match m.arch {
-        Arch::Gemma => {
-            push(
-                &mut out,
-                k("context_length"),
-                u32v("max_position_embeddings", ctx)?,
-            );
-            push(
-                &mut out,
-                k("embedding_length"),
-                u32v("hidden_size", hidden)?,
-            );
-            push(
-                &mut out,
-                k("block_count"),
-                u32v("num_hidden_layers", layers)?,
-            );
-            push(
-                &mut out,
-                k("feed_forward_length"),
-                u32v("intermediate_size", ffn)?,
-            );
-            push(
-                &mut out,
-                k("attention.head_count"),
-                u32v("num_attention_heads", m.n_head)?,
-            );
-            push(
-                &mut out,
-                k("attention.head_count_kv"),
-                u32v("num_key_value_heads", m.n_head_kv)?,
-            );
-            let eps = eps.ok_or_else(|| GgufError::Input {
+    // The sizes every architecture writes: (key, config field, value).
+    let sizes = [
+        ("context_length", "max_position_embeddings", ctx),
+        ("embedding_length", "hidden_size", hidden),
+        ("block_count", "num_hidden_layers", layers),
+        ("feed_forward_length", "intermediate_size", ffn),
+        ("attention.head_count", "num_attention_heads", m.n_head),
+        (
+            "attention.head_count_kv",
+            "num_key_value_heads",
+            m.n_head_kv,
+        ),
+    ];
+    // Those of `keys`, in that order (each architecture's converter has
+    // its own).
+    let put_sizes = |out: &mut Vec<(String, Value)>, keys: &[&str]| -> Result<(), GgufError> {
+        for key in keys {
+            if let Some(&(_, field, v)) = sizes.iter().find(|s| s.0 == *key) {
+                out.push((k(key), u32v(field, v)?));
+            }
+        }
+        Ok(())
+    };
+    let required_eps = || {
+        eps.map(|e| Value::F32(e as f32))
+            .ok_or_else(|| GgufError::Input {
                 file: "config.json".into(),
                 problem: "rms_norm_eps is missing".into(),
-            })?;
-            push(
+            })
+    };
+    let put_head_lengths = |out: &mut Vec<(String, Value)>, hd: u64| -> Result<(), GgufError> {
+        out.push((k("attention.key_length"), u32v("head_dim", hd)?));
+        out.push((k("attention.value_length"), u32v("head_dim", hd)?));
+        Ok(())
+    };
+    let eps_key = k("attention.layer_norm_rms_epsilon");
+    match m.arch {
+        Arch::Gemma => {
+            put_sizes(
                 &mut out,
-                k("attention.layer_norm_rms_epsilon"),
-                Value::F32(eps as f32),
-            );
-            let hd = head_dim.unwrap_or(hidden / m.n_head.max(1));
-            push(&mut out, k("attention.key_length"), u32v("head_dim", hd)?);
-            push(&mut out, k("attention.value_length"), u32v("head_dim", hd)?);
+                &[
+                    "context_length",
+                    "embedding_length",
+                    "block_count",
+                    "feed_forward_length",
+                    "attention.head_count",
+                    "attention.head_count_kv",
+                ],
+            )?;
+            out.push((eps_key, required_eps()?));
+            put_head_lengths(&mut out, head_dim.unwrap_or(hidden / m.n_head.max(1)))?;
         }
         Arch::Phi3 => {
             let original = config_u64(c, "original_max_position_embeddings")?.unwrap_or(ctx);
             let rot = config_f64(c, "partial_rotary_factor")?.unwrap_or(1.0);
             let rope_dims = ((rot * hidden as f64) as u64) / m.n_head.max(1);
-            push(
-                &mut out,
-                k("context_length"),
-                u32v("max_position_embeddings", ctx)?,
-            );
-            push(
-                &mut out,
+            put_sizes(&mut out, &["context_length"])?;
+            out.push((
                 k("rope.scaling.original_context_length"),
                 u32v("original_max_position_embeddings", original)?,
-            );
-            push(
+            ));
+            put_sizes(
                 &mut out,
-                k("embedding_length"),
-                u32v("hidden_size", hidden)?,
-            );
-            push(
-                &mut out,
-                k("feed_forward_length"),
-                u32v("intermediate_size", ffn)?,
-            );
-            push(
-                &mut out,
-                k("block_count"),
-                u32v("num_hidden_layers", layers)?,
-            );
-            push(
-                &mut out,
-                k("attention.head_count"),
-                u32v("num_attention_heads", m.n_head)?,
-            );
-            push(
-                &mut out,
-                k("attention.head_count_kv"),
-                u32v("num_key_value_heads", m.n_head_kv)?,
-            );
-            let eps = eps.ok_or_else(|| GgufError::Input {
-                file: "config.json".into(),
-                problem: "rms_norm_eps is missing".into(),
-            })?;
-            push(
-                &mut out,
-                k("attention.layer_norm_rms_epsilon"),
-                Value::F32(eps as f32),
-            );
-            push(
-                &mut out,
+                &[
+                    "embedding_length",
+                    "feed_forward_length",
+                    "block_count",
+                    "attention.head_count",
+                    "attention.head_count_kv",
+                ],
+            )?;
+            out.push((eps_key, required_eps()?));
+            out.push((
                 k("rope.dimension_count"),
                 u32v("rope dimensions", rope_dims)?,
-            );
-            push(
-                &mut out,
-                k("rope.freq_base"),
-                Value::F32(theta.unwrap_or(10000.0) as f32),
-            );
+            ));
+            let base = theta.unwrap_or(10000.0) as f32;
+            out.push((k("rope.freq_base"), Value::F32(base)));
             if let Some(Json::Object(r)) = c.get("rope_scaling") {
                 if r.get("long_factor").is_some() {
                     return Err(GgufError::Input {
@@ -460,50 +434,26 @@ pub(crate) fn arch_keys(
             }
         }
         Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => {
-            push(
+            put_sizes(
                 &mut out,
-                k("block_count"),
-                u32v("num_hidden_layers", layers)?,
-            );
-            push(
-                &mut out,
-                k("context_length"),
-                u32v("max_position_embeddings", ctx)?,
-            );
-            push(
-                &mut out,
-                k("embedding_length"),
-                u32v("hidden_size", hidden)?,
-            );
-            push(
-                &mut out,
-                k("feed_forward_length"),
-                u32v("intermediate_size", ffn)?,
-            );
-            push(
-                &mut out,
-                k("attention.head_count"),
-                u32v("num_attention_heads", m.n_head)?,
-            );
-            push(
-                &mut out,
-                k("attention.head_count_kv"),
-                u32v("num_key_value_heads", m.n_head_kv)?,
-            );
+                &[
+                    "block_count",
+                    "context_length",
+                    "embedding_length",
+                    "feed_forward_length",
+                    "attention.head_count",
+                    "attention.head_count_kv",
+                ],
+            )?;
             rope_keys(c, a, &mut out)?;
             if let Some(t) = theta {
-                push(&mut out, k("rope.freq_base"), Value::F32(t as f32));
+                out.push((k("rope.freq_base"), Value::F32(t as f32)));
             }
             if let Some(e) = eps {
-                push(
-                    &mut out,
-                    k("attention.layer_norm_rms_epsilon"),
-                    Value::F32(e as f32),
-                );
+                out.push((eps_key, Value::F32(e as f32)));
             }
             if let Some(hd) = head_dim {
-                push(&mut out, k("attention.key_length"), u32v("head_dim", hd)?);
-                push(&mut out, k("attention.value_length"), u32v("head_dim", hd)?);
+                put_head_lengths(&mut out, hd)?;
             }
         }
     }
@@ -514,7 +464,7 @@ pub(crate) fn arch_keys(
 ///
 /// # Errors
 /// A size config.json lacks.
-pub fn arch_tail_keys(
+pub(crate) fn arch_tail_keys(
     c: &Map<String, Json>,
     m: &HfModel,
 ) -> Result<Vec<(String, Value)>, GgufError> {

@@ -237,22 +237,21 @@ fn bf16(x: &[f32], y: &mut [u8]) {
 
 const GROUP_MAX_EPS: f32 = 1e-15;
 
+/// [`signed_max`], or `None` when every magnitude is below
+/// [`GROUP_MAX_EPS`] (a group ggml writes as zeros).
+fn signed_max_above_eps(x: &[f32]) -> Option<f32> {
+    let max = signed_max(x);
+    (max.abs() >= GROUP_MAX_EPS).then_some(max)
+}
+
 /// ggml's `make_qx_quants` with weights `x * x` (rmse_type 1) and no
 /// importance matrix: the scale, and codes `L` offset by `nmax`.
 fn make_qx_quants(x: &[f32], nmax: i32, l_out: &mut [i8]) -> f32 {
     let n = x.len();
-    let (mut max, mut amax) = (0f32, 0f32);
-    for &v in x {
-        let ax = v.abs();
-        if ax > amax {
-            amax = ax;
-            max = v;
-        }
-    }
-    if amax < GROUP_MAX_EPS {
+    let Some(max) = signed_max_above_eps(x) else {
         l_out[..n].fill(0);
         return 0.0;
-    }
+    };
     let clamp = |l: i32| l.clamp(-nmax, nmax - 1);
     let mut iscale = (-nmax) as f32 / max;
     let (mut sumlx, mut suml2) = (0f32, 0f32);
@@ -294,18 +293,10 @@ fn make_qx_quants(x: &[f32], nmax: i32, l_out: &mut [i8]) -> f32 {
 /// `nmax`.
 fn make_q3_quants(x: &[f32], nmax: i32, l_out: &mut [i8]) -> f32 {
     let n = x.len();
-    let (mut max, mut amax) = (0f32, 0f32);
-    for &v in x {
-        let ax = v.abs();
-        if ax > amax {
-            amax = ax;
-            max = v;
-        }
-    }
-    if amax < GROUP_MAX_EPS {
+    let Some(max) = signed_max_above_eps(x) else {
         l_out[..n].fill(0);
         return 0.0;
-    }
+    };
     let clamp = |l: i32| l.clamp(-nmax, nmax - 1);
     let iscale = (-nmax) as f32 / max;
     let (mut sumlx, mut suml2) = (0f32, 0f32);

@@ -17,7 +17,7 @@
 //! union of the shards' metadata, as set transforms do) and left out of
 //! the index.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use tensorfile_pytorch::{conversion, Checkpoint, ConvertTensor, LoadOptions, TorchTensor};
@@ -137,27 +137,7 @@ impl CheckpointSet {
             "model"
         };
         let index = ShardIndex::read(&index_path)?;
-        let bad = |problem: String| ShardError::BadIndex {
-            index: index_path.clone(),
-            problem,
-        };
-        if index.weight_map.is_empty() {
-            return Err(bad("weight_map lists no tensors".into()).into());
-        }
-        // Shard name -> the tensors the index maps to it, names checked
-        // before any file is opened.
-        let mut by_shard: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-        for (tensor, shard) in &index.weight_map {
-            if let Some(problem) = bin_name_problem(shard) {
-                return Err(ShardError::BadShardName {
-                    tensor: tensor.clone(),
-                    shard: shard.clone(),
-                    problem,
-                }
-                .into());
-            }
-            by_shard.entry(shard).or_default().push(tensor);
-        }
+        let by_shard = index.by_shard(&index_path, bin_name_problem)?;
         let mut shards = Vec::with_capacity(by_shard.len());
         for (name, tensors) in &by_shard {
             let shard_path = dir.join(name);

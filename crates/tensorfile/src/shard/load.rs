@@ -198,7 +198,7 @@ type Requests<'a> = Vec<(u64, &'a mut [u8])>;
 fn read_batch(planned: Vec<Planned<'_>>) -> Result<Vec<Loaded>> {
     let mut outs: Vec<Vec<u8>> = Vec::with_capacity(planned.len());
     for p in &planned {
-        outs.push(alloc(&p.name, p.nbytes)?);
+        outs.push(tensorfile_core::file::zeroed_buffer(&p.name, p.nbytes)?);
     }
     // Shard -> its requests, pointing into the result buffers.
     let mut by_shard: Vec<(&Shard, Requests<'_>)> = Vec::new();
@@ -267,22 +267,4 @@ fn read_batch(planned: Vec<Planned<'_>>) -> Result<Vec<Loaded>> {
             bytes,
         })
         .collect())
-}
-
-/// A zeroed buffer of `len` bytes, or an error naming the tensor.
-fn alloc(name: &str, len: u64) -> Result<Vec<u8>> {
-    let mut buf = Vec::new();
-    let fits = usize::try_from(len)
-        .ok()
-        .filter(|&n| buf.try_reserve_exact(n).is_ok());
-    match fits {
-        Some(n) => {
-            buf.resize(n, 0);
-            Ok(buf)
-        }
-        None => Err(Error::from(std::io::Error::new(
-            std::io::ErrorKind::OutOfMemory,
-            format!("tensor {name:?}: cannot allocate {len} bytes"),
-        ))),
-    }
 }

@@ -121,6 +121,36 @@ struct IndexOut<'a> {
 }
 
 impl ShardIndex {
+    /// The tensors the index maps to each shard, by shard name, after
+    /// checking that it lists some and that every shard name passes
+    /// `name_problem` (which says what is wrong with a name). Names are
+    /// checked before any shard is opened. `index` is the index's path,
+    /// for the error.
+    pub(crate) fn by_shard(
+        &self,
+        index: &Path,
+        name_problem: impl Fn(&str) -> Option<&'static str>,
+    ) -> std::result::Result<BTreeMap<&str, Vec<&str>>, ShardError> {
+        if self.weight_map.is_empty() {
+            return Err(ShardError::BadIndex {
+                index: index.to_path_buf(),
+                problem: "weight_map lists no tensors".into(),
+            });
+        }
+        let mut by_shard: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        for (tensor, shard) in &self.weight_map {
+            if let Some(problem) = name_problem(shard) {
+                return Err(ShardError::BadShardName {
+                    tensor: tensor.clone(),
+                    shard: shard.clone(),
+                    problem,
+                });
+            }
+            by_shard.entry(shard).or_default().push(tensor);
+        }
+        Ok(by_shard)
+    }
+
     /// An index for shards holding `total_size` data bytes.
     pub fn new(total_size: u64, weight_map: BTreeMap<String, String>) -> ShardIndex {
         let mut metadata = JsonObject::new();
@@ -631,26 +661,7 @@ impl ShardedTensors {
     ) -> Result<ShardedTensors> {
         let path = location.path_of(index_name);
         let index = ShardIndex::read_from(&*location, index_name)?;
-        if index.weight_map.is_empty() {
-            return Err(ShardError::BadIndex {
-                index: path,
-                problem: "weight_map lists no tensors".into(),
-            }
-            .into());
-        }
-        // Shard name -> its tensors, checking names before touching any file.
-        let mut by_shard: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-        for (tensor, shard) in &index.weight_map {
-            if let Some(problem) = shard_name_problem(shard) {
-                return Err(ShardError::BadShardName {
-                    tensor: tensor.clone(),
-                    shard: shard.clone(),
-                    problem,
-                }
-                .into());
-            }
-            by_shard.entry(shard).or_default().push(tensor);
-        }
+        let by_shard = index.by_shard(&path, shard_name_problem)?;
         // Every shard's header, at once (remote shards cost a request each).
         let wanted: Vec<(&str, &Vec<&str>)> = by_shard.iter().map(|(&n, t)| (n, t)).collect();
         let read: Vec<tensorfile_core::Result<Shard>> = {
