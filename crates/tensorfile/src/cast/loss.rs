@@ -240,10 +240,11 @@ impl Bounds {
     ) -> Losses {
         debug_assert!(!self.wide, "an F32 source");
         let l = Limits::<u32>::of(self, f32::INFINITY.to_bits());
-        self.losses(if self.e8m0 {
-            lanes::map_tally(src, dst, f, |b| l.flags::<true>(b))
-        } else {
-            lanes::map_tally(src, dst, f, |b| l.flags::<false>(b))
+        self.losses(match l.form {
+            WITH_INFINITY => lanes::map_tally(src, dst, f, |b| l.flags::<WITH_INFINITY>(b)),
+            FINITE_ONLY => lanes::map_tally(src, dst, f, |b| l.flags::<FINITE_ONLY>(b)),
+            E8M0_TERMS => lanes::map_tally(src, dst, f, |b| l.flags::<E8M0_TERMS>(b)),
+            _ => lanes::map_tally(src, dst, f, |b| l.flags::<EVERY_TERM>(b)),
         })
     }
 
@@ -368,7 +369,19 @@ struct Limits<T> {
     inf: T,
     flush: T,
     e8m0: bool,
+    /// Which of [`Limits::flags`]'s forms counts for this target.
+    form: u8,
 }
+
+/// The forms of [`Limits::flags`]: every term (F8_E8M0, or a target whose
+/// infinities and overflows meet different fates), or the two terms most
+/// targets need, out of range and flushed, with infinities counted as out
+/// of range (they meet the overflows' fate: NaN or saturation) or not at
+/// all (they stay infinite).
+const EVERY_TERM: u8 = 0;
+const E8M0_TERMS: u8 = 1;
+const WITH_INFINITY: u8 = 2;
+const FINITE_ONLY: u8 = 3;
 
 macro_rules! limits {
     ($t:ty, $s:ty) => {
@@ -381,6 +394,12 @@ macro_rules! limits {
                     inf,
                     flush: b.flush as $t,
                     e8m0: b.e8m0,
+                    form: match (b.e8m0, b.infinity) {
+                        (true, _) => E8M0_TERMS,
+                        (false, None) => FINITE_ONLY,
+                        (false, Some(f)) if f == b.overflow => WITH_INFINITY,
+                        (false, Some(_)) => EVERY_TERM,
+                    },
                 }
             }
 
@@ -401,33 +420,43 @@ macro_rules! limits {
                 span.is_none_or(|(lo, hi)| lo >= self.flush && hi < self.over)
             }
 
-            /// 1 where bits `b` are, else 0: finite and out of range, an
-            /// infinity, a value E8M0 cannot hold (zero or negative),
-            /// flushed to zero. `&` rather than `&&`, so there are no
-            /// branches; magnitudes compared as signed integers (they are
-            /// below the sign bit), which SIMD compares in one instruction;
-            /// `E8M0` a constant, so other targets skip its terms.
+            /// 1 where bits `b` are, else 0: finite and out of range (with
+            /// [`WITH_INFINITY`], infinite too), an infinity, a value E8M0
+            /// cannot hold (zero or negative), flushed to zero. `&` rather
+            /// than `&&`, so there are no branches; magnitudes compared as
+            /// signed integers (they are below the sign bit), which SIMD
+            /// compares in one instruction; `FORM` a constant, so a target
+            /// pays only for its own terms (the zero ones compile away).
             #[inline(always)]
-            fn flags<const E8M0: bool>(&self, b: $t) -> [u32; 4] {
+            fn flags<const FORM: u8>(&self, b: $t) -> [u32; 4] {
                 let s = |x: $t| x as $s;
                 let a = s(b & self.abs);
-                let neg = E8M0 & (b > self.abs);
                 let (over, inf, flush) = (s(self.over), s(self.inf), s(self.flush));
-                [
-                    (a >= over) & (a < inf) & !neg,
-                    (a == inf) & !neg,
-                    (neg | (E8M0 & (a == 0))) & (a <= inf),
-                    (a != 0) & (a <= flush),
-                ]
+                let flushed = (a != 0) & (a <= flush);
+                match FORM {
+                    WITH_INFINITY => [(a >= over) & (a <= inf), false, false, flushed],
+                    FINITE_ONLY => [(a >= over) & (a < inf), false, false, flushed],
+                    _ => {
+                        let e8m0 = FORM == E8M0_TERMS;
+                        let neg = e8m0 & (b > self.abs);
+                        [
+                            (a >= over) & (a < inf) & !neg,
+                            (a == inf) & !neg,
+                            (neg | (e8m0 & (a == 0))) & (a <= inf),
+                            flushed,
+                        ]
+                    }
+                }
                 .map(u32::from)
             }
 
             /// [`Self::flags`] counted over `bits`.
             fn tally(&self, bits: &[u8]) -> [u64; 4] {
-                if self.e8m0 {
-                    lanes::tally(bits, |b: $t| self.flags::<true>(b))
-                } else {
-                    lanes::tally(bits, |b: $t| self.flags::<false>(b))
+                match self.form {
+                    WITH_INFINITY => lanes::tally(bits, |b: $t| self.flags::<WITH_INFINITY>(b)),
+                    FINITE_ONLY => lanes::tally(bits, |b: $t| self.flags::<FINITE_ONLY>(b)),
+                    E8M0_TERMS => lanes::tally(bits, |b: $t| self.flags::<E8M0_TERMS>(b)),
+                    _ => lanes::tally(bits, |b: $t| self.flags::<EVERY_TERM>(b)),
                 }
             }
         }
