@@ -4,8 +4,8 @@
 //! branch-free integer compares, so a conversion can report them per
 //! tensor and [`CastOptions::strict`] can refuse them before anything is
 //! written. Without `strict` the count rides along with the conversion:
-//! inside its loop for the hot pairs (F32 to BF16 and F8), a cache-sized
-//! run ahead of it for the others, after a cheaper check (least and
+//! inside its loop for the hot pairs (F32 to BF16 and F8), on each block's
+//! decoded values for the others, after a cheaper check (least and
 //! greatest magnitude) that usually finds nothing to count.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -213,7 +213,7 @@ impl Bounds {
     /// when [`Bounds::wide`], else as f32 bits (a whole number of them).
     /// `check_first`: try the cheap check that nothing is lost before
     /// counting (worth it unless the values before had losses too).
-    fn count(&self, bits: &[u8], check_first: bool) -> Losses {
+    pub(crate) fn count(&self, bits: &[u8], check_first: bool) -> Losses {
         let [over, infs, signed, flushed] = if self.wide {
             let l = Limits::<u64>::of(self, f64::INFINITY.to_bits());
             if check_first && l.none_lost(bits) {
@@ -228,6 +228,18 @@ impl Bounds {
             l.tally(bits)
         };
         self.losses([over, infs, signed, flushed])
+    }
+
+    /// [`Bounds::count`] of integer values (as f64, as they convert).
+    pub(crate) fn count_ints(&self, ints: &[i128]) -> Losses {
+        let mut wide = [0f64; BLOCK];
+        let mut total = Losses::default();
+        for part in ints.chunks(BLOCK) {
+            let wide = &mut wide[..part.len()];
+            ints_as_f64(part, wide);
+            total.add(self.count(bytemuck::cast_slice(wide), true));
+        }
+        total
     }
 
     /// Converts F32 `src` (this is for F32 sources only) into `dst` with
@@ -297,9 +309,7 @@ impl Bounds {
                 (true, _) => {
                     let mut ints = [0i128; BLOCK];
                     int::read(from, s, &mut ints[..n], 0)?;
-                    for (w, i) in wide.iter_mut().zip(&ints[..n]) {
-                        *w = *i as f64;
-                    }
+                    ints_as_f64(&ints[..n], &mut wide[..n]);
                     bytemuck::cast_slice(&wide[..n])
                 }
                 (false, _) => {
@@ -356,6 +366,13 @@ impl Bounds {
             to,
             what: "loses its value",
         }
+    }
+}
+
+/// Integer values as the f64 values a cast rounds them to first.
+fn ints_as_f64(ints: &[i128], wide: &mut [f64]) {
+    for (w, &i) in wide.iter_mut().zip(ints) {
+        *w = i as f64;
     }
 }
 
@@ -565,8 +582,8 @@ mod tests {
         }
     }
 
-    /// The counts made inside the conversion's loop (F32 -> BF16, F8), in
-    /// runs (other pairs), or in parallel pieces equal the scan's, value
+    /// The counts made inside the conversion's loop (F32 -> BF16, F8), on
+    /// each block's decoded values (other pairs), or in parallel pieces equal the scan's, value
     /// by value, for bits of every kind (NaN, infinities, subnormals), on
     /// aligned and unaligned bytes; and the bytes written equal a strict
     /// conversion's path (the one that counts nothing).
@@ -625,12 +642,39 @@ mod tests {
                     }
                     assert_eq!(outs[0], outs[1], "{to}: aligned and unaligned bytes");
                     let mut plain = vec![0u8; outs[0].len() - 1];
-                    encode_serial(Dtype::F32, &aligned, to, &mut plain, opts, 0).unwrap();
+                    encode_serial(Dtype::F32, &aligned, to, &mut plain, opts, 0, None).unwrap();
                     assert_eq!(&outs[0][1..], &plain[..], "{to}: the counting paths' bytes");
                 }
             }
         }
         assert_eq!(pairs, 2 * 10, "pairs checked, for both lengths");
+    }
+
+    /// Sources other than F32 are counted on each block's decoded values:
+    /// the same counts as the scan, for bits of every kind.
+    #[test]
+    fn block_counts_of_every_source_agree_with_the_scan() {
+        use crate::cast::convert;
+        let mut rng = tensorfile_testkit::Rng::new(5);
+        for from in [Dtype::F64, Dtype::F16, Dtype::BF16, Dtype::I64, Dtype::I32] {
+            let n = 3000usize;
+            let bytes: Vec<u8> = (0..n * from.bits() as usize / 8)
+                .map(|_| rng.next_u64() as u8)
+                .collect();
+            let targets = [Dtype::F8_E4M3, Dtype::F8_E8M0, Dtype::F16];
+            for to in targets.into_iter().filter(|&to| to != from) {
+                let opts = CastOptions::default();
+                let b = Bounds::new(from, to, opts).unwrap();
+                let want = b.scan(from, to, &bytes, 0, false).unwrap();
+                let mut dst = vec![0u8; n * to.bits() as usize / 8];
+                let got = convert(from, &bytes, to, &mut dst, opts, 0).unwrap();
+                assert!(
+                    !want.is_empty(),
+                    "{from} -> {to}: the values include losses"
+                );
+                assert_eq!(got, want, "{from} -> {to}");
+            }
+        }
     }
 
     #[test]

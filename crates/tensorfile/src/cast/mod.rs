@@ -489,52 +489,19 @@ fn convert_serial(
         dst.copy_from_slice(src);
         return Ok(Losses::default());
     }
-    let Some(b) = bounds else {
-        encode_serial(from, src, to, dst, opts, base)?;
-        return Ok(Losses::default());
-    };
-    if opts.strict {
+    if let (true, Some(b)) = (opts.strict, bounds) {
         // Every value is looked at before anything is written.
         let losses = b.scan(from, to, src, base, true)?;
-        encode_serial(from, src, to, dst, opts, base)?;
+        encode_serial(from, src, to, dst, opts, base, None)?;
         return Ok(losses);
     }
-    // The hot pairs count in the conversion's own loop.
-    let fused = match (from, to) {
-        (Dtype::F32, Dtype::BF16) => Some(b.map_counting(src, dst, bf16::from_f32_bits)),
-        (Dtype::F32, Dtype::F8_E4M3 | Dtype::F8_E5M2) => {
-            let fmt = if to == Dtype::F8_E4M3 {
-                &minifloat::F8_E4M3
-            } else {
-                &minifloat::F8_E5M2
-            };
-            Some(b.map_counting(src, dst, encode::f8_encoder(fmt, opts.saturate)))
-        }
-        _ => None,
-    };
-    if let Some(losses) = fused {
-        return Ok(losses);
-    }
-    // Others are counted and converted a cache-sized run at a time, so the source
-    // crosses the memory bus once, not once for each pass.
-    let (sb, db) = (from.bits() as usize, to.bits() as usize);
-    let mut losses = Losses::default();
-    let runs = src
-        .chunks(FUSED * sb / 8)
-        .zip(dst.chunks_mut(FUSED * db / 8));
-    for (k, (s, d)) in runs.enumerate() {
-        let base = base + (k * FUSED) as u64;
-        losses.add(b.scan(from, to, s, base, false)?);
-        encode_serial(from, s, to, d, opts, base)?;
-    }
-    Ok(losses)
+    encode_serial(from, src, to, dst, opts, base, bounds)
 }
 
-/// Elements counted and then converted in one go: a multiple of [`BLOCK`]
-/// whose source (at most 8 bytes each) stays in a core's L2 cache.
-const FUSED: usize = 16 * BLOCK;
-
-/// The conversion of [`convert_serial`], its losses already counted.
+/// The conversion of [`convert_serial`], counting the losses against
+/// `count` in the same pass when given: inside the vector loop for the hot
+/// pairs, on each block's decoded values for the others (the source is
+/// read and decoded once).
 fn encode_serial(
     from: Dtype,
     src: &[u8],
@@ -542,32 +509,47 @@ fn encode_serial(
     dst: &mut [u8],
     opts: CastOptions,
     base: u64,
-) -> Result<(), CastError> {
-    match (from, to) {
-        (Dtype::BF16, Dtype::F32) => bf16::bytes_to_f32_bytes(src, dst),
-        (Dtype::F32, Dtype::BF16) => bf16::f32_bytes_to_bytes(src, dst),
-        (Dtype::F32, Dtype::F8_E4M3) => {
-            encode::f32_bytes_to_f8(&minifloat::F8_E4M3, src, dst, opts.saturate)
+    count: Option<&loss::Bounds>,
+) -> Result<Losses, CastError> {
+    let f8 = |to| {
+        if to == Dtype::F8_E4M3 {
+            &minifloat::F8_E4M3
+        } else {
+            &minifloat::F8_E5M2
         }
-        (Dtype::F32, Dtype::F8_E5M2) => {
-            encode::f32_bytes_to_f8(&minifloat::F8_E5M2, src, dst, opts.saturate)
+    };
+    match (from, to, count) {
+        (Dtype::BF16, Dtype::F32, _) => bf16::bytes_to_f32_bytes(src, dst),
+        (Dtype::F32, Dtype::BF16, None) => bf16::f32_bytes_to_bytes(src, dst),
+        (Dtype::F32, Dtype::BF16, Some(b)) => {
+            return Ok(b.map_counting(src, dst, bf16::from_f32_bits))
+        }
+        (Dtype::F32, Dtype::F8_E4M3 | Dtype::F8_E5M2, None) => {
+            encode::f32_bytes_to_f8(f8(to), src, dst, opts.saturate)
+        }
+        (Dtype::F32, Dtype::F8_E4M3 | Dtype::F8_E5M2, Some(b)) => {
+            let encoder = encode::f8_encoder(f8(to), opts.saturate);
+            return Ok(b.map_counting(src, dst, encoder));
         }
         _ => {
             let (sb, db) = (from.bits() as usize, to.bits() as usize);
             let steps = src
                 .chunks(BLOCK * sb / 8)
                 .zip(dst.chunks_mut(BLOCK * db / 8));
+            let mut losses = Losses::default();
             for (k, (s, d)) in steps.enumerate() {
                 let base = base + (k * BLOCK) as u64;
-                block(from, s, to, d, opts, base)?;
+                losses.add(block(from, s, to, d, opts, base, count)?);
             }
+            return Ok(losses);
         }
     }
-    Ok(())
+    Ok(Losses::default())
 }
 
 /// Converts up to [`BLOCK`] elements through a stack buffer of f32 (float
-/// sources that f32 holds exactly), f64 (F64) or i128 (integers, BOOL).
+/// sources that f32 holds exactly), f64 (F64) or i128 (integers, BOOL),
+/// counting the losses of the decoded values against `count` when given.
 fn block(
     from: Dtype,
     src: &[u8],
@@ -575,22 +557,34 @@ fn block(
     dst: &mut [u8],
     opts: CastOptions,
     base: u64,
-) -> Result<(), CastError> {
+    count: Option<&loss::Bounds>,
+) -> Result<Losses, CastError> {
     let n = src.len() * 8 / from.bits() as usize;
+    let mut losses = Losses::default();
     if from == Dtype::F64 {
         let mut buf = [0f64; BLOCK];
         let buf = &mut buf[..n];
         decode::to_f64(from, src, buf);
-        encode::from_f64(buf, from, to, dst, opts, base)
+        if let Some(b) = count {
+            losses = b.count(bytemuck::cast_slice(buf), true);
+        }
+        encode::from_f64(buf, from, to, dst, opts, base)?;
     } else if from.is_float() {
         let mut buf = [0f32; BLOCK];
         let buf = &mut buf[..n];
         decode::to_f32(from, src, buf);
-        encode::from_f32(buf, from, to, dst, opts, base)
+        if let Some(b) = count {
+            losses = b.count(bytemuck::cast_slice(buf), true);
+        }
+        encode::from_f32(buf, from, to, dst, opts, base)?;
     } else {
         let mut buf = [0i128; BLOCK];
         let buf = &mut buf[..n];
         int::read(from, src, buf, base)?;
-        encode::from_ints(buf, from, to, dst, opts, base)
+        if let Some(b) = count {
+            losses = b.count_ints(buf);
+        }
+        encode::from_ints(buf, from, to, dst, opts, base)?;
     }
+    Ok(losses)
 }
