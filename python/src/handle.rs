@@ -114,6 +114,13 @@ fn read_single<S: ByteSource>(
     Ok(Cow::Owned(file.read_tensor(&info)?.into_owned()))
 }
 
+/// A tensor of one file read into memory of its own, as a buffer.
+fn owned_buffer<S: ByteSource>(file: &SafeTensors<S>, name: &str) -> tensorfile::Result<Buffer> {
+    let info = file.info(name)?;
+    let bytes = file.read_tensor(&info)?.into_owned();
+    Ok(Buffer::owned(bytes, info.dtype, info.shape))
+}
+
 impl Source {
     fn open(path: &Path, backend: Backend) -> tensorfile::Result<Source> {
         if let Some(url) = remote::url(path) {
@@ -222,30 +229,9 @@ impl Source {
                 let fd = map.then(|| file.source().file());
                 map_or_read(fd, at, &info, || Ok(file.read_tensor(&info)?.into_owned()))
             }
-            Source::Stream(f) => {
-                let info = f.info(name)?;
-                Ok(Buffer::owned(
-                    f.read_tensor(&info)?.into_owned(),
-                    info.dtype,
-                    info.shape,
-                ))
-            }
-            Source::Bytes(f) => {
-                let info = f.info(name)?;
-                Ok(Buffer::owned(
-                    f.read_tensor(&info)?.into_owned(),
-                    info.dtype,
-                    info.shape,
-                ))
-            }
-            Source::Remote(f) => {
-                let info = f.info(name)?;
-                Ok(Buffer::owned(
-                    f.read_tensor(&info)?.into_owned(),
-                    info.dtype,
-                    info.shape,
-                ))
-            }
+            Source::Stream(f) => owned_buffer(f, name),
+            Source::Bytes(f) => owned_buffer(f, name),
+            Source::Remote(f) => owned_buffer(f.as_ref(), name),
             Source::Set { set, files } => {
                 let info = self.info(name)?;
                 let shard = set
