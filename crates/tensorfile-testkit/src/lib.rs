@@ -117,6 +117,161 @@ pub fn sparse_gib_f32(path: &Path) {
     );
 }
 
+/// The limits a hostile input must stay within: wall time, peak resident
+/// memory, and the address space the process may reserve (`ulimit -v`).
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Killed (and the test failed) past this many seconds.
+    pub seconds: f64,
+    /// The largest peak resident set allowed, in bytes.
+    pub max_rss: u64,
+    /// `RLIMIT_AS` for the process, in bytes.
+    pub address_space: u64,
+}
+
+impl Limits {
+    /// The hostile-input rule: 10 s, 1 GiB peak RSS, under a 2 GiB
+    /// address-space limit.
+    pub const HOSTILE: Limits = Limits {
+        seconds: 10.0,
+        max_rss: 1 << 30,
+        address_space: 2 << 30,
+    };
+}
+
+/// How a [`run_limited`] run ended.
+#[derive(Debug)]
+pub struct Bounded {
+    /// The exit code, or `None` when a signal ended it (or the deadline).
+    pub code: Option<i32>,
+    /// The signal that ended it, if one did.
+    pub signal: Option<i32>,
+    /// Wall time, in seconds.
+    pub seconds: f64,
+    /// Peak resident set, in bytes (the kernel's `ru_maxrss`).
+    pub max_rss: u64,
+    /// What it printed on stdout.
+    pub stdout: String,
+    /// What it printed on stderr.
+    pub stderr: String,
+}
+
+impl Bounded {
+    /// Panics, showing the run, unless it exited 0, 1 or 2 within the
+    /// limits' time and memory.
+    pub fn assert_within(&self, limits: Limits, what: &str) {
+        let ok = matches!(self.code, Some(0..=2))
+            && self.seconds <= limits.seconds
+            && self.max_rss <= limits.max_rss;
+        assert!(
+            ok,
+            "{what}: exit {:?} signal {:?} in {:.1} s, peak RSS {} MiB (limits {} s, {} MiB)\nstdout: {}\nstderr: {}",
+            self.code,
+            self.signal,
+            self.seconds,
+            self.max_rss >> 20,
+            limits.seconds,
+            limits.max_rss >> 20,
+            self.stdout,
+            self.stderr
+        );
+    }
+}
+
+/// Runs `bin` with `args` as a hostile input's test needs it: no standard
+/// input, default signal dispositions (whatever the test run inherited),
+/// `RLIMIT_AS` set to `limits.address_space`, killed at twice
+/// `limits.seconds`, and its peak RSS read from the kernel when it is
+/// reaped. Unix only.
+pub fn run_limited<I, S>(bin: &str, args: I, limits: Limits) -> Bounded
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    use std::io::Read;
+    use std::os::unix::process::CommandExt;
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+
+    let address_space = limits.address_space;
+    let mut command = Command::new(bin);
+    command
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        command.pre_exec(move || {
+            for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGPIPE] {
+                libc::signal(sig, libc::SIG_DFL);
+            }
+            let lim = libc::rlimit {
+                rlim_cur: address_space as libc::rlim_t,
+                rlim_max: address_space as libc::rlim_t,
+            };
+            if libc::setrlimit(libc::RLIMIT_AS, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let start = Instant::now();
+    let mut child = command
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {bin}: {e}"));
+    let drain = |r: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut text = Vec::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_end(&mut text);
+            }
+            String::from_utf8_lossy(&text).into_owned()
+        })
+    };
+    let out = drain(
+        child
+            .stdout
+            .take()
+            .map(|r| Box::new(r) as Box<dyn Read + Send>),
+    );
+    let err = drain(
+        child
+            .stderr
+            .take()
+            .map(|r| Box::new(r) as Box<dyn Read + Send>),
+    );
+    let pid = child.id() as libc::pid_t;
+    let kill_at = start + Duration::from_secs_f64(limits.seconds * 2.0);
+    let (status, usage) = loop {
+        let mut status = 0;
+        // SAFETY: a zeroed rusage is a valid out-parameter.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: waits for our own child; reaping it here means std's
+        // Child is never waited on (dropping it does not wait).
+        let r = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut usage) };
+        if r == pid {
+            break (status, usage);
+        }
+        assert!(r == 0, "wait4: {}", std::io::Error::last_os_error());
+        if Instant::now() >= kill_at {
+            // SAFETY: signals our own unreaped child.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let seconds = start.elapsed().as_secs_f64();
+    let exited = libc::WIFEXITED(status);
+    Bounded {
+        code: exited.then(|| libc::WEXITSTATUS(status)),
+        signal: libc::WIFSIGNALED(status).then(|| libc::WTERMSIG(status)),
+        seconds,
+        max_rss: usage.ru_maxrss as u64 * 1024,
+        stdout: out.join().unwrap_or_default(),
+        stderr: err.join().unwrap_or_default(),
+    }
+}
+
 /// What a run printed on stdout, as text.
 pub fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
@@ -159,5 +314,34 @@ impl Rng {
         (0..n)
             .map(|_| ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0)
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_limited_reports_exit_time_and_memory() {
+        let ok = run_limited("sh", ["-c", "echo hi; exit 1"], Limits::HOSTILE);
+        assert_eq!(ok.code, Some(1));
+        assert_eq!(ok.stdout, "hi\n");
+        assert!(ok.max_rss > 0 && ok.max_rss < Limits::HOSTILE.max_rss);
+        ok.assert_within(Limits::HOSTILE, "sh");
+        let slow = Limits {
+            seconds: 0.2,
+            ..Limits::HOSTILE
+        };
+        let killed = run_limited("sleep", ["5"], slow);
+        assert_eq!(killed.signal, Some(libc::SIGKILL));
+        assert!(killed.seconds < 2.0);
+        // The address-space limit holds: a shell asked to reserve more
+        // than it allows fails.
+        let tight = Limits {
+            address_space: 64 << 20,
+            ..Limits::HOSTILE
+        };
+        let big = run_limited("python3", ["-c", "b = bytearray(256 << 20)"], tight);
+        assert_ne!(big.code, Some(0), "{big:?}");
     }
 }
