@@ -217,6 +217,8 @@ where
         });
     }
     let start = Instant::now();
+    // Reaped below by wait4, which std's Child does not know of.
+    #[allow(clippy::zombie_processes)]
     let mut child = command
         .spawn()
         .unwrap_or_else(|e| panic!("cannot run {bin}: {e}"));
