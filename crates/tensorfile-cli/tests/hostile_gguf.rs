@@ -383,3 +383,43 @@ fn raw_conversion_keeps_an_empty_tensor() {
         assert_eq!(gguf_shape(&out, "full"), [2, 2], "{what}");
     }
 }
+
+#[test]
+fn a_tiny_tokenizer_cannot_pad_millions_of_tokens() {
+    // config.json's vocab_size 2^24 beside a one-token tokenizer.json used
+    // to write 16 million "[PAD<id>]" tokens: 1.4 GiB held, 408 MB written.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("hf");
+    hf_dir(
+        &dir,
+        &[("model.embed_tokens.weight", "F32", vec![1, 4], vec![0; 16])],
+    );
+    let mut config: serde_json::Value =
+        serde_json::from_slice(&fs::read(dir.join("config.json")).unwrap()).unwrap();
+    config["vocab_size"] = (1u64 << 24).into();
+    fs::write(dir.join("config.json"), config.to_string()).unwrap();
+    let tokenizer = serde_json::json!({
+        "model": {"type": "BPE", "vocab": {"a": 0}, "merges": []},
+        "pre_tokenizer": {"type": "ByteLevel"},
+        "added_tokens": [],
+    });
+    fs::write(dir.join("tokenizer.json"), tokenizer.to_string()).unwrap();
+    let out = tmp.path().join("out.gguf");
+    let run = tensorfile(&["convert", dir.to_str().unwrap(), out.to_str().unwrap()]);
+    run.assert_within(Limits::HOSTILE, "padding");
+    assert_eq!(run.code, Some(1), "{}", run.stderr);
+    assert!(run.stderr.contains("would pad"), "{}", run.stderr);
+    assert_eq!(entries(tmp.path()), ["hf"].map(String::from));
+
+    // A few hundred ids of padding, as real models have, are kept.
+    config["vocab_size"] = 300.into();
+    fs::write(dir.join("config.json"), config.to_string()).unwrap();
+    let run = tensorfile(&[
+        "convert",
+        dir.to_str().unwrap(),
+        out.to_str().unwrap(),
+        "--no-sync",
+    ]);
+    run.assert_within(Limits::HOSTILE, "padding");
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+}
