@@ -19,6 +19,7 @@
 mod cast;
 mod formats;
 mod gguf;
+mod gguf_convert;
 mod input;
 mod model;
 mod npz;
@@ -30,6 +31,7 @@ mod writer;
 pub use cast::cast;
 pub use formats::{checkpoint, header, pickle, zip};
 pub use gguf::gguf;
+pub use gguf_convert::gguf_convert;
 pub use model::model;
 pub use npz::npz;
 pub use quant::quant;
@@ -42,7 +44,7 @@ pub type Target = fn(&[u8]);
 
 /// Every target by name, as `fuzz/fuzz_targets/` and the corpus folders
 /// name them.
-pub const TARGETS: [(&str, Target); 12] = [
+pub const TARGETS: [(&str, Target); 13] = [
     ("header", header),
     ("pickle", pickle),
     ("zip", zip),
@@ -54,5 +56,6 @@ pub const TARGETS: [(&str, Target); 12] = [
     ("shard", shard),
     ("model", model),
     ("gguf", gguf),
+    ("gguf_convert", gguf_convert),
     ("npz", npz),
 ];

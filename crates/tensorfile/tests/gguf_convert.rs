@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value as Json;
 use sha2::{Digest, Sha256};
-use tensorfile::gguf::names::{gguf_rows_from_hf, gguf_to_hf, Arch};
+use tensorfile::gguf::names::{gguf_to_hf, Arch, QkPermutation};
 use tensorfile::gguf::{gguf_to_hf as convert, GgufFile, ToHfOptions};
 use tensorfile::quant::{dequantize_weight, quantized_weights, QuantConfig};
 use tensorfile::{Dtype, SafeTensors, TensorData, WriteOptions};
@@ -124,10 +124,10 @@ fn quantized_ggufs_decode_to_what_gguf_py_decodes() {
             if let Some(h) = heads {
                 let rows = o.shape()[0];
                 let rb = data.len() / rows as usize;
-                let map = gguf_rows_from_hf(rows, h).unwrap();
-                data = map
-                    .iter()
-                    .flat_map(|&r| o.data()[r as usize * rb..(r as usize + 1) * rb].to_vec())
+                let p = QkPermutation::new(rows, h).unwrap();
+                data = (0..rows)
+                    .map(|g| p.hf_row_of_gguf(g) as usize)
+                    .flat_map(|r| o.data()[r * rb..(r + 1) * rb].to_vec())
                     .collect();
             }
             let sha = hex::encode(Sha256::digest(&data));

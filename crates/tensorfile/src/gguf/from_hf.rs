@@ -22,7 +22,7 @@ use serde_json::{Map, Value as Json};
 
 use super::config::{self, HfModel};
 use super::error::GgufError;
-use super::names::{self, Arch};
+use super::names::{self, Arch, QkPermutation};
 use super::quant::{quantize_into, RowFault};
 use super::scratch::{grown, Scratch};
 use super::types::GgmlType;
@@ -138,8 +138,8 @@ fn fallback(t: GgmlType, row: u64) -> GgmlType {
 struct Out<'s, T> {
     source: &'s T,
     spec: GgufSpec,
-    /// For each output row, the input row (q/k permutation).
-    rows: Option<Vec<u64>>,
+    /// The q/k permutation of its rows, if permuted.
+    rows: Option<QkPermutation>,
     plus_one: bool,
 }
 
@@ -147,14 +147,15 @@ struct Out<'s, T> {
 const JOB_BYTES: u64 = 8 << 20;
 
 /// Decodes input rows to f32 into `s.values[..n * row]`: `n` rows of `row`
-/// elements starting at row `first` of `t` (permuted through `rows`), with
-/// `plus_one` applied. F32 input is read straight into the values.
+/// elements starting at (output) row `first` of `t` (permuted through
+/// `rows`), with `plus_one` applied. F32 input is read straight into the
+/// values. The caller's jobs hold rows the tensor's bytes have.
 fn read_rows<T: TensorData>(
     t: &T,
     first: u64,
     n: u64,
     row: u64,
-    rows: Option<&[u64]>,
+    rows: Option<QkPermutation>,
     plus_one: bool,
     s: &mut Scratch,
 ) -> Result<()> {
@@ -163,20 +164,12 @@ fn read_rows<T: TensorData>(
     let rb = (row * esize) as usize;
     let count = (n * row) as usize;
     let values = grown(&mut s.values, count);
-    // (input row, output row) runs: one run when not permuted.
-    let runs: Vec<(u64, u64, u64)> = match rows {
-        None => vec![(first, 0, n)],
-        Some(map) => (0..n)
-            .map(|k| {
-                (
-                    map.get((first + k) as usize).copied().unwrap_or(first + k),
-                    k,
-                    1,
-                )
-            })
-            .collect(),
-    };
-    for (src, dst, len) in runs {
+    // (input row, output row, rows) runs: one run when not permuted, else
+    // row by row.
+    let (run_count, run_len) = if rows.is_some() { (n, 1) } else { (1, n) };
+    for k in 0..run_count {
+        let src = rows.map_or(first + k, |p| p.hf_row_of_gguf(first + k));
+        let (dst, len) = (k * run_len, run_len);
         let out = &mut values[(dst * row) as usize..((dst + len) * row) as usize];
         if dtype == Dtype::F32 {
             t.read_at(src * rb as u64, bytemuck::cast_slice_mut(out))?;
@@ -209,7 +202,7 @@ fn quantize_job<T: TensorData>(
     r0: u64,
     n: u64,
     row: u64,
-    rows: Option<&[u64]>,
+    rows: Option<QkPermutation>,
     plus_one: bool,
     t: GgmlType,
     out_row: u64,
@@ -391,25 +384,22 @@ pub fn hf_to_gguf(input: &Path, out: &Path, opts: &FromHfOptions) -> Result<From
         };
         let rows = match &model {
             Some(m) => match names::permutation_heads(m.arch, name, m.n_head, m.n_head_kv) {
-                Some(heads) => Some(
-                    names::gguf_rows_from_hf(shape.first().copied().unwrap_or(1), heads)
-                        .ok_or_else(|| {
-                            tensor_error(
-                                name,
-                                format!(
-                                    "{} rows do not split into {heads} heads of pairs",
-                                    shape.first().copied().unwrap_or(1)
-                                ),
-                            )
-                        })?,
-                ),
+                Some(heads) => {
+                    let n = shape.first().copied().unwrap_or(1);
+                    Some(QkPermutation::new(n, heads).ok_or_else(|| {
+                        tensor_error(
+                            name,
+                            format!("{n} rows do not split into {heads} heads of pairs"),
+                        )
+                    })?)
+                }
                 None => None,
             },
             None => None,
         };
         let plus_one = model.as_ref().is_some_and(|m| m.arch.norms_plus_one())
             && gguf_name.ends_with("norm.weight");
-        params = params.saturating_add(shape.iter().product());
+        params = params.saturating_add(tensorfile_core::dtype::numel(shape).unwrap_or(u64::MAX));
         *summary.types.entry(target.name().to_string()).or_default() += 1;
         outs.push(Out {
             source: t,
@@ -483,13 +473,13 @@ pub fn hf_to_gguf(input: &Path, out: &Path, opts: &FromHfOptions) -> Result<From
     for o in &outs {
         let index = writer.declare(o.spec.clone())?;
         let shape = o.source.shape();
-        let row = shape.last().copied().unwrap_or(1).max(1);
-        let n_rows = if shape.is_empty() {
-            1
-        } else {
-            shape[..shape.len() - 1].iter().product::<u64>()
-        };
-        let in_row_bytes = row * u64::from(o.source.dtype().bits() / 8).max(1);
+        // A scalar is one row of one element; the rows are counted from
+        // the bytes the tensor has, so a tensor of empty rows has none
+        // (and makes no job), whatever its shape says.
+        let row = shape.last().copied().unwrap_or(1);
+        let esize = u64::from(o.source.dtype().bits() / 8).max(1);
+        let in_row_bytes = row.saturating_mul(esize);
+        let n_rows = o.source.byte_len().checked_div(in_row_bytes).unwrap_or(0);
         let t = o.spec.ggml_type;
         let out_row = t.bytes_for(row).unwrap_or(0);
         if matches!(
@@ -512,15 +502,14 @@ pub fn hf_to_gguf(input: &Path, out: &Path, opts: &FromHfOptions) -> Result<From
             continue;
         }
         let rows_per_job = (JOB_BYTES / in_row_bytes.max(1)).max(1);
+        if n_rows == 0 {
+            // An empty tensor: a job that makes its no bytes.
+            writer.push(vec![index], |_: &dyn Sink| -> Result<()> { Ok(()) });
+        }
         let mut r0 = 0;
         while r0 < n_rows {
             let n = (n_rows - r0).min(rows_per_job);
-            let (src, rows, plus_one, name) = (
-                o.source,
-                o.rows.as_deref(),
-                o.plus_one,
-                o.spec.name.as_str(),
-            );
+            let (src, rows, plus_one, name) = (o.source, o.rows, o.plus_one, o.spec.name.as_str());
             writer.push(vec![index], move |sink: &dyn Sink| -> Result<()> {
                 let mut s = Scratch::take();
                 let result =

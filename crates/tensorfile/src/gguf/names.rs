@@ -214,41 +214,62 @@ pub fn permutation_heads(arch: Arch, hf_name: &str, n_head: u64, n_head_kv: u64)
     }
 }
 
-/// For each GGUF row, the Hugging Face row it holds, for a tensor of
-/// `rows` rows permuted with `heads` heads (`None` when `rows` is not a
-/// multiple of `2 * heads`).
+/// llama.cpp's q/k row permutation of a tensor of `rows` rows split into
+/// `heads` heads, computed row by row (never tabulated: a tensor of 2^40
+/// empty rows is as cheap as one of four).
 ///
 /// ```
-/// use tensorfile::gguf::names::gguf_rows_from_hf;
+/// use tensorfile::gguf::names::QkPermutation;
 /// // One head of dimension 4: HF rows (0, 1 | 2, 3) become pairs (0, 2, 1, 3).
-/// assert_eq!(gguf_rows_from_hf(4, 1), Some(vec![0, 2, 1, 3]));
+/// let p = QkPermutation::new(4, 1).unwrap();
+/// assert_eq!((0..4).map(|g| p.hf_row_of_gguf(g)).collect::<Vec<_>>(), [0, 2, 1, 3]);
+/// assert_eq!((0..4).map(|h| p.gguf_row_of_hf(h)).collect::<Vec<_>>(), [0, 2, 1, 3]);
+/// assert!(QkPermutation::new(10, 3).is_none());
 /// ```
-pub fn gguf_rows_from_hf(rows: u64, heads: u64) -> Option<Vec<u64>> {
-    if heads == 0 || !rows.is_multiple_of(2 * heads) {
-        return None;
-    }
-    let d = rows / heads;
-    let half = d / 2;
-    let mut map = Vec::with_capacity(usize::try_from(rows).ok()?);
-    for h in 0..heads {
-        for i in 0..half {
-            for j in 0..2 {
-                map.push(h * d + j * half + i);
-            }
-        }
-    }
-    Some(map)
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QkPermutation {
+    /// Rows per head (`rows / heads`, even).
+    head_rows: u64,
 }
 
-/// For each Hugging Face row, the GGUF row holding it: the inverse of
-/// [`gguf_rows_from_hf`].
-pub fn hf_rows_from_gguf(rows: u64, heads: u64) -> Option<Vec<u64>> {
-    let forward = gguf_rows_from_hf(rows, heads)?;
-    let mut inverse = vec![0u64; forward.len()];
-    for (g, &h) in forward.iter().enumerate() {
-        inverse[h as usize] = g as u64;
+impl QkPermutation {
+    /// The permutation of `rows` rows with `heads` heads; `None` when
+    /// `rows` is not a multiple of `2 * heads`.
+    pub fn new(rows: u64, heads: u64) -> Option<QkPermutation> {
+        let pair_rows = heads.checked_mul(2).filter(|&p| p > 0)?;
+        if !rows.is_multiple_of(pair_rows) {
+            return None;
+        }
+        Some(QkPermutation {
+            head_rows: rows / heads,
+        })
     }
-    Some(inverse)
+
+    /// The Hugging Face row that GGUF row `g` holds: GGUF row
+    /// `h*d + 2*i + j` is Hugging Face row `h*d + j*d/2 + i`.
+    pub fn hf_row_of_gguf(self, g: u64) -> u64 {
+        let Some((d, half)) = self.dims() else {
+            return g;
+        };
+        let (head, within) = (g / d, g % d);
+        head * d + (within % 2) * half + within / 2
+    }
+
+    /// The GGUF row holding Hugging Face row `r`: the inverse of
+    /// [`hf_row_of_gguf`](QkPermutation::hf_row_of_gguf).
+    pub fn gguf_row_of_hf(self, r: u64) -> u64 {
+        let Some((d, half)) = self.dims() else {
+            return r;
+        };
+        let (head, within) = (r / d, r % d);
+        head * d + 2 * (within % half) + within / half
+    }
+
+    /// (rows per head, half of them); `None` for zero rows (nothing to
+    /// permute).
+    fn dims(self) -> Option<(u64, u64)> {
+        (self.head_rows > 0).then_some((self.head_rows, self.head_rows / 2))
+    }
 }
 
 #[cfg(test)]
@@ -286,17 +307,28 @@ mod tests {
         // numpy: w.reshape(n, 2, rows/n/2).swapaxes(1, 2).reshape(rows):
         // GGUF row (h, i, j) is HF row (h, j, i).
         let (rows, n) = (24u64, 3u64);
-        let map = gguf_rows_from_hf(rows, n).unwrap();
+        let p = QkPermutation::new(rows, n).unwrap();
         let half = rows / n / 2;
-        for (g, &h) in map.iter().enumerate() {
-            let g = g as u64;
+        let mut seen = vec![false; rows as usize];
+        for g in 0..rows {
+            let h = p.hf_row_of_gguf(g);
             let (head, i, j) = (g / (2 * half), (g % (2 * half)) / 2, g % 2);
             assert_eq!(h, head * 2 * half + j * half + i);
+            assert_eq!(p.gguf_row_of_hf(h), g);
+            seen[h as usize] = true;
         }
-        let inv = hf_rows_from_gguf(rows, n).unwrap();
-        for (g, &h) in map.iter().enumerate() {
-            assert_eq!(inv[h as usize], g as u64);
-        }
-        assert_eq!(gguf_rows_from_hf(10, 3), None);
+        assert!(seen.iter().all(|&s| s));
+        assert_eq!(QkPermutation::new(10, 3), None);
+        assert_eq!(QkPermutation::new(10, 0), None);
+        assert_eq!(QkPermutation::new(8, u64::MAX), None);
+    }
+
+    #[test]
+    fn huge_and_empty_permutations_cost_nothing() {
+        let p = QkPermutation::new(1 << 62, 2).unwrap();
+        let last = (1u64 << 62) - 1;
+        assert_eq!(p.gguf_row_of_hf(p.hf_row_of_gguf(last)), last);
+        let empty = QkPermutation::new(0, 4).unwrap();
+        assert_eq!(empty.hf_row_of_gguf(0), 0);
     }
 }

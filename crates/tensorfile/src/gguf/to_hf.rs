@@ -18,14 +18,14 @@ use serde_json::{json, Map, Value as Json};
 use super::config::{self, HfConfigParts};
 use super::dequant::{affine_bits, affine_block};
 use super::error::GgufError;
-use super::names::{self, Arch};
+use super::names::{self, Arch, QkPermutation};
 use super::read::{GgufFile, GgufTensor, TensorInfo};
 use super::scratch::{grown, Scratch};
 use super::tokenizer;
 use crate::cast::{convert_plan, CastOptions};
 use crate::plan::Sink;
 use crate::source::ByteSource;
-use crate::{AtomicFile, Dtype, Error, Metadata, Result, TensorData, TensorSpec, WriteOptions};
+use crate::{AtomicSet, Dtype, Error, Metadata, Result, TensorData, TensorSpec, WriteOptions};
 
 /// How to convert.
 #[derive(Debug, Clone)]
@@ -82,8 +82,8 @@ pub struct ToHfSummary {
 struct HfTensor<'f, S> {
     inner: GgufTensor<'f, S>,
     name: String,
-    /// For each Hugging Face row, the GGUF row holding it.
-    rows: Option<Vec<u64>>,
+    /// The q/k permutation of its rows, if permuted.
+    rows: Option<QkPermutation>,
     /// Gemma norms: GGUF holds `1 + weight`.
     minus_one: bool,
     dtype: Dtype,
@@ -99,18 +99,23 @@ impl<S: ByteSource> HfTensor<'_, S> {
     /// Reads the inner tensor's bytes as this tensor lays them out (rows
     /// permuted), before the value change.
     fn read_rows(&self, offset: u64, buf: &mut [u8]) -> tensorfile_core::Result<()> {
-        let Some(rows) = &self.rows else {
+        let rb = self.row_bytes();
+        let Some(perm) = self.rows.filter(|_| rb > 0) else {
+            // Not permuted, or rows of no bytes: nothing to reorder (and
+            // any read of an empty tensor is the inner one's error).
             return self.inner.read_at(offset, buf);
         };
-        let rb = self.row_bytes();
         let mut done = 0usize;
         while done < buf.len() {
-            let at = offset + done as u64;
+            let at = offset.saturating_add(done as u64);
             let (row, within) = (at / rb, at % rb);
-            let n = ((rb - within) as usize).min(buf.len() - done);
-            let src = rows.get(row as usize).copied().unwrap_or(row);
-            self.inner
-                .read_at(src * rb + within, &mut buf[done..done + n])?;
+            let n = usize::try_from(rb - within)
+                .unwrap_or(usize::MAX)
+                .min(buf.len() - done);
+            let src = perm.gguf_row_of_hf(row);
+            let from = src.checked_mul(rb).and_then(|b| b.checked_add(within));
+            let from = from.unwrap_or(u64::MAX); // past the end: the inner read refuses it
+            self.inner.read_at(from, &mut buf[done..done + n])?;
             done += n;
         }
         Ok(())
@@ -129,7 +134,9 @@ impl<S: ByteSource> TensorData for HfTensor<'_, S> {
     }
     fn byte_len(&self) -> u64 {
         if self.minus_one {
-            self.inner.info().numel() * 4
+            // numel fits i64 (the reader checks it), and only a tensor
+            // with bytes behind it has more than none.
+            self.inner.info().numel().saturating_mul(4)
         } else {
             self.inner.byte_len()
         }
@@ -165,7 +172,7 @@ impl<S: ByteSource> TensorData for HfTensor<'_, S> {
 struct Direct<'f> {
     info: &'f TensorInfo,
     name: String,
-    rows: Option<Vec<u64>>,
+    rows: Option<QkPermutation>,
 }
 
 /// Output bytes (as f32) a decoding job makes.
@@ -187,19 +194,19 @@ fn decode_rows<S: ByteSource>(
     let row_raw = ne0 / t.block_size() * t.type_size();
     let (bs, ts) = (t.block_size(), t.type_size());
     let osize = (dtype.bits() / 8) as usize;
+    // The caller's jobs hold rows the tensor's bytes have, a few MiB.
     let len_out = (n * ne0) as usize * osize;
-    let runs: Vec<(u64, u64, u64)> = match &d.rows {
-        None => vec![(r0, 0, n)],
-        Some(map) => (0..n)
-            .map(|k| (map.get((r0 + k) as usize).copied().unwrap_or(r0 + k), k, 1))
-            .collect(),
-    };
+    // (GGUF row, job row, rows) runs: one run when not permuted, else row
+    // by row.
+    let (run_count, run_len) = if d.rows.is_some() { (n, 1) } else { (1, n) };
     let Scratch { values, bytes, out } = s;
     let out = grown(out, len_out);
     // Decoded in pieces of about 4096 values, each cast while it is in L1.
     let piece_blocks = (4096 / bs).max(1);
     let piece = grown(values, (piece_blocks * bs) as usize);
-    for (src, dst, len) in runs {
+    for k in 0..run_count {
+        let src = d.rows.map_or(r0 + k, |p| p.gguf_row_of_hf(r0 + k));
+        let (dst, len) = (k * run_len, run_len);
         let raw = grown(bytes, (len * row_raw) as usize);
         file.read_raw(info, src * row_raw, raw)?;
         let mut e = (dst * ne0) as usize;
@@ -230,7 +237,7 @@ struct Kept<'f> {
     info: &'f TensorInfo,
     module: String,
     bits: u32,
-    rows: Option<Vec<u64>>,
+    rows: Option<QkPermutation>,
     scale_dtype: Dtype,
 }
 
@@ -266,11 +273,7 @@ fn kept_rows<S: ByteSource>(
     let (mut sc, mut bi) = (vec![0f32; groups], vec![0f32; groups]);
     let gpb = groups_per_block(info) as usize;
     for (i, r) in (r0..r1).enumerate() {
-        let src = k
-            .rows
-            .as_ref()
-            .and_then(|m| m.get(r as usize).copied())
-            .unwrap_or(r);
+        let src = k.rows.map_or(r, |p| p.gguf_row_of_hf(r));
         file.read_raw(info, src * row_raw as u64, &mut raw)?;
         for (blk, block) in raw.chunks_exact(t.type_size() as usize).enumerate() {
             let e0 = blk * t.block_size() as usize;
@@ -347,14 +350,72 @@ fn f16_holds<S: ByteSource>(file: &GgufFile<S>, info: &TensorInfo) -> Result<boo
     Ok(true)
 }
 
-fn write_json(path: &Path, value: &Json, sync: bool) -> Result<()> {
+/// A JSON file's text, pretty-printed with a final newline.
+fn json_text(path: &Path, value: &Json) -> Result<String> {
     let mut text = serde_json::to_string_pretty(value)
         .map_err(|e| Error::io(path, std::io::Error::other(e)))?;
     text.push('\n');
-    let out = AtomicFile::create(path)?;
-    out.write_all_at(text.as_bytes(), 0)?;
-    out.commit(sync)?;
-    Ok(())
+    Ok(text)
+}
+
+/// The rows a GGUF tensor's bytes hold (every dimension but the first,
+/// multiplied): counted from its bytes, so a tensor of empty rows has
+/// none, whatever its shape says.
+fn stored_rows(info: &TensorInfo) -> u64 {
+    let t = info.ggml_type;
+    let row_bytes = (info.row_len() / t.block_size()).saturating_mul(t.type_size());
+    info.byte_len.checked_div(row_bytes).unwrap_or(0)
+}
+
+/// The output directory, and the directories this conversion made for it:
+/// removed again (when still empty) unless [`MadeDir::keep`] is called.
+struct MadeDir {
+    /// Made here, innermost first.
+    made: Vec<PathBuf>,
+}
+
+impl MadeDir {
+    /// Creates `dir` and any missing parent, remembering which it made.
+    fn create(dir: &Path) -> Result<MadeDir> {
+        let mut missing = Vec::new();
+        let mut at = Some(dir);
+        while let Some(d) = at.filter(|d| !d.as_os_str().is_empty()) {
+            if std::fs::symlink_metadata(d).is_ok() {
+                break;
+            }
+            missing.push(d.to_path_buf());
+            at = d.parent();
+        }
+        let mut made = MadeDir { made: Vec::new() };
+        for d in missing.iter().rev() {
+            match std::fs::create_dir(d) {
+                Ok(()) => made.made.insert(0, d.clone()),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(Error::io(d, e)),
+            }
+        }
+        if !dir.is_dir() {
+            return Err(Error::io(
+                dir,
+                std::io::Error::new(std::io::ErrorKind::NotADirectory, "not a directory"),
+            ));
+        }
+        Ok(made)
+    }
+
+    /// Keeps the directories made.
+    fn keep(mut self) {
+        self.made.clear();
+    }
+}
+
+impl Drop for MadeDir {
+    fn drop(&mut self) {
+        // Only empty directories go: remove_dir refuses any other.
+        for d in &self.made {
+            let _ = std::fs::remove_dir(d);
+        }
+    }
 }
 
 /// Rows of kept weights converted per job.
@@ -410,17 +471,15 @@ pub fn gguf_to_hf<S: ByteSource>(
         let shape = info.shape();
         let rows = match names::permutation_heads(arch, &hf, n_head, n_head_kv) {
             None => None,
-            Some(heads) => Some(
-                names::hf_rows_from_gguf(shape.first().copied().unwrap_or(1), heads).ok_or_else(
-                    || GgufError::Tensor {
+            Some(heads) => {
+                let n = shape.first().copied().unwrap_or(1);
+                Some(
+                    QkPermutation::new(n, heads).ok_or_else(|| GgufError::Tensor {
                         tensor: info.name.clone(),
-                        problem: format!(
-                            "{} rows do not split into {heads} heads of pairs",
-                            shape.first().copied().unwrap_or(1)
-                        ),
-                    },
-                )?,
-            ),
+                        problem: format!("{n} rows do not split into {heads} heads of pairs"),
+                    })?,
+                )
+            }
         };
         let bits = affine_bits(info.ggml_type).filter(|_| opts.keep_quant && shape.len() == 2);
         if let (Some(bits), Some(module)) = (bits, hf.strip_suffix(".weight")) {
@@ -484,9 +543,15 @@ pub fn gguf_to_hf<S: ByteSource>(
         let info = d.info;
         let shape = info.shape();
         let ne0 = info.row_len();
-        let n_rows = info.numel() / ne0.max(1);
+        // Rows counted from the bytes the tensor has: none when its rows
+        // are empty, however many the shape says.
+        let n_rows = stored_rows(info);
         let idx = plan.declare(TensorSpec::new(d.name.clone(), opts.dtype, shape));
-        let rows_per_job = (DECODE_JOB_BYTES / (ne0 * 4).max(1)).max(1);
+        let rows_per_job = (DECODE_JOB_BYTES / ne0.saturating_mul(4).max(1)).max(1);
+        if n_rows == 0 {
+            // An empty tensor: a job that makes its no bytes.
+            plan.push(vec![idx], |_: &dyn Sink| -> Result<()> { Ok(()) });
+        }
         let mut r0 = 0;
         while r0 < n_rows {
             let n = (n_rows - r0).min(rows_per_job);
@@ -505,7 +570,10 @@ pub fn gguf_to_hf<S: ByteSource>(
         let info = k.info;
         let rows_total = info.shape().first().copied().unwrap_or(1);
         let ne0 = info.row_len();
-        let packed = ne0 * u64::from(k.bits) / 32;
+        // Kept types' rows are whole groups of 32 (the reader checks the
+        // blocks), so these do not overflow.
+        let groups = ne0 / 32;
+        let packed = groups * u64::from(k.bits);
         let w = plan.declare(TensorSpec::new(
             format!("{}.weight", k.module),
             Dtype::U32,
@@ -514,18 +582,23 @@ pub fn gguf_to_hf<S: ByteSource>(
         let s = plan.declare(TensorSpec::new(
             format!("{}.scales", k.module),
             k.scale_dtype,
-            [rows_total, ne0 / 32],
+            [rows_total, groups],
         ));
         let b = plan.declare(TensorSpec::new(
             format!("{}.biases", k.module),
             k.scale_dtype,
-            [rows_total, ne0 / 32],
+            [rows_total, groups],
         ));
-        let packed_row = ne0 * u64::from(k.bits) / 8;
-        let scale_row = ne0 / 32 * u64::from(k.scale_dtype.bits() / 8);
+        let packed_row = packed * 4;
+        let scale_row = groups * u64::from(k.scale_dtype.bits() / 8);
+        // Jobs only for the rows the tensor's bytes hold.
+        let n_rows = stored_rows(info);
+        if n_rows == 0 {
+            plan.push(vec![w, s, b], |_: &dyn Sink| -> Result<()> { Ok(()) });
+        }
         let mut r0 = 0;
-        while r0 < rows_total {
-            let r1 = (r0 + KEPT_JOB_ROWS).min(rows_total);
+        while r0 < n_rows {
+            let r1 = (r0 + KEPT_JOB_ROWS).min(n_rows);
             plan.push(vec![w, s, b], move |sink: &dyn Sink| -> Result<()> {
                 let (wb, sb, bb) = kept_rows(file, k, r0, r1)?;
                 sink.write(w, r0 * packed_row, &wb)?;
@@ -537,12 +610,8 @@ pub fn gguf_to_hf<S: ByteSource>(
         }
     }
 
-    std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
-    let model = out.join("model.safetensors");
-    crate::save_plan(&model, &plan, &opts.write, &|_| ())?;
-    summary.files.push(model);
-
-    // config.json
+    // Everything that can be refused is worked out before a file is made:
+    // config.json, generation_config.json, the tokenizer.
     let embd = h
         .tensor("token_embd.weight")
         .ok_or_else(|| GgufError::Tensor {
@@ -576,35 +645,44 @@ pub fn gguf_to_hf<S: ByteSource>(
         cfg["quantization"] = Json::Object(q.clone());
         cfg["quantization_config"] = Json::Object(q);
     }
-    let sync = opts.write.sync;
-    let path = out.join("config.json");
-    write_json(&path, &cfg, sync)?;
-    summary.files.push(path);
     let mut generation = Map::new();
     for key in ["bos_token_id", "eos_token_id", "pad_token_id"] {
         if let Some(v) = cfg.get(key) {
             generation.insert(key.into(), v.clone());
         }
     }
+    let mut jsons: Vec<(&str, Json)> = Vec::new();
     if !generation.is_empty() {
         generation.insert("_from_model_config".into(), true.into());
-        let path = out.join("generation_config.json");
-        write_json(&path, &Json::Object(generation), sync)?;
-        summary.files.push(path);
+        jsons.push(("generation_config.json", Json::Object(generation)));
     }
+    jsons.insert(0, ("config.json", cfg));
     match tokenizer::hf_tokenizer(h)? {
         Ok((tok, tok_config)) => {
-            for (name, value) in [
-                ("tokenizer.json", tok),
-                ("tokenizer_config.json", tok_config),
-            ] {
-                let path = out.join(name);
-                write_json(&path, &value, sync)?;
-                summary.files.push(path);
-            }
+            jsons.push(("tokenizer.json", tok));
+            jsons.push(("tokenizer_config.json", tok_config));
         }
         Err(reason) => summary.no_tokenizer = Some(reason),
     }
+
+    // The directory's files as one set: all appear at the end, or none
+    // does (and a directory made for them goes again).
+    let made = MadeDir::create(out)?;
+    let mut set = AtomicSet::new();
+    let model = out.join("model.safetensors");
+    let file = set.create(&model)?;
+    crate::atomic::write_plan(&file, &plan, &opts.write, &|_| ())?;
+    set.add(file)?;
+    summary.files.push(model);
+    for (name, value) in &jsons {
+        let path = out.join(name);
+        let file = set.create(&path)?;
+        file.write_all_at(json_text(&path, value)?.as_bytes(), 0)?;
+        set.add(file)?;
+        summary.files.push(path);
+    }
+    set.commit(opts.write.sync)?;
+    made.keep();
     Ok(summary)
 }
 

@@ -66,6 +66,12 @@ fn is_gpt2_pre(pre: &Json) -> bool {
         && pre.get("use_regex").and_then(Json::as_bool).unwrap_or(true)
 }
 
+/// Padding tokens (`[PAD<id>]`) a vocabulary of few tokens may still get:
+/// real models pad a few hundred ids (to a multiple of 64 or 128, or to
+/// the embedding's rows); more than this, or than the tokens listed, is
+/// refused.
+const MIN_PADDING_ALLOWED: usize = 1 << 16;
+
 /// The `tokenizer.ggml.*` keys of a Hugging Face tokenizer, in the
 /// converter's order. `Ok(None)` when it is not a byte-level BPE
 /// tokenizer (`explain_unsupported` says why).
@@ -102,6 +108,24 @@ pub(crate) fn gguf_tokenizer(
         return Err(input(
             f,
             format!("vocab_size {vocab_size} is more than 2^24"),
+        ));
+    }
+    // The ids without a token become padding: bounded by the tokens the
+    // files hold, so that a tiny tokenizer.json cannot make millions.
+    let listed = vocab.len().saturating_add(
+        tokenizer
+            .get("added_tokens")
+            .and_then(Json::as_array)
+            .map_or(0, Vec::len),
+    );
+    let padding_allowed = listed.max(MIN_PADDING_ALLOWED);
+    if n.saturating_sub(listed) > padding_allowed {
+        return Err(input(
+            f,
+            format!(
+                "vocab_size {vocab_size} would pad {listed} tokens with {} more (at most {padding_allowed})",
+                n - listed
+            ),
         ));
     }
     let mut tokens: Vec<Option<String>> = vec![None; n];
