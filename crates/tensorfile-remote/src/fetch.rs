@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use tensorfile::atomic::{AtomicFile, PartialFile};
+use tensorfile::atomic::PartialFile;
 use tensorfile::shard::{ShardIndex, DIR_NAMES, MAX_INDEX_LEN};
 use tensorfile::{ByteSource, ReadOptions, SafeTensors, ShardedTensors};
 
@@ -185,6 +185,10 @@ struct Job {
     /// Whether a note may be written (the object has a validator).
     resumable: bool,
 }
+
+/// The longest note read back (one run per chunk of a file of millions
+/// of chunks fits).
+const MAX_NOTE_LEN: u64 = 64 << 20;
 
 /// How often a file's note is brought up to date while it is fetched.
 const NOTE_EVERY: Duration = Duration::from_secs(2);
@@ -537,12 +541,14 @@ fn prepare(
     let chunks = len.div_ceil(chunk).max(1);
     let validator = remote.validator().clone();
     let resumable = validator.etag.is_some() || validator.last_modified.is_some();
-    let note_path = partial.companion("json");
     let mut done = BTreeSet::new();
     let file = partial.open()?;
     let on_disk = file.metadata().map(|m| m.len()).unwrap_or(0);
-    let note: Option<Note> = std::fs::read(&note_path)
+    // A note that cannot be read (or is not ours) is replaced below.
+    let note: Option<Note> = partial
+        .read_companion("json", MAX_NOTE_LEN)
         .ok()
+        .flatten()
         .and_then(|t| serde_json::from_slice(&t).ok());
     let same = |n: &Note| {
         n.source == remote.name()
@@ -563,7 +569,7 @@ fn prepare(
             file.set_len(0)
                 .and_then(|_| file.set_len(len))
                 .map_err(|e| tensorfile::Error::io(partial.path(), e))?;
-            let _ = std::fs::remove_file(&note_path);
+            partial.remove_companion("json")?;
         }
     }
     let resumed_from = done
@@ -680,12 +686,8 @@ impl Job {
             chunk_size: self.chunk,
             done: runs,
         };
-        let path = self.partial.companion("json");
         let text = serde_json::to_vec(&note).unwrap_or_default();
-        let out = AtomicFile::create(&path)?;
-        out.write_all_at(&text, 0)?;
-        out.commit(false)?;
-        Ok(())
+        Ok(self.partial.write_companion("json", &text)?)
     }
 }
 
@@ -757,7 +759,7 @@ fn finish(job: &Job, options: &FetchOptions) -> tensorfile::Result<FetchedFile> 
     let url = job.remote.name().to_string();
     let fail = |e: tensorfile::Error| -> tensorfile::Error {
         let _ = job.partial.discard();
-        let _ = std::fs::remove_file(job.partial.companion("json"));
+        let _ = job.partial.remove_companion("json");
         e
     };
     if let Some(expected) = &job.wanted.sha256 {
@@ -795,9 +797,9 @@ fn finish(job: &Job, options: &FetchOptions) -> tensorfile::Result<FetchedFile> 
         .file
         .try_clone()
         .map_err(|e| tensorfile::Error::io(&path, e))?;
-    let partial = PartialFile::for_target(&job.target)?;
-    partial.commit(file, options.sync)?;
-    let _ = std::fs::remove_file(job.partial.companion("json"));
+    // The directory opened when the fetch began, not the path again.
+    job.partial.commit(file, options.sync)?;
+    let _ = job.partial.remove_companion("json");
     Ok(FetchedFile {
         name: name.clone(),
         url,

@@ -242,3 +242,89 @@ fn a_single_file_goes_to_a_path_or_into_a_directory() {
     fetch(&url, &path, &small_chunks(2), &options(), &()).unwrap();
     assert_eq!(std::fs::read(&path).unwrap(), bytes);
 }
+
+/// The error of a fetch refused for what is at its partial file's name.
+fn is_unsafe_partial(e: &tensorfile::Error) -> bool {
+    matches!(
+        e.core().map(|c| c.detail()),
+        Some(tensorfile_core::Error::Output {
+            problem: tensorfile_core::OutputError::UnsafePartial { .. },
+            ..
+        })
+    )
+}
+
+/// A symbolic link planted at the partial file's predictable name is never
+/// followed: the file it points to outside DEST is untouched, the fetch
+/// fails naming the partial file, DEST/NAME is not created, and the link
+/// is left for the user to look at.
+#[cfg(unix)]
+#[test]
+fn a_link_planted_at_the_partial_name_is_refused_not_followed() {
+    let server = Server::start().unwrap();
+    let bytes = std::fs::read(common::fixtures().join("valid/minimal_bf16.safetensors")).unwrap();
+    server.put("/x/m.safetensors", bytes);
+    let url = format!("{}/x/m.safetensors", server.url());
+    let outside = tempfile::tempdir().unwrap();
+    let victim = outside.path().join("victim");
+    std::fs::write(&victim, b"precious").unwrap();
+    let dest = tempfile::tempdir().unwrap();
+    let planted = ".m.safetensors.tensorfile-partial";
+    std::os::unix::fs::symlink(&victim, dest.path().join(planted)).unwrap();
+    let e = fetch(&url, dest.path(), &small_chunks(2), &options(), &()).unwrap_err();
+    assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+    assert!(is_unsafe_partial(&e), "{e:?}");
+    assert!(e.to_string().contains(planted), "{e}");
+    assert_eq!(names(dest.path()), [planted]);
+    assert!(dest.path().join(planted).is_symlink());
+}
+
+/// A link planted at the partial file's note is neither read through nor
+/// written through: the note of a fetch that stops part way replaces the
+/// link, and the file it pointed to is untouched.
+#[cfg(unix)]
+#[test]
+fn a_link_planted_at_the_partial_note_is_replaced_not_followed() {
+    let server = Server::start().unwrap();
+    server.put("/m/big.safetensors", big_file());
+    let url = format!("{}/m/big.safetensors", server.url());
+    let outside = tempfile::tempdir().unwrap();
+    let victim = outside.path().join("victim");
+    std::fs::write(&victim, b"precious").unwrap();
+    let dest = tempfile::tempdir().unwrap();
+    let note = dest.path().join(".big.safetensors.tensorfile-partial.json");
+    std::os::unix::fs::symlink(&victim, &note).unwrap();
+    // A budget of 10 requests stops it part way, and the note is written.
+    let client = Client::new(
+        common::fast()
+            .with_chunk_size(16 << 10)
+            .with_concurrency(2)
+            .with_max_requests(Some(10)),
+    );
+    fetch(&url, dest.path(), &client, &options(), &()).unwrap_err();
+    assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+    assert!(!note.is_symlink());
+    assert!(!dest.path().join("big.safetensors").exists());
+}
+
+/// Anything but a regular file at the partial name (a FIFO here) is
+/// refused as such, naming it, and left where it is.
+#[cfg(unix)]
+#[test]
+fn a_fifo_at_the_partial_name_is_refused() {
+    let server = Server::start().unwrap();
+    let bytes = std::fs::read(common::fixtures().join("valid/minimal_bf16.safetensors")).unwrap();
+    server.put("/x/m.safetensors", bytes);
+    let url = format!("{}/x/m.safetensors", server.url());
+    let dest = tempfile::tempdir().unwrap();
+    let fifo = dest.path().join(".m.safetensors.tensorfile-partial");
+    let status = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let e = fetch(&url, dest.path(), &small_chunks(2), &options(), &()).unwrap_err();
+    assert!(is_unsafe_partial(&e), "{e:?}");
+    assert!(e.to_string().contains("tensorfile-partial"), "{e}");
+    assert_eq!(names(dest.path()), [".m.safetensors.tensorfile-partial"]);
+}
