@@ -42,6 +42,14 @@ pub enum Fault {
     /// connection is reset (a TCP RST, not a clean close), as a peer or a
     /// middlebox that drops a connection mid-body does.
     Reset,
+    /// The request is read and never answered: the connection stays open,
+    /// silent, for this long (or until the server stops), then closes.
+    Silent(Duration),
+    /// The headers come at once, then the body one byte per this interval
+    /// (until it is all sent, the client leaves or the server stops).
+    Drip(Duration),
+    /// A 302 to this `Location`, whatever it is.
+    Redirect(String),
 }
 
 /// One request the server answered.
@@ -553,6 +561,17 @@ fn answer(
     let mut extra: Vec<(String, String)> = Vec::new();
     match fault {
         Some(Fault::Drop) => return Ok((0, 0, false)),
+        Some(Fault::Silent(hold)) => {
+            let until = std::time::Instant::now() + hold;
+            while std::time::Instant::now() < until && !shared.stop.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            return Ok((0, 0, false));
+        }
+        Some(Fault::Redirect(to)) => {
+            extra.push(("Location".into(), to.clone()));
+            return send(out, 302, &extra, Body::None, head);
+        }
         Some(Fault::Status(status, after)) => {
             if let Some(a) = after {
                 extra.push(("Retry-After".into(), a.to_string()));
@@ -642,6 +661,23 @@ fn answer(
         // otherwise discard it in flight.
         std::thread::sleep(Duration::from_millis(100));
         reset_on_close(out)?;
+        return Ok((status, sent, false));
+    }
+    if let (Some(Fault::Drip(every)), false) = (&fault, head) {
+        out.write_all(head_text(status, &extra, b - a).as_bytes())?;
+        let mut sent = 0;
+        for at in a..b {
+            if shared.stop.load(Ordering::Relaxed) {
+                break;
+            }
+            std::thread::sleep(*every);
+            let mut byte = [0u8];
+            read_object(&object, at, &mut byte)?;
+            if out.write_all(&byte).is_err() {
+                break;
+            }
+            sent += 1;
+        }
         return Ok((status, sent, false));
     }
     if fault == Some(Fault::Corrupt) && b > a && !head {
