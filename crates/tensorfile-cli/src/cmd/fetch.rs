@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 
 use serde_json::json;
 use tensorfile_remote::fetch::{fetch, FetchOptions, Outcome};
-use tensorfile_remote::{Client, RemoteOptions};
+use tensorfile_remote::Client;
 
 use super::{out, Failure};
 use crate::progress::Progress;
@@ -76,7 +76,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         ));
     }
     let client = Client::new(
-        RemoteOptions::default()
+        super::remote::options()
             .with_concurrency(args.concurrency)
             .with_chunk_size(args.chunk_size),
     );
