@@ -225,6 +225,9 @@ pub(crate) struct Meta {
     pub validator: Validator,
     /// Headers kept for verification (lowercase names).
     pub kept: Vec<(String, String)>,
+    /// The server answered a range request with 200 and the whole object
+    /// (it does not take ranges: `python3 -m http.server`).
+    pub ranges_ignored: bool,
 }
 
 impl Meta {
@@ -645,6 +648,16 @@ impl Client {
                     asked: asked_text,
                 }));
             }
+            if status == 200 {
+                return self.take_from_whole(
+                    &mut response,
+                    meta,
+                    (start, &mut pos, end),
+                    &mut learned,
+                    &mut piece,
+                    sink,
+                );
+            }
             if status != 206 {
                 return Err(Failure::Fatal(Problem::IgnoredRange));
             }
@@ -724,6 +737,72 @@ impl Client {
             }
             Ok(Meta { len: total, ..meta })
         })
+    }
+
+    /// The bytes `*pos..end` of an object from an answer of 200 with the
+    /// whole object (a server that does not take ranges), which must say
+    /// its length: the bytes before `*pos` are read and dropped, the ones
+    /// wanted handed to `sink`, and the rest never read (the connection is
+    /// dropped, not drained: reading a header never downloads the object).
+    #[allow(clippy::too_many_arguments)]
+    fn take_from_whole(
+        &self,
+        response: &mut ureq::http::Response<ureq::Body>,
+        meta: Meta,
+        (start, pos, end): (u64, &mut u64, u64),
+        learned: &mut Option<Meta>,
+        piece: &mut [u8],
+        sink: &mut dyn FnMut(u64, &[u8]),
+    ) -> Result<Meta, Failure> {
+        let total = header(response, "content-length")
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .ok_or(Failure::Fatal(Problem::IgnoredRange))?;
+        if let Some(before) = learned.as_ref() {
+            if let Some(p) = changed(before, &meta, total) {
+                return Err(Failure::Fatal(p));
+            }
+        }
+        let stop = end.min(total);
+        if *pos > stop || (*pos == stop && learned.is_some()) {
+            return Err(Failure::Fatal(Problem::NotSatisfiable {
+                asked: format!("bytes {}-{}", *pos, end - 1),
+            }));
+        }
+        let meta = Meta {
+            len: total,
+            ranges_ignored: true,
+            ..meta
+        };
+        if learned.is_none() {
+            *learned = Some(meta.clone());
+        }
+        let short = |pos: u64| Problem::ShortBody {
+            expected: stop - start,
+            got: pos - start,
+        };
+        let mut reader = RateFloor::new(response.body_mut().as_reader(), &self.options);
+        // The body starts at the object's first byte.
+        let mut at = 0u64;
+        while at < stop {
+            let want = (stop - at).min(piece.len() as u64) as usize;
+            match reader.read(&mut piece[..want]) {
+                Ok(0) => return Err(Failure::Retry(short(*pos), None)),
+                Ok(n) => {
+                    self.stats.body_bytes.fetch_add(n as u64, Ordering::Relaxed);
+                    // Bytes before `pos` came on an earlier attempt, or
+                    // are not wanted.
+                    let skip = pos.saturating_sub(at).min(n as u64) as usize;
+                    if skip < n {
+                        sink(*pos, &piece[skip..n]);
+                        *pos += (n - skip) as u64;
+                    }
+                    at += n as u64;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(self.body_error(e, || short(*pos))),
+            }
+        }
+        Ok(meta)
     }
 
     /// A `HEAD` of the object: its length and validator, and the kept
@@ -934,6 +1013,7 @@ fn meta_of(response: &ureq::http::Response<ureq::Body>) -> Meta {
             .iter()
             .filter_map(|n| header(response, n).map(|v| (n.to_string(), v)))
             .collect(),
+        ranges_ignored: false,
     }
 }
 

@@ -60,6 +60,12 @@ impl tensorfile_remote::fetch::Progress for Bar {
             bar.inc(bytes);
         }
     }
+    fn note(&self, message: &str) {
+        match self.0.get() {
+            Some(bar) => bar.suspend(|| super::warn(message)),
+            None => super::warn(message),
+        }
+    }
 }
 
 /// Copies SOURCE to DEST; exit 1 when a request, a write or a verification fails.
