@@ -360,3 +360,102 @@ fn fetch_refuses_a_link_planted_at_its_partial_file() {
         [".minimal_bf16.safetensors.tensorfile-partial"]
     );
 }
+
+/// `validate`, `inspect` and `fetch` (twice) of a set served by `base`
+/// from fixtures/real/sharded/unet_sharded_safetensors: all work, and the
+/// second fetch leaves every file alone.
+fn plain_server_round(base: &str) {
+    let src = fixtures().join("real/sharded/unet_sharded_safetensors");
+    let index = format!("{base}/diffusion_pytorch_model.safetensors.index.json");
+    let shard = format!("{base}/diffusion_pytorch_model-00001-of-00004.safetensors");
+    for args in [
+        vec!["validate", index.as_str()],
+        vec!["validate", shard.as_str()],
+        vec!["inspect", "--json", index.as_str()],
+        vec!["inspect", shard.as_str()],
+    ] {
+        let o = tensorfile(&args, &[]);
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+    }
+    let dest = tempfile::tempdir().unwrap();
+    let out = dest.path().join("unet");
+    let out_text = out.to_str().unwrap();
+    let o = tensorfile(&["fetch", "--no-sync", &index, out_text], &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    for name in [
+        "diffusion_pytorch_model.safetensors.index.json",
+        "diffusion_pytorch_model-00004-of-00004.safetensors",
+    ] {
+        assert_eq!(
+            std::fs::read(out.join(name)).unwrap(),
+            std::fs::read(src.join(name)).unwrap(),
+            "{name}"
+        );
+    }
+    let o = tensorfile(&["fetch", "--no-sync", "--json", &index, out_text], &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let outcomes: Vec<&str> = v["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(outcomes, ["up to date"; 5], "{v}");
+}
+
+#[test]
+fn a_server_that_ignores_ranges_is_read_and_fetched() {
+    let server = serve("real/sharded/unet_sharded_safetensors");
+    server.inject("/", tensorfile_remote::serve::Fault::IgnoreRange, 1_000_000);
+    plain_server_round(&format!("{}/fx", server.url()));
+}
+
+#[test]
+fn python_http_server_is_read_and_fetched() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = fixtures().join("real/sharded/unet_sharded_safetensors");
+    let child = Command::new("python3")
+        .args([
+            "-m",
+            "http.server",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+        ])
+        .current_dir(&dir)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn();
+    let mut child = match child {
+        Ok(c) => c,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            eprintln!("skipped: no python3");
+            return;
+        }
+        Err(e) => panic!("python3: {e}"),
+    };
+    // Killed however the test ends.
+    struct Kill<'a>(&'a mut std::process::Child);
+    impl Drop for Kill<'_> {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _kill = Kill(&mut child);
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            std::time::Instant::now() < until,
+            "python3 -m http.server did not start"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    plain_server_round(&format!("http://127.0.0.1:{port}"));
+}
