@@ -2,11 +2,13 @@
 //! place, and the tensors of PyTorch checkpoints without running pickle.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use tensorfile::input::Kind;
 use tensorfile::{read_header_from_path, Dtype, Header, ReadOptions, ShardedTensors};
+use tensorfile_remote::Client;
 
 use crate::buffer::Buffer;
 use crate::errors;
@@ -17,9 +19,16 @@ use crate::remote;
 /// keys of `tensorfile validate --json`: `file`, `valid`, `rule` (the
 /// number of the rule broken, or `None`), `error` (what is wrong and where,
 /// or `None`) and `warnings`. Never raises for an invalid file; a path that
-/// cannot be read is reported the same way, with `rule` `None`.
+/// cannot be read is reported the same way, with `rule` `None`. A URL's
+/// reads end within `timeout` seconds.
 #[pyfunction]
-pub fn validate<'py>(py: Python<'py>, path: PathBuf) -> PyResult<Bound<'py, PyDict>> {
+#[pyo3(signature = (path, timeout = None))]
+pub fn validate<'py>(
+    py: Python<'py>,
+    path: PathBuf,
+    timeout: Option<f64>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let client = remote::client(remote::timeout(timeout)?);
     let (error, rule, warnings) = py.detach(|| {
         let options = ReadOptions::default();
         let one_line = |e: &dyn std::error::Error| {
@@ -41,11 +50,11 @@ pub fn validate<'py>(py: Python<'py>, path: PathBuf) -> PyResult<Bound<'py, PyDi
             None => tensorfile::input::detect(&path),
         };
         match kind {
-            Ok(Kind::SafetensorsSet) => match open_set(&path, &options) {
+            Ok(Kind::SafetensorsSet) => match open_set(&path, &options, &client) {
                 Ok(set) => (None, None, set.warnings().to_vec()),
                 Err(e) => (Some(one_line(&e)), e.rule(), Vec::new()),
             },
-            Ok(Kind::Safetensors) => match header_of(&path, &options) {
+            Ok(Kind::Safetensors) => match header_of(&path, &options, &client) {
                 Ok(header) => (None, None, header.warnings().to_vec()),
                 Err(e) => {
                     let detail: &(dyn std::error::Error + 'static) = match e.core() {
@@ -72,21 +81,28 @@ pub fn validate<'py>(py: Python<'py>, path: PathBuf) -> PyResult<Bound<'py, PyDi
     Ok(d)
 }
 
-/// A set, local (read with positional reads) or remote (headers only).
-fn open_set(path: &Path, options: &ReadOptions) -> tensorfile::Result<ShardedTensors> {
+/// A set, local (read with positional reads) or remote (headers only,
+/// through `client`).
+fn open_set(
+    path: &Path,
+    options: &ReadOptions,
+    client: &Arc<Client>,
+) -> tensorfile::Result<ShardedTensors> {
     match remote::url(path) {
-        Some(u) => remote::open_set(u, remote::client(), options),
+        Some(u) => remote::open_set(u, client, options),
         None => ShardedTensors::open_pread(path, options),
     }
 }
 
 /// A file's header, local or remote (one request when it fits in 64 KiB);
 /// rule 5 is checked against the file's length.
-fn header_of(path: &Path, options: &ReadOptions) -> tensorfile::Result<Header> {
+fn header_of(
+    path: &Path,
+    options: &ReadOptions,
+    client: &Arc<Client>,
+) -> tensorfile::Result<Header> {
     match remote::url(path) {
-        Some(u) => Ok(remote::open_file(u, remote::client(), options)?
-            .header()
-            .clone()),
+        Some(u) => Ok(remote::open_file(u, client, options)?.header().clone()),
         None => Ok(read_header_from_path(path, options)?),
     }
 }
@@ -147,11 +163,18 @@ pub fn is_float(code: &str) -> bool {
 
 /// What `tensorfile inspect --json` says about `path` (a safetensors file,
 /// a set, or a PyTorch checkpoint), as a JSON text; with `hash`, each
-/// tensor's sha256 too (reads every byte).
+/// tensor's sha256 too (reads every byte). A URL's reads end within
+/// `timeout` seconds.
 #[pyfunction]
-#[pyo3(signature = (path, hash = false))]
-pub fn inspect_json(py: Python<'_>, path: PathBuf, hash: bool) -> PyResult<String> {
+#[pyo3(signature = (path, hash = false, timeout = None))]
+pub fn inspect_json(
+    py: Python<'_>,
+    path: PathBuf,
+    hash: bool,
+    timeout: Option<f64>,
+) -> PyResult<String> {
     use tensorfile::describe;
+    let client = remote::client(remote::timeout(timeout)?);
     let kind = match remote::url(&path) {
         Some(u) => remote::kind(u),
         None => py
@@ -164,11 +187,11 @@ pub fn inspect_json(py: Python<'_>, path: PathBuf, hash: bool) -> PyResult<Strin
                 // A remote file: its header (one request), and its tensors'
                 // bytes only when hashing.
                 if let Some(u) = remote::url(&path) {
-                    let file = remote::open_file(u, remote::client(), &ReadOptions::default())?;
+                    let file = remote::open_file(u, &client, &ReadOptions::default())?;
                     let digests = digests_of(&file, hash)?;
                     let digest = |n: &str| digests.get(n).cloned();
                     // A config.json beside it is looked for remotely too.
-                    let dir = tensorfile_remote::dir_of(u, remote::client())
+                    let dir = tensorfile_remote::dir_of(u, &client)
                         .map_err(|e| remote::io_error(u, e.into()))?;
                     return Ok(describe::file_at(&path, file.header(), &digest, &dir).to_json());
                 }
@@ -180,7 +203,7 @@ pub fn inspect_json(py: Python<'_>, path: PathBuf, hash: bool) -> PyResult<Strin
             .map_err(errors::lib)?,
         Kind::SafetensorsSet => py
             .detach(|| -> tensorfile::Result<_> {
-                let set = open_set(&path, &ReadOptions::default())?;
+                let set = open_set(&path, &ReadOptions::default(), &client)?;
                 let mut digests = std::collections::HashMap::new();
                 if hash {
                     for t in set.tensor_data() {

@@ -16,6 +16,7 @@ use std::borrow::Cow;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -25,7 +26,7 @@ use tensorfile::{
     ByteSource, Dtype, FileSource, Metadata, PrivateMap, ReadOptions, SafeTensors, ShardedTensors,
     SliceArg, TensorInfo, TensorSlice,
 };
-use tensorfile_remote::RemoteFile;
+use tensorfile_remote::{Client, RemoteFile};
 
 use crate::buffer::{Buffer, Memory};
 use crate::errors;
@@ -122,9 +123,14 @@ fn owned_buffer<S: ByteSource>(file: &SafeTensors<S>, name: &str) -> tensorfile:
 }
 
 impl Source {
-    fn open(path: &Path, backend: Backend) -> tensorfile::Result<Source> {
+    /// Opens `path`; a URL's reads get `timeout` (see [`remote::client`]).
+    fn open(
+        path: &Path,
+        backend: Backend,
+        timeout: Option<Duration>,
+    ) -> tensorfile::Result<Source> {
         if let Some(url) = remote::url(path) {
-            return Source::open_remote(url);
+            return Source::open_remote(url, &remote::client(timeout));
         }
         let meta = std::fs::metadata(path).map_err(|e| tensorfile::Error::io(path, e))?;
         let is_json = path.extension().is_some_and(|e| e == "json");
@@ -151,18 +157,16 @@ impl Source {
     }
 
     /// A remote file or set (only headers are read now), whichever the URL
-    /// names (see `tensorfile_remote::kind`).
-    fn open_remote(url: &str) -> tensorfile::Result<Source> {
+    /// names (see `tensorfile_remote::kind`), read through `client`.
+    fn open_remote(url: &str, client: &Arc<Client>) -> tensorfile::Result<Source> {
         let read = ReadOptions::default();
         match remote::kind(url) {
             Kind::SafetensorsSet => Ok(Source::Set {
-                set: remote::open_set(url, remote::client(), &read)?,
+                set: remote::open_set(url, client, &read)?,
                 files: Vec::new(),
             }),
             _ => Ok(Source::Remote(Box::new(remote::open_file(
-                url,
-                remote::client(),
-                &read,
+                url, client, &read,
             )?))),
         }
     }
@@ -346,13 +350,15 @@ pub enum PySliceArg {
 impl Handle {
     /// Opens a safetensors file, an index or a model directory (its header
     /// or headers read and validated, nothing else) with the `mmap` or
-    /// `pread` backend.
+    /// `pread` backend. A URL's reads, on opening and through the handle
+    /// later, end within `timeout` seconds of opening.
     #[new]
-    #[pyo3(signature = (path, backend = "mmap"))]
-    fn new(py: Python<'_>, path: PathBuf, backend: &str) -> PyResult<Handle> {
+    #[pyo3(signature = (path, backend = "mmap", timeout = None))]
+    fn new(py: Python<'_>, path: PathBuf, backend: &str, timeout: Option<f64>) -> PyResult<Handle> {
         let backend = Backend::parse(backend)?;
+        let timeout = remote::timeout(timeout)?;
         let source = py
-            .detach(|| Source::open(&path, backend))
+            .detach(|| Source::open(&path, backend, timeout))
             .map_err(errors::lib)?;
         Ok(Handle::new_open(source, Some(path)))
     }
@@ -577,12 +583,18 @@ impl Handle {
 /// system grants them, several threads for large files), as `(name,
 /// buffer)` in ascending order of names. Every buffer views the one
 /// allocation, which lives while any of them does; nothing done to the file
-/// later affects them.
+/// later affects them. A URL's reads end within `timeout` seconds.
 #[pyfunction]
-pub fn load_file(py: Python<'_>, path: PathBuf) -> PyResult<Vec<(String, Buffer)>> {
+#[pyo3(signature = (path, timeout = None))]
+pub fn load_file(
+    py: Python<'_>,
+    path: PathBuf,
+    timeout: Option<f64>,
+) -> PyResult<Vec<(String, Buffer)>> {
+    let timeout = remote::timeout(timeout)?;
     if let Some(url) = remote::url(&path) {
         return py
-            .detach(|| load_remote(url))
+            .detach(|| load_remote(url, &remote::client(timeout)))
             .map(buffers_of)
             .map_err(errors::lib);
     }
@@ -595,8 +607,8 @@ pub fn load_file(py: Python<'_>, path: PathBuf) -> PyResult<Vec<(String, Buffer)
 /// A remote file read whole into memory: its header first (validated
 /// before anything else is asked for), then the rest with parallel range
 /// requests, validated again as bytes of the process's own.
-fn load_remote(url: &str) -> tensorfile::Result<SafeTensors> {
-    let file = remote::open_file(url, remote::client(), &ReadOptions::default())?;
+fn load_remote(url: &str, client: &Arc<Client>) -> tensorfile::Result<SafeTensors> {
+    let file = remote::open_file(url, client, &ReadOptions::default())?;
     let too_big = |e: std::io::Error| remote::io_error(url, e);
     let len = usize::try_from(ByteSource::len(file.source())).map_err(|_| {
         too_big(std::io::Error::new(

@@ -13,12 +13,17 @@ from . import _frameworks, _native
 PathLike = Union[str, "os.PathLike[str]"]
 
 
-def validate(path: PathLike) -> Dict[str, Any]:
+def validate(path: PathLike, *, timeout: Optional[float] = None) -> Dict[str, Any]:
     """Checks a safetensors file (or, for a directory or an index, a whole
     sharded set) against the format's reader rules, reading only headers.
 
     ``path`` may be a URL (``s3://``, ``http(s)://``, ``hf://``): only headers
-    are fetched.
+    are fetched. ``timeout`` (seconds) is one deadline for all of those
+    requests, retries and waits included: past it, the file is reported as
+    unreadable with an ``error`` that says the timeout ran out. Without it, a
+    remote read fails only when the server stops keeping up (no connection
+    within 10 s, no answer within 30 s, less than 1 KiB/s over 30 s). A value
+    that is not a positive number of seconds is a ``ValueError``.
 
     Returns the keys of ``tensorfile validate --json``: ``file``, ``valid``,
     ``rule`` (the number of the rule broken, or None), ``error`` (what is
@@ -28,7 +33,7 @@ def validate(path: PathLike) -> Dict[str, Any]:
     >>> tensorfile.validate("model.safetensors")["valid"]
     True
     """
-    return _native.validate(os.fspath(path))
+    return _native.validate(os.fspath(path), timeout=timeout)
 
 
 def load_pytorch(
@@ -195,7 +200,9 @@ def dequantize(
     )
 
 
-def inspect(path: PathLike, *, hash: bool = False) -> Dict[str, Any]:
+def inspect(
+    path: PathLike, *, hash: bool = False, timeout: Optional[float] = None
+) -> Dict[str, Any]:
     """What ``tensorfile inspect --json`` says about ``path``, as a dict (the
     same schema): for a safetensors file, sizes, metadata, every tensor in
     data order, parameters, alignment, warnings and quantized weights; for a
@@ -204,8 +211,14 @@ def inspect(path: PathLike, *, hash: bool = False) -> Dict[str, Any]:
     offset and strides) and non-tensor values. With ``hash``, each tensor's
     sha256 (this reads every byte). ``path`` may be a URL of a safetensors
     file or set (``s3://``, ``http(s)://``, ``hf://``): only headers (and a
-    config.json beside them) are fetched, unless hashing.
+    config.json beside them) are fetched, unless hashing. For a URL,
+    ``timeout`` (seconds) is one deadline for all of the call's remote reads,
+    retries and waits included: past it, a ``SafetensorError`` that says the
+    timeout ran out. Without it, a remote read fails only when the server
+    stops keeping up (no connection within 10 s, no answer within 30 s, less
+    than 1 KiB/s over 30 s). A value that is not a positive number of seconds
+    is a ``ValueError``.
 
     >>> tensorfile.inspect("model.safetensors")["parameters"]
     """
-    return json.loads(_native.inspect_json(os.fspath(path), hash=hash))
+    return json.loads(_native.inspect_json(os.fspath(path), hash=hash, timeout=timeout))

@@ -23,6 +23,13 @@ class safe_open:
     (a file, an index, or a directory or repository), of which only headers
     are read on opening; each tensor or slice is then fetched with range
     requests of exactly its bytes into memory of its own, whatever the backend.
+    For a URL, ``timeout`` (seconds) is one deadline from opening for all of
+    the handle's remote reads (opening and every later tensor or slice),
+    retries and waits included: past it, a ``SafetensorError`` that says the
+    timeout ran out. Without it, a remote read fails only when the server
+    stops keeping up (no connection within 10 s, no answer within 30 s, less
+    than 1 KiB/s over 30 s). A value that is not a positive number of seconds
+    is a ``ValueError``.
 
     ``framework`` is ``"np"``/``"numpy"``, ``"pt"``/``"torch"``/``"pytorch"`` or
     ``"mlx"`` (the framework is imported when asked for, never before). With the
@@ -43,10 +50,11 @@ class safe_open:
         device: Any = "cpu",
         *,
         backend: str = "mmap",
+        timeout: Optional[float] = None,
     ) -> None:
         self._framework = _frameworks.framework(framework, device)
         self._device = device
-        self._handle = Handle(os.fspath(filename), backend)
+        self._handle = Handle(os.fspath(filename), backend, timeout)
 
     @classmethod
     def _of_handle(cls, handle: Handle, framework: str, device: Any) -> "safe_open":

@@ -93,13 +93,16 @@ def load(data: bytes) -> Dict[str, np.ndarray]:
     return _arrays(_native.load_bytes(data))
 
 
-def load_file(filename: PathLike, *, dtype: Any = None) -> Dict[str, np.ndarray]:
+def load_file(
+    filename: PathLike, *, dtype: Any = None, timeout: Optional[float] = None
+) -> Dict[str, np.ndarray]:
     """The arrays of the safetensors file ``filename``, read into memory of
     their own (one read of the whole file, which nothing done to the file later
     can affect; the arrays share it and are writeable). With ``dtype``, every
     float tensor is cast to it (integers and booleans stay as they are).
     ``filename`` may be a URL (``s3://``, ``http(s)://``, ``hf://``): the file
-    is fetched with parallel range requests.
+    is fetched with parallel range requests, all within ``timeout`` seconds
+    when given (see :class:`tensorfile.safe_open`).
 
     >>> from tensorfile.numpy import load_file
     >>> arrays = load_file("model.safetensors")
@@ -107,7 +110,7 @@ def load_file(filename: PathLike, *, dtype: Any = None) -> Dict[str, np.ndarray]
     if dtype is not None:
         from ._open import safe_open
 
-        with safe_open(filename, "np", backend="pread") as f:
+        with safe_open(filename, "np", backend="pread", timeout=timeout) as f:
             return f.get_tensors(dtype=dtype)
-    return _arrays(_native.load_file(os.fspath(filename)))
+    return _arrays(_native.load_file(os.fspath(filename), timeout=timeout))
 

@@ -238,22 +238,24 @@ def load_file(
     *,
     backend: str = "mmap",
     dtype: Any = None,
+    timeout: Optional[float] = None,
 ) -> Dict[str, torch.Tensor]:
     """The tensors of ``filename`` on ``device``, read into memory of their own
     with one read of the whole file (nothing done to the file later can affect
     them; on the CPU they share that memory). Both backends read this way.
     With ``dtype``, float tensors are cast to it on load. ``filename`` may be
     a URL (``s3://``, ``http(s)://``, ``hf://``): the file is fetched with
-    parallel range requests.
+    parallel range requests, all within ``timeout`` seconds when given (see
+    :class:`tensorfile.safe_open`).
 
     >>> from tensorfile.torch import load_file
     >>> state_dict = load_file("model.safetensors")
     """
     _check_backend(backend)
     if dtype is not None:
-        with safe_open(filename, "pt", device, backend="pread") as f:
+        with safe_open(filename, "pt", device, backend="pread", timeout=timeout) as f:
             return f.get_tensors(dtype=dtype)
-    pairs = _native.load_file(os.fspath(filename))
+    pairs = _native.load_file(os.fspath(filename), timeout=timeout)
     return {name: _frameworks.as_torch(buffer, device) for name, buffer in pairs}
 
 
@@ -298,12 +300,14 @@ def load_model(
     device: Any = "cpu",
     *,
     backend: str = "mmap",
+    timeout: Optional[float] = None,
 ) -> Tuple[List[str], List[str]]:
     """Loads ``filename`` into ``model``, whose shared tensors need only one
     of their names in the file (whichever ``save_model`` kept). Returns the
     model's names the file did not set and the file's names the model did not
-    use; with ``strict``, either being non-empty is a RuntimeError listing them."""
-    state_dict = load_file(filename, device=device, backend=backend)
+    use; with ``strict``, either being non-empty is a RuntimeError listing them.
+    ``timeout`` is :func:`load_file`'s, for a URL."""
+    state_dict = load_file(filename, device=device, backend=backend, timeout=timeout)
     removals = _remove_duplicate_names(model.state_dict(), preferred_names=state_dict.keys())
     missing_keys, unexpected_keys = model.load_state_dict(state_dict, strict=False)
     missing = set(missing_keys)

@@ -27,6 +27,8 @@ struct Cli {
     /// one per core.
     #[arg(long, global = true, value_name = "N")]
     threads: Option<usize>,
+    #[command(flatten)]
+    remote: cmd::remote::Args,
 }
 
 #[derive(Subcommand)]
@@ -106,6 +108,10 @@ fn main() -> ExitCode {
             eprintln!("tensorfile: --threads {n}: {e}");
             return ExitCode::from(2);
         }
+    }
+    if let Err(e) = cmd::remote::configure(&cli.remote) {
+        eprintln!("tensorfile: {e}");
+        return ExitCode::from(2);
     }
     let (input, json) = cli.command.report_to();
     let result = match cli.command {

@@ -255,3 +255,207 @@ fn s3_urls_on_the_command_line() {
     );
     assert!(!text.contains("cli-secret") && !text.contains("Signature"));
 }
+
+/// A server that never answers, or drips a byte a second: run within
+/// hostile-input limits but 30 s of wall time.
+const HANGING: tensorfile_testkit::Limits = tensorfile_testkit::Limits {
+    seconds: 30.0,
+    ..tensorfile_testkit::Limits::HOSTILE
+};
+
+/// A server whose answers to `/h/x.safetensors` hang with `fault`.
+fn hanging(fault: tensorfile_remote::serve::Fault) -> (Server, String) {
+    let server = serve("valid");
+    server.put(
+        "/h/x.safetensors",
+        std::fs::read(fixtures().join("valid/minimal_bf16.safetensors")).unwrap(),
+    );
+    server.inject("/h/x", fault, 1000);
+    let url = format!("{}/h/x.safetensors", server.url());
+    (server, url)
+}
+
+#[test]
+fn inspect_timeout_stops_a_server_that_never_answers() {
+    use tensorfile_remote::serve::Fault;
+    let (_server, url) = hanging(Fault::Silent(std::time::Duration::from_secs(60)));
+    let run = tensorfile_testkit::run_limited(
+        env!("CARGO_BIN_EXE_tensorfile"),
+        ["inspect", "--timeout", "10", &url],
+        HANGING,
+    );
+    run.assert_within(HANGING, "a silent server");
+    assert_eq!(run.code, Some(1), "{}", run.stderr);
+    assert!(run.seconds < 20.0, "{}", run.seconds);
+    assert!(run.stderr.contains(&url), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("timed out") && run.stderr.contains("10s"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn inspect_timeout_stops_a_server_that_drips_a_byte_a_second() {
+    use tensorfile_remote::serve::Fault;
+    let (_server, url) = hanging(Fault::Drip(std::time::Duration::from_secs(1)));
+    let run = tensorfile_testkit::run_limited(
+        env!("CARGO_BIN_EXE_tensorfile"),
+        ["inspect", &url, "--timeout", "10"],
+        HANGING,
+    );
+    run.assert_within(HANGING, "a dripping server");
+    assert_eq!(run.code, Some(1), "{}", run.stderr);
+    assert!(run.seconds < 20.0, "{}", run.seconds);
+    assert!(
+        run.stderr.contains("timed out") && run.stderr.contains("10s"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn the_timeout_comes_from_the_environment_too_and_is_checked() {
+    use tensorfile_remote::serve::Fault;
+    let (_server, url) = hanging(Fault::Silent(std::time::Duration::from_secs(60)));
+    let started = std::time::Instant::now();
+    let o = tensorfile(&["validate", &url], &[("TENSORFILE_TIMEOUT", "1.5")]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(started.elapsed().as_secs_f64() < 10.0);
+    // validate reports on stdout, one line per input.
+    let said = stdout(&o) + &stderr(&o);
+    assert!(
+        said.contains("timed out") && said.contains("1.5s"),
+        "{said}"
+    );
+    for bad in ["0", "-1", "soon", "inf"] {
+        let o = tensorfile(&["inspect", &format!("--timeout={bad}"), &url], &[]);
+        assert_eq!(o.status.code(), Some(2), "{bad}: {}", stderr(&o));
+        assert!(stderr(&o).contains("--timeout"), "{}", stderr(&o));
+    }
+}
+
+/// `fetch` never follows a link planted at its partial file's name: the
+/// file it points to is untouched, exit 1, DEST/NAME not created.
+#[cfg(unix)]
+#[test]
+fn fetch_refuses_a_link_planted_at_its_partial_file() {
+    let server = serve("valid");
+    let url = format!("{}/fx/minimal_bf16.safetensors", server.url());
+    let outside = tempfile::tempdir().unwrap();
+    let victim = outside.path().join("victim");
+    std::fs::write(&victim, b"precious").unwrap();
+    let dest = tempfile::tempdir().unwrap();
+    let planted = dest
+        .path()
+        .join(".minimal_bf16.safetensors.tensorfile-partial");
+    std::os::unix::fs::symlink(&victim, &planted).unwrap();
+    let o = tensorfile(&["fetch", &url, dest.path().to_str().unwrap()], &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("tensorfile-partial"), "{}", stderr(&o));
+    assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+    assert!(!dest.path().join("minimal_bf16.safetensors").exists());
+    assert_eq!(
+        tensorfile_testkit::entries(dest.path()),
+        [".minimal_bf16.safetensors.tensorfile-partial"]
+    );
+}
+
+/// `validate`, `inspect` and `fetch` (twice) of a set served by `base`
+/// from fixtures/real/sharded/unet_sharded_safetensors: all work, and the
+/// second fetch leaves every file alone.
+fn plain_server_round(base: &str) {
+    let src = fixtures().join("real/sharded/unet_sharded_safetensors");
+    let index = format!("{base}/diffusion_pytorch_model.safetensors.index.json");
+    let shard = format!("{base}/diffusion_pytorch_model-00001-of-00004.safetensors");
+    for args in [
+        vec!["validate", index.as_str()],
+        vec!["validate", shard.as_str()],
+        vec!["inspect", "--json", index.as_str()],
+        vec!["inspect", shard.as_str()],
+    ] {
+        let o = tensorfile(&args, &[]);
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+    }
+    let dest = tempfile::tempdir().unwrap();
+    let out = dest.path().join("unet");
+    let out_text = out.to_str().unwrap();
+    let o = tensorfile(&["fetch", "--no-sync", &index, out_text], &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    for name in [
+        "diffusion_pytorch_model.safetensors.index.json",
+        "diffusion_pytorch_model-00004-of-00004.safetensors",
+    ] {
+        assert_eq!(
+            std::fs::read(out.join(name)).unwrap(),
+            std::fs::read(src.join(name)).unwrap(),
+            "{name}"
+        );
+    }
+    let o = tensorfile(&["fetch", "--no-sync", "--json", &index, out_text], &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let outcomes: Vec<&str> = v["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(outcomes, ["up to date"; 5], "{v}");
+}
+
+#[test]
+fn a_server_that_ignores_ranges_is_read_and_fetched() {
+    let server = serve("real/sharded/unet_sharded_safetensors");
+    server.inject("/", tensorfile_remote::serve::Fault::IgnoreRange, 1_000_000);
+    plain_server_round(&format!("{}/fx", server.url()));
+}
+
+#[test]
+fn python_http_server_is_read_and_fetched() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = fixtures().join("real/sharded/unet_sharded_safetensors");
+    let child = Command::new("python3")
+        .args([
+            "-m",
+            "http.server",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+        ])
+        .current_dir(&dir)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn();
+    let mut child = match child {
+        Ok(c) => c,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            eprintln!("skipped: no python3");
+            return;
+        }
+        Err(e) => panic!("python3: {e}"),
+    };
+    // Killed however the test ends.
+    struct Kill<'a>(&'a mut std::process::Child);
+    impl Drop for Kill<'_> {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _kill = Kill(&mut child);
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            std::time::Instant::now() < until,
+            "python3 -m http.server did not start"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    plain_server_round(&format!("http://127.0.0.1:{port}"));
+}

@@ -395,6 +395,14 @@ pub enum OutputError {
         /// What resolving it said.
         problem: String,
     },
+    /// Something other than a regular file of this user is at a partial
+    /// download's name (a symbolic link, a FIFO, another user's file): it
+    /// is neither followed nor reused nor removed.
+    #[error("is {found} where a partial download of this user was expected: not followed, reused or removed (remove it to fetch again)")]
+    UnsafePartial {
+        /// What is there.
+        found: &'static str,
+    },
     /// The path is one of the files being read (the same file, whatever
     /// its name: same device and inode).
     #[error("is the input {}: writing it would replace what is being read", input.display())]

@@ -100,6 +100,27 @@ pub enum Problem {
         /// Why the attempt before was retried, if one was.
         last: Option<Box<Problem>>,
     },
+    /// A time limit of the client ([`RemoteOptions`](crate::RemoteOptions))
+    /// was hit: connecting, the answer's first byte, or a body that sent
+    /// nothing for as long.
+    Timeout {
+        /// Which limit: `connect`, `first byte` or `no byte`.
+        what: &'static str,
+        /// Its length.
+        limit: std::time::Duration,
+        /// Requests made.
+        attempts: u32,
+    },
+    /// A body came slower than the rate floor
+    /// ([`RemoteOptions::min_rate`](crate::RemoteOptions::min_rate)).
+    TooSlow {
+        /// The floor, in bytes per second.
+        min_rate: u64,
+        /// The window it is measured over.
+        window: std::time::Duration,
+        /// Bytes received in the window that fell short.
+        got: u64,
+    },
     /// The bytes do not have the digest the source gives.
     Checksum {
         /// Which digest (`sha256`, the Hub's LFS oid, S3's checksum).
@@ -126,6 +147,8 @@ impl RemoteError {
             Problem::NotFound => io::ErrorKind::NotFound,
             Problem::Denied { .. } => io::ErrorKind::PermissionDenied,
             Problem::Transport { .. } => io::ErrorKind::ConnectionAborted,
+            Problem::Timeout { .. } | Problem::TooSlow { .. } => io::ErrorKind::TimedOut,
+            Problem::Budget { what: "time", .. } => io::ErrorKind::TimedOut,
             Problem::ShortBody { .. } => io::ErrorKind::UnexpectedEof,
             Problem::BadUrl(_) => io::ErrorKind::InvalidInput,
             _ => io::ErrorKind::InvalidData,
@@ -194,6 +217,40 @@ impl fmt::Display for Problem {
                 Ok(())
             }
             Problem::Redirect(what) => write!(f, "redirect: {what}"),
+            Problem::Timeout {
+                what,
+                limit,
+                attempts,
+            } => {
+                match *what {
+                    "connect" => write!(f, "timed out: no connection within the connect limit of {limit:?}")?,
+                    "first byte" => write!(f, "timed out: no answer within the first-byte limit of {limit:?}")?,
+                    what => write!(f, "timed out: {what} within {limit:?}")?,
+                }
+                if *attempts > 1 {
+                    write!(f, " (after {attempts} attempts)")?;
+                }
+                Ok(())
+            }
+            Problem::TooSlow {
+                min_rate,
+                window,
+                got,
+            } => write!(
+                f,
+                "timed out: slower than the rate floor of {min_rate} bytes/s ({got} bytes in {window:?})"
+            ),
+            Problem::Budget {
+                what: "time",
+                limit,
+                last,
+            } => {
+                write!(f, "timed out: the timeout of {limit} for all remote reads ran out")?;
+                if let Some(last) = last {
+                    write!(f, " (the attempt before: {last})")?;
+                }
+                Ok(())
+            }
             Problem::Budget { what, limit, last } => {
                 write!(f, "over the budget of {what} ({limit}): not sent")?;
                 if let Some(last) = last {
@@ -216,6 +273,8 @@ impl fmt::Display for Problem {
 }
 
 impl std::error::Error for RemoteError {}
+
+impl std::error::Error for Problem {}
 
 /// A [`RemoteError`] inside an [`io::Error`] whose reader names the object
 /// itself (tensorfile's errors put the file's name first): it displays the

@@ -27,8 +27,19 @@
 //!   (the Hub's LFS oid, an S3 full-object `x-amz-checksum-sha256`); every
 //!   safetensors file against the reader rules of its header; an index
 //!   must parse; a fetched set must open as a whole. A file that fails is
-//!   removed, partial and all, and the error names its URL. A target
-//!   already holding the right sha256 is left alone.
+//!   removed, partial and all, and the error names its URL.
+//! - **Left alone.** A target already holding the right sha256 (the Hub's
+//!   LFS oid, S3's full-object checksum) is not fetched again. A file the
+//!   source gives no sha256 for (plain HTTP, S3 without a checksum, the
+//!   Hub's small files) is recorded when fetched: what the server said of
+//!   it (`ETag`, `Last-Modified`, length) and the local file's length and
+//!   modification time ([`FETCHED_NOTE`]). The next fetch asks with a
+//!   `HEAD` (no body) and leaves the file alone when the server says the
+//!   same and the file is as it was left.
+//! - **Servers that do not take ranges** (`python3 -m http.server`): a
+//!   file is copied with one sequential request (no parallel chunks) and
+//!   cannot be resumed: a partial copy starts over from zero, which the
+//!   progress is told ([`Progress::note`]).
 
 use std::collections::BTreeSet;
 use std::fs::File;
@@ -39,7 +50,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use tensorfile::atomic::{AtomicFile, PartialFile};
+use tensorfile::atomic::PartialFile;
 use tensorfile::shard::{ShardIndex, DIR_NAMES, MAX_INDEX_LEN};
 use tensorfile::{ByteSource, ReadOptions, SafeTensors, ShardedTensors};
 
@@ -99,6 +110,9 @@ pub trait Progress: Sync {
     fn total(&self, _bytes: u64) {}
     /// `bytes` more were written.
     fn advance(&self, _bytes: u64) {}
+    /// Something worth a line that is not an error (a copy that starts
+    /// over instead of resuming).
+    fn note(&self, _message: &str) {}
 }
 
 impl Progress for () {}
@@ -186,6 +200,31 @@ struct Job {
     resumable: bool,
 }
 
+/// The companion of a fetched file's [`PartialFile`] recording what the
+/// server said of it ([`FetchedNote`]): `.NAME.tensorfile-partial.fetched`
+/// beside it. A hidden file that fetch owns rather than an extended
+/// attribute, which not every filesystem keeps (and a failure to set one
+/// would be silent); it is opened as the partial file's companions are
+/// (in the directory opened once, never through a link, only a regular
+/// file of this user) and written atomically (a new file renamed over it).
+pub const FETCHED_NOTE: &str = "fetched";
+
+/// What the server said of a file when it was fetched, and the local file
+/// it became: the next fetch leaves the file alone when both still hold.
+#[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
+struct FetchedNote {
+    source: String,
+    len: u64,
+    etag: Option<String>,
+    last_modified: Option<String>,
+    /// The local file's modification time, in nanoseconds since the epoch.
+    mtime_ns: i128,
+}
+
+/// The longest note read back (one run per chunk of a file of millions
+/// of chunks fits).
+const MAX_NOTE_LEN: u64 = 64 << 20;
+
 /// How often a file's note is brought up to date while it is fetched.
 const NOTE_EVERY: Duration = Duration::from_secs(2);
 
@@ -239,7 +278,14 @@ pub fn fetch(
         None => dest.to_path_buf(),
     };
     std::fs::create_dir_all(&dest_dir).map_err(|e| tensorfile::Error::io(&dest_dir, e))?;
-    let mut jobs = open_jobs(&dir, wanted, &dest_dir, single_target.as_deref(), options)?;
+    let mut jobs = open_jobs(
+        &dir,
+        wanted,
+        &dest_dir,
+        single_target.as_deref(),
+        options,
+        progress,
+    )?;
     let mut up_to_date = Vec::new();
     jobs.retain(|j| match j {
         Prepared::Skip(f) => {
@@ -434,17 +480,38 @@ enum Prepared {
 }
 
 /// Opens every wanted file (one request each, at once) and prepares its
-/// partial copy; optional files the server does not have are dropped.
+/// partial copy; optional files the server does not have are dropped. A
+/// file without a sha256 that was fetched before and is unchanged (see
+/// [`FETCHED_NOTE`]) costs a `HEAD` and is left alone.
 fn open_jobs(
     dir: &RemoteDir,
     wanted: Vec<Wanted>,
     dest_dir: &Path,
     single_target: Option<&Path>,
     options: &FetchOptions,
+    progress: &dyn Progress,
 ) -> tensorfile::Result<Vec<Prepared>> {
     let workers = dir.client().options().concurrency;
-    let opened = crate::concurrently(&wanted, workers, |w| dir.open_plain(&w.name));
+    let target_of = |w: &Wanted| match single_target {
+        Some(t) => t.to_path_buf(),
+        None => dest_dir.join(&w.name),
+    };
+    let unchanged = crate::concurrently(&wanted, workers, |w| {
+        w.sha256
+            .is_none()
+            .then(|| unchanged_since_fetched(dir, &w.name, &target_of(w)))
+            .flatten()
+    });
     let mut out = Vec::new();
+    let mut to_open = Vec::new();
+    for (w, same) in wanted.into_iter().zip(unchanged) {
+        match same {
+            Some(f) => out.push(Prepared::Skip(f)),
+            None => to_open.push(w),
+        }
+    }
+    let wanted = to_open;
+    let opened = crate::concurrently(&wanted, workers, |w| dir.open_plain(&w.name));
     for (mut w, remote) in wanted.into_iter().zip(opened) {
         let remote = match remote {
             Ok(r) => r,
@@ -466,10 +533,7 @@ fn open_jobs(
         if w.sha256.is_none() {
             w.sha256 = s3_sha256(&remote)?;
         }
-        let target = match single_target {
-            Some(t) => t.to_path_buf(),
-            None => dest_dir.join(&w.name),
-        };
+        let target = target_of(&w);
         if let Some(sha) = &w.sha256 {
             if target.is_file() && hash_file(&target)? == *sha {
                 out.push(Prepared::Skip(FetchedFile {
@@ -485,10 +549,54 @@ fn open_jobs(
             }
         }
         out.push(Prepared::Job(Box::new(prepare(
-            w, remote, target, options,
+            w, remote, target, options, progress,
         )?)));
     }
     Ok(out)
+}
+
+/// The target as a fetched file left alone, when its [`FETCHED_NOTE`]
+/// says it came from this source, it is the file that was left (a regular
+/// file, not a link, of the same length and modification time), and a
+/// `HEAD` of the source now gives the same length and validator (its
+/// `ETag`, else its `Last-Modified`). Anything else (no note, a `HEAD`
+/// that fails) is `None`: the file is fetched as usual.
+fn unchanged_since_fetched(dir: &RemoteDir, name: &str, target: &Path) -> Option<FetchedFile> {
+    let partial = PartialFile::for_target(target).ok()?;
+    let text = partial.read_companion(FETCHED_NOTE, 64 << 10).ok()??;
+    let note: FetchedNote = serde_json::from_slice(&text).ok()?;
+    let local = std::fs::symlink_metadata(target).ok()?;
+    if note.source != dir.name_of(name)
+        || !local.is_file()
+        || local.len() != note.len
+        || mtime_ns(&local) != Some(note.mtime_ns)
+        || (note.etag.is_none() && note.last_modified.is_none())
+    {
+        return None;
+    }
+    let now = dir.head(name).ok()?;
+    let same_validator = match &note.etag {
+        Some(etag) => now.validator.etag.as_ref() == Some(etag),
+        None => now.validator.etag.is_none() && now.validator.last_modified == note.last_modified,
+    };
+    (now.len == note.len && same_validator).then(|| FetchedFile {
+        name: name.to_string(),
+        url: note.source,
+        path: target.to_path_buf(),
+        len: note.len,
+        outcome: Outcome::UpToDate,
+        sha256: None,
+        header_checked: false,
+    })
+}
+
+/// A file's modification time in nanoseconds since the epoch.
+fn mtime_ns(meta: &std::fs::Metadata) -> Option<i128> {
+    let t = meta.modified().ok()?;
+    Some(match t.duration_since(std::time::UNIX_EPOCH) {
+        Ok(d) => d.as_nanos() as i128,
+        Err(e) => -(e.duration().as_nanos() as i128),
+    })
 }
 
 /// S3's full-object sha256 of an S3 object, asked for with a `HEAD`
@@ -530,19 +638,28 @@ fn prepare(
     remote: RemoteFile,
     target: PathBuf,
     options: &FetchOptions,
+    progress: &dyn Progress,
 ) -> tensorfile::Result<Job> {
     let partial = PartialFile::for_target(&target)?;
-    let chunk = remote.client().options().chunk_size.max(1);
     let len = remote.len();
+    // A server that does not take ranges gives the file as one stream.
+    let chunk = if remote.ranges_ignored() {
+        len.max(1)
+    } else {
+        remote.client().options().chunk_size.max(1)
+    };
     let chunks = len.div_ceil(chunk).max(1);
     let validator = remote.validator().clone();
-    let resumable = validator.etag.is_some() || validator.last_modified.is_some();
-    let note_path = partial.companion("json");
+    let resumable =
+        !remote.ranges_ignored() && (validator.etag.is_some() || validator.last_modified.is_some());
     let mut done = BTreeSet::new();
     let file = partial.open()?;
     let on_disk = file.metadata().map(|m| m.len()).unwrap_or(0);
-    let note: Option<Note> = std::fs::read(&note_path)
+    // A note that cannot be read (or is not ours) is replaced below.
+    let note: Option<Note> = partial
+        .read_companion("json", MAX_NOTE_LEN)
         .ok()
+        .flatten()
         .and_then(|t| serde_json::from_slice(&t).ok());
     let same = |n: &Note| {
         n.source == remote.name()
@@ -559,11 +676,17 @@ fn prepare(
                 }
             }
         }
-        _ => {
+        note => {
+            if remote.ranges_ignored() && options.resume && (note.is_some() || on_disk > 0) {
+                progress.note(&format!(
+                    "{}: the server does not take ranges: its partial copy starts over from zero",
+                    remote.name()
+                ));
+            }
             file.set_len(0)
                 .and_then(|_| file.set_len(len))
                 .map_err(|e| tensorfile::Error::io(partial.path(), e))?;
-            let _ = std::fs::remove_file(&note_path);
+            partial.remove_companion("json")?;
         }
     }
     let resumed_from = done
@@ -680,12 +803,38 @@ impl Job {
             chunk_size: self.chunk,
             done: runs,
         };
-        let path = self.partial.companion("json");
         let text = serde_json::to_vec(&note).unwrap_or_default();
-        let out = AtomicFile::create(&path)?;
-        out.write_all_at(&text, 0)?;
-        out.commit(false)?;
-        Ok(())
+        Ok(self.partial.write_companion("json", &text)?)
+    }
+}
+
+/// Writes the [`FETCHED_NOTE`] of a file just put in place (`committed`,
+/// its open file) when the source gave it no sha256 but a validator; any
+/// old note goes first, so that a note never describes another file. Best
+/// effort: without a note, the next fetch fetches the file again.
+fn record_fetched(job: &Job, committed: Option<File>) {
+    let _ = job.partial.remove_companion(FETCHED_NOTE);
+    let validator = job.remote.validator();
+    if job.wanted.sha256.is_some()
+        || (validator.etag.is_none() && validator.last_modified.is_none())
+    {
+        return;
+    }
+    let Some(mtime) = committed
+        .and_then(|f| f.metadata().ok())
+        .and_then(|m| mtime_ns(&m))
+    else {
+        return;
+    };
+    let note = FetchedNote {
+        source: job.remote.name().to_string(),
+        len: job.remote.len(),
+        etag: validator.etag.clone(),
+        last_modified: validator.last_modified.clone(),
+        mtime_ns: mtime,
+    };
+    if let Ok(text) = serde_json::to_vec(&note) {
+        let _ = job.partial.write_companion(FETCHED_NOTE, &text);
     }
 }
 
@@ -757,7 +906,7 @@ fn finish(job: &Job, options: &FetchOptions) -> tensorfile::Result<FetchedFile> 
     let url = job.remote.name().to_string();
     let fail = |e: tensorfile::Error| -> tensorfile::Error {
         let _ = job.partial.discard();
-        let _ = std::fs::remove_file(job.partial.companion("json"));
+        let _ = job.partial.remove_companion("json");
         e
     };
     if let Some(expected) = &job.wanted.sha256 {
@@ -795,9 +944,11 @@ fn finish(job: &Job, options: &FetchOptions) -> tensorfile::Result<FetchedFile> 
         .file
         .try_clone()
         .map_err(|e| tensorfile::Error::io(&path, e))?;
-    let partial = PartialFile::for_target(&job.target)?;
-    partial.commit(file, options.sync)?;
-    let _ = std::fs::remove_file(job.partial.companion("json"));
+    let committed = file.try_clone().ok();
+    // The directory opened when the fetch began, not the path again.
+    job.partial.commit(file, options.sync)?;
+    let _ = job.partial.remove_companion("json");
+    record_fetched(job, committed);
     Ok(FetchedFile {
         name: name.clone(),
         url,

@@ -34,16 +34,27 @@ pub struct RemoteOptions {
     pub max_backoff: Duration,
     /// Time allowed to connect.
     pub connect_timeout: Duration,
-    /// Time allowed for the answer to start, and between two reads of a body.
+    /// Time allowed for the answer to start (its first byte), after the
+    /// request is sent.
     pub read_timeout: Duration,
+    /// The slowest a body may come, in bytes per second, averaged over
+    /// each [`RemoteOptions::rate_window`]: a server that sends less in a
+    /// window (a trickle, or nothing) fails the attempt, however often it
+    /// sends a byte. 0: no floor.
+    pub min_rate: u64,
+    /// The window the [`RemoteOptions::min_rate`] is measured over.
+    pub rate_window: Duration,
     /// The most requests the client sends (retries and redirects count);
     /// `None`: no limit.
     pub max_requests: Option<u64>,
     /// The most body bytes the client receives (bytes read past what was
     /// asked for, between coalesced ranges, count); `None`: no limit.
     pub max_bytes: Option<u64>,
-    /// The time the client may take, from its creation: no request starts
-    /// and no retry waits past it; `None`: no limit.
+    /// The time the client may take, from its creation, for all of its
+    /// requests, retries and waits: a request in progress is cut off at
+    /// it, and no request starts and no retry waits past it; `None`: no
+    /// limit (a long transfer that keeps up the rate floor takes as long
+    /// as it takes).
     pub time_budget: Option<Duration>,
 }
 
@@ -56,6 +67,8 @@ tensorfile_core::with_fields!(RemoteOptions {
     with_max_backoff => max_backoff: Duration,
     with_connect_timeout => connect_timeout: Duration,
     with_read_timeout => read_timeout: Duration,
+    with_min_rate => min_rate: u64,
+    with_rate_window => rate_window: Duration,
     with_max_requests => max_requests: Option<u64>,
     with_max_bytes => max_bytes: Option<u64>,
     with_time_budget => time_budget: Option<Duration>,
@@ -70,8 +83,10 @@ impl Default for RemoteOptions {
             retries: 6,
             backoff: Duration::from_millis(200),
             max_backoff: Duration::from_secs(20),
-            connect_timeout: Duration::from_secs(15),
-            read_timeout: Duration::from_secs(60),
+            connect_timeout: Duration::from_secs(10),
+            read_timeout: Duration::from_secs(30),
+            min_rate: 1024,
+            rate_window: Duration::from_secs(30),
             max_requests: None,
             max_bytes: None,
             time_budget: None,
@@ -210,6 +225,9 @@ pub(crate) struct Meta {
     pub validator: Validator,
     /// Headers kept for verification (lowercase names).
     pub kept: Vec<(String, String)>,
+    /// The server answered a range request with 200 and the whole object
+    /// (it does not take ranges: `python3 -m http.server`).
+    pub ranges_ignored: bool,
 }
 
 impl Meta {
@@ -261,7 +279,9 @@ impl Client {
             .max_redirects_will_error(false)
             .timeout_connect(Some(options.connect_timeout))
             .timeout_recv_response(Some(options.read_timeout))
-            .timeout_per_read(Some(options.read_timeout))
+            // A read that waits this long has seen a window without a
+            // byte (or no first byte): it ends so the rate floor is checked.
+            .timeout_per_read(Some(options.read_timeout.max(options.rate_window)))
             .max_idle_connections(options.concurrency.max(1) * 2)
             .max_idle_connections_per_host(options.concurrency.max(1) * 2)
             .user_agent(concat!("tensorfile/", env!("CARGO_PKG_VERSION")))
@@ -311,6 +331,84 @@ impl Client {
         None
     }
 
+    /// The time left before the time budget runs out (`None`: no budget).
+    fn remaining(&self) -> Option<Duration> {
+        self.deadline
+            .map(|d| d.saturating_duration_since(Instant::now()))
+    }
+
+    /// The time budget as used up, naming the attempt before, if any.
+    fn out_of_time(&self, last: Option<Problem>) -> Problem {
+        Problem::Budget {
+            what: "time",
+            limit: format!("{:?}", self.options.time_budget.unwrap_or_default()),
+            last: last.map(Box::new),
+        }
+    }
+
+    /// What the HTTP client said, as a failure: a timeout names the limit
+    /// it hit; what no retry can fix is final.
+    fn transport(&self, e: &ureq::Error) -> Failure {
+        use ureq::Timeout as T;
+        let o = &self.options;
+        let timeout = |what: &'static str, limit: Duration| {
+            Failure::Retry(
+                Problem::Timeout {
+                    what,
+                    limit,
+                    attempts: 1,
+                },
+                None,
+            )
+        };
+        match e {
+            ureq::Error::Timeout(T::Global) => Failure::Fatal(self.out_of_time(None)),
+            ureq::Error::Timeout(T::Connect | T::Resolve) => timeout("connect", o.connect_timeout),
+            ureq::Error::Timeout(T::RecvResponse) => timeout("first byte", o.read_timeout),
+            ureq::Error::Timeout(T::PerRead) => {
+                timeout("no byte", o.read_timeout.max(o.rate_window))
+            }
+            // Asking again gives the same answer.
+            ureq::Error::BadUri(_)
+            | ureq::Error::Http(_)
+            | ureq::Error::InvalidProxyUrl
+            | ureq::Error::BodyExceedsLimit(_)
+            | ureq::Error::TooManyRedirects
+            | ureq::Error::RedirectFailed
+            | ureq::Error::RequireHttpsOnly(_)
+            | ureq::Error::LargeResponseHeader(..)
+            | ureq::Error::TlsRequired
+            | ureq::Error::Tls(_)
+            | ureq::Error::Pem(_)
+            | ureq::Error::Rustls(_) => Failure::Fatal(transport(e)),
+            _ => Failure::Retry(transport(e), None),
+        }
+    }
+
+    /// An error reading a body as a failure: the rate floor, a timeout of
+    /// the HTTP client, or a connection problem (`short`: the problem of a
+    /// body that ended early).
+    fn body_error(&self, e: std::io::Error, short: impl FnOnce() -> Problem) -> Failure {
+        if let Some(inner) = e.get_ref() {
+            if let Some(p) = inner.downcast_ref::<Problem>() {
+                return Failure::Retry(p.clone(), None);
+            }
+            if let Some(u) = inner.downcast_ref::<ureq::Error>() {
+                return self.transport(u);
+            }
+        }
+        if e.kind() == std::io::ErrorKind::UnexpectedEof {
+            return Failure::Retry(short(), None);
+        }
+        Failure::Retry(
+            Problem::Transport {
+                message: scrub(&e.to_string()),
+                attempts: 1,
+            },
+            None,
+        )
+    }
+
     /// The options.
     pub fn options(&self) -> &RemoteOptions {
         &self.options
@@ -350,10 +448,14 @@ impl Client {
             for (name, value) in amz {
                 request = request.header(*name, *value);
             }
+            if let Some(left) = self.remaining() {
+                // The request, its answer and its body end by the deadline.
+                request = request.config().timeout_global(Some(left)).build();
+            }
             self.stats.requests.fetch_add(1, Ordering::Relaxed);
             let mut response = match request.call() {
                 Ok(r) => r,
-                Err(e) => return Err(Failure::Retry(transport(&e), None)),
+                Err(e) => return Err(self.transport(&e)),
             };
             let status = response.status().as_u16();
             match status {
@@ -365,6 +467,12 @@ impl Client {
                             "HTTP {status} without a usable Location"
                         ))));
                     };
+                    if !matches!(next.scheme(), "http" | "https") {
+                        return Err(Failure::Fatal(Problem::Redirect(format!(
+                            "to a {}: URL, not followed",
+                            next.scheme()
+                        ))));
+                    }
                     if next.scheme() == "http" && url.scheme() == "https" {
                         return Err(Failure::Fatal(Problem::Redirect(
                             "from https to plain http, not followed".into(),
@@ -540,6 +648,16 @@ impl Client {
                     asked: asked_text,
                 }));
             }
+            if status == 200 {
+                return self.take_from_whole(
+                    &mut response,
+                    meta,
+                    (start, &mut pos, end),
+                    &mut learned,
+                    &mut piece,
+                    sink,
+                );
+            }
             if status != 206 {
                 return Err(Failure::Fatal(Problem::IgnoredRange));
             }
@@ -581,7 +699,7 @@ impl Client {
                     ..meta.clone()
                 });
             }
-            let mut reader = response.body_mut().as_reader();
+            let mut reader = RateFloor::new(response.body_mut().as_reader(), &self.options);
             let mut left = expected;
             while left > 0 {
                 let want = left.min(PIECE as u64) as usize;
@@ -603,19 +721,10 @@ impl Client {
                     }
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                     Err(e) => {
-                        let message = scrub(&e.to_string());
-                        let problem = if e.kind() == std::io::ErrorKind::UnexpectedEof {
-                            Problem::ShortBody {
-                                expected: end.min(total) - start,
-                                got: pos - start,
-                            }
-                        } else {
-                            Problem::Transport {
-                                message,
-                                attempts: 1,
-                            }
-                        };
-                        return Err(Failure::Retry(problem, None));
+                        return Err(self.body_error(e, || Problem::ShortBody {
+                            expected: end.min(total) - start,
+                            got: pos - start,
+                        }))
                     }
                 }
             }
@@ -628,6 +737,72 @@ impl Client {
             }
             Ok(Meta { len: total, ..meta })
         })
+    }
+
+    /// The bytes `*pos..end` of an object from an answer of 200 with the
+    /// whole object (a server that does not take ranges), which must say
+    /// its length: the bytes before `*pos` are read and dropped, the ones
+    /// wanted handed to `sink`, and the rest never read (the connection is
+    /// dropped, not drained: reading a header never downloads the object).
+    #[allow(clippy::too_many_arguments)]
+    fn take_from_whole(
+        &self,
+        response: &mut ureq::http::Response<ureq::Body>,
+        meta: Meta,
+        (start, pos, end): (u64, &mut u64, u64),
+        learned: &mut Option<Meta>,
+        piece: &mut [u8],
+        sink: &mut dyn FnMut(u64, &[u8]),
+    ) -> Result<Meta, Failure> {
+        let total = header(response, "content-length")
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .ok_or(Failure::Fatal(Problem::IgnoredRange))?;
+        if let Some(before) = learned.as_ref() {
+            if let Some(p) = changed(before, &meta, total) {
+                return Err(Failure::Fatal(p));
+            }
+        }
+        let stop = end.min(total);
+        if *pos > stop || (*pos == stop && learned.is_some()) {
+            return Err(Failure::Fatal(Problem::NotSatisfiable {
+                asked: format!("bytes {}-{}", *pos, end - 1),
+            }));
+        }
+        let meta = Meta {
+            len: total,
+            ranges_ignored: true,
+            ..meta
+        };
+        if learned.is_none() {
+            *learned = Some(meta.clone());
+        }
+        let short = |pos: u64| Problem::ShortBody {
+            expected: stop - start,
+            got: pos - start,
+        };
+        let mut reader = RateFloor::new(response.body_mut().as_reader(), &self.options);
+        // The body starts at the object's first byte.
+        let mut at = 0u64;
+        while at < stop {
+            let want = (stop - at).min(piece.len() as u64) as usize;
+            match reader.read(&mut piece[..want]) {
+                Ok(0) => return Err(Failure::Retry(short(*pos), None)),
+                Ok(n) => {
+                    self.stats.body_bytes.fetch_add(n as u64, Ordering::Relaxed);
+                    // Bytes before `pos` came on an earlier attempt, or
+                    // are not wanted.
+                    let skip = pos.saturating_sub(at).min(n as u64) as usize;
+                    if skip < n {
+                        sink(*pos, &piece[skip..n]);
+                        *pos += (n - skip) as u64;
+                    }
+                    at += n as u64;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(self.body_error(e, || short(*pos))),
+            }
+        }
+        Ok(meta)
     }
 
     /// A `HEAD` of the object: its length and validator, and the kept
@@ -673,15 +848,25 @@ impl Client {
             }
             let link = header(&response, "link");
             let mut body = Vec::new();
-            let mut reader = response.body_mut().with_config().limit(limit + 1).reader();
+            let reader = response.body_mut().with_config().limit(limit + 1).reader();
+            let mut reader = RateFloor::new(reader, &self.options);
             if let Err(e) = reader.read_to_end(&mut body) {
-                return Err(Failure::Retry(
-                    Problem::Transport {
-                        message: scrub(&e.to_string()),
-                        attempts: 1,
-                    },
-                    None,
-                ));
+                let too_long = e.get_ref().is_some_and(|i| {
+                    matches!(
+                        i.downcast_ref::<ureq::Error>(),
+                        Some(ureq::Error::BodyExceedsLimit(_))
+                    )
+                });
+                if too_long {
+                    // No retry makes a document shorter.
+                    return Err(Failure::Fatal(Problem::Listing(format!(
+                        "longer than {limit} bytes"
+                    ))));
+                }
+                return Err(self.body_error(e, || Problem::ShortBody {
+                    expected: limit,
+                    got: 0,
+                }));
             }
             self.stats
                 .body_bytes
@@ -699,6 +884,66 @@ impl Client {
 /// The most redirects followed for one request.
 const MAX_REDIRECTS: u32 = 10;
 
+/// A body reader that fails once a window of
+/// [`RemoteOptions::rate_window`] brings fewer bytes than
+/// [`RemoteOptions::min_rate`] asks for: checked at each read, counted per
+/// window, so a byte now and then does not reset it.
+struct RateFloor<R> {
+    inner: R,
+    min_rate: u64,
+    window: Duration,
+    started: Instant,
+    bytes: u64,
+}
+
+impl<R: Read> RateFloor<R> {
+    fn new(inner: R, options: &RemoteOptions) -> RateFloor<R> {
+        RateFloor {
+            inner,
+            min_rate: options.min_rate,
+            window: options.rate_window,
+            started: Instant::now(),
+            bytes: 0,
+        }
+    }
+
+    /// Ends the window if it is over: an error if it fell short.
+    fn check(&mut self) -> std::io::Result<()> {
+        if self.min_rate == 0 || self.started.elapsed() < self.window {
+            return Ok(());
+        }
+        let floor = (self.min_rate as f64 * self.window.as_secs_f64()) as u64;
+        if self.bytes < floor {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                Problem::TooSlow {
+                    min_rate: self.min_rate,
+                    window: self.window,
+                    got: self.bytes,
+                },
+            ));
+        }
+        self.started = Instant::now();
+        self.bytes = 0;
+        Ok(())
+    }
+}
+
+impl<R: Read> Read for RateFloor<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.check()?;
+        match self.inner.read(buf) {
+            Ok(n) => {
+                self.bytes = self.bytes.saturating_add(n as u64);
+                self.check()?;
+                Ok(n)
+            }
+            // A read that waited out its timeout: the window says why.
+            Err(e) => self.check().and(Err(e)),
+        }
+    }
+}
+
 /// The problem with its attempt count filled in.
 fn with_attempts(p: Problem, tries: u32) -> Problem {
     match p {
@@ -709,6 +954,11 @@ fn with_attempts(p: Problem, tries: u32) -> Problem {
         },
         Problem::Transport { message, .. } => Problem::Transport {
             message,
+            attempts: tries,
+        },
+        Problem::Timeout { what, limit, .. } => Problem::Timeout {
+            what,
+            limit,
             attempts: tries,
         },
         p => p,
@@ -763,6 +1013,7 @@ fn meta_of(response: &ureq::http::Response<ureq::Body>) -> Meta {
             .iter()
             .filter_map(|n| header(response, n).map(|v| (n.to_string(), v)))
             .collect(),
+        ranges_ignored: false,
     }
 }
 
@@ -898,6 +1149,28 @@ mod tests {
         let s = scrub("failed http://h/b/k?X-Amz-Signature=abc&x=1 now");
         assert_eq!(s, "failed http://h/b/k?<redacted> now");
         assert_eq!(scrub("what? no url"), "what? no url");
+    }
+
+    /// A document longer than its limit is refused at once: no retry
+    /// makes it shorter (a 64 MiB-plus listing was asked for 7 times).
+    #[cfg(feature = "serve")]
+    #[test]
+    fn a_document_over_its_limit_is_not_retried() {
+        let server = crate::serve::Server::start().unwrap();
+        server.put("/list", vec![b'x'; 4096]);
+        let client = Client::new(
+            RemoteOptions::default()
+                .with_backoff(Duration::from_millis(1))
+                .with_max_backoff(Duration::from_millis(1)),
+        );
+        let endpoint = Endpoint::Http {
+            url: Url::parse(&format!("{}/list", server.url())).unwrap(),
+            token: None,
+            denied_hint: "",
+        };
+        let e = client.get_document("list", &endpoint, 1000).unwrap_err();
+        assert!(matches!(e.problem, Problem::Listing(_)), "{e}");
+        assert_eq!(client.stats().requests, 1, "{e}");
     }
 
     #[test]

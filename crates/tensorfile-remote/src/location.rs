@@ -231,6 +231,11 @@ impl RemoteDir {
         )
     }
 
+    /// A `HEAD` of a file in it: its length and validator, no body.
+    pub(crate) fn head(&self, file: &str) -> Result<crate::http::Meta, RemoteError> {
+        self.client.head(&self.name_of(file), &self.endpoint(file))
+    }
+
     /// Whether its listing gives each file's sha256 (the Hub's does).
     pub(crate) fn lists_digests(&self) -> bool {
         matches!(self.base, Base::Hub { .. })

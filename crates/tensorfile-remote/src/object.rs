@@ -135,6 +135,13 @@ impl RemoteFile {
             .map(drop)
     }
 
+    /// Whether its server answers range requests with the whole object
+    /// (`python3 -m http.server`): reads then take what they need from the
+    /// object's start, and a copy is one stream that cannot resume.
+    pub fn ranges_ignored(&self) -> bool {
+        self.meta.ranges_ignored
+    }
+
     /// The object's public name (a URL without credentials).
     pub fn name(&self) -> &str {
         &self.name
@@ -169,7 +176,13 @@ impl RemoteFile {
     /// chunks, and run concurrently.
     fn fetch(&self, ranges: Vec<(u64, &mut [u8])>) -> Result<(), RemoteError> {
         let options = self.client.options();
-        let jobs = plan(ranges, options.coalesce_gap, options.chunk_size.max(1));
+        let jobs = if self.meta.ranges_ignored {
+            // Every answer starts at the object's first byte: one request
+            // for all the ranges, not one download of a prefix per range.
+            plan(ranges, u64::MAX, u64::MAX)
+        } else {
+            plan(ranges, options.coalesce_gap, options.chunk_size.max(1))
+        };
         let run = |job: Job<'_>| -> Result<(), RemoteError> {
             let Job {
                 start,

@@ -29,7 +29,9 @@ pub enum Fault {
     Drop,
     /// This status with an empty body (`Retry-After` when given).
     Status(u16, Option<u64>),
-    /// 200 with the whole body, whatever the `Range`.
+    /// 200 with the whole body, whatever the `Range`, and no
+    /// `Accept-Ranges` (a server that does not take ranges, as
+    /// `python3 -m http.server`).
     IgnoreRange,
     /// A 206 whose `Content-Range` starts one byte late.
     WrongRange,
@@ -42,6 +44,14 @@ pub enum Fault {
     /// connection is reset (a TCP RST, not a clean close), as a peer or a
     /// middlebox that drops a connection mid-body does.
     Reset,
+    /// The request is read and never answered: the connection stays open,
+    /// silent, for this long (or until the server stops), then closes.
+    Silent(Duration),
+    /// The headers come at once, then the body one byte per this interval
+    /// (until it is all sent, the client leaves or the server stops).
+    Drip(Duration),
+    /// A 302 to this `Location`, whatever it is.
+    Redirect(String),
 }
 
 /// One request the server answered.
@@ -553,6 +563,17 @@ fn answer(
     let mut extra: Vec<(String, String)> = Vec::new();
     match fault {
         Some(Fault::Drop) => return Ok((0, 0, false)),
+        Some(Fault::Silent(hold)) => {
+            let until = std::time::Instant::now() + hold;
+            while std::time::Instant::now() < until && !shared.stop.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            return Ok((0, 0, false));
+        }
+        Some(Fault::Redirect(to)) => {
+            extra.push(("Location".into(), to.clone()));
+            return send(out, 302, &extra, Body::None, head);
+        }
         Some(Fault::Status(status, after)) => {
             if let Some(a) = after {
                 extra.push(("Retry-After".into(), a.to_string()));
@@ -602,7 +623,9 @@ fn answer(
         return send(out, 302, &extra, Body::None, head);
     }
     extra.push(("ETag".into(), object.etag.clone()));
-    extra.push(("Accept-Ranges".into(), "bytes".into()));
+    if fault != Some(Fault::IgnoreRange) {
+        extra.push(("Accept-Ranges".into(), "bytes".into()));
+    }
     let len = object.bytes.len();
     let range = match (&request.range, &fault) {
         (_, Some(Fault::IgnoreRange)) | (None, _) => None,
@@ -642,6 +665,23 @@ fn answer(
         // otherwise discard it in flight.
         std::thread::sleep(Duration::from_millis(100));
         reset_on_close(out)?;
+        return Ok((status, sent, false));
+    }
+    if let (Some(Fault::Drip(every)), false) = (&fault, head) {
+        out.write_all(head_text(status, &extra, b - a).as_bytes())?;
+        let mut sent = 0;
+        for at in a..b {
+            if shared.stop.load(Ordering::Relaxed) {
+                break;
+            }
+            std::thread::sleep(*every);
+            let mut byte = [0u8];
+            read_object(&object, at, &mut byte)?;
+            if out.write_all(&byte).is_err() {
+                break;
+            }
+            sent += 1;
+        }
         return Ok((status, sent, false));
     }
     if fault == Some(Fault::Corrupt) && b > a && !head {
@@ -887,14 +927,34 @@ fn send_partial(
     if head {
         return Ok((status, 0, true));
     }
-    match &object.bytes {
-        Bytes::Memory(bytes) => out.write_all(&bytes[a as usize..stop as usize])?,
+    // In pieces, counting what went out: a client that leaves early
+    // (having read what it wanted of a whole body) is seen as such.
+    const PIECE: u64 = 64 << 10;
+    let mut file = match &object.bytes {
+        Bytes::Memory(_) => None,
         Bytes::File(path, _) => {
             let mut file = std::fs::File::open(path)?;
             file.seek(SeekFrom::Start(a))?;
-            // std copies a file to a socket with sendfile on Linux.
-            std::io::copy(&mut file.take(stop - a), out)?;
+            Some(file)
         }
+    };
+    let mut buf = vec![0u8; PIECE.min(stop - a) as usize];
+    let mut at = a;
+    while at < stop {
+        let n = PIECE.min(stop - at) as usize;
+        let piece: &[u8] = match (&object.bytes, file.as_mut()) {
+            (_, Some(file)) => {
+                file.read_exact(&mut buf[..n])?;
+                &buf[..n]
+            }
+            (Bytes::Memory(bytes), None) => &bytes[at as usize..at as usize + n],
+            // Not made: a file object always has its file opened above.
+            (Bytes::File(..), None) => return Ok((status, at - a, false)),
+        };
+        if out.write_all(piece).is_err() {
+            return Ok((status, at - a, false));
+        }
+        at += n as u64;
     }
     out.flush()?;
     Ok((status, stop - a, stop == b))

@@ -1,8 +1,8 @@
 //! Faults of servers and networks, injected by the test server: retried
 //! where retrying helps (5xx, 429 with `Retry-After`, dropped connections,
 //! short bodies, connections reset mid-body: resumed where the body
-//! stopped), errors naming the URL and what went wrong otherwise (a server
-//! ignoring `Range`, a wrong `Content-Range`, an object changed
+//! stopped), errors naming the URL and what went wrong otherwise (a wrong
+//! `Content-Range`, an object changed
 //! between two requests, a 416), never wrong bytes; budgets stop requests.
 
 mod common;
@@ -147,15 +147,20 @@ fn retries_run_out_with_the_last_status() {
 }
 
 #[test]
-fn a_server_ignoring_range_is_an_error_not_the_whole_body() {
-    let (server, url, _) = serve_big();
+fn a_server_ignoring_range_gives_the_bytes_from_the_start_of_its_body() {
+    let (server, url, file) = serve_big();
     server.inject("big", Fault::IgnoreRange, 100);
     let client = common::client();
-    let e = read_all(&url, &client).unwrap_err();
-    assert_eq!(remote(&e).problem, Problem::IgnoredRange, "{e}");
-    assert!(e.to_string().contains(&url), "{e}");
-    // One request, not retried, and not read to its end.
-    assert_eq!(client.stats().requests, 1);
+    let got = read_all(&url, &client).unwrap();
+    assert_eq!(got, file[file.len() - (1 << 20)..]);
+    // The first 64 KiB, then the tensor: two requests, neither read past
+    // the object's end.
+    let counts = client.stats();
+    assert_eq!(counts.requests, 2);
+    assert!(
+        counts.body_bytes <= (64 << 10) + file.len() as u64,
+        "{counts:?}"
+    );
 }
 
 #[test]
@@ -309,4 +314,119 @@ fn concurrent_ranges_are_coalesced_and_bounded() {
     let (requests, sent) = server.counts();
     assert_eq!(requests, 1 + 4, "{:?}", server.log());
     assert!(sent <= 50_000 + (512 << 10), "{sent}");
+}
+
+/// A small safetensors file (80 bytes, as in the issue's report).
+fn small_file() -> Vec<u8> {
+    let header = br#"{"t":{"dtype":"U8","shape":[8],"data_offsets":[0,8]}}"#;
+    let mut file = (header.len() as u64).to_le_bytes().to_vec();
+    file.extend_from_slice(header);
+    file.extend_from_slice(&[7; 8]);
+    file
+}
+
+/// A server that accepts and never answers hits the first-byte limit,
+/// named, on each attempt: seconds, not minutes.
+#[test]
+fn a_silent_server_hits_the_first_byte_limit() {
+    let server = Server::start().unwrap();
+    server.put("/s.safetensors", small_file());
+    server.inject("/s.", Fault::Silent(Duration::from_secs(20)), 100);
+    let url = format!("{}/s.safetensors", server.url());
+    let client = Client::new(
+        common::fast()
+            .with_read_timeout(Duration::from_millis(300))
+            .with_retries(1),
+    );
+    let started = Instant::now();
+    let e = tensorfile_remote::open_file(&url, &client, &ReadOptions::default()).unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        remote(&e).problem,
+        Problem::Timeout {
+            what: "first byte",
+            limit: Duration::from_millis(300),
+            attempts: 2,
+        },
+        "{e}"
+    );
+    assert_eq!(client.stats().requests, 2);
+    assert!(e.to_string().contains("first-byte limit of 300ms"), "{e}");
+}
+
+/// A body that drips a byte at a time fails the rate floor: each byte does
+/// not reset it, as a per-read timeout would be.
+#[test]
+fn a_dripping_body_fails_the_rate_floor() {
+    let server = Server::start().unwrap();
+    server.put("/d.safetensors", small_file());
+    server.inject("/d.", Fault::Drip(Duration::from_millis(20)), 100);
+    let url = format!("{}/d.safetensors", server.url());
+    // 50 bytes/s arrive; the floor is 200 bytes/s over 400 ms.
+    let client = Client::new(
+        common::fast()
+            .with_min_rate(200)
+            .with_rate_window(Duration::from_millis(400))
+            .with_retries(0),
+    );
+    let started = Instant::now();
+    let e = tensorfile_remote::open_file(&url, &client, &ReadOptions::default()).unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    match remote(&e).problem {
+        Problem::TooSlow {
+            min_rate: 200, got, ..
+        } => assert!(got < 80, "{got}"),
+        other => panic!("{other:?}: {e}"),
+    }
+    assert!(e.to_string().contains("rate floor"), "{e}");
+}
+
+/// The time budget cuts off a request in progress (a silent server with a
+/// first-byte limit longer than the budget), and no retry waits past it.
+#[test]
+fn the_time_budget_cuts_off_a_request_in_progress() {
+    let server = Server::start().unwrap();
+    server.put("/s.safetensors", small_file());
+    server.inject("/s.", Fault::Silent(Duration::from_secs(20)), 100);
+    let url = format!("{}/s.safetensors", server.url());
+    let client = Client::new(
+        common::fast()
+            .with_read_timeout(Duration::from_secs(30))
+            .with_time_budget(Some(Duration::from_millis(500))),
+    );
+    let started = Instant::now();
+    let e = tensorfile_remote::open_file(&url, &client, &ReadOptions::default()).unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        matches!(remote(&e).problem, Problem::Budget { what: "time", .. }),
+        "{e}"
+    );
+    assert!(e.to_string().contains("timed out"), "{e}");
+}
+
+/// What no retry can fix is refused at once: a redirect to a `file://`
+/// URL (or any scheme but http and https) is one request, not seven.
+#[test]
+fn a_redirect_to_a_file_url_is_refused_at_once() {
+    let server = Server::start().unwrap();
+    server.put("/r.safetensors", small_file());
+    server.inject("/r.", Fault::Redirect("file:///etc/passwd".into()), 100);
+    let url = format!("{}/r.safetensors", server.url());
+    let client = common::client();
+    let e = tensorfile_remote::open_file(&url, &client, &ReadOptions::default()).unwrap_err();
+    assert!(matches!(remote(&e).problem, Problem::Redirect(_)), "{e}");
+    assert!(e.to_string().contains("file:"), "{e}");
+    assert_eq!(client.stats().requests, 1, "{e}");
 }

@@ -11,11 +11,13 @@ use tensorfile_remote::fetch::{fetch, FetchOptions, Outcome};
 use tensorfile_remote::serve::{Fault, Server};
 use tensorfile_remote::{Client, Problem};
 
-/// Names in a directory, sorted (hidden ones too).
+/// Names in a directory, sorted (hidden ones too), but for the notes of
+/// what each fetched file was (tests/plain_servers.rs tests them).
 fn names(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| !n.ends_with(".tensorfile-partial.fetched"))
         .collect();
     v.sort();
     v
@@ -87,11 +89,16 @@ fn a_hub_repository_is_fetched_verified_and_then_up_to_date() {
     let mut expected: Vec<String> = files.iter().map(|(n, _)| n.clone()).collect();
     expected.sort();
     assert_eq!(names(dest.path()), expected, "nothing else is left");
-    // Again: the weights are there with the right sha256.
+    // Again: the weights are there with the right sha256, the small files
+    // with the ETag they were fetched with.
     let again = fetch("hf://org/unet", dest.path(), &client, &options(), &()).unwrap();
     for f in &again.files {
-        let up_to_date = f.outcome == Outcome::UpToDate;
-        assert_eq!(up_to_date, f.name.ends_with(".safetensors"), "{f:?}");
+        assert_eq!(f.outcome, Outcome::UpToDate, "{f:?}");
+        assert_eq!(
+            f.sha256.is_some(),
+            f.name.ends_with(".safetensors"),
+            "{f:?}"
+        );
     }
     // A corrupted body is caught by the sha256, named, and left nowhere.
     let fresh = tempfile::tempdir().unwrap();
@@ -241,4 +248,90 @@ fn a_single_file_goes_to_a_path_or_into_a_directory() {
     let path = dest.path().join("sub/renamed.safetensors");
     fetch(&url, &path, &small_chunks(2), &options(), &()).unwrap();
     assert_eq!(std::fs::read(&path).unwrap(), bytes);
+}
+
+/// The error of a fetch refused for what is at its partial file's name.
+fn is_unsafe_partial(e: &tensorfile::Error) -> bool {
+    matches!(
+        e.core().map(|c| c.detail()),
+        Some(tensorfile_core::Error::Output {
+            problem: tensorfile_core::OutputError::UnsafePartial { .. },
+            ..
+        })
+    )
+}
+
+/// A symbolic link planted at the partial file's predictable name is never
+/// followed: the file it points to outside DEST is untouched, the fetch
+/// fails naming the partial file, DEST/NAME is not created, and the link
+/// is left for the user to look at.
+#[cfg(unix)]
+#[test]
+fn a_link_planted_at_the_partial_name_is_refused_not_followed() {
+    let server = Server::start().unwrap();
+    let bytes = std::fs::read(common::fixtures().join("valid/minimal_bf16.safetensors")).unwrap();
+    server.put("/x/m.safetensors", bytes);
+    let url = format!("{}/x/m.safetensors", server.url());
+    let outside = tempfile::tempdir().unwrap();
+    let victim = outside.path().join("victim");
+    std::fs::write(&victim, b"precious").unwrap();
+    let dest = tempfile::tempdir().unwrap();
+    let planted = ".m.safetensors.tensorfile-partial";
+    std::os::unix::fs::symlink(&victim, dest.path().join(planted)).unwrap();
+    let e = fetch(&url, dest.path(), &small_chunks(2), &options(), &()).unwrap_err();
+    assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+    assert!(is_unsafe_partial(&e), "{e:?}");
+    assert!(e.to_string().contains(planted), "{e}");
+    assert_eq!(names(dest.path()), [planted]);
+    assert!(dest.path().join(planted).is_symlink());
+}
+
+/// A link planted at the partial file's note is neither read through nor
+/// written through: the note of a fetch that stops part way replaces the
+/// link, and the file it pointed to is untouched.
+#[cfg(unix)]
+#[test]
+fn a_link_planted_at_the_partial_note_is_replaced_not_followed() {
+    let server = Server::start().unwrap();
+    server.put("/m/big.safetensors", big_file());
+    let url = format!("{}/m/big.safetensors", server.url());
+    let outside = tempfile::tempdir().unwrap();
+    let victim = outside.path().join("victim");
+    std::fs::write(&victim, b"precious").unwrap();
+    let dest = tempfile::tempdir().unwrap();
+    let note = dest.path().join(".big.safetensors.tensorfile-partial.json");
+    std::os::unix::fs::symlink(&victim, &note).unwrap();
+    // A budget of 10 requests stops it part way, and the note is written.
+    let client = Client::new(
+        common::fast()
+            .with_chunk_size(16 << 10)
+            .with_concurrency(2)
+            .with_max_requests(Some(10)),
+    );
+    fetch(&url, dest.path(), &client, &options(), &()).unwrap_err();
+    assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+    assert!(!note.is_symlink());
+    assert!(!dest.path().join("big.safetensors").exists());
+}
+
+/// Anything but a regular file at the partial name (a FIFO here) is
+/// refused as such, naming it, and left where it is.
+#[cfg(unix)]
+#[test]
+fn a_fifo_at_the_partial_name_is_refused() {
+    let server = Server::start().unwrap();
+    let bytes = std::fs::read(common::fixtures().join("valid/minimal_bf16.safetensors")).unwrap();
+    server.put("/x/m.safetensors", bytes);
+    let url = format!("{}/x/m.safetensors", server.url());
+    let dest = tempfile::tempdir().unwrap();
+    let fifo = dest.path().join(".m.safetensors.tensorfile-partial");
+    let status = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let e = fetch(&url, dest.path(), &small_chunks(2), &options(), &()).unwrap_err();
+    assert!(is_unsafe_partial(&e), "{e:?}");
+    assert!(e.to_string().contains("tensorfile-partial"), "{e}");
+    assert_eq!(names(dest.path()), [".m.safetensors.tensorfile-partial"]);
 }

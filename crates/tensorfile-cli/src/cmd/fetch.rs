@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 
 use serde_json::json;
 use tensorfile_remote::fetch::{fetch, FetchOptions, Outcome};
-use tensorfile_remote::{Client, RemoteOptions};
+use tensorfile_remote::Client;
 
 use super::{out, Failure};
 use crate::progress::Progress;
@@ -60,6 +60,12 @@ impl tensorfile_remote::fetch::Progress for Bar {
             bar.inc(bytes);
         }
     }
+    fn note(&self, message: &str) {
+        match self.0.get() {
+            Some(bar) => bar.suspend(|| super::warn(message)),
+            None => super::warn(message),
+        }
+    }
 }
 
 /// Copies SOURCE to DEST; exit 1 when a request, a write or a verification fails.
@@ -76,7 +82,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         ));
     }
     let client = Client::new(
-        RemoteOptions::default()
+        super::remote::options()
             .with_concurrency(args.concurrency)
             .with_chunk_size(args.chunk_size),
     );

@@ -69,7 +69,7 @@ pub(crate) struct Named {
 
 impl Named {
     /// Creates a new temporary file beside `target` in `dir`.
-    fn create(dir: &Arc<Dir>, target: &OsStr) -> io::Result<(File, Named)> {
+    pub(crate) fn create(dir: &Arc<Dir>, target: &OsStr) -> io::Result<(File, Named)> {
         let mut last = None;
         for _ in 0..16 {
             let name = temp::temp_name(target);

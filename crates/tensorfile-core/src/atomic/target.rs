@@ -82,13 +82,13 @@ pub(crate) fn resolve(path: &Path) -> Result<Target> {
 }
 
 #[cfg(unix)]
-fn permission_bits(meta: &fs::Metadata) -> u32 {
+pub(crate) fn permission_bits(meta: &fs::Metadata) -> u32 {
     use std::os::unix::fs::PermissionsExt;
     meta.permissions().mode() & 0o777
 }
 
 #[cfg(not(unix))]
-fn permission_bits(meta: &fs::Metadata) -> u32 {
+pub(crate) fn permission_bits(meta: &fs::Metadata) -> u32 {
     if meta.permissions().readonly() {
         0o444
     } else {

@@ -295,6 +295,40 @@ mod sys {
             Ok(unsafe { File::from_raw_fd(fd) })
         }
 
+        /// Opens the file `name` for reading (and writing, if `write`),
+        /// creating it if `create` (mode 0666 less the umask), never
+        /// following a symbolic link (`ELOOP` then) and never blocking on
+        /// a FIFO; what was opened is the caller's to check (`fstat`).
+        pub(crate) fn open_nofollow(
+            &self,
+            name: &OsStr,
+            write: bool,
+            create: bool,
+        ) -> io::Result<File> {
+            let c = c_name(name)?;
+            let mut flags = libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK;
+            flags |= if write { libc::O_RDWR } else { libc::O_RDONLY };
+            if create {
+                flags |= libc::O_CREAT;
+            }
+            // SAFETY: as in `create_named`.
+            let fd = check(|| unsafe {
+                libc::openat(
+                    self.fd.as_raw_fd(),
+                    c.as_ptr(),
+                    flags,
+                    0o666 as libc::c_uint,
+                )
+            })?;
+            // SAFETY: as in `create_named`.
+            let file = unsafe { File::from_raw_fd(fd) };
+            // Back to blocking I/O (it only mattered for opening a FIFO).
+            // SAFETY: fcntl on a descriptor we own.
+            let status = check(|| unsafe { libc::fcntl(fd, libc::F_GETFL) })?;
+            check(|| unsafe { libc::fcntl(fd, libc::F_SETFL, status & !libc::O_NONBLOCK) })?;
+            Ok(file)
+        }
+
         /// Renames `from` to `to`, replacing `to`.
         pub(crate) fn rename(&self, from: &OsStr, to: &OsStr) -> io::Result<()> {
             let (from, to) = (c_name(from)?, c_name(to)?);
@@ -444,6 +478,24 @@ impl Dir {
             .read(true)
             .write(true)
             .open(self.path.join(name))
+    }
+
+    pub(crate) fn open_nofollow(
+        &self,
+        name: &OsStr,
+        write: bool,
+        create: bool,
+    ) -> io::Result<File> {
+        let path = self.path.join(name);
+        if std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink()) {
+            return Err(io::Error::other("a symbolic link"));
+        }
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(write)
+            .create(create)
+            .truncate(false)
+            .open(path)
     }
 
     pub(crate) fn rename(&self, from: &OsStr, to: &OsStr) -> io::Result<()> {
