@@ -163,7 +163,13 @@ class TensorSlice:
         fw = self._owner._framework
         if fw.name == "pt" and self._dtype != "F4":
             # The reference indexes a torch tensor: torch's rules.
-            return self._by_torch_rules(index, fw, _index.torch_rules())
+            rules = _index.torch_rules()
+            plan = _index.plan_torch(index, self._shape, rules)
+            if plan.advanced is not None and _frameworks.is_cpu(self._owner._device):
+                # torch itself over the whole tensor, which is mapped where
+                # the file is: only the pages the index selects are read.
+                return self._owner.get_tensor(self._name)[index]
+            return self._by_torch_rules(index, fw, rules)
         plan = _index.plan(index, self._shape)
         if plan.empty:
             return fw.empty(self._dtype, plan.shape, self._owner._device)
