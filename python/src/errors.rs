@@ -1,7 +1,8 @@
 //! The library's errors as Python exceptions.
 //!
 //! Everything becomes a `SafetensorError` (the reference's one exception
-//! class) carrying the library's message, which names the rule and the
+//! class, here a `ValueError` as the format page says a reader's rejection
+//! is, so `except ValueError` catches it too) carrying the library's message, which names the rule and the
 //! place, with the rule's number in its `rule` attribute (`None` for errors
 //! that break no reader rule) and the file in `path`; except a missing
 //! file, which is a `FileNotFoundError` worded as the reference words it.
@@ -9,16 +10,16 @@
 use std::io;
 
 use pyo3::create_exception;
-use pyo3::exceptions::{PyException, PyFileNotFoundError};
+use pyo3::exceptions::{PyFileNotFoundError, PyValueError};
 use pyo3::prelude::*;
 
 create_exception!(
     tensorfile,
     SafetensorError,
-    PyException,
+    PyValueError,
     "An error of tensorfile: a file that breaks a reader rule (the message names the rule and \
      the place; `rule` holds its number), a failed read or write, a tensor that is not there, \
-     a refused request."
+     a refused request. A ValueError, as the format page says a reader rejects a bad file."
 );
 
 /// The error of a path that does not exist, as the reference says it.

@@ -139,7 +139,8 @@ def torch_dtype(torch: Any, code: str) -> Any:
     return dtype
 
 
-def _is_cpu(device: Any) -> bool:
+def is_cpu(device: Any) -> bool:
+    """Whether `device` names the CPU (None is the CPU)."""
     return device is None or device == "cpu" or str(device) == "cpu"
 
 
@@ -165,7 +166,7 @@ def as_torch(buffer: Any, device: Any = "cpu") -> Any:
     tensor = torch.from_numpy(carrier)
     if tensor.dtype != dtype:
         tensor = tensor.view(dtype)
-    if not _is_cpu(device):
+    if not is_cpu(device):
         tensor = tensor.to(_torch_device(device))
     return tensor
 
@@ -208,7 +209,7 @@ def _numpy_empty(code: str, shape: Tuple[int, ...], device: Any) -> Any:
 def _torch_empty(code: str, shape: Tuple[int, ...], device: Any) -> Any:
     import torch
 
-    device = "cpu" if _is_cpu(device) else _torch_device(device)
+    device = "cpu" if is_cpu(device) else _torch_device(device)
     return torch.empty(shape, dtype=torch_dtype(torch, code), device=device)
 
 
@@ -258,7 +259,7 @@ def framework(name: Any, device: Any) -> Framework:
             importlib.import_module("mlx.core")
         except ImportError as e:
             raise SafetensorError(f"framework mlx needs mlx installed: {e}") from e
-    if chosen is not _TORCH and not _is_cpu(device):
+    if chosen is not _TORCH and not is_cpu(device):
         raise SafetensorError(f"Device {device} is not supported for framework {chosen.name}")
     return chosen
 

@@ -9,12 +9,21 @@ stop past the end, or a start past it, raises "Error during slicing [..] with
 shape [..]: index N out of bounds for tensor dimension #d of size n"; a
 negative index before the start raises "Invalid index -6 for dimension 1 of
 size 5"; non-empty lists are refused; steps must be positive.
+
+With ``framework="pt"`` the reference indexes a torch tensor, so
+:func:`plan_torch` follows torch's rules instead (``torch/csrc/autograd/
+python_variable_indexing.cpp``): stops past the end clamp, a list, array or
+tensor indexes ("advanced" indexing), an integer out of range raises
+IndexError, a step below one ValueError. The part torch does first (integers,
+slices, None, Ellipsis) is read by the native slicer, so only those bytes are
+read; the advanced part is then applied by the framework to what was read.
 """
 
 from __future__ import annotations
 
+import collections.abc
 import operator
-from typing import Any, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -170,3 +179,261 @@ def plan(index: Any, shape: Sequence[int]) -> Plan:
         axis += 1
     out_shape.extend(dims[axis:])
     return Plan(args, tuple(out_shape), empty)
+
+
+class IndexRules:
+    """How a framework turns index objects into index arrays, as torch does
+    (``indexing_tensor_from_data``): the torch rules for ``pt``; numpy's
+    arrays standing in for torch's tensors to check the plan without torch."""
+
+    def is_array(self, obj: Any) -> bool:
+        """Whether ``obj`` is the framework's own tensor (used as it is)."""
+        raise NotImplementedError
+
+    def from_sequence(self, obj: Any) -> Any:
+        """A sequence (list, numpy array) as torch converts it: a bool or
+        uint8 mask stays one, anything else becomes int64."""
+        raise NotImplementedError
+
+    def positions(self, keep: bool) -> Any:
+        """The index torch gives a Python bool on its new dimension: ``[0]``
+        for True, none for False."""
+        raise NotImplementedError
+
+    def is_mask(self, array: Any) -> bool:
+        """A bool or uint8 array: a mask over as many dimensions as it has."""
+        raise NotImplementedError
+
+    def is_integral(self, array: Any) -> bool:
+        """An array of integers (or bools)."""
+        raise NotImplementedError
+
+
+class _NumpyRules(IndexRules):
+    def is_array(self, obj: Any) -> bool:
+        # torch reads numpy arrays as sequences.
+        return False
+
+    def from_sequence(self, obj: Any) -> Any:
+        array = np.asarray(obj)
+        if array.dtype.kind not in "biuf":
+            raise TypeError(f"new(): invalid data type '{array.dtype}'")
+        if array.dtype == np.bool_:
+            return array
+        if array.dtype == np.uint8:
+            return array.astype(np.bool_)
+        return array.astype(np.int64)
+
+    def positions(self, keep: bool) -> Any:
+        return np.zeros(1 if keep else 0, dtype=np.int64)
+
+    def is_mask(self, array: Any) -> bool:
+        return bool(array.dtype == np.bool_)
+
+    def is_integral(self, array: Any) -> bool:
+        return array.dtype.kind in "biu"
+
+
+class _TorchRules(IndexRules):
+    def __init__(self, torch: Any) -> None:
+        self.torch = torch
+
+    def is_array(self, obj: Any) -> bool:
+        return isinstance(obj, self.torch.Tensor)
+
+    def from_sequence(self, obj: Any) -> Any:
+        torch = self.torch
+        tensor = torch.tensor(obj)
+        if tensor.dtype in (torch.bool, torch.uint8):
+            return tensor
+        return tensor.to(torch.int64)
+
+    def positions(self, keep: bool) -> Any:
+        return self.torch.zeros(1 if keep else 0, dtype=self.torch.int64)
+
+    def is_mask(self, array: Any) -> bool:
+        return array.dtype in (self.torch.bool, self.torch.uint8)
+
+    def is_integral(self, array: Any) -> bool:
+        return not (array.dtype.is_floating_point or array.dtype.is_complex)
+
+
+#: numpy arrays standing in for torch's tensors (no torch needed).
+NUMPY_RULES: IndexRules = _NumpyRules()
+
+
+def torch_rules() -> IndexRules:
+    """torch's own rules (imports torch)."""
+    import torch
+
+    return _TorchRules(torch)
+
+
+def _is_long(obj: Any) -> bool:
+    """An integer as torch's THPUtils_checkLong sees one: a Python int that
+    is not a bool, or a numpy integer scalar."""
+    return (isinstance(obj, int) and not isinstance(obj, bool)) or isinstance(obj, np.integer)
+
+
+def _is_sequence(obj: Any) -> bool:
+    """What PySequence_Check accepts among index objects."""
+    return isinstance(obj, (collections.abc.Sequence, np.ndarray)) and not isinstance(obj, dict)
+
+
+def _as_tuple(index: Any, rules: IndexRules) -> bool:
+    """torch's treatSequenceAsTuple: a short list holding a sequence, a
+    slice, a tensor, None or Ellipsis is read as a tuple (deprecated)."""
+    if isinstance(index, tuple):
+        return True
+    if rules.is_array(index) or type(index) is np.ndarray or not _is_sequence(index):
+        return False
+    try:
+        items = list(index)
+    except Exception:  # noqa: BLE001 - torch clears the error and moves on
+        return False
+    if len(items) >= 32:
+        return False
+    return any(
+        rules.is_array(it) or _is_sequence(it) or isinstance(it, slice) or it is None or it is Ellipsis
+        for it in items
+    )
+
+
+def _slice_bound(value: Any) -> Optional[int]:
+    if value is None:
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError("slice indices must be integers or None or have an __index__ method") from None
+
+
+def _unpack_slice(item: slice) -> Tuple[Optional[int], Optional[int], int]:
+    """A slice's bounds and step, checked as torch checks them."""
+    start, stop = _slice_bound(item.start), _slice_bound(item.stop)
+    step = 1 if item.step is None else _slice_bound(item.step)
+    if step == 0:
+        raise ValueError("slice step cannot be zero")
+    if step is None or step < 0:
+        raise ValueError("step must be greater than zero")
+    return start, stop, step
+
+
+class TorchPlan:
+    """An index parsed by torch's rules: the native arguments of the part
+    torch applies first (one per dimension of the tensor), the shape of
+    what that gives (with the dimensions None and bools add), and the
+    advanced index to apply to it then (None when there is none)."""
+
+    def __init__(self, args: List[NativeArg], shape: Tuple[int, ...], advanced: Optional[Tuple[Any, ...]]) -> None:
+        self.args = args
+        self.shape = shape
+        self.advanced = advanced
+
+    @property
+    def empty(self) -> bool:
+        """Whether the first part has no elements (nothing to read)."""
+        return 0 in self.shape
+
+
+def plan_torch(index: Any, shape: Sequence[int], rules: IndexRules) -> TorchPlan:
+    """Parses ``index`` against ``shape`` as torch's ``Tensor.__getitem__``
+    does, raising the exceptions torch raises (IndexError, ValueError,
+    TypeError) for what it raises them (see the module documentation)."""
+    if isinstance(index, slice):
+        # torch checks a lone slice before the tensor's dimensions.
+        _unpack_slice(index)
+    items = list(index) if _as_tuple(index, rules) else [index]
+    ndim = len(shape)
+    specified = 0
+    for item in items:
+        if rules.is_array(item):
+            specified += item.ndim if rules.is_mask(item) else 1
+        elif not (item is None or item is Ellipsis or item is True or item is False):
+            specified += 1
+    if specified > ndim:
+        raise IndexError(f"too many indices for tensor of dimension {ndim}")
+    # The dimensions of the result so far: (axis of the tensor or None for
+    # an added one, length).
+    dims: List[Tuple[Optional[int], int]] = [(axis, n) for axis, n in enumerate(shape)]
+    args: List[NativeArg] = [(0, n, 1) for n in shape]
+    # Advanced indexes by the dimension they start at: (index, how many
+    # dimensions it spans: a mask spans as many as it has).
+    advanced: Dict[int, Tuple[Any, int]] = {}
+    dim = 0
+
+    def select(at: int, position: int) -> None:
+        if dim >= len(dims):
+            if not dims:
+                raise IndexError("invalid index of a 0-dim tensor")
+            raise IndexError(f"Dimension out of range (got {dim} for {len(dims)} dimensions)")
+        axis, n = dims[dim]
+        if not -n <= at < n:
+            raise IndexError(f"index {at} is out of bounds for dimension {position} with size {n}")
+        if axis is not None:
+            args[axis] = at + n if at < 0 else at
+        del dims[dim]
+
+    def add_dimension(record: Any = None) -> None:
+        nonlocal dim
+        dims.insert(dim, (None, 1))
+        if record is not None:
+            advanced[dim] = (record, 1)
+        dim += 1
+
+    def tensor(array: Any, position: int) -> None:
+        nonlocal dim
+        if array.ndim == 0 and rules.is_integral(array):
+            if rules.is_mask(array):
+                add_dimension(rules.positions(bool(array.item())))
+            else:
+                select(int(array.item()), position)
+            return
+        span = array.ndim if rules.is_mask(array) else 1
+        advanced[dim] = (array, span)
+        dim += span
+
+    for position, item in enumerate(items):
+        if _is_long(item):
+            select(int(item), position)
+        elif isinstance(item, slice):
+            start, stop, step = _unpack_slice(item)
+            if dim >= len(dims):
+                raise IndexError(f"Dimension out of range (got {dim} for {len(dims)} dimensions)")
+            axis, n = dims[dim]
+            first, last, _ = slice(start, stop, step).indices(n)
+            last = max(last, first)
+            if axis is not None:
+                args[axis] = (first, last, step)
+            dims[dim] = (axis, -(-(last - first) // step))
+            dim += 1
+        elif item is Ellipsis:
+            dim += ndim - specified
+        elif item is None:
+            add_dimension()
+        elif item is True or item is False:
+            add_dimension(rules.positions(item))
+        elif rules.is_array(item):
+            tensor(item, position)
+        elif _is_sequence(item):
+            tensor(rules.from_sequence(item), position)
+        else:
+            try:
+                at = operator.index(item)
+            except TypeError:
+                raise IndexError(
+                    "only integers, slices (`:`), ellipsis (`...`), None and long or byte "
+                    f"Variables are valid indices (got {type(item).__name__})"
+                ) from None
+            select(at, position)
+    rest: Optional[Tuple[Any, ...]] = None
+    if advanced:
+        # The advanced indexes at their dimensions, full slices between.
+        parts: List[Any] = []
+        d = 0
+        while d <= max(advanced):
+            array, span = advanced.get(d, (slice(None), 1))
+            parts.append(array)
+            d += span
+        rest = tuple(parts)
+    return TorchPlan(args, tuple(n for _, n in dims), rest)

@@ -8,10 +8,11 @@ __version__: str
 
 PathLike = Union[str, "os.PathLike[str]"]
 
-class SafetensorError(Exception):
+class SafetensorError(ValueError):
     """An error of tensorfile: a file that breaks a reader rule (the message
     names the rule and the place), a failed read or write, a tensor that is
-    not there, a refused request."""
+    not there, a refused request. A ValueError, as the format page says a
+    reader rejects a bad file."""
 
     #: The number (1 to 5) of the format's reader rule the file breaks, or None.
     rule: Optional[int]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import io
 import os
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 from . import _frameworks, _index
 from ._native import Handle, SafetensorError, is_float
@@ -168,14 +168,38 @@ class TensorSlice:
         return self._shape[0]
 
     def __getitem__(self, index: Any) -> Any:
-        owner = self._owner
-        fw = owner._framework
+        fw = self._owner._framework
+        if fw.name == "pt" and self._dtype != "F4":
+            # The reference indexes a torch tensor: torch's rules.
+            rules = _index.torch_rules()
+            plan = _index.plan_torch(index, self._shape, rules)
+            if plan.advanced is not None and _frameworks.is_cpu(self._owner._device):
+                # torch itself over the whole tensor, which is mapped where
+                # the file is: only the pages the index selects are read.
+                return self._owner.get_tensor(self._name)[index]
+            return self._by_torch_rules(index, fw, rules)
         plan = _index.plan(index, self._shape)
         if plan.empty:
-            return fw.empty(self._dtype, plan.shape, owner._device)
-        buffer = owner._handle.slice(self._name, plan.args)
+            return fw.empty(self._dtype, plan.shape, self._owner._device)
+        return self._read(plan.args, plan.shape, fw)
+
+    def _by_torch_rules(self, index: Any, fw: Any, rules: "_index.IndexRules") -> Any:
+        """``index`` by torch's rules: the basic part read natively, the
+        advanced part applied by ``fw`` to what was read."""
+        plan = _index.plan_torch(index, self._shape, rules)
+        if plan.empty:
+            tensor = fw.empty(self._dtype, plan.shape, self._owner._device)
+        else:
+            tensor = self._read(plan.args, plan.shape, fw)
+        if plan.advanced is not None:
+            tensor = tensor[plan.advanced]
+        return tensor
+
+    def _read(self, args: List[Any], shape: Tuple[int, ...], fw: Any) -> Any:
+        """The native slice of ``args``, in ``fw``'s tensor of ``shape``."""
+        owner = self._owner
+        buffer = owner._handle.slice(self._name, args)
         tensor = fw.convert(buffer, owner._device)
-        shape = plan.shape
         if self._dtype == "F4" and shape:
             # The carrier holds a byte per pair of values.
             shape = shape[:-1] + (shape[-1] // 2,)

@@ -285,3 +285,28 @@ def test_frameworks_are_imported_only_when_asked_for(sample):
         "assert 'torch' not in sys.modules and 'mlx' not in sys.modules, sorted(sys.modules)\n"
     )
     subprocess.run([sys.executable, "-c", script], check=True)
+
+
+def test_safetensor_error_is_a_value_error(tmp_path):
+    """The format page says a reader rejects a bad file with ValueError:
+    SafetensorError is one, and still what `except SafetensorError` (the
+    reference's class, as the reference's code names it) and `except
+    Exception` catch."""
+    import tensorfile
+
+    assert issubclass(tensorfile.SafetensorError, ValueError)
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(b"\x05\x00\x00\x00\x00\x00\x00\x00{}")
+    for caught in (ValueError, tensorfile.SafetensorError, Exception):
+        try:
+            tensorfile.safe_open(bad, "np")
+        except caught as e:
+            assert isinstance(e, tensorfile.SafetensorError) and isinstance(e, ValueError)
+        else:
+            pytest.fail(f"{bad} was accepted")
+    with pytest.raises(ValueError) as e:
+        tensorfile.deserialize(b"\x00")
+    assert type(e.value) is tensorfile.SafetensorError
+    # Raised from the package's Python code too.
+    with pytest.raises(ValueError):
+        tensorfile.safe_open(bad, "nonsense")

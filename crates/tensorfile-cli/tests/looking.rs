@@ -109,7 +109,14 @@ fn diff_of_a_file_with_itself_its_cast_and_a_change() {
     );
     assert!(t["max_rel_diff"].as_f64().unwrap() <= 2f64.powi(-8));
     assert!(t["cosine"].as_f64().unwrap() > 0.9999);
-    assert_eq!(run(&[&"diff", &"--exact", &a, &bf]).status.code(), Some(1));
+    // --exact fails it, and its verdict (text and JSON) says `differs`.
+    let o = run(&[&"diff", &"--exact", &"--json", &a, &bf]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(json(&o)["verdict"], "differs");
+    let o = run(&[&"diff", &"--exact", &a, &bf]);
+    assert_eq!(o.status.code(), Some(1));
+    let text = String::from_utf8(o.stdout).unwrap();
+    assert!(text.trim_end().ends_with("differs"), "{text}");
 
     // One element changed: beyond, at its index, exit 1; figures as
     // computed here.

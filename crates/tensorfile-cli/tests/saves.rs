@@ -13,7 +13,9 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
-use tensorfile_testkit::{entries, fixture, sparse_file, sparse_gib_f32 as big_float, stderr};
+use tensorfile_testkit::{
+    default_signals, entries, fixture, sparse_file, sparse_gib_f32 as big_float, stderr,
+};
 
 const OLD: &[u8] = b"the old output, which must survive";
 
@@ -71,9 +73,13 @@ impl Drop for Running {
     }
 }
 
+/// Starts `tensorfile ARGS` to be signalled: with the default signal
+/// dispositions, not the ones the test run inherited (a background job's
+/// SIGINT is ignored).
 fn spawn(args: &[&OsStr], named: bool) -> Running {
     let mut cmd = Command::new(bin());
-    cmd.args(args)
+    default_signals(&mut cmd)
+        .args(args)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .stdin(Stdio::null());

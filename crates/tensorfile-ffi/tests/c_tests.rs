@@ -580,6 +580,44 @@ fn the_library_has_a_versioned_soname() {
     assert_eq!(soname(&built), "libtensorfile.so.0");
 }
 
+/// A program links against the build tree as it stands after `cargo
+/// build`: exactly `-L <profile dir> -ltensorfile -Wl,-rpath,<profile dir>`,
+/// and it starts, because the build left `libtensorfile.so.0` (the SONAME
+/// the program asks the loader for) beside `libtensorfile.so`.
+#[test]
+fn a_program_linked_against_the_build_tree_runs() {
+    let profile_dir = build_library();
+    let link = profile_dir.join("libtensorfile.so.0");
+    let target = std::fs::read_link(&link)
+        .unwrap_or_else(|e| panic!("{}: not a symbolic link: {e}", link.display()));
+    assert_eq!(target, Path::new("libtensorfile.so"), "a relative link");
+    let work = tempfile::tempdir().expect("a temporary directory");
+    let source = work.path().join("version.c");
+    std::fs::write(
+        &source,
+        "#include <stdio.h>\n#include \"tensorfile.h\"\n\
+         int main(void) { printf(\"%s\\n\", fs_version()); return 0; }\n",
+    )
+    .expect("write the program");
+    let exe = work.path().join("version");
+    let mut compile = c_compiler();
+    compile.arg(&source);
+    link_and_build(compile, &profile_dir, &exe);
+    let output = runner(&exe)
+        .env_remove("LD_LIBRARY_PATH")
+        .output()
+        .expect("run it");
+    assert!(
+        output.status.success(),
+        "it does not start: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout).trim_end(),
+        env!("CARGO_PKG_VERSION")
+    );
+}
+
 /// The README's C example (its one ` ```c ` block) compiles with the
 /// strict flags and does what it says: it reads `w` from model.safetensors
 /// and writes out.safetensors, in the directory it runs in.

@@ -178,6 +178,27 @@ impl Bounded {
     }
 }
 
+/// Gives the process `command` starts the default disposition of SIGINT,
+/// SIGTERM, SIGHUP and SIGPIPE, whatever the test run inherited: a shell
+/// starts a background job (`cmd &`, `( trap '' INT; ... )`) with SIGINT
+/// ignored, and an ignored signal stays ignored across `exec`, so a test
+/// that signals its child would otherwise see it carry on. Unix only.
+pub fn default_signals(command: &mut Command) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: signal(2) is async-signal-safe, the only call between fork
+    // and exec.
+    unsafe {
+        command.pre_exec(|| {
+            for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGPIPE] {
+                if libc::signal(sig, libc::SIG_DFL) == libc::SIG_ERR {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        })
+    }
+}
+
 /// Runs `bin` with `args` as a hostile input's test needs it: no standard
 /// input, default signal dispositions (whatever the test run inherited),
 /// `RLIMIT_AS` set to `limits.address_space`, killed at twice
@@ -200,12 +221,10 @@ where
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+    default_signals(&mut command);
     // SAFETY: only async-signal-safe calls between fork and exec.
     unsafe {
         command.pre_exec(move || {
-            for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGPIPE] {
-                libc::signal(sig, libc::SIG_DFL);
-            }
             let lim = libc::rlimit {
                 rlim_cur: address_space as libc::rlim_t,
                 rlim_max: address_space as libc::rlim_t,
@@ -322,6 +341,26 @@ impl Rng {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn default_signals_undo_an_inherited_ignore() {
+        use std::os::unix::process::ExitStatusExt;
+        // This process ignores SIGINT, as a background job does; a shell
+        // that sends itself SIGINT carries on unless default_signals
+        // restored the default.
+        let shell = || {
+            let mut c = Command::new("sh");
+            c.args(["-c", "kill -INT $$; exit 3"]);
+            c
+        };
+        // SAFETY: plain signal(2) calls; the old disposition comes back.
+        let old = unsafe { libc::signal(libc::SIGINT, libc::SIG_IGN) };
+        let inherited = shell().output();
+        let restored = default_signals(&mut shell()).output();
+        unsafe { libc::signal(libc::SIGINT, old) };
+        assert_eq!(inherited.unwrap().status.code(), Some(3));
+        assert_eq!(restored.unwrap().status.signal(), Some(libc::SIGINT));
+    }
 
     #[test]
     fn run_limited_reports_exit_time_and_memory() {

@@ -93,18 +93,15 @@ fn compare(args: Args) -> Result<ExitCode, Failure> {
     let options = DiffOptions::default()
         .with_tolerance(None)
         .with_atol(args.atol)
-        .with_rtol(args.rtol);
+        .with_rtol(args.rtol)
+        .with_exact(args.exact);
     let bar = Progress::values(values_to_compare(&ca, &cb), "comparing");
     let report = diff((&ca, oa.metadata()), (&cb, ob.metadata()), &options, &|n| {
         bar.inc(n)
     })?;
     drop(bar);
     let verdict = report.verdict();
-    let ok = match verdict {
-        Verdict::Same => true,
-        Verdict::Within => !args.exact,
-        Verdict::Differs => false,
-    };
+    let ok = verdict != Verdict::Differs;
     if args.json {
         out(to_json(&args, &report, verdict));
     } else {

@@ -132,10 +132,10 @@ pub enum Verdict {
     /// Everything bit-identical: names, dtypes, shapes, bytes, metadata.
     Same,
     /// The same tensors, every value within its tolerance (dtypes and
-    /// metadata may differ).
+    /// metadata may differ). Never the verdict of an exact comparison.
     Within,
     /// Tensors on one side only, moved, of another shape, or values beyond
-    /// the tolerance.
+    /// the tolerance; in an exact comparison, anything not bit-identical.
     Differs,
 }
 
@@ -163,10 +163,13 @@ pub struct Report {
     pub metadata: MetadataDiff,
     /// Every pair, by name.
     pub tensors: Vec<TensorDiff>,
+    /// Whether the comparison was exact ([`DiffOptions::exact`]).
+    pub exact: bool,
 }
 
 impl Report {
-    /// The verdict.
+    /// The verdict: in an exact comparison [`Verdict::Same`] or
+    /// [`Verdict::Differs`], never [`Verdict::Within`].
     pub fn verdict(&self) -> Verdict {
         let structure = !self.only_in_a.is_empty()
             || !self.only_in_b.is_empty()
@@ -176,6 +179,8 @@ impl Report {
             Verdict::Differs
         } else if self.metadata.is_empty() && self.tensors.iter().all(|t| t.identical) {
             Verdict::Same
+        } else if self.exact {
+            Verdict::Differs
         } else {
             Verdict::Within
         }
@@ -198,12 +203,17 @@ pub struct DiffOptions {
     pub atol: Option<f64>,
     /// The relative tolerance only.
     pub rtol: Option<f64>,
+    /// Judge bit for bit: anything short of the same names, dtypes, shapes,
+    /// bytes and metadata differs (the figures are still those of the
+    /// tolerance).
+    pub exact: bool,
 }
 
 tensorfile_core::with_fields!(DiffOptions {
     with_tolerance => tolerance: Option<Tolerance>,
     with_atol => atol: Option<f64>,
     with_rtol => rtol: Option<f64>,
+    with_exact => exact: bool,
 });
 
 fn values<'a>(c: &Catalog<'a>, i: Item<'_, 'a>) -> Result<Values<'a>> {
@@ -320,6 +330,7 @@ pub fn diff(
         renamed: matched.renamed,
         metadata: MetadataDiff::of(meta_a, meta_b),
         tensors,
+        exact: options.exact,
     })
 }
 
@@ -391,6 +402,12 @@ mod tests {
         );
         let r = diff((&c2a, None), (&c2b, None), &DiffOptions::default(), &|_| {}).unwrap();
         assert_eq!(r.verdict(), Verdict::Within);
+        // Exactly: it differs; itself is the same.
+        let exact = DiffOptions::default().with_exact(true);
+        let r = diff((&c2a, None), (&c2b, None), &exact, &|_| {}).unwrap();
+        assert_eq!(r.verdict(), Verdict::Differs);
+        let r = diff((&c2a, None), (&c2a, None), &exact, &|_| {}).unwrap();
+        assert_eq!(r.verdict(), Verdict::Same);
         // A changed value: beyond, at its index.
         let b3 = [t("w", Dtype::F32, &changed)];
         let r3b: Vec<&dyn TensorData> = vec![&b3[0]];
