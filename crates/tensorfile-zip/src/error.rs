@@ -51,6 +51,18 @@ pub enum ZipError {
         /// What went wrong.
         what: String,
     },
+    /// A member's bytes do not match the CRC-32 the central directory
+    /// records (checked by [`CrcCheck`](crate::CrcCheck) for callers that
+    /// read members whole, as `np.load` does).
+    #[error("zip: entry {entry:?}: its bytes have CRC-32 {actual:08x}, but the central directory records {expected:08x} (the member is corrupt)")]
+    Crc {
+        /// The member name.
+        entry: String,
+        /// The CRC-32 the central directory records.
+        expected: u32,
+        /// The CRC-32 of the bytes read.
+        actual: u32,
+    },
     /// A bound on what reading may hold was exceeded.
     #[error("zip: {what}: {needed} B, over the limit of {limit} B")]
     Limit {
@@ -100,7 +112,8 @@ impl ZipError {
             | ZipError::OutOfBounds { .. }
             | ZipError::Malformed { .. }
             | ZipError::DuplicateEntry(_)
-            | ZipError::Inflate { .. } => ErrorKind::Format,
+            | ZipError::Inflate { .. }
+            | ZipError::Crc { .. } => ErrorKind::Format,
         }
     }
 

@@ -18,8 +18,9 @@
 //!
 //! Hand-written rather than using the `zip` crate: some of its versions
 //! fail to open ordinary `torch.save` files and reject records whose CRC is
-//! 0, which torch itself loads. CRCs are not verified on read, as torch
-//! does not verify them either.
+//! 0, which torch itself loads. CRCs are not verified by the reader itself,
+//! as torch does not verify them either; a caller that reads a member whole
+//! and in order checks it with a [`CrcCheck`], as numpy's `np.load` does.
 //!
 //! ```
 //! use tensorfile_zip::ZipIndex;
@@ -36,5 +37,5 @@ pub mod read;
 pub mod write;
 
 pub use error::{Result, ZipError};
-pub use read::{Entry, Method, ReadLimits, ZipIndex};
+pub use read::{CrcCheck, Entry, Method, ReadLimits, ZipIndex};
 pub use write::{Member, ZipWriter};

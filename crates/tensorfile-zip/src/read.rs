@@ -43,8 +43,9 @@ pub struct Entry {
     pub compressed_size: u64,
     /// Length once inflated (equal to `compressed_size` for stored members).
     pub size: u64,
-    /// The CRC-32 the central directory records (not verified on read:
-    /// torch does not verify it either, and some writers leave 0).
+    /// The CRC-32 the central directory records (not verified by the
+    /// reads here: torch does not verify it, and some writers leave 0;
+    /// see [`Entry::verify_crc`]).
     pub crc32: u32,
 }
 
@@ -452,7 +453,53 @@ pub(crate) fn find_extra(mut extra: &[u8], id: u16) -> Option<&[u8]> {
     None
 }
 
+/// The CRC-32 of a member's bytes, computed as they go by (in order, from
+/// the first), for [`Entry::verify_crc`].
+#[derive(Debug, Default)]
+pub struct CrcCheck {
+    crc: flate2::Crc,
+}
+
+impl CrcCheck {
+    /// Nothing seen yet.
+    pub fn new() -> CrcCheck {
+        CrcCheck::default()
+    }
+
+    /// Takes in the next bytes of the member.
+    pub fn update(&mut self, bytes: &[u8]) {
+        self.crc.update(bytes);
+    }
+}
+
 impl Entry {
+    /// Checks the CRC-32 of the member's bytes, all taken in by `check`,
+    /// against the one the central directory records, as Python's
+    /// `zipfile` (and so `np.load`) does.
+    ///
+    /// # Errors
+    /// [`ZipError::Crc`] when they differ, [`ZipError::Inflate`] when
+    /// `check` has not taken in exactly the member's bytes.
+    pub fn verify_crc(&self, check: &CrcCheck) -> Result<()> {
+        // flate2 counts in 32 bits: the count is compared modulo 2^32.
+        if u64::from(check.crc.amount()) != self.size & u64::from(u32::MAX) {
+            return Err(self.inflate_err(format!(
+                "its CRC-32 was computed over {} bytes, not its {}",
+                check.crc.amount(),
+                self.size
+            )));
+        }
+        let actual = check.crc.sum();
+        if actual != self.crc32 {
+            return Err(ZipError::Crc {
+                entry: self.name.clone(),
+                expected: self.crc32,
+                actual,
+            });
+        }
+        Ok(())
+    }
+
     /// Where a stored member's bytes lie in the archive.
     pub fn stored_range(&self) -> Option<Range<u64>> {
         (self.method == Method::Stored)

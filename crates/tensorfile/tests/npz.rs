@@ -381,13 +381,14 @@ fn hostile_npy_files_are_refused_by_name_and_place() {
         "[".repeat(100_000)
     );
     assert!(matches!(refused(npy(&deep, &[])), NpzError::Header { .. }));
-    // Fortran order beyond the reordering budget.
+    // Fortran order with a reordering budget that cannot hold a block of
+    // one item and its output piece.
     let b = npy(
         "{'descr': '<f4', 'fortran_order': True, 'shape': (64, 64), }",
         &[0; 64 * 64 * 4],
     );
     let limits = NpzLimits {
-        max_reorder_bytes: 1024,
+        max_reorder_bytes: 7,
         ..NpzLimits::default()
     };
     let file = NpzFile::from_source(b, "x", &limits).unwrap();
@@ -399,7 +400,7 @@ fn hostile_npy_files_are_refused_by_name_and_place() {
             err.npz(),
             Some(NpzError::Memory {
                 bytes: 16384,
-                limit: 1024,
+                limit: 7,
                 ..
             })
         ),
@@ -480,4 +481,73 @@ fn errors_name_the_file() {
     std::fs::write(p, npy("{'descr': '<f4'}", &[])).unwrap();
     let err = NpzFile::open(p).unwrap_err();
     assert_eq!(err.file(), Some(p));
+}
+
+/// The C-order bytes of a Fortran-order array of `shape` whose item at
+/// Fortran position `f` is `item(f)`, by the definition.
+fn c_order_model(shape: &[u64], item: impl Fn(u64) -> [u8; 2]) -> Vec<u8> {
+    let numel: u64 = shape.iter().product();
+    let mut out = Vec::with_capacity(numel as usize * 2);
+    for c in 0..numel {
+        // C index -> multi-index -> Fortran position.
+        let (mut rest, mut f, mut stride) = (c, 0u64, 1u64);
+        let mut index = vec![0u64; shape.len()];
+        for k in (0..shape.len()).rev() {
+            index[k] = rest % shape[k];
+            rest /= shape[k];
+        }
+        for k in 0..shape.len() {
+            f += index[k] * stride;
+            stride *= shape[k];
+        }
+        out.extend_from_slice(&item(f));
+    }
+    out
+}
+
+#[test]
+fn fortran_arrays_reorder_within_any_budget() {
+    let item = |f: u64| (f as u16).wrapping_mul(7).wrapping_add(1).to_le_bytes();
+    for shape in [
+        vec![5u64, 7],
+        vec![3, 4, 5],
+        vec![2, 3, 1, 4, 3],
+        vec![1, 9, 1],
+        vec![40, 1, 3],
+        vec![2, 200],
+    ] {
+        let numel: u64 = shape.iter().product();
+        let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
+        let header = format!(
+            "{{'descr': '<u2', 'fortran_order': True, 'shape': ({},), }}",
+            dims.join(", ")
+        );
+        let data: Vec<u8> = (0..numel).flat_map(item).collect();
+        let one = npy(&header, &data);
+        let expected = c_order_model(&shape, item);
+        for method in [
+            tensorfile_zip::Method::Stored,
+            tensorfile_zip::Method::Deflated,
+        ] {
+            let mut zip = tensorfile_zip::ZipWriter::new(std::io::Cursor::new(Vec::new())).unwrap();
+            let mut m = zip.start("a.npy", method).unwrap();
+            m.write_all(&one).unwrap();
+            m.finish().unwrap();
+            let bytes = zip.finish().unwrap().into_inner();
+            // Budgets from one item per block to the whole array at once.
+            for budget in [8u64, 12, 30, 100, 1000, 1 << 30] {
+                let limits = NpzLimits {
+                    max_reorder_bytes: budget,
+                    ..NpzLimits::default()
+                };
+                let file = NpzFile::from_source(bytes.clone(), "x", &limits).unwrap();
+                let t = &file.tensors(None).unwrap()[0];
+                assert_eq!(
+                    bytes_of(t),
+                    expected,
+                    "shape {shape:?}, {method:?}, budget {budget}"
+                );
+            }
+        }
+    }
 }

@@ -4,16 +4,18 @@
 //! Stored little-endian C-order data is read by range; big-endian values
 //! are swapped and sub-byte values packed on the way (still by range).
 //! Deflated members are inflated in one pass ([`TensorData::produce`]);
-//! Fortran-order arrays are read whole (within
-//! [`NpzLimits::max_reorder_bytes`](super::NpzLimits)) and reordered.
+//! Fortran-order arrays are reordered a block at a time, one pass over
+//! the data per block, within
+//! [`NpzLimits::max_reorder_bytes`](super::NpzLimits).
 
 use tensorfile_core::writer::PIECE;
 
 use super::descr::{self, Element};
 use super::error::NpzError;
-use super::read::{zip_error, Bytes, NpyInfo, NpzFile};
+use super::read::{copy_overlap, zip_error, Bytes, NpyInfo, NpzFile};
 use crate::source::ByteSource;
 use crate::{Dtype, Error, Result, TensorData};
+use tensorfile_zip::CrcCheck;
 
 /// How stored bytes become the tensor's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -173,43 +175,189 @@ impl<'a, S: ByteSource> NpyArray<'a, S> {
             .map_err(|e| self.named(zip_error(e)))
     }
 
-    /// Every stored data byte, in C order (reordered when Fortran), held
-    /// in memory within the limit.
-    fn c_order_bytes(&self) -> tensorfile_core::Result<Vec<u8>> {
+    /// The stored data bytes (C or Fortran order) from `first` to `end`,
+    /// handed to `visit` in order, in pieces: read a piece at a time when
+    /// stored, inflated (from the member's start, nothing past `end`) when
+    /// deflated. With `crc`, every byte of the member (its `.npy` header
+    /// too) goes through it, and the member's CRC-32 is checked at the end.
+    fn scan(
+        &self,
+        first: u64,
+        end: u64,
+        mut crc: Option<&mut CrcCheck>,
+        visit: &mut dyn FnMut(u64, &[u8]),
+    ) -> tensorfile_core::Result<()> {
+        let data_start = self.info.header.data_offset;
+        let (lo, hi) = (data_start + first, data_start + end);
+        let entry = self.info.entry.as_ref().filter(|_| crc.is_some());
+        let (from, to) = match entry {
+            Some(_) => (0, self.info.bytes.len()),
+            None => (lo, hi),
+        };
+        let mut take = |at: u64, piece: &[u8]| {
+            if let Some(c) = crc.as_deref_mut() {
+                c.update(piece);
+            }
+            let (s, e) = (at.max(lo), (at + piece.len() as u64).min(hi));
+            if s < e {
+                visit(s - data_start, &piece[(s - at) as usize..(e - at) as usize]);
+            }
+        };
+        match &self.info.bytes {
+            Bytes::Stored { .. } => {
+                let mut buf = vec![0u8; (to - from).min(SCAN_PIECE) as usize];
+                let mut at = from;
+                while at < to {
+                    let n = (to - at).min(SCAN_PIECE) as usize;
+                    self.info
+                        .bytes
+                        .read(self.source(), at, &mut buf[..n])
+                        .map_err(|e| self.named(zip_error(e)))?;
+                    take(at, &buf[..n]);
+                    at += n as u64;
+                }
+            }
+            Bytes::Deflated(entry) => entry
+                .inflate_prefix(self.source(), to, take)
+                .map_err(|e| self.named(zip_error(e)))?,
+        }
+        if let (Some(entry), Some(crc)) = (entry, crc) {
+            entry
+                .verify_crc(crc)
+                .map_err(|e| self.named(zip_error(e)))?;
+        }
+        Ok(())
+    }
+
+    /// Reorders a Fortran-order array into C order a block at a time,
+    /// handing `each(offset, bytes)` the C-order stored bytes of every
+    /// block that overlaps `range` (whole blocks, in order of offset).
+    ///
+    /// A block is a run of C-order rows: the indices of the axes before
+    /// some axis `k` fixed, a range of axis `k`, every index of the axes
+    /// after it. It is gathered in one pass over the stored data (in
+    /// Fortran order its items are runs along axis `k`, one per index of
+    /// the later axes), then put in C order a piece at a time. At most
+    /// half of [`NpzLimits::max_reorder_bytes`](super::NpzLimits) is held
+    /// by a block, and the budget is shared by every array being
+    /// reordered at once.
+    fn reorder(
+        &self,
+        range: std::ops::Range<u64>,
+        mut crc: Option<&mut CrcCheck>,
+        each: &mut dyn FnMut(u64, &mut [u8]) -> tensorfile_core::Result<()>,
+    ) -> tensorfile_core::Result<()> {
+        let size = self.info.itemsize;
         let len = self.info.data_len();
-        let limit = self.file.limits().max_reorder_bytes;
+        let budget = self.file.limits().max_reorder_bytes;
+        // Axes of length 1 change neither order: without them the reorder
+        // is the same, with fewer axes.
+        let shape: Vec<u64> = self
+            .info
+            .header
+            .shape
+            .iter()
+            .copied()
+            .filter(|&d| d > 1)
+            .collect();
+        let n = shape.len();
+        let window = budget / 2;
+        if window < size {
+            return Err(self.named(
+                NpzError::Memory {
+                    array: self.info.name.clone(),
+                    bytes: len,
+                    limit: budget,
+                }
+                .into(),
+            ));
+        }
+        // Fortran strides in items; `fstride[n]` is the element count.
+        let mut fstride = vec![1u64; n + 1];
+        for j in 0..n {
+            fstride[j + 1] = fstride[j] * shape[j];
+        }
+        // The C-order bytes of one index of axis `j` (every later axis).
+        let rest_bytes = |j: usize| size * shape[j + 1..].iter().product::<u64>();
+        // The first axis whose rows fit the window (the last one always does).
+        let k = (0..n).find(|&j| rest_bytes(j) <= window).unwrap_or(n - 1);
+        let rows = (window / rest_bytes(k)).min(shape[k]);
+        let block_cap = rows * rest_bytes(k);
+        let columns: u64 = shape[k + 1..].iter().product();
+        let piece_cap = (PIECE as u64).min(block_cap);
+        let _held = Reservation::take(block_cap + piece_cap, budget);
         let too_much = || {
             self.named(
                 NpzError::Memory {
                     array: self.info.name.clone(),
                     bytes: len,
-                    limit,
+                    limit: budget,
                 }
                 .into(),
             )
         };
-        let factor = if self.info.reordered() { 2 } else { 1 };
-        if len.saturating_mul(factor) > limit {
-            return Err(too_much());
+        let mut block = Vec::new();
+        block
+            .try_reserve_exact(block_cap as usize)
+            .map_err(|_| too_much())?;
+        block.resize(block_cap as usize, 0);
+        let mut out = Vec::new();
+        out.try_reserve_exact(piece_cap as usize)
+            .map_err(|_| too_much())?;
+        let (fk, fk1) = (fstride[k], fstride[k + 1]);
+        // The indices of the axes before `k`, C order (last fastest).
+        let mut prefix = vec![0u64; k];
+        loop {
+            let prefix_at: u64 = prefix.iter().zip(&fstride).map(|(i, f)| i * f).sum();
+            let prefix_c: u64 = prefix
+                .iter()
+                .enumerate()
+                .map(|(j, i)| i * rest_bytes(j))
+                .sum();
+            let mut a = 0u64;
+            while a < shape[k] {
+                let t = rows.min(shape[k] - a);
+                let c_start = prefix_c + a * rest_bytes(k);
+                let c_len = t * rest_bytes(k);
+                if c_start < range.end && range.start < c_start + c_len {
+                    let base = prefix_at + a * fk;
+                    let last = base + (t - 1) * fk + (columns - 1) * fk1;
+                    let block = &mut block[..c_len as usize];
+                    // The first block's pass also checks the whole member.
+                    self.scan(
+                        base * size,
+                        (last + 1) * size,
+                        crc.take(),
+                        &mut |at, piece| {
+                            gather(block, at, piece, base, t, fk, fk1, columns, size);
+                        },
+                    )?;
+                    // The block is a Fortran-order array of its own shape:
+                    // put it in C order a piece of whole rows at a time.
+                    let mut block_shape = vec![t];
+                    block_shape.extend_from_slice(&shape[k + 1..]);
+                    let row = size * block_shape[block_shape.len() - 1];
+                    let rows_per_piece = (piece_cap / row).max(1);
+                    let total_rows = c_len / row;
+                    let mut r = 0u64;
+                    while r < total_rows {
+                        let m = rows_per_piece.min(total_rows - r);
+                        out.clear();
+                        out.resize((m * row) as usize, 0);
+                        fortran_to_c_rows(block, &mut out, &block_shape, size as usize, r);
+                        each(c_start + r * row, &mut out)?;
+                        r += m;
+                    }
+                }
+                a += t;
+            }
+            // The next prefix, last axis fastest; done after the last.
+            let Some(j) = (0..k).rev().find(|&j| prefix[j] + 1 < shape[j]) else {
+                return Ok(());
+            };
+            prefix[j] += 1;
+            prefix[j + 1..].iter_mut().for_each(|i| *i = 0);
         }
-        let n = usize::try_from(len).map_err(|_| too_much())?;
-        let mut stored = Vec::new();
-        stored.try_reserve_exact(n).map_err(|_| too_much())?;
-        stored.resize(n, 0);
-        self.read_stored(0, &mut stored)?;
-        if !self.info.reordered() {
-            return Ok(stored);
-        }
-        let mut c = Vec::new();
-        c.try_reserve_exact(n).map_err(|_| too_much())?;
-        c.resize(n, 0);
-        fortran_to_c(
-            &stored,
-            &mut c,
-            &self.info.header.shape,
-            self.info.itemsize as usize,
-        );
-        Ok(c)
     }
 
     /// The stored span (in C order) whose whole groups make the output
@@ -223,10 +371,84 @@ impl<'a, S: ByteSource> NpyArray<'a, S> {
     }
 }
 
-/// Reorders a Fortran-order array (`shape` slowest first, items of `size`
-/// bytes) into C order: item `(i0, .., in)` is at Fortran position
+/// Bytes of stored data read at a time when a block is gathered.
+const SCAN_PIECE: u64 = 4 << 20;
+
+/// Copies into `block` the items of one block found in `piece` (stored
+/// bytes at byte `at`): the block's items are, for each of `columns`
+/// columns `q`, the `t` items at Fortran positions `base + u * fk + q *
+/// fk1`, kept at `u + t * q` (the block as a Fortran-order array).
+#[allow(clippy::too_many_arguments)]
+fn gather(
+    block: &mut [u8],
+    at: u64,
+    piece: &[u8],
+    base: u64,
+    t: u64,
+    fk: u64,
+    fk1: u64,
+    columns: u64,
+    size: u64,
+) {
+    let (first, end) = (at / size, (at + piece.len() as u64).div_ceil(size));
+    // Columns that can hold an item of [first, end), found by arithmetic
+    // (a conservative range: the copies below clip).
+    let q_lo = first.saturating_sub(base + (t - 1) * fk) / fk1;
+    let q_hi = (end.saturating_sub(base) / fk1 + 1).min(columns);
+    let mut copy = |item: u64, items: u64, dest_item: u64| {
+        let dest = &mut block[(dest_item * size) as usize..((dest_item + items) * size) as usize];
+        copy_overlap(at, piece, item * size, dest);
+    };
+    for q in q_lo..q_hi {
+        let column = base + q * fk1;
+        if fk == 1 {
+            copy(column, t, t * q);
+            continue;
+        }
+        let u_lo = first.saturating_sub(column) / fk;
+        let u_hi = end.saturating_sub(column).div_ceil(fk).min(t);
+        for u in u_lo..u_hi {
+            copy(column + u * fk, 1, u + t * q);
+        }
+    }
+}
+
+/// The process-wide share of [`NpzLimits::max_reorder_bytes`](super::NpzLimits)
+/// held by the reorders running now (tensors are made in parallel).
+static HELD: (std::sync::Mutex<u64>, std::sync::Condvar) =
+    (std::sync::Mutex::new(0), std::sync::Condvar::new());
+
+/// Bytes of the reorder budget held until dropped.
+struct Reservation(u64);
+
+impl Reservation {
+    /// Waits until `bytes` fit `budget` beside what others hold (or
+    /// nothing else is held), then holds them.
+    fn take(bytes: u64, budget: u64) -> Reservation {
+        let (lock, freed) = &HELD;
+        let mut held = lock.lock().unwrap_or_else(|p| p.into_inner());
+        while *held > 0 && held.saturating_add(bytes) > budget {
+            held = freed.wait(held).unwrap_or_else(|p| p.into_inner());
+        }
+        *held += bytes;
+        Reservation(bytes)
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        let (lock, freed) = &HELD;
+        let mut held = lock.lock().unwrap_or_else(|p| p.into_inner());
+        *held -= self.0;
+        freed.notify_all();
+    }
+}
+
+/// Writes C-order rows `first_row..` of a Fortran-order array (`shape`
+/// slowest first, items of `size` bytes) into `dst` (whole rows of the
+/// last axis): item `(i0, .., in)` is at Fortran position
 /// `i0 + d0 * (i1 + d1 * (...))`.
-fn fortran_to_c(src: &[u8], dst: &mut [u8], shape: &[u64], size: usize) {
+fn fortran_to_c_rows(src: &[u8], dst: &mut [u8], shape: &[u64], size: usize, first_row: u64) {
     let n = shape.len();
     // Fortran strides in items: 1, d0, d0 * d1, ...
     let mut stride = vec![0usize; n];
@@ -236,21 +458,81 @@ fn fortran_to_c(src: &[u8], dst: &mut [u8], shape: &[u64], size: usize) {
         s *= shape[k] as usize;
     }
     let inner = shape[n - 1] as usize;
-    let step = stride[n - 1] * size;
+    // The first row's indices over the outer axes (last fastest).
     let mut index = vec![0usize; n - 1];
-    for row in dst.chunks_exact_mut(inner * size) {
-        let base: usize = index.iter().zip(&stride).map(|(i, s)| i * s).sum::<usize>() * size;
-        for (j, item) in row.chunks_exact_mut(size).enumerate() {
-            let from = base + j * step;
-            item.copy_from_slice(&src[from..from + size]);
-        }
-        // The next row: the odometer over the outer dimensions, last first.
-        for k in (0..n - 1).rev() {
-            index[k] += 1;
-            if index[k] < shape[k] as usize {
-                break;
+    let mut r = first_row as usize;
+    for k in (0..n - 1).rev() {
+        index[k] = r % shape[k] as usize;
+        r /= shape[k] as usize;
+    }
+    match size {
+        1 => rows_of::<1>(src, dst, &shape_usize(shape), &stride, &mut index),
+        2 => rows_of::<2>(src, dst, &shape_usize(shape), &stride, &mut index),
+        4 => rows_of::<4>(src, dst, &shape_usize(shape), &stride, &mut index),
+        8 => rows_of::<8>(src, dst, &shape_usize(shape), &stride, &mut index),
+        16 => rows_of::<16>(src, dst, &shape_usize(shape), &stride, &mut index),
+        _ => {
+            for row in dst.chunks_exact_mut(inner * size) {
+                let base: usize = index.iter().zip(&stride).map(|(i, s)| i * s).sum::<usize>();
+                for (j, item) in row.chunks_exact_mut(size).enumerate() {
+                    let from = (base + j * stride[n - 1]) * size;
+                    item.copy_from_slice(&src[from..from + size]);
+                }
+                next_row(&mut index, &shape_usize(shape));
             }
-            index[k] = 0;
+        }
+    }
+}
+
+fn shape_usize(shape: &[u64]) -> Vec<usize> {
+    shape.iter().map(|&d| d as usize).collect()
+}
+
+/// Steps the odometer over the outer dimensions to the next row.
+fn next_row(index: &mut [usize], shape: &[usize]) {
+    for k in (0..index.len()).rev() {
+        index[k] += 1;
+        if index[k] < shape[k] {
+            break;
+        }
+        index[k] = 0;
+    }
+}
+
+/// [`fortran_to_c_rows`] for items of `N` bytes, copied as arrays (a
+/// loop of whole items, quick in any build).
+fn rows_of<const N: usize>(
+    src: &[u8],
+    dst: &mut [u8],
+    shape: &[usize],
+    stride: &[usize],
+    index: &mut [usize],
+) {
+    let n = shape.len();
+    let (src, _) = src.as_chunks::<N>();
+    let (dst, _) = dst.as_chunks_mut::<N>();
+    let (step, inner) = (stride[n - 1], shape[n - 1]);
+    // Where each row starts in `src`.
+    let bases: Vec<usize> = (0..dst.len() / inner)
+        .map(|_| {
+            let base = index.iter().zip(stride).map(|(i, s)| i * s).sum();
+            next_row(index, shape);
+            base
+        })
+        .collect();
+    if step == 1 {
+        for (row, &base) in dst.chunks_exact_mut(inner).zip(&bases) {
+            row.copy_from_slice(&src[base..base + inner]);
+        }
+        return;
+    }
+    // Column by column across all the rows: the rows' items of one column
+    // are near each other in `src` (a Fortran column), so both sides stay
+    // in cache.
+    for j in 0..inner {
+        let at = j * step;
+        for (r, &base) in bases.iter().enumerate() {
+            dst[r * inner + j] = src[base + at];
         }
     }
 }
@@ -272,9 +554,13 @@ impl<S: ByteSource> TensorData for NpyArray<'_, S> {
         self.byte_len
     }
 
-    /// Stored C-order data is read by range; the rest is made in one pass.
+    /// The C-order data of a `.npy` file is read by range; the rest is
+    /// made in one pass (the arrays of an archive in one pass so that
+    /// their member's CRC-32 is checked, as `np.load` does).
     fn seekable(&self) -> bool {
-        matches!(self.info.bytes, Bytes::Stored { .. }) && !self.info.reordered()
+        matches!(self.info.bytes, Bytes::Stored { .. })
+            && self.info.entry.is_none()
+            && !self.info.reordered()
     }
 
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> tensorfile_core::Result<()> {
@@ -294,8 +580,12 @@ impl<S: ByteSource> TensorData for NpyArray<'_, S> {
         }
         let (start, stop, skip) = self.span(offset, buf.len() as u64);
         let mut input = if self.info.reordered() {
-            let all = self.c_order_bytes()?;
-            all[start as usize..stop as usize].to_vec()
+            let mut input = vec![0u8; (stop - start) as usize];
+            self.reorder(start..stop, None, &mut |at, piece| {
+                copy_overlap(at, piece, start, &mut input);
+                Ok(())
+            })?;
+            input
         } else {
             let mut input = vec![0u8; (stop - start) as usize];
             self.read_stored(start, &mut input)?;
@@ -338,30 +628,35 @@ impl<S: ByteSource> TensorData for NpyArray<'_, S> {
             Ok(())
         };
         if self.info.reordered() {
-            let mut all = self.c_order_bytes()?;
-            let piece = (PIECE as u64 / gin).max(1) * gin;
-            for chunk in all.chunks_mut(piece as usize) {
-                emit(chunk)?;
+            // Pieces of C-order bytes, emitted in whole groups (a group
+            // split across two pieces waits in `carry`).
+            let mut carry: Vec<u8> = Vec::new();
+            let mut crc = CrcCheck::new();
+            self.reorder(0..self.info.data_len(), Some(&mut crc), &mut |_, piece| {
+                if carry.is_empty() && (piece.len() as u64).is_multiple_of(gin) {
+                    return emit(piece);
+                }
+                carry.extend_from_slice(piece);
+                let whole = carry.len() as u64 / gin * gin;
+                let rest = carry.split_off(whole as usize);
+                emit(&mut carry)?;
+                carry = rest;
+                Ok(())
+            })?;
+            if !carry.is_empty() {
+                emit(&mut carry)?;
             }
             return Ok(());
         }
-        // A deflated member in C order: inflated once, from the data's
-        // start, in whole groups (a group split across two inflated pieces
-        // waits in `carry`).
-        let Bytes::Deflated(entry) = &self.info.bytes else {
-            return Ok(());
-        };
-        let data_start = self.info.header.data_offset;
+        // A member in C order: read or inflated once, from the member's
+        // start (its CRC-32 checked), in whole groups (a group split
+        // across two pieces waits in `carry`).
         let mut carry: Vec<u8> = Vec::with_capacity(PIECE + gin as usize);
         let mut failed: Option<tensorfile_core::Error> = None;
-        let inflated = entry.inflate_prefix(self.source(), entry.size, |at, piece| {
+        let mut crc = CrcCheck::new();
+        self.scan(0, self.info.data_len(), Some(&mut crc), &mut |_, piece| {
             if failed.is_some() {
                 return;
-            }
-            let mut piece = piece;
-            if at < data_start {
-                let skip = (data_start - at).min(piece.len() as u64) as usize;
-                piece = &piece[skip..];
             }
             carry.extend_from_slice(piece);
             let whole = carry.len() as u64 / gin * gin;
@@ -372,11 +667,10 @@ impl<S: ByteSource> TensorData for NpyArray<'_, S> {
                 }
                 carry = rest;
             }
-        });
+        })?;
         if let Some(e) = failed {
             return Err(e);
         }
-        inflated.map_err(|e| self.named(zip_error(e)))?;
         if !carry.is_empty() {
             emit(&mut carry)?;
         }
@@ -386,7 +680,9 @@ impl<S: ByteSource> TensorData for NpyArray<'_, S> {
 
 #[cfg(test)]
 mod tests {
-    use super::fortran_to_c;
+    fn fortran_to_c(src: &[u8], dst: &mut [u8], shape: &[u64], size: usize) {
+        super::fortran_to_c_rows(src, dst, shape, size, 0);
+    }
 
     #[test]
     fn fortran_order_is_reordered() {

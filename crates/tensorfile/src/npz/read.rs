@@ -18,8 +18,12 @@ pub struct NpzLimits {
     /// writes 118 bytes for a plain array, and refuses more than 10000 in
     /// `np.load` unless told otherwise).
     pub max_header_len: u64,
-    /// The most bytes of an array held to put it in C order (a Fortran-order
-    /// array is read whole, then reordered): 4 GiB by default.
+    /// The most bytes held to put Fortran-order arrays in C order, by all
+    /// the arrays being reordered at once: 1 GiB by default. An array is
+    /// reordered a block at a time (half the budget at most, plus the
+    /// output piece), in one pass over its data per block, so any array
+    /// converts within it; it only decides how many passes a large one
+    /// takes.
     pub max_reorder_bytes: u64,
     /// The zip reader's bounds (the central directory's size).
     pub zip: tensorfile_zip::ReadLimits,
@@ -29,7 +33,7 @@ impl Default for NpzLimits {
     fn default() -> NpzLimits {
         NpzLimits {
             max_header_len: 1 << 20,
-            max_reorder_bytes: 4 << 30,
+            max_reorder_bytes: 1 << 30,
             zip: tensorfile_zip::ReadLimits::default(),
         }
     }
@@ -117,13 +121,19 @@ pub struct NpyInfo {
     /// Bytes per item as stored.
     pub itemsize: u64,
     pub(crate) bytes: Bytes,
+    /// The zip member (`None` for a `.npy` file): its CRC-32 is checked
+    /// when the array is read in one pass.
+    pub(crate) entry: Option<Entry>,
 }
 
 impl NpyInfo {
     /// Whether its data is stored in Fortran order and must be reordered
-    /// (arrays of one dimension, or empty ones, are the same in both).
+    /// (arrays with at most one dimension longer than 1, or empty ones,
+    /// are the same in both).
     pub fn reordered(&self) -> bool {
-        self.header.fortran_order && self.header.shape.len() > 1 && self.numel > 0
+        self.header.fortran_order
+            && self.numel > 0
+            && self.header.shape.iter().filter(|&&d| d > 1).count() > 1
     }
 
     /// Bytes of data (the header's shape and item size).
@@ -333,6 +343,7 @@ fn read_info(
         numel,
         itemsize,
         bytes,
+        entry: None,
     })
 }
 
@@ -371,14 +382,16 @@ fn read_archive(source: &dyn ByteSource, limits: &NpzLimits) -> Result<Vec<NpyIn
             },
             Method::Deflated => Bytes::Deflated(e.clone()),
         };
-        arrays.push(read_info(
+        let mut info = read_info(
             source,
             name.to_string(),
             Some(e.name.clone()),
             Some(e.method),
             bytes,
             limits,
-        )?);
+        )?;
+        info.entry = Some(e.clone());
+        arrays.push(info);
     }
     Ok(arrays)
 }
