@@ -303,6 +303,23 @@ fn the_clone_bombs_are_refused_as_torch_refuses_them() {
 }
 
 #[test]
+fn a_far_memo_id_costs_one_entry() {
+    // LONG_BINPUT 19,999,999 of None: a dense memo wanted 480 MB (refused
+    // by the pickle budget); the map holds one entry, and the checkpoint
+    // loads as torch loads it (a None, no tensors).
+    use tensorfile_testkit::{run_limited, Limits};
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("memo.pt");
+    std::fs::write(&input, hostile::sparse_memo()).unwrap();
+    let args = ["inspect".as_ref(), input.as_os_str()];
+    let run = run_limited(env!("CARGO_BIN_EXE_tensorfile"), args, Limits::HOSTILE);
+    run.assert_within(Limits::HOSTILE, "a far memo id");
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert!(run.stdout.contains("tensors: 0"), "{}", run.stdout);
+    assert!(run.max_rss < 64 << 20, "{} B peak", run.max_rss);
+}
+
+#[test]
 fn views_of_a_deflated_gib_convert_and_hash() {
     let dir = tempfile::tempdir().unwrap();
     let bytes = || hostile::deflated_views(128, 1 << 30, false);
