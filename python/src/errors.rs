@@ -5,13 +5,19 @@
 //! is, so `except ValueError` catches it too) carrying the library's message, which names the rule and the
 //! place, with the rule's number in its `rule` attribute (`None` for errors
 //! that break no reader rule) and the file in `path`; except a missing
-//! file, which is a `FileNotFoundError` worded as the reference words it.
+//! file, which is a `FileNotFoundError` worded as the reference words it,
+//! and a `BaseException` that is not an `Exception` raised by a Python
+//! callback (a file object's `read()` raising `KeyboardInterrupt` or
+//! `SystemExit`), which comes back as itself: it asks the program to stop,
+//! and must not be caught by `except Exception` as a failed read.
 
 use std::io;
 
 use pyo3::create_exception;
 use pyo3::exceptions::{PyFileNotFoundError, PyValueError};
 use pyo3::prelude::*;
+
+use crate::pyfile::CallbackError;
 
 create_exception!(
     tensorfile,
@@ -43,8 +49,33 @@ pub fn safetensor_error(
     })
 }
 
+/// The exception a Python callback raised somewhere in `e`'s chain of
+/// causes, if it is a `BaseException` but not an `Exception`: the one
+/// place where callbacks' errors are sorted, for every conversion below.
+fn stop_request(e: &(dyn std::error::Error + 'static)) -> Option<PyErr> {
+    let mut cause = Some(e);
+    while let Some(err) = cause {
+        // An io::Error's source() skips the error it wraps: look inside.
+        let inner = err
+            .downcast_ref::<io::Error>()
+            .and_then(|io| io.get_ref())
+            .map_or(err, |inner| inner as &(dyn std::error::Error + 'static));
+        if let Some(cb) = inner.downcast_ref::<CallbackError>() {
+            return Python::attach(|py| {
+                let stops = !cb.raised.is_instance_of::<PyException>(py);
+                stops.then(|| cb.raised.clone_ref(py))
+            });
+        }
+        cause = err.source();
+    }
+    None
+}
+
 /// A core error.
 pub fn core(e: tensorfile_core::Error) -> PyErr {
+    if let Some(raised) = stop_request(&e) {
+        return raised;
+    }
     if let tensorfile_core::Error::Io { path, source } = &e {
         if source.kind() == io::ErrorKind::NotFound {
             return not_found(path);
@@ -56,6 +87,9 @@ pub fn core(e: tensorfile_core::Error) -> PyErr {
 
 /// An error of the umbrella crate.
 pub fn lib(e: tensorfile::Error) -> PyErr {
+    if let Some(raised) = stop_request(&e) {
+        return raised;
+    }
     if e.is_not_found_file() {
         if let Some(path) = e.file() {
             return not_found(path);

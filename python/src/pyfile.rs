@@ -21,9 +21,30 @@ pub struct PyFile {
     lock: Mutex<()>,
 }
 
-/// A Python exception as an I/O error, its text kept.
-fn py_io(what: &str, e: PyErr) -> io::Error {
-    io::Error::other(format!("{what}: {e}"))
+/// An exception a file object's method raised, carried inside the
+/// [`io::Error`] of the failed read so that [`crate::errors`] can give it
+/// back to Python: a `BaseException` that is not an `Exception`
+/// (`KeyboardInterrupt`, `SystemExit`) unchanged, anything else as the
+/// `SafetensorError` this message makes.
+#[derive(Debug)]
+pub struct CallbackError {
+    /// Which call failed, for the message ("read failed").
+    what: &'static str,
+    /// What it raised.
+    pub raised: PyErr,
+}
+
+impl std::fmt::Display for CallbackError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.what, self.raised)
+    }
+}
+
+impl std::error::Error for CallbackError {}
+
+/// A Python exception as an I/O error, its text and the exception kept.
+fn py_io(what: &'static str, raised: PyErr) -> io::Error {
+    io::Error::other(CallbackError { what, raised })
 }
 
 impl PyFile {

@@ -199,6 +199,34 @@ fn verify_one_file_by_sha256() {
 }
 
 #[test]
+fn a_manifest_that_checks_nothing_verifies_nothing() {
+    // A manifest of an empty directory lists no file: checking the same
+    // empty directory against it finds no mismatch but proves nothing.
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("model");
+    fs::create_dir(&model).unwrap();
+    let manifest = dir.path().join("m.json");
+    let o = run(&[&"hash", &"--write-manifest", &manifest, &model]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = run(&[&"verify", &model, &"--manifest", &manifest]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(1), "{text}");
+    assert!(text.contains("nothing verified (0 files checked"), "{text}");
+    assert!(!text.contains(": ok"), "{text}");
+    let o = run(&[&"verify", &model, &"--manifest", &manifest, &"--json"]);
+    assert_eq!(o.status.code(), Some(1));
+    let v = json(&o);
+    assert_eq!(v["verdict"], "nothing verified");
+    assert_eq!(v["count"], 0);
+    // One file in the directory and none in the manifest: a real failure
+    // (an extra file), still exit 1 and said as before.
+    fs::write(model.join("a.bin"), b"a").unwrap();
+    let o = run(&[&"verify", &model, &"--manifest", &manifest, &"--json"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(json(&o)["verdict"], "mismatch");
+}
+
+#[test]
 fn embedded_digests_name_the_corrupted_tensor() {
     let dir = tempfile::tempdir().unwrap();
     let input = fixtures().join("valid/llama_two_layers_bf16.safetensors");

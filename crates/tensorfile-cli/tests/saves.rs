@@ -335,7 +335,8 @@ fn a_shard_that_does_not_fit_leaves_no_shard_and_the_rerun_works() {
         assert_eq!(err.trim_end().lines().count(), 1, "{err}");
         assert!(err.contains("model-00002-of-00003.safetensors"), "{err}");
         assert!(err.contains("File too large"), "{err}");
-        assert_eq!(entries(&out_dir), Vec::<String>::new(), "named {named}");
+        // Not even the directory, which the shard created.
+        assert!(!out_dir.exists(), "named {named}");
     }
     // The rerun, with room, is not refused by leftovers.
     let o = Command::new(bin()).args(&args).output().unwrap();
@@ -349,6 +350,35 @@ fn a_shard_that_does_not_fit_leaves_no_shard_and_the_rerun_works() {
             "model.safetensors.index.json",
         ]
     );
+}
+
+#[test]
+fn a_failed_shard_leaves_no_new_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.safetensors");
+    three_for_shards(&input);
+    // A new OUTDIR two levels deep, and an existing one with a file in it.
+    let new_root = dir.path().join("new");
+    let nested = new_root.join("deeper/out");
+    let existing = dir.path().join("old");
+    fs::create_dir(&existing).unwrap();
+    fs::write(existing.join("README"), OLD).unwrap();
+    for out_dir in [&nested, &existing] {
+        let args: Vec<&OsStr> = vec![
+            "shard".as_ref(),
+            "--max-shard-size".as_ref(),
+            "2000".as_ref(),
+            input.as_os_str(),
+            out_dir.as_os_str(),
+        ];
+        // The second shard cannot grow past 64 KiB (see above): exit 1.
+        let o = with_shell("trap '' XFSZ; ulimit -f 128", &args);
+        assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    }
+    assert!(!new_root.exists(), "a failed shard left {new_root:?}");
+    assert_eq!(entries(dir.path()), ["in.safetensors", "old"]);
+    assert_eq!(entries(&existing), ["README"]);
+    assert_eq!(fs::read(existing.join("README")).unwrap(), OLD);
 }
 
 fn mode(path: &Path) -> u32 {

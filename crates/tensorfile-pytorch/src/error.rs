@@ -172,12 +172,12 @@ impl Error {
 
 impl PickleErrorKind {
     /// The [`ErrorKind`] of this pickle problem: a refused global is
-    /// [`ErrorKind::Unsupported`], the limits and the budget
+    /// [`ErrorKind::Unsupported`], as is an opcode torch refuses; the limits and the budget
     /// [`ErrorKind::Limit`], the rest a malformed pickle.
     pub fn error_kind(&self) -> ErrorKind {
         use PickleErrorKind as K;
         match self {
-            K::ForbiddenGlobal { .. } => ErrorKind::Unsupported,
+            K::ForbiddenGlobal { .. } | K::Refused { .. } => ErrorKind::Unsupported,
             K::Limit { .. } | K::Budget { .. } => ErrorKind::Limit,
             K::OutOfMemory(_) => ErrorKind::OutOfMemory,
             K::UnknownOpcode(_)

@@ -344,11 +344,12 @@ mod tests {
     /// paths would add up to `levels * len(K)` bytes each.
     fn shared_key_pickle(key_len: usize, levels: usize) -> Vec<u8> {
         let mut p = vec![0x80, 2]; // PROTO 2
+        p.push(b'}'); // EMPTY_DICT: the outermost, keyed by the key itself
         p.push(b'X'); // BINUNICODE
         p.extend_from_slice(&(key_len as u32).to_le_bytes());
         p.extend(std::iter::repeat_n(b'k', key_len));
-        p.extend_from_slice(&[b'q', 0, b'0']); // BINPUT 0, POP
-        for _ in 0..levels {
+        p.extend_from_slice(&[b'q', 0]); // BINPUT 0
+        for _ in 1..levels {
             p.push(b'}'); // EMPTY_DICT
             p.extend_from_slice(&[b'h', 0]); // BINGET 0: the shared key
         }

@@ -1,5 +1,11 @@
 //! The allow-list of pickle globals: the only names a checkpoint may refer
 //! to. They are recognized and recorded, never imported or called.
+//!
+//! Every name here is on the allow-list of torch's own restricted
+//! unpickler (`torch/_weights_only_unpickler.py`, `_get_allowed_globals`,
+//! torch 2.15), spelled as it spells it (`torch.storage.UntypedStorage`,
+//! `torch.nn.parameter.Parameter`, `torch.float16` but not `torch.half`):
+//! a checkpoint `torch.load(weights_only=True)` refuses is refused here.
 
 use crate::dtypes::TorchDtype;
 
@@ -46,16 +52,18 @@ impl Global {
             ("torch._utils", "_rebuild_parameter") => Global::RebuildParameter,
             ("torch._utils", "_rebuild_parameter_with_state") => Global::RebuildParameterWithState,
             ("torch._tensor", "_rebuild_from_type_v2") => Global::RebuildFromTypeV2,
-            ("torch.storage" | "torch", "UntypedStorage") => Global::UntypedStorage,
+            ("torch.storage", "UntypedStorage") => Global::UntypedStorage,
             ("collections", "OrderedDict") => Global::OrderedDict,
             ("torch", "Size") => Global::Size,
             ("torch", "device") => Global::Device,
-            ("torch" | "torch._tensor", "Tensor") => Global::Tensor,
-            ("torch.nn.parameter" | "torch.nn", "Parameter") => Global::Parameter,
+            ("torch", "Tensor") => Global::Tensor,
+            ("torch.nn.parameter", "Parameter") => Global::Parameter,
             ("torch" | "torch.cuda", n) if TorchDtype::from_storage_class(n).is_some() => {
                 Global::TypedStorage(TorchDtype::from_storage_class(n).ok_or(None)?)
             }
-            ("torch", n) if TorchDtype::from_torch_name(n).is_some() => {
+            // Only the dtype's own name (`torch.float32`), as torch's
+            // allow-list spells it: not an alias (`torch.float`).
+            ("torch", n) if TorchDtype::from_torch_name(n).is_some_and(|d| d.torch_name() == n) => {
                 Global::Dtype(TorchDtype::from_torch_name(n).ok_or(None)?)
             }
             _ => return Err(refusal_hint(module, name)),
@@ -104,6 +112,15 @@ mod tests {
         assert_eq!(Global::resolve("posix", "system"), Err(None));
         assert_eq!(Global::resolve("__builtin__", "eval"), Err(None));
         assert_eq!(Global::resolve("torch", "load"), Err(None));
+        // Spellings torch's weights_only allow-list does not have.
+        assert_eq!(Global::resolve("torch", "half"), Err(None));
+        assert_eq!(Global::resolve("torch", "UntypedStorage"), Err(None));
+        assert_eq!(Global::resolve("torch._tensor", "Tensor"), Err(None));
+        assert_eq!(Global::resolve("torch.nn", "Parameter"), Err(None));
+        assert_eq!(
+            Global::resolve("torch", "float16"),
+            Ok(Global::Dtype(TorchDtype::Float16))
+        );
         assert!(Global::resolve("torch._utils", "_rebuild_qtensor")
             .unwrap_err()
             .is_some());

@@ -52,6 +52,7 @@ fn expected_words(file: &str) -> &'static [&'static str] {
         "reject_sparse.pt" => &["_rebuild_sparse_tensor", "sparse"],
         "reject_torchscript.pt" => &["torchscript"],
         "tar_format_stub.pt" => &["tar archive"],
+        "zip_protocol4.pt" => &["frame (0x95)", "weights_only=true"],
         other => panic!("no expectation written for fixture {other}"),
     }
 }
@@ -118,7 +119,8 @@ fn every_fixture_behaves_as_the_manifest_says() {
             }
         }
     }
-    assert_eq!(ok, 24);
+    // 24 files torch.save wrote; zip_protocol4.pt is refused as torch refuses it.
+    assert_eq!(ok, 23);
 }
 
 #[test]

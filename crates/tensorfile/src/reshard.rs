@@ -230,7 +230,9 @@ pub fn save_set(
 ) -> Result<SplitSummary> {
     check_out_dir(out_dir, prefix)?;
     let (parts, count) = sharding.resolve(plan)?;
-    std::fs::create_dir_all(out_dir).map_err(|e| Error::io(out_dir, e))?;
+    // Declared before the set, so dropped after it: a failure removes the
+    // set's temporaries first, then the directories made for them.
+    let made = NewDirs::create(out_dir)?;
     let mut set = AtomicSet::new();
     let mut files = Vec::with_capacity(count);
     let mut temps = Vec::with_capacity(count);
@@ -265,11 +267,48 @@ pub fn save_set(
         None
     };
     set.commit(options.sync)?;
+    made.keep();
     Ok(SplitSummary {
         files,
         index,
         total_size,
     })
+}
+
+/// The directories [`NewDirs::create`] made for an output directory, removed
+/// again when dropped unless [`NewDirs::keep`] is called: a failed save
+/// leaves no new directory behind, and an existing one as it was.
+struct NewDirs(Vec<PathBuf>);
+
+impl NewDirs {
+    /// Creates `dir` and its missing parents, remembering which were made.
+    fn create(dir: &Path) -> Result<NewDirs> {
+        let missing: Vec<PathBuf> = dir
+            .ancestors()
+            .take_while(|d| !d.as_os_str().is_empty() && std::fs::symlink_metadata(d).is_err())
+            .map(Path::to_path_buf)
+            .collect();
+        // Made before creating, so that a failure half-way removes the
+        // part it made.
+        let made = NewDirs(missing);
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        Ok(made)
+    }
+
+    /// The save succeeded: the directories stay.
+    fn keep(mut self) {
+        self.0.clear();
+    }
+}
+
+impl Drop for NewDirs {
+    fn drop(&mut self) {
+        // Deepest first; remove_dir only removes empty directories, so
+        // anything another process put there meanwhile stays.
+        for d in &self.0 {
+            let _ = std::fs::remove_dir(d);
+        }
+    }
 }
 
 /// A plan copying every tensor of `source`, in its data order, with the

@@ -3,7 +3,8 @@
 //! safetensors file against the per-tensor digests in its metadata.
 //!
 //! Exit status: 0 when everything matches, 1 on any mismatch, missing or
-//! extra file (or tensor), 2 when an input cannot be read or the
+//! extra file (or tensor) and when nothing was checked at all (a manifest
+//! that lists no file of an empty directory: "nothing verified"), 2 when an input cannot be read or the
 //! arguments do not make a check.
 
 use std::path::PathBuf;
@@ -34,7 +35,8 @@ pub struct Args {
     /// The sha256 the file must have (64 hex digits).
     #[arg(long, value_name = "HEX")]
     sha256: Option<String>,
-    /// Print JSON: verdict ("ok" or "mismatch"), mismatched, missing and extra.
+    /// Print JSON: verdict ("ok", "mismatch" or "nothing verified"),
+    /// mismatched, missing and extra.
     #[arg(long)]
     json: bool,
 }
@@ -68,7 +70,7 @@ fn check(args: Args) -> Result<ExitCode, Failure> {
         let entry = entries(&args.path, &[])?.remove(0);
         let got = digest_all(std::slice::from_ref(&entry), false)?[0].sha256;
         let ok = got == want;
-        report(
+        return Ok(report(
             &args,
             ok,
             if ok {
@@ -80,8 +82,7 @@ fn check(args: Args) -> Result<ExitCode, Failure> {
             vec![],
             1,
             None,
-        );
-        return Ok(code(ok));
+        ));
     }
     check_embedded_hashes(&args)
 }
@@ -119,7 +120,7 @@ fn check_manifest(args: &Args, path: &std::path::Path) -> Result<ExitCode, Failu
         .iter()
         .map(|(n, w, g)| (n.clone(), w.hex(), g.hex()))
         .collect();
-    report(
+    Ok(report(
         args,
         check.ok(),
         mismatched,
@@ -127,8 +128,7 @@ fn check_manifest(args: &Args, path: &std::path::Path) -> Result<ExitCode, Failu
         check.extra.clone(),
         check.matched + check.mismatched.len(),
         note,
-    );
-    Ok(code(check.ok()))
+    ))
 }
 
 fn check_embedded_hashes(args: &Args) -> Result<ExitCode, Failure> {
@@ -168,11 +168,12 @@ fn check_embedded_hashes(args: &Args) -> Result<ExitCode, Failure> {
         }
     }
     let ok = mismatched.is_empty() && missing.is_empty() && extra.is_empty();
-    report(args, ok, mismatched, missing, extra, checked, None);
-    Ok(code(ok))
+    Ok(report(args, ok, mismatched, missing, extra, checked, None))
 }
 
-/// Prints the verdict and every mismatch, missing and extra name.
+/// Prints the verdict and every mismatch, missing and extra name; returns
+/// the exit status. No difference found in no file (or tensor) at all is
+/// "nothing verified", a failure: it proves nothing about the input.
 fn report(
     args: &Args,
     ok: bool,
@@ -181,7 +182,13 @@ fn report(
     extra: Vec<String>,
     checked: usize,
     note: Option<&str>,
-) {
+) -> ExitCode {
+    let nothing = ok && checked == 0;
+    let verdict = match (ok, nothing) {
+        (true, false) => "ok",
+        (true, true) => "nothing verified",
+        (false, _) => "mismatch",
+    };
     let what = if args.manifest.is_some() || args.sha256.is_some() {
         "files"
     } else {
@@ -194,7 +201,7 @@ fn report(
             .collect();
         out(json!({
             "path": args.path,
-            "verdict": if ok { "ok" } else { "mismatch" },
+            "verdict": verdict,
             "checked": what,
             "count": checked,
             "mismatched": mismatched,
@@ -203,7 +210,7 @@ fn report(
             "signature_checked": false,
             "note": note,
         }));
-        return;
+        return code(ok && !nothing);
     }
     for (n, w, g) in &mismatched {
         out(format_args!(
@@ -225,7 +232,7 @@ fn report(
     out(format_args!(
         "{}: {} ({checked} {what} checked, {} mismatched, {} missing, {} extra)",
         shown(&args.path),
-        if ok { "ok" } else { "FAILED" },
+        if ok { verdict } else { "FAILED" },
         mismatched.len(),
         missing.len(),
         extra.len()
@@ -233,4 +240,5 @@ fn report(
     if let Some(note) = note {
         out(format_args!("note: {note}"));
     }
+    code(ok && !nothing)
 }

@@ -242,23 +242,32 @@ impl Tensor {
     }
 }
 
+/// A global the first time (memoized), fetched from the memo after.
+fn global_once(p: &mut Pickle, memo: &mut Option<u32>, module: &str, name: &str) {
+    match *memo {
+        Some(id) => {
+            p.get(id);
+        }
+        None => {
+            p.global(module, name);
+            *memo = Some(p.put());
+        }
+    }
+}
+
 /// The pickle of `{name: tensor, ...}` as `torch.save` writes a state dict
-/// (each persistent id once, then fetched from the memo).
+/// (each global and persistent id once, then fetched from the memo; no
+/// POP, which torch's restricted unpickler refuses).
 pub fn state_dict_pickle(storages: &[Storage], tensors: &[Tensor]) -> Vec<u8> {
     let mut p = Pickle::new();
     p.op(b"}");
     p.put();
-    p.global("torch._utils", "_rebuild_tensor_v2");
-    let rebuild = p.put();
-    p.op(b"0");
-    p.global("collections", "OrderedDict");
-    let ordered = p.put();
-    p.op(b"0");
+    let (mut rebuild, mut ordered) = (None, None);
     let mut pids: Vec<Option<u32>> = vec![None; storages.len()];
     p.op(b"(");
     for t in tensors {
         p.str(&t.name);
-        p.get(rebuild);
+        global_once(&mut p, &mut rebuild, "torch._utils", "_rebuild_tensor_v2");
         p.op(b"(");
         match pids[t.storage] {
             Some(id) => {
@@ -280,7 +289,7 @@ pub fn state_dict_pickle(storages: &[Storage], tensors: &[Tensor]) -> Vec<u8> {
         p.ints(&t.shape);
         p.ints(&t.strides);
         p.op(&[0x89]); // requires_grad = False
-        p.get(ordered);
+        global_once(&mut p, &mut ordered, "collections", "OrderedDict");
         p.op(b")R"); // backward hooks: OrderedDict()
         p.op(b"tR");
     }
@@ -324,7 +333,8 @@ pub enum Shared {
     Dict,
 }
 
-/// Issue 12 item 1: a pickle that memoizes one container of `n` Nones and
+/// Issue 12 item 1: a pickle that memoizes one container of `n` Nones,
+/// drops it with POP (refused since issue 27, as torch refuses it) and
 /// applies `torch.Size` to it `calls` times; the results are the values of
 /// a dict `{"v0": ..., "v1": ...}` (which loading renders as text). The
 /// pickle is deflated: with n = 1,000,000 and 2000 calls the file is a few
@@ -390,9 +400,8 @@ pub fn clone_bomb(apply: Apply, shared: Shared, n: usize, calls: usize) -> Vec<u
     checkpoint(Record::deflated("archive/data.pkl", &pickle), Vec::new())
 }
 
-/// A pickle whose one memo id is 19,999,999 (just under the memo limit):
-/// a dense memo would need 20 million slots at once, which the
-/// interpreter's byte budget refuses before allocating.
+/// A pickle whose one memo id is 19,999,999: a dense memo would need 20
+/// million slots at once; the memo, a map, holds one entry.
 pub fn sparse_memo() -> Vec<u8> {
     let mut p = Pickle::new();
     p.op(b"N").op(b"r").op(&19_999_999u32.to_le_bytes());
