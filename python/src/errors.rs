@@ -2,8 +2,8 @@
 //!
 //! Everything becomes a `SafetensorError` (the reference's one exception
 //! class, here a `ValueError` as the format page says a reader's rejection
-//! is, so `except ValueError` catches it too) carrying the library's message, which names the rule and the
-//! place, with the rule's number in its `rule` attribute (`None` for errors
+//! is, so `except ValueError` catches it too) carrying the library's
+//! message, which names the rule and the place, with the rule's number in its `rule` attribute (`None` for errors
 //! that break no reader rule) and the file in `path`; except a missing
 //! file, which is a `FileNotFoundError` worded as the reference words it,
 //! and a `BaseException` that is not an `Exception` raised by a Python
@@ -14,7 +14,7 @@
 use std::io;
 
 use pyo3::create_exception;
-use pyo3::exceptions::{PyFileNotFoundError, PyValueError};
+use pyo3::exceptions::{PyException, PyFileNotFoundError, PyValueError};
 use pyo3::prelude::*;
 
 use crate::pyfile::CallbackError;

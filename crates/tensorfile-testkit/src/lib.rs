@@ -157,14 +157,16 @@ pub struct Bounded {
 }
 
 impl Bounded {
-    /// Panics, showing the run, unless it exited 0, 1 or 2 within the
+    /// `Err` describing the run unless it exited 0, 1 or 2 within the
     /// limits' time and memory.
-    pub fn assert_within(&self, limits: Limits, what: &str) {
+    pub fn within(&self, limits: Limits, what: &str) -> Result<(), String> {
         let ok = matches!(self.code, Some(0..=2))
             && self.seconds <= limits.seconds
             && self.max_rss <= limits.max_rss;
-        assert!(
-            ok,
+        if ok {
+            return Ok(());
+        }
+        Err(format!(
             "{what}: exit {:?} signal {:?} in {:.1} s, peak RSS {} MiB (limits {} s, {} MiB)\nstdout: {}\nstderr: {}",
             self.code,
             self.signal,
@@ -174,7 +176,15 @@ impl Bounded {
             limits.max_rss >> 20,
             self.stdout,
             self.stderr
-        );
+        ))
+    }
+
+    /// Panics, showing the run, unless it exited 0, 1 or 2 within the
+    /// limits' time and memory.
+    pub fn assert_within(&self, limits: Limits, what: &str) {
+        if let Err(e) = self.within(limits, what) {
+            panic!("{e}");
+        }
     }
 }
 

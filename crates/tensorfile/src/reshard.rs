@@ -20,7 +20,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use crate::atomic::{check_not_input, write_plan_parts, AtomicSet};
+use crate::atomic::{check_not_input, write_plan_parts, AtomicSet, NewDirs};
 use crate::error::{Error, Result};
 use crate::plan::Plan;
 use crate::save_plan;
@@ -273,42 +273,6 @@ pub fn save_set(
         index,
         total_size,
     })
-}
-
-/// The directories [`NewDirs::create`] made for an output directory, removed
-/// again when dropped unless [`NewDirs::keep`] is called: a failed save
-/// leaves no new directory behind, and an existing one as it was.
-struct NewDirs(Vec<PathBuf>);
-
-impl NewDirs {
-    /// Creates `dir` and its missing parents, remembering which were made.
-    fn create(dir: &Path) -> Result<NewDirs> {
-        let missing: Vec<PathBuf> = dir
-            .ancestors()
-            .take_while(|d| !d.as_os_str().is_empty() && std::fs::symlink_metadata(d).is_err())
-            .map(Path::to_path_buf)
-            .collect();
-        // Made before creating, so that a failure half-way removes the
-        // part it made.
-        let made = NewDirs(missing);
-        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
-        Ok(made)
-    }
-
-    /// The save succeeded: the directories stay.
-    fn keep(mut self) {
-        self.0.clear();
-    }
-}
-
-impl Drop for NewDirs {
-    fn drop(&mut self) {
-        // Deepest first; remove_dir only removes empty directories, so
-        // anything another process put there meanwhile stays.
-        for d in &self.0 {
-            let _ = std::fs::remove_dir(d);
-        }
-    }
 }
 
 /// A plan copying every tensor of `source`, in its data order, with the

@@ -43,6 +43,7 @@
 //! runs (a resumed download) under a hidden name of its own, committed the
 //! same way.
 
+mod dirs;
 mod file;
 mod partial;
 mod set;
@@ -55,6 +56,7 @@ use std::path::Path;
 use std::sync::Mutex;
 
 use file::write_all_at;
+pub use dirs::NewDirs;
 pub use file::AtomicFile;
 pub use partial::{PartialFile, PARTIAL_SUFFIX};
 pub use set::AtomicSet;

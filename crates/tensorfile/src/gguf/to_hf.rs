@@ -22,6 +22,7 @@ use super::names::{self, Arch, QkPermutation};
 use super::read::{GgufFile, GgufTensor, TensorInfo};
 use super::scratch::{grown, Scratch};
 use super::tokenizer;
+use crate::atomic::NewDirs;
 use crate::cast::{convert_plan, CastOptions};
 use crate::plan::Sink;
 use crate::source::ByteSource;
@@ -367,57 +368,6 @@ fn stored_rows(info: &TensorInfo) -> u64 {
     info.byte_len.checked_div(row_bytes).unwrap_or(0)
 }
 
-/// The output directory, and the directories this conversion made for it:
-/// removed again (when still empty) unless [`MadeDir::keep`] is called.
-struct MadeDir {
-    /// Made here, innermost first.
-    made: Vec<PathBuf>,
-}
-
-impl MadeDir {
-    /// Creates `dir` and any missing parent, remembering which it made.
-    fn create(dir: &Path) -> Result<MadeDir> {
-        let mut missing = Vec::new();
-        let mut at = Some(dir);
-        while let Some(d) = at.filter(|d| !d.as_os_str().is_empty()) {
-            if std::fs::symlink_metadata(d).is_ok() {
-                break;
-            }
-            missing.push(d.to_path_buf());
-            at = d.parent();
-        }
-        let mut made = MadeDir { made: Vec::new() };
-        for d in missing.iter().rev() {
-            match std::fs::create_dir(d) {
-                Ok(()) => made.made.insert(0, d.clone()),
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(Error::io(d, e)),
-            }
-        }
-        if !dir.is_dir() {
-            return Err(Error::io(
-                dir,
-                std::io::Error::new(std::io::ErrorKind::NotADirectory, "not a directory"),
-            ));
-        }
-        Ok(made)
-    }
-
-    /// Keeps the directories made.
-    fn keep(mut self) {
-        self.made.clear();
-    }
-}
-
-impl Drop for MadeDir {
-    fn drop(&mut self) {
-        // Only empty directories go: remove_dir refuses any other.
-        for d in &self.made {
-            let _ = std::fs::remove_dir(d);
-        }
-    }
-}
-
 /// Rows of kept weights converted per job.
 const KEPT_JOB_ROWS: u64 = 256;
 
@@ -667,7 +617,7 @@ pub fn gguf_to_hf<S: ByteSource>(
 
     // The directory's files as one set: all appear at the end, or none
     // does (and a directory made for them goes again).
-    let made = MadeDir::create(out)?;
+    let made = NewDirs::create(out)?;
     let mut set = AtomicSet::new();
     let model = out.join("model.safetensors");
     let file = set.create(&model)?;
