@@ -328,6 +328,24 @@ pub fn hf_to_gguf(input: &Path, out: &Path, opts: &FromHfOptions) -> Result<From
     };
     let mut outs: Vec<Out<'_, _>> = Vec::new();
     let mut params: u64 = 0;
+    // Tensors the converter makes rather than reads (Llama 3's rope
+    // factors), written first as it writes them.
+    let mut made: Vec<(GgufSpec, Vec<u8>)> = Vec::new();
+    if let (Some(m), Some(c)) = (&model, &config) {
+        if let Some(factors) = config::llama3_rope_factors(c, m)? {
+            let n = factors.len() as u64;
+            params = params.saturating_add(n);
+            *summary
+                .types
+                .entry(GgmlType::F32.name().to_string())
+                .or_default() += 1;
+            let bytes = factors.iter().flat_map(|f| f.to_le_bytes()).collect();
+            made.push((
+                GgufSpec::from_shape("rope_freqs.weight", &[n], GgmlType::F32),
+                bytes,
+            ));
+        }
+    }
     for t in &inputs {
         let name = t.name();
         let shape = t.shape();
@@ -470,6 +488,12 @@ pub fn hf_to_gguf(input: &Path, out: &Path, opts: &FromHfOptions) -> Result<From
     }
 
     let mut writer = GgufWriter::new(kv);
+    for (spec, bytes) in made {
+        let index = writer.declare(spec)?;
+        writer.push(vec![index], move |sink: &dyn Sink| -> Result<()> {
+            Ok(sink.write(index, 0, &bytes)?)
+        });
+    }
     for o in &outs {
         let index = writer.declare(o.spec.clone())?;
         let shape = o.source.shape();
