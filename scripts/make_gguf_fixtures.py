@@ -1121,7 +1121,7 @@ def step_raw() -> None:
     w.add_bool("mamba9.use_thing", True)
     w.add_int64("mamba9.big", -(1 << 40))
     w.add_array("mamba9.small_list", [1, 2, 3])
-    w.add_array("tokenizer.ggml.tokens", [f"t{i}" for i in range(300)])
+    w.add_array("tokenizer.ggml.tokens", [f"t{i}" for i in range(2000)])  # longer than MAX_ARRAY
     tensors = {}
     for name, shape, t in (("blk.0.mix.weight", (4, 64), T.F32), ("blk.0.conv.bias", (64,), T.F32),
                            ("blk.0.in.weight", (3, 64), T.F16), ("blk.0.out.weight", (4, 64), T.Q8_0),

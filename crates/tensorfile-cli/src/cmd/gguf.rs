@@ -355,14 +355,52 @@ pub fn handles(kind: Kind, output: &Path) -> bool {
             .is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
 }
 
-/// `tensorfile convert IN OUT` when IN is GGUF (to a Hugging Face directory)
-/// or OUT ends in `.gguf` (from a Hugging Face directory).
+/// What a GGUF input becomes, by OUT's name.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum GgufOut {
+    /// A Hugging Face directory (any other name).
+    HfDir,
+    /// One safetensors file, the tensors as they are.
+    Safetensors,
+    /// One npz archive, the tensors as they are.
+    Npz,
+}
+
+fn gguf_out_of(output: &Path) -> Result<GgufOut, Failure> {
+    let ext = output
+        .extension()
+        .map(|e| e.to_string_lossy().to_ascii_lowercase());
+    Ok(match ext.as_deref() {
+        Some("safetensors") => GgufOut::Safetensors,
+        Some("npz") => GgufOut::Npz,
+        Some("npy") => {
+            return Err(super::Usage::failure(format_args!(
+                "{}: a GGUF file holds many tensors; write an .npz (or .safetensors) file",
+                output.display()
+            )))
+        }
+        _ => GgufOut::HfDir,
+    })
+}
+
+/// `tensorfile convert IN OUT` when IN is GGUF (to a Hugging Face
+/// directory, or as it is to a `.safetensors` / `.npz` file) or OUT ends
+/// in `.gguf` (from a Hugging Face directory).
 pub fn convert(
     kind: Kind,
     io: &super::FileArgs,
     dtype: Option<tensorfile::Dtype>,
     args: &GgufArgs,
+    npz: &super::npz::NpzArgs,
 ) -> Result<ExitCode, Failure> {
+    let raw_out = if kind == Kind::Gguf {
+        gguf_out_of(&io.output)?
+    } else {
+        GgufOut::HfDir
+    };
+    if raw_out != GgufOut::Npz {
+        npz.refuse_for(&io.output)?;
+    }
     if io.max_shard_size.is_some() {
         return Err(super::Usage::failure(
             "--max-shard-size does not apply to GGUF conversions (one GGUF file, one model.safetensors)",
@@ -379,9 +417,121 @@ pub fn convert(
                 io.input.display()
             )));
         }
+        if raw_out != GgufOut::HfDir {
+            return to_raw(io, dtype, args, raw_out, npz.compress);
+        }
         return to_hf(io, dtype, args);
     }
     from_hf(io, dtype, args)
+}
+
+/// Refuses the options that only writing GGUF takes.
+fn refuse_write_options(io: &super::FileArgs, args: &GgufArgs) -> Result<(), Failure> {
+    for (on, flag) in [
+        (args.gguf_type.is_some(), "--type"),
+        (args.raw, "--raw"),
+        (args.arch.is_some(), "--arch"),
+        (args.tokenizer_pre.is_some(), "--tokenizer-pre"),
+    ] {
+        if on {
+            return Err(super::Usage::failure(format_args!(
+                "{flag} applies when writing GGUF; {} is GGUF already",
+                io.input.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// GGUF to one safetensors or npz file, the tensors as they are
+/// ([`tensorfile::gguf::raw`]).
+fn to_raw(
+    io: &super::FileArgs,
+    dtype: Option<tensorfile::Dtype>,
+    args: &GgufArgs,
+    kind: GgufOut,
+    compress: bool,
+) -> Result<ExitCode, Failure> {
+    use tensorfile::gguf::{gguf_to_npz, gguf_to_safetensors};
+    refuse_write_options(io, args)?;
+    if args.keep_quant {
+        return Err(super::Usage::failure(
+            "--keep-quant applies to GGUF to a Hugging Face directory; a .safetensors or .npz OUT gets the tensors decoded",
+        ));
+    }
+    if kind == GgufOut::Npz && dtype.is_some() {
+        return Err(super::Usage::failure(
+            "--dtype applies to GGUF to safetensors; an .npz OUT gets the tensors as they are",
+        ));
+    }
+    if io.output.is_dir() {
+        return Err(super::Usage::failure(format_args!(
+            "{}: a directory; its name says a file",
+            io.output.display()
+        )));
+    }
+    super::refuse_input_as_output(&io.output, [&io.input])?;
+    let file = GgufFile::open(&io.input)?;
+    let summary = match kind {
+        GgufOut::Npz => {
+            let opts = tensorfile::npz::NpzWriteOptions::default()
+                .with_compress(compress)
+                .with_sync(!io.no_sync);
+            gguf_to_npz(&file, &io.output, &opts)
+        }
+        _ => gguf_to_safetensors(&file, &io.output, dtype, &io.write_options()),
+    }
+    .map_err(|e| e.at(&io.input))?;
+    let bytes = std::fs::metadata(&io.output).map(|m| m.len()).unwrap_or(0);
+    let format = if kind == GgufOut::Npz {
+        "npz"
+    } else {
+        "safetensors"
+    };
+    if io.json {
+        out(json!({
+            "input": io.input,
+            "output": io.output,
+            "direction": "gguf-raw",
+            "output_format": format,
+            "architecture": file.header().architecture(),
+            "tensors": summary.tensors,
+            "decoded": summary.decoded,
+            "metadata_kept": summary.kept_keys,
+            "metadata_dropped": summary.dropped,
+            "bytes": bytes,
+        }));
+    } else {
+        out(format_args!(
+            "{}: {format}, {} tensors as they are ({} decoded from quantized blocks to F32), {} metadata keys kept, {bytes} bytes",
+            esc(&io.output.display().to_string()),
+            summary.tensors,
+            summary.decoded,
+            summary.kept_keys,
+        ));
+        if !summary.dropped.is_empty() {
+            let shown: Vec<String> = summary.dropped.iter().take(4).map(|k| esc(k)).collect();
+            let more = if summary.dropped.len() > 4 {
+                ", ..."
+            } else {
+                ""
+            };
+            let why = if kind == GgufOut::Npz {
+                "npz has no metadata".to_string()
+            } else {
+                format!(
+                    "arrays longer than {} elements",
+                    tensorfile::gguf::raw::MAX_ARRAY
+                )
+            };
+            out(format_args!(
+                "note: {} metadata keys not kept ({why}): {}{more}",
+                summary.dropped.len(),
+                shown.join(", ")
+            ));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn from_hf(
@@ -469,19 +619,7 @@ fn to_hf(
     args: &GgufArgs,
 ) -> Result<ExitCode, Failure> {
     use tensorfile::gguf::{to_hf, ToHfOptions};
-    for (on, flag) in [
-        (args.gguf_type.is_some(), "--type"),
-        (args.raw, "--raw"),
-        (args.arch.is_some(), "--arch"),
-        (args.tokenizer_pre.is_some(), "--tokenizer-pre"),
-    ] {
-        if on {
-            return Err(super::Usage::failure(format_args!(
-                "{flag} applies when writing GGUF; {} is GGUF already",
-                io.input.display()
-            )));
-        }
-    }
+    refuse_write_options(io, args)?;
     if io.output.is_file() {
         return Err(super::Usage::failure(format_args!(
             "{}: converting GGUF writes a Hugging Face directory, and this is a file",

@@ -440,7 +440,7 @@ pub fn gguf_to_hf<S: ByteSource>(
     })?;
     let arch = Arch::from_gguf(arch_name).ok_or_else(|| GgufError::Architecture {
         arch: arch_name.to_string(),
-        problem: "not one this library converts to Hugging Face (llama, qwen2, qwen3, gemma, phi3)"
+        problem: "not one this library converts to a Hugging Face directory (llama, qwen2, qwen3, gemma, phi3); convert it to a .safetensors or .npz file for its tensors and metadata as they are"
             .into(),
     })?;
     let (n_head, n_head_kv) = config::heads(h, arch)?;
