@@ -211,3 +211,124 @@ fn an_unmapped_gguf_to_a_directory_is_refused_naming_the_raw_direction() {
     }
     assert!(entries(out.path()).is_empty(), "{:?}", entries(out.path()));
 }
+
+/// A safetensors file of `(name, dtype, shape)` tensors, zero-filled but
+/// for a ramp, built here.
+fn safetensors_of(path: &Path, tensors: &[(&str, &str, &[u64])]) {
+    let mut header = serde_json::Map::new();
+    let mut data = Vec::new();
+    for (name, dtype, shape) in tensors {
+        let size = match *dtype {
+            "F32" | "I32" => 4,
+            _ => 2,
+        };
+        let n: u64 = shape.iter().product();
+        let start = data.len();
+        for i in 0..n {
+            match *dtype {
+                "F32" => data.extend_from_slice(&(i as f32 * 0.01).to_le_bytes()),
+                "I32" => data.extend_from_slice(&(i as i32).to_le_bytes()),
+                // F16 ramp: small integers' halves are exact in F16 too.
+                _ => data.extend_from_slice(&[0, 0x3c][..size]),
+            }
+        }
+        header.insert(
+            name.to_string(),
+            serde_json::json!({"dtype": dtype, "shape": shape, "data_offsets": [start, data.len()]}),
+        );
+    }
+    let h = Value::Object(header).to_string();
+    let mut bytes = (h.len() as u64).to_le_bytes().to_vec();
+    bytes.extend_from_slice(h.as_bytes());
+    bytes.extend_from_slice(&data);
+    fs::write(path, bytes).unwrap();
+}
+
+#[test]
+fn raw_q8_0_quantizes_every_tensor_it_can_hold_and_reports_the_rest() {
+    let out = tempfile::tempdir().unwrap();
+    let input = out.path().join("in.safetensors");
+    safetensors_of(
+        &input,
+        &[
+            ("a.proj", "F32", &[4, 64]),
+            ("b", "F16", &[2, 32]),
+            ("c.weight", "F32", &[2, 2, 32]),
+            ("bias", "F32", &[64]),
+            ("odd", "F32", &[3, 40]),
+            ("ids", "I32", &[4, 32]),
+        ],
+    );
+    let dest = out.path().join("x.gguf");
+    let o = tensorfile(&[
+        "convert",
+        input.to_str().unwrap(),
+        dest.to_str().unwrap(),
+        "--raw",
+        "--arch",
+        "thing",
+        "--type",
+        "q8_0",
+        "--json",
+        "--no-sync",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let j = json(&o);
+    let not: BTreeMap<String, (String, String)> = j["not_converted"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["tensor"].as_str().unwrap().to_string(),
+                (
+                    e["type"].as_str().unwrap().to_string(),
+                    e["reason"].as_str().unwrap().to_string(),
+                ),
+            )
+        })
+        .collect();
+    assert_eq!(not.len(), 3, "{not:?}");
+    assert_eq!(not["bias"], ("F32".into(), "1-D".into()));
+    assert_eq!(
+        not["odd"],
+        ("F32".into(), "rows of 40 are not whole blocks of 32".into())
+    );
+    assert_eq!(not["ids"].0, "I32");
+    let o = tensorfile(&["inspect", dest.to_str().unwrap(), "--json"]);
+    let g = json(&o);
+    let types: BTreeMap<String, String> = g["tensors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["name"].as_str().unwrap().to_string(),
+                t["ggml_type"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    for name in ["a.proj", "b", "c.weight"] {
+        assert_eq!(types[name], "Q8_0", "{name}");
+    }
+    assert_eq!(types["bias"], "F32");
+    assert_eq!(types["odd"], "F32");
+    assert_eq!(types["ids"], "I32");
+    // The text output says the same.
+    let o = tensorfile(&[
+        "convert",
+        input.to_str().unwrap(),
+        dest.to_str().unwrap(),
+        "--raw",
+        "--arch",
+        "thing",
+        "--type",
+        "q8_0",
+        "--no-sync",
+    ]);
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        text.contains("3 tensors not written as Q8_0") && text.contains("bias as F32 (1-D)"),
+        "{text}"
+    );
+}

@@ -304,6 +304,9 @@ pub struct GgufArgs {
     keep_quant: bool,
     /// GGUF output: the type of the weights (f32, f16, bf16, q8_0, q4_0,
     /// q4_1, q5_0, q5_1, q4_k, q6_k); norms and other 1-D tensors stay F32.
+    /// With --raw: every float tensor of 2 or more dimensions whose rows are
+    /// whole blocks of the type, whatever its name; the others are written
+    /// as F32 (integers as they are) and reported with why.
     #[arg(long = "type", value_name = "TYPE")]
     gguf_type: Option<String>,
     /// GGUF output: write the tensors as they are (names, shapes, no
@@ -581,6 +584,7 @@ fn from_hf(
             "tensor_types": s.types,
             "fallbacks": s.fallbacks.iter().map(|(n, t)| json!({"tensor": n, "type": t.name()})).collect::<Vec<_>>(),
             "skipped": s.skipped,
+            "not_converted": s.not_converted.iter().map(|(n, t, why)| json!({"tensor": n, "type": t.name(), "reason": why})).collect::<Vec<_>>(),
             "tokenizer_not_written": s.no_tokenizer,
             "bytes": s.bytes,
         }));
@@ -603,6 +607,24 @@ fn from_hf(
             out(format_args!(
                 "note: {} tensors written as {t}, their rows not being whole {ggml_type} blocks: {}{more}",
                 names.len(),
+                shown.join(", ")
+            ));
+        }
+        if !s.not_converted.is_empty() {
+            let shown: Vec<String> = s
+                .not_converted
+                .iter()
+                .take(8)
+                .map(|(n, t, why)| format!("{} as {t} ({why})", esc(n)))
+                .collect();
+            let more = if s.not_converted.len() > 8 {
+                ", ..."
+            } else {
+                ""
+            };
+            out(format_args!(
+                "note: {} tensors not written as {ggml_type}: {}{more}",
+                s.not_converted.len(),
                 shown.join(", ")
             ));
         }
