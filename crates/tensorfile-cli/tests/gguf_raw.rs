@@ -199,6 +199,7 @@ fn an_unmapped_gguf_to_a_directory_is_refused_naming_the_raw_direction() {
     let input = unmapped();
     for bad in [
         vec!["x.npz", "--keep-quant"],
+        vec!["x.npz", "--compress", "--dtype", "f32"],
         vec!["x.npz", "--dtype", "f16"],
         vec!["x.npy"],
         vec!["x.safetensors", "--type", "q8_0"],
@@ -331,4 +332,56 @@ fn raw_q8_0_quantizes_every_tensor_it_can_hold_and_reports_the_rest() {
         text.contains("3 tensors not written as Q8_0") && text.contains("bias as F32 (1-D)"),
         "{text}"
     );
+}
+
+/// `--keep-quant` with a `.safetensors` OUT: the Q8_0 and Q4_K tensors as
+/// MLX affine weights, which `dequantize` turns into gguf-py's values.
+#[test]
+fn kept_quantized_raw_weights_dequantize_to_gguf_pys_values() {
+    let out = tempfile::tempdir().unwrap();
+    let kept = out.path().join("k.safetensors");
+    let o = tensorfile(&[
+        "convert",
+        unmapped().to_str().unwrap(),
+        kept.to_str().unwrap(),
+        "--keep-quant",
+        "--json",
+        "--no-sync",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(json(&o)["kept_quantized"], 2);
+    let (header, tensors) = read_safetensors(&kept);
+    assert_eq!(header["__metadata__"]["format"], "mlx");
+    assert_eq!(tensors["blk.0.out.weight"].0, "U32");
+    assert_eq!(tensors["blk.1.out.scales"].1, serde_json::json!([2, 8]));
+    // Q8_0 is 8 bits, Q4_K 4 (as config.json says for a directory).
+    let config = out.path().join("config.json");
+    fs::write(
+        &config,
+        r#"{"quantization": {"group_size": 32, "bits": 8, "mode": "affine",
+            "blk.1.out": {"group_size": 32, "bits": 4}}}"#,
+    )
+    .unwrap();
+    let back = out.path().join("d.safetensors");
+    let o = tensorfile(&[
+        "dequantize",
+        kept.to_str().unwrap(),
+        back.to_str().unwrap(),
+        "--dtype",
+        "f32",
+        "--config",
+        config.to_str().unwrap(),
+        "--no-sync",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let m = manifest("gguf");
+    let want = &m["raw"]["decoded_by_gguf_py"];
+    let (_, got) = read_safetensors(&back);
+    for name in ["blk.0.out.weight", "blk.1.out.weight"] {
+        assert_eq!(
+            got[name].2,
+            want[name]["f32_sha256"].as_str().unwrap(),
+            "{name}"
+        );
+    }
 }

@@ -299,7 +299,8 @@ pub fn validate(path: &Path, json_out: bool) -> bool {
 pub struct GgufArgs {
     /// GGUF input: keep Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q5_K weights
     /// quantized, as MLX affine weights (groups of 32) that give the same
-    /// values; other tensors are decoded to --dtype.
+    /// values; other tensors are decoded to --dtype. For a Hugging Face
+    /// directory or a .safetensors OUT (not .npz).
     #[arg(long)]
     keep_quant: bool,
     /// GGUF output: the type of the weights (f32, f16, bf16, q8_0, q4_0,
@@ -457,14 +458,9 @@ fn to_raw(
 ) -> Result<ExitCode, Failure> {
     use tensorfile::gguf::{gguf_to_npz, gguf_to_safetensors};
     refuse_write_options(io, args)?;
-    if args.keep_quant {
+    if kind == GgufOut::Npz && (dtype.is_some() || args.keep_quant) {
         return Err(super::Usage::failure(
-            "--keep-quant applies to GGUF to a Hugging Face directory; a .safetensors or .npz OUT gets the tensors decoded",
-        ));
-    }
-    if kind == GgufOut::Npz && dtype.is_some() {
-        return Err(super::Usage::failure(
-            "--dtype applies to GGUF to safetensors; an .npz OUT gets the tensors as they are",
+            "--dtype and --keep-quant apply to GGUF to safetensors; an .npz OUT gets the tensors as they are",
         ));
     }
     if io.output.is_dir() {
@@ -482,7 +478,13 @@ fn to_raw(
                 .with_sync(!io.no_sync);
             gguf_to_npz(&file, &io.output, &opts)
         }
-        _ => gguf_to_safetensors(&file, &io.output, dtype, &io.write_options()),
+        _ => gguf_to_safetensors(
+            &file,
+            &io.output,
+            dtype,
+            args.keep_quant,
+            &io.write_options(),
+        ),
     }
     .map_err(|e| e.at(&io.input))?;
     let bytes = std::fs::metadata(&io.output).map(|m| m.len()).unwrap_or(0);
@@ -500,16 +502,22 @@ fn to_raw(
             "architecture": file.header().architecture(),
             "tensors": summary.tensors,
             "decoded": summary.decoded,
+            "kept_quantized": summary.kept,
             "metadata_kept": summary.kept_keys,
             "metadata_dropped": summary.dropped,
             "bytes": bytes,
         }));
     } else {
         out(format_args!(
-            "{}: {format}, {} tensors as they are ({} decoded from quantized blocks to F32), {} metadata keys kept, {bytes} bytes",
+            "{}: {format}, {} tensors as they are ({} decoded from quantized blocks{}), {} metadata keys kept, {bytes} bytes",
             esc(&io.output.display().to_string()),
             summary.tensors,
             summary.decoded,
+            if args.keep_quant {
+                format!(", {} kept quantized as MLX affine", summary.kept)
+            } else {
+                String::new()
+            },
             summary.kept_keys,
         ));
         if !summary.dropped.is_empty() {

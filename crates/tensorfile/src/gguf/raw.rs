@@ -1,7 +1,8 @@
 //! Any GGUF file to one safetensors or npz file, as it is: the GGUF
 //! tensor names, row-major shapes (GGUF's dims reversed), plain types
 //! kept (F32, F16, BF16, F64, I8..I64), quantized types decoded to F32
-//! bit for bit as `gguf.quants.dequantize` decodes them, for any
+//! bit for bit as `gguf.quants.dequantize` decodes them (or, for
+//! safetensors with `keep_quant`, kept as MLX affine weights), for any
 //! architecture (or none). Tensors stream through the writers one piece
 //! at a time; the save is atomic.
 //!
@@ -20,8 +21,8 @@ use serde_json::Value as Json;
 
 use super::config::f32_decimal;
 use super::read::{GgufFile, GgufHeader, GgufTensor};
+use super::to_hf::plan_tensors;
 use super::value::{float_json, Value};
-use crate::cast::{convert_plan, CastOptions};
 use crate::npz::{save_npz, NpzWriteOptions};
 use crate::source::ByteSource;
 use crate::{Dtype, Metadata, Result, WriteOptions};
@@ -37,6 +38,8 @@ pub struct RawSummary {
     pub tensors: usize,
     /// Of those, decoded from quantized blocks to F32.
     pub decoded: usize,
+    /// Of those, kept quantized as MLX affine weights (`keep_quant`).
+    pub kept: usize,
     /// Metadata keys kept in `__metadata__`.
     pub kept_keys: usize,
     /// Metadata keys not kept: arrays longer than [`MAX_ARRAY`] (every key
@@ -79,15 +82,13 @@ pub fn raw_metadata(h: &GgufHeader) -> (Metadata, Vec<String>) {
     (kept, dropped)
 }
 
-fn tensors_of<S: ByteSource>(file: &GgufFile<S>) -> Result<(Vec<GgufTensor<'_, S>>, usize)> {
-    let tensors = file.tensor_data()?;
-    let decoded = tensors.iter().filter(|t| t.is_decoded()).count();
-    Ok((tensors, decoded))
-}
-
 /// Writes the tensors of `file` and its metadata to the safetensors file
 /// `out`, atomically; `dtype`, when given, is the dtype the float tensors
-/// are cast to (decoded ones included).
+/// are cast to (decoded ones included). With `keep_quant`, 2-D Q4_0,
+/// Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q5_K tensors named `*.weight` are kept
+/// as MLX affine weights (`.weight`, `.scales`, `.biases`, groups of 32)
+/// that give the same values, as in [`super::to_hf`], and `format` is
+/// `mlx`.
 ///
 /// # Errors
 /// A type that is not decoded, a failed read or cast, or a failed write
@@ -96,16 +97,18 @@ pub fn gguf_to_safetensors<S: ByteSource>(
     file: &GgufFile<S>,
     out: &Path,
     dtype: Option<Dtype>,
+    keep_quant: bool,
     write: &WriteOptions,
 ) -> Result<RawSummary> {
-    let (tensors, decoded) = tensors_of(file)?;
     let (metadata, dropped) = raw_metadata(file.header());
-    let (plan, _) = convert_plan(&tensors, Some(&metadata), dtype, CastOptions::default())?;
-    crate::atomic::save_plan(out, &plan, write, &|_| ())?;
+    let kept_keys = metadata.len();
+    let planned = plan_tensors(file, None, dtype, keep_quant, metadata)?;
+    crate::atomic::save_plan(out, &planned.plan, write, &|_| ())?;
     Ok(RawSummary {
-        tensors: tensors.len(),
-        decoded,
-        kept_keys: metadata.len(),
+        tensors: file.header().tensors().len(),
+        decoded: planned.decoded,
+        kept: planned.kept.len(),
+        kept_keys,
         dropped,
     })
 }
@@ -121,11 +124,13 @@ pub fn gguf_to_npz<S: ByteSource>(
     out: &Path,
     options: &NpzWriteOptions,
 ) -> Result<RawSummary> {
-    let (tensors, decoded) = tensors_of(file)?;
+    let tensors: Vec<GgufTensor<'_, S>> = file.tensor_data()?;
+    let decoded = tensors.iter().filter(|t| t.is_decoded()).count();
     save_npz(out, &tensors, options, &|_| ())?;
     Ok(RawSummary {
         tensors: tensors.len(),
         decoded,
+        kept: 0,
         kept_keys: 0,
         dropped: file.header().kv().iter().map(|kv| kv.key.clone()).collect(),
     })
