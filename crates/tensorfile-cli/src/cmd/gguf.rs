@@ -514,7 +514,7 @@ fn to_raw(
             summary.tensors,
             summary.decoded,
             if args.keep_quant {
-                format!(", {} kept quantized as MLX affine", summary.kept)
+                format!(", {} kept quantized as MLX affine", summary.kept.len())
             } else {
                 String::new()
             },

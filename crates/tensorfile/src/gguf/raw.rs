@@ -38,8 +38,10 @@ pub struct RawSummary {
     pub tensors: usize,
     /// Of those, decoded from quantized blocks to F32.
     pub decoded: usize,
-    /// Of those, kept quantized as MLX affine weights (`keep_quant`).
-    pub kept: usize,
+    /// Of those, the ones kept quantized as MLX affine weights
+    /// (`keep_quant`): `.weight` holds the packed codes, beside `.scales`
+    /// and `.biases`.
+    pub kept: Vec<String>,
     /// Metadata keys kept in `__metadata__`.
     pub kept_keys: usize,
     /// Metadata keys not kept: arrays longer than [`MAX_ARRAY`] (every key
@@ -107,7 +109,7 @@ pub fn gguf_to_safetensors<S: ByteSource>(
     Ok(RawSummary {
         tensors: file.header().tensors().len(),
         decoded: planned.decoded,
-        kept: planned.kept.len(),
+        kept: planned.kept.into_keys().collect(),
         kept_keys,
         dropped,
     })
@@ -130,7 +132,7 @@ pub fn gguf_to_npz<S: ByteSource>(
     Ok(RawSummary {
         tensors: tensors.len(),
         decoded,
-        kept: 0,
+        kept: Vec::new(),
         kept_keys: 0,
         dropped: file.header().kv().iter().map(|kv| kv.key.clone()).collect(),
     })
