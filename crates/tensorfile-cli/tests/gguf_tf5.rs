@@ -89,7 +89,14 @@ fn keys_of(dir: &std::path::Path, extra: &[&str]) -> Vec<(String, Value)> {
 
 /// A copy of the tf5 llama directory with `config` edited by `edit`.
 fn edited_llama(edit: impl FnOnce(&mut serde_json::Map<String, Value>)) -> tempfile::TempDir {
-    let src = fixture("gguf").join("tf5/hf_llama3_tf5");
+    edited(&fixture("gguf").join("tf5/hf_llama3_tf5"), edit)
+}
+
+/// A copy of the model directory `src` with `config` edited by `edit`.
+fn edited(
+    src: &std::path::Path,
+    edit: impl FnOnce(&mut serde_json::Map<String, Value>),
+) -> tempfile::TempDir {
     let d = tempfile::tempdir().unwrap();
     for f in fs::read_dir(&src).unwrap() {
         let f = f.unwrap();
@@ -115,13 +122,48 @@ fn get<'a>(keys: &'a [(String, Value)], key: &str) -> Option<&'a Value> {
 /// place; `rope_parameters` wins, as in the converter.
 #[test]
 fn rope_keys_moved_by_transformers_5_are_read_from_either_place() {
-    const MOVED: [&str; 4] = [
-        "rope_theta",
-        "rope_scaling",
-        "partial_rotary_factor",
-        "original_max_position_embeddings",
-    ];
-    assert_eq!(MOVED.len(), 4);
+    // MOVED: rope_theta, rope_scaling (as rope_parameters),
+    // partial_rotary_factor and original_max_position_embeddings (Phi-3).
+    // Phi-3: each moved key given in rope_parameters (transformers 5) or at
+    // the top level (transformers 4) gives the same keys.
+    let phi3 = fixture("real/hf/phi3");
+    let moved = json!({"rope_theta": 250000.0, "partial_rotary_factor": 0.5,
+                       "original_max_position_embeddings": 2048});
+    let mut seen = Vec::new();
+    for in_rope_parameters in [true, false] {
+        let d = edited(&phi3, |c| {
+            for k in moved.as_object().unwrap().keys() {
+                c.remove(k);
+            }
+            c.remove("rope_scaling");
+            if in_rope_parameters {
+                let mut r = moved.clone();
+                r["rope_type"] = json!("default");
+                c.insert("rope_parameters".into(), r);
+            } else {
+                for (k, v) in moved.as_object().unwrap() {
+                    c.insert(k.clone(), v.clone());
+                }
+            }
+        });
+        let keys = keys_of(d.path(), &["--type", "f32"]);
+        let got: Vec<Value> = [
+            "phi3.rope.freq_base",
+            "phi3.rope.dimension_count",
+            "phi3.rope.scaling.original_context_length",
+        ]
+        .iter()
+        .map(|k| get(&keys, k).cloned().unwrap_or(Value::Null))
+        .collect();
+        // hidden 64, 4 heads: half of each head's 16 dimensions rotate.
+        assert_eq!(
+            got,
+            [json!(250000.0), json!(8), json!(2048)],
+            "{in_rope_parameters}"
+        );
+        seen.push(got);
+    }
+    assert_eq!(seen[0], seen[1]);
     // transformers 5 (rope_parameters only) and 4 (top-level keys) give the
     // same freq_base; yarn's and linear's fields from either place.
     let cases: Vec<(Value, Vec<(&str, Value)>)> = vec![
