@@ -98,7 +98,7 @@ fn edited(
     edit: impl FnOnce(&mut serde_json::Map<String, Value>),
 ) -> tempfile::TempDir {
     let d = tempfile::tempdir().unwrap();
-    for f in fs::read_dir(&src).unwrap() {
+    for f in fs::read_dir(src).unwrap() {
         let f = f.unwrap();
         fs::copy(f.path(), d.path().join(f.file_name())).unwrap();
     }
