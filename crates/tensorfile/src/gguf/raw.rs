@@ -9,8 +9,9 @@
 //! The metadata (safetensors only; npz has none) becomes `__metadata__`:
 //! each GGUF key under its own name, its value as JSON text: strings
 //! quoted (`"llama"`), numbers as JSON numbers (a FLOAT32 as the shortest
-//! decimal that gives the same f32: `0.00001`, not `9.999999747378752e-6`; non-finite ones as the
-//! strings `"inf"`, `"-inf"`, `"nan"`), booleans, and arrays of at most
+//! decimal that gives the same f32: `0.00001`, not
+//! `9.999999747378752e-6`; non-finite ones as the strings `"inf"`,
+//! `"-inf"`, `"nan"`), booleans, and arrays of at most
 //! [`MAX_ARRAY`] elements (nested ones too) as JSON arrays. Longer arrays
 //! (a tokenizer's tokens, scores and merges) are dropped, and named in
 //! [`RawSummary::dropped`]. The value's GGUF type is not kept.
