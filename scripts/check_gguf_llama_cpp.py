@@ -15,6 +15,12 @@ Prints one line per file and exits 1 when a check fails: F32 within 1e-3 of
 transformers (with llama.cpp's F32 KV cache), Q8_0 with the same top token
 at every position. Nothing here is a test CI runs.
 
+With `--model DIR` (a Llama, Qwen2, ... directory, e.g. the transformers 5
+fixtures tests/fixtures/gguf/tf5/hf_*_tf5 with TOOLS_PY=/work/venvs/tf5/bin/python)
+that directory is used instead, and `--converter` also converts it with
+llama.cpp's convert_hf_to_gguf.py (F32, through scripts/gguf_fixture_hf.py) for
+comparison; `--f32-within` sets the F32 bound (default 1e-3).
+
 The default seed is 1: with seeds 2 and 7 transformers' own top two tokens
 at one position are within 0.031 and 0.0098 of each other, closer than
 llama.cpp's Q8_0 arithmetic (which also quantizes the activations) keeps
@@ -54,8 +60,9 @@ if mode == "make":
             p.copy_((1.0 + 0.1 * torch.randn_like(p)) if n.endswith("norm.weight") else 0.06 * torch.randn_like(p))
     m.save_pretrained(d, safe_serialization=True)
 else:
+    from transformers import AutoModelForCausalLM
     ids = json.loads(sys.argv[3])
-    m = LlamaForCausalLM.from_pretrained(d, torch_dtype=torch.float32).eval()
+    m = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32).eval()
     with torch.no_grad():
         logits = m(torch.tensor([ids])).logits[0].float().numpy()
     np.save(sys.argv[4], logits)
@@ -84,7 +91,10 @@ def main() -> int:
     ap.add_argument("--work", required=True)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--types", default="f32,f16,bf16,q8_0,q4_0,q4_k,q6_k")
-    ap.add_argument("--model", help="an existing Llama directory instead of a new random one")
+    ap.add_argument("--model", help="an existing model directory instead of a new random Llama")
+    ap.add_argument("--converter", action="store_true",
+                    help="also check convert_hf_to_gguf.py's F32 file of the directory")
+    ap.add_argument("--f32-within", type=float, default=1e-3)
     a = ap.parse_args()
     work = Path(a.work)
     if work.exists():
@@ -102,12 +112,18 @@ def main() -> int:
     torch_side("logits", str(model), json.dumps(PROMPT), str(ref))
     hf = np.load(ref)
     ok = True
-    for t in a.types.split(","):
-        out = work / f"tiny-{t}.gguf"
-        r = subprocess.run([a.tensorfile, "convert", str(model), str(out), "--type", t, "--no-sync"],
-                           capture_output=True, text=True)
+    runs = [(t, "tensorfile") for t in a.types.split(",")]
+    if a.converter:
+        runs.append(("f32", "convert_hf_to_gguf.py"))
+    for t, by in runs:
+        out = work / f"tiny-{t}-{by}.gguf"
+        if by == "tensorfile":
+            cmd = [a.tensorfile, "convert", str(model), str(out), "--type", t, "--no-sync"]
+        else:
+            cmd = [TOOLS_PY, str(REPO / "scripts/gguf_fixture_hf.py"), "convert", str(model), str(out), t]
+        r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0:
-            print(f"{t}: tensorfile failed: {r.stderr.strip()}")
+            print(f"{t} ({by}): failed: {r.stderr.strip()[-2000:]}")
             ok = False
             continue
         for kv_f32 in (True, False):
@@ -120,14 +136,14 @@ def main() -> int:
             kv = "F32 KV cache" if kv_f32 else "default F16 KV cache"
             verdict = ""
             if kv_f32 and t == "f32":
-                verdict = " PASS" if diff < 1e-3 else " FAIL"
-                ok &= diff < 1e-3
+                verdict = " PASS" if diff < a.f32_within else " FAIL"
+                ok &= diff < a.f32_within
             if kv_f32 and t == "q8_0":
                 verdict = " PASS" if same_top == len(PROMPT) else " FAIL"
                 ok &= same_top == len(PROMPT)
             where = "" if same.all() else " (transformers' top-2 margin there: " + ", ".join(
                 f"{gaps[i]:.3g} at {i}" for i in np.flatnonzero(~same)) + ")"
-            print(f"{t:5} ({kv}): max |llama.cpp - transformers| = {diff:.3g}, "
+            print(f"{t:5} by {by} ({kv}): max |llama.cpp - transformers| = {diff:.3g}, "
                   f"top token equal at {same_top}/{len(PROMPT)} positions{where}{verdict}")
     print(f"logits of transformers span [{hf.min():.3g}, {hf.max():.3g}]")
     return 0 if ok else 1

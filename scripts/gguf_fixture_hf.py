@@ -5,6 +5,11 @@ Runs under a venv with torch + transformers (TOOLS_PY, default
 /work/venvs/tools/bin/python); prints one JSON object on its last stdout line.
 
   make-model DIR [wide]          random tiny Llama (seeded) saved by save_pretrained
+  make-model DIR tf5-llama3|tf5-qwen2
+                                 transformers 5 (TOOLS_PY=/work/venvs/tf5/bin/python):
+                                 a 32-wide Llama with rope_parameters of type llama3
+                                 (theta 5e5), or a 32-wide Qwen2 (theta 1e6, tied; its
+                                 tokenizer has <|endoftext|>)
   convert DIR OUTFILE OUTTYPE    llama.cpp's convert_hf_to_gguf.py (see below)
   logits DIR IDS_JSON            transformers' logits for the token ids
   gguf-logits GGUF IDS_JSON      transformers' logits from from_pretrained(gguf_file=GGUF)
@@ -40,12 +45,38 @@ CONFIG = dict(
 CONFIG_WIDE = dict(CONFIG, hidden_size=256, intermediate_size=256, num_hidden_layers=1)
 
 
-def make_model(d: Path, wide: bool = False):
+# transformers 5: rope_parameters, no top-level rope_theta; rows of 32 (one Q8_0 block)
+CONFIG_TF5 = dict(
+    vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+    rms_norm_eps=1e-5, bos_token_id=0, eos_token_id=1, hidden_act="silu",
+)
+TF5_VARIANTS = {
+    # head_dim 8 at theta 5e5: wavelengths 6.3, 167, 4443, 118k against 2048/8192,
+    # so the llama3 factors take all three branches (1, smoothed, factor)
+    "tf5-llama3": ("LlamaConfig", "LlamaForCausalLM", dict(
+        CONFIG_TF5, tie_word_embeddings=False, max_position_embeddings=131072,
+        rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+                         "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                         "original_max_position_embeddings": 8192})),
+    "tf5-qwen2": ("Qwen2Config", "Qwen2ForCausalLM", dict(
+        CONFIG_TF5, tie_word_embeddings=True,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})),
+}
+
+
+def make_model(d: Path, variant: str = ""):
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    import transformers
     torch.manual_seed(20260301)
-    cfg = LlamaConfig(**(CONFIG_WIDE if wide else CONFIG), torch_dtype="float32")
-    m = LlamaForCausalLM(cfg).eval()
+    if variant in TF5_VARIANTS:
+        cfg_name, model_name, kw = TF5_VARIANTS[variant]
+        cfg = getattr(transformers, cfg_name)(**kw, dtype="float32")
+        m = getattr(transformers, model_name)(cfg).eval()
+    else:
+        cfg = transformers.LlamaConfig(**(CONFIG_WIDE if variant == "wide" else CONFIG),
+                                       torch_dtype="float32")
+        m = transformers.LlamaForCausalLM(cfg).eval()
     with torch.no_grad():
         for n, p in m.named_parameters():
             if n.endswith("norm.weight"):
@@ -139,7 +170,7 @@ def tokenize(d: Path, text: str):
 def main():
     cmd, *a = sys.argv[1:]
     if cmd == "make-model":
-        r = make_model(Path(a[0]), wide=len(a) > 1 and a[1] == "wide")
+        r = make_model(Path(a[0]), a[1] if len(a) > 1 else "")
     elif cmd == "convert":
         r = convert(Path(a[0]), Path(a[1]), a[2])
     elif cmd == "logits":

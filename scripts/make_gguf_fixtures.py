@@ -15,6 +15,8 @@ Usage:
   python scripts/make_gguf_fixtures.py files    # 3: whole files by GGUFWriter
   python scripts/make_gguf_fixtures.py model    # 4: tiny Llama, converter, logits
   python scripts/make_gguf_fixtures.py model_wide  # 4b: 256-wide Llama, real Q4_K_M
+  python scripts/make_gguf_fixtures.py tf5      # 5: transformers 5 llama3/qwen2 dirs, converter digests
+  python scripts/make_gguf_fixtures.py raw      # 6: GGUFWriter file of an unmapped architecture
   python scripts/make_gguf_fixtures.py all
 
 Every step is deterministic (fixed seeds); every output is described in
@@ -814,13 +816,13 @@ def tokenizer_corpus() -> list[str]:
     return lines
 
 
-def train_tokenizer(d: Path) -> dict:
+def train_tokenizer(d: Path, extra_special: tuple[str, ...] = ()) -> dict:
     from tokenizers import Tokenizer, models, pre_tokenizers, decoders, trainers, processors
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     tok.decoder = decoders.ByteLevel()
     tok.post_processor = processors.ByteLevel(trim_offsets=False)
-    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<s>", "</s>", "<pad>"],
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<s>", "</s>", "<pad>", *extra_special],
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     tok.train_from_iterator(tokenizer_corpus(), trainer=trainer)
     tok.save(str(d / "tokenizer.json"))
@@ -836,12 +838,12 @@ def train_tokenizer(d: Path) -> dict:
                    "trained on 2000 generated lines (seed 11)"}
 
 
-def tools(*args) -> dict:
+def tools(*args, py: str | None = None) -> dict:
     env = dict(os.environ)
     shim = Path("/work/src/gguf-shim")
     if args[0] in ("load-gguf", "gguf-logits"):
         env["PYTHONPATH"] = str(shim)   # gguf (PyPI) for transformers, without touching the tools venv
-    p = subprocess.run([TOOLS_PY, str(Path(__file__).parent / "gguf_fixture_hf.py"), *map(str, args)],
+    p = subprocess.run([py or TOOLS_PY, str(Path(__file__).parent / "gguf_fixture_hf.py"), *map(str, args)],
                        capture_output=True, text=True, env=env)
     if p.returncode != 0:
         raise RuntimeError(f"{args[0]} failed:\n{p.stderr[-4000:]}")
@@ -1058,10 +1060,115 @@ def step_model_wide() -> None:
     print({t["name"]: t["ggml_type"] for t in res["gguf"]["tensors"]})
 
 
+TF5_PY = os.environ.get("TF5_PY", "/work/venvs/tf5/bin/python")
+TF5_OUTTYPES = ("f32", "f16", "bf16", "q8_0")
+
+
+def step_tf5() -> None:
+    """transformers 5 directories (rope_parameters, no top-level rope_theta) and
+    the sha256 of what convert_hf_to_gguf.py makes of them. The GGUF files are
+    not kept (the tests compare our bytes with these digests); set
+    TF5_KEEP=DIR to keep them there for a look."""
+    import shutil
+    import tempfile
+    keep = os.environ.get("TF5_KEEP")
+    res = {}
+    for variant in ("tf5-llama3", "tf5-qwen2"):
+        hf = OUT / "tf5" / f"hf_{variant.removeprefix('tf5-')}_tf5"
+        if hf.exists():
+            shutil.rmtree(hf)
+        hf.mkdir(parents=True)
+        # transformers 5's Qwen2Tokenizer adds <|endoftext|> when the vocabulary lacks it
+        train_tokenizer(hf, ("<|endoftext|>",) if variant == "tf5-qwen2" else ())
+        r = tools("make-model", hf, variant, py=TF5_PY)
+        e = {"dir": rel(hf), "config": json.loads((hf / "config.json").read_text()),
+             "written_by": f"transformers {r['result']['versions']['transformers']} save_pretrained "
+                           f"(torch {r['result']['versions']['torch']}), variant {variant} of "
+                           "scripts/gguf_fixture_hf.py, seed 20260301; tokenizer as model/hf_llama_tiny",
+             "files": {f.name: {"size": f.stat().st_size, "sha256": sha256(f.read_bytes())}
+                       for f in sorted(hf.iterdir())},
+             "convert": {}}
+        with tempfile.TemporaryDirectory() as td:
+            for outtype in TF5_OUTTYPES:
+                out = Path(td) / f"{hf.name}-{outtype.upper()}.gguf"
+                r = tools("convert", hf, out, outtype, py=TF5_PY)
+                d = parse_gguf(out)
+                e["convert"][outtype] = {
+                    "size": out.stat().st_size, "sha256": sha256(out.read_bytes()),
+                    "command": f"convert_hf_to_gguf.py {rel(hf)} --outtype {outtype} (under {TF5_PY})",
+                    "pre_tokenizer": r["result"]["pre_tokenizer"],
+                    "kv_keys": [kv["key"] for kv in d["kv"]],
+                    "tensors": {t["name"]: t["ggml_type"] for t in d["tensors"]},
+                }
+                if keep:
+                    Path(keep).mkdir(parents=True, exist_ok=True)
+                    shutil.copy(out, Path(keep) / out.name)
+        res[variant] = e
+    save_manifest("tf5", res)
+    print(json.dumps({v: {t: c["sha256"] for t, c in e["convert"].items()} for v, e in res.items()}, indent=1))
+
+
+def step_raw() -> None:
+    """A GGUFWriter file of an architecture this library does not map, with
+    F32, F16, Q8_0 and Q4_K tensors and a few metadata kinds; gguf-py's
+    dequantized values recorded as sha256 of their little-endian f32 bytes."""
+    rng = np.random.default_rng(36)
+    path = OUT / "files" / "unmapped_arch_v3.gguf"
+    w = gguf.GGUFWriter(str(path), "mamba9")
+    w.add_name("unmapped tensors")
+    w.add_uint32("mamba9.block_count", 2)
+    w.add_float32("mamba9.rope.freq_base", 12345.5)
+    w.add_bool("mamba9.use_thing", True)
+    w.add_int64("mamba9.big", -(1 << 40))
+    w.add_array("mamba9.small_list", [1, 2, 3])
+    w.add_array("tokenizer.ggml.tokens", [f"t{i}" for i in range(2000)])  # longer than MAX_ARRAY
+    tensors = {}
+    for name, shape, t in (("blk.0.mix.weight", (4, 64), T.F32), ("blk.0.conv.bias", (64,), T.F32),
+                           ("blk.0.in.weight", (3, 64), T.F16), ("blk.0.out.weight", (4, 64), T.Q8_0),
+                           ("blk.1.out.weight", (2, 256), T.Q4_K), ("empty.weight", (0, 32), T.F32),
+                           ("scalar_ish", (1,), T.F32)):
+        x = (rng.standard_normal(shape) * 0.5).astype(np.float32)
+        if t == T.F32:
+            raw = x
+        elif t == T.F16:
+            raw = x.astype(np.float16)
+        elif t == T.Q8_0:
+            raw = gguf.quants.quantize(x, t)
+        else:
+            # random Q4_K blocks with sane f16 scales (as the dequant vectors)
+            bs, ts = GGML_QUANT_SIZES[t]
+            blocks = rng.integers(0, 256, size=(x.size // bs, ts), dtype=np.uint8)
+            raw = sanitize_scales(t.name, blocks, rng).reshape(shape[0], -1)
+        w.add_tensor(name, raw, raw_dtype=t)
+        tensors[name] = t
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    r = gguf.GGUFReader(path)
+    dec = {}
+    for t in r.tensors:
+        raw = np.asarray(t.data)
+        shape = [int(x) for x in t.shape][::-1]
+        if t.tensor_type in (T.F32, T.F16):
+            a = raw.astype(np.float32).reshape(shape)
+        else:
+            a = gguf.quants.dequantize(raw.view(np.uint8).reshape(-1), t.tensor_type).reshape(shape)
+        dec[t.name] = {"ggml_type": t.tensor_type.name, "shape": shape,
+                       "f32_sha256": sha256(np.ascontiguousarray(a, "<f4").tobytes()),
+                       "first": [float(v) for v in a.reshape(-1)[:4]]}
+    save_manifest("raw", {"file": rel(path), "size": path.stat().st_size,
+                          "sha256": sha256(path.read_bytes()),
+                          "how": "gguf.GGUFWriter, architecture mamba9 (not mapped here); values seeded 36; "
+                                 "Q8_0 by gguf-py, Q4_K random blocks with sane scales",
+                          "decoded_by_gguf_py": dec})
+    print(json.dumps(dec, indent=1))
+
+
 def main():
     steps = sys.argv[1:] or ["all"]
     if "all" in steps:
-        steps = ["quants", "kquant_model", "files", "model", "model_wide"]
+        steps = ["quants", "kquant_model", "files", "model", "model_wide", "tf5", "raw"]
     for s in steps:
         if s == "quants":
             step_quants(Ggml())
@@ -1073,6 +1180,10 @@ def main():
             step_model()
         elif s == "model_wide":
             step_model_wide()
+        elif s == "tf5":
+            step_tf5()
+        elif s == "raw":
+            step_raw()
         else:
             raise SystemExit(f"unknown step {s}")
 

@@ -46,7 +46,10 @@ enum Command {
     /// Join a sharded checkpoint into one canonical file.
     Merge(cmd::merge::Args),
     /// Convert a PyTorch checkpoint or a safetensors file to a canonical
-    /// safetensors file, optionally casting float tensors to one dtype.
+    /// safetensors file, optionally casting float tensors to one dtype; a
+    /// GGUF file to a Hugging Face directory (or, as it is, to one
+    /// .safetensors or .npz file), a directory to OUT.gguf; numpy files
+    /// both ways.
     Convert(cmd::convert::Args),
     /// Quantize weights: int4-g<group>-sym or MLX affine.
     Quantize(cmd::quantize::Args),

@@ -228,7 +228,8 @@ fn convert_gguf_writes_a_hugging_face_directory() {
 
     // Misuse: a file as OUT, flags of the other direction, GGUF flags
     // without GGUF: exit 2.
-    let file_out = out.path().join("x.safetensors");
+    // (A `.safetensors` or `.npz` name is the raw direction, tests/gguf_raw.rs.)
+    let file_out = out.path().join("x.out");
     fs::write(&file_out, b"").unwrap();
     let o = tensorfile(&[
         "convert",

@@ -423,3 +423,54 @@ fn a_tiny_tokenizer_cannot_pad_millions_of_tokens() {
     run.assert_within(Limits::HOSTILE, "padding");
     assert_eq!(run.code, Some(0), "{}", run.stderr);
 }
+
+/// The raw direction (any GGUF to one .safetensors or .npz file) with
+/// empty tensors beside huge dimensions, of an unmapped architecture:
+/// valid, converted within the limits; and a file whose tensor data is
+/// cut short: refused, nothing left behind.
+#[test]
+fn raw_outputs_take_empty_huge_tensors_and_refuse_cut_files() {
+    let tmp = tempfile::tempdir().unwrap();
+    let kv = [("general.architecture", V::Str("mamba9"))];
+    let cases: [(&str, [u64; 2], u32); 4] = [
+        ("f32 2^40 rows", [0, 1 << 40], F32),
+        ("q8_0 2^40 rows", [0, 1 << 40], Q8_0),
+        ("f32 rows of 2^62", [1 << 62, 0], F32),
+        ("q8_0 rows of 2^62", [1 << 62, 0], Q8_0),
+    ];
+    for (i, (what, dims, ty)) in cases.into_iter().enumerate() {
+        let input = tmp.path().join(format!("{i}.gguf"));
+        let tensors = vec![("x", dims.to_vec(), ty, vec![])];
+        fs::write(&input, gguf(&kv, &tensors)).unwrap();
+        for ext in ["safetensors", "npz"] {
+            let out = tmp.path().join(format!("out{i}.{ext}"));
+            let run = tensorfile(&[
+                "convert",
+                input.to_str().unwrap(),
+                out.to_str().unwrap(),
+                "--no-sync",
+            ]);
+            run.assert_within(Limits::HOSTILE, what);
+            assert_eq!(run.code, Some(0), "{what} {ext}: {}", run.stderr);
+            assert!(out.is_file(), "{what} {ext}");
+        }
+        assert_eq!(
+            safetensors_shape(&tmp.path().join(format!("out{i}.safetensors")), "x"),
+            [dims[1], dims[0]],
+            "{what}"
+        );
+    }
+    // Data cut short: the reader refuses it; no output appears.
+    let dir = tempfile::tempdir().unwrap();
+    let mut bytes = gguf(&kv, &[("y", vec![32, 4], Q8_0, vec![7; 4 * 34])]);
+    bytes.truncate(bytes.len() - 40);
+    let input = dir.path().join("cut.gguf");
+    fs::write(&input, bytes).unwrap();
+    for ext in ["safetensors", "npz"] {
+        let out = dir.path().join(format!("o.{ext}"));
+        let run = tensorfile(&["convert", input.to_str().unwrap(), out.to_str().unwrap()]);
+        run.assert_within(Limits::HOSTILE, "cut");
+        assert_eq!(run.code, Some(1), "{ext}: {}", run.stderr);
+    }
+    assert_eq!(entries(dir.path()), ["cut.gguf"]);
+}

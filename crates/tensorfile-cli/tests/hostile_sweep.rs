@@ -36,15 +36,19 @@ fn check(input: &Path) -> Vec<String> {
     let mut failures = Vec::new();
     let shown = input.strip_prefix(fixtures()).unwrap_or(input).display();
     let inspect = run_limited(BIN, [Path::new("inspect"), input], Limits::HOSTILE);
-    failures.extend(inspect.within(Limits::HOSTILE, &format!("inspect {shown}")).err());
+    failures.extend(
+        inspect
+            .within(Limits::HOSTILE, &format!("inspect {shown}"))
+            .err(),
+    );
     let out = tempfile::tempdir().unwrap();
     let target = out.path().join("out.safetensors");
-    let convert = run_limited(
-        BIN,
-        [Path::new("convert"), input, &target],
-        Limits::HOSTILE,
+    let convert = run_limited(BIN, [Path::new("convert"), input, &target], Limits::HOSTILE);
+    failures.extend(
+        convert
+            .within(Limits::HOSTILE, &format!("convert {shown}"))
+            .err(),
     );
-    failures.extend(convert.within(Limits::HOSTILE, &format!("convert {shown}")).err());
     if convert.code != Some(0) && !entries(out.path()).is_empty() {
         failures.push(format!(
             "convert {shown} failed ({}) and left {:?}",

@@ -1,4 +1,5 @@
-//! The GGUF <-> Hugging Face mappings on models built from the input, with
+//! The GGUF <-> Hugging Face mappings (and GGUF -> one safetensors or npz
+//! file, as it is) on models built from the input, with
 //! shapes that hold zero dimensions beside huge ones: [`gguf_to_hf`] of a
 //! GGUF file, and [`hf_to_gguf`] of a Hugging Face directory holding the
 //! same tensors under their Hugging Face names.
@@ -135,6 +136,29 @@ pub fn gguf_convert(data: &[u8]) {
                     .with_sync(false);
                 let _ = hf_to_gguf(&out, &back_path, &opts);
             }
+        }
+        // GGUF -> one safetensors / npz file, as it is: all or nothing,
+        // every tensor under its GGUF name and row-major shape.
+        let raw = dir.join("raw.safetensors");
+        let _ = std::fs::remove_file(&raw);
+        let write = tensorfile::WriteOptions::default().with_sync(false);
+        match tensorfile::gguf::gguf_to_safetensors(&file, &raw, None, flags & 1 != 0, &write) {
+            Err(_) => assert!(!raw.exists(), "a failed conversion left {raw:?}"),
+            Ok(summary) => {
+                let st = tensorfile::SafeTensors::open(&raw).expect("the file written reads back");
+                for info in file.header().tensors() {
+                    let t = st.tensor(&info.name).expect("every tensor written");
+                    if !summary.kept.contains(&info.name) {
+                        assert_eq!(t.shape(), info.shape(), "{}", info.name);
+                    }
+                }
+            }
+        }
+        let npz = dir.join("raw.npz");
+        let _ = std::fs::remove_file(&npz);
+        let opts = tensorfile::npz::NpzWriteOptions::default().with_sync(false);
+        if tensorfile::gguf::gguf_to_npz(&file, &npz, &opts).is_err() {
+            assert!(!npz.exists(), "a failed conversion left {npz:?}");
         }
     }
 

@@ -7,7 +7,9 @@
 //! holding one), goes through [`super::convert_pytorch`] instead: loaded
 //! without executing anything, then streamed (or cast) the same way.
 //!
-//! A GGUF file as IN, or OUT named `*.gguf`, goes through [`super::gguf`];
+//! A GGUF file as IN (to a Hugging Face directory, or as it is to one
+//! `.safetensors` or `.npz` file), or OUT named `*.gguf`, goes through
+//! [`super::gguf`];
 //! numpy files (`.npz`, `.npy`) in or out through [`super::npz`].
 //!
 //! IN may be a set (a directory or an index): OUT is then a directory
@@ -82,9 +84,8 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         if !pytorch_in {
             args.pytorch.refuse_for(&args.io.input)?;
         }
-        args.npz.refuse_for(&args.io.output)?;
         args.embed.refuse_for("GGUF conversions")?;
-        return super::gguf::convert(kind, &args.io, args.dtype, &args.gguf);
+        return super::gguf::convert(kind, &args.io, args.dtype, &args.gguf, &args.npz);
     }
     args.gguf.refuse_for(&args.io.input)?;
     if super::npz::handles(kind, &args.io.output) {

@@ -299,11 +299,15 @@ pub fn validate(path: &Path, json_out: bool) -> bool {
 pub struct GgufArgs {
     /// GGUF input: keep Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q5_K weights
     /// quantized, as MLX affine weights (groups of 32) that give the same
-    /// values; other tensors are decoded to --dtype.
+    /// values; other tensors are decoded to --dtype. For a Hugging Face
+    /// directory or a .safetensors OUT (not .npz).
     #[arg(long)]
     keep_quant: bool,
     /// GGUF output: the type of the weights (f32, f16, bf16, q8_0, q4_0,
     /// q4_1, q5_0, q5_1, q4_k, q6_k); norms and other 1-D tensors stay F32.
+    /// With --raw: every float tensor of 2 or more dimensions whose rows are
+    /// whole blocks of the type, whatever its name; the others are written
+    /// as F32 (integers as they are) and reported with why.
     #[arg(long = "type", value_name = "TYPE")]
     gguf_type: Option<String>,
     /// GGUF output: write the tensors as they are (names, shapes, no
@@ -355,14 +359,52 @@ pub fn handles(kind: Kind, output: &Path) -> bool {
             .is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
 }
 
-/// `tensorfile convert IN OUT` when IN is GGUF (to a Hugging Face directory)
-/// or OUT ends in `.gguf` (from a Hugging Face directory).
+/// What a GGUF input becomes, by OUT's name.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum GgufOut {
+    /// A Hugging Face directory (any other name).
+    HfDir,
+    /// One safetensors file, the tensors as they are.
+    Safetensors,
+    /// One npz archive, the tensors as they are.
+    Npz,
+}
+
+fn gguf_out_of(output: &Path) -> Result<GgufOut, Failure> {
+    let ext = output
+        .extension()
+        .map(|e| e.to_string_lossy().to_ascii_lowercase());
+    Ok(match ext.as_deref() {
+        Some("safetensors") => GgufOut::Safetensors,
+        Some("npz") => GgufOut::Npz,
+        Some("npy") => {
+            return Err(super::Usage::failure(format_args!(
+                "{}: a GGUF file holds many tensors; write an .npz (or .safetensors) file",
+                output.display()
+            )))
+        }
+        _ => GgufOut::HfDir,
+    })
+}
+
+/// `tensorfile convert IN OUT` when IN is GGUF (to a Hugging Face
+/// directory, or as it is to a `.safetensors` / `.npz` file) or OUT ends
+/// in `.gguf` (from a Hugging Face directory).
 pub fn convert(
     kind: Kind,
     io: &super::FileArgs,
     dtype: Option<tensorfile::Dtype>,
     args: &GgufArgs,
+    npz: &super::npz::NpzArgs,
 ) -> Result<ExitCode, Failure> {
+    let raw_out = if kind == Kind::Gguf {
+        gguf_out_of(&io.output)?
+    } else {
+        GgufOut::HfDir
+    };
+    if raw_out != GgufOut::Npz {
+        npz.refuse_for(&io.output)?;
+    }
     if io.max_shard_size.is_some() {
         return Err(super::Usage::failure(
             "--max-shard-size does not apply to GGUF conversions (one GGUF file, one model.safetensors)",
@@ -379,9 +421,128 @@ pub fn convert(
                 io.input.display()
             )));
         }
+        if raw_out != GgufOut::HfDir {
+            return to_raw(io, dtype, args, raw_out, npz.compress);
+        }
         return to_hf(io, dtype, args);
     }
     from_hf(io, dtype, args)
+}
+
+/// Refuses the options that only writing GGUF takes.
+fn refuse_write_options(io: &super::FileArgs, args: &GgufArgs) -> Result<(), Failure> {
+    for (on, flag) in [
+        (args.gguf_type.is_some(), "--type"),
+        (args.raw, "--raw"),
+        (args.arch.is_some(), "--arch"),
+        (args.tokenizer_pre.is_some(), "--tokenizer-pre"),
+    ] {
+        if on {
+            return Err(super::Usage::failure(format_args!(
+                "{flag} applies when writing GGUF; {} is GGUF already",
+                io.input.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// GGUF to one safetensors or npz file, the tensors as they are
+/// ([`tensorfile::gguf::raw`]).
+fn to_raw(
+    io: &super::FileArgs,
+    dtype: Option<tensorfile::Dtype>,
+    args: &GgufArgs,
+    kind: GgufOut,
+    compress: bool,
+) -> Result<ExitCode, Failure> {
+    use tensorfile::gguf::{gguf_to_npz, gguf_to_safetensors};
+    refuse_write_options(io, args)?;
+    if kind == GgufOut::Npz && (dtype.is_some() || args.keep_quant) {
+        return Err(super::Usage::failure(
+            "--dtype and --keep-quant apply to GGUF to safetensors; an .npz OUT gets the tensors as they are",
+        ));
+    }
+    if io.output.is_dir() {
+        return Err(super::Usage::failure(format_args!(
+            "{}: a directory; its name says a file",
+            io.output.display()
+        )));
+    }
+    super::refuse_input_as_output(&io.output, [&io.input])?;
+    let file = GgufFile::open(&io.input)?;
+    let summary = match kind {
+        GgufOut::Npz => {
+            let opts = tensorfile::npz::NpzWriteOptions::default()
+                .with_compress(compress)
+                .with_sync(!io.no_sync);
+            gguf_to_npz(&file, &io.output, &opts)
+        }
+        _ => gguf_to_safetensors(
+            &file,
+            &io.output,
+            dtype,
+            args.keep_quant,
+            &io.write_options(),
+        ),
+    }
+    .map_err(|e| e.at(&io.input))?;
+    let bytes = std::fs::metadata(&io.output).map(|m| m.len()).unwrap_or(0);
+    let format = if kind == GgufOut::Npz {
+        "npz"
+    } else {
+        "safetensors"
+    };
+    if io.json {
+        out(json!({
+            "input": io.input,
+            "output": io.output,
+            "direction": "gguf-raw",
+            "output_format": format,
+            "architecture": file.header().architecture(),
+            "tensors": summary.tensors,
+            "decoded": summary.decoded,
+            "kept_quantized": summary.kept,
+            "metadata_kept": summary.kept_keys,
+            "metadata_dropped": summary.dropped,
+            "bytes": bytes,
+        }));
+    } else {
+        out(format_args!(
+            "{}: {format}, {} tensors as they are ({} decoded from quantized blocks{}), {} metadata keys kept, {bytes} bytes",
+            esc(&io.output.display().to_string()),
+            summary.tensors,
+            summary.decoded,
+            if args.keep_quant {
+                format!(", {} kept quantized as MLX affine", summary.kept.len())
+            } else {
+                String::new()
+            },
+            summary.kept_keys,
+        ));
+        if !summary.dropped.is_empty() {
+            let shown: Vec<String> = summary.dropped.iter().take(4).map(|k| esc(k)).collect();
+            let more = if summary.dropped.len() > 4 {
+                ", ..."
+            } else {
+                ""
+            };
+            let why = if kind == GgufOut::Npz {
+                "npz has no metadata".to_string()
+            } else {
+                format!(
+                    "arrays longer than {} elements",
+                    tensorfile::gguf::raw::MAX_ARRAY
+                )
+            };
+            out(format_args!(
+                "note: {} metadata keys not kept ({why}): {}{more}",
+                summary.dropped.len(),
+                shown.join(", ")
+            ));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn from_hf(
@@ -431,6 +592,7 @@ fn from_hf(
             "tensor_types": s.types,
             "fallbacks": s.fallbacks.iter().map(|(n, t)| json!({"tensor": n, "type": t.name()})).collect::<Vec<_>>(),
             "skipped": s.skipped,
+            "not_converted": s.not_converted.iter().map(|(n, t, why)| json!({"tensor": n, "type": t.name(), "reason": why})).collect::<Vec<_>>(),
             "tokenizer_not_written": s.no_tokenizer,
             "bytes": s.bytes,
         }));
@@ -456,6 +618,24 @@ fn from_hf(
                 shown.join(", ")
             ));
         }
+        if !s.not_converted.is_empty() {
+            let shown: Vec<String> = s
+                .not_converted
+                .iter()
+                .take(8)
+                .map(|(n, t, why)| format!("{} as {t} ({why})", esc(n)))
+                .collect();
+            let more = if s.not_converted.len() > 8 {
+                ", ..."
+            } else {
+                ""
+            };
+            out(format_args!(
+                "note: {} tensors not written as {ggml_type}: {}{more}",
+                s.not_converted.len(),
+                shown.join(", ")
+            ));
+        }
         if let Some(reason) = &s.no_tokenizer {
             out(format_args!("note: no tokenizer written: {}", esc(reason)));
         }
@@ -469,19 +649,7 @@ fn to_hf(
     args: &GgufArgs,
 ) -> Result<ExitCode, Failure> {
     use tensorfile::gguf::{to_hf, ToHfOptions};
-    for (on, flag) in [
-        (args.gguf_type.is_some(), "--type"),
-        (args.raw, "--raw"),
-        (args.arch.is_some(), "--arch"),
-        (args.tokenizer_pre.is_some(), "--tokenizer-pre"),
-    ] {
-        if on {
-            return Err(super::Usage::failure(format_args!(
-                "{flag} applies when writing GGUF; {} is GGUF already",
-                io.input.display()
-            )));
-        }
-    }
+    refuse_write_options(io, args)?;
     if io.output.is_file() {
         return Err(super::Usage::failure(format_args!(
             "{}: converting GGUF writes a Hugging Face directory, and this is a file",

@@ -25,7 +25,7 @@ pub struct NpzArgs {
     /// .npz output: deflate the members, as np.savez_compressed does
     /// (without it, stored as np.savez stores them).
     #[arg(long)]
-    compress: bool,
+    pub(super) compress: bool,
 }
 
 impl NpzArgs {

@@ -55,8 +55,8 @@ use std::io::{self, BufWriter, Write};
 use std::path::Path;
 use std::sync::Mutex;
 
-use file::write_all_at;
 pub use dirs::NewDirs;
+use file::write_all_at;
 pub use file::AtomicFile;
 pub use partial::{PartialFile, PARTIAL_SUFFIX};
 pub use set::AtomicSet;

@@ -275,47 +275,178 @@ pub(crate) fn hf_model(c: &Map<String, Json>) -> Result<HfModel, GgufError> {
     })
 }
 
-/// The rope scaling of a config (`rope_scaling`, or `rope_parameters` in
-/// newer configs): the GGUF keys it sets, or an error for the kinds not
-/// converted here.
-fn rope_keys(
-    c: &Map<String, Json>,
-    a: &str,
-    out: &mut Vec<(String, Value)>,
-) -> Result<(), GgufError> {
-    let Some(Json::Object(r)) = c.get("rope_scaling") else {
-        return Ok(());
+/// The rope parameters of a config.json, read as llama.cpp's converter
+/// reads them (`conversion/base.py`, `TextModel.__init__`): transformers
+/// 5's `rope_parameters` object, or transformers 4's `rope_scaling`, with
+/// the top-level keys of transformers 4 (`rope_theta`, `type`,
+/// `partial_rotary_factor`, `original_max_position_embeddings`) filling
+/// what it lacks; the `full_attention` entry when there is one.
+pub(crate) fn rope_parameters(c: &Map<String, Json>) -> Map<String, Json> {
+    let mut rope = match c.get("rope_parameters").or_else(|| c.get("rope_scaling")) {
+        Some(Json::Object(r)) => r.clone(),
+        _ => Map::new(),
     };
-    let kind = r
-        .get("rope_type")
-        .or_else(|| r.get("type"))
-        .and_then(Json::as_str)
-        .unwrap_or("default");
-    match kind {
-        "default" => Ok(()),
-        "linear" => {
-            let factor =
-                r.get("factor")
-                    .and_then(Json::as_f64)
-                    .ok_or_else(|| GgufError::Input {
-                        file: "config.json".into(),
-                        problem: "rope_scaling.factor is missing".into(),
-                    })?;
-            out.push((
-                format!("{a}.rope.scaling.type"),
-                Value::String("linear".into()),
-            ));
-            out.push((
-                format!("{a}.rope.scaling.factor"),
-                Value::F32(factor as f32),
-            ));
-            Ok(())
+    if !rope.contains_key("full_attention") && !rope.contains_key("sliding_attention") {
+        let theta = ["rope_theta", "rotary_emb_base"]
+            .iter()
+            .find_map(|k| c.get(*k).filter(|v| !v.is_null()));
+        if let (false, Some(t)) = (rope.contains_key("rope_theta"), theta) {
+            rope.insert("rope_theta".into(), t.clone());
         }
-        other => Err(GgufError::Input {
+        if let (false, Some(t)) = (rope.contains_key("rope_type"), rope.get("type").cloned()) {
+            rope.insert("rope_type".into(), t);
+        }
+        for key in ["partial_rotary_factor", "original_max_position_embeddings"] {
+            if let (false, Some(v)) = (rope.contains_key(key), c.get(key).filter(|v| !v.is_null()))
+            {
+                rope.insert(key.into(), v.clone());
+            }
+        }
+    }
+    match rope.get("full_attention") {
+        Some(Json::Object(full)) => full.clone(),
+        _ => rope,
+    }
+}
+
+/// A number of the rope parameters.
+fn rope_f64(r: &Map<String, Json>, key: &str) -> Result<Option<f64>, GgufError> {
+    match r.get(key) {
+        None | Some(Json::Null) => Ok(None),
+        Some(v) => v.as_f64().map(Some).ok_or_else(|| GgufError::Input {
             file: "config.json".into(),
-            problem: format!("rope_scaling of type {other:?} is not converted here (only linear)"),
+            problem: format!("rope_parameters.{key} must be a number, not {v}"),
         }),
     }
+}
+
+/// The rope type of the rope parameters (`default` when none is given).
+fn rope_type(r: &Map<String, Json>) -> String {
+    r.get("rope_type")
+        .and_then(Json::as_str)
+        .unwrap_or("default")
+        .to_ascii_lowercase()
+}
+
+/// The rope scaling keys the converter writes for `r` (the output of
+/// [`rope_parameters`]): linear's factor; yarn's factor, original context
+/// and the optional extrapolation/attention factors and betas; nothing
+/// for `default` or `llama3` (whose factors are the `rope_freqs.weight`
+/// tensor, [`llama3_rope_factors`], Llama only). The kinds the converter
+/// writes nothing or too little for (`dynamic`, `longrope` / `su`, any
+/// other) are refused rather than written as a model that runs wrong.
+fn rope_keys(
+    r: &Map<String, Json>,
+    arch: Arch,
+    out: &mut Vec<(String, Value)>,
+) -> Result<(), GgufError> {
+    let a = arch.gguf_name();
+    let k = |s: &str| format!("{a}.rope.scaling.{s}");
+    let kind = rope_type(r);
+    let factor = rope_f64(r, "factor")?;
+    match (kind.as_str(), factor) {
+        ("default", _) => {}
+        ("llama3", _) if arch == Arch::Llama => {}
+        // The converter writes no scaling for a linear or yarn type
+        // without a factor.
+        ("linear" | "yarn", None) => {}
+        ("linear", Some(f)) => {
+            out.push((k("type"), Value::String("linear".into())));
+            out.push((k("factor"), Value::F32(f as f32)));
+        }
+        ("yarn", Some(f)) => {
+            let original = r
+                .get("original_max_position_embeddings")
+                .and_then(Json::as_u64)
+                .and_then(|o| u32::try_from(o).ok())
+                .ok_or_else(|| GgufError::Input {
+                    file: "config.json".into(),
+                    problem: "yarn rope scaling needs original_max_position_embeddings (a UINT32)"
+                        .into(),
+                })?;
+            out.push((k("type"), Value::String("yarn".into())));
+            out.push((k("factor"), Value::F32(f as f32)));
+            out.push((k("original_context_length"), Value::U32(original)));
+            // The converter's names, then its GGUF keys.
+            for (field, alt, key) in [
+                ("extrapolation_factor", None, "yarn_ext_factor"),
+                ("attention_factor", Some("attn_factor"), "yarn_attn_factor"),
+                ("beta_fast", None, "yarn_beta_fast"),
+                ("beta_slow", None, "yarn_beta_slow"),
+            ] {
+                let v = match rope_f64(r, field)? {
+                    Some(v) => Some(v),
+                    None => match alt {
+                        Some(alt) => rope_f64(r, alt)?,
+                        None => None,
+                    },
+                };
+                if let Some(v) = v {
+                    out.push((k(key), Value::F32(v as f32)));
+                }
+            }
+        }
+        (other, _) => {
+            return Err(GgufError::Input {
+                file: "config.json".into(),
+                problem: format!(
+                    "rope scaling of type {other:?} is not converted to {a} here (default, linear, yarn{})",
+                    if arch == Arch::Llama { ", llama3" } else { "" }
+                ),
+            })
+        }
+    }
+    Ok(())
+}
+
+/// Llama 3's rope frequency factors, the `rope_freqs.weight` the converter
+/// adds for a `llama3` rope type (`LlamaModel.generate_extra_tensors`),
+/// computed in f32 step for step as torch computes them there; `None` for
+/// any other rope type or architecture.
+///
+/// # Errors
+/// A rope parameter that is not a number.
+pub(crate) fn llama3_rope_factors(
+    c: &Map<String, Json>,
+    m: &HfModel,
+) -> Result<Option<Vec<f32>>, GgufError> {
+    let r = rope_parameters(c);
+    if m.arch != Arch::Llama || rope_type(&r) != "llama3" {
+        return Ok(None);
+    }
+    let base = rope_f64(&r, "rope_theta")?.unwrap_or(10000.0) as f32;
+    let dim = match config_u64(c, "head_dim")? {
+        Some(d) => d,
+        None => config_required(c, "hidden_size")? / m.n_head.max(1),
+    };
+    let factor = rope_f64(&r, "factor")?.unwrap_or(8.0) as f32;
+    let low = rope_f64(&r, "low_freq_factor")?.unwrap_or(1.0) as f32;
+    let high = rope_f64(&r, "high_freq_factor")?.unwrap_or(4.0) as f32;
+    let old_context = rope_f64(&r, "original_max_position_embeddings")?.unwrap_or(8192.0) as f32;
+    // The bounds are Python floats; compared with an f32 tensor, they are
+    // cast to f32 (torch's type promotion).
+    let (low_f64, high_f64, old_f64) = (f64::from(low), f64::from(high), f64::from(old_context));
+    let low_wavelen = (old_f64 / low_f64) as f32;
+    let high_wavelen = (old_f64 / high_f64) as f32;
+    let two_pi = std::f64::consts::PI as f32 * 2.0;
+    let dim_f = dim as f32;
+    let factors = (0..dim)
+        .step_by(2)
+        .map(|i| {
+            let freq = 1.0 / base.powf(i as f32 / dim_f);
+            // `2 * math.pi / freq`: torch's reciprocal times the scalar.
+            let wavelen = (1.0 / freq) * two_pi;
+            if wavelen < high_wavelen {
+                1.0
+            } else if wavelen > low_wavelen {
+                factor
+            } else {
+                let smooth = ((1.0 / wavelen) * old_context - low) / (high - low);
+                1.0 / ((1.0 - smooth) / factor + smooth)
+            }
+        })
+        .collect();
+    Ok(Some(factors))
 }
 
 /// The architecture keys of a config.json, in the converter's order, up
@@ -343,7 +474,8 @@ pub(crate) fn arch_keys(
     let ffn = config_required(c, "intermediate_size")?;
     let ctx = config_required(c, "max_position_embeddings")?;
     let eps = config_f64(c, "rms_norm_eps")?;
-    let theta = config_f64(c, "rope_theta")?;
+    let rope = rope_parameters(c);
+    let theta = rope_f64(&rope, "rope_theta")?;
     let head_dim = config_u64(c, "head_dim")?;
     let mut out: Vec<(String, Value)> = Vec::new();
     // The sizes every architecture writes: (key, config field, value).
@@ -399,8 +531,16 @@ pub(crate) fn arch_keys(
             put_head_lengths(&mut out, head_dim.unwrap_or(hidden / m.n_head.max(1)))?;
         }
         Arch::Phi3 => {
-            let original = config_u64(c, "original_max_position_embeddings")?.unwrap_or(ctx);
-            let rot = config_f64(c, "partial_rotary_factor")?.unwrap_or(1.0);
+            let original = match rope.get("original_max_position_embeddings") {
+                None | Some(Json::Null) => ctx,
+                Some(v) => v.as_u64().ok_or_else(|| GgufError::Input {
+                    file: "config.json".into(),
+                    problem: format!(
+                        "original_max_position_embeddings must be a non-negative integer, not {v}"
+                    ),
+                })?,
+            };
+            let rot = rope_f64(&rope, "partial_rotary_factor")?.unwrap_or(1.0);
             let rope_dims = ((rot * hidden as f64) as u64) / m.n_head.max(1);
             put_sizes(&mut out, &["context_length"])?;
             out.push((
@@ -424,13 +564,11 @@ pub(crate) fn arch_keys(
             ));
             let base = theta.unwrap_or(10000.0) as f32;
             out.push((k("rope.freq_base"), Value::F32(base)));
-            if let Some(Json::Object(r)) = c.get("rope_scaling") {
-                if r.get("long_factor").is_some() {
-                    return Err(GgufError::Input {
-                        file: "config.json".into(),
-                        problem: "Phi-3 long-context rope factors are not converted here".into(),
-                    });
-                }
+            if rope.get("long_factor").is_some() {
+                return Err(GgufError::Input {
+                    file: "config.json".into(),
+                    problem: "Phi-3 long-context rope factors are not converted here".into(),
+                });
             }
         }
         Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => {
@@ -445,7 +583,7 @@ pub(crate) fn arch_keys(
                     "attention.head_count_kv",
                 ],
             )?;
-            rope_keys(c, a, &mut out)?;
+            rope_keys(&rope, m.arch, &mut out)?;
             if let Some(t) = theta {
                 out.push((k("rope.freq_base"), Value::F32(t as f32)));
             }
@@ -470,14 +608,12 @@ pub(crate) fn arch_tail_keys(
 ) -> Result<Vec<(String, Value)>, GgufError> {
     let a = m.arch.gguf_name();
     let mut out = Vec::new();
-    // The converter writes the vocabulary size for Llama only; it is
-    // written for every architecture here (llama.cpp and transformers both
-    // read `<arch>.vocab_size`), so that a file without a tokenizer still
-    // says it.
-    let vocab = u32::try_from(m.vocab_size).unwrap_or(u32::MAX);
-    out.push((format!("{a}.vocab_size"), Value::U32(vocab)));
     match m.arch {
         Arch::Llama => {
+            // The converter writes the vocabulary size for Llama only
+            // (`LlamaModel.set_gguf_parameters`).
+            let vocab = u32::try_from(m.vocab_size).unwrap_or(u32::MAX);
+            out.push((format!("{a}.vocab_size"), Value::U32(vocab)));
             let hidden = config_required(c, "hidden_size")?;
             let rope_dim = config_u64(c, "head_dim")?.unwrap_or(hidden / m.n_head.max(1));
             out.push((

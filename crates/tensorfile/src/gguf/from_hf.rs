@@ -14,7 +14,11 @@
 //!
 //! With `raw`, any directory or safetensors file becomes a plain tensor
 //! container: the names and shapes as they are, no permutation, with
-//! `general.architecture` as given.
+//! `general.architecture` as given; the type applies to every float
+//! tensor of 2 or more dimensions whose rows are whole blocks of it (not
+//! only to `.weight`s, llama.cpp's rule for models), and the others are
+//! written as F32 (integers as they are) and listed in
+//! [`FromHfSummary::not_converted`].
 
 use std::path::{Path, PathBuf};
 
@@ -90,6 +94,10 @@ pub struct FromHfSummary {
     pub fallbacks: Vec<(String, GgmlType)>,
     /// Input tensors skipped (`rotary_emb.inv_freq`, Gemma's `lm_head`).
     pub skipped: Vec<String>,
+    /// With `raw`: the tensors not written as the type asked for, with the
+    /// type written and why (integer, fewer than 2 dimensions, rows not
+    /// whole blocks).
+    pub not_converted: Vec<(String, GgmlType, String)>,
     /// Why no tokenizer was written, if none was.
     pub no_tokenizer: Option<String>,
     /// The output's size.
@@ -328,6 +336,24 @@ pub fn hf_to_gguf(input: &Path, out: &Path, opts: &FromHfOptions) -> Result<From
     };
     let mut outs: Vec<Out<'_, _>> = Vec::new();
     let mut params: u64 = 0;
+    // Tensors the converter makes rather than reads (Llama 3's rope
+    // factors), written first as it writes them.
+    let mut made: Vec<(GgufSpec, Vec<u8>)> = Vec::new();
+    if let (Some(m), Some(c)) = (&model, &config) {
+        if let Some(factors) = config::llama3_rope_factors(c, m)? {
+            let n = factors.len() as u64;
+            params = params.saturating_add(n);
+            *summary
+                .types
+                .entry(GgmlType::F32.name().to_string())
+                .or_default() += 1;
+            let bytes = factors.iter().flat_map(|f| f.to_le_bytes()).collect();
+            made.push((
+                GgufSpec::from_shape("rope_freqs.weight", &[n], GgmlType::F32),
+                bytes,
+            ));
+        }
+    }
     for t in &inputs {
         let name = t.name();
         let shape = t.shape();
@@ -356,7 +382,29 @@ pub fn hf_to_gguf(input: &Path, out: &Path, opts: &FromHfOptions) -> Result<From
         };
         let float = dtype.is_float() && dtype != Dtype::C64;
         let n_dims = shape.len();
-        let target = if !float {
+        let row = shape.last().copied().unwrap_or(1);
+        // Raw: the type for every float tensor it can hold (2-D or more,
+        // rows whole blocks), whatever its name; the rest as they were
+        // (integers) or F32, each reported with why.
+        let raw_reason = if model.is_some() {
+            None
+        } else if !float {
+            Some("an integer tensor".to_string())
+        } else if n_dims < 2 {
+            Some(format!("{n_dims}-D"))
+        } else if !row.is_multiple_of(opts.ggml_type.block_size()) {
+            Some(format!(
+                "rows of {row} are not whole blocks of {}",
+                opts.ggml_type.block_size()
+            ))
+        } else {
+            None
+        };
+        let target = if model.is_none() && float && raw_reason.is_none() {
+            opts.ggml_type
+        } else if model.is_none() && float {
+            GgmlType::F32
+        } else if !float {
             match dtype {
                 Dtype::I8 => GgmlType::I8,
                 Dtype::I16 => GgmlType::I16,
@@ -375,13 +423,17 @@ pub fn hf_to_gguf(input: &Path, out: &Path, opts: &FromHfOptions) -> Result<From
         {
             GgmlType::F32
         } else {
-            let row = shape.last().copied().unwrap_or(1);
             let t2 = fallback(opts.ggml_type, row);
             if t2 != opts.ggml_type {
                 summary.fallbacks.push((gguf_name.clone(), t2));
             }
             t2
         };
+        if let Some(reason) = raw_reason.filter(|_| target != opts.ggml_type) {
+            summary
+                .not_converted
+                .push((gguf_name.clone(), target, reason));
+        }
         let rows = match &model {
             Some(m) => match names::permutation_heads(m.arch, name, m.n_head, m.n_head_kv) {
                 Some(heads) => {
@@ -470,6 +522,12 @@ pub fn hf_to_gguf(input: &Path, out: &Path, opts: &FromHfOptions) -> Result<From
     }
 
     let mut writer = GgufWriter::new(kv);
+    for (spec, bytes) in made {
+        let index = writer.declare(spec)?;
+        writer.push(vec![index], move |sink: &dyn Sink| -> Result<()> {
+            Ok(sink.write(index, 0, &bytes)?)
+        });
+    }
     for o in &outs {
         let index = writer.declare(o.spec.clone())?;
         let shape = o.source.shape();

@@ -15,6 +15,8 @@
 //!   ([`gguf_to_hf`]), with [`names`] (tensor names and llama.cpp's q/k
 //!   permutation), [`config`] (config.json and metadata) and
 //!   [`tokenizer`] (tokenizer.json and `tokenizer.ggml.*`).
+//! - [`raw`]: any GGUF file to one safetensors or npz file, its tensors
+//!   and metadata as they are ([`gguf_to_safetensors`], [`gguf_to_npz`]).
 //! - [`from_hf`]: a Hugging Face directory to GGUF ([`hf_to_gguf`]),
 //!   quantized by [`quant`] (byte for byte as gguf-py and llama.cpp) and
 //!   written by [`write`](mod@write) (GGUF's layout from parallel jobs, atomically).
@@ -29,6 +31,7 @@ mod error;
 pub mod from_hf;
 pub mod names;
 pub mod quant;
+pub mod raw;
 pub mod read;
 mod scratch;
 pub mod to_hf;
@@ -41,6 +44,7 @@ pub use dequant::dequantize_blocks;
 pub use error::GgufError;
 pub use from_hf::{hf_to_gguf, FromHfOptions, FromHfSummary};
 pub use names::Arch;
+pub use raw::{gguf_to_npz, gguf_to_safetensors, RawSummary};
 pub use read::{
     is_gguf, read_header, Endian, GgufFile, GgufHeader, GgufTensor, Kv, ReadLimits, TensorInfo,
     DEFAULT_ALIGNMENT,

@@ -23,7 +23,7 @@ use super::read::{GgufFile, GgufTensor, TensorInfo};
 use super::scratch::{grown, Scratch};
 use super::tokenizer;
 use crate::atomic::NewDirs;
-use crate::cast::{convert_plan, CastOptions};
+use crate::cast::{convert_plan_owned, CastOptions};
 use crate::plan::Sink;
 use crate::source::ByteSource;
 use crate::{AtomicSet, Dtype, Error, Metadata, Result, TensorData, TensorSpec, WriteOptions};
@@ -170,6 +170,7 @@ impl<S: ByteSource> TensorData for HfTensor<'_, S> {
 
 /// A quantized tensor decoded by the plan's own jobs (whole rows, buffers
 /// reused, no zero-filling): its GGUF info, Hugging Face name and rows.
+#[derive(Clone)]
 struct Direct<'f> {
     info: &'f TensorInfo,
     name: String,
@@ -234,6 +235,7 @@ fn decode_rows<S: ByteSource>(
 }
 
 /// A weight kept quantized: the GGUF tensor, its module name and layout.
+#[derive(Clone)]
 struct Kept<'f> {
     info: &'f TensorInfo,
     module: String,
@@ -371,55 +373,70 @@ fn stored_rows(info: &TensorInfo) -> u64 {
 /// Rows of kept weights converted per job.
 const KEPT_JOB_ROWS: u64 = 256;
 
-/// Converts a GGUF model into a Hugging Face directory `out` (created if
-/// needed; files in it are replaced atomically).
+/// How GGUF tensors map to output ones: a model's Hugging Face names and
+/// layout ([`plan_tensors`] without one: as they are).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Model {
+    arch: Arch,
+    n_head: u64,
+    n_head_kv: u64,
+}
+
+/// The tensors of a GGUF file planned for one safetensors file, and what
+/// was done to them.
+pub(crate) struct Planned<'f> {
+    /// The plan, with its metadata.
+    pub(crate) plan: crate::plan::Plan<'f>,
+    /// Tensors decoded from quantized blocks.
+    pub(crate) decoded: usize,
+    /// Weights kept quantized (MLX affine), with their bits.
+    pub(crate) kept: BTreeMap<String, u32>,
+    /// Of those, the ones with F32 scales.
+    pub(crate) f32_scales: usize,
+    /// Per module: kept bits, or `None` for a 2-D weight not kept.
+    pub(crate) quant_overrides: Vec<(String, Option<u32>)>,
+}
+
+/// Plans the tensors of `file`: mapped by `model` (or as they are),
+/// decoded to `dtype` (or, without one, plain types kept and quantized
+/// ones to F32), quantized weights kept as MLX affine ones where they can
+/// be with `keep_quant`; `metadata` is the file's, `format` set to `mlx`
+/// when a weight is kept.
 ///
 /// # Errors
-/// An architecture or tensor this library does not convert, a metadata key
-/// config.json needs that is missing, a type that is not decoded, or a
-/// failed write.
-pub fn gguf_to_hf<S: ByteSource>(
-    file: &GgufFile<S>,
-    out: &Path,
-    opts: &ToHfOptions,
-) -> Result<ToHfSummary> {
+/// A tensor with no name in the model, rows that do not split into heads,
+/// a type that is not decoded, or a failed read.
+pub(crate) fn plan_tensors<'f, S: ByteSource>(
+    file: &'f GgufFile<S>,
+    model: Option<Model>,
+    dtype: Option<Dtype>,
+    keep_quant: bool,
+    mut metadata: Metadata,
+) -> Result<Planned<'f>> {
     let h = file.header();
-    let arch_name = h.architecture().ok_or_else(|| GgufError::Key {
-        key: "general.architecture".into(),
-        problem: "missing or not a string".into(),
-    })?;
-    let arch = Arch::from_gguf(arch_name).ok_or_else(|| GgufError::Architecture {
-        arch: arch_name.to_string(),
-        problem: "not one this library converts to Hugging Face (llama, qwen2, qwen3, gemma, phi3)"
-            .into(),
-    })?;
-    let (n_head, n_head_kv) = config::heads(h, arch)?;
-    if !opts.dtype.is_float() || opts.dtype == Dtype::C64 {
-        return Err(
-            GgufError::Write(format!("{} is not a float dtype to decode to", opts.dtype)).into(),
-        );
-    }
 
     let mut decoded = Vec::new();
     let mut direct: Vec<Direct<'_>> = Vec::new();
     let mut kept: Vec<Kept<'_>> = Vec::new();
-    let mut summary = ToHfSummary {
-        arch,
-        tensors: h.tensors().len(),
+    let mut out = Planned {
+        plan: crate::plan::Plan::new(None),
         decoded: 0,
         kept: BTreeMap::new(),
         f32_scales: 0,
-        files: Vec::new(),
-        no_tokenizer: None,
+        quant_overrides: Vec::new(),
     };
-    let mut quant_overrides: Vec<(String, Option<u32>)> = Vec::new();
     for info in h.tensors() {
-        let hf = names::gguf_to_hf(arch, &info.name).ok_or_else(|| GgufError::Tensor {
-            tensor: info.name.clone(),
-            problem: format!("has no Hugging Face name in {arch}"),
-        })?;
+        let hf = match model {
+            None => info.name.clone(),
+            Some(m) => names::gguf_to_hf(m.arch, &info.name).ok_or_else(|| GgufError::Tensor {
+                tensor: info.name.clone(),
+                problem: format!("has no Hugging Face name in {}", m.arch),
+            })?,
+        };
         let shape = info.shape();
-        let rows = match names::permutation_heads(arch, &hf, n_head, n_head_kv) {
+        let heads =
+            model.and_then(|m| names::permutation_heads(m.arch, &hf, m.n_head, m.n_head_kv));
+        let rows = match heads {
             None => None,
             Some(heads) => {
                 let n = shape.first().copied().unwrap_or(1);
@@ -431,16 +448,16 @@ pub fn gguf_to_hf<S: ByteSource>(
                 )
             }
         };
-        let bits = affine_bits(info.ggml_type).filter(|_| opts.keep_quant && shape.len() == 2);
+        let bits = affine_bits(info.ggml_type).filter(|_| keep_quant && shape.len() == 2);
         if let (Some(bits), Some(module)) = (bits, hf.strip_suffix(".weight")) {
             let scale_dtype = if f16_holds(file, info)? {
                 Dtype::F16
             } else {
                 Dtype::F32
             };
-            summary.f32_scales += usize::from(scale_dtype == Dtype::F32);
-            summary.kept.insert(hf.clone(), bits);
-            quant_overrides.push((module.to_string(), Some(bits)));
+            out.f32_scales += usize::from(scale_dtype == Dtype::F32);
+            out.kept.insert(hf.clone(), bits);
+            out.quant_overrides.push((module.to_string(), Some(bits)));
             kept.push(Kept {
                 info,
                 module: module.to_string(),
@@ -450,14 +467,15 @@ pub fn gguf_to_hf<S: ByteSource>(
             });
             continue;
         }
-        if opts.keep_quant && shape.len() == 2 {
+        if keep_quant && shape.len() == 2 {
             if let Some(module) = hf.strip_suffix(".weight") {
-                quant_overrides.push((module.to_string(), None));
+                out.quant_overrides.push((module.to_string(), None));
             }
         }
         let inner = file.tensor(&info.name)?;
-        summary.decoded += usize::from(inner.is_decoded());
-        let minus_one = arch.norms_plus_one() && hf.ends_with("norm.weight");
+        out.decoded += usize::from(inner.is_decoded());
+        let minus_one =
+            model.is_some_and(|m| m.arch.norms_plus_one()) && hf.ends_with("norm.weight");
         if inner.is_decoded() && !minus_one {
             direct.push(Direct {
                 info,
@@ -476,27 +494,22 @@ pub fn gguf_to_hf<S: ByteSource>(
         });
     }
 
-    let format = if opts.keep_quant && !kept.is_empty() {
-        "mlx"
-    } else {
-        "pt"
-    };
-    let metadata = Metadata::from([("format".to_string(), format.to_string())]);
-    let (mut plan, _) = convert_plan(
-        &decoded,
-        Some(&metadata),
-        Some(opts.dtype),
-        CastOptions::default(),
-    )?;
-    let out_size = u64::from(opts.dtype.bits() / 8);
-    for d in &direct {
+    if !kept.is_empty() {
+        metadata.insert("format".to_string(), "mlx".to_string());
+    }
+    let (mut plan, _) =
+        convert_plan_owned(decoded, Some(&metadata), dtype, CastOptions::default())?;
+    // Decoded tensors become `dtype`, or stay F32.
+    let decode_to = dtype.unwrap_or(Dtype::F32);
+    let out_size = u64::from(decode_to.bits() / 8);
+    for d in direct {
         let info = d.info;
         let shape = info.shape();
         let ne0 = info.row_len();
         // Rows counted from the bytes the tensor has: none when its rows
         // are empty, however many the shape says.
         let n_rows = stored_rows(info);
-        let idx = plan.declare(TensorSpec::new(d.name.clone(), opts.dtype, shape));
+        let idx = plan.declare(TensorSpec::new(d.name.clone(), decode_to, shape));
         let rows_per_job = (DECODE_JOB_BYTES / ne0.saturating_mul(4).max(1)).max(1);
         if n_rows == 0 {
             // An empty tensor: a job that makes its no bytes.
@@ -505,10 +518,10 @@ pub fn gguf_to_hf<S: ByteSource>(
         let mut r0 = 0;
         while r0 < n_rows {
             let n = (n_rows - r0).min(rows_per_job);
-            let dtype = opts.dtype;
+            let d = d.clone();
             plan.push(vec![idx], move |sink: &dyn Sink| -> Result<()> {
                 let mut s = Scratch::take();
-                let result = decode_rows(file, d, r0, n, dtype, &mut s)
+                let result = decode_rows(file, &d, r0, n, decode_to, &mut s)
                     .and_then(|len| Ok(sink.write(idx, r0 * ne0 * out_size, &s.out[..len])?));
                 s.give();
                 result
@@ -516,7 +529,7 @@ pub fn gguf_to_hf<S: ByteSource>(
             r0 += n;
         }
     }
-    for k in &kept {
+    for k in kept {
         let info = k.info;
         let rows_total = info.shape().first().copied().unwrap_or(1);
         let ne0 = info.row_len();
@@ -549,8 +562,9 @@ pub fn gguf_to_hf<S: ByteSource>(
         let mut r0 = 0;
         while r0 < n_rows {
             let r1 = (r0 + KEPT_JOB_ROWS).min(n_rows);
+            let k = k.clone();
             plan.push(vec![w, s, b], move |sink: &dyn Sink| -> Result<()> {
-                let (wb, sb, bb) = kept_rows(file, k, r0, r1)?;
+                let (wb, sb, bb) = kept_rows(file, &k, r0, r1)?;
                 sink.write(w, r0 * packed_row, &wb)?;
                 sink.write(s, r0 * scale_row, &sb)?;
                 sink.write(b, r0 * scale_row, &bb)?;
@@ -559,6 +573,66 @@ pub fn gguf_to_hf<S: ByteSource>(
             r0 = r1;
         }
     }
+    out.plan = plan;
+    Ok(out)
+}
+
+/// Converts a GGUF model into a Hugging Face directory `out` (created if
+/// needed; files in it are replaced atomically).
+///
+/// # Errors
+/// An architecture or tensor this library does not convert, a metadata key
+/// config.json needs that is missing, a type that is not decoded, or a
+/// failed write.
+pub fn gguf_to_hf<S: ByteSource>(
+    file: &GgufFile<S>,
+    out: &Path,
+    opts: &ToHfOptions,
+) -> Result<ToHfSummary> {
+    let h = file.header();
+    let arch_name = h.architecture().ok_or_else(|| GgufError::Key {
+        key: "general.architecture".into(),
+        problem: "missing or not a string".into(),
+    })?;
+    let arch = Arch::from_gguf(arch_name).ok_or_else(|| GgufError::Architecture {
+        arch: arch_name.to_string(),
+        problem: "not one this library converts to a Hugging Face directory (llama, qwen2, qwen3, gemma, phi3); convert it to a .safetensors or .npz file for its tensors and metadata as they are"
+            .into(),
+    })?;
+    let (n_head, n_head_kv) = config::heads(h, arch)?;
+    if !opts.dtype.is_float() || opts.dtype == Dtype::C64 {
+        return Err(
+            GgufError::Write(format!("{} is not a float dtype to decode to", opts.dtype)).into(),
+        );
+    }
+    let metadata = Metadata::from([("format".to_string(), "pt".to_string())]);
+    let planned = plan_tensors(
+        file,
+        Some(Model {
+            arch,
+            n_head,
+            n_head_kv,
+        }),
+        Some(opts.dtype),
+        opts.keep_quant,
+        metadata,
+    )?;
+    let Planned {
+        plan,
+        decoded,
+        kept,
+        f32_scales,
+        quant_overrides,
+    } = planned;
+    let mut summary = ToHfSummary {
+        arch,
+        tensors: h.tensors().len(),
+        decoded,
+        kept,
+        f32_scales,
+        files: Vec::new(),
+        no_tokenizer: None,
+    };
 
     // Everything that can be refused is worked out before a file is made:
     // config.json, generation_config.json, the tokenizer.
@@ -575,7 +649,7 @@ pub fn gguf_to_hf<S: ByteSource>(
         attention_bias: h.tensor("blk.0.attn_q.bias").is_some(),
     };
     let mut cfg = config::hf_config(h, arch, &parts)?;
-    if !kept.is_empty() {
+    if !summary.kept.is_empty() {
         let common = most_common_bits(&summary.kept);
         let mut q = Map::new();
         q.insert("group_size".into(), 32.into());
