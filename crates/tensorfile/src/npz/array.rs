@@ -296,14 +296,8 @@ impl<'a, S: ByteSource> NpyArray<'a, S> {
                 .into(),
             )
         };
-        let mut block = Vec::new();
-        block
-            .try_reserve_exact(block_cap as usize)
-            .map_err(|_| too_much())?;
-        block.resize(block_cap as usize, 0);
-        let mut out = Vec::new();
-        out.try_reserve_exact(piece_cap as usize)
-            .map_err(|_| too_much())?;
+        let mut block = zeroed(block_cap).ok_or_else(too_much)?;
+        let mut out = zeroed(piece_cap).ok_or_else(too_much)?;
         let (fk, fk1) = (fstride[k], fstride[k + 1]);
         // The indices of the axes before `k`, C order (last fastest).
         let mut prefix = vec![0u64; k];
@@ -342,10 +336,9 @@ impl<'a, S: ByteSource> NpyArray<'a, S> {
                     let mut r = 0u64;
                     while r < total_rows {
                         let m = rows_per_piece.min(total_rows - r);
-                        out.clear();
-                        out.resize((m * row) as usize, 0);
-                        fortran_to_c_rows(block, &mut out, &block_shape, size as usize, r);
-                        each(c_start + r * row, &mut out)?;
+                        let out = &mut out[..(m * row) as usize];
+                        fortran_to_c_rows(block, out, &block_shape, size as usize, r);
+                        each(c_start + r * row, out)?;
                         r += m;
                     }
                 }
@@ -374,6 +367,22 @@ impl<'a, S: ByteSource> NpyArray<'a, S> {
 /// Bytes of stored data read at a time when a block is gathered.
 const SCAN_PIECE: u64 = 4 << 20;
 
+/// `len` zero bytes, or `None` when that much memory cannot be had.
+///
+/// Filled a chunk at a time by `memcpy`: `Vec::resize` writes a byte at a
+/// time in a debug build, which made it a third of a reorder's time there.
+fn zeroed(len: u64) -> Option<Vec<u8>> {
+    static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
+    let len = usize::try_from(len).ok()?;
+    let mut buf = Vec::new();
+    buf.try_reserve_exact(len).ok()?;
+    while buf.len() < len {
+        let n = (len - buf.len()).min(ZEROS.len());
+        buf.extend_from_slice(&ZEROS[..n]);
+    }
+    Some(buf)
+}
+
 /// Copies into `block` the items of one block found in `piece` (stored
 /// bytes at byte `at`): the block's items are, for each of `columns`
 /// columns `q`, the `t` items at Fortran positions `base + u * fk + q *
@@ -395,21 +404,109 @@ fn gather(
     // (a conservative range: the copies below clip).
     let q_lo = first.saturating_sub(base + (t - 1) * fk) / fk1;
     let q_hi = (end.saturating_sub(base) / fk1 + 1).min(columns);
+    if fk == 1 {
+        gather_runs(
+            block,
+            at,
+            piece,
+            base * size,
+            t * size,
+            fk1 * size,
+            q_lo,
+            q_hi,
+        );
+        return;
+    }
     let mut copy = |item: u64, items: u64, dest_item: u64| {
         let dest = &mut block[(dest_item * size) as usize..((dest_item + items) * size) as usize];
         copy_overlap(at, piece, item * size, dest);
     };
     for q in q_lo..q_hi {
         let column = base + q * fk1;
-        if fk == 1 {
-            copy(column, t, t * q);
-            continue;
-        }
         let u_lo = first.saturating_sub(column) / fk;
         let u_hi = end.saturating_sub(column).div_ceil(fk).min(t);
         for u in u_lo..u_hi {
             copy(column + u * fk, 1, u + t * q);
         }
+    }
+}
+
+/// [`gather`] when each column's items are one run: column `q`'s `run`
+/// bytes at stored byte `start + q * stride` go to `block[q * run..]`, for
+/// the columns `q_lo..q_hi` that may meet `piece` (stored bytes at `at`).
+///
+/// The columns wholly inside the piece (all but the first and last) are
+/// copied without clipping, and short runs as arrays: a 3-D array
+/// reordered two items per column has tens of millions of columns per
+/// pass.
+#[allow(clippy::too_many_arguments)]
+fn gather_runs(
+    block: &mut [u8],
+    at: u64,
+    piece: &[u8],
+    start: u64,
+    run: u64,
+    stride: u64,
+    q_lo: u64,
+    q_hi: u64,
+) {
+    let piece_end = at + piece.len() as u64;
+    // The columns wholly inside the piece: `inner_lo..inner_hi`.
+    let inner_lo = at
+        .saturating_sub(start)
+        .div_ceil(stride)
+        .max(q_lo)
+        .min(q_hi);
+    let inner_hi = match piece_end.checked_sub(start + run) {
+        Some(room) => (room / stride + 1).min(q_hi).max(inner_lo),
+        None => inner_lo,
+    };
+    for q in (q_lo..inner_lo).chain(inner_hi..q_hi) {
+        let dest = &mut block[(q * run) as usize..((q + 1) * run) as usize];
+        copy_overlap(at, piece, start + q * stride, dest);
+    }
+    if inner_lo == inner_hi {
+        return;
+    }
+    let count = (inner_hi - inner_lo) as usize;
+    let src = &piece[(start + inner_lo * stride - at) as usize..];
+    let dst = &mut block[(inner_lo * run) as usize..(inner_hi * run) as usize];
+    let (run, stride) = (run as usize, stride as usize);
+    match run {
+        4 => runs_of::<4>(dst, src, stride, count),
+        8 => runs_of::<8>(dst, src, stride, count),
+        16 => runs_of::<16>(dst, src, stride, count),
+        32 => runs_of::<32>(dst, src, stride, count),
+        _ => {
+            let mut i = 0;
+            while i < count {
+                let s = i * stride;
+                dst[i * run..(i + 1) * run].copy_from_slice(&src[s..s + run]);
+                i += 1;
+            }
+        }
+    }
+}
+
+/// `count` runs of `N` bytes, `stride` bytes apart in `src`, packed into
+/// `dst` (the copies as arrays, a few instructions each in any build).
+fn runs_of<const N: usize>(dst: &mut [u8], src: &[u8], stride: usize, count: usize) {
+    let (dst, _) = dst.as_chunks_mut::<N>();
+    if stride.is_multiple_of(N) {
+        let (src, _) = src.as_chunks::<N>();
+        let step = stride / N;
+        let mut i = 0;
+        while i < count {
+            dst[i] = src[i * step];
+            i += 1;
+        }
+        return;
+    }
+    let mut i = 0;
+    while i < count {
+        let s = i * stride;
+        dst[i].copy_from_slice(&src[s..s + N]);
+        i += 1;
     }
 }
 
@@ -529,11 +626,20 @@ fn rows_of<const N: usize>(
     // Column by column across all the rows: the rows' items of one column
     // are near each other in `src` (a Fortran column), so both sides stay
     // in cache.
-    for j in 0..inner {
+    // (`while` loops over slices: iterators and `Vec` indexing are calls
+    // per item in a debug build.)
+    let bases = &bases[..];
+    let rows = bases.len();
+    let mut j = 0;
+    while j < inner {
         let at = j * step;
-        for (r, &base) in bases.iter().enumerate() {
-            dst[r * inner + j] = src[base + at];
+        let (mut r, mut d) = (0, j);
+        while r < rows {
+            dst[d] = src[bases[r] + at];
+            d += inner;
+            r += 1;
         }
+        j += 1;
     }
 }
 
@@ -682,6 +788,45 @@ impl<S: ByteSource> TensorData for NpyArray<'_, S> {
 mod tests {
     fn fortran_to_c(src: &[u8], dst: &mut [u8], shape: &[u64], size: usize) {
         super::fortran_to_c_rows(src, dst, shape, size, 0);
+    }
+
+    /// `gather` of every block of a Fortran array of `shape` (split at its
+    /// first axis, `t` rows a block) with the stored bytes handed over in
+    /// pieces of `piece` bytes, against the block taken item by item.
+    fn check_gather(shape: [u64; 3], t: u64, size: u64, piece: usize) {
+        let numel: u64 = shape.iter().product();
+        let stored: Vec<u8> = (0..numel * size).map(|b| (b % 251) as u8).collect();
+        let (fk, fk1) = (1, shape[0]);
+        let columns = shape[1] * shape[2];
+        let mut a = 0;
+        while a < shape[0] {
+            let t = t.min(shape[0] - a);
+            let mut block = vec![0u8; (t * columns * size) as usize];
+            for (i, chunk) in stored.chunks(piece).enumerate() {
+                let at = (i * piece) as u64;
+                super::gather(&mut block, at, chunk, a, t, fk, fk1, columns, size);
+            }
+            let mut expected = Vec::new();
+            for q in 0..columns {
+                let from = ((a + q * fk1) * size) as usize;
+                expected.extend_from_slice(&stored[from..from + (t * size) as usize]);
+            }
+            assert_eq!(block, expected, "{shape:?} t {t} size {size} piece {piece}");
+            a += t;
+        }
+    }
+
+    #[test]
+    fn blocks_are_gathered_across_any_pieces() {
+        // Runs of 1 to 3 items of 1, 2, 4 and 8 bytes (the array copies
+        // and the general one), stored bytes cut anywhere, runs split.
+        for size in [1u64, 2, 4, 8] {
+            for t in [1u64, 2, 3, 8] {
+                for piece in [1usize, 3, 7, 8, 13, 64, 1000, 1 << 20] {
+                    check_gather([8, 5, 3], t, size, piece);
+                }
+            }
+        }
     }
 
     #[test]
