@@ -10,61 +10,15 @@ use std::path::Path;
 
 use tensorfile::gguf::GgufFile;
 use tensorfile::TensorData;
-use tensorfile_testkit::{entries, run_limited, Bounded, Limits};
+use tensorfile_testkit::{
+    entries, gguf_file as gguf, run_limited, Bounded, GgufValue as V, Limits,
+};
 
 const F32: u32 = 0;
 const Q8_0: u32 = 8;
 
 fn tensorfile(args: &[&str]) -> Bounded {
     run_limited(env!("CARGO_BIN_EXE_tensorfile"), args, Limits::HOSTILE)
-}
-
-/// A GGUF metadata value.
-enum V<'a> {
-    U32(u32),
-    Str(&'a str),
-}
-
-fn gguf_string(out: &mut Vec<u8>, s: &str) {
-    out.extend_from_slice(&(s.len() as u64).to_le_bytes());
-    out.extend_from_slice(s.as_bytes());
-}
-
-/// A GGUF v3 file: `kv`, then `tensors` as (name, dims fastest first,
-/// ggml type, data), each at a 32-aligned offset.
-fn gguf(kv: &[(&str, V<'_>)], tensors: &[(&str, Vec<u64>, u32, Vec<u8>)]) -> Vec<u8> {
-    let mut out = b"GGUF".to_vec();
-    out.extend_from_slice(&3u32.to_le_bytes());
-    out.extend_from_slice(&(tensors.len() as u64).to_le_bytes());
-    out.extend_from_slice(&(kv.len() as u64).to_le_bytes());
-    for (key, value) in kv {
-        gguf_string(&mut out, key);
-        match value {
-            V::U32(v) => {
-                out.extend_from_slice(&4u32.to_le_bytes());
-                out.extend_from_slice(&v.to_le_bytes());
-            }
-            V::Str(s) => {
-                out.extend_from_slice(&8u32.to_le_bytes());
-                gguf_string(&mut out, s);
-            }
-        }
-    }
-    let mut data = Vec::new();
-    for (name, dims, ty, bytes) in tensors {
-        gguf_string(&mut out, name);
-        out.extend_from_slice(&(dims.len() as u32).to_le_bytes());
-        for d in dims {
-            out.extend_from_slice(&d.to_le_bytes());
-        }
-        out.extend_from_slice(&ty.to_le_bytes());
-        out.extend_from_slice(&(data.len() as u64).to_le_bytes());
-        data.extend_from_slice(bytes);
-        data.resize(data.len().next_multiple_of(32), 0);
-    }
-    out.resize(out.len().next_multiple_of(32), 0);
-    out.extend_from_slice(&data);
-    out
 }
 
 /// The metadata of a tiny Llama (2 heads, hidden 4), without `skip`.

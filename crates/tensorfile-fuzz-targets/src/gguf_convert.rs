@@ -13,6 +13,7 @@ use tensorfile::gguf::{
 use tensorfile::Dtype;
 
 use crate::input::Input;
+use tensorfile_testkit::{gguf_file, GgufValue};
 
 /// Dimensions a tensor may have: small ones, and huge ones that only an
 /// empty tensor (a zero beside them) can hold.
@@ -178,11 +179,6 @@ enum Kv {
     Str(String),
 }
 
-fn put_str(out: &mut Vec<u8>, s: &str) {
-    out.extend_from_slice(&(s.len() as u64).to_le_bytes());
-    out.extend_from_slice(s.as_bytes());
-}
-
 /// The bytes a tensor of `dims` and `t` needs, if small enough to hold.
 fn data_len(dims: &[u64], t: GgmlType) -> Option<u64> {
     let numel = dims.iter().try_fold(1u64, |n, &d| n.checked_mul(d))?;
@@ -191,37 +187,24 @@ fn data_len(dims: &[u64], t: GgmlType) -> Option<u64> {
 
 /// A GGUF v3 file of `kv` and `tensors` (zeros).
 fn gguf_bytes(kv: &[(String, Kv)], tensors: &[(String, Vec<u64>, GgmlType)]) -> Vec<u8> {
-    let mut out = b"GGUF".to_vec();
-    out.extend_from_slice(&3u32.to_le_bytes());
-    out.extend_from_slice(&(tensors.len() as u64).to_le_bytes());
-    out.extend_from_slice(&(kv.len() as u64).to_le_bytes());
-    for (key, value) in kv {
-        put_str(&mut out, key);
-        match value {
-            Kv::U32(v) => {
-                out.extend_from_slice(&4u32.to_le_bytes());
-                out.extend_from_slice(&v.to_le_bytes());
-            }
-            Kv::Str(s) => {
-                out.extend_from_slice(&8u32.to_le_bytes());
-                put_str(&mut out, s);
-            }
-        }
-    }
-    let mut offset = 0u64;
-    for (name, dims, t) in tensors {
-        put_str(&mut out, name);
-        out.extend_from_slice(&(dims.len() as u32).to_le_bytes());
-        for d in dims {
-            out.extend_from_slice(&d.to_le_bytes());
-        }
-        out.extend_from_slice(&(t.id()).to_le_bytes());
-        out.extend_from_slice(&offset.to_le_bytes());
-        offset += data_len(dims, *t).unwrap_or(0).next_multiple_of(32);
-    }
-    out.resize(out.len().next_multiple_of(32), 0);
-    out.resize(out.len() + offset as usize, 0);
-    out
+    let kv: Vec<(&str, GgufValue<'_>)> = kv
+        .iter()
+        .map(|(k, v)| {
+            let v = match v {
+                Kv::U32(n) => GgufValue::U32(*n),
+                Kv::Str(s) => GgufValue::Str(s),
+            };
+            (k.as_str(), v)
+        })
+        .collect();
+    let tensors: Vec<_> = tensors
+        .iter()
+        .map(|(name, dims, t)| {
+            let len = data_len(dims, *t).unwrap_or(0) as usize;
+            (name.as_str(), dims.clone(), t.id(), vec![0u8; len])
+        })
+        .collect();
+    gguf_file(&kv, &tensors)
 }
 
 /// A Hugging Face directory of `tensors` (F32 zeros, logical shapes, HF

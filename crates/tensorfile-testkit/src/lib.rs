@@ -313,6 +313,62 @@ pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// A metadata value of a [`gguf_file`].
+#[derive(Clone, Copy, Debug)]
+pub enum GgufValue<'a> {
+    /// A `UINT32` (type 4).
+    U32(u32),
+    /// A `STRING` (type 8).
+    Str(&'a str),
+}
+
+/// One tensor of a [`gguf_file`]: name, dims (fastest first, as GGUF
+/// stores them), ggml type id, and its bytes (written as given, whatever
+/// the dims say: a hostile file's bytes need not match its shape).
+pub type GgufTensor<'a> = (&'a str, Vec<u64>, u32, Vec<u8>);
+
+/// The bytes of a GGUF v3 file holding `kv` and `tensors`, each tensor's
+/// data at a 32-aligned offset: what tests and fuzz bodies build hostile
+/// GGUF files with, shapes the library's writer would refuse included.
+pub fn gguf_file(kv: &[(&str, GgufValue<'_>)], tensors: &[GgufTensor<'_>]) -> Vec<u8> {
+    fn string(out: &mut Vec<u8>, s: &str) {
+        out.extend_from_slice(&(s.len() as u64).to_le_bytes());
+        out.extend_from_slice(s.as_bytes());
+    }
+    let mut out = b"GGUF".to_vec();
+    out.extend_from_slice(&3u32.to_le_bytes());
+    out.extend_from_slice(&(tensors.len() as u64).to_le_bytes());
+    out.extend_from_slice(&(kv.len() as u64).to_le_bytes());
+    for (key, value) in kv {
+        string(&mut out, key);
+        match value {
+            GgufValue::U32(v) => {
+                out.extend_from_slice(&4u32.to_le_bytes());
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+            GgufValue::Str(s) => {
+                out.extend_from_slice(&8u32.to_le_bytes());
+                string(&mut out, s);
+            }
+        }
+    }
+    let mut data = Vec::new();
+    for (name, dims, ty, bytes) in tensors {
+        string(&mut out, name);
+        out.extend_from_slice(&(dims.len() as u32).to_le_bytes());
+        for d in dims {
+            out.extend_from_slice(&d.to_le_bytes());
+        }
+        out.extend_from_slice(&ty.to_le_bytes());
+        out.extend_from_slice(&(data.len() as u64).to_le_bytes());
+        data.extend_from_slice(bytes);
+        data.resize(data.len().next_multiple_of(32), 0);
+    }
+    out.resize(out.len().next_multiple_of(32), 0);
+    out.extend_from_slice(&data);
+    out
+}
+
 /// xorshift64*: small, deterministic, no dependency.
 #[derive(Debug, Clone)]
 pub struct Rng(u64);

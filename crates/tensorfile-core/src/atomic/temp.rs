@@ -267,12 +267,11 @@ mod sys {
             check(|| unsafe { libc::fsync(self.fd.as_raw_fd()) }).map(drop)
         }
 
-        /// Creates the file `name` (which must not exist), readable and
-        /// writable, with mode 0666 less the umask.
-        pub(crate) fn create_named(&self, name: &OsStr) -> io::Result<File> {
+        /// Opens `name` in this directory with `flags` (and `mode`, when
+        /// they create it): the one `openat` every open here goes through.
+        fn open_at(&self, name: &OsStr, flags: libc::c_int) -> io::Result<File> {
             let c = c_name(name)?;
-            let flags = libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC;
-            // SAFETY: `c` is a valid C string; the descriptor is ours.
+            // SAFETY: `c` is a valid C string and the descriptor is ours.
             let fd = check(|| unsafe {
                 libc::openat(
                     self.fd.as_raw_fd(),
@@ -285,14 +284,18 @@ mod sys {
             Ok(unsafe { File::from_raw_fd(fd) })
         }
 
+        /// Creates the file `name` (which must not exist), readable and
+        /// writable, with mode 0666 less the umask.
+        pub(crate) fn create_named(&self, name: &OsStr) -> io::Result<File> {
+            self.open_at(
+                name,
+                libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC,
+            )
+        }
+
         /// Opens the existing file `name` for reading (to sync it).
         pub(crate) fn open_file(&self, name: &OsStr) -> io::Result<File> {
-            let c = c_name(name)?;
-            let flags = libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOFOLLOW;
-            // SAFETY: as in `create_named`.
-            let fd = check(|| unsafe { libc::openat(self.fd.as_raw_fd(), c.as_ptr(), flags) })?;
-            // SAFETY: as in `create_named`.
-            Ok(unsafe { File::from_raw_fd(fd) })
+            self.open_at(name, libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOFOLLOW)
         }
 
         /// Opens the file `name` for reading (and writing, if `write`),
@@ -305,23 +308,13 @@ mod sys {
             write: bool,
             create: bool,
         ) -> io::Result<File> {
-            let c = c_name(name)?;
             let mut flags = libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK;
             flags |= if write { libc::O_RDWR } else { libc::O_RDONLY };
             if create {
                 flags |= libc::O_CREAT;
             }
-            // SAFETY: as in `create_named`.
-            let fd = check(|| unsafe {
-                libc::openat(
-                    self.fd.as_raw_fd(),
-                    c.as_ptr(),
-                    flags,
-                    0o666 as libc::c_uint,
-                )
-            })?;
-            // SAFETY: as in `create_named`.
-            let file = unsafe { File::from_raw_fd(fd) };
+            let file = self.open_at(name, flags)?;
+            let fd = file.as_raw_fd();
             // Back to blocking I/O (it only mattered for opening a FIFO).
             // SAFETY: fcntl on a descriptor we own.
             let status = check(|| unsafe { libc::fcntl(fd, libc::F_GETFL) })?;
