@@ -62,7 +62,7 @@ const MAX_TENSOR_BYTES: u64 = 1 << 14;
 /// Input: the architecture, head counts, flags (bit 0: keep quantized
 /// weights; bit 1: decode to F32; bit 2: skip `feed_forward_length`), the
 /// type to convert back to, then up to 4 tensors, each a name, up to 3
-/// dimensions (GGUF order, picked from [`DIMS`]) and a type; tensor data
+/// dimensions (GGUF order, picked from a table of sizes from 0 to 2^63 - 1) and a type; tensor data
 /// are zeros. Both conversions error or succeed, never panic; a failed
 /// GGUF -> HF conversion leaves no directory behind, a complete one writes
 /// each tensor with its shape.

@@ -201,7 +201,7 @@ struct Job {
 }
 
 /// The companion of a fetched file's [`PartialFile`] recording what the
-/// server said of it ([`FetchedNote`]): `.NAME.tensorfile-partial.fetched`
+/// server said of it (its ETag, Last-Modified and length): `.NAME.tensorfile-partial.fetched`
 /// beside it. A hidden file that fetch owns rather than an extended
 /// attribute, which not every filesystem keeps (and a failure to set one
 /// would be silent); it is opened as the partial file's companions are
