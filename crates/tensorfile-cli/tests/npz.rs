@@ -45,16 +45,45 @@ fn safetensors_to_npz_and_npy_is_numpys_bytes() {
         fs::read(&out).unwrap(),
         fs::read(convert_dir().join("weight.npy")).unwrap()
     );
-    // Deflated: np.load's arrays, not zlib's bytes; back to safetensors
-    // through the reader they are the same file.
+    // Deflated: np.savez_compressed's bytes; back to safetensors through
+    // the reader they are the same file.
     let z = tmp.path().join("z.npz");
     let src = convert_dir().join("model.safetensors");
     let o = tensorfile(&["convert", "--compress", p(&src), p(&z)]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_same_bytes(&z, &convert_dir().join("model_compressed.npz"));
     let back = tmp.path().join("back.safetensors");
     let o = tensorfile(&["convert", "--dtype", "bf16", p(&z), p(&back)]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert_eq!(fs::read(&back).unwrap(), fs::read(&src).unwrap());
+}
+
+/// Asserts that the files at `got` and `want` are the same bytes, naming
+/// the first offset where they differ (not printing both files).
+fn assert_same_bytes(got: &Path, want: &Path) {
+    let (g, w) = (fs::read(got).unwrap(), fs::read(want).unwrap());
+    let first = g.iter().zip(&w).position(|(a, b)| a != b);
+    assert!(
+        g == w,
+        "{} is not {}: {} bytes against {}, first difference at {first:?}",
+        got.display(),
+        want.display(),
+        g.len(),
+        w.len()
+    );
+}
+
+#[test]
+fn compress_is_np_savez_compresseds_bytes() {
+    // Members past one deflate block, zeros, a ramp, small and empty ones
+    // (scripts/make_npz_convert_fixtures.py): zlib's deflate at level 6,
+    // as Python's zipfile calls it.
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("deflate.npz");
+    let src = convert_dir().join("deflate.safetensors");
+    let o = tensorfile(&["convert", "--compress", "--no-sync", p(&src), p(&out)]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_same_bytes(&out, &convert_dir().join("deflate.npz"));
 }
 
 #[test]

@@ -71,21 +71,22 @@ fn stored_archives_are_written_byte_for_byte_as_numpy_writes_them() {
 }
 
 #[test]
-fn deflated_members_read_back_with_numpys_header_layout() {
+fn deflated_members_are_numpys_bytes() {
+    // np.savez_compressed deflates with zlib (level 6, raw, window 15):
+    // the same members written again are the same archive, byte for byte.
     let path = fixtures().join("savez_compressed.npz");
     let bytes = std::fs::read(path).unwrap();
     let found = members(&bytes);
     assert!(found.iter().all(|m| m.1 == Method::Deflated));
     let ours = rewrite(&found);
     assert_eq!(members(&ours), found);
-    // Local headers: numpy's fields up to the sizes (signature, version 45,
-    // flags, method 8, date, CRC, saturated sizes, name and extra lengths).
-    let a = ZipIndex::parse(&bytes).unwrap();
-    let b = ZipIndex::parse(&ours).unwrap();
-    for (x, y) in a.entries().iter().zip(b.entries()) {
-        assert_eq!((x.crc32, x.size, x.method), (y.crc32, y.size, y.method));
-    }
-    assert_eq!(ours[..26], bytes[..26]);
+    let first = ours.iter().zip(&bytes).position(|(a, b)| a != b);
+    assert!(
+        ours == bytes,
+        "not numpy's bytes: {} against {}, first difference at {first:?}",
+        ours.len(),
+        bytes.len()
+    );
 }
 
 #[test]

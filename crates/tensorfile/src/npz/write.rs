@@ -2,15 +2,15 @@
 //! header of `np.save` (version 1.0, C order, little-endian, the dtype
 //! string numpy gives the same array), and for `.npz` the zip of
 //! `np.savez` (stored members with ZIP64 local headers, `name.npy` per
-//! array, in the order given) or of `np.savez_compressed` (deflated).
+//! array, in the order given) or of `np.savez_compressed` (deflated by
+//! zlib, as Python's `zipfile` deflates).
 //! Saves are atomic: the output appears complete or not at all.
 //!
 //! For arrays numpy has a dtype for, the stored archive is byte for byte
-//! the one `np.savez(path, **arrays)` writes; BF16 and the F8 types are
+//! the one `np.savez(path, **arrays)` writes, and the deflated one the one
+//! `np.savez_compressed(path, **arrays)` writes; BF16 and the F8 types are
 //! written as ml_dtypes' arrays are (`<V2`, `<V1`, `<f1`), and F4 and F6
 //! one value per byte in the low bits (`<V1`), as ml_dtypes holds them.
-//! The deflated bytes of `--compress` need not be zlib's, byte for byte:
-//! `np.load` reads them to the same arrays.
 
 use std::io::{BufWriter, Write};
 use std::path::Path;
@@ -29,7 +29,8 @@ const BUFFER: usize = 1 << 20;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct NpzWriteOptions {
-    /// Deflate the members (`np.savez_compressed`) instead of storing them.
+    /// Deflate the members as `np.savez_compressed` does (zlib, level 6)
+    /// instead of storing them.
     pub compress: bool,
     /// Sync the file and its directory before the rename.
     pub sync: bool,
