@@ -13,6 +13,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod cmd;
+#[cfg(feature = "plot")]
 mod plot;
 mod progress;
 

@@ -3,13 +3,48 @@
 //! for a file without layers), drawn as SVG with plotters; a `.png` name
 //! gets the same picture rasterized by resvg (its text in the system's
 //! sans-serif font, when there is one). The file is saved atomically.
+//!
+//! It stands below the commands: its errors are its own ([`PlotError`]),
+//! which `stats` turns into its failures.
 
+use std::fmt;
 use std::path::Path;
 
 use plotters::prelude::*;
 use tensorfile::stats::{Report, Summary};
 
-use crate::cmd::Failure;
+/// Why a picture was not made.
+#[derive(Debug)]
+pub enum PlotError {
+    /// plotters or resvg could not draw it: what they said.
+    Draw(String),
+    /// The file could not be saved.
+    Save(tensorfile_core::Error),
+}
+
+impl fmt::Display for PlotError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PlotError::Draw(message) => f.write_str(message),
+            PlotError::Save(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for PlotError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            PlotError::Draw(_) => None,
+            PlotError::Save(e) => e.source(),
+        }
+    }
+}
+
+impl From<tensorfile_core::Error> for PlotError {
+    fn from(e: tensorfile_core::Error) -> PlotError {
+        PlotError::Save(e)
+    }
+}
 
 /// Histograms drawn at most.
 const PANELS: usize = 12;
@@ -41,8 +76,8 @@ pub fn color(i: usize) -> RGBColor {
     PALETTE[i % PALETTE.len()]
 }
 
-fn plot_error(e: impl std::fmt::Display) -> Failure {
-    format!("cannot draw the plot: {e}").into()
+fn plot_error(e: impl std::fmt::Display) -> PlotError {
+    PlotError::Draw(format!("cannot draw the plot: {e}"))
 }
 
 /// The distributions drawn: the groups', then the ungrouped tensors', as
@@ -69,7 +104,7 @@ fn distributions(r: &Report) -> Vec<(String, &Summary)> {
 }
 
 /// The SVG text of the picture.
-pub fn svg(r: &Report, outlier_ratio: f64) -> Result<String, Failure> {
+pub fn svg(r: &Report, outlier_ratio: f64) -> Result<String, PlotError> {
     let dists = distributions(r);
     let rows = dists.len().div_ceil(COLUMNS) as u32;
     let height = CURVES_HEIGHT + rows * PANEL_HEIGHT;
@@ -94,7 +129,7 @@ fn curves<DB: DrawingBackend>(
     area: &DrawingArea<DB, plotters::coord::Shift>,
     r: &Report,
     outlier_ratio: f64,
-) -> Result<(), Failure> {
+) -> Result<(), PlotError> {
     // (label, points (x, absmax), points (x, std)).
     type Series = (String, Vec<(f64, f64)>, Vec<(f64, f64)>);
     let mut series: Vec<Series> = r
@@ -196,7 +231,7 @@ fn histogram<DB: DrawingBackend>(
     name: &str,
     s: &Summary,
     c: RGBColor,
-) -> Result<(), Failure> {
+) -> Result<(), PlotError> {
     let (lo, hi, counts) = s.histogram.coarse(48);
     let top = counts.iter().copied().max().unwrap_or(1).max(1);
     let (lo, hi) = if hi > lo {
@@ -242,7 +277,7 @@ fn histogram<DB: DrawingBackend>(
 }
 
 /// The picture as PNG bytes.
-fn png(svg: &str) -> Result<Vec<u8>, Failure> {
+fn png(svg: &str) -> Result<Vec<u8>, PlotError> {
     let mut options = resvg::usvg::Options::default();
     {
         let db = options.fontdb_mut();
@@ -281,7 +316,7 @@ fn png(svg: &str) -> Result<Vec<u8>, Failure> {
 }
 
 /// Draws the report into `path` (PNG when it ends in `.png`, else SVG).
-pub fn draw(path: &Path, r: &Report, outlier_ratio: f64) -> Result<(), Failure> {
+pub fn draw(path: &Path, r: &Report, outlier_ratio: f64) -> Result<(), PlotError> {
     let svg = svg(r, outlier_ratio)?;
     let is_png = path
         .extension()

@@ -456,6 +456,22 @@ fn stats_of_a_quantized_file_are_those_of_its_dequantization() {
     }
 }
 
+#[cfg(not(feature = "plot"))]
+#[test]
+fn without_the_plot_feature_plot_is_a_usage_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = fixtures().join("real/hf/llama");
+    let svg = dir.path().join("p.svg");
+    let o = run(&[&"stats", &"--plot", &svg, &model]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("built without the plot feature"), "{err}");
+    assert!(!svg.exists());
+    // Without --plot, stats still runs.
+    assert!(run(&[&"stats", &model]).status.success());
+}
+
+#[cfg(feature = "plot")]
 #[test]
 fn the_plot_is_a_valid_svg_and_png_with_the_expected_series() {
     let dir = tempfile::tempdir().unwrap();

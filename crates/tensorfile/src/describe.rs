@@ -15,6 +15,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::model::{read_config_from, read_config_source, CONFIG_NAME, TOKENIZER_NAME};
+#[cfg(feature = "pytorch")]
 use crate::pytorch::{Checkpoint, Format};
 use crate::quant::{int4_group, quantized_weights, QuantConfig, Storage};
 use crate::shard::{LocalDir, Location};
@@ -454,6 +455,7 @@ pub fn set(path: &Path, set: &ShardedTensors, digest: Digest<'_>) -> SetDescript
 }
 
 /// How a PyTorch checkpoint is stored, in words.
+#[cfg(feature = "pytorch")]
 fn checkpoint_format(ckpt: &Checkpoint) -> String {
     match ckpt.format() {
         Format::Zip { prefix } => format!("PyTorch zip checkpoint (directory {prefix:?})"),
@@ -465,7 +467,8 @@ fn checkpoint_format(ckpt: &Checkpoint) -> String {
 /// byte order, every tensor (with its storage key, offset and strides where
 /// a safetensors file has data offsets, and its sha256 when `digest` gives
 /// one), the non-tensor values, parameters (names that are exact aliases of
-/// one another, tied weights, counted once).
+/// one another, tied weights, counted once). (With the `pytorch` feature.)
+#[cfg(feature = "pytorch")]
 pub fn checkpoint(
     file: &Path,
     size: u64,

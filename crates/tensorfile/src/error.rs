@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 use tensorfile_core::{ErrorKind, FormatError};
 
 use crate::cast::CastError;
+#[cfg(feature = "gguf")]
 use crate::gguf::GgufError;
+#[cfg(feature = "npz")]
 use crate::npz::NpzError;
 use crate::quant::QuantError;
 use crate::shard::ShardError;
@@ -53,17 +55,32 @@ pub enum Error {
     },
     /// A GGUF file breaks the format, or a conversion to or from GGUF
     /// cannot be made.
+    #[cfg(feature = "gguf")]
     #[error(transparent)]
     Gguf(GgufError),
     /// A `.npy` array or `.npz` archive breaks the format, holds what
     /// safetensors cannot, or cannot be written.
+    #[cfg(feature = "npz")]
     #[error(transparent)]
     Npz(NpzError),
     /// A PyTorch checkpoint was refused, or one of its tensors could not
     /// be read (see [`tensorfile_pytorch::Error`]). (Boxed: errors travel
     /// by value.)
+    #[cfg(feature = "pytorch")]
     #[error(transparent)]
     Pytorch(Box<tensorfile_pytorch::Error>),
+    /// An input of a kind this build does not read: the library was built
+    /// without the Cargo feature that reads it (see
+    /// [`crate::input::Kind::ensure_built`]).
+    #[error("{}: this is {what}, but tensorfile was built without the {feature} feature", path.display())]
+    FeatureDisabled {
+        /// The input.
+        path: PathBuf,
+        /// What the input is, in words.
+        what: &'static str,
+        /// The feature that reads it: `pytorch`, `gguf` or `npz`.
+        feature: &'static str,
+    },
     /// An error about a named file. [`Error::detail`] gives the error
     /// without the file.
     #[error("{}: {source}", path.display())]
@@ -83,10 +100,13 @@ impl From<tensorfile_core::Error> for Error {
         match e {
             tensorfile_core::Error::Other { kind, error } => match error.downcast::<Error>() {
                 Ok(mine) => *mine,
+                #[cfg(feature = "pytorch")]
                 Err(error) => match error.downcast::<tensorfile_pytorch::Error>() {
                     Ok(pytorch) => Error::from(*pytorch),
                     Err(error) => Error::Core(tensorfile_core::Error::Other { kind, error }),
                 },
+                #[cfg(not(feature = "pytorch"))]
+                Err(error) => Error::Core(tensorfile_core::Error::Other { kind, error }),
             },
             core => Error::Core(core),
         }
@@ -107,6 +127,7 @@ impl From<Error> for tensorfile_core::Error {
 }
 
 /// A loader error; one that only carries a core error is that error.
+#[cfg(feature = "pytorch")]
 impl From<tensorfile_pytorch::Error> for Error {
     fn from(e: tensorfile_pytorch::Error) -> Error {
         match e {
@@ -122,12 +143,14 @@ impl From<ShardError> for Error {
     }
 }
 
+#[cfg(feature = "gguf")]
 impl From<GgufError> for Error {
     fn from(e: GgufError) -> Error {
         Error::Gguf(e)
     }
 }
 
+#[cfg(feature = "npz")]
 impl From<NpzError> for Error {
     fn from(e: NpzError) -> Error {
         Error::Npz(e)
@@ -188,8 +211,12 @@ impl Error {
             Error::Quant { problem, .. } => problem.kind(),
             Error::Cast { source, .. } => source.kind(),
             Error::File { source, .. } => source.kind(),
+            Error::FeatureDisabled { .. } => ErrorKind::Unsupported,
+            #[cfg(feature = "pytorch")]
             Error::Pytorch(e) => e.kind(),
+            #[cfg(feature = "gguf")]
             Error::Gguf(e) => e.kind(),
+            #[cfg(feature = "npz")]
             Error::Npz(e) => e.kind(),
         }
     }
@@ -237,6 +264,7 @@ impl Error {
     }
 
     /// The `.npy` / `.npz` error, if this is one (about a named file or not).
+    #[cfg(feature = "npz")]
     pub fn npz(&self) -> Option<&NpzError> {
         match self.detail() {
             Error::Npz(e) => Some(e),
@@ -245,6 +273,7 @@ impl Error {
     }
 
     /// The GGUF error, if this is one (about a named file or not).
+    #[cfg(feature = "gguf")]
     pub fn gguf(&self) -> Option<&GgufError> {
         match self.detail() {
             Error::Gguf(e) => Some(e),

@@ -72,6 +72,43 @@ impl Kind {
     pub fn is_set(self) -> bool {
         matches!(self, Kind::SafetensorsSet | Kind::PytorchSet)
     }
+
+    /// The Cargo feature of this crate that reads this kind: `None` for
+    /// safetensors (the core reads it).
+    pub fn feature(self) -> Option<&'static str> {
+        match self {
+            Kind::Safetensors | Kind::SafetensorsSet => None,
+            Kind::Pytorch | Kind::PytorchSet => Some("pytorch"),
+            Kind::Gguf => Some("gguf"),
+            Kind::Npz | Kind::Npy => Some("npz"),
+        }
+    }
+
+    /// Whether this build reads this kind (its feature is on).
+    pub fn is_built(self) -> bool {
+        match self {
+            Kind::Safetensors | Kind::SafetensorsSet => true,
+            Kind::Pytorch | Kind::PytorchSet => cfg!(feature = "pytorch"),
+            Kind::Gguf => cfg!(feature = "gguf"),
+            Kind::Npz | Kind::Npy => cfg!(feature = "npz"),
+        }
+    }
+
+    /// Refuses an input at `path` of this kind when this build does not
+    /// read it: what a front end calls before opening a detected kind.
+    ///
+    /// # Errors
+    /// [`Error::FeatureDisabled`] when the kind's feature is off.
+    pub fn ensure_built(self, path: &Path) -> Result<(), Error> {
+        match self.feature() {
+            Some(feature) if !self.is_built() => Err(Error::FeatureDisabled {
+                path: path.to_path_buf(),
+                what: self.describe(),
+                feature,
+            }),
+            _ => Ok(()),
+        }
+    }
 }
 
 impl fmt::Display for Kind {
@@ -229,5 +266,35 @@ mod tests {
         assert_eq!(kind_of(index, b"{").unwrap(), Kind::SafetensorsSet);
         assert_eq!(kind_of(p, b"hello world").unwrap(), Kind::Safetensors);
         assert_eq!(kind_of(p, b"").unwrap(), Kind::Safetensors);
+    }
+
+    #[test]
+    fn kinds_without_their_feature_are_refused() {
+        let p = Path::new("m.gguf");
+        assert!(Kind::Safetensors.ensure_built(p).is_ok());
+        assert!(Kind::SafetensorsSet.ensure_built(p).is_ok());
+        let kinds = [
+            Kind::Pytorch,
+            Kind::PytorchSet,
+            Kind::Gguf,
+            Kind::Npz,
+            Kind::Npy,
+        ];
+        for kind in kinds {
+            let feature = kind.feature().unwrap();
+            match kind.ensure_built(p) {
+                Ok(()) => assert!(kind.is_built()),
+                Err(e) => {
+                    assert!(!kind.is_built());
+                    assert_eq!(e.kind(), tensorfile_core::ErrorKind::Unsupported);
+                    let text = e.to_string();
+                    assert!(text.starts_with("m.gguf: this is "), "{text}");
+                    assert!(text.contains(&format!("built without the {feature} feature")));
+                }
+            }
+        }
+        assert_eq!(Kind::Gguf.is_built(), cfg!(feature = "gguf"));
+        assert_eq!(Kind::Npy.is_built(), cfg!(feature = "npz"));
+        assert_eq!(Kind::PytorchSet.is_built(), cfg!(feature = "pytorch"));
     }
 }

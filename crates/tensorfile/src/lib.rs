@@ -43,11 +43,14 @@ pub mod describe;
 pub mod diff;
 pub mod digest;
 pub mod error;
+#[cfg(feature = "gguf")]
 pub mod gguf;
 pub mod input;
 mod json_object;
 pub mod model;
+#[cfg(feature = "npz")]
 pub mod npz;
+#[cfg(feature = "pytorch")]
 pub mod pytorch;
 pub mod quant;
 pub mod reshard;
@@ -67,6 +70,6 @@ pub use shard::{ShardError, ShardedTensors};
 /// cannot rot. It lives in the umbrella crate because that is the one whose
 /// doctests see both `tensorfile` and `tensorfile_pytorch`; the C example is
 /// compiled and run by tensorfile-ffi's C tests.
-#[cfg(doctest)]
+#[cfg(all(doctest, feature = "pytorch", feature = "gguf", feature = "npz"))]
 #[doc = include_str!("../../../README.md")]
 pub struct ReadmeExamples;

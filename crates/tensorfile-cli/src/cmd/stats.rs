@@ -64,6 +64,12 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
             tensorfile::stats::BINS
         )));
     }
+    #[cfg(not(feature = "plot"))]
+    if args.plot.is_some() {
+        return Err(Usage::failure(
+            "--plot: this tensorfile was built without the plot feature",
+        ));
+    }
     let opened = Opened::open(&args.file)?;
     let boxes = opened.tensors();
     let tensors = refs(&boxes);
@@ -84,8 +90,13 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     let bar = Progress::values(total, "stats");
     let report = model_stats(values, &|n| bar.inc(n))?;
     drop(bar);
+    #[cfg(feature = "plot")]
     if let Some(path) = &args.plot {
-        crate::plot::draw(path, &report, args.outlier_ratio)?;
+        use crate::plot::PlotError;
+        crate::plot::draw(path, &report, args.outlier_ratio).map_err(|e| match e {
+            PlotError::Draw(message) => Failure::from(message),
+            PlotError::Save(e) => Failure::from(e),
+        })?;
     }
     if args.json {
         out(to_json(&args, &report));

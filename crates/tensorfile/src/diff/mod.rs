@@ -420,4 +420,27 @@ mod tests {
         let r = diff((&c2a, None), (&c2a, None), &DiffOptions::default(), &|_| {}).unwrap();
         assert_eq!(r.verdict(), Verdict::Same);
     }
+
+    /// Moved tensors are found by their bytes, sha256 or (built without
+    /// `digest`) a fingerprint confirmed byte for byte: tensors of one
+    /// size whose bytes differ in one place are not moved.
+    #[test]
+    fn moved_tensors_are_the_ones_whose_bytes_are_equal() {
+        let big: Vec<f32> = (0..100_000).map(|i| (i as f32 * 0.11).cos()).collect();
+        let (mut p, mut q) = (big.clone(), big.clone());
+        p[70_000] += 1.0;
+        q[99_999] -= 1.0;
+        let a = [t("x", Dtype::F32, &big), t("p", Dtype::F32, &p)];
+        let b = [t("y", Dtype::F32, &big), t("q", Dtype::F32, &q)];
+        let (ra, rb): (Vec<&dyn TensorData>, Vec<&dyn TensorData>) = (
+            a.iter().map(|t| t as &dyn TensorData).collect(),
+            b.iter().map(|t| t as &dyn TensorData).collect(),
+        );
+        let (ca, cb) = (
+            Catalog::new(&ra, None, None).unwrap(),
+            Catalog::new(&rb, None, None).unwrap(),
+        );
+        let r = diff((&ca, None), (&cb, None), &DiffOptions::default(), &|_| {}).unwrap();
+        assert_eq!(r.renamed, [("x".to_string(), "y".to_string())]);
+    }
 }

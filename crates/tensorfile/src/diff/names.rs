@@ -7,6 +7,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+#[cfg(feature = "digest")]
 use crate::digest::{tensor_digests, Sha256Digest};
 use crate::quant::LogicalWeight;
 use crate::values::Catalog;
@@ -131,12 +132,69 @@ fn pick<'a>(
 }
 
 /// The sha256 of each candidate.
+#[cfg(feature = "digest")]
 fn hash(c: &[(String, &dyn TensorData)]) -> Result<HashMap<String, Sha256Digest>> {
     let tensors: Vec<&dyn TensorData> = c.iter().map(|(_, t)| *t).collect();
     Ok(c.iter()
         .map(|(n, _)| n.clone())
         .zip(tensor_digests(&tensors)?)
         .collect())
+}
+
+/// Without sha256 (no `digest` feature): a 64-bit fingerprint of each
+/// candidate, which [`same_bytes`] confirms when two agree.
+#[cfg(not(feature = "digest"))]
+fn hash(c: &[(String, &dyn TensorData)]) -> Result<HashMap<String, u64>> {
+    use std::hash::Hasher;
+    /// Bytes per `write`: fixed, so that equal bytes read in different
+    /// pieces feed the hasher the same calls.
+    const BLOCK: usize = 1 << 16;
+    let mut out = HashMap::with_capacity(c.len());
+    for (name, t) in c {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        let mut block = Vec::with_capacity(BLOCK);
+        t.produce(&mut |_, mut piece| {
+            while !piece.is_empty() {
+                let take = piece.len().min(BLOCK - block.len());
+                block.extend_from_slice(&piece[..take]);
+                piece = &piece[take..];
+                if block.len() == BLOCK {
+                    h.write(&block);
+                    block.clear();
+                }
+            }
+            Ok(())
+        })?;
+        h.write(&block);
+        out.insert(name.clone(), h.finish());
+    }
+    Ok(out)
+}
+
+/// Whether two tensors of one size hold the same bytes: sha256 equality
+/// already says so.
+#[cfg(feature = "digest")]
+fn same_bytes(_: &dyn TensorData, _: &dyn TensorData) -> Result<bool> {
+    Ok(true)
+}
+
+/// Whether two tensors of one size hold the same bytes, compared byte for
+/// byte (a 64-bit fingerprint may collide).
+#[cfg(not(feature = "digest"))]
+fn same_bytes(a: &dyn TensorData, b: &dyn TensorData) -> Result<bool> {
+    let mut first = Vec::new();
+    a.produce(&mut |_, piece| {
+        first.extend_from_slice(piece);
+        Ok(())
+    })?;
+    let (mut at, mut same) = (0usize, true);
+    b.produce(&mut |_, piece| {
+        let end = at + piece.len();
+        same &= first.get(at..end) == Some(piece);
+        at = end;
+        Ok(())
+    })?;
+    Ok(same && at == first.len())
 }
 
 /// The tensors on one side only whose bytes are a tensor's of the other
@@ -167,7 +225,7 @@ fn moved(
                 continue;
             }
             let same = (ta.dtype(), ta.shape()) == (tb.dtype(), tb.shape());
-            if same && ha.get(na) == hb.get(nb) {
+            if same && ha.get(na) == hb.get(nb) && same_bytes(*ta, *tb)? {
                 out.push((na.clone(), nb.clone()));
             }
         }

@@ -23,24 +23,40 @@
 //! assert_eq!(d.data.unwrap().start, 104);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! Everything but [`TENSOR_SHA256_KEY`] comes with the `digest` feature
+//! (sha2 and base64); the key is there without it, so that sets can leave
+//! each file's embedded digests out of their metadata.
 
+#[cfg(feature = "digest")]
 mod embedded;
+#[cfg(feature = "digest")]
 mod error;
+#[cfg(feature = "digest")]
 mod files;
+#[cfg(feature = "digest")]
 mod manifest;
+#[cfg(feature = "digest")]
 mod sha;
 
+/// The metadata key holding a file's per-tensor sha256.
+pub const TENSOR_SHA256_KEY: &str = "tensorfile.sha256";
+
+#[cfg(feature = "digest")]
 pub use embedded::{
     check_embedded, embed_hashes, embedded_hashes, embedded_value, tensor_digests, TensorCheck,
-    TENSOR_SHA256_KEY,
 };
+#[cfg(feature = "digest")]
 pub use error::DigestError;
+#[cfg(feature = "digest")]
 pub use files::{
     data_start, dir_files, file_digest, file_digest_counted, file_digests, is_ignored, DataDigest,
     DirFile, FileDigest, OnBytes, GIT_PATHS,
 };
+#[cfg(feature = "digest")]
 pub use manifest::{
     Check, Manifest, ManifestSource, PAYLOAD_TYPE, PREDICATE_TYPE, PREDICATE_TYPE_V0_1,
     STATEMENT_TYPE,
 };
+#[cfg(feature = "digest")]
 pub use sha::{tensor_sha256, tensor_sha256_counted, Hasher, Sha256Digest};

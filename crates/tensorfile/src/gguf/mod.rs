@@ -44,7 +44,9 @@ pub use dequant::dequantize_blocks;
 pub use error::GgufError;
 pub use from_hf::{hf_to_gguf, FromHfOptions, FromHfSummary};
 pub use names::Arch;
-pub use raw::{gguf_to_npz, gguf_to_safetensors, RawSummary};
+#[cfg(feature = "npz")]
+pub use raw::gguf_to_npz;
+pub use raw::{gguf_to_safetensors, RawSummary};
 pub use read::{
     is_gguf, read_header, Endian, GgufFile, GgufHeader, GgufTensor, Kv, ReadLimits, TensorInfo,
     DEFAULT_ALIGNMENT,

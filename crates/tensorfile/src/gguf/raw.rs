@@ -21,9 +21,12 @@ use std::path::Path;
 use serde_json::Value as Json;
 
 use super::config::f32_decimal;
-use super::read::{GgufFile, GgufHeader, GgufTensor};
+#[cfg(feature = "npz")]
+use super::read::GgufTensor;
+use super::read::{GgufFile, GgufHeader};
 use super::to_hf::plan_tensors;
 use super::value::{float_json, Value};
+#[cfg(feature = "npz")]
 use crate::npz::{save_npz, NpzWriteOptions};
 use crate::source::ByteSource;
 use crate::{Dtype, Metadata, Result, WriteOptions};
@@ -118,10 +121,11 @@ pub fn gguf_to_safetensors<S: ByteSource>(
 
 /// Writes the tensors of `file` to the npz archive `out` (numpy's
 /// `np.savez` bytes), atomically. npz has no metadata: every key is in
-/// [`RawSummary::dropped`].
+/// [`RawSummary::dropped`]. (With the `npz` feature.)
 ///
 /// # Errors
 /// As [`gguf_to_safetensors`].
+#[cfg(feature = "npz")]
 pub fn gguf_to_npz<S: ByteSource>(
     file: &GgufFile<S>,
     out: &Path,
