@@ -42,7 +42,8 @@ use crate::json_object::JsonObject;
 use crate::shard::{ShardError, ShardedTensors};
 use crate::ReadOptions;
 
-pub use crate::quant::{logical_weight, LogicalWeight, QuantConfig, QuantParams, Storage};
+use crate::quant::Scheme;
+pub use crate::quant::{logical_weight, LogicalWeight, QuantConfig, QuantParams};
 pub use arch::ARCHITECTURES;
 pub use contract::Contract;
 pub use hf::KNOWN as HF_ARCHITECTURES;
@@ -454,7 +455,7 @@ fn check_expected<'w>(
     } else {
         weights.info(&expected.name).map(|t| LogicalWeight {
             name: t.name.to_string(),
-            storage: Storage::Plain,
+            storage: None,
             dtype: t.dtype,
             shape: t.shape.to_vec(),
             parts: vec![t.name],
@@ -473,7 +474,7 @@ fn check_expected<'w>(
         return;
     };
     accounted.extend(found.parts.iter().copied());
-    let quantized = found.storage != Storage::Plain;
+    let quantized = found.storage.is_some();
     let subject = if quantized {
         expected.name.as_str()
     } else {
@@ -494,7 +495,7 @@ fn check_expected<'w>(
     // A floating-point MLX mode's scales are U8 codes: its parts' dtypes
     // were checked with its layout, and its values are floats by design.
     let float_codes =
-        matches!(found.storage, Storage::Mlx(p) if p.mode != crate::quant::Mode::Affine);
+        matches!(found.storage, Some(Scheme::Mlx(p)) if p.mode != crate::quant::Mode::Affine);
     let dtype_ok = match expected.dtype {
         DtypeRule::F32 => found.dtype == crate::Dtype::F32,
         DtypeRule::Float => float_codes || found.dtype.is_float(),
