@@ -47,6 +47,7 @@ pub use crate::quant::{logical_weight, LogicalWeight, QuantConfig, QuantParams};
 pub use arch::ARCHITECTURES;
 pub use contract::Contract;
 pub use hf::KNOWN as HF_ARCHITECTURES;
+pub(crate) use hf::classes as hf_classes;
 pub use report::{Problem, ProblemKind, Report, Severity};
 
 use arch::{DtypeRule, Expected, Need, Plan};
