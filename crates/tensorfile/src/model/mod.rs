@@ -46,8 +46,8 @@ use crate::quant::Scheme;
 pub use crate::quant::{logical_weight, LogicalWeight, QuantConfig, QuantParams};
 pub use arch::ARCHITECTURES;
 pub use contract::Contract;
-pub use hf::KNOWN as HF_ARCHITECTURES;
 pub(crate) use hf::classes as hf_classes;
+pub use hf::KNOWN as HF_ARCHITECTURES;
 pub use report::{Problem, ProblemKind, Report, Severity};
 
 use arch::{DtypeRule, Expected, Need, Plan};
