@@ -47,20 +47,10 @@ pub struct Buffer {
 /// dimension halved (torch's `float4_e2m1fn_x2`); the F6 types and an F4
 /// tensor of odd last dimension come as their bytes, flat.
 pub fn carrier(dtype: Dtype, shape: &[u64], len: usize) -> (&'static str, Vec<u64>) {
+    if let Some(typestr) = dtype.numpy_typestr() {
+        return (typestr, shape.to_vec());
+    }
     let typestr = match dtype {
-        Dtype::BOOL => "|b1",
-        Dtype::U8 => "|u1",
-        Dtype::I8 => "|i1",
-        Dtype::I16 => "<i2",
-        Dtype::U16 => "<u2",
-        Dtype::F16 => "<f2",
-        Dtype::I32 => "<i4",
-        Dtype::U32 => "<u4",
-        Dtype::F32 => "<f4",
-        Dtype::F64 => "<f8",
-        Dtype::I64 => "<i8",
-        Dtype::U64 => "<u8",
-        Dtype::C64 => "<c8",
         Dtype::F4 => {
             return match shape.split_last() {
                 Some((last, outer)) if last % 2 == 0 => {

@@ -1,6 +1,7 @@
 //! What the reference cannot do: strict validation with the rule and the
 //! place, and the tensors of PyTorch checkpoints without running pickle.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -152,6 +153,26 @@ pub fn load_pytorch(
 #[pyfunction]
 pub fn dtype_names() -> Vec<&'static str> {
     Dtype::ALL.iter().map(|d| d.name()).collect()
+}
+
+/// The names frameworks give the format's dtypes, from the core's dtype
+/// table: `{framework: {code: name}}` for `"torch"` (torch's dtype names,
+/// `float4_e2m1fn_x2` for F4), `"numpy"` (numpy's type strings, `"<f4"`,
+/// for the types numpy has) and `"ml_dtypes"` (its type names, for BF16
+/// and the float8 types); a dtype a framework lacks is absent from its dict.
+#[pyfunction]
+pub fn framework_dtype_names() -> BTreeMap<&'static str, BTreeMap<&'static str, &'static str>> {
+    let column = |name: fn(Dtype) -> Option<&'static str>| {
+        Dtype::ALL
+            .iter()
+            .filter_map(|&d| Some((d.name(), name(d)?)))
+            .collect()
+    };
+    BTreeMap::from([
+        ("torch", column(Dtype::torch_name)),
+        ("numpy", column(Dtype::numpy_typestr)),
+        ("ml_dtypes", column(Dtype::ml_dtypes_name)),
+    ])
 }
 
 /// Whether the format's dtype `code` holds floats (what casts on load

@@ -12,7 +12,7 @@ use tensorfile::input::Kind;
 use tensorfile::model::read_config;
 use tensorfile::quant::{
     dequantize_plan, quantize_plan, DequantizeOptions, Glob, Mode, QuantConfig, QuantParams,
-    QuantizeOptions, Scheme, Selection, Storage,
+    QuantizeOptions, Scheme, Selection,
 };
 use tensorfile::transform::{Input, Written};
 use tensorfile::{ReadOptions, WriteOptions};
@@ -341,17 +341,8 @@ pub fn quantize<'py>(
     d.set_item("scheme", scheme.name())?;
     d.set_item("group_size", scheme.group_size())?;
     d.set_item("bits", scheme.bits())?;
-    d.set_item(
-        "mode",
-        match scheme {
-            Scheme::Int4Sym { .. } => None,
-            Scheme::Mlx(p) => Some(p.mode.name()),
-        },
-    )?;
-    d.set_item(
-        "global_scale",
-        matches!(scheme, Scheme::Mlx(p) if p.global_scale),
-    )?;
+    d.set_item("mode", scheme.mode().map(|m| m.name()))?;
+    d.set_item("global_scale", scheme.global_scale())?;
     d.set_item("quantized", summary.quantized)?;
     d.set_item("tensors", summary.tensors)?;
     d.set_item("metadata", summary.metadata)?;
@@ -456,11 +447,6 @@ pub fn dequantize<'py>(
             Ok((summary, written))
         })
         .map_err(errors::lib)?;
-    let describe = |s: &Storage| match s {
-        Storage::Int4 { group_size } => format!("int4-g{group_size}-sym"),
-        Storage::Mlx(p) => format!("mlx {p}"),
-        Storage::Plain => "plain".into(),
-    };
     let d = PyDict::new(py);
     d.set_item("input", input.display().to_string())?;
     d.set_item("output", output.display().to_string())?;
@@ -469,10 +455,10 @@ pub fn dequantize<'py>(
     let weights: Vec<Bound<'py, PyDict>> = summary
         .dequantized
         .iter()
-        .map(|(name, storage, dtype)| -> PyResult<_> {
+        .map(|(name, scheme, dtype)| -> PyResult<_> {
             let w = PyDict::new(py);
             w.set_item("name", name)?;
-            w.set_item("from", describe(storage))?;
+            w.set_item("from", scheme.describe())?;
             w.set_item("dtype", dtype.name())?;
             Ok(w)
         })

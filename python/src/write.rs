@@ -10,38 +10,40 @@ use tensorfile::{Dtype, Metadata, SafeTensors, TensorRef, WriteOptions};
 
 use crate::errors;
 
-/// numpy's and torch's constructor-style dtype names and the format's
-/// dtypes they denote. torch's `float4_e2m1fn_x2` holds two F4 values per
-/// element (handled by the caller).
-const PYTHON_NAMES: &[(&str, Dtype)] = &[
-    ("bool", Dtype::BOOL),
-    ("int8", Dtype::I8),
-    ("uint8", Dtype::U8),
-    ("int16", Dtype::I16),
-    ("uint16", Dtype::U16),
-    ("int32", Dtype::I32),
-    ("uint32", Dtype::U32),
-    ("int64", Dtype::I64),
-    ("uint64", Dtype::U64),
-    ("float16", Dtype::F16),
-    ("float32", Dtype::F32),
-    ("float64", Dtype::F64),
-    ("bfloat16", Dtype::BF16),
-    ("float8_e4m3fn", Dtype::F8_E4M3),
-    ("float8_e4m3fnuz", Dtype::F8_E4M3FNUZ),
-    ("float8_e5m2", Dtype::F8_E5M2),
-    ("float8_e5m2fnuz", Dtype::F8_E5M2FNUZ),
-    ("float8_e8m0fnu", Dtype::F8_E8M0),
-    ("float4_e2m1fn_x2", Dtype::F4),
-    ("complex64", Dtype::C64),
+/// The dtypes numpy's and torch's constructor-style names may denote
+/// (`"float32"`, `"bfloat16"`: torch's names, from the core's dtype table,
+/// which numpy shares where it has the type), in the order the error for
+/// an unknown name lists them. torch's `float4_e2m1fn_x2` holds two F4
+/// values per element (handled by the caller).
+const NAMED: [Dtype; 20] = [
+    Dtype::BOOL,
+    Dtype::I8,
+    Dtype::U8,
+    Dtype::I16,
+    Dtype::U16,
+    Dtype::I32,
+    Dtype::U32,
+    Dtype::I64,
+    Dtype::U64,
+    Dtype::F16,
+    Dtype::F32,
+    Dtype::F64,
+    Dtype::BF16,
+    Dtype::F8_E4M3,
+    Dtype::F8_E4M3FNUZ,
+    Dtype::F8_E5M2,
+    Dtype::F8_E5M2FNUZ,
+    Dtype::F8_E8M0,
+    Dtype::F4,
+    Dtype::C64,
 ];
 
-/// The dtype a Python name denotes: a name of [`PYTHON_NAMES`] or the
-/// format's own code (`"F32"`, `"BF16"`), and whether the name is torch's
-/// packed `float4_e2m1fn_x2`.
+/// The dtype a Python name denotes: torch's name of one of [`NAMED`] or
+/// the format's own code (`"F32"`, `"BF16"`), and whether the name is
+/// torch's packed `float4_e2m1fn_x2`.
 fn dtype_of(name: &str) -> Option<(Dtype, bool)> {
-    if let Some((_, dtype)) = PYTHON_NAMES.iter().find(|(n, _)| *n == name) {
-        return Some((*dtype, name == "float4_e2m1fn_x2"));
+    if let Some(dtype) = Dtype::from_torch_name(name).filter(|d| NAMED.contains(d)) {
+        return Some((dtype, dtype == Dtype::F4));
     }
     Some((Dtype::from_name(name)?, false))
 }
@@ -49,7 +51,7 @@ fn dtype_of(name: &str) -> Option<(Dtype, bool)> {
 /// The error for a dtype name nothing denotes, listing those that work (as
 /// the reference words it).
 fn unknown_dtype(name: &str) -> PyErr {
-    let names: Vec<&str> = PYTHON_NAMES.iter().map(|(n, _)| *n).collect();
+    let names: Vec<&str> = NAMED.iter().filter_map(|d| d.torch_name()).collect();
     errors::msg(format!(
         "Unknown dtype {name:?}. Supported dtypes: {}",
         names.join(", ")

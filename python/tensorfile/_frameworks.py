@@ -16,65 +16,29 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 import numpy as np
 
-from ._native import SafetensorError
+from ._native import SafetensorError, framework_dtype_names
+
+# The names frameworks give the format's dtype codes, from the core's dtype
+# table (one table for Rust and Python).
+_FRAMEWORK_NAMES = framework_dtype_names()
 
 # The format's dtype codes whose numpy type comes from ml_dtypes, by name.
-_ML_DTYPES = {
-    "BF16": "bfloat16",
-    "F8_E4M3": "float8_e4m3fn",
-    "F8_E4M3FNUZ": "float8_e4m3fnuz",
-    "F8_E5M2": "float8_e5m2",
-    "F8_E5M2FNUZ": "float8_e5m2fnuz",
-    "F8_E8M0": "float8_e8m0fnu",
-}
+_ML_DTYPES: Dict[str, str] = _FRAMEWORK_NAMES["ml_dtypes"]
 
 # The format's dtype codes with numpy types of their own.
-_NUMPY_DTYPES = {
-    "BOOL": np.bool_,
-    "U8": np.uint8,
-    "I8": np.int8,
-    "I16": np.int16,
-    "U16": np.uint16,
-    "F16": np.float16,
-    "I32": np.int32,
-    "U32": np.uint32,
-    "F32": np.float32,
-    "F64": np.float64,
-    "I64": np.int64,
-    "U64": np.uint64,
-    "C64": np.complex64,
-    # Two values per byte, the last dimension halved (as torch's
-    # float4_e2m1fn_x2): numpy has no packed type, so the bytes come as uint8.
-    "F4": np.uint8,
+_NUMPY_DTYPES: Dict[str, Any] = {
+    code: np.dtype(typestr) for code, typestr in _FRAMEWORK_NAMES["numpy"].items()
 }
+# Two values per byte, the last dimension halved (as torch's
+# float4_e2m1fn_x2): numpy has no packed type, so the bytes come as uint8.
+_NUMPY_DTYPES["F4"] = np.dtype(np.uint8)
 
 # The types packed below a byte that no framework here can hold as they are.
 _NO_CARRIER = {"F6_E2M3", "F6_E3M2"}
 
 # torch's names of the format's dtypes (those torch has; looked up lazily,
 # since older torch versions lack some).
-_TORCH_NAMES = {
-    "BOOL": "bool",
-    "U8": "uint8",
-    "I8": "int8",
-    "I16": "int16",
-    "U16": "uint16",
-    "F16": "float16",
-    "BF16": "bfloat16",
-    "I32": "int32",
-    "U32": "uint32",
-    "F32": "float32",
-    "F64": "float64",
-    "I64": "int64",
-    "U64": "uint64",
-    "C64": "complex64",
-    "F8_E4M3": "float8_e4m3fn",
-    "F8_E4M3FNUZ": "float8_e4m3fnuz",
-    "F8_E5M2": "float8_e5m2",
-    "F8_E5M2FNUZ": "float8_e5m2fnuz",
-    "F8_E8M0": "float8_e8m0fnu",
-    "F4": "float4_e2m1fn_x2",
-}
+_TORCH_NAMES: Dict[str, str] = _FRAMEWORK_NAMES["torch"]
 
 _ml_dtypes_module: Any = None
 

@@ -1,6 +1,7 @@
 //! The element types a safetensors file can hold: one table, from which
-//! the enum, the names, the sizes, the writer's order and the C library's
-//! numbers all come.
+//! the enum, the names, the sizes, the writer's order, the C library's
+//! numbers and the names frameworks give each dtype (torch, numpy,
+//! ml_dtypes) all come.
 //!
 //! Adding a dtype is adding one row to the `dtype_table!` invocation below
 //! (and, in the C library, regenerating its `tl_dtype` enum, which a test
@@ -26,12 +27,14 @@ pub enum Kind {
 
 /// Generates [`Dtype`] and its table-driven methods from one row per dtype:
 /// `Variant = "header name", bits, kind, canonical writer rank, C ABI
-/// number; "description"`. The variants are declared in the reference
+/// number, torch name, numpy typestr, ml_dtypes name; "description"` (a
+/// framework without the dtype: `-`). The variants are declared in the reference
 /// library's enumeration order (which `Ord` follows); the rank and the C
 /// number are written out, so that inserting a dtype never renumbers the
 /// C ABI or moves another dtype in the writer's order by accident.
 macro_rules! dtype_table {
-    ($($variant:ident = $name:literal, $bits:literal, $kind:ident, $rank:literal, $abi:literal; $doc:literal)*) => {
+    ($($variant:ident = $name:literal, $bits:literal, $kind:ident, $rank:literal, $abi:literal,
+       $torch:tt, $numpy:tt, $ml:tt; $doc:literal)*) => {
         /// An element type, as named in a safetensors header.
         ///
         /// Declared in the reference library's enumeration order.
@@ -107,33 +110,79 @@ macro_rules! dtype_table {
             pub const fn description(self) -> &'static str {
                 match self { $(Dtype::$variant => $doc,)* }
             }
+
+            /// torch's name for it (`torch.<name>`): `float32`, `bfloat16`,
+            /// `float8_e4m3fn`, ...; `None` where torch has no such dtype. F4's
+            /// is `float4_e2m1fn_x2`, torch's type of two F4 values per element.
+            pub const fn torch_name(self) -> Option<&'static str> {
+                match self { $(Dtype::$variant => column!($torch),)* }
+            }
+
+            /// The dtype torch names `name` ([`Dtype::torch_name`]; no aliases).
+            pub fn from_torch_name(name: &str) -> Option<Dtype> {
+                Dtype::ALL.iter().copied().find(|d| d.torch_name() == Some(name))
+            }
+
+            /// numpy's array-interface type string for it, little-endian
+            /// (`"<f4"`, `"|b1"`), where numpy has the type itself; `None` for
+            /// BF16, the float8, F4 and F6 types.
+            pub const fn numpy_typestr(self) -> Option<&'static str> {
+                match self { $(Dtype::$variant => column!($numpy),)* }
+            }
+
+            /// The dtype whose numpy type string is `typestr` without its
+            /// byte order (`"f4"`, `"b1"`).
+            pub fn from_numpy_kind(kind_and_size: &str) -> Option<Dtype> {
+                Dtype::ALL.iter().copied().find(|d| {
+                    d.numpy_typestr().and_then(|t| t.get(1..)) == Some(kind_and_size)
+                })
+            }
+
+            /// The name of the numpy type ml_dtypes gives a dtype numpy lacks
+            /// whose items are whole bytes (`bfloat16`, `float8_e4m3fn`, ...);
+            /// `None` for the dtypes numpy has and for F4 and F6, whose
+            /// values are packed below a byte here.
+            pub const fn ml_dtypes_name(self) -> Option<&'static str> {
+                match self { $(Dtype::$variant => column!($ml),)* }
+            }
         }
     };
 }
 
+/// A framework-name cell of the table: `-` (none) or a name.
+macro_rules! column {
+    (-) => {
+        None
+    };
+    ($name:literal) => {
+        Some($name)
+    };
+}
+
 dtype_table! {
-    BOOL = "BOOL", 8, Bool, 21, 0; "Boolean, one byte per value (0 or 1)."
-    F4 = "F4", 4, Float, 20, 1; "4-bit float E2M1 (no NaN, no infinity), two values per byte."
-    F6_E2M3 = "F6_E2M3", 6, Float, 19, 2; "6-bit float E2M3, four values per three bytes."
-    F6_E3M2 = "F6_E3M2", 6, Float, 18, 3; "6-bit float E3M2, four values per three bytes."
-    U8 = "U8", 8, Unsigned, 17, 4; "Unsigned 8-bit integer."
-    I8 = "I8", 8, Signed, 16, 5; "Signed 8-bit integer."
-    F8_E5M2 = "F8_E5M2", 8, Float, 15, 6; "8-bit float E5M2 (IEEE-like, with infinities)."
-    F8_E4M3 = "F8_E4M3", 8, Float, 14, 7; "8-bit float E4M3 \"fn\" (no infinity; NaN is S.1111.111)."
-    F8_E8M0 = "F8_E8M0", 8, Float, 13, 8; "8-bit power of two E8M0 (scale format of the MX types)."
-    F8_E4M3FNUZ = "F8_E4M3FNUZ", 8, Float, 12, 9; "8-bit float E4M3 \"fnuz\" (no infinity, no negative zero; NaN is 0x80)."
-    F8_E5M2FNUZ = "F8_E5M2FNUZ", 8, Float, 11, 10; "8-bit float E5M2 \"fnuz\" (no infinity, no negative zero; NaN is 0x80)."
-    I16 = "I16", 16, Signed, 10, 11; "Signed 16-bit integer."
-    U16 = "U16", 16, Unsigned, 9, 12; "Unsigned 16-bit integer."
-    F16 = "F16", 16, Float, 8, 13; "IEEE half precision."
-    BF16 = "BF16", 16, Float, 7, 14; "bfloat16."
-    I32 = "I32", 32, Signed, 6, 15; "Signed 32-bit integer."
-    U32 = "U32", 32, Unsigned, 5, 16; "Unsigned 32-bit integer."
-    F32 = "F32", 32, Float, 4, 17; "IEEE single precision."
-    C64 = "C64", 64, Complex, 3, 18; "Complex number of two F32 (real, imaginary)."
-    F64 = "F64", 64, Float, 2, 19; "IEEE double precision."
-    I64 = "I64", 64, Signed, 1, 20; "Signed 64-bit integer."
-    U64 = "U64", 64, Unsigned, 0, 21; "Unsigned 64-bit integer."
+    // Variant = name, bits, kind, rank, C ABI, torch, numpy, ml_dtypes; description
+    BOOL = "BOOL", 8, Bool, 21, 0, "bool", "|b1", -; "Boolean, one byte per value (0 or 1)."
+    F4 = "F4", 4, Float, 20, 1, "float4_e2m1fn_x2", -, -; "4-bit float E2M1 (no NaN, no infinity), two values per byte."
+    F6_E2M3 = "F6_E2M3", 6, Float, 19, 2, -, -, -; "6-bit float E2M3, four values per three bytes."
+    F6_E3M2 = "F6_E3M2", 6, Float, 18, 3, -, -, -; "6-bit float E3M2, four values per three bytes."
+    U8 = "U8", 8, Unsigned, 17, 4, "uint8", "|u1", -; "Unsigned 8-bit integer."
+    I8 = "I8", 8, Signed, 16, 5, "int8", "|i1", -; "Signed 8-bit integer."
+    F8_E5M2 = "F8_E5M2", 8, Float, 15, 6, "float8_e5m2", -, "float8_e5m2"; "8-bit float E5M2 (IEEE-like, with infinities)."
+    F8_E4M3 = "F8_E4M3", 8, Float, 14, 7, "float8_e4m3fn", -, "float8_e4m3fn"; "8-bit float E4M3 \"fn\" (no infinity; NaN is S.1111.111)."
+    F8_E8M0 = "F8_E8M0", 8, Float, 13, 8, "float8_e8m0fnu", -, "float8_e8m0fnu"; "8-bit power of two E8M0 (scale format of the MX types)."
+    F8_E4M3FNUZ = "F8_E4M3FNUZ", 8, Float, 12, 9, "float8_e4m3fnuz", -, "float8_e4m3fnuz"; "8-bit float E4M3 \"fnuz\" (no infinity, no negative zero; NaN is 0x80)."
+    F8_E5M2FNUZ = "F8_E5M2FNUZ", 8, Float, 11, 10, "float8_e5m2fnuz", -, "float8_e5m2fnuz"; "8-bit float E5M2 \"fnuz\" (no infinity, no negative zero; NaN is 0x80)."
+    I16 = "I16", 16, Signed, 10, 11, "int16", "<i2", -; "Signed 16-bit integer."
+    U16 = "U16", 16, Unsigned, 9, 12, "uint16", "<u2", -; "Unsigned 16-bit integer."
+    F16 = "F16", 16, Float, 8, 13, "float16", "<f2", -; "IEEE half precision."
+    BF16 = "BF16", 16, Float, 7, 14, "bfloat16", -, "bfloat16"; "bfloat16."
+    I32 = "I32", 32, Signed, 6, 15, "int32", "<i4", -; "Signed 32-bit integer."
+    U32 = "U32", 32, Unsigned, 5, 16, "uint32", "<u4", -; "Unsigned 32-bit integer."
+    F32 = "F32", 32, Float, 4, 17, "float32", "<f4", -; "IEEE single precision."
+    C64 = "C64", 64, Complex, 3, 18, "complex64", "<c8", -; "Complex number of two F32 (real, imaginary)."
+    F64 = "F64", 64, Float, 2, 19, "float64", "<f8", -; "IEEE double precision."
+    I64 = "I64", 64, Signed, 1, 20, "int64", "<i8", -; "Signed 64-bit integer."
+    U64 = "U64", 64, Unsigned, 0, 21, "uint64", "<u8", -; "Unsigned 64-bit integer."
 }
 
 impl Dtype {
@@ -264,6 +313,31 @@ mod tests {
         }
         assert_eq!(Dtype::from_name("u8"), None);
         assert_eq!(Dtype::from_c_abi(22), None);
+    }
+
+    #[test]
+    fn framework_names_round_trip() {
+        for &d in Dtype::ALL {
+            if let Some(t) = d.torch_name() {
+                assert_eq!(Dtype::from_torch_name(t), Some(d));
+            }
+            if let Some(t) = d.numpy_typestr() {
+                assert_eq!(Dtype::from_numpy_kind(&t[1..]), Some(d));
+                assert_eq!(d.size(), t[2..].parse().ok(), "{d}");
+            }
+            // numpy has it, or ml_dtypes does, or it is packed below a byte.
+            let ways = [d.numpy_typestr(), d.ml_dtypes_name()];
+            assert_eq!(
+                ways.iter().flatten().count(),
+                usize::from(!d.is_sub_byte()),
+                "{d}"
+            );
+        }
+        assert_eq!(Dtype::BF16.torch_name(), Some("bfloat16"));
+        assert_eq!(Dtype::F16.numpy_typestr(), Some("<f2"));
+        assert_eq!(Dtype::F8_E4M3.ml_dtypes_name(), Some("float8_e4m3fn"));
+        assert_eq!(Dtype::from_torch_name("float"), None);
+        assert_eq!(Dtype::from_numpy_kind("f16"), None);
     }
 
     /// The C library's numbers are an ABI: they never change. (A new dtype

@@ -1,19 +1,27 @@
 //! Parallelism: one pool for every parallel part of the library and the
-//! layers above it (rayon's global pool), sized to the machine's cores by
-//! default and settable: [`set_threads`], or the `TENSORFILE_THREADS`
-//! environment variable read when the pool is first used.
+//! layers above it, sized to the machine's cores by default and settable:
+//! [`set_threads`], or the `TENSORFILE_THREADS` environment variable read
+//! when the pool is first used.
+//!
+//! The pool is the library's own (a `rayon::ThreadPool` built on first
+//! use), never rayon's global pool: a host application that builds or
+//! sizes the global pool itself keeps it as it made it. Parallel work goes
+//! through [`install`] (or the helpers here, which use it).
 //!
 //! Work is split into as many pieces as the pool has threads (or more,
 //! where pieces differ in cost), so `--threads 1` runs everything on one
 //! thread and results never depend on the thread count.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Once;
+use std::sync::OnceLock;
 
 /// The environment variable that sets the number of threads.
 pub const THREADS_ENV: &str = "TENSORFILE_THREADS";
 
-static CONFIGURE: Once = Once::new();
+/// The library's pool, built once per process; `None` when the operating
+/// system would not start its threads (then work runs on the caller's
+/// thread alone).
+static POOL: OnceLock<Option<rayon::ThreadPool>> = OnceLock::new();
 
 /// Why the pool cannot take the number of threads asked for.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -33,6 +41,29 @@ pub enum ThreadsError {
     },
 }
 
+/// Builds the pool with `threads` threads (0: rayon's default, the
+/// machine's cores unless `RAYON_NUM_THREADS` says otherwise).
+fn build(threads: usize) -> Option<rayon::ThreadPool> {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .thread_name(|i| format!("tensorfile-{i}"))
+        .build()
+        .ok()
+}
+
+/// The pool, built on first use as [`THREADS_ENV`] says (an unparsable
+/// value is ignored).
+fn pool() -> Option<&'static rayon::ThreadPool> {
+    POOL.get_or_init(|| {
+        let asked = std::env::var(THREADS_ENV)
+            .ok()
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .filter(|&n| n > 0);
+        build(asked.unwrap_or(0))
+    })
+    .as_ref()
+}
+
 /// Sets the number of threads the library runs its parallel work on. Call
 /// it before any parallel work (the pool is built once per process).
 ///
@@ -43,15 +74,11 @@ pub fn set_threads(threads: usize) -> Result<(), ThreadsError> {
     if threads == 0 {
         return Err(ThreadsError::Zero);
     }
-    let mut built = false;
-    CONFIGURE.call_once(|| {
-        built = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build_global()
-            .is_ok();
-    });
-    let running = rayon::current_num_threads();
-    if built || running == threads {
+    let running = POOL
+        .get_or_init(|| build(threads))
+        .as_ref()
+        .map_or(1, rayon::ThreadPool::current_num_threads);
+    if running == threads {
         Ok(())
     } else {
         Err(ThreadsError::AlreadySet { running })
@@ -61,18 +88,18 @@ pub fn set_threads(threads: usize) -> Result<(), ThreadsError> {
 /// The number of threads parallel work runs on (configuring the pool from
 /// [`THREADS_ENV`] on first use; an unparsable value is ignored).
 pub fn threads() -> usize {
-    CONFIGURE.call_once(|| {
-        let asked = std::env::var(THREADS_ENV)
-            .ok()
-            .and_then(|v| v.trim().parse::<usize>().ok())
-            .filter(|&n| n > 0);
-        if let Some(n) = asked {
-            let _ = rayon::ThreadPoolBuilder::new()
-                .num_threads(n)
-                .build_global();
-        }
-    });
-    rayon::current_num_threads()
+    pool().map_or(1, rayon::ThreadPool::current_num_threads)
+}
+
+/// Runs `f` in the library's pool, so that rayon's parallel iterators,
+/// `join` and `scope` inside it use the pool's threads rather than
+/// rayon's global pool. Without a pool (its threads could not be started)
+/// `f` runs here.
+pub fn install<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    match pool() {
+        Some(pool) => pool.install(f),
+        None => f(),
+    }
 }
 
 /// Runs `background` and `here`, on two threads of the pool when it has
@@ -82,8 +109,14 @@ pub fn both<A: Send, B: Send>(
     background: impl FnOnce() -> A + Send,
     here: impl FnOnce() -> B + Send,
 ) -> (A, B) {
-    threads();
-    let (mine, theirs) = rayon::join(here, background);
+    let (mine, theirs) = match pool() {
+        Some(pool) => pool.install(|| rayon::join(here, background)),
+        // In the order rayon's join keeps on one thread.
+        None => {
+            let mine = here();
+            (mine, background())
+        }
+    };
     (theirs, mine)
 }
 
@@ -111,11 +144,13 @@ pub fn for_each_index(n: usize, f: impl Fn(usize) -> bool + Sync) {
         work();
         return;
     }
-    rayon::scope(|s| {
-        for _ in 1..workers {
-            s.spawn(|_| work());
-        }
-        work();
+    install(|| {
+        rayon::scope(|s| {
+            for _ in 1..workers {
+                s.spawn(|_| work());
+            }
+            work();
+        })
     });
 }
 
@@ -153,7 +188,7 @@ pub fn map_pieces<R: Send>(
     if bounds.len() <= 1 {
         return bounds.iter().map(|&(s, e)| f(s, e)).collect();
     }
-    bounds.par_iter().map(|&(s, e)| f(s, e)).collect()
+    install(|| bounds.par_iter().map(|&(s, e)| f(s, e)).collect())
 }
 
 #[cfg(test)]

@@ -578,8 +578,10 @@ fn read_in_parallel(file: &File, len: u64, out: &mut [u8]) -> io::Result<()> {
         outs.push((s, piece));
         rest = tail;
     }
-    outs.into_par_iter()
-        .try_for_each(|(at, piece)| read_file_at(file, len, at as u64, piece))
+    crate::parallel::install(|| {
+        outs.into_par_iter()
+            .try_for_each(|(at, piece)| read_file_at(file, len, at as u64, piece))
+    })
 }
 
 impl LoadedFile {

@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 use tensorfile::quant::{
     dequantize_file, dequantize_weight, int4, mlx, quantize_file, quantized_weights,
     DequantizeOptions, Glob, LogicalWeight, Mode, QuantConfig, QuantParams, QuantizeOptions,
-    Scheme, Storage,
+    Scheme,
 };
 use tensorfile::{Dtype, SafeTensors, TensorInfo, TensorRef, WriteOptions};
 
@@ -256,11 +256,11 @@ fn layouts(input: &mut Input<'_>) {
     }
     // A weight whose fields say anything at all.
     let storage = match input.below(3) {
-        0 => Storage::Plain,
-        1 => Storage::Int4 {
-            group_size: input.pick(&GROUPS),
-        },
-        _ => Storage::Mlx(params(input)),
+        0 => None,
+        1 => Some(Scheme::Int4Sym {
+            group: input.pick(&GROUPS),
+        }),
+        _ => Some(Scheme::Mlx(params(input))),
     };
     let weight = LogicalWeight {
         name: input.pick(&["m", "m.weight", "n"]).to_string(),

@@ -139,35 +139,17 @@ impl TorchDtype {
         }
     }
 
-    /// The safetensors dtype with the same bytes, or why there is none.
+    /// The safetensors dtype with the same bytes, or why there is none
+    /// (the core's dtype table says which dtype torch names how).
     pub fn to_safetensors(self) -> Result<Dtype, &'static str> {
         use TorchDtype::*;
-        Ok(match self {
-            Bool => Dtype::BOOL,
-            UInt8 => Dtype::U8,
-            Int8 => Dtype::I8,
-            Int16 => Dtype::I16,
-            UInt16 => Dtype::U16,
-            Int32 => Dtype::I32,
-            UInt32 => Dtype::U32,
-            Int64 => Dtype::I64,
-            UInt64 => Dtype::U64,
-            Float16 => Dtype::F16,
-            BFloat16 => Dtype::BF16,
-            Float32 => Dtype::F32,
-            Float64 => Dtype::F64,
-            Complex64 => Dtype::C64,
-            Float8E4M3fn => Dtype::F8_E4M3,
-            Float8E5M2 => Dtype::F8_E5M2,
-            Float8E4M3fnuz => Dtype::F8_E4M3FNUZ,
-            Float8E5M2fnuz => Dtype::F8_E5M2FNUZ,
-            Float8E8M0fnu => Dtype::F8_E8M0,
-            Complex32 => return Err("complex32 has no safetensors dtype"),
-            Complex128 => return Err("complex128 has no safetensors dtype"),
-            Float4E2M1fnX2 => {
-                return Err("float4_e2m1fn_x2 packs two values per byte; safetensors F4 would need a different shape")
-            }
-        })
+        match self {
+            Complex32 => Err("complex32 has no safetensors dtype"),
+            Complex128 => Err("complex128 has no safetensors dtype"),
+            Float4E2M1fnX2 => Err("float4_e2m1fn_x2 packs two values per byte; safetensors F4 would need a different shape"),
+            _ => Dtype::from_torch_name(self.torch_name())
+                .ok_or("torch's dtype has no safetensors dtype"),
+        }
     }
 }
 

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use crate::model::{read_config_from, read_config_source, CONFIG_NAME, TOKENIZER_NAME};
 #[cfg(feature = "pytorch")]
 use crate::pytorch::{Checkpoint, Format};
-use crate::quant::{int4_group, quantized_weights, QuantConfig, Storage};
+use crate::quant::{int4_group, quantized_weights, QuantConfig};
 use crate::shard::{LocalDir, Location};
 use crate::{Dtype, Header, JsonObject, Metadata, ShardedTensors, TensorInfo};
 
@@ -299,17 +299,16 @@ fn quantized<'a>(
         .iter()
         .map(|w| {
             let (scheme, bits, group_size, mode) = match w.storage {
-                Storage::Int4 { group_size } => ("int4-sym", 4, group_size, None),
-                Storage::Mlx(p) => ("mlx", p.bits, p.group_size, Some(p.mode.name())),
-                Storage::Plain => ("plain", u64::from(w.dtype.bits()), 0, None),
+                Some(s) => (s.family(), s.bits(), s.group_size(), s.mode()),
+                None => ("plain", u64::from(w.dtype.bits()), 0, None),
             };
             QuantizedWeight {
                 bits,
-                bits_per_weight: w.storage.bits_per_weight(w.dtype),
-                global_scale: matches!(w.storage, Storage::Mlx(p) if p.global_scale),
+                bits_per_weight: w.bits_per_weight(),
+                global_scale: w.storage.is_some_and(|s| s.global_scale()),
                 group_size,
                 logical_shape: w.shape.clone(),
-                mode: mode.map(str::to_string),
+                mode: mode.map(|m| m.name().to_string()),
                 name: w.name.clone(),
                 parts: w.parts.iter().map(|p| p.to_string()).collect(),
                 scales_dtype: w.dtype.name().to_string(),

@@ -17,7 +17,7 @@
 //! gathered once and held while it is read.
 
 use crate::cast::decode_f64;
-use crate::quant::{LogicalWeight, Storage, WeightRows};
+use crate::quant::{LogicalWeight, Scheme, WeightRows};
 use crate::writer::TensorData;
 use crate::{Dtype, Error, Result};
 
@@ -53,8 +53,8 @@ impl Value for f64 {
 pub enum Stored {
     /// A tensor of this dtype.
     Plain(Dtype),
-    /// A quantized weight (its scales' dtype beside).
-    Quantized(Storage, Dtype),
+    /// A quantized weight: its scheme, and its scales' dtype.
+    Quantized(Scheme, Dtype),
 }
 
 impl Stored {
@@ -65,9 +65,8 @@ impl Stored {
     pub fn epsilon(self) -> f64 {
         match self {
             Stored::Plain(d) => crate::cast::epsilon(d).unwrap_or(0.0),
-            Stored::Quantized(Storage::Int4 { .. }, _) => 2f64.powi(-3),
-            Stored::Quantized(Storage::Mlx(p), _) => 2f64.powi(1 - p.bits.min(64) as i32),
-            Stored::Quantized(Storage::Plain, d) => crate::cast::epsilon(d).unwrap_or(0.0),
+            Stored::Quantized(Scheme::Int4Sym { .. }, _) => 2f64.powi(-3),
+            Stored::Quantized(Scheme::Mlx(p), _) => 2f64.powi(1 - p.bits.min(64) as i32),
         }
     }
 
@@ -84,11 +83,7 @@ impl Stored {
     pub fn describe(self) -> String {
         match self {
             Stored::Plain(d) => d.name().to_string(),
-            Stored::Quantized(Storage::Int4 { group_size }, _) => {
-                format!("int4-g{group_size}-sym")
-            }
-            Stored::Quantized(Storage::Mlx(p), _) => format!("mlx {p}"),
-            Stored::Quantized(Storage::Plain, d) => d.name().to_string(),
+            Stored::Quantized(s, _) => s.describe(),
         }
     }
 }
@@ -166,10 +161,15 @@ impl<'a> Values<'a> {
         tensors: &'a [&'a dyn TensorData],
     ) -> Result<Values<'a>> {
         let rows = WeightRows::new(weight, tensors)?;
+        // WeightRows refuses a plain weight: there is always a scheme.
+        let stored = match weight.storage {
+            Some(s) => Stored::Quantized(s, weight.dtype),
+            None => Stored::Plain(weight.dtype),
+        };
         Ok(Values {
             name: weight.name.clone(),
             shape: weight.shape.clone(),
-            stored: Stored::Quantized(weight.storage, weight.dtype),
+            stored,
             len: value_count(&weight.name, Dtype::F32, &weight.shape)?,
             source: Source::Quantized(Box::new(rows)),
         })
@@ -529,7 +529,7 @@ pub fn map_tasks<R: Send>(tasks: usize, f: impl Fn(usize) -> R + Sync + Send) ->
     if tasks <= 1 || crate::parallel::threads() <= 1 {
         return (0..tasks).map(f).collect();
     }
-    (0..tasks).into_par_iter().map(f).collect()
+    crate::parallel::install(|| (0..tasks).into_par_iter().map(f).collect())
 }
 
 #[cfg(test)]

@@ -6,9 +6,8 @@ use std::fs;
 
 use common::*;
 use serde_json::json;
-use tensorfile::model::{
-    check_dir, logical_weight, ModelDir, ProblemKind, QuantConfig, Severity, Storage,
-};
+use tensorfile::model::{check_dir, logical_weight, ModelDir, ProblemKind, QuantConfig, Severity};
+use tensorfile::quant::Scheme;
 use tensorfile::{Contract, Dtype, Error, ReadOptions, SafeTensors, ShardedTensors};
 
 fn kinds(report: &tensorfile::model::Report) -> Vec<(ProblemKind, String)> {
@@ -577,8 +576,11 @@ fn mlx_mixed_model_is_a_non_course_model() {
             .unwrap();
         (w.storage, w.shape)
     };
-    let mlx =
-        |bits, group_size| Storage::Mlx(tensorfile::model::QuantParams::affine(bits, group_size));
+    let mlx = |bits, group_size| {
+        Some(Scheme::Mlx(tensorfile::model::QuantParams::affine(
+            bits, group_size,
+        )))
+    };
     assert_eq!(shape("model.embed_tokens"), (mlx(8, 32), vec![48, 64]));
     assert_eq!(
         shape("model.layers.0.mlp.down_proj"),
@@ -592,7 +594,7 @@ fn mlx_mixed_model_is_a_non_course_model() {
         shape("model.layers.0.self_attn.q_proj"),
         (mlx(4, 64), vec![32, 128])
     );
-    assert_eq!(shape("model.norm"), (Storage::Plain, vec![128]));
+    assert_eq!(shape("model.norm"), (None, vec![128]));
     assert_eq!(
         logical_weight("absent", |n| weights.info(n), None, Some(&q)),
         Ok(None)

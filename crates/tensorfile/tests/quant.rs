@@ -8,7 +8,7 @@ use serde_json::Value;
 use tensorfile::quant::{
     self, dequantize_file, dequantize_weight, int4, logical_weight, mlx, quantize_file,
     DequantizeOptions, Glob, Mode, QuantConfig, QuantError, QuantParams, QuantizeOptions, Scheme,
-    Selection, Storage,
+    Selection,
 };
 use tensorfile::{Dtype, Error, Metadata, SafeTensors, TensorData, TensorRef, WriteOptions};
 
@@ -199,7 +199,7 @@ fn int4_fixture_dequantizes_to_the_listed_values() {
         summary.dequantized,
         [(
             "layer.weight".to_string(),
-            Storage::Int4 { group_size: 32 },
+            Scheme::Int4Sym { group: 32 },
             Dtype::F32
         )]
     );
@@ -245,7 +245,7 @@ fn int4_fixture_dequantizes_to_the_listed_values() {
     let b = file.tensor("layer.bias").unwrap();
     let plain = quant::LogicalWeight {
         name: "layer.bias".into(),
-        storage: Storage::Plain,
+        storage: None,
         dtype: b.dtype(),
         shape: b.shape().to_vec(),
         parts: vec!["layer.bias"],
@@ -597,7 +597,7 @@ fn mlx_fixtures_dequantize_bit_for_bit() {
                 s.dequantized,
                 [(
                     "w.weight".into(),
-                    Storage::Mlx(params),
+                    Scheme::Mlx(params),
                     dtype.unwrap_or(default)
                 )]
             );
@@ -1222,7 +1222,7 @@ fn dequantize_weight_refuses_storage_its_parts_do_not_make() {
     ];
     let good = quant::LogicalWeight {
         name: "a".into(),
-        storage: Storage::Int4 { group_size: 4 },
+        storage: Some(Scheme::Int4Sym { group: 4 }),
         dtype: Dtype::F16,
         shape: vec![2, 4],
         parts: vec!["a.qweight", "a.scales"],
@@ -1233,7 +1233,7 @@ fn dequantize_weight_refuses_storage_its_parts_do_not_make() {
     );
     for group_size in [0, 1, 2, 3, 8, u64::MAX] {
         let bad = quant::LogicalWeight {
-            storage: Storage::Int4 { group_size },
+            storage: Some(Scheme::Int4Sym { group: group_size }),
             ..good.clone()
         };
         let e = dequantize_weight(&bad, &int4_parts).unwrap_err();
@@ -1241,7 +1241,7 @@ fn dequantize_weight_refuses_storage_its_parts_do_not_make() {
     }
     // Parts named but given as MLX: the layout is not MLX's.
     let bad = quant::LogicalWeight {
-        storage: Storage::Mlx(QuantParams::affine(4, 4)),
+        storage: Some(Scheme::Mlx(QuantParams::affine(4, 4))),
         ..good.clone()
     };
     assert!(layout_error(
@@ -1260,7 +1260,7 @@ fn dequantize_weight_refuses_storage_its_parts_do_not_make() {
     ];
     let good = quant::LogicalWeight {
         name: "m.weight".into(),
-        storage: Storage::Mlx(QuantParams::affine(4, 8)),
+        storage: Some(Scheme::Mlx(QuantParams::affine(4, 8))),
         dtype: Dtype::F32,
         shape: vec![1, 8],
         parts: vec!["m.weight", "m.scales", "m.biases"],
@@ -1283,7 +1283,7 @@ fn dequantize_weight_refuses_storage_its_parts_do_not_make() {
         params(4, 16, Mode::Nvfp4),
     ] {
         let bad = quant::LogicalWeight {
-            storage: Storage::Mlx(p),
+            storage: Some(Scheme::Mlx(p)),
             ..good.clone()
         };
         let e = dequantize_weight(&bad, &mlx_parts).unwrap_err();
@@ -1298,7 +1298,7 @@ fn dequantize_weight_refuses_storage_its_parts_do_not_make() {
         t("m.biases", Dtype::F32, &[1, 1], &b[..]),
     ];
     let bad = quant::LogicalWeight {
-        storage: Storage::Mlx(params(9, 32, Mode::Affine)),
+        storage: Some(Scheme::Mlx(params(9, 32, Mode::Affine))),
         shape: vec![1, 32],
         ..good.clone()
     };
@@ -1512,7 +1512,7 @@ fn mlx_dequantize_is_mx_dequantize_on_every_fixture() {
             )
             .unwrap_or_else(|err| panic!("{} {}: {err}", e.file, e.prefix));
             assert_eq!(s.dequantized.len(), 1);
-            assert_eq!(s.dequantized[0].1, Storage::Mlx(e.params));
+            assert_eq!(s.dequantized[0].1, Scheme::Mlx(e.params));
             let back = SafeTensors::open(&out).unwrap();
             let got = back.tensor(&format!("{}.weight", e.prefix)).unwrap();
             let want = want(expected);
@@ -1753,7 +1753,7 @@ fn mlx_weights_of_any_rank_round_trip_and_bad_layouts_are_named() {
             &dopts(None, Some(Dtype::F32)),
         )
         .unwrap();
-        assert_eq!(s.dequantized[0].1, Storage::Mlx(params));
+        assert_eq!(s.dequantized[0].1, Scheme::Mlx(params));
         let back = values_of(&SafeTensors::open(&d).unwrap(), "conv.kernel.weight");
         assert_eq!(back.len(), w.len());
         let worst = w

@@ -12,9 +12,7 @@ use std::process::ExitCode;
 
 use serde_json::json;
 use tensorfile::model::read_config;
-use tensorfile::quant::{
-    dequantize_plan, DequantizeOptions, Mode, QuantConfig, QuantParams, Storage,
-};
+use tensorfile::quant::{dequantize_plan, DequantizeOptions, Mode, QuantConfig, QuantParams};
 use tensorfile::Dtype;
 
 use super::inout;
@@ -111,17 +109,12 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         "dequantize",
     )?;
     let bytes = written.bytes;
-    let describe = |s: &Storage| match s {
-        Storage::Int4 { group_size } => format!("int4-g{group_size}-sym"),
-        Storage::Mlx(p) => format!("mlx {p}"),
-        Storage::Plain => "plain".into(),
-    };
     if args.io.json {
         let weights: Vec<_> = summary
             .dequantized
             .iter()
-            .map(|(name, storage, dtype)| {
-                json!({"name": name, "from": describe(storage), "dtype": dtype.name()})
+            .map(|(name, scheme, dtype)| {
+                json!({"name": name, "from": scheme.describe(), "dtype": dtype.name()})
             })
             .collect();
         out(json!({
@@ -138,8 +131,8 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
             summary.dequantized.len(),
             summary.tensors
         ));
-        for (name, storage, dtype) in &summary.dequantized {
-            out(format_args!("  {name}: {} -> {dtype}", describe(storage)));
+        for (name, scheme, dtype) in &summary.dequantized {
+            out(format_args!("  {name}: {} -> {dtype}", scheme.describe()));
         }
     }
     Ok(ExitCode::SUCCESS)

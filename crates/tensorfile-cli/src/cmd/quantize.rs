@@ -96,8 +96,8 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
             "scheme": scheme.name(),
             "group_size": scheme.group_size(),
             "bits": scheme.bits(),
-            "mode": match scheme { Scheme::Int4Sym { .. } => None, Scheme::Mlx(p) => Some(p.mode.name()) },
-            "global_scale": matches!(scheme, Scheme::Mlx(p) if p.global_scale),
+            "mode": scheme.mode().map(|m| m.name()),
+            "global_scale": scheme.global_scale(),
             "quantized": summary.quantized,
             "tensors": summary.tensors,
             "metadata": summary.metadata,
@@ -108,10 +108,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
             "{}: {} weights quantized ({}), {} tensors, {bytes} bytes",
             args.io.output.display(),
             summary.quantized.len(),
-            match scheme {
-                Scheme::Int4Sym { .. } => scheme.name(),
-                Scheme::Mlx(p) => format!("mlx-{p}"),
-            },
+            scheme.summary(),
             summary.tensors
         ));
         for name in &summary.quantized {

@@ -459,14 +459,16 @@ fn convert(
         outs.push(piece);
         rest = tail;
     }
-    let results: Vec<Result<Losses, CastError>> = pieces
-        .into_par_iter()
-        .zip(outs)
-        .map(|((start, end), out)| {
-            let input = &src[start * sb / 8..end * sb / 8];
-            convert_serial(from, input, to, out, opts, base + start as u64, bounds)
-        })
-        .collect();
+    let results: Vec<Result<Losses, CastError>> = crate::parallel::install(|| {
+        pieces
+            .into_par_iter()
+            .zip(outs)
+            .map(|((start, end), out)| {
+                let input = &src[start * sb / 8..end * sb / 8];
+                convert_serial(from, input, to, out, opts, base + start as u64, bounds)
+            })
+            .collect()
+    });
     // Pieces come back in order: the first error names the lowest element.
     let mut total = Losses::default();
     for r in results {

@@ -80,15 +80,19 @@ impl Arch {
         self.gguf_name()
     }
 
-    /// config.json's `architectures[0]`.
+    /// config.json's `architectures[0]`: the model type's usual class, from
+    /// the model module's table of Hugging Face architectures.
+    ///
+    /// ```
+    /// use tensorfile::gguf::names::Arch;
+    /// assert_eq!(Arch::Llama.hf_class(), "LlamaForCausalLM");
+    /// assert_eq!(Arch::Phi3.hf_class(), "Phi3ForCausalLM");
+    /// ```
     pub fn hf_class(self) -> &'static str {
-        match self {
-            Arch::Llama => "LlamaForCausalLM",
-            Arch::Qwen2 => "Qwen2ForCausalLM",
-            Arch::Qwen3 => "Qwen3ForCausalLM",
-            Arch::Gemma => "GemmaForCausalLM",
-            Arch::Phi3 => "Phi3ForCausalLM",
-        }
+        crate::model::hf_classes(self.model_type())
+            .first()
+            .copied()
+            .unwrap_or_default()
     }
 
     /// Whether llama.cpp permutes q/k rows for this architecture.
@@ -275,6 +279,21 @@ impl QkPermutation {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_architecture_has_its_causal_lm_class() {
+        let want = [
+            "LlamaForCausalLM",
+            "Qwen2ForCausalLM",
+            "Qwen3ForCausalLM",
+            "GemmaForCausalLM",
+            "Phi3ForCausalLM",
+        ];
+        for (arch, want) in Arch::ALL.into_iter().zip(want) {
+            assert_eq!(arch.hf_class(), want);
+            assert!(crate::model::HF_ARCHITECTURES.contains(&want));
+        }
+    }
 
     #[test]
     fn names_round_trip_for_every_architecture() {

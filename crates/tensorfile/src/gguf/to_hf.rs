@@ -712,12 +712,11 @@ pub fn gguf_to_hf<S: ByteSource>(
 
 /// The `torch_dtype` of config.json for a dtype.
 fn torch_dtype(d: Dtype) -> &'static str {
-    match d {
-        Dtype::F32 => "float32",
-        Dtype::F16 => "float16",
-        Dtype::F64 => "float64",
-        _ => "bfloat16",
-    }
+    let d = match d {
+        Dtype::F32 | Dtype::F16 | Dtype::F64 => d,
+        _ => Dtype::BF16,
+    };
+    d.torch_name().unwrap_or_default()
 }
 
 fn most_common_bits(kept: &BTreeMap<String, u32>) -> u32 {

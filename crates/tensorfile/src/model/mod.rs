@@ -42,9 +42,11 @@ use crate::json_object::JsonObject;
 use crate::shard::{ShardError, ShardedTensors};
 use crate::ReadOptions;
 
-pub use crate::quant::{logical_weight, LogicalWeight, QuantConfig, QuantParams, Storage};
+use crate::quant::Scheme;
+pub use crate::quant::{logical_weight, LogicalWeight, QuantConfig, QuantParams};
 pub use arch::ARCHITECTURES;
 pub use contract::Contract;
+pub(crate) use hf::classes as hf_classes;
 pub use hf::KNOWN as HF_ARCHITECTURES;
 pub use report::{Problem, ProblemKind, Report, Severity};
 
@@ -454,7 +456,7 @@ fn check_expected<'w>(
     } else {
         weights.info(&expected.name).map(|t| LogicalWeight {
             name: t.name.to_string(),
-            storage: Storage::Plain,
+            storage: None,
             dtype: t.dtype,
             shape: t.shape.to_vec(),
             parts: vec![t.name],
@@ -473,7 +475,7 @@ fn check_expected<'w>(
         return;
     };
     accounted.extend(found.parts.iter().copied());
-    let quantized = found.storage != Storage::Plain;
+    let quantized = found.storage.is_some();
     let subject = if quantized {
         expected.name.as_str()
     } else {
@@ -494,7 +496,7 @@ fn check_expected<'w>(
     // A floating-point MLX mode's scales are U8 codes: its parts' dtypes
     // were checked with its layout, and its values are floats by design.
     let float_codes =
-        matches!(found.storage, Storage::Mlx(p) if p.mode != crate::quant::Mode::Affine);
+        matches!(found.storage, Some(Scheme::Mlx(p)) if p.mode != crate::quant::Mode::Affine);
     let dtype_ok = match expected.dtype {
         DtypeRule::F32 => found.dtype == crate::Dtype::F32,
         DtypeRule::Float => float_codes || found.dtype.is_float(),

@@ -48,20 +48,11 @@ pub(crate) fn element(descr: &str) -> Result<Element, String> {
             big_endian: big_endian && dtype.bits() > 8,
         })
     };
+    // numpy's own types: the core's dtype table has their strings.
+    if let Some(dtype) = size.and_then(|n| Dtype::from_numpy_kind(&format!("{kind}{n}"))) {
+        return plain(dtype);
+    }
     match (kind, size) {
-        ('b', Some(1)) => plain(Dtype::BOOL),
-        ('u', Some(1)) => plain(Dtype::U8),
-        ('u', Some(2)) => plain(Dtype::U16),
-        ('u', Some(4)) => plain(Dtype::U32),
-        ('u', Some(8)) => plain(Dtype::U64),
-        ('i', Some(1)) => plain(Dtype::I8),
-        ('i', Some(2)) => plain(Dtype::I16),
-        ('i', Some(4)) => plain(Dtype::I32),
-        ('i', Some(8)) => plain(Dtype::I64),
-        ('f', Some(2)) => plain(Dtype::F16),
-        ('f', Some(4)) => plain(Dtype::F32),
-        ('f', Some(8)) => plain(Dtype::F64),
-        ('c', Some(8)) => plain(Dtype::C64),
         // ml_dtypes: float8_e5m2 says 'f1', the others 'V1' / 'V2'.
         ('f', Some(1)) | ('V', Some(1 | 2)) => Ok(Element::Opaque {
             itemsize: size.unwrap_or(1),
@@ -110,24 +101,17 @@ pub fn opaque_as(itemsize: u8, dtype: Dtype) -> Opaque {
 /// same array (ml_dtypes' strings for the types numpy has not), and
 /// whether the values are unpacked to one per byte first (F4, F6).
 pub fn descr_of(dtype: Dtype) -> (&'static str, bool) {
+    if let Some(typestr) = dtype.numpy_typestr() {
+        return (typestr, false);
+    }
+    // ml_dtypes' items, as numpy saves them: opaque bytes of the value's
+    // width, except float8_e5m2's, which numpy calls 'f1'; a value below a
+    // byte is saved one to a byte.
     match dtype {
-        Dtype::BOOL => ("|b1", false),
-        Dtype::U8 => ("|u1", false),
-        Dtype::I8 => ("|i1", false),
-        Dtype::U16 => ("<u2", false),
-        Dtype::I16 => ("<i2", false),
-        Dtype::U32 => ("<u4", false),
-        Dtype::I32 => ("<i4", false),
-        Dtype::U64 => ("<u8", false),
-        Dtype::I64 => ("<i8", false),
-        Dtype::F16 => ("<f2", false),
-        Dtype::F32 => ("<f4", false),
-        Dtype::F64 => ("<f8", false),
-        Dtype::C64 => ("<c8", false),
-        Dtype::BF16 => ("<V2", false),
         Dtype::F8_E5M2 => ("<f1", false),
-        Dtype::F8_E4M3 | Dtype::F8_E8M0 | Dtype::F8_E4M3FNUZ | Dtype::F8_E5M2FNUZ => ("<V1", false),
-        Dtype::F4 | Dtype::F6_E2M3 | Dtype::F6_E3M2 => ("<V1", true),
+        d if d.is_sub_byte() => ("<V1", true),
+        d if d.size() == Some(2) => ("<V2", false),
+        _ => ("<V1", false),
     }
 }
 

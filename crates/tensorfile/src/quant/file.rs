@@ -14,7 +14,7 @@ use half::f16;
 
 use super::config::{int4_group, QuantConfig, QUANTIZATION_KEY, QUANT_KEY};
 use super::int4::{self, RowFault};
-use super::layout::{quantized_weights, LogicalWeight, Storage};
+use super::layout::{quantized_weights, LogicalWeight};
 use super::mlx::{self, Arith, RowParts};
 use super::rows::{check_len, default_arith, RowSource};
 use super::select::{default_take, quantizable, Selection, Verdict};
@@ -98,8 +98,9 @@ tensorfile_core::with_fields!(DequantizeOptions {
 pub struct DequantizeSummary {
     /// Tensors written.
     pub tensors: usize,
-    /// The weights dequantized: name, storage, and the dtype written.
-    pub dequantized: Vec<(String, Storage, Dtype)>,
+    /// The weights dequantized: name, the scheme they were stored in, and
+    /// the dtype written.
+    pub dequantized: Vec<(String, Scheme, Dtype)>,
 }
 
 /// Which part of a quantized weight a tensor of the output is.
@@ -130,11 +131,11 @@ fn quantized_metadata(
 ) -> Result<Metadata> {
     let mut out = metadata.cloned().unwrap_or_default();
     let (key, value) = match scheme {
-        Scheme::Int4Sym { group } => {
+        Scheme::Int4Sym { .. } => {
             // The format page's int4 file is a course file.
             out.entry("format".into())
                 .or_insert_with(|| "tinyllm".into());
-            (QUANT_KEY, format!("int4-g{group}-sym"))
+            (QUANT_KEY, scheme.name())
         }
         Scheme::Mlx(p) => {
             let plain = QuantParams {
@@ -693,9 +694,9 @@ impl DequantizeOptions {
 /// The dtype a dequantized weight is written in.
 fn output_dtype(w: &LogicalWeight<'_>, requested: Option<Dtype>) -> Result<Dtype> {
     let dtype = requested.unwrap_or(match w.storage {
-        Storage::Int4 { .. } => Dtype::F32,
-        Storage::Mlx(p) if p.global_scale => Dtype::F32,
-        Storage::Mlx(p) if p.mode != Mode::Affine => Dtype::BF16,
+        Some(Scheme::Int4Sym { .. }) => Dtype::F32,
+        Some(Scheme::Mlx(p)) if p.global_scale => Dtype::F32,
+        Some(Scheme::Mlx(p)) if p.mode != Mode::Affine => Dtype::BF16,
         _ => w.dtype,
     });
     if !DequantizeOptions::accepts_dtype(dtype) {
@@ -756,7 +757,7 @@ fn find_weights<'a, T: TensorData>(
     if let (Some(_), Some(own)) = (explicit, own.as_ref()) {
         for w in &weights {
             let module = w.name.strip_suffix(".weight").unwrap_or(&w.name);
-            if let Storage::Mlx(given) = w.storage {
+            if let Some(Scheme::Mlx(given)) = w.storage {
                 // Whether there is a global scale is the layout's to say.
                 let same = own.for_module(module).is_some_and(|p| {
                     (p.bits, p.group_size, p.mode) == (given.bits, given.group_size, given.mode)
@@ -773,7 +774,7 @@ fn find_weights<'a, T: TensorData>(
         }
     }
     for w in &weights {
-        if let Storage::Mlx(p) = w.storage {
+        if let Some(Scheme::Mlx(p)) = w.storage {
             if p.mode == Mode::Affine && Arith::of(w.dtype).is_none() {
                 return Err(quant_error(
                     w.parts.get(1).copied().unwrap_or(&w.name),
@@ -840,9 +841,12 @@ pub fn dequantize_plan<'a, T: TensorData>(
             Some(o) => plan.declare_from(spec, o),
             None => plan.declare(spec),
         };
-        summary
-            .dequantized
-            .push((weight.name.clone(), weight.storage, dtype));
+        // Always a scheme: the weights found are the quantized ones.
+        if let Some(scheme) = weight.storage {
+            summary
+                .dequantized
+                .push((weight.name.clone(), scheme, dtype));
+        }
         let by_name = by_name.clone();
         plan.push(vec![out], move |sink: &dyn Sink| {
             let part = |n: &str| by_name.get(n).and_then(|&i| tensors.get(i));

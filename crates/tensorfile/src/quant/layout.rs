@@ -2,44 +2,9 @@
 //! and its logical shape. Nothing is dequantized here; every file-level
 //! operation and the model-directory check go through these functions.
 
-use super::{Mode, QuantConfig, QuantParams};
+use super::{Mode, QuantConfig, QuantParams, Scheme};
 use crate::header::TensorInfo;
 use crate::Dtype;
-
-/// How a weight is stored.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Storage {
-    /// Unquantized.
-    Plain,
-    /// int4: `<name>.qweight` + `<name>.scales`.
-    Int4 {
-        /// Elements per scale.
-        group_size: u64,
-    },
-    /// MLX packed U32: `<m>.weight` + `<m>.scales` (+ `<m>.biases`).
-    Mlx(QuantParams),
-}
-
-impl Storage {
-    /// Bits per weight, scales and biases included (the plain dtype's bits
-    /// for a plain weight, given its dtype); a global scale (32 bits per
-    /// matrix) is not counted.
-    pub fn bits_per_weight(&self, dtype: Dtype) -> f64 {
-        let scale_bits = f64::from(dtype.bits());
-        match *self {
-            Storage::Plain => scale_bits,
-            Storage::Int4 { group_size } => 4.0 + 16.0 / group_size as f64,
-            Storage::Mlx(p) => {
-                let per_group = if p.mode == Mode::Affine {
-                    2.0 * scale_bits
-                } else {
-                    8.0
-                };
-                p.bits as f64 + per_group / p.group_size as f64
-            }
-        }
-    }
-}
 
 /// A weight as the model sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,8 +12,8 @@ pub struct LogicalWeight<'a> {
     /// The weight's own name: `<name>` for int4's `<name>.qweight`,
     /// `<m>.weight` for MLX and plain weights.
     pub name: String,
-    /// How it is stored.
-    pub storage: Storage,
+    /// How it is stored: the scheme it is quantized in, `None` when plain.
+    pub storage: Option<Scheme>,
     /// The dtype of its values: the tensor's own when plain, the scales'
     /// when quantized.
     pub dtype: Dtype,
@@ -59,6 +24,17 @@ pub struct LogicalWeight<'a> {
     /// then the biases (MLX affine) or the global scale (MLX nvfp4 with
     /// one, [`QuantParams::global_scale`]).
     pub parts: Vec<&'a str>,
+}
+
+impl LogicalWeight<'_> {
+    /// Bits per weight, scales and biases included (the dtype's bits when
+    /// plain); a global scale (32 bits per matrix) is not counted.
+    pub fn bits_per_weight(&self) -> f64 {
+        match self.storage {
+            None => f64::from(self.dtype.bits()),
+            Some(s) => s.bits_per_weight(self.dtype),
+        }
+    }
 }
 
 /// A stored layout that cannot be a quantized weight; says which tensor and why.
@@ -221,7 +197,7 @@ pub fn int4_weight<'a>(
     check_groups(&s, &[out], input, group_size)?;
     Ok(Some(LogicalWeight {
         name: name.to_string(),
-        storage: Storage::Int4 { group_size },
+        storage: Some(Scheme::Int4Sym { group: group_size }),
         dtype: s.dtype,
         shape: vec![out, input],
         parts: vec![q.name, s.name],
@@ -353,7 +329,7 @@ pub fn mlx_weight<'a>(
     let shape = lead.iter().copied().chain([input]).collect();
     Ok(Some(LogicalWeight {
         name: w.name.to_string(),
-        storage: Storage::Mlx(params),
+        storage: Some(Scheme::Mlx(params)),
         dtype: s.dtype,
         shape,
         parts,
@@ -387,7 +363,7 @@ pub fn logical_weight<'a>(
     }
     Ok(lookup(&weight_name).map(|w| LogicalWeight {
         name: w.name.to_string(),
-        storage: Storage::Plain,
+        storage: None,
         dtype: w.dtype,
         shape: w.shape.to_vec(),
         parts: vec![w.name],

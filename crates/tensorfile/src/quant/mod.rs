@@ -66,7 +66,7 @@ pub use file::{
     dequantize_file, dequantize_plan, find_quantized, quantize_file, quantize_plan,
     DequantizeOptions, DequantizeSummary, QuantizeOptions, QuantizeSummary,
 };
-pub use layout::{logical_weight, quantized_weights, LayoutError, LogicalWeight, Storage};
+pub use layout::{logical_weight, quantized_weights, LayoutError, LogicalWeight};
 pub use rows::{dequantize_weight, WeightRows};
 pub use select::{Glob, Selection};
 
@@ -266,7 +266,11 @@ impl fmt::Display for QuantParams {
     }
 }
 
-/// A quantization scheme to quantize with.
+/// A quantization scheme: what to quantize with, and how a quantized
+/// weight is stored (a [`LogicalWeight`]'s `storage`, `None` when plain).
+/// Its names are spelled here alone: [`Scheme::parse`] reads them;
+/// [`Scheme::name`], [`Scheme::family`], [`Scheme::describe`],
+/// [`Scheme::summary`] and `Display` write them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scheme {
     /// The format page's int4: symmetric, F16 scales, groups of `group`.
@@ -402,11 +406,68 @@ impl Scheme {
         }
     }
 
+    /// The MLX mode; `None` for int4.
+    pub fn mode(&self) -> Option<Mode> {
+        match self {
+            Scheme::Int4Sym { .. } => None,
+            Scheme::Mlx(p) => Some(p.mode),
+        }
+    }
+
+    /// Whether each matrix also has one global scale (MLX nvfp4 only).
+    pub fn global_scale(&self) -> bool {
+        matches!(self, Scheme::Mlx(p) if p.global_scale)
+    }
+
+    /// Bits per weight, scales and biases included, for scales of
+    /// `scale_dtype` (MLX affine's scales and biases are the weight's
+    /// dtype); a global scale (32 bits per matrix) is not counted.
+    pub fn bits_per_weight(&self, scale_dtype: Dtype) -> f64 {
+        match *self {
+            Scheme::Int4Sym { group } => 4.0 + 16.0 / group as f64,
+            Scheme::Mlx(p) => {
+                let per_group = if p.mode == Mode::Affine {
+                    2.0 * f64::from(scale_dtype.bits())
+                } else {
+                    8.0
+                };
+                p.bits as f64 + per_group / p.group_size as f64
+            }
+        }
+    }
+
     /// The scheme's name: `int4-g32-sym`, `mlx-affine`, `mlx-nvfp4`, ...
     pub fn name(&self) -> String {
         match self {
             Scheme::Int4Sym { group } => format!("int4-g{group}-sym"),
             Scheme::Mlx(p) => format!("mlx-{}", p.mode),
+        }
+    }
+
+    /// The scheme's family, without parameters: `int4-sym` or `mlx` (the
+    /// `scheme` of a description's quantized weights).
+    pub fn family(&self) -> &'static str {
+        match self {
+            Scheme::Int4Sym { .. } => "int4-sym",
+            Scheme::Mlx(_) => "mlx",
+        }
+    }
+
+    /// What a weight stored in the scheme was, as dequantizing reports
+    /// it: `int4-g32-sym`, `mlx affine 4-bit, groups of 64`.
+    pub fn describe(&self) -> String {
+        match self {
+            Scheme::Int4Sym { .. } => self.name(),
+            Scheme::Mlx(p) => format!("mlx {p}"),
+        }
+    }
+
+    /// The scheme as quantizing reports it: `int4-g32-sym`,
+    /// `mlx-affine 4-bit, groups of 64`.
+    pub fn summary(&self) -> String {
+        match self {
+            Scheme::Int4Sym { .. } => self.name(),
+            Scheme::Mlx(p) => format!("mlx-{p}"),
         }
     }
 }

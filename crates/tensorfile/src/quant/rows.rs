@@ -6,9 +6,9 @@
 use half::f16;
 
 use super::int4;
-use super::layout::{int4_weight, mlx_weight, LogicalWeight, Storage};
+use super::layout::{int4_weight, mlx_weight, LogicalWeight};
 use super::mlx::{self, Arith, Geometry};
-use super::{quant_error, Mode, QuantError};
+use super::{quant_error, Mode, QuantError, Scheme};
 use crate::cast::decode_f32;
 use crate::header::TensorInfo;
 use crate::writer::{TensorData, TensorSpec};
@@ -65,7 +65,7 @@ pub fn dequantize_weight<T: TensorData>(
         .ok_or_else(missing)?;
     check_len(codes)?;
     let numel = checked_numel(weight, codes)?;
-    if weight.storage == Storage::Plain {
+    if weight.storage.is_none() {
         let mut out = vec![0f32; numel];
         let mut scratch = Vec::new();
         let bytes = codes.bytes_at(0, codes.byte_len() as usize, &mut scratch)?;
@@ -115,9 +115,9 @@ fn check_storage<T: TensorData>(weight: &LogicalWeight<'_>, tensors: &[T]) -> Re
         })
     };
     let derived = match weight.storage {
-        Storage::Plain => return Ok(()),
-        Storage::Int4 { group_size } => int4_weight(&weight.name, &lookup, Some(group_size)),
-        Storage::Mlx(p) => match weight.name.strip_suffix(".weight") {
+        None => return Ok(()),
+        Some(Scheme::Int4Sym { group }) => int4_weight(&weight.name, &lookup, Some(group)),
+        Some(Scheme::Mlx(p)) => match weight.name.strip_suffix(".weight") {
             Some(module) => mlx_weight(module, &lookup, Some(p)),
             None => Ok(None),
         },
@@ -126,20 +126,29 @@ fn check_storage<T: TensorData>(weight: &LogicalWeight<'_>, tensors: &[T]) -> Re
         quant_error(
             &weight.name,
             QuantError::Layout(format!(
-                "is not the weight its parts {:?} make as {:?} of shape {:?}: {why}",
-                weight.parts, weight.storage, weight.shape
+                "is not the weight its parts {:?} make as {} of shape {:?}: {why}",
+                weight.parts,
+                storage_name(weight.storage),
+                weight.shape
             )),
         )
     };
     match derived {
         Ok(Some(d)) if d == *weight => Ok(()),
         Ok(Some(d)) => Err(wrong(format!(
-            "they make {:?} of shape {:?} from {:?}",
-            d.storage, d.shape, d.parts
+            "they make {} of shape {:?} from {:?}",
+            storage_name(d.storage),
+            d.shape,
+            d.parts
         ))),
         Ok(None) => Err(wrong("they are not a quantized weight".into())),
         Err(e) => Err(wrong(e.to_string())),
     }
+}
+
+/// A weight's storage in a message: its scheme, or plain.
+fn storage_name(storage: Option<Scheme>) -> String {
+    storage.map_or_else(|| "plain".into(), |s| s.describe())
 }
 
 /// The arithmetic MLX dequantizes a floating-point-mode weight in by
@@ -147,7 +156,7 @@ fn check_storage<T: TensorData>(weight: &LogicalWeight<'_>, tensors: &[T]) -> Re
 /// are decoded in it and the values computed in F32).
 pub(super) fn default_arith(weight: &LogicalWeight<'_>) -> Arith {
     match weight.storage {
-        Storage::Mlx(p) if p.mode != Mode::Affine => Arith::BF16,
+        Some(Scheme::Mlx(p)) if p.mode != Mode::Affine => Arith::BF16,
         _ => Arith::F32,
     }
 }
@@ -157,9 +166,8 @@ pub(super) fn default_arith(weight: &LogicalWeight<'_>) -> Arith {
 /// stored codes hold.
 pub(super) fn checked_numel<T: TensorData>(weight: &LogicalWeight<'_>, codes: &T) -> Result<usize> {
     let bits = match weight.storage {
-        Storage::Plain => u64::from(codes.dtype().bits()),
-        Storage::Int4 { .. } => 4,
-        Storage::Mlx(p) => p.bits,
+        None => u64::from(codes.dtype().bits()),
+        Some(s) => s.bits(),
     };
     let held = codes
         .byte_len()
@@ -187,7 +195,7 @@ pub(super) fn checked_numel<T: TensorData>(weight: &LogicalWeight<'_>, codes: &T
 /// each part (borrowed where the parts are in memory). Rows count over
 /// every dimension but the last (the rows of every expert in turn).
 pub(super) struct RowSource<'a, T> {
-    storage: Storage,
+    storage: Scheme,
     pub(super) cols: usize,
     pub(super) rows: usize,
     rows_per_matrix: usize,
@@ -270,8 +278,10 @@ impl<'a, T: TensorData> RowSource<'a, T> {
         let codes = part(0).ok_or_else(missing)?;
         let scales = part(1).ok_or_else(missing)?;
         let (biases, global) = match w.storage {
-            Storage::Mlx(p) if p.mode == Mode::Affine => (Some(part(2).ok_or_else(missing)?), None),
-            Storage::Mlx(p) if p.global_scale => (None, Some(part(2).ok_or_else(missing)?)),
+            Some(Scheme::Mlx(p)) if p.mode == Mode::Affine => {
+                (Some(part(2).ok_or_else(missing)?), None)
+            }
+            Some(Scheme::Mlx(p)) if p.global_scale => (None, Some(part(2).ok_or_else(missing)?)),
             _ => (None, None),
         };
         for t in [Some(codes), Some(scales), biases, global]
@@ -282,11 +292,10 @@ impl<'a, T: TensorData> RowSource<'a, T> {
         }
         let geometry = Geometry::of(&w.shape)
             .ok_or_else(|| bad(format!("shape {:?} is not a weight's", w.shape)))?;
-        let (group, bits) = match w.storage {
-            Storage::Int4 { group_size } => (group_size, 4),
-            Storage::Mlx(p) => (p.group_size, p.bits),
-            Storage::Plain => return Err(bad("is not quantized".into())),
+        let Some(storage) = w.storage else {
+            return Err(bad("is not quantized".into()));
         };
+        let (group, bits) = (storage.group_size(), storage.bits());
         let cols = geometry.cols;
         let groups = usize::try_from(group)
             .ok()
@@ -325,7 +334,7 @@ impl<'a, T: TensorData> RowSource<'a, T> {
             }
         }
         Ok(RowSource {
-            storage: w.storage,
+            storage,
             cols,
             rows: geometry.rows,
             rows_per_matrix: geometry.rows_per_matrix,
@@ -372,8 +381,7 @@ impl<'a, T: TensorData> RowSource<'a, T> {
         let groups = self.scale_buf.len();
         let cols = self.cols;
         match self.storage {
-            Storage::Plain => Ok(()),
-            Storage::Int4 { group_size } => {
+            Scheme::Int4Sym { group: group_size } => {
                 let q = span(
                     self.codes,
                     r * cols / 2,
@@ -394,7 +402,7 @@ impl<'a, T: TensorData> RowSource<'a, T> {
                 int4::dequantize_row(q, &self.half_buf, group_size as usize, out);
                 Ok(())
             }
-            Storage::Mlx(p) => {
+            Scheme::Mlx(p) => {
                 let global = self.global_of(r, name)?;
                 let row_bytes = cols * p.bits as usize / 8;
                 let codes = span(

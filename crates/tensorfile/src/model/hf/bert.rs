@@ -11,8 +11,8 @@ use super::Variant;
 use crate::model::arch::{DtypeRule, Expected, Plan, Stack};
 use crate::model::report::Report;
 
-/// The classes, the usual one first.
-pub(super) const CLASSES: &[&str] = &["BertModel", "BertForMaskedLM"];
+/// The `model_type`, whose classes are in [`FAMILIES`](super::FAMILIES).
+pub(super) const MODEL_TYPE: &str = "bert";
 
 struct Dims {
     vocab: u64,
@@ -87,7 +87,8 @@ pub(super) fn variants(
     report: &mut Report,
 ) -> Option<Vec<Variant>> {
     let d = Rc::new(dims(config, report)?);
-    let mlm = class == "BertForMaskedLM";
+    // The usual class is the bare model; the other has the MLM head.
+    let mlm = !super::is_usual(MODEL_TYPE, class);
     let (own, other) = if mlm { ("bert.", "") } else { ("", "bert.") };
     Some(
         [own, other]

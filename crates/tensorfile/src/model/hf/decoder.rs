@@ -58,12 +58,10 @@ pub(super) struct Moe {
 /// One decoder family.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Decoder {
-    /// Its `model_type`.
+    /// Its `model_type`, whose classes (the causal LM's, with a `model.`
+    /// prefix and an `lm_head`, then the base model's, with neither) are in
+    /// [`FAMILIES`](super::FAMILIES).
     pub model_type: &'static str,
-    /// The causal-LM class (`model.` prefix, an `lm_head`).
-    pub causal_lm: &'static str,
-    /// The base class (no prefix, no head).
-    pub base: &'static str,
     /// `tie_word_embeddings` when the config does not say.
     tie_default: bool,
     head_dim: HeadDim,
@@ -82,8 +80,6 @@ pub(super) struct Decoder {
 
 const LLAMA: Decoder = Decoder {
     model_type: "llama",
-    causal_lm: "LlamaForCausalLM",
-    base: "LlamaModel",
     tie_default: false,
     head_dim: HeadDim::Derived,
     qkv_bias: Bias::Field("attention_bias", false),
@@ -100,8 +96,6 @@ pub(super) const DECODERS: &[Decoder] = &[
     LLAMA,
     Decoder {
         model_type: "mistral",
-        causal_lm: "MistralForCausalLM",
-        base: "MistralModel",
         qkv_bias: Bias::No,
         o_bias: Bias::No,
         mlp_bias: Bias::No,
@@ -109,8 +103,6 @@ pub(super) const DECODERS: &[Decoder] = &[
     },
     Decoder {
         model_type: "qwen2",
-        causal_lm: "Qwen2ForCausalLM",
-        base: "Qwen2Model",
         qkv_bias: Bias::Yes,
         o_bias: Bias::No,
         mlp_bias: Bias::No,
@@ -118,8 +110,6 @@ pub(super) const DECODERS: &[Decoder] = &[
     },
     Decoder {
         model_type: "qwen3",
-        causal_lm: "Qwen3ForCausalLM",
-        base: "Qwen3Model",
         head_dim: HeadDim::Fixed(128),
         mlp_bias: Bias::No,
         qk_norm: true,
@@ -127,8 +117,6 @@ pub(super) const DECODERS: &[Decoder] = &[
     },
     Decoder {
         model_type: "gemma",
-        causal_lm: "GemmaForCausalLM",
-        base: "GemmaModel",
         tie_default: true,
         head_dim: HeadDim::Fixed(256),
         mlp_bias: Bias::No,
@@ -136,8 +124,6 @@ pub(super) const DECODERS: &[Decoder] = &[
     },
     Decoder {
         model_type: "phi3",
-        causal_lm: "Phi3ForCausalLM",
-        base: "Phi3Model",
         qkv_bias: Bias::No,
         o_bias: Bias::No,
         mlp_bias: Bias::No,
@@ -146,8 +132,6 @@ pub(super) const DECODERS: &[Decoder] = &[
     },
     Decoder {
         model_type: "mixtral",
-        causal_lm: "MixtralForCausalLM",
-        base: "MixtralModel",
         qkv_bias: Bias::No,
         o_bias: Bias::No,
         mlp_bias: Bias::No,
@@ -163,8 +147,6 @@ pub(super) const DECODERS: &[Decoder] = &[
     },
     Decoder {
         model_type: "qwen2_moe",
-        causal_lm: "Qwen2MoeForCausalLM",
-        base: "Qwen2MoeModel",
         qkv_bias: Bias::Field("qkv_bias", true),
         o_bias: Bias::No,
         mlp_bias: Bias::No,
@@ -180,8 +162,6 @@ pub(super) const DECODERS: &[Decoder] = &[
     },
     Decoder {
         model_type: "qwen3_moe",
-        causal_lm: "Qwen3MoeForCausalLM",
-        base: "Qwen3MoeModel",
         head_dim: HeadDim::Fixed(128),
         mlp_bias: Bias::No,
         qk_norm: true,
@@ -352,7 +332,7 @@ pub(super) fn variants(
     report: &mut Report,
 ) -> Option<Vec<Variant>> {
     let d = Rc::new(dims(family, config, report)?);
-    let causal = class == family.causal_lm;
+    let causal = super::is_usual(family.model_type, class);
     // A head class's checkpoint keeps the backbone under "model."; a base
     // class's has no prefix; transformers loads either into either.
     let prefixes = if causal {

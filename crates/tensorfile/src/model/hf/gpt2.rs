@@ -11,8 +11,8 @@ use super::Variant;
 use crate::model::arch::{DtypeRule, Expected, Plan, Stack};
 use crate::model::report::Report;
 
-/// The classes, the usual one first.
-pub(super) const CLASSES: &[&str] = &["GPT2LMHeadModel", "GPT2Model"];
+/// The `model_type`, whose classes are in [`FAMILIES`](super::FAMILIES).
+pub(super) const MODEL_TYPE: &str = "gpt2";
 
 struct Dims {
     vocab: u64,
@@ -76,7 +76,7 @@ pub(super) fn variants(
     report: &mut Report,
 ) -> Option<Vec<Variant>> {
     let d = Rc::new(dims(config, report)?);
-    let head = class == CLASSES[0];
+    let head = super::is_usual(MODEL_TYPE, class);
     let own = if head { "transformer." } else { "" };
     let other = if head { "" } else { "transformer." };
     Some(vec![

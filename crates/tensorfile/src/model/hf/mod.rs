@@ -22,34 +22,71 @@ use serde_json::{Map, Value};
 use super::arch::{Need, Plan};
 use super::report::{Problem, ProblemKind, Report};
 
-/// The classes whose tensors `check` derives from config.json.
-pub const KNOWN: &[&str] = &[
-    "LlamaForCausalLM",
-    "LlamaModel",
-    "MistralForCausalLM",
-    "MistralModel",
-    "Qwen2ForCausalLM",
-    "Qwen2Model",
-    "Qwen3ForCausalLM",
-    "Qwen3Model",
-    "GemmaForCausalLM",
-    "GemmaModel",
-    "Phi3ForCausalLM",
-    "Phi3Model",
-    "MixtralForCausalLM",
-    "MixtralModel",
-    "Qwen2MoeForCausalLM",
-    "Qwen2MoeModel",
-    "Qwen3MoeForCausalLM",
-    "Qwen3MoeModel",
-    "GPT2LMHeadModel",
-    "GPT2Model",
-    "BertModel",
-    "BertForMaskedLM",
-    "T5ForConditionalGeneration",
-    "T5Model",
-    "T5EncoderModel",
+/// The Hugging Face architectures tensorfile knows, one row per family:
+/// its `model_type` and its classes, the usual one first (the class a
+/// config without `architectures` is checked as, and the one a GGUF file
+/// converted back names). The one table of these names: [`KNOWN`],
+/// checking and GGUF conversion all read it.
+pub(crate) const FAMILIES: &[(&str, &[&str])] = &[
+    ("llama", &["LlamaForCausalLM", "LlamaModel"]),
+    ("mistral", &["MistralForCausalLM", "MistralModel"]),
+    ("qwen2", &["Qwen2ForCausalLM", "Qwen2Model"]),
+    ("qwen3", &["Qwen3ForCausalLM", "Qwen3Model"]),
+    ("gemma", &["GemmaForCausalLM", "GemmaModel"]),
+    ("phi3", &["Phi3ForCausalLM", "Phi3Model"]),
+    ("mixtral", &["MixtralForCausalLM", "MixtralModel"]),
+    ("qwen2_moe", &["Qwen2MoeForCausalLM", "Qwen2MoeModel"]),
+    ("qwen3_moe", &["Qwen3MoeForCausalLM", "Qwen3MoeModel"]),
+    ("gpt2", &["GPT2LMHeadModel", "GPT2Model"]),
+    ("bert", &["BertModel", "BertForMaskedLM"]),
+    (
+        "t5",
+        &["T5ForConditionalGeneration", "T5Model", "T5EncoderModel"],
+    ),
 ];
+
+/// The number of classes in [`FAMILIES`].
+const CLASS_COUNT: usize = {
+    let (mut n, mut i) = (0, 0);
+    while i < FAMILIES.len() {
+        n += FAMILIES[i].1.len();
+        i += 1;
+    }
+    n
+};
+
+/// [`FAMILIES`]' classes in order.
+const CLASSES: [&str; CLASS_COUNT] = {
+    let mut out = [""; CLASS_COUNT];
+    let (mut at, mut i) = (0, 0);
+    while i < FAMILIES.len() {
+        let mut j = 0;
+        while j < FAMILIES[i].1.len() {
+            out[at] = FAMILIES[i].1[j];
+            at += 1;
+            j += 1;
+        }
+        i += 1;
+    }
+    out
+};
+
+/// The classes whose tensors `check` derives from config.json.
+pub const KNOWN: &[&str] = &CLASSES;
+
+/// The classes of the family of `model_type`, the usual one first (none
+/// for a model type not in [`FAMILIES`]).
+pub(crate) fn classes(model_type: &str) -> &'static [&'static str] {
+    FAMILIES
+        .iter()
+        .find(|(t, _)| *t == model_type)
+        .map_or(&[], |(_, c)| c)
+}
+
+/// Whether `class` is the usual class of the family of `model_type`.
+pub(super) fn is_usual(model_type: &str, class: &str) -> bool {
+    classes(model_type).first() == Some(&class)
+}
 
 /// One way a checkpoint of a class may name its tensors.
 pub(super) struct Variant {
@@ -70,13 +107,14 @@ enum Family {
 
 impl Family {
     /// Its `model_type` and classes, the usual one first.
-    fn names(self) -> (&'static str, Vec<&'static str>) {
-        match self {
-            Family::Decoder(d) => (d.model_type, vec![d.causal_lm, d.base]),
-            Family::Gpt2 => ("gpt2", gpt2::CLASSES.to_vec()),
-            Family::Bert => ("bert", bert::CLASSES.to_vec()),
-            Family::T5 => ("t5", t5::CLASSES.to_vec()),
-        }
+    fn names(self) -> (&'static str, &'static [&'static str]) {
+        let model_type = match self {
+            Family::Decoder(d) => d.model_type,
+            Family::Gpt2 => gpt2::MODEL_TYPE,
+            Family::Bert => bert::MODEL_TYPE,
+            Family::T5 => t5::MODEL_TYPE,
+        };
+        (model_type, classes(model_type))
     }
 
     fn variants(
@@ -216,4 +254,27 @@ fn score(plan: &Plan, has: &dyn Fn(&str) -> bool) -> usize {
         }
     });
     n
+}
+
+#[cfg(test)]
+mod tests {
+    // By full path: the layering test reads `super` here as the model module.
+    use crate::model::hf::{classes, families, FAMILIES, KNOWN};
+
+    #[test]
+    fn known_lists_every_family_class_in_order() {
+        let flat: Vec<&str> = FAMILIES
+            .iter()
+            .flat_map(|(_, c)| c.iter().copied())
+            .collect();
+        assert_eq!(KNOWN, flat.as_slice());
+        assert_eq!(KNOWN.len(), 25);
+        assert_eq!(classes("t5")[0], "T5ForConditionalGeneration");
+        assert!(classes("unknown").is_empty());
+        // Every family's model type is planned by exactly one family.
+        for (ty, _) in FAMILIES {
+            assert_eq!(families().filter(|f| f.names().0 == *ty).count(), 1, "{ty}");
+        }
+        assert_eq!(families().count(), FAMILIES.len());
+    }
 }

@@ -12,8 +12,8 @@ use super::Variant;
 use crate::model::arch::{DtypeRule, Expected, Plan, Stack};
 use crate::model::report::Report;
 
-/// The classes, the usual one first.
-pub(super) const CLASSES: &[&str] = &["T5ForConditionalGeneration", "T5Model", "T5EncoderModel"];
+/// The `model_type`, whose classes are in [`FAMILIES`](super::FAMILIES).
+pub(super) const MODEL_TYPE: &str = "t5";
 
 struct Dims {
     vocab: u64,
@@ -94,8 +94,9 @@ pub(super) fn variants(
     report: &mut Report,
 ) -> Option<Vec<Variant>> {
     let d = Rc::new(dims(config, report)?);
-    let decoder = class != "T5EncoderModel";
-    let head = class == CLASSES[0];
+    // The encoder-only class is the family's last.
+    let decoder = super::classes(MODEL_TYPE).last() != Some(&class);
+    let head = super::is_usual(MODEL_TYPE, class);
     let (v, m) = (d.vocab, d.model);
     let mut expected = vec![
         Expected::linear("shared".into(), vec![v, m]),
