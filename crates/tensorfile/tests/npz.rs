@@ -480,7 +480,7 @@ fn errors_name_the_file() {
     let p: &Path = &dir.path().join("bad.npy");
     std::fs::write(p, npy("{'descr': '<f4'}", &[])).unwrap();
     let err = NpzFile::open(p).unwrap_err();
-    assert_eq!(err.file(), Some(p));
+    assert_eq!(err.path(), Some(p));
 }
 
 /// The C-order bytes of a Fortran-order array of `shape` whose item at
