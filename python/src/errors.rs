@@ -71,32 +71,19 @@ fn stop_request(e: &(dyn std::error::Error + 'static)) -> Option<PyErr> {
     None
 }
 
-/// A core error.
-pub fn core(e: tensorfile_core::Error) -> PyErr {
-    if let Some(raised) = stop_request(&e) {
-        return raised;
-    }
-    if let tensorfile_core::Error::Io { path, source } = &e {
-        if source.kind() == io::ErrorKind::NotFound {
-            return not_found(path);
-        }
-    }
-    let rule = e.rule();
-    safetensor_error(e.to_string(), rule, e.file())
-}
-
-/// An error of the umbrella crate.
-pub fn lib(e: tensorfile::Error) -> PyErr {
+/// The library's error as the Python exception the reference raises: the
+/// one mapping of this package (a core error is converted into
+/// `tensorfile::Error` with `From` where it arises).
+pub fn error(e: tensorfile::Error) -> PyErr {
     if let Some(raised) = stop_request(&e) {
         return raised;
     }
     if e.is_not_found_file() {
-        if let Some(path) = e.file() {
+        if let Some(path) = e.path() {
             return not_found(path);
         }
     }
-    let rule = e.rule();
-    safetensor_error(e.to_string(), rule, e.file())
+    safetensor_error(e.to_string(), e.rule(), e.path())
 }
 
 /// A plain message.

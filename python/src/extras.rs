@@ -139,7 +139,7 @@ pub fn load_pytorch(
     })
     .map_err(|e| {
         if path.exists() {
-            errors::lib(e)
+            errors::error(e)
         } else {
             pyo3::exceptions::PyFileNotFoundError::new_err(format!(
                 "No such file or directory: {}",
@@ -200,7 +200,7 @@ pub fn inspect_json(
         Some(u) => remote::kind(u),
         None => py
             .detach(|| tensorfile::input::detect(&path))
-            .map_err(errors::lib)?,
+            .map_err(errors::error)?,
     };
     let text = match kind {
         Kind::Safetensors => py
@@ -221,7 +221,7 @@ pub fn inspect_json(
                 let digest = |n: &str| digests.get(n).cloned();
                 Ok(describe::file(&path, file.header(), &digest).to_json())
             })
-            .map_err(errors::lib)?,
+            .map_err(errors::error)?,
         Kind::SafetensorsSet => py
             .detach(|| -> tensorfile::Result<_> {
                 let set = open_set(&path, &ReadOptions::default(), &client)?;
@@ -234,7 +234,7 @@ pub fn inspect_json(
                 let digest = |n: &str| digests.get(n).cloned();
                 Ok(describe::set(&path, &set, &digest).to_json())
             })
-            .map_err(errors::lib)?,
+            .map_err(errors::error)?,
         Kind::Pytorch => py
             .detach(|| -> tensorfile::Result<_> {
                 let ckpt = tensorfile::pytorch::Checkpoint::open(&path)?;
@@ -253,7 +253,7 @@ pub fn inspect_json(
                 let digest = |n: &str| digests.get(n).cloned();
                 Ok(describe::checkpoint(&path, size, &ckpt, &digest).to_json())
             })
-            .map_err(errors::lib)?,
+            .map_err(errors::error)?,
         other => {
             return Err(errors::msg(format!(
                 "{}: is {other}, which inspect does not describe",

@@ -359,7 +359,7 @@ impl Handle {
         let timeout = remote::timeout(timeout)?;
         let source = py
             .detach(|| Source::open(&path, backend, timeout))
-            .map_err(errors::lib)?;
+            .map_err(errors::error)?;
         Ok(Handle::new_open(source, Some(path)))
     }
 
@@ -369,7 +369,7 @@ impl Handle {
         let bytes = data.to_vec();
         let file = py
             .detach(|| SafeTensors::from_bytes(bytes))
-            .map_err(errors::core)?;
+            .map_err(|e| errors::error(e.into()))?;
         Ok(Handle::new_open(Source::Bytes(file), None))
     }
 
@@ -388,7 +388,7 @@ impl Handle {
         // for this call; it is only duplicated here.
         let owned = unsafe { BorrowedFd::borrow_raw(fd) }
             .try_clone_to_owned()
-            .map_err(|e| errors::core(tensorfile_core::Error::io(&name, e)))?;
+            .map_err(|e| errors::error(tensorfile::Error::io(&name, e)))?;
         let file = py
             .detach(|| {
                 let source = FileSource::from_file(File::from(owned), &name)
@@ -397,7 +397,7 @@ impl Handle {
                     .map(|f| f.named(&name))
                     .map_err(|e| e.at(&name))
             })
-            .map_err(errors::core)?;
+            .map_err(|e| errors::error(e.into()))?;
         let source = Source::File {
             file,
             map: backend == Backend::Mmap,
@@ -416,7 +416,7 @@ impl Handle {
                     .map(|f| f.named(&name))
                     .map_err(|e| e.at(&name))
             })
-            .map_err(errors::core)?;
+            .map_err(|e| errors::error(e.into()))?;
         Ok(Handle::new_open(Source::Stream(file), Some(name)))
     }
 
@@ -469,7 +469,7 @@ impl Handle {
     /// The metadata, or `None` when the file has none.
     fn metadata<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
         let source = self.source()?;
-        let Some(map) = source.metadata().map_err(errors::lib)? else {
+        let Some(map) = source.metadata().map_err(errors::error)? else {
             return Ok(None);
         };
         let d = PyDict::new(py);
@@ -482,7 +482,7 @@ impl Handle {
     /// The tensor's dtype (as the header names it) and shape.
     fn info(&self, name: &str) -> PyResult<(&'static str, Vec<u64>)> {
         let source = self.source()?;
-        let info = source.info(name).map_err(errors::lib)?;
+        let info = source.info(name).map_err(errors::error)?;
         Ok((info.dtype.name(), info.shape.to_vec()))
     }
 
@@ -500,7 +500,7 @@ impl Handle {
     /// tensors of 64 KiB or more), memory of its own otherwise.
     fn get(&self, py: Python<'_>, name: &str) -> PyResult<Buffer> {
         let source = self.source()?;
-        py.detach(|| source.get(name)).map_err(errors::lib)
+        py.detach(|| source.get(name)).map_err(errors::error)
     }
 
     /// Several tensors' buffers, with the interpreter released once.
@@ -512,7 +512,7 @@ impl Handle {
                 .map(|n| source.get(n))
                 .collect::<tensorfile::Result<Vec<_>>>()
         })
-        .map_err(errors::lib)
+        .map_err(errors::error)
     }
 
     /// The tensor cast to `dtype` (a float dtype; integers with
@@ -544,7 +544,7 @@ impl Handle {
             let out = cast_tensor(name, info.dtype, info.shape, &bytes, to, opts)?;
             Ok(Buffer::owned(out, to, info.shape))
         })
-        .map_err(errors::lib)
+        .map_err(errors::error)
     }
 
     /// A slice of the tensor (one argument per leading dimension, each an
@@ -559,7 +559,8 @@ impl Handle {
             })
             .collect();
         let source = self.source()?;
-        py.detach(|| source.slice(name, &args)).map_err(errors::lib)
+        py.detach(|| source.slice(name, &args))
+            .map_err(errors::error)
     }
 
     /// The number of tensors.
@@ -596,11 +597,11 @@ pub fn load_file(
         return py
             .detach(|| load_remote(url, &remote::client(timeout)))
             .map(buffers_of)
-            .map_err(errors::lib);
+            .map_err(errors::error);
     }
     let file = py
         .detach(|| SafeTensors::load(&path))
-        .map_err(errors::core)?;
+        .map_err(|e| errors::error(e.into()))?;
     Ok(buffers_of(file))
 }
 
@@ -635,7 +636,7 @@ pub fn load_bytes(py: Python<'_>, data: &[u8]) -> PyResult<Vec<(String, Buffer)>
     let bytes = data.to_vec();
     let file = py
         .detach(|| SafeTensors::from_bytes(bytes))
-        .map_err(errors::core)?;
+        .map_err(|e| errors::error(e.into()))?;
     Ok(buffers_of(file))
 }
 

@@ -78,7 +78,7 @@ pub fn convert<'py>(
     d.set_item("dtype", dtype.map(|d| d.name()))?;
     let kind = py
         .detach(|| tensorfile::input::detect(&input))
-        .map_err(errors::lib)?;
+        .map_err(errors::error)?;
     if matches!(kind, Kind::Pytorch | Kind::PytorchSet) {
         let (format, written, tensors, aliases, cast_count, losses) = py
             .detach(|| {
@@ -94,7 +94,7 @@ pub fn convert<'py>(
                     max_shard_size,
                 )
             })
-            .map_err(errors::lib)?;
+            .map_err(errors::error)?;
         d.set_item("input_format", format)?;
         d.set_item("files", shown(&written.files))?;
         d.set_item("index", written.index.map(|p| p.display().to_string()))?;
@@ -133,7 +133,7 @@ pub fn convert<'py>(
             let losses = owned_losses(summary.losses());
             Ok((summary, written, losses))
         })
-        .map_err(errors::lib)?;
+        .map_err(errors::error)?;
     d.set_item("files", shown(&written.files))?;
     d.set_item("index", written.index.map(|p| p.display().to_string()))?;
     d.set_item("tensors", summary.tensors)?;
@@ -332,7 +332,7 @@ pub fn quantize<'py>(
             )?;
             Ok((summary, written))
         })
-        .map_err(errors::lib)?;
+        .map_err(errors::error)?;
     let d = PyDict::new(py);
     d.set_item("input", input.display().to_string())?;
     d.set_item("output", output.display().to_string())?;
@@ -365,7 +365,7 @@ fn given_params(
                 "config and bits/group_size/mode are two ways to give the same parameters: give one",
             ));
         }
-        let text = read_config(path).map_err(errors::lib)?;
+        let text = read_config(path).map_err(errors::error)?;
         return match QuantConfig::from_config(&text) {
             Ok(Some(q)) => Ok(Some(q)),
             Ok(None) => Err(errors::msg(format!(
@@ -446,7 +446,7 @@ pub fn dequantize<'py>(
             )?;
             Ok((summary, written))
         })
-        .map_err(errors::lib)?;
+        .map_err(errors::error)?;
     let d = PyDict::new(py);
     d.set_item("input", input.display().to_string())?;
     d.set_item("output", output.display().to_string())?;

@@ -192,7 +192,7 @@ pub fn serialize<'py>(
     let metadata: Option<Metadata> = metadata;
     let bytes = py
         .detach(|| tensorfile::serialize(specs.refs(), metadata.as_ref()))
-        .map_err(errors::core)?;
+        .map_err(|e| errors::error(e.into()))?;
     Ok(PyBytes::new(py, &bytes))
 }
 
@@ -213,7 +213,7 @@ pub fn serialize_file(
     let specs = Specs::from(tensor_dict)?;
     let options = WriteOptions::default().with_sync(sync);
     py.detach(|| tensorfile::save(&filename, specs.refs(), metadata.as_ref(), &options))
-        .map_err(errors::core)
+        .map_err(|e| errors::error(e.into()))
 }
 
 /// The tensors of a file held in `data`, as `[(name, {"dtype": code,
@@ -227,7 +227,7 @@ pub fn deserialize<'py>(
 ) -> PyResult<Vec<(String, Bound<'py, PyDict>)>> {
     let file = py
         .detach(|| SafeTensors::from_slice(data).map(|f| f.header().clone()))
-        .map_err(errors::core)?;
+        .map_err(|e| errors::error(e.into()))?;
     let data_start = file.data_start() as usize;
     let mut out = Vec::with_capacity(file.len());
     for info in file.tensors_by_name() {

@@ -137,10 +137,10 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(err) => {
-            let usage = err.downcast_ref::<cmd::Usage>().is_some();
+            let usage = err.is_usage();
             // A usage error is about the arguments, not a file: plain text.
             let input = input.as_deref().filter(|_| !usage);
-            cmd::report(err.as_ref(), input, json && !usage);
+            cmd::report(&err, input, json && !usage);
             ExitCode::from(if usage { 2 } else { 1 })
         }
     }

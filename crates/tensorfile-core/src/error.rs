@@ -202,6 +202,21 @@ pub enum FormatError {
 }
 
 impl FormatError {
+    /// The tensor whose entry breaks the rule, if the rule is about one.
+    pub fn tensor(&self) -> Option<&str> {
+        use FormatError::*;
+        match self {
+            BadEntry { tensor, .. }
+            | NegativeZero { tensor, .. }
+            | UnknownDtype { tensor, .. }
+            | ShapeOverflow { tensor, .. }
+            | NotWholeBytes { tensor, .. }
+            | SizeMismatch { tensor, .. }
+            | NotContiguous { tensor, .. } => Some(tensor),
+            _ => None,
+        }
+    }
+
     /// The number (1 to 5) of the reader rule this error breaks.
     pub fn rule(&self) -> u8 {
         use FormatError::*;
@@ -586,16 +601,24 @@ pub enum Error {
         /// The dtypes accepted.
         accepted: crate::accept::Accept,
     },
-    /// An error of a layer above the core (a cast or a quantization that a
-    /// plan's job runs), carried through the core as it is: that layer
-    /// takes it back out. `kind` is the kind that layer gives it.
-    #[error("{error}")]
-    Other {
+    /// Making a tensor's bytes failed in a layer above the core, where it
+    /// implements one of the core's traits: a GGUF, npz or PyTorch tensor
+    /// read through [`TensorData`](crate::TensorData), or a
+    /// [`Sink`](crate::plan::Sink) writing another format. The layer's
+    /// error is flattened into what every front end reports (its kind, its
+    /// text, the file and tensor it names) and not taken back out: a
+    /// layer's own plans return its errors typed (see
+    /// [`Plan`](crate::Plan)). Build it with [`Error::layer`].
+    #[error("{message}")]
+    Layer {
         /// The error's kind, as its layer says ([`Error::kind`] returns it).
         kind: ErrorKind,
-        /// The error itself.
-        #[source]
-        error: Box<dyn std::error::Error + Send + Sync>,
+        /// The layer's message, whole (the file included when it names one).
+        message: String,
+        /// The file it is about, if it names one.
+        file: Option<PathBuf>,
+        /// The tensor it is about, if it names one.
+        tensor: Option<String>,
     },
     /// The writer refused its input, or writing failed.
     #[error("cannot write: {0}")]
@@ -655,7 +678,8 @@ impl Error {
             named @ (Error::Io { .. }
             | Error::File { .. }
             | Error::Output { .. }
-            | Error::Set { .. }) => named,
+            | Error::Set { .. }
+            | Error::Layer { file: Some(_), .. }) => named,
             other => Error::File {
                 path: path.into(),
                 source: Box::new(other),
@@ -664,7 +688,7 @@ impl Error {
     }
 
     /// This error's kind (that of the error inside, for [`Error::File`] and
-    /// [`Error::Set`]; the one its layer gave, for [`Error::Other`]).
+    /// [`Error::Set`]; the one its layer gave, for [`Error::Layer`]).
     pub fn kind(&self) -> ErrorKind {
         match self {
             Error::Format(_) => ErrorKind::Format,
@@ -675,9 +699,9 @@ impl Error {
             Error::UnsupportedDtype { .. } | Error::UnsupportedFormat { .. } => {
                 ErrorKind::Unsupported
             }
-            Error::Other { kind, .. } => *kind,
             Error::Write(e) => e.kind(),
             Error::Output { .. } => ErrorKind::Output,
+            Error::Layer { kind, .. } => *kind,
         }
     }
 
@@ -697,7 +721,53 @@ impl Error {
             | Error::Io { path, .. }
             | Error::Output { path, .. }
             | Error::Set { path, .. } => Some(path),
+            Error::Layer { file, .. } => file.as_deref(),
             _ => None,
+        }
+    }
+
+    /// The tensor this error is about, if it names one (a missing tensor,
+    /// a refused view, slice or dtype, a tensor the writer refused).
+    pub fn tensor(&self) -> Option<&str> {
+        use WriteError as W;
+        match self.detail() {
+            Error::Format(e) => e.tensor(),
+            Error::NotFound(tensor)
+            | Error::DtypeMismatch { tensor, .. }
+            | Error::UnsupportedDtype { tensor, .. }
+            | Error::Slice { tensor, .. }
+            | Error::UnsupportedFormat { tensor, .. } => Some(tensor),
+            Error::Layer { tensor, .. } => tensor.as_deref(),
+            Error::Set { source, .. } => source.tensor(),
+            Error::Write(
+                W::DuplicateName { name: tensor }
+                | W::ShapeOverflow { tensor, .. }
+                | W::NotWholeBytes { tensor, .. }
+                | W::LengthMismatch { tensor, .. }
+                | W::DataTooLarge { tensor }
+                | W::Started { tensor, .. }
+                | W::Overlap { tensor, .. }
+                | W::TooLong { tensor, .. }
+                | W::TooShort { tensor, .. }
+                | W::Input { tensor, .. },
+            ) => Some(tensor),
+            _ => None,
+        }
+    }
+
+    /// A layer's error flattened into the core's (see [`Error::Layer`]):
+    /// `error`'s text, with its `kind`, `file` and `tensor`.
+    pub fn layer(
+        kind: ErrorKind,
+        error: &dyn std::error::Error,
+        file: Option<&std::path::Path>,
+        tensor: Option<&str>,
+    ) -> Error {
+        Error::Layer {
+            kind,
+            message: error.to_string(),
+            file: file.map(std::path::Path::to_path_buf),
+            tensor: tensor.map(str::to_string),
         }
     }
 

@@ -44,45 +44,52 @@ pub trait Sink: Sync {
     fn write(&self, tensor: usize, offset: u64, bytes: &[u8]) -> Result<()>;
 }
 
-/// Makes the bytes of some of a plan's tensors.
-pub trait Job: Send + Sync {
+/// Makes the bytes of some of a plan's tensors. `E` is the error its
+/// plan's caller works with: the core's by default, a layer's own above it
+/// (the job's error comes back from the plan as it is, typed).
+pub trait Job<E = Error>: Send + Sync {
     /// Makes every byte of the job's tensors, once, through `sink`.
     ///
     /// # Errors
     /// Whatever stops it: a failed read of an input, a value that cannot be
     /// converted, or the sink's error.
-    fn run(&self, sink: &dyn Sink) -> Result<()>;
+    fn run(&self, sink: &dyn Sink) -> std::result::Result<(), E>;
 }
 
-/// A closure is a job; its error may be any that converts into the core's
-/// (the layers above carry their own errors through [`Error::Other`]).
-impl<F, E> Job for F
+/// A closure is a job; its error may be any that converts into the plan's.
+impl<F, E, R> Job<E> for F
 where
-    F: Fn(&dyn Sink) -> std::result::Result<(), E> + Send + Sync,
-    E: Into<Error>,
+    F: Fn(&dyn Sink) -> std::result::Result<(), R> + Send + Sync,
+    R: Into<E>,
 {
-    fn run(&self, sink: &dyn Sink) -> Result<()> {
+    fn run(&self, sink: &dyn Sink) -> std::result::Result<(), E> {
         self(sink).map_err(Into::into)
     }
 }
 
 /// A job and the output tensors it makes.
-struct Planned<'a> {
+struct Planned<'a, E> {
     outputs: Vec<usize>,
-    job: Box<dyn Job + 'a>,
+    job: Box<dyn Job<E> + 'a>,
 }
 
 /// Declared output tensors and the jobs that make their bytes.
-pub struct Plan<'a> {
+///
+/// `E` is the error the jobs return, and so what running the plan
+/// returns: the core's [`Error`] for [`Plan::new`], any error a core error
+/// converts into for [`Plan::with_error`] (a layer above the core gets its
+/// own errors back, typed, from the plan and from
+/// [`save_plan`](crate::atomic::save_plan)).
+pub struct Plan<'a, E = Error> {
     specs: Vec<TensorSpec>,
     /// Per declared tensor, the input it is made from (its position in the
     /// builder's input list), when the builder says.
     origins: Vec<Option<usize>>,
     metadata: Option<Metadata>,
-    jobs: Vec<Planned<'a>>,
+    jobs: Vec<Planned<'a, E>>,
 }
 
-impl std::fmt::Debug for Plan<'_> {
+impl<E> std::fmt::Debug for Plan<'_, E> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Plan")
             .field("specs", &self.specs)
@@ -125,8 +132,17 @@ impl TensorData for OwnedTensor {
 }
 
 impl<'a> Plan<'a> {
-    /// An empty plan whose output carries `metadata`.
+    /// An empty plan whose output carries `metadata`, its jobs returning
+    /// the core's [`Error`].
     pub fn new(metadata: Option<Metadata>) -> Plan<'a> {
+        Plan::with_error(metadata)
+    }
+}
+
+impl<'a, E: From<Error> + Send> Plan<'a, E> {
+    /// An empty plan whose output carries `metadata`, its jobs returning
+    /// `E` (a layer's own error, into which the core's converts).
+    pub fn with_error(metadata: Option<Metadata>) -> Plan<'a, E> {
         Plan {
             specs: Vec::new(),
             origins: Vec::new(),
@@ -159,7 +175,7 @@ impl<'a> Plan<'a> {
 
     /// Adds the job that makes the tensors `outputs` (indices from
     /// [`Plan::declare`]).
-    pub fn push(&mut self, outputs: Vec<usize>, job: impl Job + 'a) {
+    pub fn push(&mut self, outputs: Vec<usize>, job: impl Job<E> + 'a) {
         self.jobs.push(Planned {
             outputs,
             job: Box::new(job),
@@ -243,7 +259,7 @@ impl<'a> Plan<'a> {
         sink: &dyn Sink,
         rank: impl Fn(usize) -> u64,
         progress: &(dyn Fn(u64) + Sync),
-    ) -> Result<()> {
+    ) -> std::result::Result<(), E> {
         self.check_coverage()?;
         let mut order: Vec<(u64, usize)> = self
             .jobs
@@ -253,7 +269,7 @@ impl<'a> Plan<'a> {
             .collect();
         order.sort_unstable();
         let counted = Counted { sink, progress };
-        let failures: Mutex<Vec<(usize, Error)>> = Mutex::new(Vec::new());
+        let failures: Mutex<Vec<(usize, E)>> = Mutex::new(Vec::new());
         crate::parallel::for_each_index(order.len(), |k| {
             let (_, j) = order[k];
             if let Err(e) = self.jobs[j].job.run(&counted) {
@@ -300,7 +316,7 @@ impl<'a> Plan<'a> {
     ///
     /// # Errors
     /// A declaration that does not fit memory, or a job's error.
-    pub fn into_tensors(self) -> Result<Vec<OwnedTensor>> {
+    pub fn into_tensors(self) -> std::result::Result<Vec<OwnedTensor>, E> {
         let mut buffers = Vec::with_capacity(self.specs.len());
         for spec in &self.specs {
             buffers.push(Mutex::new(Filled::new(spec)?));
@@ -325,16 +341,16 @@ impl<'a> Plan<'a> {
     ///
     /// # Errors
     /// As [`Layout::new`], a file that does not fit memory, or a job's error.
-    pub fn to_bytes(&self, options: &WriteOptions) -> Result<Vec<u8>> {
+    pub fn to_bytes(&self, options: &WriteOptions) -> std::result::Result<Vec<u8>, E> {
         let layout = self.layout(options)?;
-        let len = usize::try_from(layout.file_len()).map_err(|_| WriteError::DataTooLarge {
-            tensor: String::new(),
-        })?;
-        let mut file = Vec::new();
-        file.try_reserve_exact(len)
-            .map_err(|_| WriteError::DataTooLarge {
+        let too_large = || {
+            Error::from(WriteError::DataTooLarge {
                 tensor: String::new(),
-            })?;
+            })
+        };
+        let len = usize::try_from(layout.file_len()).map_err(|_| too_large())?;
+        let mut file = Vec::new();
+        file.try_reserve_exact(len).map_err(|_| too_large())?;
         file.extend_from_slice(layout.header());
         file.resize(len, 0);
         let slots = SlotMap::new(&layout);
@@ -348,11 +364,11 @@ impl<'a> Plan<'a> {
         for (slot, written) in layout.slots().zip(&placed.written) {
             let filled = lock(written).total();
             if filled != slot.byte_len() {
-                return Err(WriteError::TooShort {
+                return Err(Error::from(WriteError::TooShort {
                     tensor: slot.name().to_string(),
                     expected: slot.byte_len(),
                     received: filled,
-                }
+                })
                 .into());
             }
         }
@@ -712,5 +728,54 @@ mod tests {
             plan.to_bytes(&WriteOptions::default()),
             Err(Error::Write(WriteError::Overlap { .. }))
         ));
+    }
+
+    /// The error of a layer above the core, for plans typed by it.
+    #[derive(Debug)]
+    enum Upper {
+        Core(Error),
+        Refused(&'static str),
+    }
+
+    impl From<Error> for Upper {
+        fn from(e: Error) -> Upper {
+            Upper::Core(e)
+        }
+    }
+
+    #[test]
+    fn a_typed_plan_returns_its_jobs_errors_as_they_are() {
+        let data = [5u8];
+        let t = TensorRef {
+            name: "t",
+            dtype: Dtype::U8,
+            shape: &[1],
+            data: &data,
+        };
+        let mut plan: Plan<'_, Upper> = Plan::with_error(None);
+        plan.copy(&t);
+        let x = plan.declare(TensorSpec::new("x", Dtype::U8, [1]));
+        plan.push(vec![x], |_: &dyn Sink| Err::<(), _>(Upper::Refused("no")));
+        assert!(matches!(
+            plan.to_bytes(&WriteOptions::default()),
+            Err(Upper::Refused("no"))
+        ));
+        assert!(matches!(plan.into_tensors(), Err(Upper::Refused("no"))));
+
+        // The plan's own checks and the sink's refusals are core errors,
+        // converted.
+        let mut plan: Plan<'_, Upper> = Plan::with_error(None);
+        plan.declare(TensorSpec::new("y", Dtype::U8, [1]));
+        assert!(matches!(plan.into_tensors(), Err(Upper::Core(_))));
+        let mut plan: Plan<'_, Upper> = Plan::with_error(None);
+        let y = plan.declare(TensorSpec::new("y", Dtype::U8, [1]));
+        plan.push(vec![y], move |s: &dyn Sink| s.write(y, 0, &[1, 2]));
+        assert!(matches!(
+            plan.into_tensors(),
+            Err(Upper::Core(Error::Write(WriteError::TooLong { .. })))
+        ));
+        let mut plan: Plan<'_, Upper> = Plan::with_error(None);
+        plan.copy(&t);
+        assert_eq!(plan.into_tensors().unwrap()[0].data, [5]);
     }
 }

@@ -1,6 +1,6 @@
 //! `Error::kind`: a representative error of each kind, made by the
 //! operations that produce it, and the kind kept through the wrappers
-//! (`Error::File`, `Error::Set`, `Error::Other`).
+//! (`Error::File`, `Error::Set`).
 
 use std::io;
 
@@ -109,13 +109,6 @@ fn output_and_carried_kinds() {
     assert_eq!(oom.kind(), ErrorKind::OutOfMemory);
     assert_eq!(oom.at("x").kind(), ErrorKind::OutOfMemory);
 
-    // A layer above says what its error is; the core keeps it.
-    let carried = Error::Other {
-        kind: ErrorKind::Internal,
-        error: "an invariant broke".into(),
-    };
-    assert_eq!(carried.kind(), ErrorKind::Internal);
-    assert_eq!(carried.to_string(), "an invariant broke");
     let in_a_set = Error::Set {
         path: "a".into(),
         source: Box::new(Error::NotFound("x".into())),

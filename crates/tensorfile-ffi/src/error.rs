@@ -7,7 +7,7 @@ use std::ffi::{c_char, c_int};
 use std::io;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use tensorfile_core::{Error, ErrorKind};
+use tensorfile::ErrorKind;
 
 /// Success.
 pub const TL_OK: c_int = 0;
@@ -83,15 +83,25 @@ pub(crate) fn io_code(e: &io::Error) -> c_int {
     code_of(ErrorKind::of_io(e))
 }
 
-impl From<Error> for Failure {
-    fn from(e: Error) -> Failure {
+/// The one mapping of the library's errors to C: the error's kind gives
+/// the code (`code_of`), its message the text.
+impl From<tensorfile::Error> for Failure {
+    fn from(e: tensorfile::Error) -> Failure {
         Failure::new(code_of(e.kind()), e.to_string())
     }
 }
 
-impl From<tensorfile_pytorch::Error> for Failure {
-    fn from(e: tensorfile_pytorch::Error) -> Failure {
-        Failure::new(code_of(e.kind()), e.to_string())
+/// A core error, as the library's error.
+impl From<tensorfile::CoreError> for Failure {
+    fn from(e: tensorfile::CoreError) -> Failure {
+        tensorfile::Error::from(e).into()
+    }
+}
+
+/// A loader error, as the library's error.
+impl From<tensorfile::PytorchError> for Failure {
+    fn from(e: tensorfile::PytorchError) -> Failure {
+        tensorfile::Error::from(e).into()
     }
 }
 

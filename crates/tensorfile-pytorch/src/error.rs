@@ -113,37 +113,46 @@ pub enum Error {
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// A core error; one that carries an error of this crate through the core
-/// (a tensor read inside a writer's job) comes back out as itself.
 impl From<tensorfile_core::Error> for Error {
     fn from(e: tensorfile_core::Error) -> Error {
-        match e {
-            tensorfile_core::Error::Other { kind, error } => match error.downcast::<Error>() {
-                Ok(mine) => *mine,
-                Err(error) => Error::Core(tensorfile_core::Error::Other { kind, error }),
-            },
-            core => Error::Core(core),
-        }
-    }
-}
-
-/// Lets this crate's errors travel through the core: an I/O error on the
-/// checkpoint becomes the core's I/O error naming the file (a file
-/// truncated while read says so), the others travel as they are.
-impl From<Error> for tensorfile_core::Error {
-    fn from(e: Error) -> tensorfile_core::Error {
-        match e {
-            Error::Io { path, source } => tensorfile_core::Error::io(path, source),
-            Error::Core(core) => core,
-            other => tensorfile_core::Error::Other {
-                kind: other.kind(),
-                error: Box::new(other),
-            },
-        }
+        Error::Core(e)
     }
 }
 
 impl Error {
+    /// The tensor this error is about, if it names one.
+    pub fn tensor(&self) -> Option<&str> {
+        match self {
+            Error::Tensor { name, .. } | Error::Refused { name, .. } => Some(name),
+            Error::DtypeConflict { tensor, .. } => Some(tensor),
+            Error::Core(e) => e.tensor(),
+            _ => None,
+        }
+    }
+
+    /// The file this error is about, if it names one.
+    pub fn file(&self) -> Option<&std::path::Path> {
+        match self {
+            Error::Io { path, .. } => Some(path),
+            Error::Core(e) => e.file(),
+            _ => None,
+        }
+    }
+
+    /// This error as the core's, where a tensor's bytes are made for the
+    /// core (this crate's [`TensorData`](tensorfile_core::TensorData), a
+    /// layer above reading a checkpoint's tensors): an I/O error on the checkpoint becomes
+    /// the core's I/O error naming the file (a file truncated while read
+    /// says so), a core error is itself, any other is flattened
+    /// ([`tensorfile_core::Error::Layer`]).
+    pub fn into_core(self) -> tensorfile_core::Error {
+        match self {
+            Error::Io { path, source } => tensorfile_core::Error::io(path, source),
+            Error::Core(core) => core,
+            other => tensorfile_core::Error::layer(other.kind(), &other, None, other.tensor()),
+        }
+    }
+
     /// This error's kind: a malformed archive, pickle, storage or view is
     /// [`ErrorKind::Format`]; what is refused on purpose (a pickle global
     /// off the allow-list, TorchScript or tar containers, zip features not

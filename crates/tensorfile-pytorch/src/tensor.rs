@@ -649,7 +649,7 @@ impl TensorData for TorchTensor<'_> {
     }
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> tensorfile_core::Result<()> {
         if self.is_zero_copy() {
-            return Ok(self.read_stored(offset, buf)?);
+            return self.read_stored(offset, buf).map_err(Error::into_core);
         }
         // Bytes that are made, not stored: made in pieces, the asked range
         // copied out (seekable() says this is not the way to read them).
@@ -661,7 +661,7 @@ impl TensorData for TorchTensor<'_> {
                     buf.len(),
                     self.nbytes()
                 ))
-                .into());
+                .into_core());
         }
         let end = end.unwrap_or(offset);
         let mut at = 0u64;
@@ -675,8 +675,8 @@ impl TensorData for TorchTensor<'_> {
             }
             at = piece_end;
             Ok(())
-        })?;
-        Ok(())
+        })
+        .map_err(Error::into_core)
     }
     fn seekable(&self) -> bool {
         self.is_zero_copy()
@@ -695,7 +695,8 @@ impl TensorData for TorchTensor<'_> {
             let mut at = 0u64;
             while at < len {
                 let n = (len - at).min(PIECE as u64) as usize;
-                self.read_stored(at, &mut buf[..n])?;
+                self.read_stored(at, &mut buf[..n])
+                    .map_err(Error::into_core)?;
                 each(at, &buf[..n])?;
                 at += n as u64;
             }
@@ -708,7 +709,7 @@ impl TensorData for TorchTensor<'_> {
             Ok(())
         })
         .map_err(|e| match e {
-            Produce::Load(e) => e.into(),
+            Produce::Load(e) => e.into_core(),
             Produce::Sink(e) => e,
         })
     }

@@ -1,6 +1,12 @@
-//! The umbrella error: the format core's errors and each layer's own
-//! (shards, casts, quantization, model configs), every one saying what is
-//! wrong and where.
+//! The umbrella error: the one error of this library. Each layer's typed
+//! error is a variant's source under its own name ([`CoreError`],
+//! [`ShardError`], [`CastError`], [`QuantError`], [`GgufError`],
+//! [`NpzError`], [`PytorchError`]), and the accessors say what every front
+//! end reports: [`Error::kind`], [`Error::path`], [`Error::tensor`] and
+//! [`Error::rule`].
+//!
+//! [`CoreError`]: crate::CoreError
+//! [`PytorchError`]: crate::PytorchError
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -16,11 +22,16 @@ use crate::quant::QuantError;
 use crate::shard::ShardError;
 
 /// Any error of this library.
+///
+/// Plans built by this library run jobs that return this error
+/// ([`Plan`](crate::Plan)`<'_, Error>`), so an error of a layer comes back
+/// from [`save_plan`](crate::save_plan) as its own variant, not as a core
+/// error.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// An error of the format core: a reader rule broken, an I/O error, a
-    /// missing tensor, a refused write, ... (see [`tensorfile_core::Error`]).
+    /// missing tensor, a refused write, ... (see [`CoreError`](crate::CoreError)).
     #[error(transparent)]
     Core(tensorfile_core::Error),
     /// A model directory's `config.json` is not a JSON object.
@@ -64,8 +75,8 @@ pub enum Error {
     #[error(transparent)]
     Npz(NpzError),
     /// A PyTorch checkpoint was refused, or one of its tensors could not
-    /// be read (see [`tensorfile_pytorch::Error`]). (Boxed: errors travel
-    /// by value.)
+    /// be read (see [`PytorchError`](crate::PytorchError)). (Boxed: errors
+    /// travel by value.)
     #[cfg(feature = "pytorch")]
     #[error(transparent)]
     Pytorch(Box<tensorfile_pytorch::Error>),
@@ -94,35 +105,8 @@ pub enum Error {
 }
 
 impl From<tensorfile_core::Error> for Error {
-    /// A core error; one that carries an error of this crate through a plan
-    /// ([`tensorfile_core::Error::Other`]) comes back out as itself.
     fn from(e: tensorfile_core::Error) -> Error {
-        match e {
-            tensorfile_core::Error::Other { kind, error } => match error.downcast::<Error>() {
-                Ok(mine) => *mine,
-                #[cfg(feature = "pytorch")]
-                Err(error) => match error.downcast::<tensorfile_pytorch::Error>() {
-                    Ok(pytorch) => Error::from(*pytorch),
-                    Err(error) => Error::Core(tensorfile_core::Error::Other { kind, error }),
-                },
-                #[cfg(not(feature = "pytorch"))]
-                Err(error) => Error::Core(tensorfile_core::Error::Other { kind, error }),
-            },
-            core => Error::Core(core),
-        }
-    }
-}
-
-/// Lets this crate's errors travel through the core (a plan's jobs).
-impl From<Error> for tensorfile_core::Error {
-    fn from(e: Error) -> tensorfile_core::Error {
-        match e {
-            Error::Core(core) => core,
-            other => tensorfile_core::Error::Other {
-                kind: other.kind(),
-                error: Box::new(other),
-            },
-        }
+        Error::Core(e)
     }
 }
 
@@ -239,11 +223,47 @@ impl Error {
     }
 
     /// The file this error is about, if it names one.
-    pub fn file(&self) -> Option<&Path> {
+    pub fn path(&self) -> Option<&Path> {
         match self {
-            Error::File { path, .. } => Some(path),
+            Error::File { path, .. } | Error::Config { path, .. } => Some(path),
             Error::Core(e) => e.file(),
+            #[cfg(feature = "pytorch")]
+            Error::Pytorch(e) => e.file(),
+            Error::FeatureDisabled { path, .. } => Some(path),
             _ => None,
+        }
+    }
+
+    /// The tensor this error is about, if it names one.
+    pub fn tensor(&self) -> Option<&str> {
+        match self {
+            Error::Core(e) => e.tensor(),
+            Error::Quant { tensor, .. } | Error::Cast { tensor, .. } => Some(tensor),
+            Error::Shard(e) => shard_tensor(e),
+            #[cfg(feature = "gguf")]
+            Error::Gguf(e) => gguf_tensor(e),
+            #[cfg(feature = "pytorch")]
+            Error::Pytorch(e) => e.tensor(),
+            Error::File { source, .. } => source.tensor(),
+            #[cfg(feature = "npz")]
+            Error::Npz(_) => None,
+            Error::Config { .. } | Error::FeatureDisabled { .. } => None,
+        }
+    }
+
+    /// This error as the core's, where this crate implements one of the
+    /// core's traits ([`TensorData`](crate::TensorData) reading a GGUF or
+    /// npz tensor, a [`Sink`](crate::plan::Sink) writing a GGUF file): a
+    /// core error is itself (naming its file), any other is flattened
+    /// ([`CoreError::Layer`](crate::CoreError::Layer)).
+    #[cfg(any(feature = "gguf", feature = "npz"))]
+    pub(crate) fn into_core(self) -> tensorfile_core::Error {
+        match self {
+            Error::Core(e) => e,
+            #[cfg(feature = "pytorch")]
+            Error::Pytorch(e) => e.into_core(),
+            Error::File { path, source } => source.into_core().at(path),
+            other => tensorfile_core::Error::layer(other.kind(), &other, None, other.tensor()),
         }
     }
 
@@ -279,6 +299,57 @@ impl Error {
             Error::Gguf(e) => Some(e),
             _ => None,
         }
+    }
+}
+
+/// [`TensorData::produce`](crate::TensorData::produce) with a callback
+/// whose errors are this crate's: the first such error stops the producer
+/// (as a flattened core error, which is all a producer can carry) and is
+/// returned as it is, typed.
+pub(crate) fn produce_typed<T: crate::TensorData + ?Sized>(
+    t: &T,
+    each: &mut dyn FnMut(u64, &[u8]) -> Result<()>,
+) -> Result<()> {
+    let mut kept = None;
+    let made = t.produce(&mut |at, piece| {
+        each(at, piece).map_err(|e| {
+            let stop = tensorfile_core::Error::layer(e.kind(), &e, e.path(), e.tensor());
+            kept = Some(e);
+            stop
+        })
+    });
+    match (made, kept) {
+        (_, Some(e)) => Err(e),
+        (made, None) => Ok(made?),
+    }
+}
+
+/// The tensor a shard error is about, if it names one.
+fn shard_tensor(e: &ShardError) -> Option<&str> {
+    match e {
+        ShardError::BadShardName { tensor, .. }
+        | ShardError::MissingShard { tensor, .. }
+        | ShardError::NotInShard { tensor, .. }
+        | ShardError::InTwoShards { tensor, .. }
+        | ShardError::NotInMap { tensor, .. } => Some(tensor),
+        ShardError::InvalidShard { source, .. } => source.tensor(),
+        _ => None,
+    }
+}
+
+#[cfg(feature = "gguf")]
+/// The tensor a GGUF error is about, if it names one.
+fn gguf_tensor(e: &GgufError) -> Option<&str> {
+    match e {
+        GgufError::DuplicateTensor { tensor, .. }
+        | GgufError::Shape { tensor, .. }
+        | GgufError::UnknownType { tensor, .. }
+        | GgufError::Misaligned { tensor, .. }
+        | GgufError::OutOfRange { tensor, .. }
+        | GgufError::Overlap { tensor, .. }
+        | GgufError::Unsupported { tensor, .. }
+        | GgufError::Tensor { tensor, .. } => Some(tensor),
+        _ => None,
     }
 }
 

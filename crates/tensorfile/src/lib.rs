@@ -64,6 +64,11 @@ pub use error::{Error, ParseError, Result};
 pub use json_object::JsonObject;
 pub use model::Contract;
 pub use shard::{ShardError, ShardedTensors};
+/// The format core's error: the source of [`Error::Core`].
+pub use tensorfile_core::Error as CoreError;
+/// The PyTorch loader's error: the source of [`Error::Pytorch`].
+#[cfg(feature = "pytorch")]
+pub use tensorfile_pytorch::Error as PytorchError;
 
 /// The repository's README, whose Rust examples `cargo test` compiles as
 /// doctests (`no_run`: they name files that are not there) so that they

@@ -160,7 +160,7 @@ impl Sharding {
     /// One output file per input file: tensor `i` of `plan` goes where its
     /// input (its [`Plan::origin`]) came from, `shard_of_input[origin]`;
     /// tensors without an origin go to the first file.
-    pub fn like_inputs(plan: &Plan<'_>, shard_of_input: &[usize], count: usize) -> Sharding {
+    pub fn like_inputs(plan: &Plan<'_, Error>, shard_of_input: &[usize], count: usize) -> Sharding {
         let parts = (0..plan.specs().len())
             .map(|i| {
                 plan.origin(i)
@@ -176,7 +176,7 @@ impl Sharding {
     /// file per input file ([`Sharding::like_inputs`]).
     pub fn new(
         max_shard_size: Option<u64>,
-        plan: &Plan<'_>,
+        plan: &Plan<'_, Error>,
         shard_of_input: &[usize],
         count: usize,
     ) -> Sharding {
@@ -187,7 +187,7 @@ impl Sharding {
     }
 
     /// The file of each tensor and the number of files.
-    fn resolve(&self, plan: &Plan<'_>) -> Result<(Vec<usize>, usize)> {
+    fn resolve(&self, plan: &Plan<'_, Error>) -> Result<(Vec<usize>, usize)> {
         match self {
             Sharding::Given { parts, count } => Ok((parts.clone(), (*count).max(1))),
             Sharding::MaxSize(max) => {
@@ -223,7 +223,7 @@ impl Sharding {
 pub fn save_set(
     out_dir: &Path,
     prefix: &str,
-    plan: &Plan<'_>,
+    plan: &Plan<'_, Error>,
     sharding: &Sharding,
     options: &WriteOptions,
     progress: &(dyn Fn(u64) + Sync),
@@ -277,9 +277,9 @@ pub fn save_set(
 
 /// A plan copying every tensor of `source`, in its data order, with the
 /// shards' metadata (their union).
-fn copy_plan<'a>(source: &ShardedTensors, tensors: &'a [SetTensor<'a>]) -> Result<Plan<'a>> {
+fn copy_plan<'a>(source: &ShardedTensors, tensors: &'a [SetTensor<'a>]) -> Result<Plan<'a, Error>> {
     let metadata = source.metadata()?;
-    let mut plan = Plan::new((!metadata.is_empty()).then_some(metadata));
+    let mut plan = Plan::with_error((!metadata.is_empty()).then_some(metadata));
     for (i, t) in tensors.iter().enumerate() {
         plan.copy_from(t, i);
     }
@@ -329,7 +329,7 @@ pub fn merge(
     check_not_input(out, inputs(source))?;
     let tensors = source.tensor_data();
     let plan = copy_plan(source, &tensors)?;
-    Ok(save_plan(out, &plan, options, progress)?)
+    save_plan(out, &plan, options, progress)
 }
 
 #[cfg(test)]

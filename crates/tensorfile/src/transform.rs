@@ -151,7 +151,7 @@ pub struct Layout {
 pub fn write(
     input: &Input,
     tensors: &[SetTensor<'_>],
-    plan: &Plan<'_>,
+    plan: &Plan<'_, Error>,
     out: &Path,
     max_shard_size: Option<u64>,
     options: &WriteOptions,
@@ -177,7 +177,7 @@ pub fn write(
 /// is left behind).
 pub fn write_to(
     layout: &Layout,
-    plan: &Plan<'_>,
+    plan: &Plan<'_, Error>,
     out: &Path,
     max_shard_size: Option<u64>,
     options: &WriteOptions,

@@ -325,7 +325,7 @@ fn contract_v0_refuses_bf16() {
             "{err}"
         );
         assert!(
-            err.file().is_some_and(|f| f.ends_with("model.safetensors")),
+            err.path().is_some_and(|f| f.ends_with("model.safetensors")),
             "{err}"
         );
     }

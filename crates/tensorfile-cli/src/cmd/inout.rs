@@ -27,7 +27,7 @@ pub fn open(path: &Path, read: &ReadOptions) -> Result<Input, Failure> {
 pub fn write(
     input: &Input,
     tensors: &[SetTensor<'_>],
-    plan: &Plan<'_>,
+    plan: &Plan<'_, tensorfile::Error>,
     out: &Path,
     max_shard_size: Option<u64>,
     options: &WriteOptions,
@@ -46,7 +46,7 @@ pub fn write(
 /// [`tensorfile::transform::write_to`] with a progress bar called `what`.
 pub fn write_to(
     layout: &Layout,
-    plan: &Plan<'_>,
+    plan: &Plan<'_, tensorfile::Error>,
     out: &Path,
     max_shard_size: Option<u64>,
     options: &WriteOptions,

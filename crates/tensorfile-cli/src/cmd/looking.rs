@@ -31,14 +31,14 @@ pub fn comparison(
     match run() {
         Ok(code) => Ok(code),
         Err(err) => {
-            let usage = err.downcast_ref::<super::Usage>().is_some();
+            let usage = err.is_usage();
             let input = input.filter(|_| !usage);
             if json && !usage {
-                let mut v = super::error_json(err.as_ref(), input);
+                let mut v = super::error_json(&err, input);
                 v["verdict"] = serde_json::json!("error");
                 super::out(v);
             } else {
-                super::report(err.as_ref(), input, false);
+                super::report(&err, input, false);
             }
             Ok(ExitCode::from(2))
         }

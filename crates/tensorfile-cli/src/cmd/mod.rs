@@ -146,7 +146,95 @@ pub fn sha256_hex(
 }
 
 /// A failure that ends a command: exit status 2 for a [`Usage`] error, else 1.
-pub type Failure = Box<dyn std::error::Error + Send + Sync>;
+///
+/// The library's errors are kept as [`tensorfile::Error`] (a core or
+/// loader error is converted into it where it arises), so the report reads
+/// the file and the rule from its accessors; anything else (a usage error,
+/// a remote or terminal failure, a message) is boxed as it is.
+#[derive(Debug)]
+pub enum Failure {
+    /// An error of the library.
+    Library(tensorfile::Error),
+    /// Any other error.
+    Other(Box<dyn std::error::Error + Send + Sync>),
+}
+
+impl Failure {
+    /// The error, for its message and causes.
+    pub fn as_error(&self) -> &(dyn std::error::Error + 'static) {
+        match self {
+            Failure::Library(e) => e,
+            Failure::Other(e) => e.as_ref(),
+        }
+    }
+
+    /// Whether this is a [`Usage`] error (exit status 2).
+    pub fn is_usage(&self) -> bool {
+        matches!(self, Failure::Other(e) if e.is::<Usage>())
+    }
+}
+
+impl Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        Display::fmt(self.as_error(), f)
+    }
+}
+
+impl std::error::Error for Failure {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.as_error().source()
+    }
+}
+
+/// The library's errors, and those that convert into it, as
+/// [`Failure::Library`].
+macro_rules! library_failure {
+    ($($t:ty),*) => {$(
+        impl From<$t> for Failure {
+            fn from(e: $t) -> Failure {
+                Failure::Library(tensorfile::Error::from(e))
+            }
+        }
+    )*};
+}
+library_failure!(
+    tensorfile::Error,
+    tensorfile::CoreError,
+    tensorfile::PytorchError,
+    tensorfile::ShardError,
+    tensorfile::WriteError,
+    tensorfile::FormatError,
+    tensorfile::gguf::GgufError,
+    tensorfile::npz::NpzError
+);
+
+/// A digest error: the library's error it carries, or itself.
+impl From<tensorfile::digest::DigestError> for Failure {
+    fn from(e: tensorfile::digest::DigestError) -> Failure {
+        match e {
+            tensorfile::digest::DigestError::Read(e) => Failure::Library(e),
+            other => Failure::Other(other.into()),
+        }
+    }
+}
+
+/// Other errors, boxed as they are, as [`Failure::Other`].
+macro_rules! other_failure {
+    ($($t:ty),*) => {$(
+        impl From<$t> for Failure {
+            fn from(e: $t) -> Failure {
+                Failure::Other(e.into())
+            }
+        }
+    )*};
+}
+other_failure!(
+    Usage,
+    String,
+    &str,
+    io::Error,
+    Box<dyn std::error::Error + Send + Sync>
+);
 
 /// Arguments that clap accepts one by one but that do not make a command
 /// together, or a value only the command can check (an unknown scheme, a
@@ -163,9 +251,9 @@ impl Display for Usage {
 impl std::error::Error for Usage {}
 
 impl Usage {
-    /// A boxed [`Failure`] carrying `message`.
+    /// A [`Failure`] carrying `message`.
     pub fn failure(message: impl Display) -> Failure {
-        Box::new(Usage(message.to_string()))
+        Usage(message.to_string()).into()
     }
 }
 
@@ -173,7 +261,7 @@ impl Usage {
 /// (the command's input when the error names none), or with `--json` as
 /// the object `{"error": text, "file": path, "rule": n}` on stdout, where
 /// the command's JSON goes (`rule` is null unless a reader rule failed).
-pub fn report(err: &(dyn std::error::Error + 'static), input: Option<&Path>, json: bool) {
+pub fn report(err: &Failure, input: Option<&Path>, json: bool) {
     let v = error_json(err, input);
     if json {
         out(v);
@@ -183,13 +271,13 @@ pub fn report(err: &(dyn std::error::Error + 'static), input: Option<&Path>, jso
 }
 
 /// The error as [`report`] gives it in JSON: `{error, file, rule}`.
-pub fn error_json(
-    err: &(dyn std::error::Error + 'static),
-    input: Option<&Path>,
-) -> serde_json::Value {
-    let (named, rule) = error_place(err);
+pub fn error_json(err: &Failure, input: Option<&Path>) -> serde_json::Value {
+    let (named, rule) = match err {
+        Failure::Library(e) => (e.path().map(Path::to_path_buf), e.rule()),
+        Failure::Other(_) => (None, None),
+    };
     let file = named.clone().or_else(|| input.map(Path::to_path_buf));
-    let mut text = one_line(err);
+    let mut text = one_line(err.as_error());
     if named.is_none() {
         if let Some(input) = input {
             // Messages made here often start with the path already.
@@ -200,24 +288,6 @@ pub fn error_json(
         }
     }
     serde_json::json!({ "error": text, "file": file, "rule": rule })
-}
-
-/// The file an error (or one of its causes) names, and the reader rule.
-fn error_place(err: &(dyn std::error::Error + 'static)) -> (Option<PathBuf>, Option<u8>) {
-    let mut file = None;
-    let mut rule = None;
-    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(err);
-    while let Some(e) = cause {
-        if let Some(e) = e.downcast_ref::<tensorfile::Error>() {
-            file = file.or_else(|| e.file().map(Path::to_path_buf));
-            rule = rule.or(e.rule());
-        } else if let Some(e) = e.downcast_ref::<tensorfile_core::Error>() {
-            file = file.or_else(|| e.file().map(Path::to_path_buf));
-            rule = rule.or(e.rule());
-        }
-        cause = e.source();
-    }
-    (file, rule)
 }
 
 /// The error and its causes on one line, with no backtrace.

@@ -276,10 +276,17 @@ where
     F: FnOnce(&PositionalWriter<'_>) -> Result<()>,
 {
     let path = file.path();
-    let at_path = |e: Error| match e {
-        Error::Write(WriteError::Output(source)) => Error::io(path, source),
-        other => other,
-    };
+    positional_into(file, layout, |w| body(w).map_err(|e| at_path(path, e)))
+}
+
+/// [`write_positional`] with a body whose error is any that the core's
+/// converts into, passed through as it is (the body names the file in its
+/// own write errors: see [`PlanSink`]).
+fn positional_into<E, F>(file: &AtomicFile, layout: Layout, body: F) -> Result<(), E>
+where
+    E: From<Error>,
+    F: FnOnce(&PositionalWriter<'_>) -> Result<(), E>,
+{
     file.write_all_at(layout.header(), 0)?;
     // The full length up front: writes at any offset then fill the file.
     file.set_len(layout.file_len())?;
@@ -289,8 +296,16 @@ where
         layout: &layout,
         written: layout.slots().map(|_| Mutex::default()).collect(),
     };
-    body(&writer).map_err(at_path)?;
-    writer.finish()
+    body(&writer)?;
+    Ok(writer.finish()?)
+}
+
+/// A failed write to the output names the file being written.
+fn at_path(path: &Path, e: Error) -> Error {
+    match e {
+        Error::Write(WriteError::Output(source)) => Error::io(path, source),
+        other => other,
+    }
 }
 
 /// Saves what `plan` produces as the canonical safetensors file at `path`,
@@ -301,17 +316,17 @@ where
 /// # Errors
 /// The layout is refused (see [`Layout::new`]), a job fails, or writing
 /// fails (naming `path`).
-pub fn save_plan(
+pub fn save_plan<E: From<Error> + Send>(
     path: impl AsRef<Path>,
-    plan: &Plan<'_>,
+    plan: &Plan<'_, E>,
     options: &WriteOptions,
     progress: &(dyn Fn(u64) + Sync),
-) -> Result<()> {
+) -> Result<(), E> {
     // A refused layout creates nothing.
     let layout = plan.layout(options)?;
     let temp = AtomicFile::create(path)?;
     write_layout_plan(&temp, layout, plan, progress)?;
-    temp.commit(options.sync)
+    Ok(temp.commit(options.sync)?)
 }
 
 /// Writes what `plan` produces into `file` as [`save_plan`] does, without
@@ -320,24 +335,28 @@ pub fn save_plan(
 ///
 /// # Errors
 /// As [`save_plan`]; `file` should then be dropped.
-pub fn write_plan(
+pub fn write_plan<E: From<Error> + Send>(
     file: &AtomicFile,
-    plan: &Plan<'_>,
+    plan: &Plan<'_, E>,
     options: &WriteOptions,
     progress: &(dyn Fn(u64) + Sync),
-) -> Result<()> {
+) -> Result<(), E> {
     write_layout_plan(file, plan.layout(options)?, plan, progress)
 }
 
-fn write_layout_plan(
+fn write_layout_plan<E: From<Error> + Send>(
     file: &AtomicFile,
     layout: Layout,
-    plan: &Plan<'_>,
+    plan: &Plan<'_, E>,
     progress: &(dyn Fn(u64) + Sync),
-) -> Result<()> {
+) -> Result<(), E> {
     let slots = SlotMap::new(&layout);
-    write_positional(file, layout, |w| {
-        let sink = PlanSink { w, slots: &slots };
+    positional_into(file, layout, |w| {
+        let sink = PlanSink {
+            w,
+            slots: &slots,
+            path: file.path(),
+        };
         plan.run(&sink, |i| slots.rank(i), progress)
     })
 }
@@ -352,14 +371,14 @@ fn write_layout_plan(
 /// # Errors
 /// `part_of` does not give every tensor a file, a layout is refused, a job
 /// fails, or writing fails (naming the file).
-pub fn write_plan_parts(
+pub fn write_plan_parts<E: From<Error> + Send>(
     files: &[AtomicFile],
-    plan: &Plan<'_>,
+    plan: &Plan<'_, E>,
     part_of: &[usize],
     metadata: Option<&Metadata>,
     options: &WriteOptions,
     progress: &(dyn Fn(u64) + Sync),
-) -> Result<()> {
+) -> Result<(), E> {
     let specs = plan.specs();
     if part_of.len() != specs.len() || part_of.iter().any(|&k| k >= files.len()) {
         return Err(Error::Stream(io::Error::other(format!(
@@ -367,7 +386,8 @@ pub fn write_plan_parts(
             specs.len(),
             part_of.len(),
             files.len()
-        ))));
+        )))
+        .into());
     }
     // Each file's declarations, and each plan tensor's place among them.
     let mut decls: Vec<Vec<TensorSpec>> = vec![Vec::new(); files.len()];
@@ -408,7 +428,9 @@ pub fn write_plan_parts(
     };
     plan.run(&sink, rank, progress)?;
     for (w, file) in writers.iter().zip(files) {
-        w.finish().map_err(|e| e.at(file.path()))?;
+        if let Err(e) = w.finish() {
+            return Err(e.at(file.path()).into());
+        }
     }
     Ok(())
 }
@@ -432,17 +454,16 @@ impl Sink for PartsSink<'_, '_> {
         let index = self.slot_maps[k].slot(j).ok_or_else(trailing)?;
         self.writers[k]
             .write(index, offset, bytes)
-            .map_err(|e| match e {
-                Error::Write(WriteError::Output(source)) => Error::io(self.files[k].path(), source),
-                other => other,
-            })
+            .map_err(|e| at_path(self.files[k].path(), e))
     }
 }
 
-/// Maps a plan's tensor indices to the positional writer's slots.
+/// Maps a plan's tensor indices to the positional writer's slots; a
+/// failed write names the file.
 struct PlanSink<'w, 'a> {
     w: &'w PositionalWriter<'a>,
     slots: &'w SlotMap,
+    path: &'w Path,
 }
 
 impl Sink for PlanSink<'_, '_> {
@@ -450,7 +471,9 @@ impl Sink for PlanSink<'_, '_> {
         let index = self.slots.slot(tensor).ok_or(WriteError::Trailing {
             extra: bytes.len() as u64,
         })?;
-        self.w.write(index, offset, bytes)
+        self.w
+            .write(index, offset, bytes)
+            .map_err(|e| at_path(self.path, e))
     }
 }
 

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use super::{CastOptions, LossTally, Losses, TensorCast};
 use crate::plan::{Plan, Sink};
 use crate::writer::{TensorData, TensorSpec, WriteOptions};
-use crate::{Dtype, Metadata, Result};
+use crate::{Dtype, Error, Metadata, Result};
 
 /// Source bytes converted per step: output memory stays within a few MiB
 /// whatever the tensor sizes.
@@ -168,7 +168,7 @@ pub fn convert_plan<'a, T: TensorData>(
     metadata: Option<&Metadata>,
     to: Option<Dtype>,
     opts: CastOptions,
-) -> Result<(Plan<'a>, ConvertSummary)> {
+) -> Result<(Plan<'a, Error>, ConvertSummary)> {
     let targets = targets_of(tensors, to, opts)?;
     build_plan(tensors.iter().zip(targets).collect(), metadata, opts)
 }
@@ -197,7 +197,7 @@ pub fn convert_plan_owned<'a, T: TensorData + Send + 'a>(
     metadata: Option<&Metadata>,
     to: Option<Dtype>,
     opts: CastOptions,
-) -> Result<(Plan<'a>, ConvertSummary)> {
+) -> Result<(Plan<'a, Error>, ConvertSummary)> {
     let targets = targets_of(&tensors, to, opts)?;
     convert_plan_targeted(tensors.into_iter().zip(targets).collect(), metadata, opts)
 }
@@ -213,7 +213,7 @@ pub fn convert_plan_targeted<'a, T: TensorData + Send + 'a>(
     tensors: Vec<(T, Target)>,
     metadata: Option<&Metadata>,
     opts: CastOptions,
-) -> Result<(Plan<'a>, ConvertSummary)> {
+) -> Result<(Plan<'a, Error>, ConvertSummary)> {
     build_plan(
         tensors
             .into_iter()
@@ -230,7 +230,7 @@ fn build_plan<'a, T, H>(
     tensors: Vec<(H, Target)>,
     metadata: Option<&Metadata>,
     opts: CastOptions,
-) -> Result<(Plan<'a>, ConvertSummary)>
+) -> Result<(Plan<'a, Error>, ConvertSummary)>
 where
     T: TensorData + ?Sized,
     H: std::ops::Deref<Target = T> + Clone + Send + Sync + 'a,
@@ -241,7 +241,7 @@ where
         companions: 0,
         tallies: Vec::new(),
     };
-    let mut plan = Plan::new(metadata.cloned());
+    let mut plan = Plan::with_error(metadata.cloned());
     for (i, (t, target)) in tensors.into_iter().enumerate() {
         if target.dtype == t.dtype() {
             summary.companions += usize::from(target.companion);
@@ -270,12 +270,12 @@ where
             let len = (total - at).min(step);
             let cast = cast.clone();
             let t = t.clone();
-            plan.push(vec![out], move |sink: &dyn Sink| {
+            plan.push(vec![out], move |sink: &dyn Sink| -> Result<()> {
                 let mut scratch = Vec::new();
                 let src = t.bytes_at(at, len as usize, &mut scratch)?;
                 let mut converted = Vec::new();
                 cast.convert_into(src, at, &mut converted)?;
-                sink.write(out, cast.output_offset(at), &converted)
+                Ok(sink.write(out, cast.output_offset(at), &converted)?)
             });
             at += len;
             if at >= total {
@@ -296,7 +296,7 @@ fn stream_cast<T: TensorData + ?Sized>(
     let mut cast = cast.clone();
     let mut converted = Vec::new();
     let mut written = 0u64;
-    t.produce(&mut |_, piece| {
+    crate::error::produce_typed(t, &mut |_, piece| {
         for chunk in piece.chunks(CHUNK) {
             converted.clear();
             cast.push(chunk, &mut converted)?;

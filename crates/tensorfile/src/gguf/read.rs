@@ -1093,14 +1093,19 @@ impl<S: ByteSource> TensorData for GgufTensor<'_, S> {
             let big = self.file.header.endian == Endian::Big;
             let size = (self.dtype.bits() / 8) as u64;
             if !big || size == 1 || self.info.ggml_type == GgmlType::BF16 {
-                return Ok(self.file.read_raw(self.info, offset, buf)?);
+                return self
+                    .file
+                    .read_raw(self.info, offset, buf)
+                    .map_err(Error::into_core);
             }
             // Big-endian elements: read the whole elements around the
             // range, swap each, keep the bytes asked for.
             let first = offset / size * size;
             let last = (offset + buf.len() as u64).div_ceil(size) * size;
             let mut raw = vec![0u8; (last - first) as usize];
-            self.file.read_raw(self.info, first, &mut raw)?;
+            self.file
+                .read_raw(self.info, first, &mut raw)
+                .map_err(Error::into_core)?;
             for e in raw.chunks_exact_mut(size as usize) {
                 e.reverse();
             }
@@ -1112,7 +1117,8 @@ impl<S: ByteSource> TensorData for GgufTensor<'_, S> {
         let first = offset / 4;
         let last = (offset + buf.len() as u64).div_ceil(4);
         let mut values = vec![0f32; (last - first) as usize];
-        self.decode_range(first, &mut values)?;
+        self.decode_range(first, &mut values)
+            .map_err(Error::into_core)?;
         let bytes: &[u8] = bytemuck::cast_slice(&values);
         let skip = (offset - first * 4) as usize;
         buf.copy_from_slice(&bytes[skip..skip + buf.len()]);

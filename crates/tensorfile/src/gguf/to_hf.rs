@@ -153,10 +153,11 @@ impl<S: ByteSource> TensorData for HfTensor<'_, S> {
         let mut raw = vec![0u8; ((last - first) * size) as usize];
         self.read_rows(first * size, &mut raw)?;
         let mut values = crate::cast::decode_f32_vec(from, &raw).map_err(|source| {
-            tensorfile_core::Error::from(Error::Cast {
+            Error::Cast {
                 tensor: self.name.clone(),
                 source,
-            })
+            }
+            .into_core()
         })?;
         for v in &mut values {
             *v -= 1.0;
@@ -386,7 +387,7 @@ pub(crate) struct Model {
 /// was done to them.
 pub(crate) struct Planned<'f> {
     /// The plan, with its metadata.
-    pub(crate) plan: crate::plan::Plan<'f>,
+    pub(crate) plan: crate::plan::Plan<'f, Error>,
     /// Tensors decoded from quantized blocks.
     pub(crate) decoded: usize,
     /// Weights kept quantized (MLX affine), with their bits.
@@ -419,7 +420,7 @@ pub(crate) fn plan_tensors<'f, S: ByteSource>(
     let mut direct: Vec<Direct<'_>> = Vec::new();
     let mut kept: Vec<Kept<'_>> = Vec::new();
     let mut out = Planned {
-        plan: crate::plan::Plan::new(None),
+        plan: crate::plan::Plan::with_error(None),
         decoded: 0,
         kept: BTreeMap::new(),
         f32_scales: 0,

@@ -301,6 +301,18 @@ struct GgufSink<'t> {
     names: &'t [String],
     target: Target<'t>,
     written: Vec<Mutex<Written>>,
+    /// The first error of this sink, typed: a job sees it as a core error
+    /// (what the core's `Sink` returns), the writer returns it as it is.
+    failed: Mutex<Option<Error>>,
+}
+
+impl GgufSink<'_> {
+    /// Keeps `e` (the first one) and gives the job the core's form of it.
+    fn fail(&self, e: Error) -> tensorfile_core::Error {
+        let stop = tensorfile_core::Error::layer(e.kind(), &e, e.path(), e.tensor());
+        lock(&self.failed).get_or_insert(e);
+        stop
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -309,7 +321,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl Sink for GgufSink<'_> {
     fn write(&self, tensor: usize, offset: u64, bytes: &[u8]) -> tensorfile_core::Result<()> {
-        let bad = |p: String| tensorfile_core::Error::from(Error::from(GgufError::Write(p)));
+        let bad = |p: String| self.fail(GgufError::Write(p).into());
         let (start, len) = self
             .layout
             .tensor(tensor)
@@ -364,7 +376,7 @@ pub struct GgufWriter<'a> {
     kv: Vec<(String, Value)>,
     specs: Vec<GgufSpec>,
     names: Vec<String>,
-    plan: Plan<'a>,
+    plan: Plan<'a, Error>,
 }
 
 impl std::fmt::Debug for GgufWriter<'_> {
@@ -383,7 +395,7 @@ impl<'a> GgufWriter<'a> {
             kv,
             specs: Vec::new(),
             names: Vec::new(),
-            plan: Plan::new(None),
+            plan: Plan::with_error(None),
         }
     }
 
@@ -413,7 +425,7 @@ impl<'a> GgufWriter<'a> {
     }
 
     /// Adds the job that makes (parts of) tensors `outputs`.
-    pub fn push(&mut self, outputs: Vec<usize>, job: impl Job + 'a) {
+    pub fn push(&mut self, outputs: Vec<usize>, job: impl Job<Error> + 'a) {
         self.plan.push(outputs, job);
     }
 
@@ -436,8 +448,13 @@ impl<'a> GgufWriter<'a> {
             names: &self.names,
             target,
             written: self.specs.iter().map(|_| Mutex::default()).collect(),
+            failed: Mutex::new(None),
         };
-        self.plan.run(&sink, |i| i as u64, progress)?;
+        let ran = self.plan.run(&sink, |i| i as u64, progress);
+        if let Some(e) = lock(&sink.failed).take() {
+            return Err(e);
+        }
+        ran?;
         for (i, w) in sink.written.iter().enumerate() {
             let (_, len) = layout.tensor(i).unwrap_or_default();
             let done = lock(w).total();

@@ -46,6 +46,7 @@ use crate::quant::Scheme;
 pub use crate::quant::{logical_weight, LogicalWeight, QuantConfig, QuantParams};
 pub use arch::ARCHITECTURES;
 pub use contract::Contract;
+#[cfg(feature = "gguf")]
 pub(crate) use hf::classes as hf_classes;
 pub use hf::KNOWN as HF_ARCHITECTURES;
 pub use report::{Problem, ProblemKind, Report, Severity};

@@ -162,7 +162,7 @@ impl<'a, S: ByteSource> NpyArray<'a, S> {
 
     /// An error naming the file.
     fn named(&self, e: Error) -> tensorfile_core::Error {
-        self.file.name_error(e).into()
+        self.file.name_error(e).into_core()
     }
 
     /// The data's stored bytes `offset..offset + buf.len()` (C or Fortran

@@ -20,10 +20,19 @@
 
 use std::path::Path;
 
-pub use tensorfile_pytorch::*;
+// The loader, whole but for its `Error`, `Result` and `error` module: its
+// error is `crate::PytorchError`, so the library shows one `Error`.
+#[doc(hidden)]
+pub use tensorfile_pytorch::fuzzing;
+pub use tensorfile_pytorch::{
+    conversion, convert, file_looks_like_pytorch, looks_like_pytorch, select, Checkpoint,
+    Conversion, ConvertPolicy, ConvertTensor, Format, InflateStats, Limits, LoadOptions,
+    PickleError, PickleErrorKind, Selection, SharedPolicy, TensorBytes, TorchTensor, ViewKey,
+    WalkLimits, ZipError, ENTRY_BYTES, IN_MEMORY,
+};
 
 use crate::cast::{self, CastOptions};
-use crate::{save_plan, Dtype, Metadata, Plan, WriteOptions};
+use crate::{save_plan, Dtype, Error, Metadata, Plan, WriteOptions};
 
 mod set;
 
@@ -109,7 +118,7 @@ impl Report {
 pub fn convert_plan<'a>(
     ckpt: &'a Checkpoint,
     options: &ConvertOptions,
-) -> crate::Result<(Plan<'a>, Report)> {
+) -> crate::Result<(Plan<'a, Error>, Report)> {
     let conv = conversion(ckpt, &options.policy())?;
     plan_conversion(conv, options)
 }
@@ -118,7 +127,7 @@ pub fn convert_plan<'a>(
 fn plan_conversion<'a>(
     conv: Conversion<'a>,
     options: &ConvertOptions,
-) -> crate::Result<(Plan<'a>, Report)> {
+) -> crate::Result<(Plan<'a, Error>, Report)> {
     let report = Report {
         tensors: conv.tensors.len(),
         aliases: conv.aliases.len(),

@@ -258,7 +258,7 @@ pub struct SetPlan<'a> {
     /// Every tensor to write, shard by shard (each in pickle order), with
     /// its position in that list as its [`Plan::origin`]; the metadata is
     /// the union of the shards' (the format, every alias, kept values).
-    pub plan: Plan<'a>,
+    pub plan: Plan<'a, Error>,
     /// Per planned input (origin), the input shard it comes from.
     pub shard_of: Vec<usize>,
     /// How many input shards.

@@ -618,14 +618,14 @@ pub fn quantize_plan<'a, T: TensorData>(
     tensors: &'a [T],
     metadata: Option<&Metadata>,
     opts: &QuantizeOptions,
-) -> Result<(Plan<'a>, QuantizeSummary)> {
+) -> Result<(Plan<'a, Error>, QuantizeSummary)> {
     let QuantPlan {
         specs,
         jobs,
         quantized,
         metadata,
     } = plan_quantize(tensors, metadata, opts)?;
-    let mut plan = Plan::new(Some(metadata.clone()));
+    let mut plan = Plan::with_error(Some(metadata.clone()));
     // Each source tensor once: copied, or quantized into all its parts.
     let mut by_source: Vec<Vec<(usize, Part)>> = vec![Vec::new(); tensors.len()];
     for spec in &specs {
@@ -803,7 +803,7 @@ pub fn dequantize_plan<'a, T: TensorData>(
     tensors: &'a [T],
     metadata: Option<&Metadata>,
     opts: &DequantizeOptions,
-) -> Result<(Plan<'a>, DequantizeSummary)> {
+) -> Result<(Plan<'a, Error>, DequantizeSummary)> {
     let by_name: HashMap<&str, usize> = tensors
         .iter()
         .enumerate()
@@ -819,7 +819,7 @@ pub fn dequantize_plan<'a, T: TensorData>(
         metadata.remove(QUANT_KEY);
         metadata.remove(QUANTIZATION_KEY);
     }
-    let mut plan = Plan::new((!metadata.is_empty()).then_some(metadata));
+    let mut plan = Plan::with_error((!metadata.is_empty()).then_some(metadata));
     let mut summary = DequantizeSummary {
         tensors: 0,
         dequantized: Vec::new(),
