@@ -259,7 +259,7 @@ impl Source {
             Source::Stream(f) => read_single(f, name),
             Source::Bytes(f) => Ok(f.read_tensor(&f.info(name)?)?),
             Source::Remote(f) => read_single(f.as_ref(), name),
-            Source::Set { set, .. } => set.read_tensor(name),
+            Source::Set { set, .. } => Ok(set.read_tensor(name)?),
         }
     }
 

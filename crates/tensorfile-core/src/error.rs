@@ -600,6 +600,10 @@ pub enum Error {
     /// The writer refused its input, or writing failed.
     #[error("cannot write: {0}")]
     Write(#[from] WriteError),
+    /// A sharded set's index, shards, or their agreement is wrong.
+    /// (Boxed: it is the largest variant, and errors travel by value.)
+    #[error(transparent)]
+    Shard(Box<crate::set::ShardError>),
     /// A path cannot be written to: see [`OutputError`]. Nothing was written.
     #[error("{}: {problem}", path.display())]
     Output {
@@ -677,6 +681,7 @@ impl Error {
             }
             Error::Other { kind, .. } => *kind,
             Error::Write(e) => e.kind(),
+            Error::Shard(e) => e.kind(),
             Error::Output { .. } => ErrorKind::Output,
         }
     }
@@ -701,6 +706,11 @@ impl Error {
         }
     }
 
+    /// Whether this is an I/O error saying the file does not exist.
+    pub fn is_not_found_file(&self) -> bool {
+        matches!(self.detail(), Error::Io { source, .. } if source.kind() == io::ErrorKind::NotFound)
+    }
+
     /// The format error, if this is one (about a named file or not).
     pub fn format(&self) -> Option<&FormatError> {
         match self.detail() {
@@ -717,3 +727,43 @@ impl Error {
 
 /// `Result` with this library's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl From<crate::set::ShardError> for Error {
+    fn from(e: crate::set::ShardError) -> Error {
+        Error::Shard(Box::new(e))
+    }
+}
+
+impl Error {
+    /// The set's error, if this is one (about a named file or not).
+    pub fn shard(&self) -> Option<&crate::set::ShardError> {
+        match self.detail() {
+            Error::Shard(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+/// A text that does not parse (a shard size, an index's JSON): the message
+/// says what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ParseError(String);
+
+impl ParseError {
+    /// A text's problem, in words.
+    pub fn new(message: impl Into<String>) -> ParseError {
+        ParseError(message.into())
+    }
+
+    /// This error's kind: [`ErrorKind::Format`] (a text that is not what
+    /// it should be).
+    pub fn kind(&self) -> ErrorKind {
+        ErrorKind::Format
+    }
+
+    /// What is wrong.
+    pub fn message(&self) -> &str {
+        &self.0
+    }
+}

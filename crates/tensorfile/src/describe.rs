@@ -17,8 +17,8 @@ use serde::{Deserialize, Serialize};
 use crate::model::{read_config_from, read_config_source, CONFIG_NAME, TOKENIZER_NAME};
 use crate::pytorch::{Checkpoint, Format};
 use crate::quant::{int4_group, quantized_weights, QuantConfig, Storage};
-use crate::shard::{LocalDir, Location};
 use crate::{Dtype, Header, JsonObject, Metadata, ShardedTensors, TensorInfo};
+use tensorfile_core::set::{LocalDir, Location};
 
 /// A tensor's sha256 in hex, when hashes are asked for (`None` otherwise).
 pub type Digest<'a> = &'a dyn Fn(&str) -> Option<String>;

@@ -11,7 +11,7 @@ use crate::cast::CastError;
 use crate::gguf::GgufError;
 use crate::npz::NpzError;
 use crate::quant::QuantError;
-use crate::shard::ShardError;
+use tensorfile_core::set::ShardError;
 
 /// Any error of this library.
 #[derive(Debug, thiserror::Error)]
@@ -29,10 +29,6 @@ pub enum Error {
         /// What is wrong.
         problem: String,
     },
-    /// A sharded set's index, shards, or their agreement is wrong.
-    /// (Boxed: it is the largest variant, and errors travel by value.)
-    #[error(transparent)]
-    Shard(Box<ShardError>),
     /// A tensor cannot be quantized or dequantized.
     #[error("tensor {tensor:?}: {problem}")]
     Quant {
@@ -64,6 +60,12 @@ pub enum Error {
     /// by value.)
     #[error(transparent)]
     Pytorch(Box<tensorfile_pytorch::Error>),
+    /// A remote input (a URL) cannot be reached or read: its store, the
+    /// request, or the answer (see [`tensorfile_remote::RemoteError`]).
+    /// (Boxed: errors travel by value.)
+    #[cfg(feature = "remote")]
+    #[error(transparent)]
+    Remote(Box<tensorfile_remote::RemoteError>),
     /// An error about a named file. [`Error::detail`] gives the error
     /// without the file.
     #[error("{}: {source}", path.display())]
@@ -118,7 +120,14 @@ impl From<tensorfile_pytorch::Error> for Error {
 
 impl From<ShardError> for Error {
     fn from(e: ShardError) -> Error {
-        Error::Shard(Box::new(e))
+        Error::Core(e.into())
+    }
+}
+
+#[cfg(feature = "remote")]
+impl From<tensorfile_remote::RemoteError> for Error {
+    fn from(e: tensorfile_remote::RemoteError) -> Error {
+        Error::Remote(Box::new(e))
     }
 }
 
@@ -170,6 +179,9 @@ impl Error {
         match self {
             Error::Core(e) => Error::Core(e.at(path)),
             named @ Error::File { .. } => named,
+            // A remote error names its URL already.
+            #[cfg(feature = "remote")]
+            named @ Error::Remote(_) => named,
             other => Error::File {
                 path: path.into(),
                 source: Box::new(other),
@@ -184,13 +196,14 @@ impl Error {
         match self {
             Error::Core(e) => e.kind(),
             Error::Config { .. } => ErrorKind::Format,
-            Error::Shard(e) => e.kind(),
             Error::Quant { problem, .. } => problem.kind(),
             Error::Cast { source, .. } => source.kind(),
             Error::File { source, .. } => source.kind(),
             Error::Pytorch(e) => e.kind(),
             Error::Gguf(e) => e.kind(),
             Error::Npz(e) => e.kind(),
+            #[cfg(feature = "remote")]
+            Error::Remote(e) => ErrorKind::of_io(&io::Error::from(e.kind())),
         }
     }
 
@@ -216,14 +229,20 @@ impl Error {
         match self {
             Error::File { path, .. } => Some(path),
             Error::Core(e) => e.file(),
+            #[cfg(feature = "remote")]
+            Error::Remote(e) => Some(Path::new(&e.url)),
             _ => None,
         }
     }
 
     /// Whether this is an I/O error saying the file does not exist.
     pub fn is_not_found_file(&self) -> bool {
-        matches!(self.core(), Some(tensorfile_core::Error::Io { source, .. })
-            if source.kind() == io::ErrorKind::NotFound)
+        #[cfg(feature = "remote")]
+        if let Error::Remote(e) = self.detail() {
+            return e.is_not_found();
+        }
+        self.core()
+            .is_some_and(tensorfile_core::Error::is_not_found_file)
     }
 
     /// The format error, if this is one.
@@ -244,6 +263,11 @@ impl Error {
         }
     }
 
+    /// The set's error, if this is one (about a named file or not).
+    pub fn shard(&self) -> Option<&ShardError> {
+        self.core().and_then(tensorfile_core::Error::shard)
+    }
+
     /// The GGUF error, if this is one (about a named file or not).
     pub fn gguf(&self) -> Option<&GgufError> {
         match self.detail() {
@@ -255,22 +279,3 @@ impl Error {
 
 /// `Result` with this library's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
-
-/// A text that does not parse (a shard size, an index's JSON): the message
-/// says what is wrong with it.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct ParseError(pub(crate) String);
-
-impl ParseError {
-    /// This error's kind: [`ErrorKind::Format`] (a text that is not what
-    /// it should be).
-    pub fn kind(&self) -> ErrorKind {
-        ErrorKind::Format
-    }
-
-    /// What is wrong.
-    pub fn message(&self) -> &str {
-        &self.0
-    }
-}

@@ -14,8 +14,7 @@ use super::sha::{tensor_sha256, Sha256Digest};
 use crate::writer::TensorData;
 use crate::{parallel, Metadata, ReadOptions, Result, SafeTensors, WriteOptions};
 
-/// The metadata key holding a file's per-tensor sha256.
-pub const TENSOR_SHA256_KEY: &str = "tensorfile.sha256";
+pub use tensorfile_core::TENSOR_SHA256_KEY;
 
 /// The per-tensor digests recorded in `metadata`; `Ok(None)` without the key.
 ///

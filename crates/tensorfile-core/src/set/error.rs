@@ -1,4 +1,4 @@
-//! A problem with a sharded set (a leaf: the umbrella error wraps it).
+//! A problem with a sharded set (a leaf: [`crate::Error::Shard`] wraps it).
 
 use std::path::PathBuf;
 
@@ -44,7 +44,7 @@ pub enum ShardError {
         shard: String,
         /// Why it was refused.
         #[source]
-        source: Box<tensorfile_core::Error>,
+        source: Box<crate::Error>,
     },
     /// The index maps a tensor to a shard that does not hold it.
     #[error("tensor {tensor:?} is mapped to shard {shard:?}, which does not hold it{}", match found_in {
@@ -123,10 +123,10 @@ pub enum ShardError {
 impl ShardError {
     /// This error's kind: a shard's own error's for
     /// [`ShardError::InvalidShard`];
-    /// [`Format`](tensorfile_core::ErrorKind::Format) for the rest (an index,
+    /// [`Format`](crate::ErrorKind::Format) for the rest (an index,
     /// shard names or shards that are not what the set needs).
-    pub fn kind(&self) -> tensorfile_core::ErrorKind {
-        use tensorfile_core::ErrorKind;
+    pub fn kind(&self) -> crate::ErrorKind {
+        use crate::ErrorKind;
         match self {
             ShardError::InvalidShard { source, .. } => source.kind(),
             ShardError::BadIndex { .. }

@@ -24,7 +24,7 @@ use crate::atomic::{check_not_input, write_plan_parts, AtomicSet, NewDirs};
 use crate::error::{Error, Result};
 use crate::plan::Plan;
 use crate::save_plan;
-use crate::shard::{SetTensor, ShardIndex, ShardedTensors};
+use crate::set::{SetTensor, ShardIndex, ShardedTensors};
 use crate::writer::WriteOptions;
 
 /// Groups tensor sizes (in source order) into shards the way huggingface_hub
@@ -78,7 +78,7 @@ impl SplitOptions {
     }
 }
 
-tensorfile_core::with_fields!(SplitOptions {
+crate::with_fields!(SplitOptions {
     with_max_shard_size => max_shard_size: u64,
     with_prefix => prefix: String,
     with_write => write: WriteOptions,
@@ -249,7 +249,7 @@ pub fn save_set(
     let (mut total_size, mut total_parameters) = (0u64, 0u128);
     for (spec, &k) in plan.specs().iter().zip(&parts) {
         total_size = total_size.saturating_add(spec.byte_len()?);
-        total_parameters += u128::from(tensorfile_core::dtype::numel(&spec.shape).unwrap_or(0));
+        total_parameters += u128::from(crate::dtype::numel(&spec.shape).unwrap_or(0));
         weight_map.insert(spec.name.clone(), shard_name(prefix, k, count));
     }
     let index = if count > 1 {
@@ -293,7 +293,7 @@ fn copy_plan<'a>(source: &ShardedTensors, tensors: &'a [SetTensor<'a>]) -> Resul
 ///
 /// # Errors
 /// `out_dir` already holds weights with this prefix; reading or writing
-/// fails (naming the file); or the commit fails ([`tensorfile_core::Error::Set`]).
+/// fails (naming the file); or the commit fails ([`crate::Error::Set`]).
 pub fn split(
     source: &ShardedTensors,
     out_dir: &Path,
@@ -318,7 +318,7 @@ pub fn split(
 ///
 /// # Errors
 /// `out` is one of the set's files, a shard or the index
-/// ([`tensorfile_core::OutputError::IsInput`]); the shards' metadata
+/// ([`crate::OutputError::IsInput`]); the shards' metadata
 /// disagree; reading or writing fails.
 pub fn merge(
     source: &ShardedTensors,
@@ -329,7 +329,7 @@ pub fn merge(
     check_not_input(out, inputs(source))?;
     let tensors = source.tensor_data();
     let plan = copy_plan(source, &tensors)?;
-    Ok(save_plan(out, &plan, options, progress)?)
+    save_plan(out, &plan, options, progress)
 }
 
 #[cfg(test)]
