@@ -9,7 +9,7 @@ use std::time::Duration;
 use tensorfile::{OpenOptions, ReadOptions, SafeTensors, ShardedTensors};
 use tensorfile_remote::{Client, RemoteFile, RemoteOptions};
 
-pub use tensorfile_remote::{kind, url_of as url};
+pub use tensorfile_remote::url_of as url;
 
 /// The options of every command's remote reads (global: given before or
 /// after the command's name).

@@ -48,12 +48,11 @@ use crate::view::TensorView;
 use crate::writer::TensorData;
 use crate::Metadata;
 
-mod error;
 mod load;
-mod names;
+pub(crate) mod names;
 mod write;
 
-pub use error::ShardError;
+pub use crate::error::ShardError;
 pub use load::{Loaded, Want};
 pub use names::{DIFFUSERS_INDEX_NAME, DIFFUSERS_SINGLE_NAME, DIR_NAMES, INDEX_NAME, SINGLE_NAME};
 pub use write::{merge, save_set, split, Sharding, SplitOptions, SplitSummary};
