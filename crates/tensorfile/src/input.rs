@@ -426,13 +426,12 @@ fn no_remote(url: &str) -> Error {
 pub fn probe(path_or_url: impl AsRef<Path>) -> Result<Probed, Error> {
     let path = path_or_url.as_ref();
     if let Some(url) = url_of(path) {
-        #[cfg(feature = "remote")]
-        let kind = tensorfile_remote::kind(url);
         #[cfg(not(feature = "remote"))]
-        let kind: Kind = return Err(no_remote(url));
+        return Err(no_remote(url));
+        #[cfg(feature = "remote")]
         return Ok(Probed {
             path: path.to_path_buf(),
-            kind,
+            kind: tensorfile_remote::kind(url),
             url: true,
         });
     }

@@ -166,7 +166,7 @@ impl ShardIndex {
     /// Parses an index's text.
     ///
     /// # Errors
-    /// [`ParseError`](ParseError) saying what is wrong.
+    /// [`ParseError`] saying what is wrong.
     pub fn parse(text: &[u8]) -> Result<ShardIndex, ParseError> {
         let raw: RawIndex =
             serde_json::from_slice(text).map_err(|e| ParseError::new(e.to_string()))?;

@@ -289,7 +289,8 @@ fn copy_plan<'a>(source: &ShardedTensors, tensors: &'a [SetTensor<'a>]) -> Resul
 /// Splits a set (a file, or any set [`ShardedTensors::open`] takes) into
 /// shards in `out_dir`, each keeping the source's metadata. `progress` is
 /// told each time more data bytes are written. All the files appear at the
-/// end, the index last, or none does (see the [module docs](self)).
+/// end, the index last, or none does (every file is written as a
+/// temporary first, as [`save_set`] writes).
 ///
 /// # Errors
 /// `out_dir` already holds weights with this prefix; reading or writing
