@@ -45,12 +45,7 @@ pub fn validate<'py>(
             }
             text
         };
-        let url = remote::url(&path);
-        let kind = match url {
-            Some(u) => Ok(remote::kind(u)),
-            None => tensorfile::input::detect(&path),
-        };
-        match kind {
+        match tensorfile::input::probe(&path).map(|p| p.kind()) {
             Ok(Kind::SafetensorsSet) => match open_set(&path, &options, &client) {
                 Ok(set) => (None, None, set.warnings().to_vec()),
                 Err(e) => (Some(one_line(&e)), e.rule(), Vec::new()),
@@ -89,10 +84,11 @@ fn open_set(
     options: &ReadOptions,
     client: &Arc<Client>,
 ) -> tensorfile::Result<ShardedTensors> {
-    match remote::url(path) {
-        Some(u) => remote::open_set(u, client, options),
-        None => ShardedTensors::open_pread(path, options),
-    }
+    let options = tensorfile::OpenOptions::default()
+        .with_read(options.clone())
+        .with_map(false)
+        .with_client(client.clone());
+    tensorfile::input::open_set(path, &options)
 }
 
 /// A file's header, local or remote (one request when it fits in 64 KiB);
@@ -196,12 +192,10 @@ pub fn inspect_json(
 ) -> PyResult<String> {
     use tensorfile::describe;
     let client = remote::client(remote::timeout(timeout)?);
-    let kind = match remote::url(&path) {
-        Some(u) => remote::kind(u),
-        None => py
-            .detach(|| tensorfile::input::detect(&path))
-            .map_err(errors::error)?,
-    };
+    let kind = py
+        .detach(|| tensorfile::input::probe(&path))
+        .map_err(errors::error)?
+        .kind();
     let text = match kind {
         Kind::Safetensors => py
             .detach(|| -> tensorfile::Result<_> {

@@ -157,12 +157,17 @@ impl Source {
     }
 
     /// A remote file or set (only headers are read now), whichever the URL
-    /// names (see `tensorfile_remote::kind`), read through `client`.
+    /// names (see `tensorfile::input::probe`), read through `client`.
     fn open_remote(url: &str, client: &Arc<Client>) -> tensorfile::Result<Source> {
         let read = ReadOptions::default();
-        match remote::kind(url) {
+        match tensorfile::input::probe(url)?.kind() {
             Kind::SafetensorsSet => Ok(Source::Set {
-                set: remote::open_set(url, client, &read)?,
+                set: tensorfile::input::open_set(
+                    url,
+                    &tensorfile::OpenOptions::default()
+                        .with_read(read)
+                        .with_client(client.clone()),
+                )?,
                 files: Vec::new(),
             }),
             _ => Ok(Source::Remote(Box::new(remote::open_file(
@@ -259,7 +264,7 @@ impl Source {
             Source::Stream(f) => read_single(f, name),
             Source::Bytes(f) => Ok(f.read_tensor(&f.info(name)?)?),
             Source::Remote(f) => read_single(f.as_ref(), name),
-            Source::Set { set, .. } => set.read_tensor(name),
+            Source::Set { set, .. } => Ok(set.read_tensor(name)?),
         }
     }
 

@@ -11,7 +11,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::PyResult;
 use tensorfile_remote::{Client, RemoteOptions};
 
-pub use tensorfile_remote::{kind, open_file, open_set, url_of};
+pub use tensorfile_remote::{open_file, url_of};
 
 /// The client of one call's remote reads. Without a timeout, the client
 /// every such call of the process shares: one pool of connections and one

@@ -2,8 +2,8 @@
 //!
 //! The format core of [tensorfile](https://docs.rs/tensorfile): everything
 //! a loader of [safetensors](https://huggingface.co/docs/safetensors) files
-//! needs, and nothing above it (casts, quantization, shards and model
-//! directories live in the `tensorfile` crate).
+//! needs, and nothing above it (casts, quantization, model directories
+//! and the other formats live in the `tensorfile` crate).
 //!
 //! - [`source`]: byte sources (slices, buffers, memory maps, files read with
 //!   positional reads, and any source other crates add).
@@ -16,6 +16,8 @@
 //!   library's bytes) and atomic saves.
 //! - [`plan`]: tensors whose bytes are made on demand by jobs, which
 //!   transforms produce and writers consume.
+//! - [`set`]: sharded sets (an index and its shards, local or at any
+//!   [`Location`](set::Location)), read and written.
 //!
 //! ```
 //! use tensorfile_core::{serialize, Dtype, SafeTensors, TensorRef};
@@ -42,8 +44,11 @@ pub mod error;
 pub mod file;
 pub mod header;
 mod json;
+mod json_object;
+mod kind;
 pub mod parallel;
 pub mod plan;
+pub mod set;
 pub mod slice;
 pub mod source;
 pub mod view;
@@ -54,10 +59,13 @@ pub use atomic::{
     save, save_plan, save_positional, save_streaming, AtomicFile, AtomicSet, PositionalWriter,
 };
 pub use dtype::Dtype;
-pub use error::{Error, ErrorKind, FormatError, OutputError, Result, WriteError};
+pub use error::{Error, ErrorKind, FormatError, OutputError, ParseError, Result, WriteError};
 pub use file::{read_header, read_header_from, read_header_from_path, FileTensor, SafeTensors};
 pub use header::{Header, ReadOptions, TensorInfo};
+pub use json_object::JsonObject;
+pub use kind::Kind as InputKind;
 pub use plan::Plan;
+pub use set::{ShardError, ShardedTensors};
 pub use slice::{SliceArg, SlicedView, TensorSlice};
 pub use source::{ByteSource, FileSource, InMemory, MappedFile, PrivateMap};
 pub use view::{Element, TensorView};
@@ -68,6 +76,11 @@ pub use writer::{
 /// A file's metadata: string keys to string values, kept in ascending byte
 /// order of the keys (the order the canonical writer uses).
 pub type Metadata = std::collections::BTreeMap<String, String>;
+
+/// The metadata key holding a file's per-tensor sha256 (`--embed-hash`):
+/// the JSON text of an object from tensor name to 64 hex digits. A set's
+/// merged metadata leaves it out (each file's own digests).
+pub const TENSOR_SHA256_KEY: &str = "tensorfile.sha256";
 
 /// The default cap on the header length N: 100,000,000 bytes (reader rule 1).
 pub const DEFAULT_MAX_HEADER_LEN: u64 = 100_000_000;

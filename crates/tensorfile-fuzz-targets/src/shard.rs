@@ -6,7 +6,8 @@
 use std::path::{Path, PathBuf};
 
 use tensorfile::shard::{ShardIndex, INDEX_NAME};
-use tensorfile::{serialize, Dtype, Error, ShardError, ShardedTensors, TensorRef};
+use tensorfile::{serialize, Dtype, ShardError, ShardedTensors, TensorRef};
+use tensorfile_core::Error;
 
 use crate::input::Input;
 

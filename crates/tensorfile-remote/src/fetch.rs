@@ -50,9 +50,9 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use tensorfile::atomic::PartialFile;
-use tensorfile::shard::{ShardIndex, DIR_NAMES, MAX_INDEX_LEN};
-use tensorfile::{ByteSource, ReadOptions, SafeTensors, ShardedTensors};
+use tensorfile_core::atomic::PartialFile;
+use tensorfile_core::set::{ShardIndex, DIR_NAMES, MAX_INDEX_LEN};
+use tensorfile_core::{ByteSource, ReadOptions, SafeTensors, ShardedTensors};
 
 use crate::error::{Problem, RemoteError};
 use crate::http::Client;
@@ -229,8 +229,8 @@ const MAX_NOTE_LEN: u64 = 64 << 20;
 const NOTE_EVERY: Duration = Duration::from_secs(2);
 
 /// An error about `url` as a library error naming it.
-fn named(e: RemoteError) -> tensorfile::Error {
-    tensorfile::Error::io(e.url.clone(), e.into_io_unnamed())
+fn named(e: RemoteError) -> tensorfile_core::Error {
+    tensorfile_core::Error::io(e.url.clone(), e.into_io_unnamed())
 }
 
 /// Copies `source` (a file, an index or a directory URL) to `dest`: a file
@@ -247,7 +247,7 @@ pub fn fetch(
     client: &Arc<Client>,
     options: &FetchOptions,
     progress: &dyn Progress,
-) -> tensorfile::Result<Fetched> {
+) -> tensorfile_core::Result<Fetched> {
     let resolved = resolve(source, client).map_err(named)?;
     let dir = resolved.dir;
     let (wanted, single_target) = match resolved.file {
@@ -277,7 +277,7 @@ pub fn fetch(
             .unwrap_or_else(|| PathBuf::from(".")),
         None => dest.to_path_buf(),
     };
-    std::fs::create_dir_all(&dest_dir).map_err(|e| tensorfile::Error::io(&dest_dir, e))?;
+    std::fs::create_dir_all(&dest_dir).map_err(|e| tensorfile_core::Error::io(&dest_dir, e))?;
     let mut jobs = open_jobs(
         &dir,
         wanted,
@@ -306,7 +306,7 @@ pub fn fetch(
     copy_chunks(&jobs, client, progress)?;
     let mut files = crate::concurrently(&jobs, verify_workers(), |job| finish(job, options))
         .into_iter()
-        .collect::<tensorfile::Result<Vec<_>>>()?;
+        .collect::<tensorfile_core::Result<Vec<_>>>()?;
     // The jobs own the files; `finish` committed through copies of them.
     drop(jobs);
     files.extend(up_to_date);
@@ -351,7 +351,7 @@ fn verify_workers() -> usize {
 
 /// The shards an index names, when `name` is an index; `None` for any
 /// other file.
-fn index_shards(dir: &RemoteDir, name: &str) -> tensorfile::Result<Option<Vec<String>>> {
+fn index_shards(dir: &RemoteDir, name: &str) -> tensorfile_core::Result<Option<Vec<String>>> {
     if !name.ends_with(".json") {
         return Ok(None);
     }
@@ -361,7 +361,7 @@ fn index_shards(dir: &RemoteDir, name: &str) -> tensorfile::Result<Option<Vec<St
     }
     let mut text = vec![0u8; file.len() as usize];
     file.read_exact_at(0, &mut text)
-        .map_err(|e| tensorfile::Error::io(dir.name_of(name), e))?;
+        .map_err(|e| tensorfile_core::Error::io(dir.name_of(name), e))?;
     let Ok(index) = ShardIndex::parse(&text) else {
         return Ok(None);
     };
@@ -409,7 +409,7 @@ fn renamed(e: tensorfile_core::Error, url: &str) -> tensorfile_core::Error {
 
 /// A single file, with what its directory's listing says of it (the Hub's
 /// gives its sha256; other listings are not worth the requests).
-fn describe(dir: &RemoteDir, name: &str) -> tensorfile::Result<Wanted> {
+fn describe(dir: &RemoteDir, name: &str) -> tensorfile_core::Result<Wanted> {
     if !dir.lists_digests() {
         return Ok(plain(name, false));
     }
@@ -427,7 +427,7 @@ fn describe(dir: &RemoteDir, name: &str) -> tensorfile::Result<Wanted> {
 
 /// The files of a directory: its listing, or for a directory that cannot
 /// be listed, its set and the usual side files.
-fn directory_files(dir: &RemoteDir) -> tensorfile::Result<Vec<Wanted>> {
+fn directory_files(dir: &RemoteDir) -> tensorfile_core::Result<Vec<Wanted>> {
     if let Some(listed) = dir.list().map_err(named)? {
         let files: Vec<Wanted> = listed
             .into_iter()
@@ -465,7 +465,7 @@ fn directory_files(dir: &RemoteDir) -> tensorfile::Result<Vec<Wanted>> {
         }
     }
     if files.is_empty() {
-        return Err(tensorfile::ShardError::NoWeights {
+        return Err(tensorfile_core::ShardError::NoWeights {
             dir: PathBuf::from(dir.display()),
         }
         .into());
@@ -490,7 +490,7 @@ fn open_jobs(
     single_target: Option<&Path>,
     options: &FetchOptions,
     progress: &dyn Progress,
-) -> tensorfile::Result<Vec<Prepared>> {
+) -> tensorfile_core::Result<Vec<Prepared>> {
     let workers = dir.client().options().concurrency;
     let target_of = |w: &Wanted| match single_target {
         Some(t) => t.to_path_buf(),
@@ -601,7 +601,7 @@ fn mtime_ns(meta: &std::fs::Metadata) -> Option<i128> {
 
 /// S3's full-object sha256 of an S3 object, asked for with a `HEAD`
 /// (composite checksums of multipart uploads are not a file's sha256).
-fn s3_sha256(remote: &RemoteFile) -> tensorfile::Result<Option<String>> {
+fn s3_sha256(remote: &RemoteFile) -> tensorfile_core::Result<Option<String>> {
     if !remote.name().starts_with("s3://") {
         return Ok(None);
     }
@@ -624,10 +624,10 @@ fn s3_sha256(remote: &RemoteFile) -> tensorfile::Result<Option<String>> {
 }
 
 /// The sha256 of a local file, in hex.
-fn hash_file(path: &Path) -> tensorfile::Result<String> {
-    let mut file = File::open(path).map_err(|e| tensorfile::Error::io(path, e))?;
+fn hash_file(path: &Path) -> tensorfile_core::Result<String> {
+    let mut file = File::open(path).map_err(|e| tensorfile_core::Error::io(path, e))?;
     let mut hasher = Sha256::new();
-    std::io::copy(&mut file, &mut hasher).map_err(|e| tensorfile::Error::io(path, e))?;
+    std::io::copy(&mut file, &mut hasher).map_err(|e| tensorfile_core::Error::io(path, e))?;
     Ok(hex::encode(hasher.finalize()))
 }
 
@@ -639,7 +639,7 @@ fn prepare(
     target: PathBuf,
     options: &FetchOptions,
     progress: &dyn Progress,
-) -> tensorfile::Result<Job> {
+) -> tensorfile_core::Result<Job> {
     let partial = PartialFile::for_target(&target)?;
     let len = remote.len();
     // A server that does not take ranges gives the file as one stream.
@@ -685,7 +685,7 @@ fn prepare(
             }
             file.set_len(0)
                 .and_then(|_| file.set_len(len))
-                .map_err(|e| tensorfile::Error::io(partial.path(), e))?;
+                .map_err(|e| tensorfile_core::Error::io(partial.path(), e))?;
             partial.remove_companion("json")?;
         }
     }
@@ -696,7 +696,7 @@ fn prepare(
     // The first bytes came with the request that opened the object.
     if !done.contains(&0) {
         write_at(&file, remote.head_bytes(), 0)
-            .map_err(|e| tensorfile::Error::io(partial.path(), e))?;
+            .map_err(|e| tensorfile_core::Error::io(partial.path(), e))?;
     }
     Ok(Job {
         wanted,
@@ -751,7 +751,7 @@ impl Job {
     }
 
     /// Records a chunk as on disk, and writes the note now and then.
-    fn finished(&self, chunk: u64) -> tensorfile::Result<()> {
+    fn finished(&self, chunk: u64) -> tensorfile_core::Result<()> {
         self.done
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -773,13 +773,13 @@ impl Job {
 
     /// Syncs the data, then records which chunks are on disk (a note never
     /// claims bytes that a crash could lose).
-    fn write_note(&self) -> tensorfile::Result<()> {
+    fn write_note(&self) -> tensorfile_core::Result<()> {
         if !self.resumable {
             return Ok(());
         }
         self.file
             .sync_data()
-            .map_err(|e| tensorfile::Error::io(self.partial.path(), e))?;
+            .map_err(|e| tensorfile_core::Error::io(self.partial.path(), e))?;
         let done: Vec<u64> = self
             .done
             .lock()
@@ -804,7 +804,7 @@ impl Job {
             done: runs,
         };
         let text = serde_json::to_vec(&note).unwrap_or_default();
-        Ok(self.partial.write_companion("json", &text)?)
+        self.partial.write_companion("json", &text)
     }
 }
 
@@ -841,7 +841,11 @@ fn record_fetched(job: &Job, committed: Option<File>) {
 /// Works every file's chunks off one queue with the client's concurrency;
 /// on a failure, the others stop and every file's note is brought up to
 /// date for the next fetch.
-fn copy_chunks(jobs: &[Job], client: &Client, progress: &dyn Progress) -> tensorfile::Result<()> {
+fn copy_chunks(
+    jobs: &[Job],
+    client: &Client,
+    progress: &dyn Progress,
+) -> tensorfile_core::Result<()> {
     let mut queue: Vec<(usize, u64, u64, u64)> = Vec::new();
     for (i, job) in jobs.iter().enumerate() {
         queue.extend(job.todo().into_iter().map(|(c, a, b)| (i, c, a, b)));
@@ -849,7 +853,7 @@ fn copy_chunks(jobs: &[Job], client: &Client, progress: &dyn Progress) -> tensor
     // Chunk 0 of every file first: its head was written already.
     let queue = Mutex::new(queue.into_iter());
     let failed = AtomicBool::new(false);
-    let first_error: Mutex<Option<tensorfile::Error>> = Mutex::new(None);
+    let first_error: Mutex<Option<tensorfile_core::Error>> = Mutex::new(None);
     let workers = client.options().concurrency.max(1);
     std::thread::scope(|scope| {
         for _ in 0..workers {
@@ -872,7 +876,7 @@ fn copy_chunks(jobs: &[Job], client: &Client, progress: &dyn Progress) -> tensor
                     }
                 });
                 let result = match (streamed, write_error) {
-                    (_, Some(e)) => Err(tensorfile::Error::io(job.partial.path(), e)),
+                    (_, Some(e)) => Err(tensorfile_core::Error::io(job.partial.path(), e)),
                     (Err(e), None) => Err(named(e)),
                     (Ok(()), None) => job.finished(chunk),
                 };
@@ -901,10 +905,10 @@ fn copy_chunks(jobs: &[Job], client: &Client, progress: &dyn Progress) -> tensor
 
 /// Verifies a complete file and puts it in place; a file that fails is
 /// removed with its note.
-fn finish(job: &Job, options: &FetchOptions) -> tensorfile::Result<FetchedFile> {
+fn finish(job: &Job, options: &FetchOptions) -> tensorfile_core::Result<FetchedFile> {
     let path = job.partial.path();
     let url = job.remote.name().to_string();
-    let fail = |e: tensorfile::Error| -> tensorfile::Error {
+    let fail = |e: tensorfile_core::Error| -> tensorfile_core::Error {
         let _ = job.partial.discard();
         let _ = job.partial.remove_companion("json");
         e
@@ -925,14 +929,13 @@ fn finish(job: &Job, options: &FetchOptions) -> tensorfile::Result<FetchedFile> 
     let name = &job.wanted.name;
     let header_checked = name.ends_with(".safetensors");
     if header_checked {
-        SafeTensors::open_pread_with(&path, &options.read)
-            .map_err(|e| fail(tensorfile::Error::from(renamed(e, &url))))?;
+        SafeTensors::open_pread_with(&path, &options.read).map_err(|e| fail(renamed(e, &url)))?;
     }
     if name.ends_with(".index.json") {
-        let text = std::fs::read(&path).map_err(|e| tensorfile::Error::io(&path, e))?;
+        let text = std::fs::read(&path).map_err(|e| tensorfile_core::Error::io(&path, e))?;
         if let Err(problem) = ShardIndex::parse(&text) {
             return Err(fail(
-                tensorfile::ShardError::BadIndex {
+                tensorfile_core::ShardError::BadIndex {
                     index: PathBuf::from(&url),
                     problem: problem.to_string(),
                 }
@@ -943,7 +946,7 @@ fn finish(job: &Job, options: &FetchOptions) -> tensorfile::Result<FetchedFile> 
     let file = job
         .file
         .try_clone()
-        .map_err(|e| tensorfile::Error::io(&path, e))?;
+        .map_err(|e| tensorfile_core::Error::io(&path, e))?;
     let committed = file.try_clone().ok();
     // The directory opened when the fetch began, not the path again.
     job.partial.commit(file, options.sync)?;

@@ -7,7 +7,7 @@
 //! longer than 64 KiB), tensors and slices with range requests of exactly
 //! their bytes, coalesced and run concurrently ([`RemoteOptions`]). A
 //! remote directory is a [`RemoteDir`], a
-//! [`Location`](tensorfile::shard::Location), so a sharded set opens with
+//! [`Location`](tensorfile_core::set::Location), so a sharded set opens with
 //! its index and every shard's header read at once ([`open_set`]).
 //!
 //! | URL | what it is |
@@ -19,8 +19,8 @@
 //! | `hf://ORG/REPO[@REV]` | the repository, listed with the Hub's tree API |
 //!
 //! ```no_run
-//! use tensorfile::shard::Want;
-//! use tensorfile::{ReadOptions, SliceArg};
+//! use tensorfile_core::set::Want;
+//! use tensorfile_core::{ReadOptions, SliceArg};
 //! use tensorfile_remote::{open_set, Client, RemoteOptions};
 //! let client = Client::new(RemoteOptions::default());
 //! // The index, then every shard's header at once (one request each).
@@ -32,7 +32,7 @@
 //!     Want::tensor("model.norm.weight"),
 //! ];
 //! let loaded = set.load(&wants, 1 << 30)?; // at most 1 GiB of results
-//! # Ok::<(), tensorfile::Error>(())
+//! # Ok::<(), tensorfile_core::Error>(())
 //! ```
 //!
 //! Downloads are [`fetch::fetch`]. Requests go through a [`Client`]: a bounded number in flight,

@@ -5,8 +5,8 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use tensorfile::shard::{Location, ShardIndex, DIR_NAMES, MAX_INDEX_LEN};
-use tensorfile::{ByteSource, ReadOptions, SafeTensors, ShardError, ShardedTensors};
+use tensorfile_core::set::{Location, ShardIndex, DIR_NAMES, MAX_INDEX_LEN};
+use tensorfile_core::{ByteSource, ReadOptions, SafeTensors, ShardError, ShardedTensors};
 use url::Url;
 
 use crate::error::{Problem, RemoteError};
@@ -34,8 +34,8 @@ pub fn url_of(path: &std::path::Path) -> Option<&str> {
 /// sniffed without a request): a set when it ends in `/`, names a `.json`
 /// index, or its last part has no extension (a directory or a Hub
 /// repository); otherwise one safetensors file.
-pub fn kind(url: &str) -> tensorfile::input::Kind {
-    use tensorfile::input::Kind;
+pub fn kind(url: &str) -> tensorfile_core::InputKind {
+    use tensorfile_core::InputKind as Kind;
     let last = url.trim_end_matches('/').rsplit('/').next().unwrap_or("");
     if url.ends_with('/') || last.ends_with(".json") || !last.contains('.') {
         Kind::SafetensorsSet
@@ -164,7 +164,7 @@ impl RemoteDir {
             client: client.clone(),
             base,
             display,
-            max_header_len: tensorfile::DEFAULT_MAX_HEADER_LEN,
+            max_header_len: tensorfile_core::DEFAULT_MAX_HEADER_LEN,
             opened: Mutex::new(HashMap::new()),
             overrides: HashMap::new(),
         }
@@ -365,8 +365,8 @@ pub fn open_file(
     url: &str,
     client: &Arc<Client>,
     options: &ReadOptions,
-) -> tensorfile::Result<SafeTensors<RemoteFile>> {
-    let name_err = |e: RemoteError| tensorfile::Error::io(e.url.clone(), e.into_io_unnamed());
+) -> tensorfile_core::Result<SafeTensors<RemoteFile>> {
+    let name_err = |e: RemoteError| tensorfile_core::Error::io(e.url.clone(), e.into_io_unnamed());
     let resolved = resolve(url, client).map_err(name_err)?;
     let Some(file) = resolved.file else {
         return Err(name_err(RemoteError::new(
@@ -380,7 +380,7 @@ pub fn open_file(
     let source = dir.open_file(&file).map_err(name_err)?;
     SafeTensors::from_source_with(source, options)
         .map(|f| f.named(&name))
-        .map_err(|e| tensorfile::Error::from(e.at(&name)))
+        .map_err(|e| e.at(&name))
 }
 
 /// The directory a file's URL is in (where a config.json beside the file
@@ -405,8 +405,8 @@ pub fn open_set(
     url: &str,
     client: &Arc<Client>,
     options: &ReadOptions,
-) -> tensorfile::Result<ShardedTensors> {
-    let name_err = |e: RemoteError| tensorfile::Error::io(e.url.clone(), e.into_io_unnamed());
+) -> tensorfile_core::Result<ShardedTensors> {
+    let name_err = |e: RemoteError| tensorfile_core::Error::io(e.url.clone(), e.into_io_unnamed());
     let resolved = resolve(url, client).map_err(name_err)?;
     let mut dir = resolved.dir;
     dir.max_header_len = options.max_header_len;
@@ -414,7 +414,7 @@ pub fn open_set(
         Some(f) => (f, None),
         None => dir.entry().map_err(|e| {
             if e.is_not_found() {
-                tensorfile::Error::from(ShardError::NoWeights {
+                tensorfile_core::Error::from(ShardError::NoWeights {
                     dir: PathBuf::from(dir.display()),
                 })
             } else {
@@ -446,7 +446,7 @@ pub fn open_set(
             let mut text = vec![0u8; len as usize];
             source
                 .read_exact_at(0, &mut text)
-                .map_err(|e| tensorfile::Error::io(&index_name, e))?;
+                .map_err(|e| tensorfile_core::Error::io(&index_name, e))?;
             text
         };
         if let Ok(parsed) = ShardIndex::parse(&index) {
@@ -464,7 +464,7 @@ pub fn open_set(
     let Some(single) = single else { return set };
     // Both an index and the single file, as mlx-lm writes them: the index
     // must map every tensor to that file.
-    let conflict = |problem: String| -> tensorfile::Error {
+    let conflict = |problem: String| -> tensorfile_core::Error {
         ShardError::Ambiguous {
             dir: display.clone(),
             single: single.clone(),

@@ -10,7 +10,7 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tensorfile::{ByteSource, ReadOptions};
+use tensorfile_core::{ByteSource, ReadOptions};
 use tensorfile_remote::serve::{Fault, Server};
 use tensorfile_remote::{Client, Problem};
 
@@ -35,7 +35,7 @@ fn serve_big() -> (Server, String, Vec<u8>) {
 }
 
 /// Reads the whole tensor of the big file.
-fn read_all(url: &str, client: &Arc<Client>) -> tensorfile::Result<Vec<u8>> {
+fn read_all(url: &str, client: &Arc<Client>) -> tensorfile_core::Result<Vec<u8>> {
     let file = tensorfile_remote::open_file(url, client, &ReadOptions::default())?;
     let info = file.info("t")?;
     Ok(file.read_tensor(&info)?.into_owned())

@@ -251,13 +251,13 @@ fn a_single_file_goes_to_a_path_or_into_a_directory() {
 }
 
 /// The error of a fetch refused for what is at its partial file's name.
-fn is_unsafe_partial(e: &tensorfile::Error) -> bool {
+fn is_unsafe_partial(e: &tensorfile_core::Error) -> bool {
     matches!(
-        e.core().map(|c| c.detail()),
-        Some(tensorfile_core::Error::Output {
+        e.detail(),
+        tensorfile_core::Error::Output {
             problem: tensorfile_core::OutputError::UnsafePartial { .. },
             ..
-        })
+        }
     )
 }
 

@@ -5,8 +5,8 @@
 
 mod common;
 
-use tensorfile::shard::Want;
-use tensorfile::{ByteSource, ReadOptions, SafeTensors, ShardedTensors};
+use tensorfile_core::set::Want;
+use tensorfile_core::{ByteSource, ReadOptions, SafeTensors, ShardedTensors};
 use tensorfile_remote::serve::Server;
 
 #[test]
@@ -59,11 +59,7 @@ fn every_fixture_reads_remotely_as_locally() {
             }
             (Err(l), Err(r)) => {
                 assert_eq!(l.rule(), r.rule(), "{url}: {l} / {r}");
-                assert_eq!(
-                    l.detail().to_string(),
-                    r.core().unwrap().to_string(),
-                    "{url}"
-                );
+                assert_eq!(l.detail().to_string(), r.detail().to_string(), "{url}");
                 assert!(r.to_string().starts_with(&url), "{r}");
             }
             (l, r) => panic!("{url}: local {:?}, remote {:?}", l.err(), r.err()),

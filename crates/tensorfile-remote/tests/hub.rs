@@ -6,8 +6,8 @@
 
 mod common;
 
-use tensorfile::shard::Want;
-use tensorfile::{ReadOptions, ShardedTensors};
+use tensorfile_core::set::Want;
+use tensorfile_core::{ReadOptions, ShardedTensors};
 use tensorfile_remote::serve::Server;
 
 const TOKEN: &str = "hf_TestSecretValue123";

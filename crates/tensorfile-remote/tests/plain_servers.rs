@@ -13,7 +13,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tensorfile::{ByteSource, ReadOptions};
+use tensorfile_core::{ByteSource, ReadOptions};
 use tensorfile_remote::fetch::{fetch, FetchOptions, Outcome, Progress};
 use tensorfile_remote::serve::{Fault, Server};
 use tensorfile_remote::Client;

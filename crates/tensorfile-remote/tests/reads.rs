@@ -8,8 +8,8 @@ mod common;
 
 use std::time::Duration;
 
-use tensorfile::shard::Want;
-use tensorfile::{ErrorKind, ReadOptions};
+use tensorfile_core::set::Want;
+use tensorfile_core::{ErrorKind, ReadOptions};
 use tensorfile_remote::serve::Server;
 use tensorfile_remote::Client;
 
@@ -17,17 +17,17 @@ use tensorfile_remote::Client;
 fn many_tensors(n: usize) -> Vec<u8> {
     let names: Vec<String> = (0..n).map(|i| format!("tensor.{i:06}")).collect();
     let data = vec![7u8; n];
-    let tensors: Vec<tensorfile::TensorRef<'_>> = names
+    let tensors: Vec<tensorfile_core::TensorRef<'_>> = names
         .iter()
         .enumerate()
-        .map(|(i, name)| tensorfile::TensorRef {
+        .map(|(i, name)| tensorfile_core::TensorRef {
             name,
-            dtype: tensorfile::Dtype::U8,
+            dtype: tensorfile_core::Dtype::U8,
             shape: &[1],
             data: &data[i..i + 1],
         })
         .collect();
-    tensorfile::serialize(tensors, None).unwrap()
+    tensorfile_core::serialize(tensors, None).unwrap()
 }
 
 #[test]

@@ -11,8 +11,8 @@ mod common;
 
 use std::sync::Arc;
 
-use tensorfile::shard::Want;
-use tensorfile::{ReadOptions, SafeTensors, ShardedTensors};
+use tensorfile_core::set::Want;
+use tensorfile_core::{ReadOptions, SafeTensors, ShardedTensors};
 use tensorfile_remote::fetch::{fetch, FetchOptions, Outcome};
 use tensorfile_remote::serve::S3Bucket;
 use tensorfile_remote::Client;

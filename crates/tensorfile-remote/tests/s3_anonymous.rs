@@ -14,7 +14,7 @@
 
 mod common;
 
-use tensorfile::{ReadOptions, SafeTensors};
+use tensorfile_core::{ReadOptions, SafeTensors};
 use tensorfile_remote::serve::S3Bucket;
 
 const KEY: &str = "testing";

@@ -18,8 +18,8 @@ use crate::model::{read_config_from, read_config_source, CONFIG_NAME, TOKENIZER_
 #[cfg(feature = "pytorch")]
 use crate::pytorch::{Checkpoint, Format};
 use crate::quant::{int4_group, quantized_weights, QuantConfig};
-use crate::shard::{LocalDir, Location};
 use crate::{Dtype, Header, JsonObject, Metadata, ShardedTensors, TensorInfo};
+use tensorfile_core::set::{LocalDir, Location};
 
 /// A tensor's sha256 in hex, when hashes are asked for (`None` otherwise).
 pub type Digest<'a> = &'a dyn Fn(&str) -> Option<String>;

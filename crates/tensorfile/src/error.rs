@@ -19,7 +19,7 @@ use crate::gguf::GgufError;
 #[cfg(feature = "npz")]
 use crate::npz::NpzError;
 use crate::quant::QuantError;
-use crate::shard::ShardError;
+use tensorfile_core::set::ShardError;
 
 /// Any error of this library.
 ///
@@ -42,10 +42,6 @@ pub enum Error {
         /// What is wrong.
         problem: String,
     },
-    /// A sharded set's index, shards, or their agreement is wrong.
-    /// (Boxed: it is the largest variant, and errors travel by value.)
-    #[error(transparent)]
-    Shard(Box<ShardError>),
     /// A tensor cannot be quantized or dequantized.
     #[error("tensor {tensor:?}: {problem}")]
     Quant {
@@ -82,7 +78,7 @@ pub enum Error {
     Pytorch(Box<tensorfile_pytorch::Error>),
     /// An input of a kind this build does not read: the library was built
     /// without the Cargo feature that reads it (see
-    /// [`crate::input::Kind::ensure_built`]).
+    /// [`crate::input::ensure_built`]).
     #[error("{}: this is {what}, but tensorfile was built without the {feature} feature", path.display())]
     FeatureDisabled {
         /// The input.
@@ -92,6 +88,12 @@ pub enum Error {
         /// The feature that reads it: `pytorch`, `gguf` or `npz`.
         feature: &'static str,
     },
+    /// A remote input (a URL) cannot be reached or read: its store, the
+    /// request, or the answer (see [`tensorfile_remote::RemoteError`]).
+    /// (Boxed: errors travel by value.)
+    #[cfg(feature = "remote")]
+    #[error(transparent)]
+    Remote(Box<tensorfile_remote::RemoteError>),
     /// An error about a named file. [`Error::detail`] gives the error
     /// without the file.
     #[error("{}: {source}", path.display())]
@@ -123,7 +125,14 @@ impl From<tensorfile_pytorch::Error> for Error {
 
 impl From<ShardError> for Error {
     fn from(e: ShardError) -> Error {
-        Error::Shard(Box::new(e))
+        Error::Core(e.into())
+    }
+}
+
+#[cfg(feature = "remote")]
+impl From<tensorfile_remote::RemoteError> for Error {
+    fn from(e: tensorfile_remote::RemoteError) -> Error {
+        Error::Remote(Box::new(e))
     }
 }
 
@@ -177,6 +186,9 @@ impl Error {
         match self {
             Error::Core(e) => Error::Core(e.at(path)),
             named @ Error::File { .. } => named,
+            // A remote error names its URL already.
+            #[cfg(feature = "remote")]
+            named @ Error::Remote(_) => named,
             other => Error::File {
                 path: path.into(),
                 source: Box::new(other),
@@ -191,7 +203,6 @@ impl Error {
         match self {
             Error::Core(e) => e.kind(),
             Error::Config { .. } => ErrorKind::Format,
-            Error::Shard(e) => e.kind(),
             Error::Quant { problem, .. } => problem.kind(),
             Error::Cast { source, .. } => source.kind(),
             Error::File { source, .. } => source.kind(),
@@ -202,6 +213,8 @@ impl Error {
             Error::Gguf(e) => e.kind(),
             #[cfg(feature = "npz")]
             Error::Npz(e) => e.kind(),
+            #[cfg(feature = "remote")]
+            Error::Remote(e) => ErrorKind::of_io(&io::Error::from(e.kind())),
         }
     }
 
@@ -230,6 +243,8 @@ impl Error {
             #[cfg(feature = "pytorch")]
             Error::Pytorch(e) => e.file(),
             Error::FeatureDisabled { path, .. } => Some(path),
+            #[cfg(feature = "remote")]
+            Error::Remote(e) => Some(Path::new(&e.url)),
             _ => None,
         }
     }
@@ -239,7 +254,6 @@ impl Error {
         match self {
             Error::Core(e) => e.tensor(),
             Error::Quant { tensor, .. } | Error::Cast { tensor, .. } => Some(tensor),
-            Error::Shard(e) => shard_tensor(e),
             #[cfg(feature = "gguf")]
             Error::Gguf(e) => gguf_tensor(e),
             #[cfg(feature = "pytorch")]
@@ -247,6 +261,8 @@ impl Error {
             Error::File { source, .. } => source.tensor(),
             #[cfg(feature = "npz")]
             Error::Npz(_) => None,
+            #[cfg(feature = "remote")]
+            Error::Remote(_) => None,
             Error::Config { .. } | Error::FeatureDisabled { .. } => None,
         }
     }
@@ -269,8 +285,12 @@ impl Error {
 
     /// Whether this is an I/O error saying the file does not exist.
     pub fn is_not_found_file(&self) -> bool {
-        matches!(self.core(), Some(tensorfile_core::Error::Io { source, .. })
-            if source.kind() == io::ErrorKind::NotFound)
+        #[cfg(feature = "remote")]
+        if let Error::Remote(e) = self.detail() {
+            return e.is_not_found();
+        }
+        self.core()
+            .is_some_and(tensorfile_core::Error::is_not_found_file)
     }
 
     /// The format error, if this is one.
@@ -290,6 +310,11 @@ impl Error {
             Error::Npz(e) => Some(e),
             _ => None,
         }
+    }
+
+    /// The set's error, if this is one (about a named file or not).
+    pub fn shard(&self) -> Option<&ShardError> {
+        self.core().and_then(tensorfile_core::Error::shard)
     }
 
     /// The GGUF error, if this is one (about a named file or not).
@@ -324,19 +349,6 @@ pub(crate) fn produce_typed<T: crate::TensorData + ?Sized>(
     }
 }
 
-/// The tensor a shard error is about, if it names one.
-fn shard_tensor(e: &ShardError) -> Option<&str> {
-    match e {
-        ShardError::BadShardName { tensor, .. }
-        | ShardError::MissingShard { tensor, .. }
-        | ShardError::NotInShard { tensor, .. }
-        | ShardError::InTwoShards { tensor, .. }
-        | ShardError::NotInMap { tensor, .. } => Some(tensor),
-        ShardError::InvalidShard { source, .. } => source.tensor(),
-        _ => None,
-    }
-}
-
 #[cfg(feature = "gguf")]
 /// The tensor a GGUF error is about, if it names one.
 fn gguf_tensor(e: &GgufError) -> Option<&str> {
@@ -355,22 +367,3 @@ fn gguf_tensor(e: &GgufError) -> Option<&str> {
 
 /// `Result` with this library's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
-
-/// A text that does not parse (a shard size, an index's JSON): the message
-/// says what is wrong with it.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct ParseError(pub(crate) String);
-
-impl ParseError {
-    /// This error's kind: [`ErrorKind::Format`] (a text that is not what
-    /// it should be).
-    pub fn kind(&self) -> ErrorKind {
-        ErrorKind::Format
-    }
-
-    /// What is wrong.
-    pub fn message(&self) -> &str {
-        &self.0
-    }
-}

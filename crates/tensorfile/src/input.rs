@@ -1,6 +1,25 @@
 //! One way in: what an input is, decided by what its bytes say (and, for a
-//! directory, by the files in it), so that every front end (the command
-//! line, the C library, Python) takes the same inputs the same way.
+//! directory, by the files in it; for a URL, by its name), so that every
+//! front end (the command line, the C library, Python) takes the same
+//! inputs the same way.
+//!
+//! [`open`] takes a path or a URL and opens it as what it is ([`Input`]);
+//! [`probe`] says what it is without opening it (a front end that takes
+//! only some kinds refuses the others first), and [`Probed::open`] then
+//! opens it.
+//!
+//! ```
+//! use tensorfile::input::{open, Input, OpenOptions};
+//! use tensorfile::{save, Dtype, TensorRef, WriteOptions};
+//! let dir = tempfile::tempdir()?;
+//! let w = TensorRef { name: "w", dtype: Dtype::F32, shape: &[1], data: &[0u8; 4] };
+//! save(dir.path().join("model.safetensors"), [w], None, &WriteOptions::default())?;
+//! match open(dir.path(), &OpenOptions::default())? {
+//!     Input::SafetensorsSet(set) => assert_eq!(set.len(), 1),
+//!     other => panic!("{}", other.kind()),
+//! }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 //!
 //! ```
 //! use tensorfile::input::{detect, Kind};
@@ -19,101 +38,47 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use std::fmt;
 use std::io::{self, Read};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
+#[cfg(feature = "gguf")]
+use crate::gguf::{GgufFile, ReadLimits};
+#[cfg(feature = "npz")]
+use crate::npz::{NpzFile, NpzLimits};
+#[cfg(feature = "pytorch")]
+use crate::pytorch::{Checkpoint, CheckpointSet, LoadOptions};
 use crate::source::open_regular;
-use crate::Error;
+use crate::{Error, ReadOptions, ShardedTensors};
 
-/// What an input is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Kind {
-    /// A safetensors file.
-    Safetensors,
-    /// A set of safetensors files: an index (`*.safetensors.index.json`),
-    /// or a directory holding one or a single `model.safetensors` (a model
-    /// directory, diffusers' `diffusion_pytorch_model*` included).
-    SafetensorsSet,
-    /// A PyTorch checkpoint (`torch.save`: zip, legacy or tar).
-    Pytorch,
-    /// A set of PyTorch checkpoints: `pytorch_model.bin.index.json` (or
-    /// diffusers'), or a directory holding one or a single `.bin`.
-    PytorchSet,
-    /// A GGUF file (llama.cpp).
-    Gguf,
-    /// A numpy `.npz` archive.
-    Npz,
-    /// A numpy `.npy` array.
-    Npy,
-}
+pub use tensorfile_core::InputKind as Kind;
 
-impl Kind {
-    /// What it is, in words.
-    pub fn describe(self) -> &'static str {
-        match self {
-            Kind::Safetensors => "a safetensors file",
-            Kind::SafetensorsSet => "a set of safetensors files (a directory or an index)",
-            Kind::Pytorch => "a PyTorch checkpoint",
-            Kind::PytorchSet => "a set of PyTorch checkpoints (a .bin index or a directory)",
-            Kind::Gguf => "a GGUF file",
-            Kind::Npz => "a numpy .npz archive",
-            Kind::Npy => "a numpy .npy array",
-        }
-    }
-
-    /// Whether it is a safetensors file or set.
-    pub fn is_safetensors(self) -> bool {
-        matches!(self, Kind::Safetensors | Kind::SafetensorsSet)
-    }
-
-    /// Whether it holds several files (a set).
-    pub fn is_set(self) -> bool {
-        matches!(self, Kind::SafetensorsSet | Kind::PytorchSet)
-    }
-
-    /// The Cargo feature of this crate that reads this kind: `None` for
-    /// safetensors (the core reads it).
-    pub fn feature(self) -> Option<&'static str> {
-        match self {
-            Kind::Safetensors | Kind::SafetensorsSet => None,
-            Kind::Pytorch | Kind::PytorchSet => Some("pytorch"),
-            Kind::Gguf => Some("gguf"),
-            Kind::Npz | Kind::Npy => Some("npz"),
-        }
-    }
-
-    /// Whether this build reads this kind (its feature is on).
-    pub fn is_built(self) -> bool {
-        match self {
-            Kind::Safetensors | Kind::SafetensorsSet => true,
-            Kind::Pytorch | Kind::PytorchSet => cfg!(feature = "pytorch"),
-            Kind::Gguf => cfg!(feature = "gguf"),
-            Kind::Npz | Kind::Npy => cfg!(feature = "npz"),
-        }
-    }
-
-    /// Refuses an input at `path` of this kind when this build does not
-    /// read it: what a front end calls before opening a detected kind.
-    ///
-    /// # Errors
-    /// [`Error::FeatureDisabled`] when the kind's feature is off.
-    pub fn ensure_built(self, path: &Path) -> Result<(), Error> {
-        match self.feature() {
-            Some(feature) if !self.is_built() => Err(Error::FeatureDisabled {
-                path: path.to_path_buf(),
-                what: self.describe(),
-                feature,
-            }),
-            _ => Ok(()),
-        }
+/// Whether this build reads inputs of `kind` (its Cargo feature is on).
+// The arms are constants that differ from build to build, which clippy
+// reads as a `matches!` in the build at hand.
+#[allow(clippy::match_like_matches_macro)]
+pub fn is_built(kind: Kind) -> bool {
+    match kind {
+        Kind::Pytorch | Kind::PytorchSet => cfg!(feature = "pytorch"),
+        Kind::Gguf => cfg!(feature = "gguf"),
+        Kind::Npz | Kind::Npy => cfg!(feature = "npz"),
+        _ => true,
     }
 }
 
-impl fmt::Display for Kind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.describe())
+/// Refuses an input at `path` of `kind` when this build does not read it:
+/// what [`Probed::open`] does before opening, and what a front end that
+/// opens a detected kind itself calls first.
+///
+/// # Errors
+/// [`Error::FeatureDisabled`] when the kind's feature is off.
+pub fn ensure_built(kind: Kind, path: &Path) -> Result<(), Error> {
+    match kind.feature() {
+        Some(feature) if !is_built(kind) => Err(Error::FeatureDisabled {
+            path: path.to_path_buf(),
+            what: kind.describe(),
+            feature,
+        }),
+        _ => Ok(()),
     }
 }
 
@@ -235,6 +200,319 @@ fn not_a(path: &Path, what: String) -> Error {
     )
 }
 
+/// How [`open`] opens an input.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct OpenOptions {
+    /// How safetensors headers are read and checked (every shard's, for a
+    /// set).
+    pub read: ReadOptions,
+    /// Whether local safetensors files and shards are memory-mapped on
+    /// first use (zero-copy, but not safe against a file truncated
+    /// underneath) rather than read with positional reads. `true` by
+    /// default; remote inputs are always read.
+    pub map: bool,
+    /// How PyTorch checkpoints are loaded.
+    #[cfg(feature = "pytorch")]
+    pub pytorch: LoadOptions,
+    /// Limits on reading GGUF files.
+    #[cfg(feature = "gguf")]
+    pub gguf: ReadLimits,
+    /// Limits on reading `.npy` arrays and `.npz` archives.
+    #[cfg(feature = "npz")]
+    pub npz: NpzLimits,
+    /// The client URLs are read through; `None`: one client that the
+    /// whole process shares, made on first use with the default options.
+    #[cfg(feature = "remote")]
+    pub client: Option<std::sync::Arc<tensorfile_remote::Client>>,
+}
+
+impl Default for OpenOptions {
+    fn default() -> OpenOptions {
+        OpenOptions {
+            read: ReadOptions::default(),
+            map: true,
+            #[cfg(feature = "pytorch")]
+            pytorch: LoadOptions::default(),
+            #[cfg(feature = "gguf")]
+            gguf: ReadLimits::default(),
+            #[cfg(feature = "npz")]
+            npz: NpzLimits::default(),
+            #[cfg(feature = "remote")]
+            client: None,
+        }
+    }
+}
+
+tensorfile_core::with_fields!(OpenOptions {
+    with_read => read: ReadOptions,
+    with_map => map: bool,
+});
+#[cfg(feature = "pytorch")]
+tensorfile_core::with_fields!(OpenOptions { with_pytorch => pytorch: LoadOptions });
+#[cfg(feature = "gguf")]
+tensorfile_core::with_fields!(OpenOptions { with_gguf => gguf: ReadLimits });
+#[cfg(feature = "npz")]
+tensorfile_core::with_fields!(OpenOptions { with_npz => npz: NpzLimits });
+
+#[cfg(feature = "remote")]
+impl OpenOptions {
+    /// Sets [`OpenOptions::client`].
+    #[must_use]
+    pub fn with_client(mut self, client: std::sync::Arc<tensorfile_remote::Client>) -> Self {
+        self.client = Some(client);
+        self
+    }
+
+    /// The client URLs are read through: [`OpenOptions::client`], else
+    /// the one the process shares.
+    pub fn remote_client(&self) -> std::sync::Arc<tensorfile_remote::Client> {
+        static SHARED: std::sync::OnceLock<std::sync::Arc<tensorfile_remote::Client>> =
+            std::sync::OnceLock::new();
+        match &self.client {
+            Some(c) => c.clone(),
+            None => SHARED
+                .get_or_init(|| tensorfile_remote::Client::new(Default::default()))
+                .clone(),
+        }
+    }
+}
+
+/// An opened input, as what it is: match on it.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Input {
+    /// A safetensors file: a set of one shard without an index, whose
+    /// [`Shard::file`](crate::shard::Shard::file) is the file (local or
+    /// remote).
+    Safetensors(ShardedTensors),
+    /// A set of safetensors files: an index and its shards, or a model
+    /// directory (local or remote), validated whole.
+    SafetensorsSet(ShardedTensors),
+    /// A PyTorch checkpoint; also a model directory holding a single
+    /// `pytorch_model.bin` (or diffusers' equivalent) and no index.
+    /// (Boxed: the loaded pickle is large.)
+    #[cfg(feature = "pytorch")]
+    Pytorch(Box<Checkpoint>),
+    /// A set of PyTorch checkpoints: a `.bin` index and its shards.
+    #[cfg(feature = "pytorch")]
+    PytorchSet(Box<CheckpointSet>),
+    /// A GGUF file.
+    #[cfg(feature = "gguf")]
+    Gguf(Box<GgufFile>),
+    /// A numpy `.npz` archive.
+    #[cfg(feature = "npz")]
+    Npz(Box<NpzFile>),
+    /// A numpy `.npy` array.
+    #[cfg(feature = "npz")]
+    Npy(Box<NpzFile>),
+}
+
+impl Input {
+    /// What it is.
+    pub fn kind(&self) -> Kind {
+        match self {
+            Input::Safetensors(_) => Kind::Safetensors,
+            Input::SafetensorsSet(_) => Kind::SafetensorsSet,
+            #[cfg(feature = "pytorch")]
+            Input::Pytorch(_) => Kind::Pytorch,
+            #[cfg(feature = "pytorch")]
+            Input::PytorchSet(_) => Kind::PytorchSet,
+            #[cfg(feature = "gguf")]
+            Input::Gguf(_) => Kind::Gguf,
+            #[cfg(feature = "npz")]
+            Input::Npz(_) => Kind::Npz,
+            #[cfg(feature = "npz")]
+            Input::Npy(_) => Kind::Npy,
+        }
+    }
+
+    /// The safetensors file or set, if it is one.
+    pub fn into_safetensors(self) -> Option<ShardedTensors> {
+        match self {
+            Input::Safetensors(set) | Input::SafetensorsSet(set) => Some(set),
+            #[cfg(any(feature = "pytorch", feature = "gguf", feature = "npz"))]
+            _ => None,
+        }
+    }
+}
+
+/// What an input is, found by [`probe`] without opening it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Probed {
+    path: PathBuf,
+    kind: Kind,
+    url: bool,
+}
+
+impl Probed {
+    /// What it is (judged from its name alone for a URL: see
+    /// [`tensorfile_remote::kind`]).
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    /// The path or URL, as given.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The URL, when it is one.
+    pub fn url(&self) -> Option<&str> {
+        self.url.then(|| self.path.to_str()).flatten()
+    }
+
+    /// Opens it as what it is.
+    ///
+    /// # Errors
+    /// What the opener of its kind refuses (the format's errors, naming
+    /// the file), or an I/O error.
+    pub fn open(&self, options: &OpenOptions) -> Result<Input, Error> {
+        if self.url {
+            let set = open_set(&self.path, options)?;
+            return Ok(match self.kind {
+                Kind::Safetensors => Input::Safetensors(set),
+                _ => Input::SafetensorsSet(set),
+            });
+        }
+        let path = self.path.as_path();
+        ensure_built(self.kind, path)?;
+        let set = || open_set(path, options);
+        Ok(match self.kind {
+            Kind::Safetensors => Input::Safetensors(set()?),
+            Kind::SafetensorsSet => Input::SafetensorsSet(set()?),
+            #[cfg(feature = "pytorch")]
+            Kind::Pytorch => {
+                Input::Pytorch(Box::new(Checkpoint::open_with(path, &options.pytorch)?))
+            }
+            #[cfg(feature = "pytorch")]
+            Kind::PytorchSet => match CheckpointSet::find_index(path) {
+                Some(index) => {
+                    Input::PytorchSet(Box::new(CheckpointSet::open(index, &options.pytorch)?))
+                }
+                // A directory holding one `.bin` and no index.
+                None => {
+                    let single = dir_weights(path)
+                        .map(|(name, _)| path.join(name))
+                        .unwrap_or_else(|| path.to_path_buf());
+                    Input::Pytorch(Box::new(Checkpoint::open_with(single, &options.pytorch)?))
+                }
+            },
+            #[cfg(feature = "gguf")]
+            Kind::Gguf => Input::Gguf(Box::new(GgufFile::open_with(path, &options.gguf)?)),
+            #[cfg(feature = "npz")]
+            Kind::Npz => Input::Npz(Box::new(NpzFile::open_with(path, &options.npz)?)),
+            #[cfg(feature = "npz")]
+            Kind::Npy => Input::Npy(Box::new(NpzFile::open_with(path, &options.npz)?)),
+            // A kind the core knows and this crate does not open.
+            other => {
+                return Err(not_a(
+                    path,
+                    format!("{other}, which this build does not open"),
+                ))
+            }
+        })
+    }
+}
+
+/// The URL `path` holds, if it holds one.
+#[cfg(feature = "remote")]
+fn url_of(path: &Path) -> Option<&str> {
+    tensorfile_remote::url_of(path)
+}
+
+/// The URL `path` holds, if it holds one: without the `remote` feature,
+/// recognized only to be refused by name.
+#[cfg(not(feature = "remote"))]
+fn url_of(path: &Path) -> Option<&str> {
+    let text = path.to_str()?;
+    let (scheme, rest) = text.split_once("://")?;
+    let known = ["s3", "hf", "http", "https"]
+        .iter()
+        .any(|s| scheme.eq_ignore_ascii_case(s));
+    (known && !rest.is_empty()).then_some(text)
+}
+
+/// Opens `path_or_url` as a safetensors file or set, whatever it holds: a
+/// file, an index, or a model directory, local ([`ShardedTensors::open`],
+/// mapped or read as [`OpenOptions::map`] says) or at a URL (headers
+/// only, through [`OpenOptions::client`]). Bytes that are not safetensors
+/// fail with the reader rule they break: a front end that names other
+/// kinds [`probe`]s first.
+///
+/// # Errors
+/// As [`ShardedTensors::open`]; a URL's requests that fail, or a URL
+/// without the `remote` feature.
+pub fn open_set(
+    path_or_url: impl AsRef<Path>,
+    options: &OpenOptions,
+) -> Result<ShardedTensors, Error> {
+    let path = path_or_url.as_ref();
+    if let Some(url) = url_of(path) {
+        #[cfg(feature = "remote")]
+        return Ok(tensorfile_remote::open_set(
+            url,
+            &options.remote_client(),
+            &options.read,
+        )?);
+        #[cfg(not(feature = "remote"))]
+        return Err(no_remote(url));
+    }
+    Ok(if options.map {
+        ShardedTensors::open_with(path, &options.read)?
+    } else {
+        ShardedTensors::open_pread(path, &options.read)?
+    })
+}
+
+#[cfg(not(feature = "remote"))]
+fn no_remote(url: &str) -> Error {
+    Error::io(
+        url,
+        io::Error::new(
+            io::ErrorKind::Unsupported,
+            "a URL, which this build does not read (tensorfile's `remote` feature is off)",
+        ),
+    )
+}
+
+/// What the input at `path_or_url` is, without opening it: a URL by its
+/// name (see [`tensorfile_remote::kind`]), a file by its first bytes, a
+/// directory by the weights in it (see [`detect`]).
+///
+/// # Errors
+/// As [`detect`]; a URL without the `remote` feature.
+pub fn probe(path_or_url: impl AsRef<Path>) -> Result<Probed, Error> {
+    let path = path_or_url.as_ref();
+    if let Some(url) = url_of(path) {
+        #[cfg(not(feature = "remote"))]
+        return Err(no_remote(url));
+        #[cfg(feature = "remote")]
+        return Ok(Probed {
+            path: path.to_path_buf(),
+            kind: tensorfile_remote::kind(url),
+            url: true,
+        });
+    }
+    Ok(Probed {
+        path: path.to_path_buf(),
+        kind: detect(path)?,
+        url: false,
+    })
+}
+
+/// Opens `path_or_url` as what it is: a safetensors file or set (an index,
+/// or a model directory), a PyTorch checkpoint or set, a GGUF file, a
+/// `.npz` archive or a `.npy` array; local, or at an `s3://`, `hf://`,
+/// `http(s)://` URL (safetensors only; with the `remote` feature, through
+/// [`OpenOptions::client`]). [`probe`] then [`Probed::open`].
+///
+/// # Errors
+/// As [`probe`] and [`Probed::open`].
+pub fn open(path_or_url: impl AsRef<Path>, options: &OpenOptions) -> Result<Input, Error> {
+    probe(path_or_url)?.open(options)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -271,8 +549,8 @@ mod tests {
     #[test]
     fn kinds_without_their_feature_are_refused() {
         let p = Path::new("m.gguf");
-        assert!(Kind::Safetensors.ensure_built(p).is_ok());
-        assert!(Kind::SafetensorsSet.ensure_built(p).is_ok());
+        assert!(ensure_built(Kind::Safetensors, p).is_ok());
+        assert!(ensure_built(Kind::SafetensorsSet, p).is_ok());
         let kinds = [
             Kind::Pytorch,
             Kind::PytorchSet,
@@ -282,10 +560,10 @@ mod tests {
         ];
         for kind in kinds {
             let feature = kind.feature().unwrap();
-            match kind.ensure_built(p) {
-                Ok(()) => assert!(kind.is_built()),
+            match ensure_built(kind, p) {
+                Ok(()) => assert!(is_built(kind)),
                 Err(e) => {
-                    assert!(!kind.is_built());
+                    assert!(!is_built(kind));
                     assert_eq!(e.kind(), tensorfile_core::ErrorKind::Unsupported);
                     let text = e.to_string();
                     assert!(text.starts_with("m.gguf: this is "), "{text}");
@@ -293,8 +571,8 @@ mod tests {
                 }
             }
         }
-        assert_eq!(Kind::Gguf.is_built(), cfg!(feature = "gguf"));
-        assert_eq!(Kind::Npy.is_built(), cfg!(feature = "npz"));
-        assert_eq!(Kind::PytorchSet.is_built(), cfg!(feature = "pytorch"));
+        assert_eq!(is_built(Kind::Gguf), cfg!(feature = "gguf"));
+        assert_eq!(is_built(Kind::Npy), cfg!(feature = "npz"));
+        assert_eq!(is_built(Kind::PytorchSet), cfg!(feature = "pytorch"));
     }
 }

@@ -46,29 +46,44 @@ pub mod error;
 #[cfg(feature = "gguf")]
 pub mod gguf;
 pub mod input;
-mod json_object;
 pub mod model;
 #[cfg(feature = "npz")]
 pub mod npz;
 #[cfg(feature = "pytorch")]
 pub mod pytorch;
 pub mod quant;
-pub mod reshard;
-pub mod shard;
 pub mod stats;
 pub mod transform;
 pub mod values;
 
 pub use cast::Decode;
-pub use error::{Error, ParseError, Result};
-pub use json_object::JsonObject;
+pub use error::{Error, Result};
+pub use input::{open, Input, OpenOptions};
 pub use model::Contract;
-pub use shard::{ShardError, ShardedTensors};
+pub use tensorfile_core::{JsonObject, ParseError, ShardError, ShardedTensors};
+
 /// The format core's error: the source of [`Error::Core`].
 pub use tensorfile_core::Error as CoreError;
 /// The PyTorch loader's error: the source of [`Error::Pytorch`].
 #[cfg(feature = "pytorch")]
 pub use tensorfile_pytorch::Error as PytorchError;
+
+/// Sharded sets: an index and its shards, read at any
+/// [`Location`](shard::Location) (the format core's [`tensorfile_core::set`],
+/// under the path this crate has always given it).
+pub mod shard {
+    pub use tensorfile_core::set::{
+        Loaded, LocalDir, Location, SetTensor, Shard, ShardError, ShardIndex, ShardedTensors, Want,
+        DIFFUSERS_INDEX_NAME, DIFFUSERS_SINGLE_NAME, DIR_NAMES, INDEX_NAME, MAX_INDEX_LEN,
+        SINGLE_NAME,
+    };
+}
+
+/// Splitting a set into shards and merging shards into one file (the
+/// format core's set writer, [`tensorfile_core::set::save_set`]).
+pub mod reshard {
+    pub use tensorfile_core::set::{merge, save_set, split, Sharding, SplitOptions, SplitSummary};
+}
 
 /// The repository's README, whose Rust examples `cargo test` compiles as
 /// doctests (`no_run`: they name files that are not there) so that they

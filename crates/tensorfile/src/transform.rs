@@ -8,10 +8,10 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
 use crate::input::Kind;
-use crate::reshard::{save_set, Sharding};
-use crate::shard::SetTensor;
 use crate::ShardedTensors;
 use tensorfile_core::plan::Plan;
+use tensorfile_core::set::SetTensor;
+use tensorfile_core::set::{save_set, Sharding};
 use tensorfile_core::{save_plan, Metadata, ReadOptions, WriteOptions};
 
 /// A safetensors input, file or set, read with positional reads (a file

@@ -304,7 +304,7 @@ fn contract_v0_refuses_bf16() {
     for err in [
         Error::from(SafeTensors::open_with(&path, &options).unwrap_err()),
         Error::from(tensorfile::read_header_from_path(&path, &options).unwrap_err()),
-        ShardedTensors::open_with(dir.path(), &options).unwrap_err(),
+        Error::from(ShardedTensors::open_with(dir.path(), &options).unwrap_err()),
     ] {
         assert!(
             matches!(
@@ -636,7 +636,7 @@ fn sharded_model_directory() {
         &[],
     );
     let v0 = ReadOptions::default().accept(Contract::V0);
-    let err = ShardedTensors::open_with(dir.path(), &v0).unwrap_err();
+    let err = Error::from(ShardedTensors::open_with(dir.path(), &v0).unwrap_err());
     assert!(
         matches!(
             err.core(),

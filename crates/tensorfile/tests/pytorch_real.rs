@@ -375,9 +375,9 @@ fn sets_that_disagree_with_their_index_are_refused() {
 /// The shard error inside a library error (a set that disagrees with its
 /// index).
 fn shard_problem(e: &tensorfile::Error) -> &ShardError {
-    match e.detail() {
-        tensorfile::Error::Shard(s) => s,
-        other => panic!("not a shard error: {other}"),
+    match e.shard() {
+        Some(s) => s,
+        None => panic!("not a shard error: {e}"),
     }
 }
 

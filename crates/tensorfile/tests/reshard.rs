@@ -167,7 +167,7 @@ fn refuses_an_output_directory_holding_weights() {
     let tmp = tempfile::tempdir().unwrap();
     let source = ShardedTensors::open(fixtures().join("models/bigram/model.safetensors")).unwrap();
     fs::write(tmp.path().join("model-00001-of-00002.safetensors"), b"old").unwrap();
-    let err = split(&source, tmp.path(), &options(1), &no_progress()).unwrap_err();
+    let err = Error::from(split(&source, tmp.path(), &options(1), &no_progress()).unwrap_err());
     assert!(
         matches!(err.core(), Some(tensorfile_core::Error::Io { path, source })
             if source.kind() == std::io::ErrorKind::AlreadyExists
@@ -207,7 +207,7 @@ fn merge_refuses_conflicting_metadata_and_writes_nothing() {
     let out = tmp.path().join("merged.safetensors");
     let err = merge(&set, &out, &WriteOptions::default(), &no_progress()).unwrap_err();
     assert!(
-        matches!(&err, Error::Shard(s)
+        matches!(&err, tensorfile_core::Error::Shard(s)
             if matches!(&**s, tensorfile::shard::ShardError::MetadataConflict { key, .. } if key == "k")),
         "{err}"
     );
@@ -256,7 +256,8 @@ fn merge_refuses_to_write_over_a_file_of_its_set() {
     let index = summary.index.unwrap();
     for target in [&summary.files[1], &index] {
         let before = fs::read(target).unwrap();
-        let err = merge(&set, target, &WriteOptions::default(), &no_progress()).unwrap_err();
+        let err =
+            Error::from(merge(&set, target, &WriteOptions::default(), &no_progress()).unwrap_err());
         assert!(
             matches!(
                 err.core(),

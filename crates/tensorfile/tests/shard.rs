@@ -37,9 +37,9 @@ fn write_index(dir: &Path, index: &Value) -> std::path::PathBuf {
     path
 }
 
-fn shard_error(err: Error) -> ShardError {
-    match err {
-        Error::Shard(e) => *e,
+fn shard_error(err: impl Into<Error>) -> ShardError {
+    match err.into() {
+        Error::Core(tensorfile_core::Error::Shard(e)) => *e,
         other => panic!("not a shard error: {other}"),
     }
 }
@@ -68,7 +68,7 @@ fn opens_from_index_dir_or_file() {
         assert_eq!(set.shard_of("x").unwrap().name(), A);
         assert_eq!(set.info("y").unwrap().shape, &[5]);
         assert!(matches!(
-            set.tensor("nope").map_err(|e| e
+            set.tensor("nope").map_err(Error::from).map_err(|e| e
                 .core()
                 .map(|c| matches!(c, tensorfile_core::Error::NotFound(_)))),
             Err(Some(true))

@@ -109,10 +109,7 @@ pub fn print_dtypes(per_dtype: &std::collections::BTreeMap<tensorfile::Dtype, (u
 
 /// What the input at `path` is (the library's one way in).
 pub fn input_kind(path: &std::path::Path) -> Result<tensorfile::input::Kind, Failure> {
-    if let Some(url) = remote::url(path) {
-        return Ok(remote::kind(url));
-    }
-    Ok(tensorfile::input::detect(path)?)
+    Ok(tensorfile::input::probe(path)?.kind())
 }
 
 /// Why a command that reads safetensors does not take an input of `kind`,

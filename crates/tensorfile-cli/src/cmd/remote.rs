@@ -6,10 +6,10 @@ use std::path::Path;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use tensorfile::{ReadOptions, SafeTensors, ShardedTensors};
+use tensorfile::{OpenOptions, ReadOptions, SafeTensors, ShardedTensors};
 use tensorfile_remote::{Client, RemoteFile, RemoteOptions};
 
-pub use tensorfile_remote::{kind, url_of as url};
+pub use tensorfile_remote::url_of as url;
 
 /// The options of every command's remote reads (global: given before or
 /// after the command's name).
@@ -68,17 +68,24 @@ pub fn client() -> Arc<Client> {
     CLIENT.get_or_init(|| Client::new(options())).clone()
 }
 
-/// Opens a set, local (read with positional reads: a file truncated
-/// underneath is an error, not a signal) or remote (headers only).
+/// How the command opens its inputs: local files read with positional
+/// reads (a file truncated underneath is an error, not a signal), URLs
+/// through the command's [`client`].
+pub fn open_options(read: &ReadOptions) -> OpenOptions {
+    OpenOptions::default()
+        .with_read(read.clone())
+        .with_map(false)
+        .with_client(client())
+}
+
+/// Opens a safetensors file or set, local or remote (headers only), through
+/// the library's way in.
 pub fn open_set(path: &Path, read: &ReadOptions) -> tensorfile::Result<ShardedTensors> {
-    match url(path) {
-        Some(u) => tensorfile_remote::open_set(u, &client(), read),
-        None => ShardedTensors::open_pread(path, read),
-    }
+    tensorfile::input::open_set(path, &open_options(read))
 }
 
 /// Opens one remote safetensors file: its header, one request when it fits
 /// in 64 KiB.
 pub fn open_file(url: &str, read: &ReadOptions) -> tensorfile::Result<SafeTensors<RemoteFile>> {
-    tensorfile_remote::open_file(url, &client(), read)
+    Ok(tensorfile_remote::open_file(url, &client(), read)?)
 }

@@ -59,10 +59,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     for path in &args.files {
         bar.inc(1);
         let url = super::remote::url(path);
-        let kind = match url {
-            Some(u) => Ok(super::remote::kind(u)),
-            None => tensorfile::input::detect(path),
-        };
+        let kind = tensorfile::input::probe(path).map(|p| p.kind());
         // A model directory or a sharded checkpoint's index: see `set`.
         if matches!(kind, Ok(Kind::SafetensorsSet)) {
             all_valid &= bar.suspend(|| super::set::validate(path, &options, args.json));

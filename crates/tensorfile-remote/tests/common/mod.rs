@@ -68,8 +68,8 @@ pub fn s3_endpoint() -> Option<String> {
 
 /// The remote error inside a library error (an I/O error whose inner
 /// error is a [`RemoteError`]): what the tests match on.
-pub fn remote(e: &tensorfile::Error) -> RemoteError {
-    remote_core(e.core().unwrap_or_else(|| panic!("not a core error: {e}")))
+pub fn remote(e: &tensorfile_core::Error) -> RemoteError {
+    remote_core(e)
 }
 
 /// [`remote`] of a core error (a tensor's read).

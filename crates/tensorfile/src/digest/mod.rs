@@ -39,8 +39,9 @@ mod manifest;
 #[cfg(feature = "digest")]
 mod sha;
 
-/// The metadata key holding a file's per-tensor sha256.
-pub const TENSOR_SHA256_KEY: &str = "tensorfile.sha256";
+/// The metadata key holding a file's per-tensor sha256 (defined in the
+/// core, whose sets leave it out of their merged metadata).
+pub use tensorfile_core::TENSOR_SHA256_KEY;
 
 #[cfg(feature = "digest")]
 pub use embedded::{

@@ -33,8 +33,8 @@ use super::types::GgmlType;
 use super::value::Value;
 use super::write::{GgufSpec, GgufWriter};
 use crate::plan::Sink;
-use crate::shard::ShardedTensors;
 use crate::{Dtype, Error, ReadOptions, Result, TensorData};
+use tensorfile_core::set::ShardedTensors;
 
 /// The types a directory converts to.
 pub const TYPES: [GgmlType; 10] = [

@@ -38,9 +38,9 @@ use std::path::{Path, PathBuf};
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
-use crate::json_object::JsonObject;
-use crate::shard::{ShardError, ShardedTensors};
 use crate::ReadOptions;
+use tensorfile_core::set::{ShardError, ShardedTensors};
+use tensorfile_core::JsonObject;
 
 use crate::quant::Scheme;
 pub use crate::quant::{logical_weight, LogicalWeight, QuantConfig, QuantParams};
@@ -94,7 +94,10 @@ pub fn read_config(path: &Path) -> Result<Config> {
 ///
 /// # Errors
 /// The file cannot be read, is longer than 10 MB, or is not a JSON object.
-pub fn read_config_from(location: &dyn crate::shard::Location, file: &str) -> Result<Config> {
+pub fn read_config_from(
+    location: &dyn tensorfile_core::set::Location,
+    file: &str,
+) -> Result<Config> {
     let path = location.path_of(file);
     let source = location.open(file).map_err(|e| Error::io(&path, e))?;
     read_config_source(&*source, &path)
@@ -223,7 +226,7 @@ pub fn check_dir(dir: impl AsRef<Path>, contract: Contract) -> Report {
     };
     let weights = match ShardedTensors::open(dir) {
         Ok(w) => Some(w),
-        Err(Error::Shard(e)) if matches!(*e, ShardError::NoWeights { .. }) => {
+        Err(tensorfile_core::Error::Shard(e)) if matches!(*e, ShardError::NoWeights { .. }) => {
             report.push(match crate::input::dir_weights(dir) {
                 Some((name, crate::input::Kind::PytorchSet)) => Problem::error(
                     ProblemKind::PytorchWeights,
@@ -233,7 +236,7 @@ pub fn check_dir(dir: impl AsRef<Path>, contract: Contract) -> Report {
                 ),
                 _ => Problem::error(
                     ProblemKind::MissingFile,
-                    crate::shard::SINGLE_NAME,
+                    tensorfile_core::set::SINGLE_NAME,
                     e.to_string(),
                 ),
             });
@@ -259,15 +262,15 @@ pub fn check_dir(dir: impl AsRef<Path>, contract: Contract) -> Report {
 }
 
 /// The file a weights error is about, for the report's subject.
-fn weights_subject(e: &Error) -> String {
+fn weights_subject(e: &tensorfile_core::Error) -> String {
     match e {
-        Error::Shard(e) => match &**e {
+        tensorfile_core::Error::Shard(e) => match &**e {
             ShardError::InvalidShard { shard, .. } | ShardError::MissingShard { shard, .. } => {
                 shard.clone()
             }
-            _ => crate::shard::INDEX_NAME.into(),
+            _ => tensorfile_core::set::INDEX_NAME.into(),
         },
-        _ => crate::shard::SINGLE_NAME.into(),
+        _ => tensorfile_core::set::SINGLE_NAME.into(),
     }
 }
 
@@ -317,7 +320,7 @@ fn check_parts(
                 .index_path()
                 .and_then(Path::file_name)
                 .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_else(|| crate::shard::SINGLE_NAME.into()),
+                .unwrap_or_else(|| tensorfile_core::set::SINGLE_NAME.into()),
             warning.clone(),
         ));
     }

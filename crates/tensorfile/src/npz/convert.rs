@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 
 use super::read::NpzFile;
 use crate::cast::{convert_plan, CastOptions, ConvertSummary};
-use crate::reshard::{save_set, Sharding};
 use crate::source::ByteSource;
 use crate::{save_plan, Dtype, Result, WriteOptions};
+use tensorfile_core::set::{save_set, Sharding};
 
 /// How to convert.
 #[derive(Debug, Clone, Default)]

@@ -9,7 +9,7 @@
 //! (`model-0000K-of-0000N.safetensors`); with a maximum shard size the
 //! tensors, in the input's order (shard by shard, each in pickle order),
 //! are cut again with huggingface_hub's greedy rule
-//! ([`plan_shards`](crate::reshard::plan_shards)). Tied weights are
+//! (huggingface_hub's greedy rule, as `split` cuts). Tied weights are
 //! resolved within each shard (torch storages are per file, and
 //! transformers keeps the names of a tied storage in one shard): the name
 //! that comes first in the pickle is written, the others are recorded as
@@ -26,9 +26,9 @@ use super::ConvertOptions;
 use crate::cast::file::plan_targets;
 use crate::cast::{self};
 use crate::error::{Error, Result};
-use crate::reshard::{save_set, Sharding, SplitSummary};
-use crate::shard::{ShardError, ShardIndex};
 use crate::{Metadata, Plan, TensorData};
+use tensorfile_core::set::{save_set, Sharding, SplitSummary};
+use tensorfile_core::set::{ShardError, ShardIndex};
 
 /// The index names of sharded `.bin` sets, each with the prefix of the
 /// safetensors files its conversion writes.
@@ -110,7 +110,7 @@ impl CheckpointSet {
     ///
     /// # Errors
     /// No index found, an index that is not valid (or over
-    /// [`MAX_INDEX_LEN`](crate::shard::MAX_INDEX_LEN) bytes), a shard missing or refused, or shards
+    /// [`MAX_INDEX_LEN`](tensorfile_core::set::MAX_INDEX_LEN) bytes), a shard missing or refused, or shards
     /// that do not agree with the index.
     pub fn open(path: impl AsRef<Path>, load: &LoadOptions) -> Result<CheckpointSet> {
         let path = path.as_ref();

@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value};
 
 use super::{Mode, QuantParams};
-use crate::json_object::JsonObject;
 use crate::Metadata;
+use tensorfile_core::JsonObject;
 
 /// The metadata key of the int4 scheme: `"quant": "int4-g<group>-sym"`.
 pub const QUANT_KEY: &str = "quant";

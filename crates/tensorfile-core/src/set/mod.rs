@@ -14,13 +14,13 @@
 //! only when one of its tensors is first asked for.
 //!
 //! ```
-//! # fn main() -> tensorfile::Result<()> {
-//! use tensorfile::shard::ShardedTensors;
-//! # let dir = tempfile::tempdir().map_err(|e| tensorfile::Error::io("tempdir", e))?;
+//! # fn main() -> tensorfile_core::Result<()> {
+//! use tensorfile_core::set::ShardedTensors;
+//! # let dir = tempfile::tempdir().map_err(|e| tensorfile_core::Error::io("tempdir", e))?;
 //! # let dir = dir.path();
 //! # let data = vec![0u8; 32 * 32 * 4];
-//! # let w = tensorfile::TensorRef { name: "bigram.weight", dtype: tensorfile::Dtype::F32, shape: &[32, 32], data: &data };
-//! # tensorfile::save(dir.join("model.safetensors"), [w], None, &tensorfile::WriteOptions::default())?;
+//! # let w = tensorfile_core::TensorRef { name: "bigram.weight", dtype: tensorfile_core::Dtype::F32, shape: &[32, 32], data: &data };
+//! # tensorfile_core::save(dir.join("model.safetensors"), [w], None, &tensorfile_core::WriteOptions::default())?;
 //! // A directory holding one `model.safetensors` (the course's bigram model).
 //! let set = ShardedTensors::open(dir)?;
 //! assert_eq!(set.shards().len(), 1);
@@ -39,7 +39,7 @@ use serde_json::{Map, Value};
 
 use std::sync::Arc;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ParseError, Result};
 use crate::file::SafeTensors;
 use crate::header::{Header, ReadOptions, TensorInfo};
 use crate::json_object::JsonObject;
@@ -48,13 +48,14 @@ use crate::view::TensorView;
 use crate::writer::TensorData;
 use crate::Metadata;
 
-mod error;
 mod load;
-mod names;
+pub(crate) mod names;
+mod write;
 
-pub use error::ShardError;
+pub use crate::error::ShardError;
 pub use load::{Loaded, Want};
 pub use names::{DIFFUSERS_INDEX_NAME, DIFFUSERS_SINGLE_NAME, DIR_NAMES, INDEX_NAME, SINGLE_NAME};
+pub use write::{merge, save_set, split, Sharding, SplitOptions, SplitSummary};
 
 /// The largest index file read, in bytes: an index lists names only, so
 /// even the largest hub models stay far below this.
@@ -126,7 +127,8 @@ impl ShardIndex {
     /// `name_problem` (which says what is wrong with a name). Names are
     /// checked before any shard is opened. `index` is the index's path,
     /// for the error.
-    pub(crate) fn by_shard(
+    #[doc(hidden)]
+    pub fn by_shard(
         &self,
         index: &Path,
         name_problem: impl Fn(&str) -> Option<&'static str>,
@@ -164,10 +166,10 @@ impl ShardIndex {
     /// Parses an index's text.
     ///
     /// # Errors
-    /// [`ParseError`](crate::ParseError) saying what is wrong.
-    pub fn parse(text: &[u8]) -> Result<ShardIndex, crate::ParseError> {
+    /// [`ParseError`] saying what is wrong.
+    pub fn parse(text: &[u8]) -> Result<ShardIndex, ParseError> {
         let raw: RawIndex =
-            serde_json::from_slice(text).map_err(|e| crate::ParseError(e.to_string()))?;
+            serde_json::from_slice(text).map_err(|e| ParseError::new(e.to_string()))?;
         Ok(ShardIndex {
             metadata: JsonObject::from_map(raw.metadata.unwrap_or_default()),
             weight_map: raw.weight_map.0,
@@ -206,7 +208,7 @@ impl ShardIndex {
         source
             .read_exact_at(0, &mut text)
             .map_err(|e| Error::io(&path, e))?;
-        Ok(ShardIndex::parse(&text).map_err(|e| bad(e.0))?)
+        Ok(ShardIndex::parse(&text).map_err(|e| bad(e.message().to_string()))?)
     }
 
     /// `metadata.total_size`: `Ok(None)` when absent.
@@ -368,15 +370,9 @@ impl fmt::Debug for Shard {
 
 impl Shard {
     /// Opens a shard and reads and validates its header (the data is not read).
-    fn read(
-        name: &str,
-        location: &Arc<dyn Location>,
-        options: &ReadOptions,
-    ) -> tensorfile_core::Result<Shard> {
+    fn read(name: &str, location: &Arc<dyn Location>, options: &ReadOptions) -> Result<Shard> {
         let path = location.path_of(name);
-        let source = location
-            .open(name)
-            .map_err(|e| tensorfile_core::Error::io(&path, e))?;
+        let source = location.open(name).map_err(|e| Error::io(&path, e))?;
         let file = SafeTensors::from_source_with(source, options)
             .map_err(|e| e.at(&path))?
             .named(path);
@@ -491,7 +487,7 @@ impl TensorData for SetTensor<'_> {
         // A map that fails is not an error here: the bytes are then read.
         self.shard.lend(&self.info).ok().flatten()
     }
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> tensorfile_core::Result<()> {
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         self.shard.file.read_at(&self.info, offset, buf)
     }
 }
@@ -664,20 +660,19 @@ impl ShardedTensors {
         let by_shard = index.by_shard(&path, shard_name_problem)?;
         // Every shard's header, at once (remote shards cost a request each).
         let wanted: Vec<(&str, &Vec<&str>)> = by_shard.iter().map(|(&n, t)| (n, t)).collect();
-        let read: Vec<tensorfile_core::Result<Shard>> = {
+        // In the library's own pool, never rayon's global one.
+        let read: Vec<Result<Shard>> = crate::parallel::install(|| {
             use rayon::prelude::*;
             wanted
                 .par_iter()
                 .map(|&(name, _)| Shard::read(name, &location, options))
                 .collect()
-        };
+        });
         let mut shards = Vec::with_capacity(by_shard.len());
         for ((name, tensors), result) in wanted.into_iter().zip(read) {
             match result {
                 Ok(shard) => shards.push(shard),
-                Err(tensorfile_core::Error::Io { source, .. })
-                    if source.kind() == std::io::ErrorKind::NotFound =>
-                {
+                Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
                     return Err(ShardError::MissingShard {
                         shard: name.into(),
                         tensor: tensors.first().map(|t| t.to_string()).unwrap_or_default(),
@@ -687,11 +682,7 @@ impl ShardedTensors {
                 }
                 // Kept as is, so that "unsupported" stays distinct from
                 // "malformed" whichever way a set is opened.
-                Err(e)
-                    if matches!(e.detail(), tensorfile_core::Error::UnsupportedFormat { .. }) =>
-                {
-                    return Err(e.into())
-                }
+                Err(e) if matches!(e.detail(), Error::UnsupportedFormat { .. }) => return Err(e),
                 Err(e) => {
                     return Err(ShardError::InvalidShard {
                         shard: name.into(),
@@ -852,7 +843,7 @@ impl ShardedTensors {
     fn find(&self, name: &str) -> Result<(&Shard, TensorInfo<'_>)> {
         let shard = self
             .shard_of(name)
-            .ok_or_else(|| Error::not_found(name.to_string()))?;
+            .ok_or_else(|| Error::NotFound(name.to_string()))?;
         let info = shard.file.info(name)?;
         Ok((shard, info))
     }
@@ -868,7 +859,7 @@ impl ShardedTensors {
         let (shard, info) = self.find(name)?;
         match shard.lend(&info)? {
             Some(bytes) => Ok(TensorView::from_parts(info, bytes)?),
-            None => Err(Error::from(std::io::Error::new(
+            None => Err(Error::Stream(std::io::Error::new(
                 std::io::ErrorKind::Unsupported,
                 format!(
                     "tensor {name:?}: {} is read, not mapped: use read_tensor",
@@ -888,7 +879,7 @@ impl ShardedTensors {
         if let Some(bytes) = shard.lend(&info)? {
             return Ok(std::borrow::Cow::Borrowed(bytes));
         }
-        Ok(shard.file.read_tensor(&info)?)
+        shard.file.read_tensor(&info)
     }
 
     /// A slice of the tensor of that name, reading only the bytes it covers.
@@ -897,9 +888,7 @@ impl ShardedTensors {
     /// No such tensor, arguments that do not fit its shape, or a failed read.
     pub fn read_slice(&self, name: &str, args: &[crate::SliceArg]) -> Result<Vec<u8>> {
         let (shard, info) = self.find(name)?;
-        Ok(shard
-            .file
-            .read_slice(&crate::TensorSlice::new(info, args)?)?)
+        shard.file.read_slice(&crate::TensorSlice::new(info, args)?)
     }
 
     /// Every tensor as [`TensorData`], shard by shard, each in data order:
@@ -925,7 +914,7 @@ impl ShardedTensors {
 
     /// The union of the shards' metadata. A key with two different values
     /// is an error naming both shards. Embedded per-tensor digests
-    /// ([`crate::digest::TENSOR_SHA256_KEY`]) are each file's own, of its
+    /// ([`crate::TENSOR_SHA256_KEY`]) are each file's own, of its
     /// own bytes: they are left out (what is written from the set has
     /// other bytes, and gets its own with `--embed-hash`).
     ///
@@ -937,7 +926,7 @@ impl ShardedTensors {
         let mut union: BTreeMap<String, (String, &str)> = BTreeMap::new();
         for shard in &self.shards {
             for (key, value) in shard.header().metadata().into_iter().flatten() {
-                if key == crate::digest::TENSOR_SHA256_KEY {
+                if key == crate::TENSOR_SHA256_KEY {
                     continue;
                 }
                 match union.get(key) {

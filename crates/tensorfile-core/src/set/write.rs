@@ -24,7 +24,7 @@ use crate::atomic::{check_not_input, write_plan_parts, AtomicSet, NewDirs};
 use crate::error::{Error, Result};
 use crate::plan::Plan;
 use crate::save_plan;
-use crate::shard::{SetTensor, ShardIndex, ShardedTensors};
+use crate::set::{SetTensor, ShardIndex, ShardedTensors};
 use crate::writer::WriteOptions;
 
 /// Groups tensor sizes (in source order) into shards the way huggingface_hub
@@ -78,7 +78,7 @@ impl SplitOptions {
     }
 }
 
-tensorfile_core::with_fields!(SplitOptions {
+crate::with_fields!(SplitOptions {
     with_max_shard_size => max_shard_size: u64,
     with_prefix => prefix: String,
     with_write => write: WriteOptions,
@@ -160,7 +160,11 @@ impl Sharding {
     /// One output file per input file: tensor `i` of `plan` goes where its
     /// input (its [`Plan::origin`]) came from, `shard_of_input[origin]`;
     /// tensors without an origin go to the first file.
-    pub fn like_inputs(plan: &Plan<'_, Error>, shard_of_input: &[usize], count: usize) -> Sharding {
+    pub fn like_inputs<E: From<Error> + Send>(
+        plan: &Plan<'_, E>,
+        shard_of_input: &[usize],
+        count: usize,
+    ) -> Sharding {
         let parts = (0..plan.specs().len())
             .map(|i| {
                 plan.origin(i)
@@ -174,9 +178,9 @@ impl Sharding {
     /// How a transform of a set writes its output: cut by
     /// `max_shard_size` when given ([`Sharding::MaxSize`]), else one output
     /// file per input file ([`Sharding::like_inputs`]).
-    pub fn new(
+    pub fn new<E: From<Error> + Send>(
         max_shard_size: Option<u64>,
-        plan: &Plan<'_, Error>,
+        plan: &Plan<'_, E>,
         shard_of_input: &[usize],
         count: usize,
     ) -> Sharding {
@@ -187,7 +191,7 @@ impl Sharding {
     }
 
     /// The file of each tensor and the number of files.
-    fn resolve(&self, plan: &Plan<'_, Error>) -> Result<(Vec<usize>, usize)> {
+    fn resolve<E: From<Error> + Send>(&self, plan: &Plan<'_, E>) -> Result<(Vec<usize>, usize)> {
         match self {
             Sharding::Given { parts, count } => Ok((parts.clone(), (*count).max(1))),
             Sharding::MaxSize(max) => {
@@ -220,14 +224,14 @@ impl Sharding {
 /// # Errors
 /// `out_dir` already holds weights with this prefix; a job, a read or a
 /// write fails (naming the file); or the commit fails.
-pub fn save_set(
+pub fn save_set<E: From<Error> + Send>(
     out_dir: &Path,
     prefix: &str,
-    plan: &Plan<'_, Error>,
+    plan: &Plan<'_, E>,
     sharding: &Sharding,
     options: &WriteOptions,
     progress: &(dyn Fn(u64) + Sync),
-) -> Result<SplitSummary> {
+) -> Result<SplitSummary, E> {
     check_out_dir(out_dir, prefix)?;
     let (parts, count) = sharding.resolve(plan)?;
     // Declared before the set, so dropped after it: a failure removes the
@@ -248,8 +252,8 @@ pub fn save_set(
     let mut weight_map = BTreeMap::new();
     let (mut total_size, mut total_parameters) = (0u64, 0u128);
     for (spec, &k) in plan.specs().iter().zip(&parts) {
-        total_size = total_size.saturating_add(spec.byte_len()?);
-        total_parameters += u128::from(tensorfile_core::dtype::numel(&spec.shape).unwrap_or(0));
+        total_size = total_size.saturating_add(spec.byte_len().map_err(Error::from)?);
+        total_parameters += u128::from(crate::dtype::numel(&spec.shape).unwrap_or(0));
         weight_map.insert(spec.name.clone(), shard_name(prefix, k, count));
     }
     let index = if count > 1 {
@@ -277,9 +281,9 @@ pub fn save_set(
 
 /// A plan copying every tensor of `source`, in its data order, with the
 /// shards' metadata (their union).
-fn copy_plan<'a>(source: &ShardedTensors, tensors: &'a [SetTensor<'a>]) -> Result<Plan<'a, Error>> {
+fn copy_plan<'a>(source: &ShardedTensors, tensors: &'a [SetTensor<'a>]) -> Result<Plan<'a>> {
     let metadata = source.metadata()?;
-    let mut plan = Plan::with_error((!metadata.is_empty()).then_some(metadata));
+    let mut plan = Plan::new((!metadata.is_empty()).then_some(metadata));
     for (i, t) in tensors.iter().enumerate() {
         plan.copy_from(t, i);
     }
@@ -289,11 +293,12 @@ fn copy_plan<'a>(source: &ShardedTensors, tensors: &'a [SetTensor<'a>]) -> Resul
 /// Splits a set (a file, or any set [`ShardedTensors::open`] takes) into
 /// shards in `out_dir`, each keeping the source's metadata. `progress` is
 /// told each time more data bytes are written. All the files appear at the
-/// end, the index last, or none does (see the [module docs](self)).
+/// end, the index last, or none does (every file is written as a
+/// temporary first, as [`save_set`] writes).
 ///
 /// # Errors
 /// `out_dir` already holds weights with this prefix; reading or writing
-/// fails (naming the file); or the commit fails ([`tensorfile_core::Error::Set`]).
+/// fails (naming the file); or the commit fails ([`crate::Error::Set`]).
 pub fn split(
     source: &ShardedTensors,
     out_dir: &Path,
@@ -318,7 +323,7 @@ pub fn split(
 ///
 /// # Errors
 /// `out` is one of the set's files, a shard or the index
-/// ([`tensorfile_core::OutputError::IsInput`]); the shards' metadata
+/// ([`crate::OutputError::IsInput`]); the shards' metadata
 /// disagree; reading or writing fails.
 pub fn merge(
     source: &ShardedTensors,

@@ -10,14 +10,14 @@
 //! fit it.
 //!
 //! ```
-//! # fn main() -> tensorfile::Result<()> {
-//! use tensorfile::shard::{ShardedTensors, Want};
-//! use tensorfile::SliceArg;
-//! # let dir = tempfile::tempdir().map_err(|e| tensorfile::Error::io("tempdir", e))?;
+//! # fn main() -> tensorfile_core::Result<()> {
+//! use tensorfile_core::set::{ShardedTensors, Want};
+//! use tensorfile_core::SliceArg;
+//! # let dir = tempfile::tempdir().map_err(|e| tensorfile_core::Error::io("tempdir", e))?;
 //! # let dir = dir.path();
 //! # let data = vec![0u8; 32 * 32 * 4];
-//! # let w = tensorfile::TensorRef { name: "bigram.weight", dtype: tensorfile::Dtype::F32, shape: &[32, 32], data: &data };
-//! # tensorfile::save(dir.join("model.safetensors"), [w], None, &tensorfile::WriteOptions::default())?;
+//! # let w = tensorfile_core::TensorRef { name: "bigram.weight", dtype: tensorfile_core::Dtype::F32, shape: &[32, 32], data: &data };
+//! # tensorfile_core::save(dir.join("model.safetensors"), [w], None, &tensorfile_core::WriteOptions::default())?;
 //! let set = ShardedTensors::open(dir)?;
 //! // Rows 8..16 of a 32x32 matrix: a quarter of it.
 //! let wants = [Want::slice("bigram.weight", vec![SliceArg::range(8, 16)])];
@@ -27,7 +27,7 @@
 //! ```
 
 use crate::error::{Error, Result};
-use crate::shard::{Shard, ShardedTensors};
+use crate::set::{Shard, ShardedTensors};
 use crate::source::ByteSource;
 use crate::{Dtype, SliceArg, TensorSlice};
 
@@ -89,7 +89,7 @@ impl ShardedTensors {
     fn plan_want(&self, want: &Want) -> Result<Planned<'_>> {
         let shard = self
             .shard_of(&want.name)
-            .ok_or_else(|| Error::not_found(want.name.clone()))?;
+            .ok_or_else(|| Error::NotFound(want.name.clone()))?;
         let info = shard.file.info(&want.name)?;
         let start = shard.header().data_start() + info.data_offsets.0;
         let (shape, nbytes, ranges) = match &want.slice {
@@ -157,7 +157,7 @@ impl ShardedTensors {
             .map(|w| self.plan_want(w))
             .collect::<Result<Vec<_>>>()?;
         if let Some(big) = planned.iter().find(|p| p.nbytes > budget) {
-            return Err(Error::from(std::io::Error::new(
+            return Err(Error::Stream(std::io::Error::new(
                 std::io::ErrorKind::OutOfMemory,
                 format!(
                     "tensor {:?}: {} bytes, over the memory budget of {budget} bytes",
@@ -182,7 +182,7 @@ impl ShardedTensors {
 }
 
 fn over_budget(total: u64, budget: u64) -> Error {
-    Error::from(std::io::Error::new(
+    Error::Stream(std::io::Error::new(
         std::io::ErrorKind::OutOfMemory,
         format!(
             "the tensors asked for hold {total} bytes, over the memory budget of {budget} bytes"
@@ -198,7 +198,7 @@ type Requests<'a> = Vec<(u64, &'a mut [u8])>;
 fn read_batch(planned: Vec<Planned<'_>>) -> Result<Vec<Loaded>> {
     let mut outs: Vec<Vec<u8>> = Vec::with_capacity(planned.len());
     for p in &planned {
-        outs.push(tensorfile_core::file::zeroed_buffer(&p.name, p.nbytes)?);
+        outs.push(crate::file::zeroed_buffer(&p.name, p.nbytes)?);
     }
     // Shard -> its requests, pointing into the result buffers.
     let mut by_shard: Vec<(&Shard, Requests<'_>)> = Vec::new();

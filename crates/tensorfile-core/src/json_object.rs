@@ -26,11 +26,12 @@ impl JsonObject {
     /// The text is not JSON, or not an object: the problem in words (say,
     /// "a JSON array, not an object").
     pub fn parse(text: &str) -> Result<JsonObject, crate::ParseError> {
-        Self::from_slice(text.as_bytes()).map_err(crate::ParseError)
+        Self::from_slice(text.as_bytes()).map_err(crate::ParseError::new)
     }
 
     /// Parses JSON bytes as an object; the error is the problem in words.
-    pub(crate) fn from_slice(text: &[u8]) -> Result<JsonObject, String> {
+    #[doc(hidden)]
+    pub fn from_slice(text: &[u8]) -> Result<JsonObject, String> {
         match serde_json::from_slice::<Value>(text) {
             Ok(Value::Object(map)) => Ok(JsonObject(map)),
             Ok(other) => Err(format!("a JSON {}, not an object", json_kind(&other))),
@@ -106,13 +107,16 @@ impl JsonObject {
         self.0.insert(key.into(), Value::from(value));
     }
 
-    /// The object as serde_json's map, for the library's own parsers.
-    pub(crate) fn as_map(&self) -> &Map<String, Value> {
+    /// The object as serde_json's map, for the workspace's own parsers
+    /// (hidden: serde_json stays out of the public API).
+    #[doc(hidden)]
+    pub fn as_map(&self) -> &Map<String, Value> {
         &self.0
     }
 
-    /// Wraps serde_json's map.
-    pub(crate) fn from_map(map: Map<String, Value>) -> JsonObject {
+    /// Wraps serde_json's map (hidden, as [`JsonObject::as_map`]).
+    #[doc(hidden)]
+    pub fn from_map(map: Map<String, Value>) -> JsonObject {
         JsonObject(map)
     }
 }
@@ -126,7 +130,7 @@ impl fmt::Display for JsonObject {
 }
 
 /// What kind of JSON value `v` is, in words.
-pub(crate) fn json_kind(v: &Value) -> &'static str {
+fn json_kind(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "boolean",
