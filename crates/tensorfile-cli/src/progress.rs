@@ -139,3 +139,31 @@ impl Drop for Bar {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    /// The notes `keep` was given (a `fn` pointer cannot capture).
+    static KEPT: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+    fn keep(message: &str) {
+        KEPT.lock().unwrap().push(message.to_string());
+    }
+
+    #[test]
+    fn a_bar_told_its_total_later_passes_notes_on_before_and_after() {
+        let bar = Bar::bytes_when_told("fetching", keep);
+        let progress: &dyn Progress = &bar;
+        progress.note("before");
+        progress.total(10);
+        progress.advance(4);
+        progress.note("after");
+        drop(bar);
+        // Bars made at once have no printer: their notes are dropped.
+        Bar::bytes(10, "writing").note("dropped");
+        Bar::hidden().note("dropped");
+        assert_eq!(*KEPT.lock().unwrap(), ["before", "after"]);
+    }
+}
