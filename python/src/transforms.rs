@@ -20,9 +20,6 @@ use tensorfile::{ReadOptions, WriteOptions};
 use crate::errors;
 use crate::handle::parse_dtype;
 
-/// Ignores progress (Python callers get the summary at the end).
-fn no_progress(_: u64) {}
-
 /// Opens a safetensors input, naming what else it is.
 fn open_input(path: &Path) -> tensorfile::Result<Input> {
     let kind = tensorfile::input::detect(path)?;
@@ -128,7 +125,7 @@ pub fn convert<'py>(
                 &output,
                 max_shard_size,
                 &write,
-                &no_progress,
+                &(),
             )?;
             let losses = owned_losses(summary.losses());
             Ok((summary, written, losses))
@@ -239,7 +236,7 @@ fn convert_pytorch(
             output,
             max_shard_size,
             &options.write,
-            &no_progress,
+            &(),
         )?;
         let r = &planned.report;
         return Ok((
@@ -261,14 +258,7 @@ fn convert_pytorch(
         shards: 1,
         prefix: "model".into(),
     };
-    let written = write_to(
-        &layout,
-        &plan,
-        output,
-        max_shard_size,
-        &options.write,
-        &no_progress,
-    )?;
+    let written = write_to(&layout, &plan, output, max_shard_size, &options.write, &())?;
     Ok((
         "pytorch",
         written,
@@ -328,7 +318,7 @@ pub fn quantize<'py>(
                 &output,
                 max_shard_size,
                 &opts.write,
-                &no_progress,
+                &(),
             )?;
             Ok((summary, written))
         })
@@ -442,7 +432,7 @@ pub fn dequantize<'py>(
                 &output,
                 max_shard_size,
                 &opts.write,
-                &no_progress,
+                &(),
             )?;
             Ok((summary, written))
         })

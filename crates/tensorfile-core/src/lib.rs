@@ -16,6 +16,7 @@
 //!   library's bytes) and atomic saves.
 //! - [`plan`]: tensors whose bytes are made on demand by jobs, which
 //!   transforms produce and writers consume.
+//! - [`progress`]: the one trait long work reports its progress through.
 //! - [`set`]: sharded sets (an index and its shards, local or at any
 //!   [`Location`](set::Location)), read and written.
 //!
@@ -48,6 +49,7 @@ mod json_object;
 mod kind;
 pub mod parallel;
 pub mod plan;
+pub mod progress;
 pub mod set;
 pub mod slice;
 pub mod source;
@@ -65,6 +67,7 @@ pub use header::{Header, ReadOptions, TensorInfo};
 pub use json_object::JsonObject;
 pub use kind::Kind as InputKind;
 pub use plan::Plan;
+pub use progress::Progress;
 pub use set::{ShardError, ShardedTensors};
 pub use slice::{SliceArg, SlicedView, TensorSlice};
 pub use source::{ByteSource, FileSource, InMemory, MappedFile, PrivateMap};

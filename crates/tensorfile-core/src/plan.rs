@@ -30,6 +30,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use crate::error::WriteError;
+use crate::progress::Progress;
 use crate::writer::{Layout, TensorData, TensorSpec, WriteOptions, PIECE};
 use crate::{Error, Metadata, Result};
 
@@ -258,7 +259,7 @@ impl<'a, E: From<Error> + Send> Plan<'a, E> {
         &self,
         sink: &dyn Sink,
         rank: impl Fn(usize) -> u64,
-        progress: &(dyn Fn(u64) + Sync),
+        progress: &dyn Progress,
     ) -> std::result::Result<(), E> {
         self.check_coverage()?;
         let mut order: Vec<(u64, usize)> = self
@@ -322,7 +323,7 @@ impl<'a, E: From<Error> + Send> Plan<'a, E> {
             buffers.push(Mutex::new(Filled::new(spec)?));
         }
         let sink = Buffers(&buffers);
-        self.run(&sink, |i| i as u64, &|_| ())?;
+        self.run(&sink, |i| i as u64, &())?;
         let mut out = Vec::with_capacity(buffers.len());
         for (spec, buffer) in self.specs.into_iter().zip(buffers) {
             let filled = buffer
@@ -360,7 +361,7 @@ impl<'a, E: From<Error> + Send> Plan<'a, E> {
             slots: &slots,
             written: layout.slots().map(|_| Mutex::default()).collect(),
         };
-        self.run(&placed, |i| slots.rank(i), &|_| ())?;
+        self.run(&placed, |i| slots.rank(i), &())?;
         for (slot, written) in layout.slots().zip(&placed.written) {
             let filled = lock(written).total();
             if filled != slot.byte_len() {
@@ -407,13 +408,13 @@ pub(crate) fn copy_into<T: TensorData + ?Sized>(
 /// A sink that reports the bytes going through it.
 struct Counted<'s> {
     sink: &'s dyn Sink,
-    progress: &'s (dyn Fn(u64) + Sync),
+    progress: &'s dyn Progress,
 }
 
 impl Sink for Counted<'_> {
     fn write(&self, tensor: usize, offset: u64, bytes: &[u8]) -> Result<()> {
         self.sink.write(tensor, offset, bytes)?;
-        (self.progress)(bytes.len() as u64);
+        self.progress.advance(bytes.len() as u64);
         Ok(())
     }
 }

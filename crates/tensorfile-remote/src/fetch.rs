@@ -104,18 +104,11 @@ impl Default for FetchOptions {
     }
 }
 
-/// Told how a fetch goes (a progress bar): from any thread.
-pub trait Progress: Sync {
-    /// The bytes still to fetch, once known.
-    fn total(&self, _bytes: u64) {}
-    /// `bytes` more were written.
-    fn advance(&self, _bytes: u64) {}
-    /// Something worth a line that is not an error (a copy that starts
-    /// over instead of resuming).
-    fn note(&self, _message: &str) {}
-}
-
-impl Progress for () {}
+/// Told how a fetch goes (a progress bar), from any thread: the format
+/// core's one progress trait. A fetch tells [`Progress::total`] the bytes
+/// still to fetch once known, [`Progress::advance`] the bytes written, and
+/// [`Progress::note`] a copy that starts over instead of resuming.
+pub use tensorfile_core::progress::Progress;
 
 /// What happened to one file.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -198,7 +198,7 @@ fn make_q4k(path: &Path, mib: u64) -> (u64, u64) {
             Ok(sink.write(t, 0, &bytes)?)
         });
     }
-    w.save(path, false, &|_| ()).unwrap();
+    w.save(path, false, &()).unwrap();
     let elems = (1024 + 32 * 4096) * cols;
     (elems, cols)
 }

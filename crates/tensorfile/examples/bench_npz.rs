@@ -53,12 +53,12 @@ fn child(mode: &str, input: &Path, output: &Path) {
             let o = NpzWriteOptions::default()
                 .with_compress(false)
                 .with_sync(false);
-            save_npz(output, &tensors, &o, &|_| ()).unwrap();
+            save_npz(output, &tensors, &o, &()).unwrap();
         }
         "child-to-st" => {
             let file = NpzFile::open(input).unwrap();
             let o = FromNpzOptions::default().with_write(quick());
-            npz_to_safetensors(&file, output, &o, &|_| ()).unwrap();
+            npz_to_safetensors(&file, output, &o, &()).unwrap();
         }
         _ => unreachable!(),
     }

@@ -25,6 +25,8 @@
 
 // The format core, under the same paths: `tensorfile::header`,
 // `tensorfile::SafeTensors`, ...
+/// The one progress trait every long operation here takes (`&()` for none).
+pub use tensorfile_core::Progress;
 pub use tensorfile_core::{
     accept, atomic, dtype, file, header, parallel, plan, slice, source, view, writer,
 };

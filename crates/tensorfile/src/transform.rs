@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
 use crate::input::Kind;
+use crate::Progress;
 use crate::ShardedTensors;
 use tensorfile_core::plan::Plan;
 use tensorfile_core::set::SetTensor;
@@ -155,7 +156,7 @@ pub fn write(
     out: &Path,
     max_shard_size: Option<u64>,
     options: &WriteOptions,
-    progress: &(dyn Fn(u64) + Sync),
+    progress: &dyn Progress,
 ) -> Result<Written> {
     write_to(
         &input.layout(tensors),
@@ -181,7 +182,7 @@ pub fn write_to(
     out: &Path,
     max_shard_size: Option<u64>,
     options: &WriteOptions,
-    progress: &(dyn Fn(u64) + Sync),
+    progress: &dyn Progress,
 ) -> Result<Written> {
     if !layout.is_set && max_shard_size.is_none() {
         save_plan(out, plan, options, progress)?;

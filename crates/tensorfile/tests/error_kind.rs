@@ -53,7 +53,7 @@ fn a_job_s_error_comes_back_from_the_plan_as_itself() {
             }
         )
     };
-    let saved = save_plan(&out, &plan, &WriteOptions::default(), &|_| ()).unwrap_err();
+    let saved = save_plan(&out, &plan, &WriteOptions::default(), &()).unwrap_err();
     assert!(is_cast(&saved), "{saved:?}");
     assert_eq!(saved.kind(), ErrorKind::Unsupported);
     assert_eq!(saved.tensor(), Some("w"));
@@ -70,7 +70,7 @@ fn a_job_s_error_comes_back_from_the_plan_as_itself() {
         s.write(x, 0, &[1, 2])?;
         Ok(s.write(x, 1, &[3])?)
     });
-    let twice = save_plan(&out, &plan, &WriteOptions::default(), &|_| ()).unwrap_err();
+    let twice = save_plan(&out, &plan, &WriteOptions::default(), &()).unwrap_err();
     assert!(
         matches!(
             twice,

@@ -198,13 +198,7 @@ fn np_savez_and_np_save_files_are_written_back_byte_for_byte() {
         let path = fixtures().join(e["file"].as_str().unwrap());
         let file = NpzFile::open(&path).unwrap();
         let out = dir.path().join(format!("{key}.npz"));
-        save_npz(
-            &out,
-            &file.tensors(None).unwrap(),
-            &npz_opts(false),
-            &|_| (),
-        )
-        .unwrap();
+        save_npz(&out, &file.tensors(None).unwrap(), &npz_opts(false), &()).unwrap();
         assert_eq!(
             std::fs::read(&out).unwrap(),
             std::fs::read(&path).unwrap(),
@@ -231,7 +225,7 @@ fn np_savez_and_np_save_files_are_written_back_byte_for_byte() {
         };
         let t = &file.tensors(opaque).unwrap()[0];
         let out = dir.path().join(format!("{key}.npy"));
-        save_npy(&out, t, false, &|_| ()).unwrap();
+        save_npy(&out, t, false, &()).unwrap();
         assert_eq!(
             std::fs::read(&out).unwrap(),
             std::fs::read(&path).unwrap(),
@@ -268,7 +262,7 @@ fn safetensors_to_npz_and_back_gives_the_same_tensors() {
                 data: &data,
             };
             let npz = dir.path().join(format!("{name}.npz"));
-            save_npz(&npz, &[t], &npz_opts(compress), &|_| ()).unwrap();
+            save_npz(&npz, &[t], &npz_opts(compress), &()).unwrap();
             let file = NpzFile::open(&npz).unwrap();
             let back = &file.tensors(Some(dtype)).unwrap()[0];
             assert_eq!(
@@ -281,7 +275,7 @@ fn safetensors_to_npz_and_back_gives_the_same_tensors() {
             let opts = FromNpzOptions::default()
                 .with_opaque(Some(dtype))
                 .with_write(quick());
-            npz_to_safetensors(&file, &st, &opts, &|_| ()).unwrap();
+            npz_to_safetensors(&file, &st, &opts, &()).unwrap();
             let st = SafeTensors::open(&st).unwrap();
             let got = st.tensor(&name).unwrap();
             assert_eq!(got.data(), &data[..], "{name}");
@@ -297,7 +291,7 @@ fn npz_to_safetensors_casts_and_shards_like_any_conversion() {
     let opts = FromNpzOptions::default()
         .with_dtype(Some(Dtype::BF16))
         .with_write(quick());
-    let s = npz_to_safetensors(&file, &out, &opts, &|_| ()).unwrap();
+    let s = npz_to_safetensors(&file, &out, &opts, &()).unwrap();
     assert_eq!(s.convert.tensors, file.arrays().len());
     let st = SafeTensors::open(&out).unwrap();
     assert_eq!(st.tensor("weight").unwrap().dtype(), Dtype::BF16);
@@ -306,7 +300,7 @@ fn npz_to_safetensors_casts_and_shards_like_any_conversion() {
     let opts = FromNpzOptions::default()
         .with_max_shard_size(Some(64))
         .with_write(quick());
-    let s = npz_to_safetensors(&file, &sharded, &opts, &|_| ()).unwrap();
+    let s = npz_to_safetensors(&file, &sharded, &opts, &()).unwrap();
     assert!(s.files.len() > 1 && s.index.is_some(), "{:?}", s.files);
 }
 

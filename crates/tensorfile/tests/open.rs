@@ -75,13 +75,7 @@ fn a_model_directory_an_index_and_a_split_are_sets() {
     fs::write(&file, three_tensors()).unwrap();
     let source = open_set(&file, &OpenOptions::default()).unwrap();
     let out = dir.path().join("split");
-    let summary = split(
-        &source,
-        &out,
-        &SplitOptions::new(8, "model".into()),
-        &|_| {},
-    )
-    .unwrap();
+    let summary = split(&source, &out, &SplitOptions::new(8, "model".into()), &()).unwrap();
     let index = summary.index.unwrap();
     for input in [out.as_path(), index.as_path()] {
         let set = set_of(

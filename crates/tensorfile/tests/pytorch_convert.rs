@@ -54,7 +54,7 @@ fn ok_fixtures_round_trip() {
         for policy in [SharedPolicy::Alias, SharedPolicy::Copy] {
             let out = dir.path().join(format!("{file}.{policy:?}.safetensors"));
             let options = no_sync().with_shared(policy);
-            let report = convert(fixtures().join(file), &out, &options, &|_| ())
+            let report = convert(fixtures().join(file), &out, &options, &())
                 .unwrap_or_else(|e| panic!("{file}: {e}"));
             let st = SafeTensors::open(&out).unwrap();
             let meta = st.metadata().unwrap();
@@ -102,7 +102,7 @@ fn ok_fixtures_round_trip() {
 fn aliases_are_recorded_only_for_exact_views() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("tied.safetensors");
-    let report = convert(fixtures().join("zip_tied.pt"), &out, &no_sync(), &|_| ()).unwrap();
+    let report = convert(fixtures().join("zip_tied.pt"), &out, &no_sync(), &()).unwrap();
     assert_eq!((report.tensors, report.aliases), (1, 1));
     let st = SafeTensors::open(&out).unwrap();
     assert_eq!(
@@ -114,7 +114,7 @@ fn aliases_are_recorded_only_for_exact_views() {
     );
 
     let out = dir.path().join("views.safetensors");
-    let report = convert(fixtures().join("zip_views.pt"), &out, &no_sync(), &|_| ()).unwrap();
+    let report = convert(fixtures().join("zip_views.pt"), &out, &no_sync(), &()).unwrap();
     assert_eq!((report.tensors, report.aliases), (5, 0));
 }
 
@@ -127,13 +127,13 @@ fn refused_conversions_leave_no_file() {
         "bad_short_storage.pt",
     ] {
         let out = dir.path().join(format!("{file}.safetensors"));
-        assert!(convert(fixtures().join(file), &out, &no_sync(), &|_| ()).is_err());
+        assert!(convert(fixtures().join(file), &out, &no_sync(), &()).is_err());
         assert!(!out.exists(), "{file}");
     }
     // Sharing refused by policy.
     let out = dir.path().join("tied.safetensors");
     let options = no_sync().with_shared(SharedPolicy::Error);
-    let e = convert(fixtures().join("zip_tied.pt"), &out, &options, &|_| ()).unwrap_err();
+    let e = convert(fixtures().join("zip_tied.pt"), &out, &options, &()).unwrap_err();
     assert!(
         matches!(e.detail(), tensorfile::Error::Pytorch(p)
             if matches!(**p, tensorfile_pytorch::Error::Shared(_))),
@@ -160,7 +160,7 @@ fn a_failure_mid_stream_leaves_no_file() {
     let input = dir.path().join("broken.pt");
     std::fs::write(&input, &bytes).unwrap();
     let out = dir.path().join("broken.safetensors");
-    let err = convert(&input, &out, &no_sync(), &|_| ()).unwrap_err();
+    let err = convert(&input, &out, &no_sync(), &()).unwrap_err();
     assert!(err.to_string().contains("zip_simple/data/0"), "{err}");
     assert!(!out.exists());
     assert_eq!(
@@ -179,7 +179,7 @@ fn key_and_keep_values() {
         fixtures().join("zip_train_checkpoint.pt"),
         &out,
         &options,
-        &|_| (),
+        &(),
     )
     .unwrap();
     let st = SafeTensors::open(&out).unwrap();
@@ -194,7 +194,7 @@ fn key_and_keep_values() {
         fixtures().join("zip_checkpoint_nested.pt"),
         &out,
         &options,
-        &|_| (),
+        &(),
     )
     .unwrap();
     assert_eq!(report.values, 11);
@@ -238,9 +238,9 @@ fn conversions_cast_float_tensors_on_the_way() {
         let input = fixtures().join(&file);
         let plain = dir.path().join("plain.safetensors");
         let cast = dir.path().join("cast.safetensors");
-        convert(&input, &plain, &no_sync(), &|_| ()).unwrap();
+        convert(&input, &plain, &no_sync(), &()).unwrap();
         let options = no_sync().with_dtype(Some(Dtype::BF16));
-        let report = convert(&input, &cast, &options, &|_| ()).unwrap();
+        let report = convert(&input, &cast, &options, &()).unwrap();
         let (plain, cast) = (
             SafeTensors::open(&plain).unwrap(),
             SafeTensors::open(&cast).unwrap(),

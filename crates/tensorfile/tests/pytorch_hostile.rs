@@ -14,7 +14,7 @@ fn convert_refuses_expansions_before_writing() {
     let input = dir.path().join("expansions.pt");
     std::fs::write(&input, hostile::expansions(16, 1 << 22)).unwrap();
     let output = dir.path().join("out.safetensors");
-    let e = convert(&input, &output, &ConvertOptions::default(), &|_| ()).unwrap_err();
+    let e = convert(&input, &output, &ConvertOptions::default(), &()).unwrap_err();
     let Error::Pytorch(e) = e else { panic!("{e}") };
     assert!(
         matches!(
@@ -43,7 +43,7 @@ fn convert_inflates_each_deflated_storage_once_and_releases_it() {
     let output = dir.path().join("views.safetensors");
     let mut options = ConvertOptions::default();
     options.write.sync = false;
-    let report = convert_checkpoint(&ckpt, &output, &options, &|_| ()).unwrap();
+    let report = convert_checkpoint(&ckpt, &output, &options, &()).unwrap();
     assert_eq!(report.tensors, 1000);
     let stats = ckpt.inflate_stats();
     assert_eq!((stats.passes, stats.inflated), (1, 16 << 20));

@@ -67,7 +67,7 @@ fn tied_bins_keep_the_names_transformers_keeps() {
             .join(model)
             .join("bin/pytorch_model.bin");
         let out = dir.path().join(format!("{model}.safetensors"));
-        let report = convert(&bin, &out, &no_sync(), &|_| ()).unwrap();
+        let report = convert(&bin, &out, &no_sync(), &()).unwrap();
         // What transformers 4.57 wrote from the same model.
         let theirs = real()
             .join("tied_bin")
@@ -130,7 +130,7 @@ fn key_model_of_a_legacy_training_checkpoint_converts() {
     }
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("model.safetensors");
-    let report = convert(&input, &out, &options, &|_| ()).unwrap();
+    let report = convert(&input, &out, &options, &()).unwrap();
     assert_eq!(report.tensors, want.len());
     let got = contents(&out);
     for w in want {
@@ -159,7 +159,7 @@ fn a_sharded_tied_llama_bin_set_converts_shard_for_shard() {
         ("index", input.join("pytorch_model.bin.index.json")),
     ] {
         let out = out.join(way);
-        let (report, written) = convert_set(&input, &out, &no_sync(), None, &|_| ()).unwrap();
+        let (report, written) = convert_set(&input, &out, &no_sync(), None, &()).unwrap();
         assert_eq!(written.files.len(), 4);
         assert_eq!(report.aliases, 1);
         let index = ShardIndex::read(out.join("model.safetensors.index.json")).unwrap();
@@ -207,7 +207,7 @@ fn a_sharded_tied_llama_bin_set_converts_shard_for_shard() {
     }
     // Re-cut with huggingface_hub's rule.
     let recut = dir.path().join("recut");
-    let (_, written) = convert_set(&input, &recut, &no_sync(), Some(200_000), &|_| ()).unwrap();
+    let (_, written) = convert_set(&input, &recut, &no_sync(), Some(200_000), &()).unwrap();
     let index = ShardIndex::read(recut.join("model.safetensors.index.json")).unwrap();
     assert_eq!(
         written.files.len(),
@@ -224,7 +224,7 @@ fn a_sharded_tied_llama_bin_set_converts_shard_for_shard() {
         assert!(shard.header().data_len() <= 200_000 || shard.header().len() == 1);
     }
     // An output directory already holding weights is refused, untouched.
-    let e = convert_set(&input, &recut, &no_sync(), None, &|_| ()).unwrap_err();
+    let e = convert_set(&input, &recut, &no_sync(), None, &()).unwrap_err();
     assert!(already_exists(&e), "{e}");
 }
 
@@ -256,7 +256,7 @@ fn a_diffusers_bin_set_converts_to_diffusers_names() {
 
     // One shard in, one file out, no index.
     let single = dir.path().join("single");
-    let (_, written) = convert_set(&set_dir, &single, &no_sync(), None, &|_| ()).unwrap();
+    let (_, written) = convert_set(&set_dir, &single, &no_sync(), None, &()).unwrap();
     assert_eq!(
         written.files,
         [single.join("diffusion_pytorch_model.safetensors")]
@@ -271,7 +271,7 @@ fn a_diffusers_bin_set_converts_to_diffusers_names() {
 
     // Re-cut at 50KB: the shards diffusers wrote with max_shard_size="50KB".
     let sharded = dir.path().join("sharded");
-    convert_set(&set_dir, &sharded, &no_sync(), Some(50_000), &|_| ()).unwrap();
+    convert_set(&set_dir, &sharded, &no_sync(), Some(50_000), &()).unwrap();
     let theirs = real().join("sharded/unet_sharded_safetensors");
     let ours_index =
         ShardIndex::read(sharded.join("diffusion_pytorch_model.safetensors.index.json")).unwrap();

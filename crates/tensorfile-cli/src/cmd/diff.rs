@@ -12,7 +12,7 @@ use tensorfile::values::Catalog;
 
 use super::looking::{comparison, escape, refs, shown, Opened};
 use super::{out, Failure, Usage};
-use crate::progress::Progress;
+use crate::progress::Bar;
 
 /// Arguments of `diff`.
 #[derive(clap::Args)]
@@ -95,10 +95,8 @@ fn compare(args: Args) -> Result<ExitCode, Failure> {
         .with_atol(args.atol)
         .with_rtol(args.rtol)
         .with_exact(args.exact);
-    let bar = Progress::values(values_to_compare(&ca, &cb), "comparing");
-    let report = diff((&ca, oa.metadata()), (&cb, ob.metadata()), &options, &|n| {
-        bar.inc(n)
-    })?;
+    let bar = Bar::values(values_to_compare(&ca, &cb), "comparing");
+    let report = diff((&ca, oa.metadata()), (&cb, ob.metadata()), &options, &bar)?;
     drop(bar);
     let verdict = report.verdict();
     let ok = verdict != Verdict::Differs;

@@ -3,14 +3,13 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::OnceLock;
 
 use serde_json::json;
 use tensorfile_remote::fetch::{fetch, FetchOptions, Outcome};
 use tensorfile_remote::Client;
 
 use super::{out, Failure};
-use crate::progress::Progress;
+use crate::progress::Bar;
 
 /// Arguments of `fetch`.
 #[derive(clap::Args)]
@@ -48,26 +47,6 @@ impl Args {
     }
 }
 
-/// The progress bar, made once the total is known.
-struct Bar(OnceLock<Progress>);
-
-impl tensorfile_remote::fetch::Progress for Bar {
-    fn total(&self, bytes: u64) {
-        let _ = self.0.set(Progress::bytes(bytes, "fetching"));
-    }
-    fn advance(&self, bytes: u64) {
-        if let Some(bar) = self.0.get() {
-            bar.inc(bytes);
-        }
-    }
-    fn note(&self, message: &str) {
-        match self.0.get() {
-            Some(bar) => bar.suspend(|| super::warn(message)),
-            None => super::warn(message),
-        }
-    }
-}
-
 /// Copies SOURCE to DEST; exit 1 when a request, a write or a verification fails.
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
     if !tensorfile_remote::is_url(&args.source) {
@@ -89,7 +68,8 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     let options = FetchOptions::default()
         .with_sync(!args.no_sync)
         .with_resume(!args.no_resume);
-    let bar = Bar(OnceLock::new());
+    // The bar is made once the fetch knows its total; notes go to stderr.
+    let bar = Bar::bytes_when_told("fetching", |message| super::warn(message));
     let result = fetch(&args.source, &args.dest, &client, &options, &bar);
     drop(bar);
     let fetched = result?;

@@ -14,7 +14,7 @@ use tensorfile::{ReadOptions, SafeTensors, TensorData};
 
 use super::looking::{escape, shown};
 use super::{out, Failure, Usage};
-use crate::progress::Progress;
+use crate::progress::Bar;
 
 /// Arguments of `hash`.
 #[derive(clap::Args)]
@@ -107,9 +107,9 @@ pub fn digest_all(entries: &[DirFile], data: bool) -> Result<Vec<FileDigest>, Fa
         .zip(starts)
         .map(|(e, s)| (e.path.clone(), s.ok().flatten()))
         .collect();
-    let bar = Progress::bytes(total_size(&jobs), "hashing");
+    let bar = Bar::bytes(total_size(&jobs), "hashing");
     let mut out = Vec::with_capacity(jobs.len());
-    for got in file_digests(&jobs, &|n| bar.inc(n)) {
+    for got in file_digests(&jobs, &bar) {
         out.push(got?);
     }
     Ok(out)
@@ -180,8 +180,8 @@ fn hash_all(args: &Args) -> Result<Vec<Hashed>, Failure> {
         .zip(&starts)
         .map(|(e, s)| (e.path.clone(), s.clone().ok().flatten()))
         .collect();
-    let bar = Progress::bytes(total_size(&jobs), "hashing");
-    let digests = file_digests(&jobs, &|n| bar.inc(n));
+    let bar = Bar::bytes(total_size(&jobs), "hashing");
+    let digests = file_digests(&jobs, &bar);
     drop(bar);
     let mut out = Vec::with_capacity(found.len());
     for (((input, entry), digest), start) in found.into_iter().zip(digests).zip(starts) {

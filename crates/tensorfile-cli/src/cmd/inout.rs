@@ -14,7 +14,7 @@ use tensorfile::{ReadOptions, WriteOptions};
 pub use tensorfile::transform::{Input, Layout, Written};
 
 use super::Failure;
-use crate::progress::Progress;
+use crate::progress::Bar;
 
 /// Opens IN, refusing what is not safetensors (saying what it is).
 pub fn open(path: &Path, read: &ReadOptions) -> Result<Input, Failure> {
@@ -52,10 +52,9 @@ pub fn write_to(
     options: &WriteOptions,
     what: &str,
 ) -> Result<Written, Failure> {
-    let bar = Progress::bytes(plan.data_len()?, what);
-    let progress = |n: u64| bar.inc(n);
+    let bar = Bar::bytes(plan.data_len()?, what);
     let written =
-        tensorfile::transform::write_to(layout, plan, out, max_shard_size, options, &progress)?;
+        tensorfile::transform::write_to(layout, plan, out, max_shard_size, options, &bar)?;
     drop(bar);
     Ok(written)
 }

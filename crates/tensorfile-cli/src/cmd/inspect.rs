@@ -46,7 +46,7 @@ fn alignment_of(offset: u64) -> u64 {
 fn hash_all<S: tensorfile::ByteSource>(
     file: &SafeTensors<S>,
 ) -> Result<std::collections::HashMap<String, String>, Failure> {
-    let bar = crate::progress::Progress::bytes(file.header().data_len(), "hashing");
+    let bar = crate::progress::Bar::bytes(file.header().data_len(), "hashing");
     let mut digests = std::collections::HashMap::new();
     for t in file.tensor_data() {
         digests.insert(t.info().name.to_string(), super::sha256_hex(&t, &bar)?);

@@ -26,7 +26,7 @@ pub fn run(
     if hash {
         // A piece at a time, read with positional reads.
         let total = ckpt.tensors().map(|t| t.nbytes()).sum();
-        let bar = crate::progress::Progress::bytes(total, "hashing");
+        let bar = crate::progress::Bar::bytes(total, "hashing");
         for t in ckpt.tensors() {
             digests.insert(t.name(), super::sha256_hex(&t, &bar)?);
         }

@@ -40,8 +40,8 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     // Read, not mapped: a file truncated underneath is an error, not a signal.
     let source = super::remote::open_set(&args.input, &tensorfile::ReadOptions::default())?;
     let options = WriteOptions::default().with_sync(!args.no_sync);
-    let bar = crate::progress::Progress::bytes(source.data_len(), "merge");
-    let result = merge(&source, &args.output, &options, &|n| bar.inc(n));
+    let bar = crate::progress::Bar::bytes(source.data_len(), "merge");
+    let result = merge(&source, &args.output, &options, &bar);
     drop(bar);
     result?;
     if args.json {

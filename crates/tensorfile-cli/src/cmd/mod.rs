@@ -137,9 +137,9 @@ pub fn safetensors_input(path: &std::path::Path) -> Result<tensorfile::input::Ki
 /// --per-tensor` and embedded digests give too.
 pub fn sha256_hex(
     t: &impl tensorfile::TensorData,
-    bar: &crate::progress::Progress,
+    bar: &crate::progress::Bar,
 ) -> Result<String, tensorfile::Error> {
-    Ok(tensorfile::digest::tensor_sha256_counted(t, &|n| bar.inc(n))?.hex())
+    Ok(tensorfile::digest::tensor_sha256_counted(t, bar)?.hex())
 }
 
 /// A failure that ends a command: exit status 2 for a [`Usage`] error, else 1.

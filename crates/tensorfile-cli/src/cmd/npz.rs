@@ -17,7 +17,7 @@ use tensorfile::npz::{self, FromNpzOptions, NpzFile, NpzWriteOptions};
 use tensorfile::{Dtype, TensorData};
 
 use super::{out, Failure, Usage};
-use crate::progress::Progress;
+use crate::progress::Bar;
 
 /// Options of `convert` that apply to numpy output only.
 #[derive(clap::Args)]
@@ -99,8 +99,8 @@ fn from_numpy(
         .with_write(io.write_options())
         .with_max_shard_size(io.max_shard_size);
     let total: u64 = file.arrays().iter().map(|a| a.data_len()).sum();
-    let bar = Progress::bytes(total, "convert");
-    let summary = npz::npz_to_safetensors(&file, &io.output, &opts, &|n| bar.inc(n));
+    let bar = Bar::bytes(total, "convert");
+    let summary = npz::npz_to_safetensors(&file, &io.output, &opts, &bar);
     drop(bar);
     let summary = summary?;
     let losses = summary.convert.losses();
@@ -171,8 +171,7 @@ fn to_numpy(
         ));
     }
     let total: u64 = tensors.iter().map(|t| t.byte_len()).sum();
-    let bar = Progress::bytes(total, "convert");
-    let progress = |n: u64| bar.inc(n);
+    let bar = Bar::bytes(total, "convert");
     let written = if out_kind == Kind::Npy {
         let [one] = &tensors[..] else {
             drop(bar);
@@ -184,12 +183,12 @@ fn to_numpy(
             )
             .into());
         };
-        npz::save_npy(&io.output, one, !io.no_sync, &progress)
+        npz::save_npy(&io.output, one, !io.no_sync, &bar)
     } else {
         let opts = NpzWriteOptions::default()
             .with_compress(args.compress)
             .with_sync(!io.no_sync);
-        npz::save_npz(&io.output, &tensors, &opts, &progress)
+        npz::save_npz(&io.output, &tensors, &opts, &bar)
     };
     drop(bar);
     let written = written?;

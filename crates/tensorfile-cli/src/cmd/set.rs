@@ -61,7 +61,7 @@ pub fn inspect(path: &Path, json: bool, hash: bool) -> Result<ExitCode, Failure>
     let mut digests = std::collections::HashMap::new();
     if hash {
         let total = set.shards().iter().map(|s| s.header().data_len()).sum();
-        let bar = crate::progress::Progress::bytes(total, "hashing");
+        let bar = crate::progress::Bar::bytes(total, "hashing");
         for t in set.tensor_data() {
             digests.insert(t.info().name, super::sha256_hex(&t, &bar)?);
         }

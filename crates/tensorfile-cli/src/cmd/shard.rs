@@ -59,8 +59,8 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     let source = super::remote::open_set(&args.input, &tensorfile::ReadOptions::default())?;
     let options = SplitOptions::new(args.max_shard_size, args.prefix)
         .with_write(WriteOptions::default().with_sync(!args.no_sync));
-    let bar = crate::progress::Progress::bytes(source.data_len(), "shard");
-    let summary = split(&source, &args.out_dir, &options, &|n| bar.inc(n));
+    let bar = crate::progress::Bar::bytes(source.data_len(), "shard");
+    let summary = split(&source, &args.out_dir, &options, &bar);
     drop(bar);
     let summary = summary?;
     if args.json {

@@ -13,7 +13,7 @@ use tensorfile::values::Catalog;
 
 use super::looking::{escape, refs, shown, Opened};
 use super::{out, Failure, Usage};
-use crate::progress::Progress;
+use crate::progress::Bar;
 
 /// Arguments of `stats`.
 #[derive(clap::Args)]
@@ -87,8 +87,8 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         .into());
     }
     let total = values.iter().map(|v| v.len()).sum();
-    let bar = Progress::values(total, "stats");
-    let report = model_stats(values, &|n| bar.inc(n))?;
+    let bar = Bar::values(total, "stats");
+    let report = model_stats(values, &bar)?;
     drop(bar);
     #[cfg(feature = "plot")]
     if let Some(path) = &args.plot {

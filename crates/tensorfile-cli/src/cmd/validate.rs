@@ -53,8 +53,8 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     // over the inputs. A set's shard headers are read concurrently, as one
     // step of it.
     let bar = match args.files.len() {
-        0 | 1 => crate::progress::Progress::hidden(),
-        n => crate::progress::Progress::counted(n as u64, "validating", "inputs"),
+        0 | 1 => crate::progress::Bar::hidden(),
+        n => crate::progress::Bar::counted(n as u64, "validating", "inputs"),
     };
     for path in &args.files {
         bar.inc(1);

@@ -65,6 +65,7 @@ pub use temp::{remove_temporaries, remove_temporaries_on_signal};
 
 use crate::error::WriteError;
 use crate::plan::{claim, lock, Plan, Ranges, Sink, SlotMap};
+use crate::progress::Progress;
 use crate::writer::{plan_tensors, write_tensors, Layout};
 use crate::{Error, Metadata, Result, StreamWriter, TensorData, TensorSpec, WriteOptions};
 
@@ -320,7 +321,7 @@ pub fn save_plan<E: From<Error> + Send>(
     path: impl AsRef<Path>,
     plan: &Plan<'_, E>,
     options: &WriteOptions,
-    progress: &(dyn Fn(u64) + Sync),
+    progress: &dyn Progress,
 ) -> Result<(), E> {
     // A refused layout creates nothing.
     let layout = plan.layout(options)?;
@@ -339,7 +340,7 @@ pub fn write_plan<E: From<Error> + Send>(
     file: &AtomicFile,
     plan: &Plan<'_, E>,
     options: &WriteOptions,
-    progress: &(dyn Fn(u64) + Sync),
+    progress: &dyn Progress,
 ) -> Result<(), E> {
     write_layout_plan(file, plan.layout(options)?, plan, progress)
 }
@@ -348,7 +349,7 @@ fn write_layout_plan<E: From<Error> + Send>(
     file: &AtomicFile,
     layout: Layout,
     plan: &Plan<'_, E>,
-    progress: &(dyn Fn(u64) + Sync),
+    progress: &dyn Progress,
 ) -> Result<(), E> {
     let slots = SlotMap::new(&layout);
     positional_into(file, layout, |w| {
@@ -377,7 +378,7 @@ pub fn write_plan_parts<E: From<Error> + Send>(
     part_of: &[usize],
     metadata: Option<&Metadata>,
     options: &WriteOptions,
-    progress: &(dyn Fn(u64) + Sync),
+    progress: &dyn Progress,
 ) -> Result<(), E> {
     let specs = plan.specs();
     if part_of.len() != specs.len() || part_of.iter().any(|&k| k >= files.len()) {

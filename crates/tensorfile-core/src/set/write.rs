@@ -23,6 +23,7 @@ use std::path::{Path, PathBuf};
 use crate::atomic::{check_not_input, write_plan_parts, AtomicSet, NewDirs};
 use crate::error::{Error, Result};
 use crate::plan::Plan;
+use crate::progress::Progress;
 use crate::save_plan;
 use crate::set::{SetTensor, ShardIndex, ShardedTensors};
 use crate::writer::WriteOptions;
@@ -230,7 +231,7 @@ pub fn save_set<E: From<Error> + Send>(
     plan: &Plan<'_, E>,
     sharding: &Sharding,
     options: &WriteOptions,
-    progress: &(dyn Fn(u64) + Sync),
+    progress: &dyn Progress,
 ) -> Result<SplitSummary, E> {
     check_out_dir(out_dir, prefix)?;
     let (parts, count) = sharding.resolve(plan)?;
@@ -303,7 +304,7 @@ pub fn split(
     source: &ShardedTensors,
     out_dir: &Path,
     options: &SplitOptions,
-    progress: &(dyn Fn(u64) + Sync),
+    progress: &dyn Progress,
 ) -> Result<SplitSummary> {
     let tensors = source.tensor_data();
     let plan = copy_plan(source, &tensors)?;
@@ -329,7 +330,7 @@ pub fn merge(
     source: &ShardedTensors,
     out: &Path,
     options: &WriteOptions,
-    progress: &(dyn Fn(u64) + Sync),
+    progress: &dyn Progress,
 ) -> Result<()> {
     check_not_input(out, inputs(source))?;
     let tensors = source.tensor_data();

@@ -327,6 +327,6 @@ pub fn save_converted<T: TensorData>(
     write: &WriteOptions,
 ) -> Result<ConvertSummary> {
     let (plan, summary) = convert_plan(tensors, metadata, to, opts)?;
-    crate::save_plan(path, &plan, write, &|_| ())?;
+    crate::save_plan(path, &plan, write, &())?;
     Ok(summary)
 }

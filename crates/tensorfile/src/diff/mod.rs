@@ -39,11 +39,8 @@ pub use lanes::Tolerance;
 pub use metrics::Metrics;
 
 use crate::values::{map_tasks, task_blocks, Catalog, Stored, Values, BLOCK};
-use crate::{Metadata, Result};
+use crate::{Metadata, Progress, Result};
 use names::Item;
-
-/// Told the number of values compared as the work goes (from any thread).
-pub type OnValues<'a> = &'a (dyn Fn(u64) + Sync);
 
 /// The default tolerance of a pair (see the module's documentation).
 pub fn default_tolerance(a: Stored, b: Stored) -> Tolerance {
@@ -232,7 +229,7 @@ pub fn compare(
     mut a: Values<'_>,
     mut b: Values<'_>,
     options: &DiffOptions,
-    on_values: OnValues<'_>,
+    on_values: &dyn Progress,
 ) -> Result<TensorDiff> {
     let default = default_tolerance(a.stored(), b.stored());
     let base = options.tolerance.unwrap_or(default);
@@ -278,14 +275,14 @@ pub fn compare(
                     rb.read_f32(start, &mut xb[..n])?,
                 );
                 m.add_block(&xa[..n], &xb[..n], start, tolerance);
-                on_values(n as u64);
+                on_values.advance(n as u64);
             }
         } else {
             let (mut xa, mut xb) = (vec![0f64; BLOCK], vec![0f64; BLOCK]);
             for (start, n) in task_blocks(len, k) {
                 same(ra.read(start, &mut xa[..n])?, rb.read(start, &mut xb[..n])?);
                 m.add_block(&xa[..n], &xb[..n], start, tolerance);
-                on_values(n as u64);
+                on_values.advance(n as u64);
             }
         }
         Ok((m, identical))
@@ -311,7 +308,7 @@ pub fn diff(
     (a, meta_a): (&Catalog<'_>, Option<&Metadata>),
     (b, meta_b): (&Catalog<'_>, Option<&Metadata>),
     options: &DiffOptions,
-    on_values: OnValues<'_>,
+    on_values: &dyn Progress,
 ) -> Result<Report> {
     let matched = names::match_names(a, b, true)?;
     let mut tensors = Vec::with_capacity(matched.pairs.len());
@@ -384,7 +381,7 @@ mod tests {
             Catalog::new(&ra, None, None).unwrap(),
             Catalog::new(&rb, None, None).unwrap(),
         );
-        let r = diff((&ca, None), (&cb, None), &DiffOptions::default(), &|_| {}).unwrap();
+        let r = diff((&ca, None), (&cb, None), &DiffOptions::default(), &()).unwrap();
         assert_eq!(r.only_in_a, ["gone", "moved"]);
         assert_eq!(r.only_in_b, ["elsewhere", "new"]);
         assert_eq!(r.renamed, [("moved".to_string(), "elsewhere".to_string())]);
@@ -400,24 +397,24 @@ mod tests {
             Catalog::new(&r2a, None, None).unwrap(),
             Catalog::new(&r2b, None, None).unwrap(),
         );
-        let r = diff((&c2a, None), (&c2b, None), &DiffOptions::default(), &|_| {}).unwrap();
+        let r = diff((&c2a, None), (&c2b, None), &DiffOptions::default(), &()).unwrap();
         assert_eq!(r.verdict(), Verdict::Within);
         // Exactly: it differs; itself is the same.
         let exact = DiffOptions::default().with_exact(true);
-        let r = diff((&c2a, None), (&c2b, None), &exact, &|_| {}).unwrap();
+        let r = diff((&c2a, None), (&c2b, None), &exact, &()).unwrap();
         assert_eq!(r.verdict(), Verdict::Differs);
-        let r = diff((&c2a, None), (&c2a, None), &exact, &|_| {}).unwrap();
+        let r = diff((&c2a, None), (&c2a, None), &exact, &()).unwrap();
         assert_eq!(r.verdict(), Verdict::Same);
         // A changed value: beyond, at its index.
         let b3 = [t("w", Dtype::F32, &changed)];
         let r3b: Vec<&dyn TensorData> = vec![&b3[0]];
         let c3b = Catalog::new(&r3b, None, None).unwrap();
-        let r = diff((&c2a, None), (&c3b, None), &DiffOptions::default(), &|_| {}).unwrap();
+        let r = diff((&c2a, None), (&c3b, None), &DiffOptions::default(), &()).unwrap();
         let m = r.tensors[0].metrics.clone().unwrap();
         assert_eq!((m.beyond, m.max_abs.1), (1, 10));
         assert_eq!(r.verdict(), Verdict::Differs);
         // Itself: the same.
-        let r = diff((&c2a, None), (&c2a, None), &DiffOptions::default(), &|_| {}).unwrap();
+        let r = diff((&c2a, None), (&c2a, None), &DiffOptions::default(), &()).unwrap();
         assert_eq!(r.verdict(), Verdict::Same);
     }
 
@@ -440,7 +437,7 @@ mod tests {
             Catalog::new(&ra, None, None).unwrap(),
             Catalog::new(&rb, None, None).unwrap(),
         );
-        let r = diff((&ca, None), (&cb, None), &DiffOptions::default(), &|_| {}).unwrap();
+        let r = diff((&ca, None), (&cb, None), &DiffOptions::default(), &()).unwrap();
         assert_eq!(r.renamed, [("x".to_string(), "y".to_string())]);
     }
 }

@@ -8,6 +8,7 @@ use std::sync::Mutex;
 
 use super::sha::{Hasher, Sha256Digest};
 use crate::source::{ByteSource, FileSource};
+use crate::Progress;
 use crate::{parallel, Error, ReadOptions, Result};
 
 /// Bytes read at a time.
@@ -55,10 +56,6 @@ pub fn data_start(path: &Path) -> Result<Option<u64>> {
     }
 }
 
-/// Told the number of bytes hashed as the work goes (from any thread):
-/// what a progress bar counts.
-pub type OnBytes<'a> = &'a (dyn Fn(u64) + Sync);
-
 /// The sha256 of the file at `path` and, when `data_start` is given, of
 /// its bytes from there on, in one pass (the two hashes run on two threads
 /// of the pool when it has them).
@@ -66,7 +63,7 @@ pub type OnBytes<'a> = &'a (dyn Fn(u64) + Sync);
 /// # Errors
 /// The file cannot be opened or read, or it shrank while being read.
 pub fn file_digest(path: &Path, data_start: Option<u64>) -> Result<FileDigest> {
-    file_digest_counted(path, data_start, &|_| {})
+    file_digest_counted(path, data_start, &())
 }
 
 /// [`file_digest`], telling `on_bytes` of each piece hashed.
@@ -76,7 +73,7 @@ pub fn file_digest(path: &Path, data_start: Option<u64>) -> Result<FileDigest> {
 pub fn file_digest_counted(
     path: &Path,
     data_start: Option<u64>,
-    on_bytes: OnBytes<'_>,
+    on_bytes: &dyn Progress,
 ) -> Result<FileDigest> {
     let source = FileSource::open(path).map_err(|e| Error::io(path, e))?;
     let size = source.len();
@@ -101,7 +98,7 @@ pub fn file_digest_counted(
             _ => whole.update(piece),
         }
         at += n as u64;
-        on_bytes(n as u64);
+        on_bytes.advance(n as u64);
     }
     // The file may have grown: what was hashed is the size it had when opened.
     Ok(FileDigest {
@@ -120,7 +117,7 @@ pub fn file_digest_counted(
 /// hashed.
 pub fn file_digests(
     files: &[(PathBuf, Option<u64>)],
-    on_bytes: OnBytes<'_>,
+    on_bytes: &dyn Progress,
 ) -> Vec<Result<FileDigest>> {
     let slots: Vec<Mutex<Option<Result<FileDigest>>>> =
         files.iter().map(|_| Mutex::new(None)).collect();

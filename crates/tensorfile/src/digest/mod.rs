@@ -52,7 +52,7 @@ pub use error::DigestError;
 #[cfg(feature = "digest")]
 pub use files::{
     data_start, dir_files, file_digest, file_digest_counted, file_digests, is_ignored, DataDigest,
-    DirFile, FileDigest, OnBytes, GIT_PATHS,
+    DirFile, FileDigest, GIT_PATHS,
 };
 #[cfg(feature = "digest")]
 pub use manifest::{

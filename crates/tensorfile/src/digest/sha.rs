@@ -8,6 +8,7 @@ use std::str::FromStr;
 use sha2::{Digest, Sha256};
 
 use crate::writer::TensorData;
+use crate::Progress;
 use crate::Result;
 
 /// A sha256 digest; shown as 64 lowercase hex digits.
@@ -103,7 +104,7 @@ impl Hasher {
 /// # Errors
 /// A failed read, naming the file.
 pub fn tensor_sha256<T: TensorData + ?Sized>(t: &T) -> Result<Sha256Digest> {
-    tensor_sha256_counted(t, &|_| {})
+    tensor_sha256_counted(t, &())
 }
 
 /// [`tensor_sha256`], telling `on_bytes` of each piece hashed (what a
@@ -113,12 +114,12 @@ pub fn tensor_sha256<T: TensorData + ?Sized>(t: &T) -> Result<Sha256Digest> {
 /// A failed read, naming the file.
 pub fn tensor_sha256_counted<T: TensorData + ?Sized>(
     t: &T,
-    on_bytes: &(dyn Fn(u64) + Sync),
+    on_bytes: &dyn Progress,
 ) -> Result<Sha256Digest> {
     let mut hasher = Hasher::new();
     t.produce(&mut |_, piece| {
         hasher.update(piece);
-        on_bytes(piece.len() as u64);
+        on_bytes.advance(piece.len() as u64);
         Ok(())
     })?;
     Ok(hasher.finish())

@@ -581,7 +581,7 @@ pub fn hf_to_gguf(input: &Path, out: &Path, opts: &FromHfOptions) -> Result<From
             r0 += n;
         }
     }
-    writer.save(out, opts.sync, &|_| ())?;
+    writer.save(out, opts.sync, &())?;
     summary.bytes = std::fs::metadata(out).map_err(|e| Error::io(out, e))?.len();
     Ok(summary)
 }

@@ -109,7 +109,7 @@ pub fn gguf_to_safetensors<S: ByteSource>(
     let (metadata, dropped) = raw_metadata(file.header());
     let kept_keys = metadata.len();
     let planned = plan_tensors(file, None, dtype, keep_quant, metadata)?;
-    crate::atomic::save_plan(out, &planned.plan, write, &|_| ())?;
+    crate::atomic::save_plan(out, &planned.plan, write, &())?;
     Ok(RawSummary {
         tensors: file.header().tensors().len(),
         decoded: planned.decoded,
@@ -133,7 +133,7 @@ pub fn gguf_to_npz<S: ByteSource>(
 ) -> Result<RawSummary> {
     let tensors: Vec<GgufTensor<'_, S>> = file.tensor_data()?;
     let decoded = tensors.iter().filter(|t| t.is_decoded()).count();
-    save_npz(out, &tensors, options, &|_| ())?;
+    save_npz(out, &tensors, options, &())?;
     Ok(RawSummary {
         tensors: tensors.len(),
         decoded,

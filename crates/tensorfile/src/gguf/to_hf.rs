@@ -696,7 +696,7 @@ pub fn gguf_to_hf<S: ByteSource>(
     let mut set = AtomicSet::new();
     let model = out.join("model.safetensors");
     let file = set.create(&model)?;
-    crate::atomic::write_plan(&file, &plan, &opts.write, &|_| ())?;
+    crate::atomic::write_plan(&file, &plan, &opts.write, &())?;
     set.add(file)?;
     summary.files.push(model);
     for (name, value) in &jsons {

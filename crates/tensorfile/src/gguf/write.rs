@@ -23,6 +23,7 @@ use super::read::{align_up, DEFAULT_ALIGNMENT, MAX_DIMS};
 use super::types::GgmlType;
 use super::value::{Array, Value};
 use crate::plan::{Job, Plan, Sink};
+use crate::Progress;
 use crate::{AtomicFile, Dtype, Error, Result, TensorSpec};
 
 /// The longest tensor name written, in bytes: llama.cpp refuses names of
@@ -437,12 +438,7 @@ impl<'a> GgufWriter<'a> {
         Ok(GgufLayout::new(&self.kv, &self.specs)?)
     }
 
-    fn run(
-        &self,
-        layout: &GgufLayout,
-        target: Target<'_>,
-        progress: &(dyn Fn(u64) + Sync),
-    ) -> Result<()> {
+    fn run(&self, layout: &GgufLayout, target: Target<'_>, progress: &dyn Progress) -> Result<()> {
         let sink = GgufSink {
             layout,
             names: &self.names,
@@ -475,12 +471,7 @@ impl<'a> GgufWriter<'a> {
     ///
     /// # Errors
     /// The layout is refused, a job fails, or writing fails (naming `path`).
-    pub fn save(
-        &self,
-        path: impl AsRef<Path>,
-        sync: bool,
-        progress: &(dyn Fn(u64) + Sync),
-    ) -> Result<()> {
+    pub fn save(&self, path: impl AsRef<Path>, sync: bool, progress: &dyn Progress) -> Result<()> {
         let path = path.as_ref();
         let layout = self.layout()?;
         let out = AtomicFile::create(path)?;
@@ -503,7 +494,7 @@ impl<'a> GgufWriter<'a> {
         let mut bytes = layout.header().to_vec();
         bytes.resize(len, 0);
         let memory = Mutex::new(bytes);
-        self.run(&layout, Target::Memory(&memory), &|_| ())?;
+        self.run(&layout, Target::Memory(&memory), &())?;
         Ok(memory.into_inner().unwrap_or_else(|p| p.into_inner()))
     }
 }

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use super::read::NpzFile;
 use crate::cast::{convert_plan, CastOptions, ConvertSummary};
 use crate::source::ByteSource;
+use crate::Progress;
 use crate::{save_plan, Dtype, Result, WriteOptions};
 use tensorfile_core::set::{save_set, Sharding};
 
@@ -62,7 +63,7 @@ pub fn npz_to_safetensors<S: ByteSource>(
     file: &NpzFile<S>,
     out: &Path,
     options: &FromNpzOptions,
-    progress: &(dyn Fn(u64) + Sync),
+    progress: &dyn Progress,
 ) -> Result<FromNpzSummary> {
     let tensors = file.tensors(options.opaque)?;
     let (plan, convert) = convert_plan(&tensors, None, options.dtype, options.cast)?;

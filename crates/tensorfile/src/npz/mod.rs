@@ -25,7 +25,7 @@
 //! let path = dir.path().join("arrays.npz");
 //! let data: Vec<u8> = [1f32, 2., 3., 4.].iter().flat_map(|x| x.to_le_bytes()).collect();
 //! let w = TensorRef { name: "w", dtype: Dtype::F32, shape: &[2, 2], data: &data };
-//! save_npz(&path, &[w], &NpzWriteOptions::default(), &|_| ())?;
+//! save_npz(&path, &[w], &NpzWriteOptions::default(), &())?;
 //! let file = NpzFile::open(&path)?;
 //! for t in file.tensors(None)? {
 //!     println!("{} {} {:?}", t.name(), t.dtype(), t.shape());

@@ -20,6 +20,7 @@ use tensorfile_zip::{Method, ZipWriter};
 use super::descr;
 use super::error::NpzError;
 use super::header;
+use crate::Progress;
 use crate::{AtomicFile, Error, Result, TensorData};
 
 /// Bytes written to the output at a time.
@@ -140,7 +141,7 @@ pub fn save_npz<T: TensorData>(
     path: impl AsRef<Path>,
     tensors: &[T],
     options: &NpzWriteOptions,
-    progress: &dyn Fn(u64),
+    progress: &dyn Progress,
 ) -> Result<NpzWritten> {
     let path = path.as_ref();
     npz_to(path, tensors, options, progress).map_err(|e| e.at(path))
@@ -150,7 +151,7 @@ fn npz_to<T: TensorData>(
     path: &Path,
     tensors: &[T],
     options: &NpzWriteOptions,
-    progress: &dyn Fn(u64),
+    progress: &dyn Progress,
 ) -> Result<NpzWritten> {
     for t in tensors {
         check_writable(t)?;
@@ -173,7 +174,7 @@ fn npz_to<T: TensorData>(
         let n = write_data(t, unpack, &mut member)?;
         member.finish().map_err(zip_err)?;
         data_bytes += n;
-        progress(t.byte_len());
+        progress.advance(t.byte_len());
     }
     let out = zip.finish().map_err(zip_err)?;
     out.into_inner().map_err(|e| Error::from(e.into_error()))?;
@@ -198,7 +199,7 @@ pub fn save_npy<T: TensorData>(
     path: impl AsRef<Path>,
     tensor: &T,
     sync: bool,
-    progress: &dyn Fn(u64),
+    progress: &dyn Progress,
 ) -> Result<NpzWritten> {
     let path = path.as_ref();
     npy_to(path, tensor, sync, progress).map_err(|e| e.at(path))
@@ -208,7 +209,7 @@ fn npy_to<T: TensorData>(
     path: &Path,
     tensor: &T,
     sync: bool,
-    progress: &dyn Fn(u64),
+    progress: &dyn Progress,
 ) -> Result<NpzWritten> {
     check_writable(tensor)?;
     let file = AtomicFile::create(path)?;
@@ -218,7 +219,7 @@ fn npy_to<T: TensorData>(
     let data_bytes = write_data(tensor, unpack, &mut out)?;
     out.flush().map_err(Error::from)?;
     drop(out);
-    progress(tensor.byte_len());
+    progress.advance(tensor.byte_len());
     file.commit(sync)?;
     Ok(NpzWritten {
         arrays: 1,

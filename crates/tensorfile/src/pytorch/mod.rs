@@ -13,7 +13,7 @@
 //!
 //! ```no_run
 //! use tensorfile::pytorch::{convert, ConvertOptions};
-//! let report = convert("pytorch_model.bin", "model.safetensors", &ConvertOptions::default(), &|_| ())?;
+//! let report = convert("pytorch_model.bin", "model.safetensors", &ConvertOptions::default(), &())?;
 //! println!("{} tensors, {} aliases", report.tensors, report.aliases);
 //! # Ok::<(), tensorfile::Error>(())
 //! ```
@@ -32,6 +32,7 @@ pub use tensorfile_pytorch::{
 };
 
 use crate::cast::{self, CastOptions};
+use crate::Progress;
 use crate::{save_plan, Dtype, Error, Metadata, Plan, WriteOptions};
 
 mod set;
@@ -166,7 +167,7 @@ pub fn convert(
     input: impl AsRef<Path>,
     output: impl AsRef<Path>,
     options: &ConvertOptions,
-    progress: &(dyn Fn(u64) + Sync),
+    progress: &dyn Progress,
 ) -> crate::Result<Report> {
     let ckpt = Checkpoint::open_with(input, &options.load)?;
     convert_checkpoint(&ckpt, output, options, progress)
@@ -180,7 +181,7 @@ pub fn convert_checkpoint(
     ckpt: &Checkpoint,
     output: impl AsRef<Path>,
     options: &ConvertOptions,
-    progress: &(dyn Fn(u64) + Sync),
+    progress: &dyn Progress,
 ) -> crate::Result<Report> {
     let (plan, report) = convert_plan(ckpt, options)?;
     save_plan(output, &plan, &options.write, progress)?;

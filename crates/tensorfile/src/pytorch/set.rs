@@ -26,6 +26,7 @@ use super::ConvertOptions;
 use crate::cast::file::plan_targets;
 use crate::cast::{self};
 use crate::error::{Error, Result};
+use crate::Progress;
 use crate::{Metadata, Plan, TensorData};
 use tensorfile_core::set::{save_set, Sharding, SplitSummary};
 use tensorfile_core::set::{ShardError, ShardIndex};
@@ -401,7 +402,7 @@ pub fn convert_set(
     out_dir: impl AsRef<Path>,
     options: &ConvertOptions,
     max_shard_size: Option<u64>,
-    progress: &(dyn Fn(u64) + Sync),
+    progress: &dyn Progress,
 ) -> Result<(SetReport, SplitSummary)> {
     let set = CheckpointSet::open(input, &options.load)?;
     let planned = plan_set(&set, options)?;

@@ -677,7 +677,7 @@ pub fn quantize_file<T: TensorData>(
     opts: &QuantizeOptions,
 ) -> Result<QuantizeSummary> {
     let (plan, summary) = quantize_plan(tensors, metadata, opts)?;
-    save_plan(path, &plan, &opts.write, &|_| ())?;
+    save_plan(path, &plan, &opts.write, &())?;
     Ok(summary)
 }
 
@@ -921,6 +921,6 @@ pub fn dequantize_file<T: TensorData>(
     opts: &DequantizeOptions,
 ) -> Result<DequantizeSummary> {
     let (plan, summary) = dequantize_plan(tensors, metadata, opts)?;
-    save_plan(path, &plan, &opts.write, &|_| ())?;
+    save_plan(path, &plan, &opts.write, &())?;
     Ok(summary)
 }

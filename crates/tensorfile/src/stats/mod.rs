@@ -18,7 +18,7 @@
 //! use tensorfile::Dtype;
 //! let data: Vec<u8> = [1f32, -2.0, 3.0, 0.0].iter().flat_map(|x| x.to_le_bytes()).collect();
 //! let t = OwnedTensor { spec: TensorSpec::new("w", Dtype::F32, vec![4]), data };
-//! let s = tensorfile::stats::tensor_stats(Values::plain(&t)?, &|_| {})?;
+//! let s = tensorfile::stats::tensor_stats(Values::plain(&t)?, &())?;
 //! assert_eq!((s.summary.min, s.summary.max, s.summary.mean), (-2.0, 3.0, 0.5));
 //! assert_eq!(s.summary.zeros, 1);
 //! # Ok::<(), tensorfile::Error>(())
@@ -36,10 +36,7 @@ pub use histogram::{Histogram, BINS};
 pub use summary::{Summary, TOP};
 
 use crate::values::{map_tasks, task_blocks, Stored, Values, BLOCK};
-use crate::Result;
-
-/// Told the number of values done as the work goes (from any thread).
-pub type OnValues<'a> = &'a (dyn Fn(u64) + Sync);
+use crate::{Progress, Result};
 
 /// The default ratio of largest magnitude to standard deviation above
 /// which a tensor is an outlier. A normal distribution's million values
@@ -111,7 +108,7 @@ pub fn unflatten(shape: &[u64], mut flat: u64) -> Vec<u64> {
 ///
 /// # Errors
 /// A failed read or dequantization, naming the tensor.
-pub fn tensor_stats(mut values: Values<'_>, on_values: OnValues<'_>) -> Result<TensorStats> {
+pub fn tensor_stats(mut values: Values<'_>, on_values: &dyn Progress) -> Result<TensorStats> {
     values.prepare()?;
     let normal = values.stored().smallest_normal();
     let len = values.len();
@@ -127,14 +124,14 @@ pub fn tensor_stats(mut values: Values<'_>, on_values: OnValues<'_>) -> Result<T
             for (start, n) in task_blocks(len, k) {
                 reader.read_f32(start, &mut buf[..n])?;
                 s.add_block(&buf[..n], start, normal);
-                on_values(n as u64);
+                on_values.advance(n as u64);
             }
         } else {
             let mut buf = vec![0f64; BLOCK];
             for (start, n) in task_blocks(len, k) {
                 reader.read(start, &mut buf[..n])?;
                 s.add_block(&buf[..n], start, normal);
-                on_values(n as u64);
+                on_values.advance(n as u64);
             }
         }
         Ok(s)
@@ -212,7 +209,7 @@ impl Report {
 ///
 /// # Errors
 /// As [`tensor_stats`].
-pub fn model_stats(values: Vec<Values<'_>>, on_values: OnValues<'_>) -> Result<Report> {
+pub fn model_stats(values: Vec<Values<'_>>, on_values: &dyn Progress) -> Result<Report> {
     let mut tensors = Vec::with_capacity(values.len());
     for v in values {
         tensors.push(tensor_stats(v, on_values)?);
@@ -249,7 +246,7 @@ mod tests {
             .collect();
         v[n - 3] = 400.0;
         let t = f32s("model.layers.0.w", &v);
-        let s = tensor_stats(Values::plain(&t).unwrap(), &|_| {}).unwrap();
+        let s = tensor_stats(Values::plain(&t).unwrap(), &()).unwrap();
         let mean = v.iter().map(|&x| f64::from(x)).sum::<f64>() / n as f64;
         assert!((s.summary.mean - mean).abs() < 1e-12);
         assert_eq!(s.summary.max, 400.0);
@@ -257,7 +254,7 @@ mod tests {
         assert!(s.is_outlier(OUTLIER_RATIO));
         assert_eq!(s.outlier_elements(OUTLIER_RATIO), [((n - 3) as u64, 400.0)]);
         let small = f32s("model.layers.1.w", &[1.0, 2.0]);
-        let s2 = tensor_stats(Values::plain(&small).unwrap(), &|_| {}).unwrap();
+        let s2 = tensor_stats(Values::plain(&small).unwrap(), &()).unwrap();
         let report = Report::new(vec![s, s2]);
         assert_eq!(report.groups.len(), 1);
         assert_eq!(report.groups[0].summary.count, n as u64 + 2);
