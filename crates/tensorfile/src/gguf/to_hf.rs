@@ -290,7 +290,7 @@ fn kept_rows<S: ByteSource>(
                 &mut bi[g0..g0 + gpb],
             );
         }
-        crate::quant::mlx::pack(k.bits, &codes, &mut w[i * packed_row..(i + 1) * packed_row])
+        crate::quant::mlx_pack(k.bits, &codes, &mut w[i * packed_row..(i + 1) * packed_row])
             .map_err(|problem| Error::Quant {
                 tensor: info.name.clone(),
                 problem,
