@@ -283,7 +283,7 @@ impl OpenOptions {
 #[non_exhaustive]
 pub enum Input {
     /// A safetensors file: a set of one shard without an index, whose
-    /// [`Shard::file`](crate::set::Shard::file) is the file (local or
+    /// [`Shard::file`](tensorfile_core::set::Shard::file) is the file (local or
     /// remote).
     Safetensors(ShardedTensors),
     /// A set of safetensors files: an index and its shards, or a model

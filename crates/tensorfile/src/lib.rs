@@ -77,8 +77,8 @@ pub use tensorfile_pytorch::Error as PytorchError;
 /// file (the format core's [`tensorfile_core::set`]).
 pub mod set {
     pub use tensorfile_core::set::{
-        merge, save_set, split, Loaded, Location, SetTensor, Shard, ShardError, ShardIndex,
-        ShardedTensors, Sharding, SplitOptions, SplitSummary, Want, INDEX_NAME, SINGLE_NAME,
+        merge, save_set, split, Location, SetTensor, ShardError, ShardIndex, ShardedTensors,
+        Sharding, SplitOptions, SplitSummary, Want, INDEX_NAME, SINGLE_NAME,
     };
 }
 

@@ -17,7 +17,8 @@
 //! gathered once and held while it is read.
 
 use crate::cast::decode_f64;
-use crate::quant::{LogicalWeight, Scheme, WeightRows};
+use crate::quant::rows::WeightRows;
+use crate::quant::{LogicalWeight, Scheme};
 use crate::writer::TensorData;
 use crate::{Dtype, Error, Result};
 
@@ -396,7 +397,7 @@ impl<'a> Catalog<'a> {
         metadata: Option<&crate::Metadata>,
         mlx: Option<&crate::quant::QuantConfig>,
     ) -> Result<Catalog<'a>> {
-        let weights = crate::quant::find_quantized(tensors, metadata, mlx)?;
+        let weights = crate::quant::file::find_quantized(tensors, metadata, mlx)?;
         let mut part_of = std::collections::HashMap::new();
         for (i, w) in weights.iter().enumerate() {
             for p in &w.parts {

@@ -69,9 +69,8 @@ mod tensor;
 
 pub use error::CastError;
 pub use file::{convert_plan, save_converted, ConvertSummary, Target};
-pub(crate) use file::{convert_plan_owned, convert_plan_targeted, losses_of};
-pub(crate) use loss::LossTally;
-pub use loss::Losses;
+
+pub use loss::{LossTally, Losses};
 pub use tensor::{cast_tensor, TensorCast};
 
 use crate::{Dtype, Error, Result, TensorView};

@@ -274,6 +274,19 @@ impl QkPermutation {
 mod tests {
     use super::*;
 
+    // Was this function's doctest while it was public.
+    #[test]
+    fn hf_to_gguf_names() {
+        let q = hf_to_gguf(Arch::Llama, "model.layers.3.self_attn.q_proj.weight");
+        assert_eq!(q.as_deref(), Some("blk.3.attn_q.weight"));
+        let e = hf_to_gguf(Arch::Llama, "model.embed_tokens.weight");
+        assert_eq!(e.as_deref(), Some("token_embd.weight"));
+        assert_eq!(
+            hf_to_gguf(Arch::Llama, "model.layers.3.self_attn.rotary_emb.inv_freq"),
+            None
+        );
+    }
+
     #[test]
     fn every_architecture_has_its_causal_lm_class() {
         let want = [
@@ -343,23 +356,5 @@ mod tests {
         assert_eq!(p.gguf_row_of_hf(p.hf_row_of_gguf(last)), last);
         let empty = QkPermutation::new(0, 4).unwrap();
         assert_eq!(empty.hf_row_of_gguf(0), 0);
-    }
-}
-
-#[cfg(test)]
-mod hf_to_gguf_tests {
-    use super::{hf_to_gguf, Arch};
-
-    // Was this function's doctest while it was public.
-    #[test]
-    fn hf_to_gguf_names() {
-        let q = hf_to_gguf(Arch::Llama, "model.layers.3.self_attn.q_proj.weight");
-        assert_eq!(q.as_deref(), Some("blk.3.attn_q.weight"));
-        let e = hf_to_gguf(Arch::Llama, "model.embed_tokens.weight");
-        assert_eq!(e.as_deref(), Some("token_embd.weight"));
-        assert_eq!(
-            hf_to_gguf(Arch::Llama, "model.layers.3.self_attn.rotary_emb.inv_freq"),
-            None
-        );
     }
 }

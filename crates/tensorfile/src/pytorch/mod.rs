@@ -102,7 +102,7 @@ impl ConvertReport {
     /// The tensors whose cast changed values beyond rounding, with how
     /// many (see [`cast::ConvertSummary::losses`]).
     pub fn losses(&self) -> Vec<(&str, cast::Losses)> {
-        cast::losses_of(&self.tallies)
+        cast::file::losses_of(&self.tallies)
     }
 }
 
@@ -136,7 +136,7 @@ fn plan_conversion<'a>(
         parameters: conv.parameters(),
         metadata: conv.metadata.clone(),
     };
-    let (plan, summary) = cast::convert_plan_owned(
+    let (plan, summary) = cast::file::convert_plan_owned(
         conv.tensors,
         Some(&conv.metadata),
         options.dtype,

@@ -50,11 +50,11 @@
 
 mod config;
 mod error;
-mod file;
+pub(crate) mod file;
 mod int4;
 mod layout;
 mod mlx;
-mod rows;
+pub(crate) mod rows;
 mod select;
 
 use std::fmt;
@@ -62,7 +62,6 @@ use std::str::FromStr;
 
 pub use config::{int4_group, QuantConfig, QUANTIZATION_KEY, QUANT_KEY};
 pub use error::QuantError;
-pub(crate) use file::find_quantized;
 pub use file::{
     dequantize_file, dequantize_plan, quantize_file, quantize_plan, DequantizeOptions,
     DequantizeSummary, QuantizeOptions, QuantizeSummary,
@@ -74,7 +73,6 @@ pub use mlx::{
     quantize_affine as mlx_quantize_affine, unpack as mlx_unpack, MlxTensor,
 };
 pub use rows::dequantize_weight;
-pub(crate) use rows::WeightRows;
 pub use select::{Glob, Selection};
 
 use crate::{Dtype, Error};

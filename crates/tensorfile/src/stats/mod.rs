@@ -31,7 +31,6 @@ mod histogram;
 mod lanes;
 mod summary;
 
-use groups::layer_groups;
 pub use histogram::{Histogram, BINS};
 pub use summary::Summary;
 
@@ -174,7 +173,7 @@ pub struct StatsReport {
 impl StatsReport {
     /// The report of `tensors`, grouped by layer.
     pub fn new(tensors: Vec<TensorStats>) -> StatsReport {
-        let groups = layer_groups(tensors.iter().map(|t| t.name.as_str()))
+        let groups = groups::layer_groups(tensors.iter().map(|t| t.name.as_str()))
             .into_iter()
             .map(|(pattern, members)| {
                 let mut summary = Summary::default();
