@@ -32,13 +32,14 @@ pub use tensorfile_core::{
 };
 
 // The rest of the core, under the paths this crate's modules use.
-#[allow(unused_imports)]
 use tensorfile_core::{
-    accept, atomic, dtype, file, header, parallel, plan, slice, source, view, writer, Accept,
-    Align, AtomicFile, AtomicSet, DtypeSet, Element, FileTensor, InMemory, MappedFile,
-    PositionalWriter, PrivateMap, ShardError, ShardedTensors, SlicedView, StreamWriter,
-    TensorSlice,
+    dtype, header, parallel, plan, source, writer, Accept, DtypeSet, ShardedTensors,
 };
+// Atomic saves of the GGUF and npz writers.
+#[cfg(any(feature = "gguf", feature = "npz"))]
+use tensorfile_core::AtomicFile;
+#[cfg(feature = "gguf")]
+use tensorfile_core::{atomic, AtomicSet};
 
 mod bits;
 pub mod cast;

@@ -184,6 +184,7 @@ fn targets_of<T: TensorData>(
 ///
 /// # Errors
 /// As [`convert_plan`].
+#[cfg(any(feature = "pytorch", feature = "gguf"))]
 pub(crate) fn convert_plan_owned<'a, T: TensorData + Send + 'a>(
     tensors: Vec<T>,
     metadata: Option<&Metadata>,
@@ -201,6 +202,7 @@ pub(crate) fn convert_plan_owned<'a, T: TensorData + Send + 'a>(
 ///
 /// # Errors
 /// As [`convert_plan`].
+#[cfg(any(feature = "pytorch", feature = "gguf"))]
 pub(crate) fn convert_plan_targeted<'a, T: TensorData + Send + 'a>(
     tensors: Vec<(T, Target)>,
     metadata: Option<&Metadata>,
