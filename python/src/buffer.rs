@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
-use tensorfile::{Dtype, PrivateMap, SafeTensors};
+use tensorfile::{Dtype, SafeTensors};
+use tensorfile_core::PrivateMap;
 
 /// Where a buffer's bytes live.
 pub enum Memory {

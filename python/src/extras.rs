@@ -7,8 +7,9 @@ use std::sync::Arc;
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use tensorfile::input::Kind;
-use tensorfile::{read_header_from_path, Dtype, Header, ReadOptions, ShardedTensors};
+use tensorfile::InputKind as Kind;
+use tensorfile::{Dtype, Header, ReadOptions};
+use tensorfile_core::{read_header_from_path, ShardedTensors};
 use tensorfile_remote::Client;
 
 use crate::buffer::Buffer;
@@ -45,7 +46,7 @@ pub fn validate<'py>(
             }
             text
         };
-        match tensorfile::input::probe(&path).map(|p| p.kind()) {
+        match tensorfile::probe(&path).map(|p| p.kind()) {
             Ok(Kind::SafetensorsSet) => match open_set(&path, &options, &client) {
                 Ok(set) => (None, None, set.warnings().to_vec()),
                 Err(e) => (Some(one_line(&e)), e.rule(), Vec::new()),
@@ -88,7 +89,7 @@ fn open_set(
         .with_read(options.clone())
         .with_map(false)
         .with_client(client.clone());
-    tensorfile::input::open_set(path, &options)
+    tensorfile::open_set(path, &options)
 }
 
 /// A file's header, local or remote (one request when it fits in 64 KiB);
@@ -193,7 +194,7 @@ pub fn inspect_json(
     use tensorfile::describe;
     let client = remote::client(remote::timeout(timeout)?);
     let kind = py
-        .detach(|| tensorfile::input::probe(&path))
+        .detach(|| tensorfile::probe(&path))
         .map_err(errors::error)?
         .kind();
     let text = match kind {

@@ -21,11 +21,11 @@ use std::time::Duration;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use tensorfile::cast::{cast_tensor, CastOptions};
-use tensorfile::input::Kind;
+use tensorfile::InputKind as Kind;
 use tensorfile::{
-    ByteSource, Dtype, FileSource, Metadata, PrivateMap, ReadOptions, SafeTensors, ShardedTensors,
-    SliceArg, TensorInfo, TensorSlice,
+    ByteSource, Dtype, FileSource, Metadata, ReadOptions, SafeTensors, SliceArg, TensorInfo,
 };
+use tensorfile_core::{PrivateMap, ShardedTensors, TensorSlice};
 use tensorfile_remote::{Client, RemoteFile};
 
 use crate::buffer::{Buffer, Memory};
@@ -145,7 +145,7 @@ impl Source {
             Err(err) => {
                 // A file of another kind is named as such, not as a broken rule.
                 if err.rule().is_some() {
-                    if let Ok(kind) = tensorfile::input::detect(path) {
+                    if let Ok(kind) = tensorfile::detect(path) {
                         if !kind.is_safetensors() {
                             return Err(not_safetensors(path, kind));
                         }
@@ -157,12 +157,12 @@ impl Source {
     }
 
     /// A remote file or set (only headers are read now), whichever the URL
-    /// names (see `tensorfile::input::probe`), read through `client`.
+    /// names (see `tensorfile::probe`), read through `client`.
     fn open_remote(url: &str, client: &Arc<Client>) -> tensorfile::Result<Source> {
         let read = ReadOptions::default();
-        match tensorfile::input::probe(url)?.kind() {
+        match tensorfile::probe(url)?.kind() {
             Kind::SafetensorsSet => Ok(Source::Set {
-                set: tensorfile::input::open_set(
+                set: tensorfile::open_set(
                     url,
                     &tensorfile::OpenOptions::default()
                         .with_read(read)
@@ -177,7 +177,7 @@ impl Source {
     }
 
     fn open_set(path: &Path, backend: Backend) -> tensorfile::Result<Source> {
-        let kind = tensorfile::input::detect(path)?;
+        let kind = tensorfile::detect(path)?;
         if !kind.is_safetensors() {
             return Err(not_safetensors(path, kind));
         }
@@ -648,11 +648,11 @@ pub fn load_bytes(py: Python<'_>, data: &[u8]) -> PyResult<Vec<(String, Buffer)>
 /// Buffers over each tensor of a file held in memory of the process's own.
 fn buffers_of(mut file: SafeTensors) -> Vec<(String, Buffer)> {
     let base: *mut u8 = match file.source_mut() {
-        tensorfile::file::Backing::Loaded(l) => l.as_mut_slice().as_mut_ptr(),
-        tensorfile::file::Backing::Owned(v) => v.as_mut_ptr(),
+        tensorfile_core::file::Backing::Loaded(l) => l.as_mut_slice().as_mut_ptr(),
+        tensorfile_core::file::Backing::Owned(v) => v.as_mut_ptr(),
         // Not made here (load and from_bytes own their bytes); a map would
         // be read-only, so its tensors are copied.
-        tensorfile::file::Backing::Mapped(_) => std::ptr::null_mut(),
+        tensorfile_core::file::Backing::Mapped(_) => std::ptr::null_mut(),
     };
     let data_start = file.header().data_start() as usize;
     let described: Vec<(String, Dtype, Vec<u64>, usize, usize)> = file

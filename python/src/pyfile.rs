@@ -83,7 +83,7 @@ impl PyFile {
                 ));
             };
             if copied == 0 {
-                return Err(tensorfile::source::truncated(
+                return Err(tensorfile_core::source::truncated(
                     offset,
                     buf.len(),
                     offset + filled as u64,
@@ -120,7 +120,11 @@ impl ByteSource for PyFile {
     fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         let end = offset.checked_add(buf.len() as u64);
         if end.is_none_or(|end| end > self.len) {
-            return Err(tensorfile::source::truncated(offset, buf.len(), self.len));
+            return Err(tensorfile_core::source::truncated(
+                offset,
+                buf.len(),
+                self.len,
+            ));
         }
         if buf.is_empty() {
             return Ok(());

@@ -8,13 +8,13 @@ use std::path::{Path, PathBuf};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use tensorfile::cast::{convert_plan, CastOptions};
-use tensorfile::input::Kind;
 use tensorfile::model::read_config;
 use tensorfile::quant::{
     dequantize_plan, quantize_plan, DequantizeOptions, Glob, Mode, QuantConfig, QuantParams,
     QuantizeOptions, Scheme, Selection,
 };
-use tensorfile::transform::{Input, Written};
+use tensorfile::transform::{TransformInput as Input, Written};
+use tensorfile::InputKind as Kind;
 use tensorfile::{ReadOptions, WriteOptions};
 
 use crate::errors;
@@ -22,7 +22,7 @@ use crate::handle::parse_dtype;
 
 /// Opens a safetensors input, naming what else it is.
 fn open_input(path: &Path) -> tensorfile::Result<Input> {
-    let kind = tensorfile::input::detect(path)?;
+    let kind = tensorfile::detect(path)?;
     if !kind.is_safetensors() {
         let e = std::io::Error::new(
             std::io::ErrorKind::InvalidData,
@@ -74,7 +74,7 @@ pub fn convert<'py>(
     d.set_item("output", output.display().to_string())?;
     d.set_item("dtype", dtype.map(|d| d.name()))?;
     let kind = py
-        .detach(|| tensorfile::input::detect(&input))
+        .detach(|| tensorfile::detect(&input))
         .map_err(errors::error)?;
     if matches!(kind, Kind::Pytorch | Kind::PytorchSet) {
         let (format, written, tensors, aliases, cast_count, losses) = py
@@ -113,7 +113,7 @@ pub fn convert<'py>(
             let source = open_input(&input)?;
             if dtype.is_some() {
                 // Only the canonical rewrite may replace its input.
-                tensorfile::atomic::check_not_input(&output, source.files())?;
+                tensorfile_core::atomic::check_not_input(&output, source.files())?;
             }
             let tensors = source.tensors();
             let metadata = source.metadata()?;
@@ -186,7 +186,9 @@ fn convert_pytorch(
     write: WriteOptions,
     max_shard_size: Option<u64>,
 ) -> tensorfile::Result<PytorchConverted> {
-    use tensorfile::pytorch::{convert_plan, plan_set, Checkpoint, CheckpointSet, ConvertOptions};
+    use tensorfile::pytorch::{
+        checkpoint_plan, plan_set, Checkpoint, CheckpointSet, ConvertOptions,
+    };
     use tensorfile::transform::{write_to, Layout};
     let set_index = match kind {
         Kind::PytorchSet => Some(CheckpointSet::find_index(input).ok_or_else(|| {
@@ -222,7 +224,7 @@ fn convert_pytorch(
             .map(|s| set.dir().join(s.name()))
             .collect();
         inputs.push(set.index_path().to_path_buf());
-        tensorfile::atomic::check_not_input(output, &inputs)?;
+        tensorfile_core::atomic::check_not_input(output, &inputs)?;
         let planned = plan_set(&set, &options)?;
         let layout = Layout {
             is_set: true,
@@ -249,9 +251,9 @@ fn convert_pytorch(
         ));
     }
     // Safetensors bytes must not land on the checkpoint itself.
-    tensorfile::atomic::check_not_input(output, [input])?;
+    tensorfile_core::atomic::check_not_input(output, [input])?;
     let ckpt = Checkpoint::open_with(input, &options.load)?;
-    let (plan, report) = convert_plan(&ckpt, &options)?;
+    let (plan, report) = checkpoint_plan(&ckpt, &options)?;
     let layout = Layout {
         is_set: false,
         shard_of: vec![0; plan.specs().len()],
@@ -306,7 +308,7 @@ pub fn quantize<'py>(
     let (summary, written) = py
         .detach(|| -> tensorfile::Result<_> {
             let source = open_input(&input)?;
-            tensorfile::atomic::check_not_input(&output, source.files())?;
+            tensorfile_core::atomic::check_not_input(&output, source.files())?;
             let mut tensors = source.tensors();
             tensors.sort_unstable_by(|a, b| a.info().name.cmp(b.info().name));
             let metadata = source.metadata()?;
@@ -421,7 +423,7 @@ pub fn dequantize<'py>(
         .detach(|| -> tensorfile::Result<_> {
             let source = open_input(&input)?;
             let inputs = source.files().into_iter().chain(config.as_deref());
-            tensorfile::atomic::check_not_input(&output, inputs)?;
+            tensorfile_core::atomic::check_not_input(&output, inputs)?;
             let tensors = source.tensors();
             let metadata = source.metadata()?;
             let (plan, summary) = dequantize_plan(&tensors, metadata.as_ref(), &opts)?;

@@ -5,8 +5,8 @@ use std::fs::File;
 use std::io::Write;
 use std::path::Path;
 
-use tensorfile::writer::{serialize, TensorRef, WriteOptions};
 use tensorfile::{Dtype, SafeTensors};
+use tensorfile_core::writer::{serialize, TensorRef, WriteOptions};
 
 use crate::fixture;
 use crate::measure::{fmt_bytes, interleave, speedup, Case};

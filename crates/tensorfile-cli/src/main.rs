@@ -103,12 +103,12 @@ impl Command {
 fn main() -> ExitCode {
     // SIGINT, SIGTERM, SIGHUP during a save whose temporary has a name (no
     // O_TMPFILE here): remove it, then end by the signal.
-    if let Err(e) = tensorfile::atomic::remove_temporaries_on_signal() {
+    if let Err(e) = tensorfile_core::atomic::remove_temporaries_on_signal() {
         eprintln!("tensorfile: warning: cannot install signal handlers: {e}");
     }
     let cli = Cli::parse();
     if let Some(n) = cli.threads {
-        if let Err(e) = tensorfile::parallel::set_threads(n) {
+        if let Err(e) = tensorfile_core::parallel::set_threads(n) {
             eprintln!("tensorfile: --threads {n}: {e}");
             return ExitCode::from(2);
         }

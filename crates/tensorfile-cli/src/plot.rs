@@ -11,7 +11,7 @@ use std::fmt;
 use std::path::Path;
 
 use plotters::prelude::*;
-use tensorfile::stats::{Report, Summary};
+use tensorfile::stats::{StatsReport as Report, Summary};
 
 /// Why a picture was not made.
 #[derive(Debug)]
@@ -322,7 +322,7 @@ pub fn draw(path: &Path, r: &Report, outlier_ratio: f64) -> Result<(), PlotError
         .extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("png"));
     let bytes = if is_png { png(&svg)? } else { svg.into_bytes() };
-    let file = tensorfile::AtomicFile::create(path)?;
+    let file = tensorfile_core::AtomicFile::create(path)?;
     file.write_all_at(&bytes, 0)?;
     file.commit(true)?;
     Ok(())

@@ -62,7 +62,7 @@ fn a_directory_without_weights_says_so() {
 }
 
 fn tensors_of(dir: &Path) -> Vec<(String, Vec<String>)> {
-    let set = tensorfile::ShardedTensors::open(dir).unwrap();
+    let set = tensorfile_core::ShardedTensors::open(dir).unwrap();
     set.shards()
         .iter()
         .map(|s| {
@@ -123,7 +123,7 @@ fn sets_in_give_sets_out_one_shard_per_shard_or_recut() {
         n
     };
     assert_eq!(all(&after), all(&before));
-    let set = tensorfile::ShardedTensors::open(&out).unwrap();
+    let set = tensorfile_core::ShardedTensors::open(&out).unwrap();
     for s in set.shards() {
         let big = s.header().tensors().any(|t| t.nbytes() > 100_000);
         assert!(s.header().data_len() <= 100_000 || (big && s.header().len() == 1));

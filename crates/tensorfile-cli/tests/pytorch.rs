@@ -90,7 +90,7 @@ fn convert_writes_a_canonical_file() {
             .map(String::as_str),
         Some("emb.weight")
     );
-    let again = tensorfile::writer::serialize(file.tensors(), file.metadata()).unwrap();
+    let again = tensorfile_core::writer::serialize(file.tensors(), file.metadata()).unwrap();
     assert!(again == file.as_bytes(), "canonical");
 
     // A safetensors input is a canonical rewrite: the same bytes again.

@@ -6,10 +6,10 @@
 
 use std::path::{Path, PathBuf};
 
-use tensorfile::gguf::names::{gguf_to_hf as hf_name, Arch};
 use tensorfile::gguf::{
-    from_hf::FromHfOptions, gguf_to_hf, hf_to_gguf, GgmlType, GgufFile, ReadLimits, ToHfOptions,
+    gguf_to_hf, hf_to_gguf, FromHfOptions, GgmlType, GgufFile, ReadLimits, ToHfOptions,
 };
+use tensorfile::gguf::{hf_tensor_name as hf_name, Arch};
 use tensorfile::Dtype;
 
 use crate::input::Input;
@@ -72,7 +72,7 @@ pub fn gguf_convert(data: &[u8]) {
     let n_head = 1 + u32::from(input.byte() % 4);
     let n_head_kv = 1 + u32::from(input.byte() % 4);
     let flags = input.byte();
-    let back = input.pick(&tensorfile::gguf::from_hf::TYPES);
+    let back = input.pick(&tensorfile::gguf::HF_TO_GGUF_TYPES);
     let count = 1 + input.below(4);
     let mut tensors: Vec<(String, Vec<u64>, GgmlType)> = Vec::new();
     for _ in 0..count {

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use tensorfile::model::{check_dir, ModelDir, QuantConfig, CONFIG_NAME, TOKENIZER_NAME};
-use tensorfile::shard::SINGLE_NAME;
+use tensorfile::set::SINGLE_NAME;
 use tensorfile::Contract;
 
 use crate::input::Input;

@@ -7,9 +7,9 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use tensorfile::quant::{
-    dequantize_file, dequantize_weight, int4, mlx, quantize_file, quantized_weights,
-    DequantizeOptions, Glob, LogicalWeight, Mode, QuantConfig, QuantParams, QuantizeOptions,
-    Scheme,
+    dequantize_file, dequantize_weight, int4_dequantize as dequantize_int4, int4_quantize,
+    mlx_pack, mlx_quantize_affine, mlx_unpack, quantize_file, quantized_weights, DequantizeOptions,
+    Glob, LogicalWeight, Mode, QuantConfig, QuantParams, QuantizeOptions, Scheme,
 };
 use tensorfile::{Dtype, SafeTensors, TensorInfo, TensorRef, WriteOptions};
 
@@ -101,10 +101,10 @@ fn int4_round_trip(input: &mut Input<'_>) {
     let shape = shape2(input);
     let group = input.pick(&GROUPS);
     let data = tensor_bytes(input, dtype, &shape).unwrap_or_default();
-    let Ok(q) = int4::quantize("w", dtype, &shape, &data, group) else {
+    let Ok(q) = int4_quantize("w", dtype, &shape, &data, group) else {
         return;
     };
-    let back = int4::dequantize("w", &q.qweight, &q.scales, &shape, group)
+    let back = dequantize_int4("w", &q.qweight, &q.scales, &shape, group)
         .unwrap_or_else(|e| panic!("{shape:?} g{group}: what int4 wrote does not read: {e}"));
     assert_eq!(back.len() as u64, numel(&shape), "{shape:?} g{group}");
     assert!(back.iter().all(|v| v.is_finite()), "{shape:?} g{group}");
@@ -116,7 +116,7 @@ fn int4_dequantize(input: &mut Input<'_>) {
     let group = input.pick(&GROUPS);
     let qweight = input.bytes(512);
     let scales = input.bytes(512);
-    if let Ok(values) = int4::dequantize("w", qweight, scales, &shape, group) {
+    if let Ok(values) = dequantize_int4("w", qweight, scales, &shape, group) {
         assert_eq!(values.len(), qweight.len() * 2, "{shape:?} g{group}");
     }
 }
@@ -128,7 +128,7 @@ fn mlx_round_trip(input: &mut Input<'_>) {
     let shape = shape2(input);
     let p = params(input);
     let data = tensor_bytes(input, dtype, &shape).unwrap_or_default();
-    let Ok(q) = mlx::quantize_affine("m.weight", dtype, &shape, &data, p) else {
+    let Ok(q) = mlx_quantize_affine("m.weight", dtype, &shape, &data, p) else {
         return;
     };
     let &[rows, cols] = &shape[..] else {
@@ -194,9 +194,9 @@ fn packing(input: &mut Input<'_>) {
     let bits = u32::from(input.byte() % 12);
     let codes = input.bytes(256).to_vec();
     let mut packed = vec![0u8; input.below(256)];
-    let packs = mlx::pack(bits, &codes, &mut packed);
+    let packs = mlx_pack(bits, &codes, &mut packed);
     let mut back = vec![0u8; codes.len()];
-    let unpacks = mlx::unpack(bits, &packed, &mut back);
+    let unpacks = mlx_unpack(bits, &packed, &mut back);
     let valid = [2, 3, 4, 5, 6, 8].contains(&bits);
     assert_eq!(packs.is_ok(), valid, "pack at {bits} bits");
     assert_eq!(unpacks.is_ok(), valid, "unpack at {bits} bits");

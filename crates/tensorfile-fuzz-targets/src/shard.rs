@@ -5,8 +5,8 @@
 
 use std::path::{Path, PathBuf};
 
-use tensorfile::shard::{ShardIndex, INDEX_NAME};
-use tensorfile::{serialize, Dtype, ShardError, ShardedTensors, TensorRef};
+use tensorfile::set::{ShardError, ShardIndex, ShardedTensors, INDEX_NAME};
+use tensorfile::{serialize, Dtype, TensorRef};
 use tensorfile_core::Error;
 
 use crate::input::Input;

@@ -4,8 +4,8 @@
 
 use std::collections::HashSet;
 
-use tensorfile::writer::Align;
 use tensorfile::{serialize_with, Metadata, SafeTensors, TensorRef, WriteOptions};
+use tensorfile_core::writer::Align;
 
 use crate::input::{pattern, Input};
 

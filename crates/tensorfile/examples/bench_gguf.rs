@@ -31,12 +31,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use tensorfile::gguf::write::{GgufSpec, GgufWriter};
 use tensorfile::gguf::{
-    gguf_to_hf, hf_to_gguf, FromHfOptions, GgmlType, GgufFile, ToHfOptions, Value,
+    gguf_to_hf, hf_to_gguf, FromHfOptions, GgmlType, GgufFile, GgufValue as Value, ToHfOptions,
 };
-use tensorfile::plan::Sink;
+use tensorfile::gguf::{GgufSpec, GgufWriter};
 use tensorfile::{save, Dtype, TensorRef, WriteOptions};
+use tensorfile_core::plan::Sink;
 use tensorfile_testkit::Rng;
 
 fn median(mut v: Vec<Duration>) -> Duration {

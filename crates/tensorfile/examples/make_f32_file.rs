@@ -9,9 +9,9 @@
 //! cargo run --release -p tensorfile --example make_f32_file -- OUT MIB [perturbed]
 //! ```
 
-use tensorfile::plan::OwnedTensor;
-use tensorfile::writer::TensorSpec;
 use tensorfile::{Dtype, WriteOptions};
+use tensorfile_core::plan::OwnedTensor;
+use tensorfile_core::writer::TensorSpec;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();

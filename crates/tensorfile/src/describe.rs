@@ -22,7 +22,7 @@ use crate::{Dtype, Header, JsonObject, Metadata, ShardedTensors, TensorInfo};
 use tensorfile_core::set::{LocalDir, Location};
 
 /// A tensor's sha256 in hex, when hashes are asked for (`None` otherwise).
-pub type Digest<'a> = &'a dyn Fn(&str) -> Option<String>;
+pub(crate) type Digest<'a> = &'a dyn Fn(&str) -> Option<String>;
 
 /// Compact JSON text of a description (keys in field order, which is
 /// ascending byte order).

@@ -78,7 +78,7 @@ pub enum Error {
     Pytorch(Box<tensorfile_pytorch::Error>),
     /// An input of a kind this build does not read: the library was built
     /// without the Cargo feature that reads it (see
-    /// [`crate::input::ensure_built`]).
+    /// `ensure_built`).
     #[error("{}: this is {what}, but tensorfile was built without the {feature} feature", path.display())]
     FeatureDisabled {
         /// The input.

@@ -9,7 +9,7 @@
 //! opens it.
 //!
 //! ```
-//! use tensorfile::input::{open, Input, OpenOptions};
+//! use tensorfile::{open, Input, OpenOptions};
 //! use tensorfile::{save, Dtype, TensorRef, WriteOptions};
 //! let dir = tempfile::tempdir()?;
 //! let w = TensorRef { name: "w", dtype: Dtype::F32, shape: &[1], data: &[0u8; 4] };
@@ -22,7 +22,7 @@
 //! ```
 //!
 //! ```
-//! use tensorfile::input::{detect, Kind};
+//! use tensorfile::{detect, InputKind as Kind};
 //! use tensorfile::{save, Dtype, TensorRef, WriteOptions};
 //! let dir = tempfile::tempdir()?;
 //! let model = dir.path().join("model.safetensors");
@@ -50,7 +50,7 @@ use crate::pytorch::{Checkpoint, CheckpointSet, LoadOptions};
 use crate::source::open_regular;
 use crate::{Error, ReadOptions, ShardedTensors};
 
-pub use tensorfile_core::InputKind as Kind;
+pub(crate) use tensorfile_core::InputKind as Kind;
 
 /// Whether this build reads inputs of `kind` (its Cargo feature is on).
 // The arms are constants that differ from build to build, which clippy
@@ -283,7 +283,7 @@ impl OpenOptions {
 #[non_exhaustive]
 pub enum Input {
     /// A safetensors file: a set of one shard without an index, whose
-    /// [`Shard::file`](crate::shard::Shard::file) is the file (local or
+    /// [`Shard::file`](tensorfile_core::set::Shard::file) is the file (local or
     /// remote).
     Safetensors(ShardedTensors),
     /// A set of safetensors files: an index and its shards, or a model

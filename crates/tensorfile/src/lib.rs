@@ -23,31 +23,35 @@
 #![warn(missing_docs)]
 #![warn(clippy::missing_errors_doc)]
 
-// The format core, under the same paths: `tensorfile::header`,
-// `tensorfile::SafeTensors`, ...
+// The format core's types a user of this crate meets first; the rest of
+// the core is `tensorfile_core`'s, under its own paths.
 /// The one progress trait every long operation here takes (`&()` for none).
 pub use tensorfile_core::Progress;
 pub use tensorfile_core::{
-    accept, atomic, dtype, file, header, parallel, plan, slice, source, view, writer,
+    read_header, save, save_plan, serialize, serialize_with, ByteSource, Dtype, ErrorKind,
+    FileSource, FormatError, Header, Metadata, OutputError, Plan, ReadOptions, SafeTensors,
+    SliceArg, TensorData, TensorInfo, TensorRef, TensorSpec, TensorView, WriteError, WriteOptions,
 };
-pub use tensorfile_core::{
-    read_header, read_header_from, read_header_from_path, save, save_plan, save_positional,
-    save_streaming, serialize, serialize_with, Accept, Align, AtomicFile, AtomicSet, ByteSource,
-    Dtype, DtypeSet, Element, ErrorKind, FileSource, FileTensor, FormatError, Header, InMemory,
-    MappedFile, Metadata, OutputError, Plan, PositionalWriter, PrivateMap, ReadOptions,
-    SafeTensors, SliceArg, SlicedView, StreamWriter, TensorData, TensorInfo, TensorRef,
-    TensorSlice, TensorSpec, TensorView, WriteError, WriteOptions, DEFAULT_MAX_HEADER_LEN,
+
+// The rest of the core, under the paths this crate's modules use.
+use tensorfile_core::{
+    dtype, header, parallel, plan, source, writer, Accept, DtypeSet, ShardedTensors,
 };
+// Atomic saves of the GGUF and npz writers.
+#[cfg(any(feature = "gguf", feature = "npz"))]
+use tensorfile_core::AtomicFile;
+#[cfg(feature = "gguf")]
+use tensorfile_core::{atomic, AtomicSet};
 
 mod bits;
 pub mod cast;
 pub mod describe;
 pub mod diff;
 pub mod digest;
-pub mod error;
+mod error;
 #[cfg(feature = "gguf")]
 pub mod gguf;
-pub mod input;
+mod input;
 pub mod model;
 #[cfg(feature = "npz")]
 pub mod npz;
@@ -60,9 +64,10 @@ pub mod values;
 
 pub use cast::Decode;
 pub use error::{Error, Result};
-pub use input::{open, Input, OpenOptions};
+pub use input::{detect, open, open_set, probe, Input, OpenOptions, Probed};
 pub use model::Contract;
-pub use tensorfile_core::{JsonObject, ParseError, ShardError, ShardedTensors};
+pub use tensorfile_core::InputKind;
+pub use tensorfile_core::JsonObject;
 
 /// The format core's error: the source of [`Error::Core`].
 pub use tensorfile_core::Error as CoreError;
@@ -71,20 +76,13 @@ pub use tensorfile_core::Error as CoreError;
 pub use tensorfile_pytorch::Error as PytorchError;
 
 /// Sharded sets: an index and its shards, read at any
-/// [`Location`](shard::Location) (the format core's [`tensorfile_core::set`],
-/// under the path this crate has always given it).
-pub mod shard {
+/// [`Location`](set::Location), and split into shards or merged into one
+/// file (the format core's [`tensorfile_core::set`]).
+pub mod set {
     pub use tensorfile_core::set::{
-        Loaded, LocalDir, Location, SetTensor, Shard, ShardError, ShardIndex, ShardedTensors, Want,
-        DIFFUSERS_INDEX_NAME, DIFFUSERS_SINGLE_NAME, DIR_NAMES, INDEX_NAME, MAX_INDEX_LEN,
-        SINGLE_NAME,
+        merge, save_set, split, Location, SetTensor, ShardError, ShardIndex, ShardedTensors,
+        Sharding, SplitOptions, SplitSummary, Want, INDEX_NAME, SINGLE_NAME,
     };
-}
-
-/// Splitting a set into shards and merging shards into one file (the
-/// format core's set writer, [`tensorfile_core::set::save_set`]).
-pub mod reshard {
-    pub use tensorfile_core::set::{merge, save_set, split, Sharding, SplitOptions, SplitSummary};
 }
 
 /// The repository's README, whose Rust examples `cargo test` compiles as

@@ -17,12 +17,12 @@ use tensorfile_core::{save_plan, Metadata, ReadOptions, WriteOptions};
 
 /// A safetensors input, file or set, read with positional reads (a file
 /// truncated underneath is an error naming it, never a signal).
-pub struct Input {
+pub struct TransformInput {
     kind: Kind,
     set: ShardedTensors,
 }
 
-impl Input {
+impl TransformInput {
     /// Opens `path`, which [`crate::input::detect`] found to be `kind` (a
     /// safetensors file or set: the caller refuses other kinds in its own
     /// words).
@@ -30,15 +30,15 @@ impl Input {
     /// # Errors
     /// The file or a shard cannot be read or breaks the format, or the set
     /// is inconsistent.
-    pub fn open(path: &Path, kind: Kind, read: &ReadOptions) -> Result<Input> {
+    pub fn open(path: &Path, kind: Kind, read: &ReadOptions) -> Result<TransformInput> {
         let set = ShardedTensors::open_pread(path, read)?;
-        Ok(Input::new(kind, set))
+        Ok(TransformInput::new(kind, set))
     }
 
     /// The input `set`, opened as `kind` by the caller (from a remote
     /// location, say).
-    pub fn new(kind: Kind, set: ShardedTensors) -> Input {
-        Input { kind, set }
+    pub fn new(kind: Kind, set: ShardedTensors) -> TransformInput {
+        TransformInput { kind, set }
     }
 
     /// Whether the input is a set of files (an index, or a directory
@@ -71,7 +71,7 @@ impl Input {
         files
     }
 
-    /// Where `tensors` (from [`Input::tensors`]) lie: what [`write_to`]
+    /// Where `tensors` (from [`TransformInput::tensors`]) lie: what [`write_to`]
     /// needs.
     pub fn layout(&self, tensors: &[SetTensor<'_>]) -> Layout {
         let shards = self.set.shards();
@@ -150,7 +150,7 @@ pub struct Layout {
 /// # Errors
 /// As [`write_to`].
 pub fn write(
-    input: &Input,
+    input: &TransformInput,
     tensors: &[SetTensor<'_>],
     plan: &Plan<'_, Error>,
     out: &Path,

@@ -1,15 +1,15 @@
 //! A tensor's elements as `f64` values, read in fixed-size blocks: what
 //! [`crate::diff`] and [`crate::stats`] look at.
 //!
-//! Every dtype reads: floats exactly (as [`crate::cast::decode_f64`]),
+//! Every dtype reads: floats exactly (as `decode_f64`),
 //! integers and BOOL as their values (64-bit integers beyond 2^53 round),
 //! C64 as its real and imaginary parts in turn (two values per element),
 //! and quantized weights (int4, MLX) as their dequantized values, the ones
-//! `tensorfile dequantize` writes ([`crate::quant::WeightRows`]).
+//! `tensorfile dequantize` writes (the same row reader).
 //!
-//! Work is cut into blocks of [`BLOCK`] values and tasks of [`TASK`]
+//! Work is cut into blocks of `BLOCK` values and tasks of `TASK`
 //! blocks, whatever the number of threads; a task's blocks are read in
-//! order, and tasks' results come back in order ([`map_tasks`]), so that
+//! order, and tasks' results come back in order (`map_tasks`), so that
 //! sums combined in that order do not depend on the thread count. Each
 //! worker holds one block per input (and one row of a quantized weight), so
 //! memory stays bounded whatever the tensor's size; a tensor whose bytes
@@ -17,15 +17,16 @@
 //! gathered once and held while it is read.
 
 use crate::cast::decode_f64;
-use crate::quant::{LogicalWeight, Scheme, WeightRows};
+use crate::quant::rows::WeightRows;
+use crate::quant::{LogicalWeight, Scheme};
 use crate::writer::TensorData;
 use crate::{Dtype, Error, Result};
 
 /// Values in a block (128 KiB of f64: a block of each input and its
 /// bytes stay in a core's L2 cache through the passes over it).
-pub const BLOCK: usize = 1 << 14;
+pub(crate) const BLOCK: usize = 1 << 14;
 /// Blocks in a task: the unit of parallel work and of ordered combining.
-pub const TASK: usize = 64;
+pub(crate) const TASK: usize = 64;
 
 /// A value type the passes of [`crate::stats`] and [`crate::diff`] take:
 /// f64, or f32 (widened exactly to f64 before any arithmetic, so that
@@ -387,7 +388,7 @@ pub struct Catalog<'a> {
 impl<'a> Catalog<'a> {
     /// Finds the quantized weights of `tensors` (int4 by the metadata, MLX
     /// by `mlx`, a model's config.json `quantization`, or the metadata), as
-    /// [`crate::quant::find_quantized`] does.
+    /// `find_quantized` does.
     ///
     /// # Errors
     /// Quantization parameters that contradict each other or the parts.
@@ -396,7 +397,7 @@ impl<'a> Catalog<'a> {
         metadata: Option<&crate::Metadata>,
         mlx: Option<&crate::quant::QuantConfig>,
     ) -> Result<Catalog<'a>> {
-        let weights = crate::quant::find_quantized(tensors, metadata, mlx)?;
+        let weights = crate::quant::file::find_quantized(tensors, metadata, mlx)?;
         let mut part_of = std::collections::HashMap::new();
         for (i, w) in weights.iter().enumerate() {
             for p in &w.parts {
@@ -513,7 +514,7 @@ fn decode(name: &str, dtype: Dtype, src: &[u8], out: &mut [f64]) -> Result<()> {
 
 /// The values of task `k` of a tensor of `len` values: its blocks' bounds
 /// (`start`, `len`), in order.
-pub fn task_blocks(len: u64, k: usize) -> impl Iterator<Item = (u64, usize)> {
+pub(crate) fn task_blocks(len: u64, k: usize) -> impl Iterator<Item = (u64, usize)> {
     let first = (k * TASK) as u64 * BLOCK as u64;
     (0..TASK as u64).map_while(move |b| {
         let start = first + b * BLOCK as u64;
@@ -524,7 +525,7 @@ pub fn task_blocks(len: u64, k: usize) -> impl Iterator<Item = (u64, usize)> {
 /// Runs `f(k)` for every task `0..tasks` on the pool and returns the
 /// results in task order (so that combining them in order is the same
 /// whatever the thread count).
-pub fn map_tasks<R: Send>(tasks: usize, f: impl Fn(usize) -> R + Sync + Send) -> Vec<R> {
+pub(crate) fn map_tasks<R: Send>(tasks: usize, f: impl Fn(usize) -> R + Sync + Send) -> Vec<R> {
     use rayon::prelude::*;
     if tasks <= 1 || crate::parallel::threads() <= 1 {
         return (0..tasks).map(f).collect();

@@ -6,9 +6,9 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use tensorfile::{
-    save, save_streaming, serialize, Dtype, Metadata, TensorRef, TensorSpec, WriteError,
-    WriteOptions,
+    save, serialize, Dtype, Metadata, TensorRef, TensorSpec, WriteError, WriteOptions,
 };
+use tensorfile_core::save_streaming;
 use tensorfile_core::Error;
 use tensorfile_testkit::entries;
 
@@ -292,7 +292,7 @@ fn positional_tensors() -> (Vec<TensorSpec>, Vec<Vec<u8>>) {
 
 #[test]
 fn positional_writes_from_two_threads_give_the_canonical_bytes() {
-    use tensorfile::writer::Layout;
+    use tensorfile_core::writer::Layout;
     let (specs, data) = positional_tensors();
     let refs: Vec<TensorRef> = specs
         .iter()
@@ -309,7 +309,7 @@ fn positional_writes_from_two_threads_give_the_canonical_bytes() {
     let (dir, path) = with_old_file();
     let options = WriteOptions::default();
     let layout = Layout::new(&specs, Some(&metadata), &options).unwrap();
-    tensorfile::save_positional(&path, layout, &options, |w| {
+    tensorfile_core::save_positional(&path, layout, &options, |w| {
         let order: Vec<usize> = w.layout().slots().map(|s| s.declared()).collect();
         std::thread::scope(|scope| {
             for parity in 0..2 {
@@ -335,7 +335,7 @@ fn positional_writes_from_two_threads_give_the_canonical_bytes() {
 
 #[test]
 fn positional_writes_refuse_overlaps_overruns_and_missing_bytes() {
-    use tensorfile::writer::Layout;
+    use tensorfile_core::writer::Layout;
     let (specs, _) = positional_tensors();
     let options = WriteOptions::default();
     let (dir, path) = with_old_file();
@@ -343,7 +343,7 @@ fn positional_writes_refuse_overlaps_overruns_and_missing_bytes() {
     // that runs past the tensor, and a save that leaves a tensor short are
     // each refused, and the old file is kept.
     let layout = Layout::new(&specs, None, &options).unwrap();
-    let result = tensorfile::save_positional(&path, layout, &options, |w| {
+    let result = tensorfile_core::save_positional(&path, layout, &options, |w| {
         w.write(0, 5, &[1, 2, 3]).unwrap();
         let again = w.write(0, 7, &[4, 5]);
         assert!(
@@ -381,7 +381,7 @@ fn positional_writes_refuse_overlaps_overruns_and_missing_bytes() {
     assert_untouched(dir.path(), &path);
     // An error from the body: the old file is kept, no litter.
     let layout = Layout::new(&specs, None, &options).unwrap();
-    let result = tensorfile::save_positional(&path, layout, &options, |_| {
+    let result = tensorfile_core::save_positional(&path, layout, &options, |_| {
         Err(Error::Write(WriteError::Poisoned))
     });
     assert!(result.is_err());

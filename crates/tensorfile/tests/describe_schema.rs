@@ -8,7 +8,8 @@ use std::path::Path;
 use serde_json::Value;
 use tensorfile::describe::{self, CheckpointDescription, FileDescription, SetDescription};
 use tensorfile::pytorch::Checkpoint;
-use tensorfile::{ReadOptions, SafeTensors, ShardedTensors};
+use tensorfile::{ReadOptions, SafeTensors};
+use tensorfile_core::ShardedTensors;
 use tensorfile_testkit::fixtures;
 
 /// Every tensor's digest: a fixed text, so that `sha256` is present.

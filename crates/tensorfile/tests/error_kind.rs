@@ -2,11 +2,12 @@
 //! and rule, and a layer's error from a plan's job comes back as itself.
 
 use tensorfile::cast::{self, CastError};
-use tensorfile::plan::Sink;
 use tensorfile::{
-    save_plan, CoreError, Dtype, Error, ErrorKind, Plan, PytorchError, SafeTensors, ShardedTensors,
-    TensorRef, TensorSpec, WriteError, WriteOptions,
+    save_plan, CoreError, Dtype, Error, ErrorKind, Plan, PytorchError, SafeTensors, TensorRef,
+    TensorSpec, WriteError, WriteOptions,
 };
+use tensorfile_core::plan::Sink;
+use tensorfile_core::ShardedTensors;
 
 #[test]
 fn each_layer_s_errors_have_their_kind() {

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value as Json;
 use sha2::{Digest, Sha256};
-use tensorfile::gguf::names::{gguf_to_hf, Arch, QkPermutation};
 use tensorfile::gguf::{gguf_to_hf as convert, GgufFile, ToHfOptions};
+use tensorfile::gguf::{hf_tensor_name as gguf_to_hf, Arch, QkPermutation};
 use tensorfile::quant::{dequantize_weight, quantized_weights, QuantConfig};
 use tensorfile::{Dtype, SafeTensors, TensorData, WriteOptions};
 use tensorfile_testkit::f32s;

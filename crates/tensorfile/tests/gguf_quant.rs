@@ -6,8 +6,8 @@ use std::fs;
 use std::path::PathBuf;
 
 use serde_json::Value as Json;
-use tensorfile::gguf::quant::{quantize_into, quantizes, RowFault};
 use tensorfile::gguf::GgmlType;
+use tensorfile::gguf::{quantize_row as quantize_into, quantizes, RowFault};
 use tensorfile_testkit::f32s;
 
 fn dir() -> PathBuf {

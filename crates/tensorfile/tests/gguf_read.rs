@@ -8,7 +8,8 @@ use std::path::PathBuf;
 use serde_json::Value as Json;
 use sha2::{Digest, Sha256};
 use tensorfile::gguf::{
-    dequantize_blocks, Array, Endian, GgmlType, GgufError, GgufFile, ReadLimits, Value,
+    dequantize_blocks, Endian, GgmlType, GgufArray as Array, GgufError, GgufFile,
+    GgufValue as Value, ReadLimits,
 };
 use tensorfile::TensorData;
 

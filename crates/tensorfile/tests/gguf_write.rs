@@ -5,7 +5,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use tensorfile::gguf::{
-    gguf_to_hf, hf_to_gguf, FromHfOptions, GgmlType, GgufError, GgufFile, ToHfOptions, Value,
+    gguf_to_hf, hf_to_gguf, FromHfOptions, GgmlType, GgufError, GgufFile, GgufValue as Value,
+    ToHfOptions,
 };
 use tensorfile::{Dtype, SafeTensors, TensorRef, WriteOptions};
 

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use common::*;
 use serde_json::{json, Value};
-use tensorfile::model::{check_dir, ProblemKind, Report, Severity};
+use tensorfile::model::{check_dir, CheckReport, ProblemKind, Severity};
 use tensorfile::Contract;
 
 fn real(rel: &str) -> PathBuf {
@@ -23,11 +23,11 @@ fn manifest(group: &str) -> Value {
     serde_json::from_slice(&fs::read(real(group).join("manifest.json")).unwrap()).unwrap()
 }
 
-fn check(dir: &Path) -> Report {
+fn check(dir: &Path) -> CheckReport {
     check_dir(dir, Contract::Any)
 }
 
-fn kinds(report: &Report) -> Vec<(ProblemKind, String)> {
+fn kinds(report: &CheckReport) -> Vec<(ProblemKind, String)> {
     report
         .problems
         .iter()
@@ -641,6 +641,6 @@ fn hostile_configs_give_named_problems() {
     });
     let report = check(dir.path());
     assert!(report.architecture_checked);
-    assert_eq!(report.problems.len(), tensorfile::model::report::MAX_LISTED);
+    assert_eq!(report.problems.len(), tensorfile::model::MAX_LISTED);
     assert!(report.unlisted_errors > 80_000);
 }

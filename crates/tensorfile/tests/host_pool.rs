@@ -4,7 +4,8 @@
 //! touch it.
 
 use tensorfile::cast::{cast_slice, CastOptions};
-use tensorfile::{parallel, Dtype};
+use tensorfile::Dtype;
+use tensorfile_core::parallel;
 
 /// F32 values, enough of them that a cast is split across threads.
 fn floats(n: usize) -> Vec<u8> {

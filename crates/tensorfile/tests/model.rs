@@ -8,9 +8,10 @@ use common::*;
 use serde_json::json;
 use tensorfile::model::{check_dir, logical_weight, ModelDir, ProblemKind, QuantConfig, Severity};
 use tensorfile::quant::Scheme;
-use tensorfile::{Contract, Dtype, Error, ReadOptions, SafeTensors, ShardedTensors};
+use tensorfile::{Contract, Dtype, Error, ReadOptions, SafeTensors};
+use tensorfile_core::ShardedTensors;
 
-fn kinds(report: &tensorfile::model::Report) -> Vec<(ProblemKind, String)> {
+fn kinds(report: &tensorfile::model::CheckReport) -> Vec<(ProblemKind, String)> {
     report
         .problems
         .iter()
@@ -303,7 +304,7 @@ fn contract_v0_refuses_bf16() {
     let options = ReadOptions::default().accept(Contract::V0);
     for err in [
         Error::from(SafeTensors::open_with(&path, &options).unwrap_err()),
-        Error::from(tensorfile::read_header_from_path(&path, &options).unwrap_err()),
+        Error::from(tensorfile_core::read_header_from_path(&path, &options).unwrap_err()),
         Error::from(ShardedTensors::open_with(dir.path(), &options).unwrap_err()),
     ] {
         assert!(

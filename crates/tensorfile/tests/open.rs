@@ -6,9 +6,9 @@ mod common;
 use std::fs;
 use std::path::Path;
 
-use tensorfile::input::{open_set, probe, Kind};
-use tensorfile::reshard::{split, SplitOptions};
+use tensorfile::set::{split, SplitOptions};
 use tensorfile::{open, serialize, Dtype, Input, OpenOptions, TensorRef};
+use tensorfile::{open_set, probe, InputKind as Kind};
 
 use common::fixtures;
 
@@ -28,7 +28,7 @@ fn three_tensors() -> Vec<u8> {
 }
 
 /// The set a kind of input opens to, or a panic naming what it opened.
-fn set_of(input: Input, want: Kind) -> tensorfile::ShardedTensors {
+fn set_of(input: Input, want: Kind) -> tensorfile_core::ShardedTensors {
     assert_eq!(input.kind(), want);
     match input {
         Input::Safetensors(set) if want == Kind::Safetensors => set,

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 use tensorfile::pytorch::{convert, Checkpoint, ConvertOptions, LoadOptions, SharedPolicy};
-use tensorfile::writer::serialize;
 use tensorfile::SafeTensors;
+use tensorfile_core::writer::serialize;
 use tensorfile_zip::ZipIndex;
 
 fn fixtures() -> PathBuf {

@@ -16,7 +16,7 @@ use sha2::{Digest, Sha256};
 use tensorfile::pytorch::{
     convert, convert_set, plan_set, Checkpoint, CheckpointSet, ConvertOptions, LoadOptions,
 };
-use tensorfile::shard::{ShardError, ShardIndex, ShardedTensors};
+use tensorfile::set::{ShardError, ShardIndex, ShardedTensors};
 use tensorfile::SafeTensors;
 
 fn real() -> PathBuf {
@@ -108,7 +108,7 @@ fn tied_bins_keep_the_names_transformers_keeps() {
         // The parameters counted once per tied tensor.
         let params: u128 = file
             .tensors()
-            .map(|t| u128::from(tensorfile::dtype::numel(t.shape()).unwrap()))
+            .map(|t| u128::from(tensorfile_core::dtype::numel(t.shape()).unwrap()))
             .sum();
         assert_eq!(report.parameters, params, "{model}");
     }

@@ -6,7 +6,8 @@ use tensorfile::Decode;
 
 use serde_json::Value;
 use tensorfile::quant::{
-    self, dequantize_file, dequantize_weight, int4, logical_weight, mlx, quantize_file,
+    self, dequantize_file, dequantize_weight, int4_dequantize, int4_quantize, logical_weight,
+    mlx_affine_params, mlx_pack, mlx_quantize, mlx_quantize_affine, mlx_unpack, quantize_file,
     DequantizeOptions, Glob, Mode, QuantConfig, QuantError, QuantParams, QuantizeOptions, Scheme,
     Selection,
 };
@@ -165,7 +166,7 @@ fn int4_fixture_quantizes_to_the_same_file_bytes() {
     assert_eq!(ours, theirs);
 
     // The tensor-level function gives the same bytes, and the int4 values.
-    let q = int4::quantize("layer.weight", Dtype::F32, &[8, 64], &input[1].data, 32).unwrap();
+    let q = int4_quantize("layer.weight", Dtype::F32, &[8, 64], &input[1].data, 32).unwrap();
     let file = SafeTensors::open(fixture("quant/int4_g32_sym.safetensors")).unwrap();
     assert_eq!(
         q.qweight,
@@ -274,8 +275,8 @@ fn int4_round_trip_within_half_a_step_from_every_input_dtype() {
         let data = tensorfile::cast::encode_f32_vec(&w, dtype, Default::default()).unwrap();
         let exact = tensorfile::cast::decode_f32_vec(dtype, &data).unwrap();
         for group in [2, 32, 128] {
-            let q = int4::quantize("w", dtype, &[16, 128], &data, group).unwrap();
-            let back = int4::dequantize("w", &q.qweight, &q.scales, &[16, 128], group).unwrap();
+            let q = int4_quantize("w", dtype, &[16, 128], &data, group).unwrap();
+            let back = int4_dequantize("w", &q.qweight, &q.scales, &[16, 128], group).unwrap();
             for (r, (row, brow)) in exact.chunks(128).zip(back.chunks(128)).enumerate() {
                 for (g, (x, y)) in row
                     .chunks(group as usize)
@@ -304,11 +305,11 @@ fn int4_round_trip_within_half_a_step_from_every_input_dtype() {
 #[test]
 fn int4_zero_groups_and_errors_name_the_tensor() {
     // An all-zero group has scale 0 and codes 0.
-    let q = int4::quantize("z", Dtype::F32, &[1, 4], &f32_bytes(&[0.0; 4]), 2).unwrap();
+    let q = int4_quantize("z", Dtype::F32, &[1, 4], &f32_bytes(&[0.0; 4]), 2).unwrap();
     assert_eq!(q.qweight, [0, 0]);
     assert_eq!(q.scales, [0; 4]);
 
-    let e = int4::quantize(
+    let e = int4_quantize(
         "bad",
         Dtype::F32,
         &[1, 4],
@@ -323,7 +324,7 @@ fn int4_zero_groups_and_errors_name_the_tensor() {
         ),
         "{e}"
     );
-    let e = int4::quantize(
+    let e = int4_quantize(
         "inf",
         Dtype::F32,
         &[2, 2],
@@ -339,7 +340,7 @@ fn int4_zero_groups_and_errors_name_the_tensor() {
         "{e}"
     );
     // 7 * 65520 rounds past F16's largest finite value.
-    let e = int4::quantize(
+    let e = int4_quantize(
         "big",
         Dtype::F32,
         &[1, 2],
@@ -362,17 +363,17 @@ fn int4_zero_groups_and_errors_name_the_tensor() {
         "{e}"
     );
     assert!(e.to_string().contains("\"big\""));
-    let e = int4::quantize("odd", Dtype::F32, &[1, 6], &f32_bytes(&[0.0; 6]), 4).unwrap_err();
+    let e = int4_quantize("odd", Dtype::F32, &[1, 6], &f32_bytes(&[0.0; 6]), 4).unwrap_err();
     assert!(
         matches!(quant_problem(&e), ("odd", QuantError::Shape(_))),
         "{e}"
     );
-    let e = int4::quantize("i8", Dtype::I8, &[1, 2], &[0, 0], 2).unwrap_err();
+    let e = int4_quantize("i8", Dtype::I8, &[1, 2], &[0, 0], 2).unwrap_err();
     assert!(
         matches!(quant_problem(&e), ("i8", QuantError::Dtype { .. })),
         "{e}"
     );
-    let e = int4::quantize("v", Dtype::F32, &[4], &f32_bytes(&[0.0; 4]), 2).unwrap_err();
+    let e = int4_quantize("v", Dtype::F32, &[4], &f32_bytes(&[0.0; 4]), 2).unwrap_err();
     assert!(
         matches!(quant_problem(&e), ("v", QuantError::Shape(_))),
         "{e}"
@@ -427,7 +428,7 @@ fn int4_files_of_many_batches_match_one_thread_and_report_the_first_bad_row() {
     let shape = [rows as u64, cols as u64];
     let input = [Owned::f32("l.weight", &shape, &w)];
     quantize_file(&out, &refs(&input), None, &opts).unwrap();
-    let one = int4::quantize("l.weight", Dtype::F32, &shape, &f32_bytes(&w), 32).unwrap();
+    let one = int4_quantize("l.weight", Dtype::F32, &shape, &f32_bytes(&w), 32).unwrap();
     let file = SafeTensors::open(&out).unwrap();
     assert!(file.tensor("l.weight.qweight").unwrap().data() == one.qweight);
     assert!(file.tensor("l.weight.scales").unwrap().data() == one.scales);
@@ -435,7 +436,7 @@ fn int4_files_of_many_batches_match_one_thread_and_report_the_first_bad_row() {
     let back = dir.path().join("d.safetensors");
     let tensors = file.tensors_by_name();
     dequantize_file(&back, &tensors, file.metadata(), &dopts(None, None)).unwrap();
-    let expected = int4::dequantize("l.weight", &one.qweight, &one.scales, &shape, 32).unwrap();
+    let expected = int4_dequantize("l.weight", &one.qweight, &one.scales, &shape, 32).unwrap();
     assert!(bits_eq(
         &values_of(&SafeTensors::open(&back).unwrap(), "l.weight"),
         &expected
@@ -631,7 +632,7 @@ fn mlx_affine_quantizer_reproduces_the_older_mlx_fixtures() {
             entry["group_size"].as_u64().unwrap(),
         );
         let original = floats(&entry["original"]);
-        let ours = mlx::quantize(
+        let ours = mlx_quantize(
             "w",
             Dtype::F32,
             &shape(&entry["shape"]),
@@ -779,10 +780,10 @@ fn mlx_affine_keeps_the_edge_exact_and_every_weight_within_a_step() {
     for bits in [2u32, 3, 4, 5, 6, 8] {
         for group in [32usize, 64, 128] {
             let params = QuantParams::affine(u64::from(bits), group as u64);
-            let q = mlx::quantize("w", Dtype::F32, &shape, &f32_bytes(&w), params).unwrap();
+            let q = mlx_quantize("w", Dtype::F32, &shape, &f32_bytes(&w), params).unwrap();
             let (scales, biases) = (f32_values(&q.scales), f32_values(&q.biases));
             let mut codes = vec![0u8; w.len()];
-            mlx::unpack(bits, &q.weight, &mut codes).unwrap();
+            mlx_unpack(bits, &q.weight, &mut codes).unwrap();
             for (g, chunk) in w.chunks(group).enumerate() {
                 let (step, bias) = (scales[g], biases[g]);
                 let edge = chunk
@@ -829,7 +830,7 @@ fn mlx_affine_refuses_groups_f32_cannot_span_and_keeps_huge_constants() {
             *x = pattern[i % pattern.len()];
         }
         let params = QuantParams::affine(bits, 32);
-        let q = mlx::quantize("m.weight", Dtype::F32, &[2, 32], &f32_bytes(&w), params);
+        let q = mlx_quantize("m.weight", Dtype::F32, &[2, 32], &f32_bytes(&w), params);
         if refused {
             let e = q.unwrap_err();
             assert!(
@@ -844,7 +845,7 @@ fn mlx_affine_refuses_groups_f32_cannot_span_and_keeps_huge_constants() {
         let q = q.unwrap();
         let (scales, biases) = (f32_values(&q.scales), f32_values(&q.biases));
         let mut codes = vec![0u8; w.len()];
-        mlx::unpack(bits as u32, &q.weight, &mut codes).unwrap();
+        mlx_unpack(bits as u32, &q.weight, &mut codes).unwrap();
         for (i, &x) in w[32..].iter().enumerate() {
             let back = scales[1] * f32::from(codes[32 + i]) + biases[1];
             assert!(back.is_finite(), "{pattern:?} [{i}]");
@@ -985,9 +986,9 @@ fn packing_round_trips_for_every_width() {
             .map(|i| ((i * 7 + 3) % (1 << bits)) as u8)
             .collect();
         let mut packed = vec![0u8; 64 * bits as usize / 8];
-        mlx::pack(bits, &codes, &mut packed).unwrap();
+        mlx_pack(bits, &codes, &mut packed).unwrap();
         let mut back = vec![0u8; 64];
-        mlx::unpack(bits, &packed, &mut back).unwrap();
+        mlx_unpack(bits, &packed, &mut back).unwrap();
         assert_eq!(back, codes, "{bits}");
         // LSB-first stream: code k at bits k*bits.
         let stream = |k: usize| {
@@ -1123,7 +1124,7 @@ fn hostile_shapes_and_groups_are_refused_or_empty() {
     opts.selection.include = vec![Glob::new("c.weight")];
     assert!(quantize_file(&out, &huge, None, &opts).is_err());
     // The per-tensor functions.
-    assert!(int4::quantize("w", Dtype::F32, &[0, 1 << 40], &[], 32).is_ok());
+    assert!(int4_quantize("w", Dtype::F32, &[0, 1 << 40], &[], 32).is_ok());
     let nvfp4 = QuantParams::floating(Mode::Nvfp4).unwrap();
     for shape in [
         &[1u64 << 40, 0][..],
@@ -1131,19 +1132,19 @@ fn hostile_shapes_and_groups_are_refused_or_empty() {
         &[1 << 40, 1 << 20, 0],
         &[0, 4, 64],
     ] {
-        let q = mlx::quantize("w", Dtype::F32, shape, &[], nvfp4).unwrap();
+        let q = mlx_quantize("w", Dtype::F32, shape, &[], nvfp4).unwrap();
         assert!(q.weight.is_empty() && q.scales.is_empty());
         let global = QuantParams {
             global_scale: true,
             ..nvfp4
         };
-        let q = mlx::quantize("w", Dtype::F32, shape, &[], global);
+        let q = mlx_quantize("w", Dtype::F32, shape, &[], global);
         // Refused unless there are no matrices at all.
         assert_eq!(q.is_err(), shape.len() == 2 || shape[0] > 0, "{shape:?}");
     }
-    assert!(int4::dequantize("w", &[], &[], &[1 << 33, 1 << 33], 32).is_err());
+    assert!(int4_dequantize("w", &[], &[], &[1 << 33, 1 << 33], 32).is_err());
     let mut codes = [0u8; 8];
-    mlx::unpack(8, &[1, 2], &mut codes).unwrap();
+    mlx_unpack(8, &[1, 2], &mut codes).unwrap();
     assert_eq!(codes, [1, 2, 0, 0, 0, 0, 0, 0]);
 }
 
@@ -1154,14 +1155,14 @@ fn hostile_shapes_and_groups_are_refused_or_empty() {
 fn mlx_quantize_affine_of_empty_shapes_allocates_nothing() {
     let params = QuantParams::affine(4, 64);
     for shape in [[1u64 << 40, 0], [0, 1 << 60], [0, 0]] {
-        let q = mlx::quantize_affine("w", Dtype::F32, &shape, &[], params).unwrap();
+        let q = mlx_quantize_affine("w", Dtype::F32, &shape, &[], params).unwrap();
         assert!(
             q.weight.is_empty() && q.scales.is_empty() && q.biases.is_empty(),
             "{shape:?}"
         );
     }
     // The bytes must still be the shape's: [1, 0] holds none, [0, 64] none.
-    assert!(mlx::quantize_affine("w", Dtype::F32, &[1 << 40, 0], &[0; 4], params).is_err());
+    assert!(mlx_quantize_affine("w", Dtype::F32, &[1 << 40, 0], &[0; 4], params).is_err());
 }
 
 /// `pack`, `unpack` and `affine_params` take only the widths MLX packs:
@@ -1173,16 +1174,16 @@ fn mlx_packing_refuses_widths_it_does_not_pack() {
     let mut packed = [0u8; 128];
     let mut back = [0u8; 64];
     for bits in [0u32, 1, 7, 9, 16, 32, 63, 64, 65, u32::MAX] {
-        let e = mlx::pack(bits, &codes, &mut packed).unwrap_err();
+        let e = mlx_pack(bits, &codes, &mut packed).unwrap_err();
         assert!(matches!(e, QuantError::Params(_)), "{bits}: {e}");
-        let e = mlx::unpack(bits, &packed, &mut back).unwrap_err();
+        let e = mlx_unpack(bits, &packed, &mut back).unwrap_err();
         assert!(matches!(e, QuantError::Params(_)), "{bits}: {e}");
-        assert!(mlx::affine_params(&[1.0, 2.0], bits).is_err(), "{bits}");
+        assert!(mlx_affine_params(&[1.0, 2.0], bits).is_err(), "{bits}");
     }
     for bits in [2u32, 3, 4, 5, 6, 8] {
         let n = 64 * bits as usize / 8;
-        mlx::pack(bits, &codes, &mut packed[..n]).unwrap();
-        mlx::unpack(bits, &packed[..n], &mut back).unwrap();
+        mlx_pack(bits, &codes, &mut packed[..n]).unwrap();
+        mlx_unpack(bits, &packed[..n], &mut back).unwrap();
         assert_eq!(back, codes, "{bits}");
     }
 }
@@ -1386,7 +1387,7 @@ fn mlx_quantize_is_mx_quantize_on_every_fixture_group() {
         let elem = e.dtype.size().unwrap();
         let what = format!("{} {}", e.file, e.prefix);
         if p.global_scale {
-            let q = mlx::quantize("w", e.dtype, &[8, 256], original.data(), p).unwrap();
+            let q = mlx_quantize("w", e.dtype, &[8, 256], original.data(), p).unwrap();
             assert_eq!(q.global_scale, t("global_scale").data(), "{what}");
             assert_eq!(q.weight, t("weight").data(), "{what}");
             assert_eq!(q.scales, t("scales").data(), "{what}");
@@ -1408,7 +1409,7 @@ fn mlx_quantize_is_mx_quantize_on_every_fixture_group() {
             let stands = theirs_values[span]
                 .iter()
                 .all(|v| v.is_finite() && v.abs() <= 2.0 * amax);
-            match mlx::quantize("w", e.dtype, &[1, gs as u64], input, p) {
+            match mlx_quantize("w", e.dtype, &[1, gs as u64], input, p) {
                 Ok(q) => {
                     assert!(
                         stands || p.mode == Mode::Nvfp4,
@@ -1733,7 +1734,7 @@ fn mlx_weights_of_any_rank_round_trip_and_bad_layouts_are_named() {
             params.global_scale.then(|| vec![2, 3])
         );
         // The same values as the in-memory quantizer, matrix by matrix.
-        let whole = mlx::quantize("w", Dtype::F32, &shape, &f32_bytes(&w), params).unwrap();
+        let whole = mlx_quantize("w", Dtype::F32, &shape, &f32_bytes(&w), params).unwrap();
         assert_eq!(
             whole.weight,
             qf.tensor("conv.kernel.weight").unwrap().data()

@@ -222,7 +222,7 @@ fn invalid_fixtures_rejected_under_their_rule() {
             (SafeTensors::load(&path).map(|_| ()), true),
             (SafeTensors::open_pread(&path).map(|_| ()), true),
             (
-                tensorfile::read_header_from_path(&path, &ReadOptions::default()).map(|_| ()),
+                tensorfile_core::read_header_from_path(&path, &ReadOptions::default()).map(|_| ()),
                 true,
             ),
             (SafeTensors::from_bytes(bytes.clone()).map(|_| ()), false),

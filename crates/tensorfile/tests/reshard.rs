@@ -7,8 +7,9 @@ use std::fs;
 use std::path::Path;
 
 use common::*;
-use tensorfile::reshard::{merge, split, SplitOptions};
-use tensorfile::{Dtype, Error, ShardedTensors, WriteOptions};
+use tensorfile::set::{merge, split, SplitOptions};
+use tensorfile::{Dtype, Error, WriteOptions};
+use tensorfile_core::ShardedTensors;
 
 fn options(max: u64) -> SplitOptions {
     SplitOptions::new(max, "model".into()).with_write(WriteOptions::default().with_sync(false))
@@ -208,7 +209,7 @@ fn merge_refuses_conflicting_metadata_and_writes_nothing() {
     let err = merge(&set, &out, &WriteOptions::default(), &no_progress()).unwrap_err();
     assert!(
         matches!(&err, tensorfile_core::Error::Shard(s)
-            if matches!(&**s, tensorfile::shard::ShardError::MetadataConflict { key, .. } if key == "k")),
+            if matches!(&**s, tensorfile::set::ShardError::MetadataConflict { key, .. } if key == "k")),
         "{err}"
     );
     assert!(!out.exists());

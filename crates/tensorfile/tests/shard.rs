@@ -7,8 +7,9 @@ use std::path::Path;
 
 use common::*;
 use serde_json::{json, Value};
-use tensorfile::shard::{ShardError, ShardIndex};
-use tensorfile::{Dtype, Error, ShardedTensors};
+use tensorfile::set::{ShardError, ShardIndex};
+use tensorfile::{Dtype, Error};
+use tensorfile_core::ShardedTensors;
 
 const A: &str = "model-00001-of-00002.safetensors";
 const B: &str = "model-00002-of-00002.safetensors";

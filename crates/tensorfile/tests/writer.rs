@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 
 use proptest::prelude::*;
 use sha2::{Digest, Sha256};
-use tensorfile::writer::{serialize_with, Align, TensorRef};
 use tensorfile::{serialize, Dtype, Metadata, WriteOptions};
+use tensorfile_core::writer::{serialize_with, Align, TensorRef};
 
 fn fixtures() -> PathBuf {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures")).to_path_buf()

@@ -28,7 +28,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use tensorfile::shard::Want;
+use tensorfile::set::Want;
 use tensorfile::{ReadOptions, SliceArg};
 use tensorfile_remote::fetch::{fetch, FetchOptions};
 use tensorfile_remote::serve::{S3Bucket, Server};
@@ -95,9 +95,9 @@ fn hundred_shards() -> Vec<(String, Vec<u8>)> {
         files.push((name.clone(), shard_bytes(&tensor)));
         map.insert(tensor, name);
     }
-    let index = tensorfile::shard::ShardIndex::new(100 * 1024, map);
+    let index = tensorfile::set::ShardIndex::new(100 * 1024, map);
     files.push((
-        tensorfile::shard::INDEX_NAME.to_string(),
+        tensorfile::set::INDEX_NAME.to_string(),
         index.to_json().into_bytes(),
     ));
     files
@@ -152,7 +152,7 @@ fn main() {
             .collect();
         upload(endpoint, "bench-shards", &objects);
         let c = client(16);
-        let url = format!("s3://bench-shards/m/{}", tensorfile::shard::INDEX_NAME);
+        let url = format!("s3://bench-shards/m/{}", tensorfile::set::INDEX_NAME);
         let opened = tensorfile_remote::open_set(&url, &c, &options).unwrap();
         assert_eq!(opened.shards().len(), 100);
         println!(
@@ -173,7 +173,7 @@ fn main() {
         server.put(&format!("/m/{n}"), b.clone());
     }
     server.set_latency(Duration::from_millis(20));
-    let url = format!("{}/m/{}", server.url(), tensorfile::shard::INDEX_NAME);
+    let url = format!("{}/m/{}", server.url(), tensorfile::set::INDEX_NAME);
     let c = client(16);
     tensorfile_remote::open_set(&url, &c, &options).unwrap();
     println!(

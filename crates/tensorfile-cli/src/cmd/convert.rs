@@ -20,8 +20,8 @@ use std::process::ExitCode;
 
 use serde_json::json;
 use tensorfile::cast::{convert_plan, CastOptions};
-use tensorfile::input::Kind;
 use tensorfile::Dtype;
+use tensorfile::InputKind as Kind;
 
 use super::inout;
 use super::{out, Failure};

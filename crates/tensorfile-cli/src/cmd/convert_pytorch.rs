@@ -14,8 +14,8 @@ use std::process::ExitCode;
 use serde_json::json;
 use tensorfile::cast::CastOptions;
 use tensorfile::pytorch::{
-    convert_plan, plan_set, Checkpoint, CheckpointSet, ConvertOptions, LoadOptions, SharedPolicy,
-    BIN_INDEX_NAMES,
+    checkpoint_plan as convert_plan, plan_set, Checkpoint, CheckpointSet, ConvertOptions,
+    LoadOptions, SharedPolicy, BIN_INDEX_NAMES,
 };
 use tensorfile::{Dtype, WriteOptions};
 

@@ -6,7 +6,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use serde_json::{json, Value};
-use tensorfile::diff::{diff, values_to_compare, DiffOptions, Report, TensorDiff, Verdict};
+use tensorfile::diff::{
+    diff, values_to_compare, DiffOptions, DiffReport as Report, TensorDiff, Verdict,
+};
 use tensorfile::stats::unflatten;
 use tensorfile::values::Catalog;
 

@@ -11,8 +11,10 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use serde_json::{json, Value as Json};
-use tensorfile::gguf::{Array, Endian, GgmlType, GgufFile, GgufHeader, Value};
-use tensorfile::input::Kind;
+use tensorfile::gguf::{
+    Endian, GgmlType, GgufArray as Array, GgufFile, GgufHeader, GgufValue as Value,
+};
+use tensorfile::InputKind as Kind;
 
 use super::{out, Failure};
 
@@ -94,7 +96,7 @@ fn endian(h: &GgufHeader) -> &'static str {
 }
 
 /// The sha256 of a tensor's stored bytes, read in pieces.
-fn digest(file: &GgufFile, t: &tensorfile::gguf::TensorInfo) -> Result<String, Failure> {
+fn digest(file: &GgufFile, t: &tensorfile::gguf::GgufTensorInfo) -> Result<String, Failure> {
     use sha2::{Digest, Sha256};
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; (4 << 20).min(t.byte_len as usize)];
@@ -448,7 +450,7 @@ fn refuse_write_options(io: &super::FileArgs, args: &GgufArgs) -> Result<(), Fai
 }
 
 /// GGUF to one safetensors or npz file, the tensors as they are
-/// ([`tensorfile::gguf::raw`]).
+/// ([`tensorfile::gguf::gguf_to_safetensors`]).
 fn to_raw(
     io: &super::FileArgs,
     dtype: Option<tensorfile::Dtype>,
@@ -532,7 +534,7 @@ fn to_raw(
             } else {
                 format!(
                     "arrays longer than {} elements",
-                    tensorfile::gguf::raw::MAX_ARRAY
+                    tensorfile::gguf::MAX_ARRAY_SHOWN
                 )
             };
             out(format_args!(
@@ -550,7 +552,7 @@ fn from_hf(
     dtype: Option<tensorfile::Dtype>,
     args: &GgufArgs,
 ) -> Result<ExitCode, Failure> {
-    use tensorfile::gguf::{from_hf, hf_to_gguf, FromHfOptions};
+    use tensorfile::gguf::{hf_to_gguf, FromHfOptions, HF_TO_GGUF_TYPES};
     if args.keep_quant {
         return Err(super::Usage::failure("--keep-quant applies to GGUF input"));
     }
@@ -567,12 +569,12 @@ fn from_hf(
     let ggml_type = match &args.gguf_type {
         None => GgmlType::F16,
         Some(name) => GgmlType::from_name(name)
-            .filter(|t| from_hf::TYPES.contains(t))
+            .filter(|t| HF_TO_GGUF_TYPES.contains(t))
             .ok_or_else(|| {
                 super::Usage::failure(format_args!(
                     "--type {}: not one of {}",
                     esc(name),
-                    from_hf::TYPES.map(|t| t.name().to_lowercase()).join(", ")
+                    HF_TO_GGUF_TYPES.map(|t| t.name().to_lowercase()).join(", ")
                 ))
             })?,
     };
@@ -648,7 +650,7 @@ fn to_hf(
     dtype: Option<tensorfile::Dtype>,
     args: &GgufArgs,
 ) -> Result<ExitCode, Failure> {
-    use tensorfile::gguf::{to_hf, ToHfOptions};
+    use tensorfile::gguf::{gguf_file_to_hf, ToHfOptions};
     refuse_write_options(io, args)?;
     if io.output.is_file() {
         return Err(super::Usage::failure(format_args!(
@@ -660,7 +662,7 @@ fn to_hf(
         .with_dtype(dtype.unwrap_or(tensorfile::Dtype::BF16))
         .with_keep_quant(args.keep_quant)
         .with_write(io.write_options());
-    let summary = to_hf::convert_file(&io.input, &io.output, &opts)?;
+    let summary = gguf_file_to_hf(&io.input, &io.output, &opts)?;
     let files: Vec<String> = summary
         .files
         .iter()

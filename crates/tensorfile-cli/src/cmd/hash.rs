@@ -134,13 +134,13 @@ fn per_tensor(path: &Path) -> Result<Option<Vec<(String, Sha256Digest)>>, Failur
             .zip(digests)
             .collect())
     }
-    match tensorfile::input::detect(path)? {
-        tensorfile::input::Kind::Safetensors => {
+    match tensorfile::detect(path)? {
+        tensorfile::InputKind::Safetensors => {
             let file = SafeTensors::open_pread_with(path, &ReadOptions::default())?;
             let tensors: Vec<_> = file.tensor_data().collect();
             named(&tensors).map(Some)
         }
-        tensorfile::input::Kind::Pytorch => {
+        tensorfile::InputKind::Pytorch => {
             let ckpt = tensorfile::pytorch::Checkpoint::open(path)?;
             let tensors: Vec<_> = ckpt.tensors().collect();
             named(&tensors).map(Some)
@@ -221,7 +221,7 @@ fn write_manifest(dir: &Path, manifest_path: &Path, hashed: &[Hashed]) -> Result
     let linked = hashed.iter().any(|h| h.entry.linked);
     let manifest = Manifest::new(name, files, ignore, linked);
     let text = manifest.to_statement_json() + "\n";
-    let file = tensorfile::AtomicFile::create(manifest_path)?;
+    let file = tensorfile_core::AtomicFile::create(manifest_path)?;
     file.write_all_at(text.as_bytes(), 0)?;
     file.commit(true)?;
     Ok(())

@@ -7,11 +7,11 @@
 
 use std::path::Path;
 
-use tensorfile::plan::Plan;
-use tensorfile::shard::SetTensor;
+use tensorfile::set::SetTensor;
 use tensorfile::{ReadOptions, WriteOptions};
+use tensorfile_core::plan::Plan;
 
-pub use tensorfile::transform::{Input, Layout, Written};
+pub use tensorfile::transform::{Layout, TransformInput as Input, Written};
 
 use super::Failure;
 use crate::progress::Bar;

@@ -4,7 +4,8 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use tensorfile::{read_header_from_path, Dtype, Header, ReadOptions, SafeTensors};
+use tensorfile::{Dtype, Header, ReadOptions, SafeTensors};
+use tensorfile_core::read_header_from_path;
 
 use super::{out, Failure};
 
@@ -56,7 +57,7 @@ fn hash_all<S: tensorfile::ByteSource>(
 
 /// Describes one file; exit 1 when it is invalid or unreadable.
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
-    use tensorfile::input::Kind;
+    use tensorfile::InputKind as Kind;
     match super::input_kind(&args.file)? {
         // A model directory or a sharded checkpoint's index: see `set`.
         Kind::SafetensorsSet => {

@@ -51,7 +51,7 @@ pub enum Opened {
     /// A safetensors file or set, read with positional reads.
     Set {
         /// The files.
-        set: tensorfile::ShardedTensors,
+        set: tensorfile_core::ShardedTensors,
         /// The union of their metadata.
         metadata: Option<tensorfile::Metadata>,
         /// MLX quantization parameters from the model's config.json.
@@ -85,7 +85,7 @@ impl Opened {
     /// Opens `path`, refusing (naming what it is) an input whose values
     /// cannot be read here.
     pub fn open(path: &Path) -> Result<Opened, Failure> {
-        use tensorfile::input::Kind;
+        use tensorfile::InputKind as Kind;
         match super::input_kind(path)? {
             Kind::Safetensors | Kind::SafetensorsSet => {
                 let set = super::remote::open_set(path, &tensorfile::ReadOptions::default())?;

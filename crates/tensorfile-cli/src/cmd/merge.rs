@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use serde_json::json;
-use tensorfile::reshard::merge;
+use tensorfile::set::merge;
 use tensorfile::WriteOptions;
 
 use super::{out, Failure};

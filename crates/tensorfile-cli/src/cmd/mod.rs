@@ -52,7 +52,7 @@ pub struct FileArgs {
     #[arg(long, value_name = "SIZE", value_parser = size::parse_size)]
     pub max_shard_size: Option<u64>,
     /// Largest header length accepted in IN and written to OUT, in bytes.
-    #[arg(long, value_name = "BYTES", default_value_t = tensorfile::DEFAULT_MAX_HEADER_LEN)]
+    #[arg(long, value_name = "BYTES", default_value_t = tensorfile_core::DEFAULT_MAX_HEADER_LEN)]
     pub max_header_len: u64,
     /// Do not sync OUT and its directory to disk (faster; the replacement
     /// stays atomic, but may be lost on a power failure).
@@ -92,7 +92,7 @@ pub fn refuse_input_as_output<P: AsRef<Path>>(
     output: &Path,
     inputs: impl IntoIterator<Item = P>,
 ) -> Result<(), Failure> {
-    Ok(tensorfile::atomic::check_not_input(output, inputs)?)
+    Ok(tensorfile_core::atomic::check_not_input(output, inputs)?)
 }
 
 /// Prints the per-dtype lines of a summary (`dtypes:`, then one line per
@@ -108,13 +108,13 @@ pub fn print_dtypes(per_dtype: &std::collections::BTreeMap<tensorfile::Dtype, (u
 }
 
 /// What the input at `path` is (the library's one way in).
-pub fn input_kind(path: &std::path::Path) -> Result<tensorfile::input::Kind, Failure> {
-    Ok(tensorfile::input::probe(path)?.kind())
+pub fn input_kind(path: &std::path::Path) -> Result<tensorfile::InputKind, Failure> {
+    Ok(tensorfile::probe(path)?.kind())
 }
 
 /// Why a command that reads safetensors does not take an input of `kind`,
 /// and what to do instead.
-pub fn not_safetensors(path: &std::path::Path, kind: tensorfile::input::Kind) -> String {
+pub fn not_safetensors(path: &std::path::Path, kind: tensorfile::InputKind) -> String {
     format!(
         "{}: this is {kind}, not safetensors; `tensorfile convert` turns it into safetensors",
         path.display()
@@ -123,7 +123,7 @@ pub fn not_safetensors(path: &std::path::Path, kind: tensorfile::input::Kind) ->
 
 /// Refuses an input that is not a safetensors file or set (exit 1, with
 /// what it is and what to do instead); returns which of the two it is.
-pub fn safetensors_input(path: &std::path::Path) -> Result<tensorfile::input::Kind, Failure> {
+pub fn safetensors_input(path: &std::path::Path) -> Result<tensorfile::InputKind, Failure> {
     let kind = input_kind(path)?;
     if kind.is_safetensors() {
         Ok(kind)
@@ -198,7 +198,7 @@ library_failure!(
     tensorfile::Error,
     tensorfile::CoreError,
     tensorfile::PytorchError,
-    tensorfile::ShardError,
+    tensorfile_core::ShardError,
     tensorfile::WriteError,
     tensorfile::FormatError,
     tensorfile::gguf::GgufError,

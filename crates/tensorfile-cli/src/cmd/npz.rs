@@ -12,8 +12,8 @@ use std::process::ExitCode;
 
 use serde_json::json;
 use tensorfile::cast::CastOptions;
-use tensorfile::input::Kind;
 use tensorfile::npz::{self, FromNpzOptions, NpzFile, NpzWriteOptions};
+use tensorfile::InputKind as Kind;
 use tensorfile::{Dtype, TensorData};
 
 use super::{out, Failure, Usage};
@@ -90,7 +90,7 @@ fn from_numpy(
     let opaque = file
         .arrays()
         .iter()
-        .filter(|a| matches!(a.element, npz::descr::Element::Opaque { .. }))
+        .filter(|a| matches!(a.element, npz::NpyElement::Opaque { .. }))
         .count();
     let opts = FromNpzOptions::default()
         .with_opaque(dtype)

@@ -6,7 +6,8 @@ use std::path::Path;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use tensorfile::{OpenOptions, ReadOptions, SafeTensors, ShardedTensors};
+use tensorfile::{OpenOptions, ReadOptions, SafeTensors};
+use tensorfile_core::ShardedTensors;
 use tensorfile_remote::{Client, RemoteFile, RemoteOptions};
 
 pub use tensorfile_remote::url_of as url;
@@ -81,7 +82,7 @@ pub fn open_options(read: &ReadOptions) -> OpenOptions {
 /// Opens a safetensors file or set, local or remote (headers only), through
 /// the library's way in.
 pub fn open_set(path: &Path, read: &ReadOptions) -> tensorfile::Result<ShardedTensors> {
-    tensorfile::input::open_set(path, &open_options(read))
+    tensorfile::open_set(path, &open_options(read))
 }
 
 /// Opens one remote safetensors file: its header, one request when it fits

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use serde_json::json;
 use tensorfile::cast::{convert_plan, CastOptions};
-use tensorfile::Align;
+use tensorfile_core::Align;
 
 use super::inout;
 use super::{out, Failure};

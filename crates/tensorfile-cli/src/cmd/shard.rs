@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use super::size::parse_size;
 use serde_json::json;
-use tensorfile::reshard::{split, SplitOptions};
+use tensorfile::set::{split, SplitOptions};
 use tensorfile::WriteOptions;
 
 use super::{out, Failure};

@@ -8,7 +8,9 @@ use std::process::ExitCode;
 
 use serde_json::{json, Value};
 use tensorfile::quant::Glob;
-use tensorfile::stats::{model_stats, unflatten, Report, Summary, TensorStats, OUTLIER_RATIO};
+use tensorfile::stats::{
+    model_stats, unflatten, StatsReport as Report, Summary, TensorStats, OUTLIER_RATIO,
+};
 use tensorfile::values::Catalog;
 
 use super::looking::{escape, refs, shown, Opened};

@@ -4,8 +4,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use serde_json::json;
-use tensorfile::input::Kind;
-use tensorfile::{read_header_from_path, ReadOptions};
+use tensorfile::InputKind as Kind;
+use tensorfile::ReadOptions;
+use tensorfile_core::read_header_from_path;
 
 use super::{out, Failure};
 
@@ -16,7 +17,7 @@ pub struct Args {
     #[arg(long)]
     json: bool,
     /// Largest header length accepted, in bytes.
-    #[arg(long, value_name = "BYTES", default_value_t = tensorfile::DEFAULT_MAX_HEADER_LEN)]
+    #[arg(long, value_name = "BYTES", default_value_t = tensorfile_core::DEFAULT_MAX_HEADER_LEN)]
     max_header_len: u64,
     /// The files to check (a directory or an index checks a whole set);
     /// s3://, hf:// and http(s):// URLs read only the headers.
@@ -59,7 +60,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     for path in &args.files {
         bar.inc(1);
         let url = super::remote::url(path);
-        let kind = tensorfile::input::probe(path).map(|p| p.kind());
+        let kind = tensorfile::probe(path).map(|p| p.kind());
         // A model directory or a sharded checkpoint's index: see `set`.
         if matches!(kind, Ok(Kind::SafetensorsSet)) {
             all_valid &= bar.suspend(|| super::set::validate(path, &options, args.json));

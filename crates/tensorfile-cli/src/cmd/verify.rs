@@ -15,7 +15,8 @@ use tensorfile::digest::{
     check_embedded, embedded_hashes, Manifest, ManifestSource, Sha256Digest, TensorCheck,
     TENSOR_SHA256_KEY,
 };
-use tensorfile::{ReadOptions, ShardedTensors};
+use tensorfile::ReadOptions;
+use tensorfile_core::ShardedTensors;
 
 use super::hash::{digest_all, entries, inside};
 use super::looking::{comparison, escape, shown};

@@ -21,7 +21,7 @@ pub struct ConvertSummary {
     pub tensors: usize,
     /// Tensors whose dtype changed.
     pub cast: usize,
-    /// Companions of quantized weights left as they were (see [`quant_companions`]).
+    /// Companions of quantized weights left as they were (see `quant_companions`).
     pub companions: usize,
     /// The running loss count of each cast tensor, filled in as the plan's
     /// jobs run: read [`ConvertSummary::losses`] after writing.
@@ -39,7 +39,7 @@ impl ConvertSummary {
 /// The tensors of `tallies` (per cast tensor, as [`ConvertSummary`] and
 /// the PyTorch conversions' reports keep them) whose cast changed values
 /// beyond rounding, with how many, in order.
-pub fn losses_of(tallies: &[(String, LossTally)]) -> Vec<(&str, Losses)> {
+pub(crate) fn losses_of(tallies: &[(String, LossTally)]) -> Vec<(&str, Losses)> {
     tallies
         .iter()
         .map(|(name, tally)| (name.as_str(), tally.get()))
@@ -53,21 +53,8 @@ pub fn losses_of(tallies: &[(String, LossTally)]) -> Vec<(&str, Losses)> {
 /// `<name>.scales`, `<name>.biases` and `<name>.global_scale` (nvfp4's F32
 /// scale per expert, which MLX takes only as F32). Detected by name
 /// pairing.
-///
-/// ```
-/// use tensorfile::cast::quant_companions;
-/// use tensorfile::Dtype;
-/// let t = [
-///     ("a.qweight", Dtype::U8), ("a.scales", Dtype::F16),
-///     ("m.weight", Dtype::U32), ("m.scales", Dtype::F32), ("m.biases", Dtype::F32),
-///     ("e.weight", Dtype::U32), ("e.scales", Dtype::U8), ("e.global_scale", Dtype::F32),
-///     ("n.weight", Dtype::F32), ("n.scales", Dtype::F32), // not packed: plain floats
-/// ];
-/// let kept = quant_companions(t.iter().copied());
-/// assert_eq!(kept.len(), 8);
-/// assert!(!kept.contains("n.scales"));
-/// ```
-pub fn quant_companions<'a>(
+/// (Example: the test `quant_companions_pair_by_name` below.)
+pub(crate) fn quant_companions<'a>(
     tensors: impl IntoIterator<Item = (&'a str, Dtype)>,
 ) -> HashSet<&'a str> {
     let dtypes: HashMap<&str, Dtype> = tensors.into_iter().collect();
@@ -102,7 +89,12 @@ pub fn quant_companions<'a>(
 /// The dtype a tensor gets when a file is converted to `to`: float tensors
 /// (not C64) become `to`, and with `allow_int` so do integer tensors; BOOL,
 /// C64 and quantization companions keep theirs.
-pub fn converted_dtype(dtype: Dtype, to: Dtype, opts: CastOptions, companion: bool) -> Dtype {
+pub(crate) fn converted_dtype(
+    dtype: Dtype,
+    to: Dtype,
+    opts: CastOptions,
+    companion: bool,
+) -> Dtype {
     let castable = (dtype.is_float() && dtype != Dtype::C64) || (opts.allow_int && dtype.is_int());
     if companion || !castable {
         dtype
@@ -152,7 +144,7 @@ pub(crate) fn plan_targets(
 /// this size that run in parallel, and memory stays within a few of them.
 const JOB_BYTES: u64 = 8 << 20;
 
-/// The plan of converting `tensors` as [`converted_dtype`] says (`to: None`
+/// The plan of converting `tensors` as `converted_dtype` says (`to: None`
 /// copies them unchanged: a canonical rewrite), with `metadata`. Every cast
 /// is checked here, before a byte is made; a value that fails while the
 /// plan runs (an integer out of range) is that job's error.
@@ -192,7 +184,8 @@ fn targets_of<T: TensorData>(
 ///
 /// # Errors
 /// As [`convert_plan`].
-pub fn convert_plan_owned<'a, T: TensorData + Send + 'a>(
+#[cfg(any(feature = "pytorch", feature = "gguf"))]
+pub(crate) fn convert_plan_owned<'a, T: TensorData + Send + 'a>(
     tensors: Vec<T>,
     metadata: Option<&Metadata>,
     to: Option<Dtype>,
@@ -209,7 +202,8 @@ pub fn convert_plan_owned<'a, T: TensorData + Send + 'a>(
 ///
 /// # Errors
 /// As [`convert_plan`].
-pub fn convert_plan_targeted<'a, T: TensorData + Send + 'a>(
+#[cfg(any(feature = "pytorch", feature = "gguf"))]
+pub(crate) fn convert_plan_targeted<'a, T: TensorData + Send + 'a>(
     tensors: Vec<(T, Target)>,
     metadata: Option<&Metadata>,
     opts: CastOptions,
@@ -309,7 +303,7 @@ fn stream_cast<T: TensorData + ?Sized>(
 }
 
 /// Saves `tensors` and `metadata` to `path` atomically, with the tensors
-/// cast as [`converted_dtype`] says (`to: None` writes them unchanged: a
+/// cast as `converted_dtype` says (`to: None` writes them unchanged: a
 /// canonical rewrite): [`convert_plan`] written by
 /// [`save_plan`](crate::save_plan). Every cast is checked before anything
 /// is written; a value that fails during the write (an integer out of
@@ -329,4 +323,30 @@ pub fn save_converted<T: TensorData>(
     let (plan, summary) = convert_plan(tensors, metadata, to, opts)?;
     crate::save_plan(path, &plan, write, &())?;
     Ok(summary)
+}
+
+#[cfg(test)]
+mod companion_tests {
+    use super::quant_companions;
+    use crate::Dtype;
+
+    // Was this function's doctest while it was public.
+    #[test]
+    fn quant_companions_pair_by_name() {
+        let t = [
+            ("a.qweight", Dtype::U8),
+            ("a.scales", Dtype::F16),
+            ("m.weight", Dtype::U32),
+            ("m.scales", Dtype::F32),
+            ("m.biases", Dtype::F32),
+            ("e.weight", Dtype::U32),
+            ("e.scales", Dtype::U8),
+            ("e.global_scale", Dtype::F32),
+            ("n.weight", Dtype::F32),
+            ("n.scales", Dtype::F32), // not packed: plain floats
+        ];
+        let kept = quant_companions(t.iter().copied());
+        assert_eq!(kept.len(), 8);
+        assert!(!kept.contains("n.scales"));
+    }
 }

@@ -68,10 +68,8 @@ mod minifloat;
 mod tensor;
 
 pub use error::CastError;
-pub use file::{
-    convert_plan, convert_plan_owned, convert_plan_targeted, converted_dtype, losses_of,
-    quant_companions, save_converted, ConvertSummary, Target,
-};
+pub use file::{convert_plan, save_converted, ConvertSummary, Target};
+
 pub use loss::{LossTally, Losses};
 pub use tensor::{cast_tensor, TensorCast};
 
@@ -202,7 +200,7 @@ pub fn check(from: Dtype, to: Dtype, opts: CastOptions) -> Result<(), CastError>
 /// (`2^-mantissa bits`: one unit in the last place at 1.0; 1 for E8M0,
 /// whose values are powers of two; C64 as its F32 parts); `None` for
 /// integers and BOOL.
-pub fn epsilon(dtype: Dtype) -> Option<f64> {
+pub(crate) fn epsilon(dtype: Dtype) -> Option<f64> {
     match dtype {
         Dtype::F64 => Some(f64::EPSILON),
         Dtype::F32 | Dtype::C64 => Some(f64::from(f32::EPSILON)),
@@ -213,7 +211,7 @@ pub fn epsilon(dtype: Dtype) -> Option<f64> {
 /// The smallest positive normal value of a float dtype: a nonzero value
 /// of smaller magnitude is subnormal. `None` for E8M0 (no subnormals),
 /// integers and BOOL.
-pub fn smallest_normal(dtype: Dtype) -> Option<f64> {
+pub(crate) fn smallest_normal(dtype: Dtype) -> Option<f64> {
     match dtype {
         Dtype::F64 => Some(f64::MIN_POSITIVE),
         Dtype::F32 | Dtype::C64 => Some(f64::from(f32::MIN_POSITIVE)),
@@ -228,7 +226,7 @@ pub fn smallest_normal(dtype: Dtype) -> Option<f64> {
 /// # Errors
 /// [`CastError::Length`] when `len` is not a whole number of elements (or
 /// groups).
-pub fn element_count(dtype: Dtype, len: usize) -> Result<usize, CastError> {
+pub(crate) fn element_count(dtype: Dtype, len: usize) -> Result<usize, CastError> {
     let err = || CastError::Length {
         dtype,
         len: len as u64,
@@ -297,7 +295,7 @@ pub fn decode_f32(dtype: Dtype, src: &[u8], dst: &mut [f32]) -> Result<(), CastE
 /// # Errors
 ///
 /// As [`decode_f32`].
-pub fn decode_f64(dtype: Dtype, src: &[u8], dst: &mut [f64]) -> Result<(), CastError> {
+pub(crate) fn decode_f64(dtype: Dtype, src: &[u8], dst: &mut [f64]) -> Result<(), CastError> {
     require_float(dtype, Dtype::F64)?;
     let n = element_count(dtype, src.len())?;
     check_dst(n, dst.len())?;
@@ -318,7 +316,7 @@ pub fn decode_f32_vec(dtype: Dtype, src: &[u8]) -> Result<Vec<f32>, CastError> {
     Ok(out)
 }
 
-/// [`decode_f64`] into a new vector.
+/// `decode_f64` into a new vector.
 ///
 /// # Errors
 ///
@@ -359,7 +357,7 @@ pub fn encode_f32(
 /// # Errors
 ///
 /// As [`encode_f32`], for F64.
-pub fn encode_f64(
+pub(crate) fn encode_f64(
     src: &[f64],
     to: Dtype,
     dst: &mut [u8],
@@ -384,11 +382,11 @@ pub fn encode_f32_vec(src: &[f32], to: Dtype, opts: CastOptions) -> Result<Vec<u
     Ok(out)
 }
 
-/// [`encode_f64`] into a new vector.
+/// `encode_f64` into a new vector.
 ///
 /// # Errors
 ///
-/// As [`encode_f64`], less the buffer size.
+/// As `encode_f64`, less the buffer size.
 pub fn encode_f64_vec(src: &[f64], to: Dtype, opts: CastOptions) -> Result<Vec<u8>, CastError> {
     let mut out = vec![0; byte_count(to, src.len())?];
     encode_f64(src, to, &mut out, opts)?;

@@ -1,6 +1,6 @@
 //! What changed between two models (or files, or sets), and by how much.
 //!
-//! [`diff`] pairs the tensors of A and B by name ([`names`]): a quantized
+//! [`diff`] pairs the tensors of A and B by name (`names`): a quantized
 //! weight (int4, MLX) against the other side's plain tensor compares by
 //! its dequantized values, so a model against its quantization gives each
 //! weight's quantization error. It reports names on one side only, the
@@ -33,7 +33,7 @@
 mod avx2;
 mod lanes;
 mod metrics;
-pub mod names;
+mod names;
 
 pub use lanes::Tolerance;
 pub use metrics::Metrics;
@@ -43,7 +43,7 @@ use crate::{Metadata, Progress, Result};
 use names::Item;
 
 /// The default tolerance of a pair (see the module's documentation).
-pub fn default_tolerance(a: Stored, b: Stored) -> Tolerance {
+pub(crate) fn default_tolerance(a: Stored, b: Stored) -> Tolerance {
     // The spacing of a type's values near zero: its smallest subnormal.
     let tiny = |s: Stored| s.smallest_normal().map_or(0.0, |n| n * s.epsilon());
     Tolerance {
@@ -149,7 +149,7 @@ impl Verdict {
 
 /// What [`diff`] found.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Report {
+pub struct DiffReport {
     /// Tensors only in A.
     pub only_in_a: Vec<String>,
     /// Tensors only in B.
@@ -164,7 +164,7 @@ pub struct Report {
     pub exact: bool,
 }
 
-impl Report {
+impl DiffReport {
     /// The verdict: in an exact comparison [`Verdict::Same`] or
     /// [`Verdict::Differs`], never [`Verdict::Within`].
     pub fn verdict(&self) -> Verdict {
@@ -309,7 +309,7 @@ pub fn diff(
     (b, meta_b): (&Catalog<'_>, Option<&Metadata>),
     options: &DiffOptions,
     on_values: &dyn Progress,
-) -> Result<Report> {
+) -> Result<DiffReport> {
     let matched = names::match_names(a, b, true)?;
     let mut tensors = Vec::with_capacity(matched.pairs.len());
     for (name, ia, ib) in matched.pairs {
@@ -321,7 +321,7 @@ pub fn diff(
             on_values,
         )?);
     }
-    Ok(Report {
+    Ok(DiffReport {
         only_in_a: matched.only_in_a,
         only_in_b: matched.only_in_b,
         renamed: matched.renamed,

@@ -49,7 +49,7 @@ pub fn data_start(path: &Path) -> Result<Option<u64>> {
     if crate::input::detect(path)? != crate::input::Kind::Safetensors {
         return Ok(None);
     }
-    match crate::read_header_from_path(path, &ReadOptions::default()) {
+    match tensorfile_core::read_header_from_path(path, &ReadOptions::default()) {
         Ok(header) => Ok(Some(header.data_start())),
         Err(_) if !path.to_string_lossy().ends_with(".safetensors") => Ok(None),
         Err(e) => Err(e.into()),

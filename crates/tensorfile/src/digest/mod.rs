@@ -44,20 +44,12 @@ mod sha;
 pub use tensorfile_core::TENSOR_SHA256_KEY;
 
 #[cfg(feature = "digest")]
-pub use embedded::{
-    check_embedded, embed_hashes, embedded_hashes, embedded_value, tensor_digests, TensorCheck,
-};
+pub use embedded::{check_embedded, embed_hashes, embedded_hashes, tensor_digests, TensorCheck};
 #[cfg(feature = "digest")]
 pub use error::DigestError;
 #[cfg(feature = "digest")]
-pub use files::{
-    data_start, dir_files, file_digest, file_digest_counted, file_digests, is_ignored, DataDigest,
-    DirFile, FileDigest, GIT_PATHS,
-};
+pub use files::{data_start, dir_files, file_digest, file_digests, DirFile, FileDigest, GIT_PATHS};
 #[cfg(feature = "digest")]
-pub use manifest::{
-    Check, Manifest, ManifestSource, PAYLOAD_TYPE, PREDICATE_TYPE, PREDICATE_TYPE_V0_1,
-    STATEMENT_TYPE,
-};
+pub use manifest::{Check, Manifest, ManifestSource};
 #[cfg(feature = "digest")]
 pub use sha::{tensor_sha256, tensor_sha256_counted, Hasher, Sha256Digest};

@@ -213,8 +213,6 @@ pub struct HfModel {
     pub n_head_kv: u64,
     /// `vocab_size`.
     pub vocab_size: u64,
-    /// `tie_word_embeddings` (default true for Gemma, false otherwise).
-    pub tied: bool,
 }
 
 fn config_u64(c: &Map<String, Json>, key: &str) -> Result<Option<u64>, GgufError> {
@@ -262,16 +260,11 @@ pub(crate) fn hf_model(c: &Map<String, Json>) -> Result<HfModel, GgufError> {
     })?;
     let n_head = config_required(c, "num_attention_heads")?;
     let n_head_kv = config_u64(c, "num_key_value_heads")?.unwrap_or(n_head);
-    let tied = match c.get("tie_word_embeddings") {
-        Some(Json::Bool(b)) => *b,
-        _ => arch == Arch::Gemma,
-    };
     Ok(HfModel {
         arch,
         n_head,
         n_head_kv,
         vocab_size: config_required(c, "vocab_size")?,
-        tied,
     })
 }
 

@@ -3,54 +3,53 @@
 //! gguf-py can decode, quantizers, a writer, and conversions both ways
 //! between GGUF and Hugging Face directories.
 //!
-//! - [`read`]: the container ([`GgufFile`], [`read_header`]): metadata,
-//!   tensor infos, layout, every field checked with budgets
-//!   ([`ReadLimits`]); tensors as [`TensorData`](crate::TensorData)
-//!   ([`GgufTensor`]), quantized ones decoded to F32 on demand.
-//! - [`value`]: metadata values, the 13 GGUF value types.
-//! - [`types`]: the ggml type table ([`GgmlType`]).
-//! - [`dequant`]: block decoders ([`dequantize_blocks`]), bit for bit
-//!   `gguf.quants.dequantize`.
-//! - [`to_hf`]: a GGUF model to a Hugging Face directory
-//!   ([`gguf_to_hf`]), with [`names`] (tensor names and llama.cpp's q/k
-//!   permutation), [`config`] (config.json and metadata) and
-//!   [`tokenizer`] (tokenizer.json and `tokenizer.ggml.*`).
-//! - [`raw`]: any GGUF file to one safetensors or npz file, its tensors
-//!   and metadata as they are ([`gguf_to_safetensors`], [`gguf_to_npz`]).
-//! - [`from_hf`]: a Hugging Face directory to GGUF ([`hf_to_gguf`]),
-//!   quantized by [`quant`] (byte for byte as gguf-py and llama.cpp) and
-//!   written by [`write`](mod@write) (GGUF's layout from parallel jobs, atomically).
+//! - Reading: the container ([`GgufFile`]):
+//!   metadata ([`GgufValue`]), tensor infos, layout, every field checked
+//!   with budgets ([`ReadLimits`]); tensors as
+//!   [`TensorData`](crate::TensorData) ([`GgufTensor`]), quantized ones
+//!   decoded to F32 on demand by the block decoders
+//!   ([`dequantize_blocks`], bit for bit `gguf.quants.dequantize`), over
+//!   the ggml type table ([`GgmlType`]).
+//! - To Hugging Face: a GGUF model to a directory ([`gguf_to_hf`]), with
+//!   tensor names and llama.cpp's q/k permutation ([`hf_tensor_name`],
+//!   [`QkPermutation`]), config.json and the tokenizer.
+//! - Raw: any GGUF file to one safetensors or npz file, its tensors and
+//!   metadata as they are ([`gguf_to_safetensors`], `gguf_to_npz`).
+//! - From Hugging Face: a directory to GGUF ([`hf_to_gguf`]), quantized
+//!   byte for byte as gguf-py and llama.cpp ([`quantize_row`]) and written
+//!   by [`GgufWriter`] (GGUF's layout from parallel jobs, atomically).
 //!
 //! Dimensions: GGUF stores them fastest first, so numpy's `(4, 64)` is
-//! GGUF's `[64, 4]`; [`TensorInfo::dims`] is the stored order and
-//! [`TensorInfo::shape`] the logical one.
+//! GGUF's `[64, 4]`; [`GgufTensorInfo::dims`] is the stored order and
+//! [`GgufTensorInfo::shape`] the logical one.
 
-pub mod config;
-pub mod dequant;
+mod config;
+mod dequant;
 mod error;
-pub mod from_hf;
-pub mod names;
-pub mod quant;
-pub mod raw;
-pub mod read;
+mod from_hf;
+mod names;
+mod quant;
+mod raw;
+mod read;
 mod scratch;
-pub mod to_hf;
-pub mod tokenizer;
-pub mod types;
-pub mod value;
-pub mod write;
+mod to_hf;
+mod tokenizer;
+mod types;
+mod value;
+mod write;
 
 pub use dequant::dequantize_blocks;
 pub use error::GgufError;
-pub use from_hf::{hf_to_gguf, FromHfOptions, FromHfSummary};
-pub use names::Arch;
+pub use from_hf::{hf_to_gguf, FromHfOptions, FromHfSummary, TYPES as HF_TO_GGUF_TYPES};
+pub use names::{gguf_to_hf as hf_tensor_name, Arch, QkPermutation};
+pub use quant::{quantize_into as quantize_row, quantizes, RowFault};
 #[cfg(feature = "npz")]
 pub use raw::gguf_to_npz;
-pub use raw::{gguf_to_safetensors, RawSummary};
+pub use raw::{gguf_to_safetensors, RawSummary, MAX_ARRAY as MAX_ARRAY_SHOWN};
 pub use read::{
-    is_gguf, read_header, Endian, GgufFile, GgufHeader, GgufTensor, Kv, ReadLimits, TensorInfo,
-    DEFAULT_ALIGNMENT,
+    Endian, GgufFile, GgufHeader, GgufTensor, Kv, ReadLimits, TensorInfo as GgufTensorInfo,
 };
-pub use to_hf::{gguf_to_hf, ToHfOptions, ToHfSummary};
+pub use to_hf::{convert_file as gguf_file_to_hf, gguf_to_hf, ToHfOptions, ToHfSummary};
 pub use types::GgmlType;
-pub use value::{Array, Value, ValueJson, ValueType};
+pub use value::{Array as GgufArray, Value as GgufValue, ValueJson, ValueType as GgufValueType};
+pub use write::{GgufSpec, GgufWriter};

@@ -84,7 +84,7 @@ impl Arch {
     /// the model module's table of Hugging Face architectures.
     ///
     /// ```
-    /// use tensorfile::gguf::names::Arch;
+    /// use tensorfile::gguf::Arch;
     /// assert_eq!(Arch::Llama.hf_class(), "LlamaForCausalLM");
     /// assert_eq!(Arch::Phi3.hf_class(), "Phi3ForCausalLM");
     /// ```
@@ -163,15 +163,9 @@ fn suffix(name: &str) -> Option<(&str, &str)> {
         .or_else(|| name.strip_suffix(".bias").map(|s| (s, "bias")))
 }
 
-/// The GGUF name of a Hugging Face tensor, if `arch` has it.
-///
-/// ```
-/// use tensorfile::gguf::names::{hf_to_gguf, Arch};
-/// assert_eq!(hf_to_gguf(Arch::Llama, "model.layers.3.self_attn.q_proj.weight").as_deref(), Some("blk.3.attn_q.weight"));
-/// assert_eq!(hf_to_gguf(Arch::Llama, "model.embed_tokens.weight").as_deref(), Some("token_embd.weight"));
-/// assert_eq!(hf_to_gguf(Arch::Llama, "model.layers.3.self_attn.rotary_emb.inv_freq"), None);
-/// ```
-pub fn hf_to_gguf(arch: Arch, name: &str) -> Option<String> {
+/// The GGUF name of a Hugging Face tensor, if `arch` has it (examples: the
+/// test `hf_to_gguf_names` below).
+pub(crate) fn hf_to_gguf(arch: Arch, name: &str) -> Option<String> {
     if let Some(&(_, g)) = GLOBAL.iter().find(|(h, _)| *h == name) {
         return Some(g.to_string());
     }
@@ -186,7 +180,7 @@ pub fn hf_to_gguf(arch: Arch, name: &str) -> Option<String> {
 /// The Hugging Face name of a GGUF tensor, if `arch` has it.
 ///
 /// ```
-/// use tensorfile::gguf::names::{gguf_to_hf, Arch};
+/// use tensorfile::gguf::{hf_tensor_name as gguf_to_hf, Arch};
 /// assert_eq!(gguf_to_hf(Arch::Phi3, "blk.0.ffn_up.weight").as_deref(), Some("model.layers.0.mlp.gate_up_proj.weight"));
 /// assert_eq!(gguf_to_hf(Arch::Llama, "blk.0.ffn_up.weight").as_deref(), Some("model.layers.0.mlp.up_proj.weight"));
 /// assert_eq!(gguf_to_hf(Arch::Llama, "blk.00.ffn_up.weight"), None);
@@ -223,7 +217,7 @@ pub fn permutation_heads(arch: Arch, hf_name: &str, n_head: u64, n_head_kv: u64)
 /// empty rows is as cheap as one of four).
 ///
 /// ```
-/// use tensorfile::gguf::names::QkPermutation;
+/// use tensorfile::gguf::QkPermutation;
 /// // One head of dimension 4: HF rows (0, 1 | 2, 3) become pairs (0, 2, 1, 3).
 /// let p = QkPermutation::new(4, 1).unwrap();
 /// assert_eq!((0..4).map(|g| p.hf_row_of_gguf(g)).collect::<Vec<_>>(), [0, 2, 1, 3]);
@@ -279,6 +273,19 @@ impl QkPermutation {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // Was this function's doctest while it was public.
+    #[test]
+    fn hf_to_gguf_names() {
+        let q = hf_to_gguf(Arch::Llama, "model.layers.3.self_attn.q_proj.weight");
+        assert_eq!(q.as_deref(), Some("blk.3.attn_q.weight"));
+        let e = hf_to_gguf(Arch::Llama, "model.embed_tokens.weight");
+        assert_eq!(e.as_deref(), Some("token_embd.weight"));
+        assert_eq!(
+            hf_to_gguf(Arch::Llama, "model.layers.3.self_attn.rotary_emb.inv_freq"),
+            None
+        );
+    }
 
     #[test]
     fn every_architecture_has_its_causal_lm_class() {

@@ -799,7 +799,7 @@ fn quantize_blocks(t: GgmlType, x: &[f32], y: &mut [u8]) -> Result<(), ()> {
 /// reference tools do.
 ///
 /// ```
-/// use tensorfile::gguf::{quant::quantize_into, GgmlType};
+/// use tensorfile::gguf::{quantize_row as quantize_into, GgmlType};
 /// let x: Vec<f32> = (0..32).map(|i| i as f32 - 16.0).collect();
 /// let mut y = [0u8; 34];
 /// quantize_into(GgmlType::Q8_0, &x, &mut y).unwrap();

@@ -93,7 +93,7 @@ pub fn raw_metadata(h: &GgufHeader) -> (Metadata, Vec<String>) {
 /// are cast to (decoded ones included). With `keep_quant`, 2-D Q4_0,
 /// Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q5_K tensors named `*.weight` are kept
 /// as MLX affine weights (`.weight`, `.scales`, `.biases`, groups of 32)
-/// that give the same values, as in [`super::to_hf`], and `format` is
+/// that give the same values, as in `to_hf`, and `format` is
 /// `mlx`.
 ///
 /// # Errors
@@ -146,7 +146,7 @@ pub fn gguf_to_npz<S: ByteSource>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gguf::Array;
+    use crate::gguf::GgufArray as Array;
 
     #[test]
     fn values_encode_as_json_text_and_long_arrays_are_dropped() {

@@ -804,20 +804,6 @@ fn check_data(
     Ok(())
 }
 
-/// Whether the file at `path` starts with the GGUF magic.
-///
-/// # Errors
-/// The file cannot be opened or read.
-pub fn is_gguf(path: &Path) -> std::io::Result<bool> {
-    let source = FileSource::open(path)?;
-    if source.len() < 4 {
-        return Ok(false);
-    }
-    let mut magic = [0u8; 4];
-    source.read_exact_at(0, &mut magic)?;
-    Ok(&magic == b"GGUF")
-}
-
 /// A GGUF file: its header and the source holding its bytes.
 ///
 /// ```
@@ -854,7 +840,8 @@ impl GgufFile<FileSource> {
     /// reads (never mapped).
     ///
     /// # Errors
-    /// As [`read_header`], naming the file.
+    /// [`GgufError`] for anything that breaks the format or the limits
+    /// (inside [`Error::Gguf`]), naming the file; the file's I/O errors.
     pub fn open(path: impl AsRef<Path>) -> Result<GgufFile<FileSource>> {
         GgufFile::open_with(path, &ReadLimits::default())
     }
@@ -862,7 +849,8 @@ impl GgufFile<FileSource> {
     /// [`GgufFile::open`] with limits.
     ///
     /// # Errors
-    /// As [`read_header`], naming the file.
+    /// [`GgufError`] for anything that breaks the format or the limits
+    /// (inside [`Error::Gguf`]), naming the file; the file's I/O errors.
     pub fn open_with(path: impl AsRef<Path>, limits: &ReadLimits) -> Result<GgufFile<FileSource>> {
         let path = path.as_ref();
         let source = FileSource::open(path).map_err(|e| Error::io(path, e))?;
@@ -875,7 +863,8 @@ impl<S: ByteSource> GgufFile<S> {
     /// Reads and checks the header held by `source`.
     ///
     /// # Errors
-    /// As [`read_header`].
+    /// [`GgufError`] for anything that breaks the format or the limits
+    /// (inside [`Error::Gguf`]); the source's I/O errors.
     pub fn from_source(source: S, limits: &ReadLimits) -> Result<GgufFile<S>> {
         let header = read_header(&source, limits)?;
         Ok(GgufFile {

@@ -23,7 +23,8 @@ use super::read::{GgufFile, GgufTensor, TensorInfo};
 use super::scratch::{grown, Scratch};
 use super::tokenizer;
 use crate::atomic::NewDirs;
-use crate::cast::{convert_plan_owned, CastOptions};
+use crate::cast::file::convert_plan_owned;
+use crate::cast::CastOptions;
 use crate::plan::Sink;
 use crate::source::ByteSource;
 use crate::{AtomicSet, Dtype, Error, Metadata, Result, TensorData, TensorSpec, WriteOptions};
@@ -290,7 +291,7 @@ fn kept_rows<S: ByteSource>(
                 &mut bi[g0..g0 + gpb],
             );
         }
-        crate::quant::mlx::pack(k.bits, &codes, &mut w[i * packed_row..(i + 1) * packed_row])
+        crate::quant::mlx_pack(k.bits, &codes, &mut w[i * packed_row..(i + 1) * packed_row])
             .map_err(|problem| Error::Quant {
                 tensor: info.name.clone(),
                 problem,

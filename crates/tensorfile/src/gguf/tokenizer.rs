@@ -26,8 +26,10 @@ use super::error::GgufError;
 use super::read::GgufHeader;
 use super::value::{Array, Value};
 
-/// GGUF token types.
-pub mod token_type {
+/// GGUF token types (the whole table, though this module writes and reads
+/// only some of them).
+#[allow(dead_code)]
+mod token_type {
     /// An ordinary token.
     pub const NORMAL: i32 = 1;
     /// A token no text gives.

@@ -265,7 +265,7 @@ impl Value {
     /// `{"type", "len", "first": [up to 8 elements]}`.
     ///
     /// ```
-    /// use tensorfile::gguf::{Array, Value};
+    /// use tensorfile::gguf::{GgufArray as Array, GgufValue as Value};
     /// assert_eq!(Value::F32(f32::INFINITY).json(0).to_string(), r#""inf""#);
     /// let a = Value::Array(Array::U8(vec![1, 2, 3]));
     /// assert_eq!(a.json(8).to_string(), "[1,2,3]");

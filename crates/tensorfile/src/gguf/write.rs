@@ -140,13 +140,11 @@ fn put_value(out: &mut Vec<u8>, v: &Value) {
 
 /// A planned file: the header bytes and where each tensor goes.
 #[derive(Debug, Clone)]
-pub struct GgufLayout {
+pub(crate) struct GgufLayout {
     header: Vec<u8>,
     starts: Vec<u64>,
     lens: Vec<u64>,
-    data_offset: u64,
     file_len: u64,
-    alignment: u64,
 }
 
 impl GgufLayout {
@@ -155,7 +153,7 @@ impl GgufLayout {
     /// # Errors
     /// An empty or repeated key, a `general.alignment` that is not a UINT32
     /// power of two, a repeated name, a name longer than
-    /// [`MAX_WRITTEN_NAME`], or a tensor [`GgufSpec::byte_len`] refuses.
+    /// `MAX_WRITTEN_NAME`, or a tensor [`GgufSpec::byte_len`] refuses.
     pub fn new(kv: &[(String, Value)], specs: &[GgufSpec]) -> Result<GgufLayout, GgufError> {
         let mut keys = HashSet::new();
         let mut alignment = DEFAULT_ALIGNMENT;
@@ -227,9 +225,7 @@ impl GgufLayout {
             header,
             starts: relative.iter().map(|r| data_offset + r).collect(),
             lens,
-            data_offset,
             file_len,
-            alignment,
         })
     }
 
@@ -238,19 +234,9 @@ impl GgufLayout {
         &self.header
     }
 
-    /// Where the data section starts.
-    pub fn data_offset(&self) -> u64 {
-        self.data_offset
-    }
-
     /// The file's length.
     pub fn file_len(&self) -> u64 {
         self.file_len
-    }
-
-    /// The alignment.
-    pub fn alignment(&self) -> u64 {
-        self.alignment
     }
 
     /// Absolute start and byte length of tensor `i`.
@@ -358,14 +344,14 @@ impl Sink for GgufSink<'_> {
 /// make their bytes.
 ///
 /// ```
-/// use tensorfile::gguf::write::{GgufSpec, GgufWriter};
-/// use tensorfile::gguf::{GgmlType, GgufFile, Value, ReadLimits};
+/// use tensorfile::gguf::{GgufSpec, GgufWriter};
+/// use tensorfile::gguf::{GgmlType, GgufFile, GgufValue as Value, ReadLimits};
 /// let mut w = GgufWriter::new(vec![("general.architecture".into(), Value::String("demo".into()))]);
 /// let t = w.declare(GgufSpec::from_shape("w", &[2, 32], GgmlType::Q8_0))?;
 /// let values = vec![0.5f32; 64];
-/// w.push(vec![t], move |sink: &dyn tensorfile::plan::Sink| -> tensorfile::Result<()> {
+/// w.push(vec![t], move |sink: &dyn tensorfile_core::plan::Sink| -> tensorfile::Result<()> {
 ///     let mut q = vec![0u8; 68];
-///     tensorfile::gguf::quant::quantize_into(GgmlType::Q8_0, &values, &mut q).unwrap();
+///     tensorfile::gguf::quantize_row(GgmlType::Q8_0, &values, &mut q).unwrap();
 ///     Ok(sink.write(t, 0, &q)?)
 /// });
 /// let bytes = w.to_bytes()?;
@@ -434,7 +420,7 @@ impl<'a> GgufWriter<'a> {
     ///
     /// # Errors
     /// As [`GgufLayout::new`].
-    pub fn layout(&self) -> Result<GgufLayout> {
+    pub(crate) fn layout(&self) -> Result<GgufLayout> {
         Ok(GgufLayout::new(&self.kv, &self.specs)?)
     }
 

@@ -30,7 +30,7 @@
 mod arch;
 mod contract;
 mod hf;
-pub mod report;
+mod report;
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -49,7 +49,7 @@ pub use contract::Contract;
 #[cfg(feature = "gguf")]
 pub(crate) use hf::classes as hf_classes;
 pub use hf::KNOWN as HF_ARCHITECTURES;
-pub use report::{Problem, ProblemKind, Report, Severity};
+pub use report::{CheckReport, Problem, ProblemKind, Severity, MAX_LISTED};
 
 use arch::{DtypeRule, Expected, Need, Plan};
 
@@ -94,7 +94,7 @@ pub fn read_config(path: &Path) -> Result<Config> {
 ///
 /// # Errors
 /// The file cannot be read, is longer than 10 MB, or is not a JSON object.
-pub fn read_config_from(
+pub(crate) fn read_config_from(
     location: &dyn tensorfile_core::set::Location,
     file: &str,
 ) -> Result<Config> {
@@ -182,8 +182,8 @@ impl ModelDir {
 
     /// Checks the directory: files, architecture, contract. Never fails;
     /// every problem is in the report.
-    pub fn check(&self, contract: Contract) -> Report {
-        let mut report = Report::default();
+    pub fn check(&self, contract: Contract) -> CheckReport {
+        let mut report = CheckReport::default();
         check_parts(
             &self.dir,
             Some(self.config.as_map()),
@@ -201,9 +201,9 @@ fn needs_tokenizer(config: &Map<String, Value>) -> bool {
 
 /// Checks a model directory, reporting every problem by name: missing or
 /// invalid files as well as tensors that do not match the architecture.
-pub fn check_dir(dir: impl AsRef<Path>, contract: Contract) -> Report {
+pub fn check_dir(dir: impl AsRef<Path>, contract: Contract) -> CheckReport {
     let dir = dir.as_ref();
-    let mut report = Report::default();
+    let mut report = CheckReport::default();
     let config_path = dir.join(CONFIG_NAME);
     let config = match read_config(&config_path) {
         Ok(config) => Some(config),
@@ -280,7 +280,7 @@ fn check_parts(
     config: Option<&Map<String, Value>>,
     weights: Option<&ShardedTensors>,
     contract: Contract,
-    report: &mut Report,
+    report: &mut CheckReport,
 ) {
     let course =
         config.is_some_and(|c| c.contains_key("tl_arch") || c.contains_key("tl_tokenizer"));
@@ -378,7 +378,7 @@ fn check_plan(
     plan: &Plan,
     config: &Map<String, Value>,
     weights: &ShardedTensors,
-    report: &mut Report,
+    report: &mut CheckReport,
 ) {
     let mlx = match QuantConfig::from_config_map(config) {
         Ok(q) => q,
@@ -420,7 +420,7 @@ fn check_expected<'w>(
     weights: &'w ShardedTensors,
     mlx: Option<&QuantConfig>,
     accounted: &mut HashSet<&'w str>,
-    report: &mut Report,
+    report: &mut CheckReport,
 ) {
     if expected.need == Need::Buffer {
         if let Some(t) = weights.info(&expected.name) {

@@ -35,14 +35,15 @@
 
 mod array;
 mod convert;
-pub mod descr;
+mod descr;
 mod error;
-pub mod header;
+mod header;
 mod read;
 mod write;
 
 pub use array::NpyArray;
 pub use convert::{npz_to_safetensors, FromNpzOptions, FromNpzSummary};
+pub use descr::{Element as NpyElement, Opaque as NpyOpaque};
 pub use error::NpzError;
 pub use read::{Container, NpyInfo, NpzFile, NpzLimits};
 pub use write::{save_npy, save_npz, NpzWriteOptions, NpzWritten};

@@ -24,11 +24,9 @@ use std::path::Path;
 // error is `crate::PytorchError`, so the library shows one `Error`.
 #[doc(hidden)]
 pub use tensorfile_pytorch::fuzzing;
+use tensorfile_pytorch::{conversion, Conversion, ConvertPolicy};
 pub use tensorfile_pytorch::{
-    conversion, convert, file_looks_like_pytorch, looks_like_pytorch, select, Checkpoint,
-    Conversion, ConvertPolicy, ConvertTensor, Format, InflateStats, Limits, LoadOptions,
-    PickleError, PickleErrorKind, Selection, SharedPolicy, TensorBytes, TorchTensor, ViewKey,
-    WalkLimits, ZipError, ENTRY_BYTES, IN_MEMORY,
+    Checkpoint, Format, Limits, LoadOptions, SharedPolicy, TensorBytes, WalkLimits, ZipError,
 };
 
 use crate::cast::{self, CastOptions};
@@ -71,7 +69,7 @@ tensorfile_core::with_fields!(ConvertOptions {
 
 impl ConvertOptions {
     /// The loader's policy part of these options.
-    pub fn policy(&self) -> ConvertPolicy {
+    pub(crate) fn policy(&self) -> ConvertPolicy {
         ConvertPolicy {
             shared: self.shared,
             keep_values: self.keep_values,
@@ -81,7 +79,7 @@ impl ConvertOptions {
 
 /// What a conversion writes.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Report {
+pub struct ConvertReport {
     /// Tensors written with their own bytes.
     pub tensors: usize,
     /// Names recorded as aliases of a written tensor.
@@ -91,7 +89,7 @@ pub struct Report {
     /// Tensors cast to `dtype`.
     pub cast: usize,
     /// The running loss count of each cast tensor, filled in as the plan
-    /// runs: read [`Report::losses`] after writing.
+    /// runs: read [`ConvertReport::losses`] after writing.
     pub tallies: Vec<(String, cast::LossTally)>,
     /// Tensor bytes read from the checkpoint (before any cast).
     pub bytes: u64,
@@ -101,11 +99,11 @@ pub struct Report {
     pub metadata: Metadata,
 }
 
-impl Report {
+impl ConvertReport {
     /// The tensors whose cast changed values beyond rounding, with how
     /// many (see [`cast::ConvertSummary::losses`]).
     pub fn losses(&self) -> Vec<(&str, cast::Losses)> {
-        cast::losses_of(&self.tallies)
+        cast::file::losses_of(&self.tallies)
     }
 }
 
@@ -116,10 +114,10 @@ impl Report {
 /// # Errors
 /// The sharing policy refuses the checkpoint, metadata keys collide, or a
 /// cast is not allowed.
-pub fn convert_plan<'a>(
+pub fn checkpoint_plan<'a>(
     ckpt: &'a Checkpoint,
     options: &ConvertOptions,
-) -> crate::Result<(Plan<'a, Error>, Report)> {
+) -> crate::Result<(Plan<'a, Error>, ConvertReport)> {
     let conv = conversion(ckpt, &options.policy())?;
     plan_conversion(conv, options)
 }
@@ -128,8 +126,8 @@ pub fn convert_plan<'a>(
 fn plan_conversion<'a>(
     conv: Conversion<'a>,
     options: &ConvertOptions,
-) -> crate::Result<(Plan<'a, Error>, Report)> {
-    let report = Report {
+) -> crate::Result<(Plan<'a, Error>, ConvertReport)> {
+    let report = ConvertReport {
         tensors: conv.tensors.len(),
         aliases: conv.aliases.len(),
         values: conv.values,
@@ -139,7 +137,7 @@ fn plan_conversion<'a>(
         parameters: conv.parameters(),
         metadata: conv.metadata.clone(),
     };
-    let (plan, summary) = cast::convert_plan_owned(
+    let (plan, summary) = cast::file::convert_plan_owned(
         conv.tensors,
         Some(&conv.metadata),
         options.dtype,
@@ -147,7 +145,7 @@ fn plan_conversion<'a>(
     )?;
     Ok((
         plan,
-        Report {
+        ConvertReport {
             cast: summary.cast,
             tallies: summary.tallies,
             ..report
@@ -168,7 +166,7 @@ pub fn convert(
     output: impl AsRef<Path>,
     options: &ConvertOptions,
     progress: &dyn Progress,
-) -> crate::Result<Report> {
+) -> crate::Result<ConvertReport> {
     let ckpt = Checkpoint::open_with(input, &options.load)?;
     convert_checkpoint(&ckpt, output, options, progress)
 }
@@ -182,8 +180,8 @@ pub fn convert_checkpoint(
     output: impl AsRef<Path>,
     options: &ConvertOptions,
     progress: &dyn Progress,
-) -> crate::Result<Report> {
-    let (plan, report) = convert_plan(ckpt, options)?;
+) -> crate::Result<ConvertReport> {
+    let (plan, report) = checkpoint_plan(ckpt, options)?;
     save_plan(output, &plan, &options.write, progress)?;
     Ok(report)
 }

@@ -301,7 +301,7 @@ impl SetReport {
     /// The tensors whose cast changed values beyond rounding, with how
     /// many (see [`cast::ConvertSummary::losses`]).
     pub fn losses(&self) -> Vec<(&str, cast::Losses)> {
-        cast::losses_of(&self.tallies)
+        cast::file::losses_of(&self.tallies)
     }
 }
 
@@ -367,7 +367,7 @@ pub fn plan_set<'a>(set: &'a CheckpointSet, options: &ConvertOptions) -> Result<
         .map(|t| u128::from(t.tensor.tensor().numel()))
         .sum();
     let tensors = items.len();
-    let (plan, summary) = cast::convert_plan_targeted(
+    let (plan, summary) = cast::file::convert_plan_targeted(
         items.into_iter().map(|t| t.tensor).zip(targets).collect(),
         Some(&metadata),
         options.cast,

@@ -719,7 +719,7 @@ fn output_dtype(w: &LogicalWeight<'_>, requested: Option<Dtype>) -> Result<Dtype
 /// # Errors
 /// Parameters that are missing, contradict the file's, or do not fit a
 /// weight's parts.
-pub fn find_quantized<'a, T: TensorData>(
+pub(crate) fn find_quantized<'a, T: TensorData>(
     tensors: &'a [T],
     metadata: Option<&Metadata>,
     mlx: Option<&QuantConfig>,

@@ -6,13 +6,13 @@
 //! 0; the value read back is `q * f32(scale)` (exact in f32).
 //!
 //! ```
-//! use tensorfile::quant::int4;
+//! use tensorfile::quant::{int4_dequantize, int4_quantize};
 //! use tensorfile::Dtype;
 //! let w: Vec<f32> = (0..8).map(|i| i as f32 - 3.5).collect();
 //! let bytes: Vec<u8> = w.iter().flat_map(|x| x.to_le_bytes()).collect();
-//! let q = int4::quantize("w", Dtype::F32, &[1, 8], &bytes, 8)?;
+//! let q = int4_quantize("w", Dtype::F32, &[1, 8], &bytes, 8)?;
 //! assert_eq!(q.qweight.len(), 4);
-//! let back = int4::dequantize("w", &q.qweight, &q.scales, &[1, 8], 8)?;
+//! let back = int4_dequantize("w", &q.qweight, &q.scales, &[1, 8], 8)?;
 //! for (a, b) in w.iter().zip(&back) {
 //!     assert!((a - b).abs() <= 0.25 + 1e-6); // half of the step 3.5 / 7
 //! }
@@ -330,7 +330,7 @@ pub(crate) fn check_shape(shape: &[u64], group: u64) -> Result<(usize, usize), Q
 }
 
 /// Whether int4 takes weights of this dtype: F32, F16 and BF16.
-pub fn accepts(dtype: Dtype) -> bool {
+pub(crate) fn accepts(dtype: Dtype) -> bool {
     matches!(dtype, Dtype::F32 | Dtype::F16 | Dtype::BF16)
 }
 

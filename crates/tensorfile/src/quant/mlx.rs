@@ -55,18 +55,18 @@
 //! 5- and 6-bit codes straddle bytes and U32 words.
 //!
 //! ```
-//! use tensorfile::quant::mlx;
+//! use tensorfile::quant::{mlx_pack, mlx_unpack};
 //! let mut packed = [0u8; 4];
-//! mlx::pack(4, &[1, 2, 3, 4, 5, 6, 7, 8], &mut packed)?;
+//! mlx_pack(4, &[1, 2, 3, 4, 5, 6, 7, 8], &mut packed)?;
 //! assert_eq!(packed, [0x21, 0x43, 0x65, 0x87]); // first code in the low bits
 //! let codes = [1u8, 2, 3, 4, 5, 6, 7, 0]; // eight 3-bit codes: three bytes
 //! let mut packed = [0u8; 3];
-//! mlx::pack(3, &codes, &mut packed)?;
+//! mlx_pack(3, &codes, &mut packed)?;
 //! assert_eq!(packed[0], 0b11_010_001); // code 2 straddles the first two bytes
 //! let mut back = [0u8; 8];
-//! mlx::unpack(3, &packed, &mut back)?;
+//! mlx_unpack(3, &packed, &mut back)?;
 //! assert_eq!(back, codes);
-//! assert!(mlx::unpack(0, &packed, &mut back).is_err()); // MLX packs 2 to 8 bits
+//! assert!(mlx_unpack(0, &packed, &mut back).is_err()); // MLX packs 2 to 8 bits
 //! # Ok::<(), tensorfile::quant::QuantError>(())
 //! ```
 
@@ -223,25 +223,15 @@ pub(crate) fn mlx_nan_bytes(dtype: Dtype, bytes: &mut [u8]) {
 // ---------------------------------------------------------------- number formats
 
 /// The values of the 16 E2M1 codes, in code order (MLX's table).
-pub const FP4_VALUES: [f32; 16] = [
+pub(crate) const FP4_VALUES: [f32; 16] = [
     0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0,
 ];
 
 /// `x` as an E4M3 byte, as MLX's `to_fp8` makes it: round to nearest even;
 /// magnitudes from 464 up, infinities and NaN give 448 (0x7E); the sign is
 /// kept (-0 is 0x80).
-///
-/// ```
-/// use tensorfile::quant::mlx::{e4m3_from_f32, e4m3_to_f32};
-/// assert_eq!(e4m3_from_f32(1.0), 0x38);
-/// assert_eq!(e4m3_from_f32(463.9), 0x7E); // 448: below 464 rounds down
-/// assert_eq!(e4m3_from_f32(f32::INFINITY), 0x7E);
-/// assert_eq!(e4m3_from_f32(-0.0), 0x80);
-/// assert_eq!(e4m3_from_f32(2f32.powi(-10)), 0x00); // half the smallest subnormal: to even
-/// assert_eq!(e4m3_to_f32(0x01), 2f32.powi(-9));
-/// assert!(e4m3_to_f32(0x7F).is_nan());
-/// ```
-pub fn e4m3_from_f32(x: f32) -> u8 {
+/// (Examples: the test `e4m3_examples` below.)
+pub(crate) fn e4m3_from_f32(x: f32) -> u8 {
     let sign = ((x.to_bits() >> 24) & 0x80) as u8;
     let a = x.abs();
     if a.is_nan() || a >= 464.0 {
@@ -268,7 +258,7 @@ pub fn e4m3_from_f32(x: f32) -> u8 {
 /// The value of an E4M3 byte as MLX's `from_fp8` gives it: 0x7F and 0xFF
 /// are NaN (f32 0x7FF00000 with the sign, as MLX decodes them through
 /// F16), 0x80 is -0.
-pub fn e4m3_to_f32(code: u8) -> f32 {
+pub(crate) fn e4m3_to_f32(code: u8) -> f32 {
     let magnitude = code & 0x7F;
     let value = if magnitude == 0x7F {
         f32::from_bits(0x7FF0_0000)
@@ -289,7 +279,7 @@ pub fn e4m3_to_f32(code: u8) -> f32 {
 
 /// `2^(code - 127)` of an E8M0 byte, as MLX computes it in f32 (byte 0 is
 /// 2^-127, a subnormal; byte 255 is 2^128, infinity).
-pub fn e8m0_to_f32(code: u8) -> f32 {
+pub(crate) fn e8m0_to_f32(code: u8) -> f32 {
     match code {
         0 => f32::from_bits(0x0040_0000),
         c => f32::from_bits(u32::from(c) << 23),
@@ -360,7 +350,7 @@ fn fp4_code(q: f32, arith: Arith) -> u8 {
 /// MLX computes them (see the module docs); `group` holds finite values.
 ///
 /// ```
-/// use tensorfile::quant::mlx::affine_params;
+/// use tensorfile::quant::mlx_affine_params as affine_params;
 /// // The edge (largest magnitude, here -2) is exact: bias = -2, and
 /// // -2 + 3 * scale is the far end of the 2-bit grid.
 /// let (scale, bias) = affine_params(&[-2.0, 0.0, 0.5, 1.0], 2)?;
@@ -749,15 +739,15 @@ pub(crate) fn abs_max(values: &[f32]) -> f32 {
 /// not quantize.
 ///
 /// ```
-/// use tensorfile::quant::{mlx, Mode, QuantParams};
+/// use tensorfile::quant::{mlx_quantize, Mode, QuantParams};
 /// use tensorfile::Dtype;
 /// let w: Vec<f32> = (0..2 * 3 * 32).map(|i| (i % 7) as f32 - 3.0).collect();
 /// let bytes: Vec<u8> = w.iter().flat_map(|x| x.to_le_bytes()).collect();
-/// let q = mlx::quantize("experts.weight", Dtype::F32, &[2, 3, 32], &bytes, QuantParams::affine(4, 32))?;
+/// let q = mlx_quantize("experts.weight", Dtype::F32, &[2, 3, 32], &bytes, QuantParams::affine(4, 32))?;
 /// assert_eq!(q.weight.len(), 2 * 3 * 4 * 4); // [2, 3, 4] U32
 /// assert_eq!(q.scales.len(), 2 * 3 * 4); // [2, 3, 1] F32
 /// let p = QuantParams { global_scale: true, ..QuantParams::floating(Mode::Nvfp4).unwrap() };
-/// let q = mlx::quantize("experts.weight", Dtype::F32, &[2, 3, 32], &bytes, p)?;
+/// let q = mlx_quantize("experts.weight", Dtype::F32, &[2, 3, 32], &bytes, p)?;
 /// assert_eq!(q.global_scale, [3f32, 3.0].iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>());
 /// # Ok::<(), tensorfile::Error>(())
 /// ```
@@ -876,4 +866,21 @@ pub fn quantize_affine(
         ))));
     }
     quantize(name, dtype, shape, data, params)
+}
+
+#[cfg(test)]
+mod e4m3_tests {
+    use super::{e4m3_from_f32, e4m3_to_f32};
+
+    // Was this function's doctest while it was public.
+    #[test]
+    fn e4m3_examples() {
+        assert_eq!(e4m3_from_f32(1.0), 0x38);
+        assert_eq!(e4m3_from_f32(463.9), 0x7E); // 448: below 464 rounds down
+        assert_eq!(e4m3_from_f32(f32::INFINITY), 0x7E);
+        assert_eq!(e4m3_from_f32(-0.0), 0x80);
+        assert_eq!(e4m3_from_f32(2f32.powi(-10)), 0x00); // half the smallest subnormal: to even
+        assert_eq!(e4m3_to_f32(0x01), 2f32.powi(-9));
+        assert!(e4m3_to_f32(0x7F).is_nan());
+    }
 }

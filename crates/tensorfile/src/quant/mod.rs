@@ -1,6 +1,6 @@
 //! Quantized weights: the int4 layout of the format page and MLX's packed
-//! checkpoints. Quantize single tensors ([`int4::quantize`],
-//! [`mlx::quantize`]) or whole files ([`quantize_plan`], [`quantize_file`]);
+//! checkpoints. Quantize single tensors ([`int4_quantize`],
+//! [`mlx_quantize`]) or whole files ([`quantize_plan`], [`quantize_file`]);
 //! find the quantized weights of a file and their logical shapes
 //! ([`quantized_weights`], [`logical_weight`]); dequantize one weight in
 //! memory ([`dequantize_weight`], any int4 or MLX mode) or whole files
@@ -25,11 +25,11 @@
 //!
 //! # Quantizers
 //!
-//! int4 is the format page's rule ([`int4`]). The MLX schemes are MLX's own
+//! int4 is the format page's rule (`int4`). The MLX schemes are MLX's own
 //! quantizer, `mx.quantize` of MLX 0.32's CPU backend, reproduced byte for
-//! byte for F32, F16 and BF16 weights in every mode ([`mlx`] gives the
+//! byte for F32, F16 and BF16 weights in every mode (`mlx` gives the
 //! arithmetic); the only departure is that a group whose MLX result would
-//! not stand for its weights is refused rather than written (see [`mlx`]).
+//! not stand for its weights is refused rather than written (see `mlx`).
 //! In affine mode MLX keeps each group's largest weight exact and may leave
 //! the other end up to a step off; an earlier quantizer here traded that
 //! for a coarser step that kept every weight within half a step, and lost
@@ -50,11 +50,11 @@
 
 mod config;
 mod error;
-mod file;
-pub mod int4;
+pub(crate) mod file;
+mod int4;
 mod layout;
-pub mod mlx;
-mod rows;
+mod mlx;
+pub(crate) mod rows;
 mod select;
 
 use std::fmt;
@@ -63,11 +63,16 @@ use std::str::FromStr;
 pub use config::{int4_group, QuantConfig, QUANTIZATION_KEY, QUANT_KEY};
 pub use error::QuantError;
 pub use file::{
-    dequantize_file, dequantize_plan, find_quantized, quantize_file, quantize_plan,
-    DequantizeOptions, DequantizeSummary, QuantizeOptions, QuantizeSummary,
+    dequantize_file, dequantize_plan, quantize_file, quantize_plan, DequantizeOptions,
+    DequantizeSummary, QuantizeOptions, QuantizeSummary,
 };
+pub use int4::{dequantize as int4_dequantize, quantize as int4_quantize, Int4Tensor};
 pub use layout::{logical_weight, quantized_weights, LayoutError, LogicalWeight};
-pub use rows::{dequantize_weight, WeightRows};
+pub use mlx::{
+    affine_params as mlx_affine_params, pack as mlx_pack, quantize as mlx_quantize,
+    quantize_affine as mlx_quantize_affine, unpack as mlx_unpack, MlxTensor,
+};
+pub use rows::dequantize_weight;
 pub use select::{Glob, Selection};
 
 use crate::{Dtype, Error};
@@ -169,7 +174,7 @@ pub struct QuantParams {
 }
 
 /// The bit widths MLX packs.
-pub const MLX_BITS: [u64; 6] = [2, 3, 4, 5, 6, 8];
+pub(crate) const MLX_BITS: [u64; 6] = [2, 3, 4, 5, 6, 8];
 
 impl QuantParams {
     /// Affine parameters.
@@ -279,7 +284,7 @@ pub enum Scheme {
         group: u64,
     },
     /// MLX's packed format in any of its modes, quantized as MLX's
-    /// `mx.quantize` does (see [`mlx`]).
+    /// `mx.quantize` does (see `mlx`).
     Mlx(QuantParams),
 }
 

@@ -31,11 +31,11 @@ use crate::{Dtype, Result};
 /// read errors of a part's bytes.
 ///
 /// ```
-/// use tensorfile::quant::{dequantize_weight, int4, quantized_weights};
+/// use tensorfile::quant::{dequantize_weight, int4_quantize, quantized_weights};
 /// use tensorfile::{serialize, Dtype, SafeTensors, TensorRef};
 /// let w: Vec<f32> = (0..64).map(|i| i as f32 / 8.0 - 4.0).collect();
 /// let bytes: Vec<u8> = w.iter().flat_map(|x| x.to_le_bytes()).collect();
-/// let q = int4::quantize("l", Dtype::F32, &[2, 32], &bytes, 32)?;
+/// let q = int4_quantize("l", Dtype::F32, &[2, 32], &bytes, 32)?;
 /// let file = serialize(
 ///     [
 ///         TensorRef { name: "l.qweight", dtype: Dtype::U8, shape: &[2, 16], data: &q.qweight },
@@ -449,7 +449,7 @@ impl<'a, T: TensorData> RowSource<'a, T> {
 /// weight's values (`diff`, `stats`) instead of holding them all. Rows count
 /// over every dimension but the last; row `r` holds elements
 /// `r * cols .. (r + 1) * cols` of the row-major logical shape.
-pub struct WeightRows<'a, T> {
+pub(crate) struct WeightRows<'a, T> {
     name: String,
     rows: RowSource<'a, T>,
 }
@@ -478,11 +478,6 @@ impl<'a, T: TensorData> WeightRows<'a, T> {
             name: weight.name.clone(),
             rows: RowSource::new(weight, default_arith(weight), part)?,
         })
-    }
-
-    /// The number of rows.
-    pub fn rows(&self) -> usize {
-        self.rows.rows
     }
 
     /// The values in a row.

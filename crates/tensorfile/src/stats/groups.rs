@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 /// A name's pattern (every all-digit component `*`) and its layer: the
 /// first such component's number. `None` for a name with no number.
-pub fn layer_pattern(name: &str) -> Option<(String, u64)> {
+pub(crate) fn layer_pattern(name: &str) -> Option<(String, u64)> {
     let mut layer = None;
     let parts: Vec<&str> = name
         .split('.')
@@ -26,7 +26,7 @@ pub fn layer_pattern(name: &str) -> Option<(String, u64)> {
 
 /// Groups of at least two tensors sharing a pattern: `(pattern, [(layer,
 /// index into names)])`, members by layer then name, groups by pattern.
-pub fn layer_groups<'n>(
+pub(crate) fn layer_groups<'n>(
     names: impl IntoIterator<Item = &'n str>,
 ) -> Vec<(String, Vec<(u64, usize)>)> {
     let mut groups: BTreeMap<String, Vec<(u64, usize)>> = BTreeMap::new();

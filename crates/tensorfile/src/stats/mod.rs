@@ -1,7 +1,7 @@
 //! What a tensor's values look like: min, max, mean, standard deviation,
 //! largest magnitude, zeros, NaN, infinities, subnormals and a histogram
-//! per tensor ([`tensor_stats`]); for a model, per layer group too
-//! ([`Report::groups`]), with outliers called out: tensors whose largest
+//! per tensor (`tensor_stats`); for a model, per layer group too
+//! ([`StatsReport::groups`]), with outliers called out: tensors whose largest
 //! magnitude stands far above their standard deviation (what makes
 //! quantization hurt), and their elements that do.
 //!
@@ -12,9 +12,9 @@
 //! counted, not averaged.
 //!
 //! ```
-//! use tensorfile::plan::OwnedTensor;
+//! use tensorfile_core::plan::OwnedTensor;
 //! use tensorfile::values::Values;
-//! use tensorfile::writer::TensorSpec;
+//! use tensorfile_core::writer::TensorSpec;
 //! use tensorfile::Dtype;
 //! let data: Vec<u8> = [1f32, -2.0, 3.0, 0.0].iter().flat_map(|x| x.to_le_bytes()).collect();
 //! let t = OwnedTensor { spec: TensorSpec::new("w", Dtype::F32, vec![4]), data };
@@ -31,9 +31,8 @@ mod histogram;
 mod lanes;
 mod summary;
 
-pub use groups::{layer_groups, layer_pattern};
 pub use histogram::{Histogram, BINS};
-pub use summary::{Summary, TOP};
+pub use summary::Summary;
 
 use crate::values::{map_tasks, task_blocks, Stored, Values, BLOCK};
 use crate::{Progress, Result};
@@ -73,7 +72,7 @@ impl TensorStats {
     }
 
     /// Its elements at least `ratio` standard deviations from zero, largest
-    /// first (at most [`TOP`]): `(flat index, value)`.
+    /// first (at most `TOP`): `(flat index, value)`.
     pub fn outlier_elements(&self, ratio: f64) -> Vec<(u64, f64)> {
         let bound = ratio * self.summary.std();
         self.summary
@@ -153,7 +152,7 @@ pub fn tensor_stats(mut values: Values<'_>, on_values: &dyn Progress) -> Result<
 pub struct Group {
     /// The pattern (`model.layers.*.mlp.down_proj.weight`).
     pub pattern: String,
-    /// `(layer, index into Report::tensors)`, by layer.
+    /// `(layer, index into StatsReport::tensors)`, by layer.
     pub members: Vec<(u64, usize)>,
     /// The members' figures combined.
     pub summary: Summary,
@@ -161,17 +160,17 @@ pub struct Group {
 
 /// The figures of a model.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Report {
+pub struct StatsReport {
     /// Every tensor, in the order read.
     pub tensors: Vec<TensorStats>,
     /// Layer groups, by pattern.
     pub groups: Vec<Group>,
 }
 
-impl Report {
+impl StatsReport {
     /// The report of `tensors`, grouped by layer.
-    pub fn new(tensors: Vec<TensorStats>) -> Report {
-        let groups = layer_groups(tensors.iter().map(|t| t.name.as_str()))
+    pub fn new(tensors: Vec<TensorStats>) -> StatsReport {
+        let groups = groups::layer_groups(tensors.iter().map(|t| t.name.as_str()))
             .into_iter()
             .map(|(pattern, members)| {
                 let mut summary = Summary::default();
@@ -188,7 +187,7 @@ impl Report {
                 }
             })
             .collect();
-        Report { tensors, groups }
+        StatsReport { tensors, groups }
     }
 
     /// The tensors that are outliers at `ratio`, worst first.
@@ -208,13 +207,13 @@ impl Report {
 /// tensor is held at a time).
 ///
 /// # Errors
-/// As [`tensor_stats`].
-pub fn model_stats(values: Vec<Values<'_>>, on_values: &dyn Progress) -> Result<Report> {
+/// As `tensor_stats`.
+pub fn model_stats(values: Vec<Values<'_>>, on_values: &dyn Progress) -> Result<StatsReport> {
     let mut tensors = Vec::with_capacity(values.len());
     for v in values {
         tensors.push(tensor_stats(v, on_values)?);
     }
-    Ok(Report::new(tensors))
+    Ok(StatsReport::new(tensors))
 }
 
 /// Test data shared with [`crate::diff`]'s tests.
@@ -255,7 +254,7 @@ mod tests {
         assert_eq!(s.outlier_elements(OUTLIER_RATIO), [((n - 3) as u64, 400.0)]);
         let small = f32s("model.layers.1.w", &[1.0, 2.0]);
         let s2 = tensor_stats(Values::plain(&small).unwrap(), &()).unwrap();
-        let report = Report::new(vec![s, s2]);
+        let report = StatsReport::new(vec![s, s2]);
         assert_eq!(report.groups.len(), 1);
         assert_eq!(report.groups[0].summary.count, n as u64 + 2);
         assert_eq!(report.outliers(OUTLIER_RATIO).len(), 1);

@@ -10,7 +10,7 @@ use super::lanes::{Lanes, LANES};
 use crate::values::Value;
 
 /// Elements of the largest magnitude kept per tensor.
-pub const TOP: usize = 8;
+pub(crate) const TOP: usize = 8;
 
 /// The running figures.
 #[derive(Debug, Clone, PartialEq)]
