@@ -358,6 +358,19 @@ mod tests {
         }
     }
 
+    /// The default diff of two lists of in-memory tensors.
+    fn diff_of(a: &[OwnedTensor], b: &[OwnedTensor]) -> DiffReport {
+        let (ra, rb): (Vec<&dyn TensorData>, Vec<&dyn TensorData>) = (
+            a.iter().map(|t| t as &dyn TensorData).collect(),
+            b.iter().map(|t| t as &dyn TensorData).collect(),
+        );
+        let (ca, cb) = (
+            Catalog::new(&ra, None, None).unwrap(),
+            Catalog::new(&rb, None, None).unwrap(),
+        );
+        diff((&ca, None), (&cb, None), &DiffOptions::default(), &()).unwrap()
+    }
+
     #[test]
     fn a_model_against_its_cast_a_rename_and_a_change() {
         let w: Vec<f32> = (0..1000).map(|i| (i as f32 * 0.37).sin()).collect();
@@ -373,15 +386,7 @@ mod tests {
             t("elsewhere", Dtype::F32, &[1.0, 2.0]),
             t("new", Dtype::F32, &[3.0, 4.0]),
         ];
-        let (ra, rb): (Vec<&dyn TensorData>, Vec<&dyn TensorData>) = (
-            a.iter().map(|t| t as &dyn TensorData).collect(),
-            b.iter().map(|t| t as &dyn TensorData).collect(),
-        );
-        let (ca, cb) = (
-            Catalog::new(&ra, None, None).unwrap(),
-            Catalog::new(&rb, None, None).unwrap(),
-        );
-        let r = diff((&ca, None), (&cb, None), &DiffOptions::default(), &()).unwrap();
+        let r = diff_of(&a, &b);
         assert_eq!(r.only_in_a, ["gone", "moved"]);
         assert_eq!(r.only_in_b, ["elsewhere", "new"]);
         assert_eq!(r.renamed, [("moved".to_string(), "elsewhere".to_string())]);
@@ -429,15 +434,7 @@ mod tests {
         q[99_999] -= 1.0;
         let a = [t("x", Dtype::F32, &big), t("p", Dtype::F32, &p)];
         let b = [t("y", Dtype::F32, &big), t("q", Dtype::F32, &q)];
-        let (ra, rb): (Vec<&dyn TensorData>, Vec<&dyn TensorData>) = (
-            a.iter().map(|t| t as &dyn TensorData).collect(),
-            b.iter().map(|t| t as &dyn TensorData).collect(),
-        );
-        let (ca, cb) = (
-            Catalog::new(&ra, None, None).unwrap(),
-            Catalog::new(&rb, None, None).unwrap(),
-        );
-        let r = diff((&ca, None), (&cb, None), &DiffOptions::default(), &()).unwrap();
+        let r = diff_of(&a, &b);
         assert_eq!(r.renamed, [("x".to_string(), "y".to_string())]);
     }
 }
