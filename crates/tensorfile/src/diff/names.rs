@@ -141,31 +141,31 @@ fn hash(c: &[(String, &dyn TensorData)]) -> Result<HashMap<String, Sha256Digest>
         .collect())
 }
 
+/// Bytes per step of the fingerprint and the comparison without sha256:
+/// fixed, so equal bytes feed the hasher the same calls however a tensor
+/// is stored, and memory stays at two blocks whatever the tensor's size.
+#[cfg(not(feature = "digest"))]
+const BLOCK: u64 = 1 << 16;
+
+/// The ranges `(offset, len)` of `t`'s blocks of [`BLOCK`] bytes.
+#[cfg(not(feature = "digest"))]
+fn blocks(t: &dyn TensorData) -> impl Iterator<Item = (u64, usize)> {
+    let len = t.byte_len();
+    (0..len.div_ceil(BLOCK)).map(move |k| (k * BLOCK, (len - k * BLOCK).min(BLOCK) as usize))
+}
+
 /// Without sha256 (no `digest` feature): a 64-bit fingerprint of each
 /// candidate, which [`same_bytes`] confirms when two agree.
 #[cfg(not(feature = "digest"))]
 fn hash(c: &[(String, &dyn TensorData)]) -> Result<HashMap<String, u64>> {
     use std::hash::Hasher;
-    /// Bytes per `write`: fixed, so that equal bytes read in different
-    /// pieces feed the hasher the same calls.
-    const BLOCK: usize = 1 << 16;
     let mut out = HashMap::with_capacity(c.len());
+    let mut scratch = Vec::new();
     for (name, t) in c {
         let mut h = std::collections::hash_map::DefaultHasher::new();
-        let mut block = Vec::with_capacity(BLOCK);
-        t.produce(&mut |_, mut piece| {
-            while !piece.is_empty() {
-                let take = piece.len().min(BLOCK - block.len());
-                block.extend_from_slice(&piece[..take]);
-                piece = &piece[take..];
-                if block.len() == BLOCK {
-                    h.write(&block);
-                    block.clear();
-                }
-            }
-            Ok(())
-        })?;
-        h.write(&block);
+        for (at, n) in blocks(*t) {
+            h.write(t.bytes_at(at, n, &mut scratch)?);
+        }
         out.insert(name.clone(), h.finish());
     }
     Ok(out)
@@ -178,23 +178,20 @@ fn same_bytes(_: &dyn TensorData, _: &dyn TensorData) -> Result<bool> {
     Ok(true)
 }
 
-/// Whether two tensors of one size hold the same bytes, compared byte for
-/// byte (a 64-bit fingerprint may collide).
+/// Whether two tensors of one size hold the same bytes, compared block by
+/// block (a 64-bit fingerprint may collide).
 #[cfg(not(feature = "digest"))]
 fn same_bytes(a: &dyn TensorData, b: &dyn TensorData) -> Result<bool> {
-    let mut first = Vec::new();
-    a.produce(&mut |_, piece| {
-        first.extend_from_slice(piece);
-        Ok(())
-    })?;
-    let (mut at, mut same) = (0usize, true);
-    b.produce(&mut |_, piece| {
-        let end = at + piece.len();
-        same &= first.get(at..end) == Some(piece);
-        at = end;
-        Ok(())
-    })?;
-    Ok(same && at == first.len())
+    if a.byte_len() != b.byte_len() {
+        return Ok(false);
+    }
+    let (mut sa, mut sb) = (Vec::new(), Vec::new());
+    for (at, n) in blocks(a) {
+        if a.bytes_at(at, n, &mut sa)? != b.bytes_at(at, n, &mut sb)? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// The tensors on one side only whose bytes are a tensor's of the other
