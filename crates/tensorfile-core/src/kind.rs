@@ -68,3 +68,20 @@ impl fmt::Display for Kind {
         f.write_str(self.describe())
     }
 }
+
+/// Whether an input names a URL this project reads (`s3://`, `hf://`,
+/// `http://`, `https://`, any case) rather than a local path: the one
+/// table of schemes, which builds without remote support use to refuse a
+/// URL by name.
+pub fn is_url(input: &str) -> bool {
+    ["s3://", "hf://", "http://", "https://"]
+        .iter()
+        .any(|p| input.len() > p.len() && input[..p.len()].eq_ignore_ascii_case(p))
+}
+
+/// The URL a path argument holds, if it holds one (see [`is_url`]): how a
+/// caller that takes local paths and URLs alike (the CLI, the Python
+/// package) tells them apart.
+pub fn url_of(path: &std::path::Path) -> Option<&str> {
+    path.to_str().filter(|s| is_url(s))
+}

@@ -15,20 +15,7 @@ use crate::hub::{parse_hf, Hub, Repo};
 use crate::object::RemoteFile;
 use crate::s3::{Listed, S3Store};
 
-/// Whether `input` is a URL this crate reads (`s3://`, `hf://`, `http://`,
-/// `https://`), not a local path.
-pub fn is_url(input: &str) -> bool {
-    ["s3://", "hf://", "http://", "https://"]
-        .iter()
-        .any(|p| input.len() > p.len() && input[..p.len()].eq_ignore_ascii_case(p))
-}
-
-/// The URL a path argument holds, if it holds one (see [`is_url`]): how a
-/// caller that takes local paths and URLs alike (the CLI, the Python
-/// package) tells them apart.
-pub fn url_of(path: &std::path::Path) -> Option<&str> {
-    path.to_str().filter(|s| is_url(s))
-}
+pub use tensorfile_core::{is_url, url_of};
 
 /// What a URL names, judged from the URL alone (a remote file cannot be
 /// sniffed without a request): a set when it ends in `/`, names a `.json`

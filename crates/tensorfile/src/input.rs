@@ -48,6 +48,8 @@ use crate::npz::{NpzFile, NpzLimits};
 #[cfg(feature = "pytorch")]
 use crate::pytorch::{Checkpoint, CheckpointSet, LoadOptions};
 use crate::source::open_regular;
+use tensorfile_core::url_of;
+
 use crate::{Error, ReadOptions, ShardedTensors};
 
 pub(crate) use tensorfile_core::InputKind as Kind;
@@ -413,24 +415,6 @@ impl Probed {
             }
         })
     }
-}
-
-/// The URL `path` holds, if it holds one.
-#[cfg(feature = "remote")]
-fn url_of(path: &Path) -> Option<&str> {
-    tensorfile_remote::url_of(path)
-}
-
-/// The URL `path` holds, if it holds one: without the `remote` feature,
-/// recognized only to be refused by name.
-#[cfg(not(feature = "remote"))]
-fn url_of(path: &Path) -> Option<&str> {
-    let text = path.to_str()?;
-    let (scheme, rest) = text.split_once("://")?;
-    let known = ["s3", "hf", "http", "https"]
-        .iter()
-        .any(|s| scheme.eq_ignore_ascii_case(s));
-    (known && !rest.is_empty()).then_some(text)
 }
 
 /// Opens `path_or_url` as a safetensors file or set, whatever it holds: a
