@@ -428,7 +428,7 @@ pub(crate) fn write_tensors<W: std::io::Write, T: TensorData>(
 ///
 /// # Errors
 ///
-/// [`Error::Write`](crate::Error::Write) when the tensors cannot be planned (duplicate or
+/// [`Error::Write`] when the tensors cannot be planned (duplicate or
 /// reserved names, data whose length does not match dtype and shape).
 pub fn serialize<T: TensorData>(
     tensors: impl IntoIterator<Item = T>,
@@ -441,7 +441,7 @@ pub fn serialize<T: TensorData>(
 ///
 /// # Errors
 ///
-/// As [`serialize`], and [`Error::Write`](crate::Error::Write) when the header is over
+/// As [`serialize`], and [`Error::Write`] when the header is over
 /// `options`' cap.
 pub fn serialize_with<T: TensorData>(
     tensors: impl IntoIterator<Item = T>,
