@@ -601,25 +601,6 @@ pub enum Error {
         /// The dtypes accepted.
         accepted: crate::accept::Accept,
     },
-    /// Making a tensor's bytes failed in a layer above the core, where it
-    /// implements one of the core's traits: a GGUF, npz or PyTorch tensor
-    /// read through [`TensorData`](crate::TensorData), or a
-    /// [`Sink`](crate::plan::Sink) writing another format. The layer's
-    /// error is flattened into what every front end reports (its kind, its
-    /// text, the file and tensor it names) and not taken back out: a
-    /// layer's own plans return its errors typed (see
-    /// [`Plan`](crate::Plan)). Build it with [`Error::layer`].
-    #[error("{message}")]
-    Layer {
-        /// The error's kind, as its layer says ([`Error::kind`] returns it).
-        kind: ErrorKind,
-        /// The layer's message, whole (the file included when it names one).
-        message: String,
-        /// The file it is about, if it names one.
-        file: Option<PathBuf>,
-        /// The tensor it is about, if it names one.
-        tensor: Option<String>,
-    },
     /// The writer refused its input, or writing failed.
     #[error("cannot write: {0}")]
     Write(#[from] WriteError),
@@ -682,8 +663,7 @@ impl Error {
             named @ (Error::Io { .. }
             | Error::File { .. }
             | Error::Output { .. }
-            | Error::Set { .. }
-            | Error::Layer { file: Some(_), .. }) => named,
+            | Error::Set { .. }) => named,
             other => Error::File {
                 path: path.into(),
                 source: Box::new(other),
@@ -692,7 +672,7 @@ impl Error {
     }
 
     /// This error's kind (that of the error inside, for [`Error::File`] and
-    /// [`Error::Set`]; the one its layer gave, for [`Error::Layer`]).
+    /// [`Error::Set`]).
     pub fn kind(&self) -> ErrorKind {
         match self {
             Error::Format(_) => ErrorKind::Format,
@@ -706,7 +686,6 @@ impl Error {
             Error::Write(e) => e.kind(),
             Error::Shard(e) => e.kind(),
             Error::Output { .. } => ErrorKind::Output,
-            Error::Layer { kind, .. } => *kind,
         }
     }
 
@@ -726,7 +705,6 @@ impl Error {
             | Error::Io { path, .. }
             | Error::Output { path, .. }
             | Error::Set { path, .. } => Some(path),
-            Error::Layer { file, .. } => file.as_deref(),
             _ => None,
         }
     }
@@ -742,7 +720,6 @@ impl Error {
             | Error::UnsupportedDtype { tensor, .. }
             | Error::Slice { tensor, .. }
             | Error::UnsupportedFormat { tensor, .. } => Some(tensor),
-            Error::Layer { tensor, .. } => tensor.as_deref(),
             Error::Set { source, .. } => source.tensor(),
             Error::Shard(e) => e.tensor(),
             Error::Write(
@@ -758,22 +735,6 @@ impl Error {
                 | W::Input { tensor, .. },
             ) => Some(tensor),
             _ => None,
-        }
-    }
-
-    /// A layer's error flattened into the core's (see [`Error::Layer`]):
-    /// `error`'s text, with its `kind`, `file` and `tensor`.
-    pub fn layer(
-        kind: ErrorKind,
-        error: &dyn std::error::Error,
-        file: Option<&std::path::Path>,
-        tensor: Option<&str>,
-    ) -> Error {
-        Error::Layer {
-            kind,
-            message: error.to_string(),
-            file: file.map(std::path::Path::to_path_buf),
-            tensor: tensor.map(str::to_string),
         }
     }
 

@@ -548,9 +548,25 @@ impl<'a, S: ByteSource> FileTensor<'a, S> {
     pub fn info(&self) -> TensorInfo<'a> {
         self.info
     }
+
+    /// The tensor's name (as [`TensorData::name`], which is ambiguous on a
+    /// tensor that implements it for every error).
+    pub fn name(&self) -> &'a str {
+        self.info.name
+    }
+
+    /// Its element type.
+    pub fn dtype(&self) -> crate::Dtype {
+        self.info.dtype
+    }
+
+    /// Its dimensions.
+    pub fn shape(&self) -> &'a [u64] {
+        self.info.shape
+    }
 }
 
-impl<S: ByteSource> TensorData for FileTensor<'_, S> {
+impl<S: ByteSource, E: From<Error>> TensorData<E> for FileTensor<'_, S> {
     fn name(&self) -> &str {
         self.info.name
     }
@@ -566,8 +582,8 @@ impl<S: ByteSource> TensorData for FileTensor<'_, S> {
     fn bytes(&self) -> Option<&[u8]> {
         self.file.lend(&self.info)
     }
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
-        self.file.read_at(&self.info, offset, buf)
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), E> {
+        Ok(self.file.read_at(&self.info, offset, buf)?)
     }
 }
 

@@ -35,14 +35,19 @@ use crate::writer::{Layout, TensorData, TensorSpec, WriteOptions, PIECE};
 use crate::{Error, Metadata, Result};
 
 /// Where a [`Job`] puts the bytes it makes.
-pub trait Sink: Sync {
+///
+/// `E` is the error writing returns, that of the plan it serves: the
+/// core's sinks (files, memory) write for a plan of any error a core error
+/// converts into; a sink writing another format (GGUF) returns its layer's
+/// error, which reaches the plan's caller as it is.
+pub trait Sink<E = Error>: Sync {
     /// Writes `bytes` into output tensor `tensor` (its index in the plan)
     /// starting `offset` bytes into it.
     ///
     /// # Errors
     /// The range is outside the tensor or overlaps bytes already written,
     /// or the output fails.
-    fn write(&self, tensor: usize, offset: u64, bytes: &[u8]) -> Result<()>;
+    fn write(&self, tensor: usize, offset: u64, bytes: &[u8]) -> Result<(), E>;
 }
 
 /// Makes the bytes of some of a plan's tensors. `E` is the error its
@@ -54,16 +59,16 @@ pub trait Job<E = Error>: Send + Sync {
     /// # Errors
     /// Whatever stops it: a failed read of an input, a value that cannot be
     /// converted, or the sink's error.
-    fn run(&self, sink: &dyn Sink) -> std::result::Result<(), E>;
+    fn run(&self, sink: &dyn Sink<E>) -> std::result::Result<(), E>;
 }
 
 /// A closure is a job; its error may be any that converts into the plan's.
 impl<F, E, R> Job<E> for F
 where
-    F: Fn(&dyn Sink) -> std::result::Result<(), R> + Send + Sync,
+    F: Fn(&dyn Sink<E>) -> std::result::Result<(), R> + Send + Sync,
     R: Into<E>,
 {
-    fn run(&self, sink: &dyn Sink) -> std::result::Result<(), E> {
+    fn run(&self, sink: &dyn Sink<E>) -> std::result::Result<(), E> {
         self(sink).map_err(Into::into)
     }
 }
@@ -109,7 +114,25 @@ pub struct OwnedTensor {
     pub data: Vec<u8>,
 }
 
-impl TensorData for OwnedTensor {
+impl OwnedTensor {
+    /// Its name (as [`TensorData::name`], which is ambiguous on a tensor
+    /// that implements it for every error).
+    pub fn name(&self) -> &str {
+        &self.spec.name
+    }
+
+    /// Its element type.
+    pub fn dtype(&self) -> crate::Dtype {
+        self.spec.dtype
+    }
+
+    /// Its dimensions.
+    pub fn shape(&self) -> &[u64] {
+        &self.spec.shape
+    }
+}
+
+impl<E: From<Error>> TensorData<E> for OwnedTensor {
     fn name(&self) -> &str {
         &self.spec.name
     }
@@ -125,8 +148,8 @@ impl TensorData for OwnedTensor {
     fn bytes(&self) -> Option<&[u8]> {
         Some(&self.data)
     }
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
-        let src = crate::writer::in_memory_range(self.name(), &self.data, offset, buf.len())?;
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), E> {
+        let src = crate::writer::in_memory_range(&self.spec.name, &self.data, offset, buf.len())?;
         buf.copy_from_slice(src);
         Ok(())
     }
@@ -189,10 +212,12 @@ impl<'a, E: From<Error> + Send> Plan<'a, E> {
     pub fn copy<H>(&mut self, input: H) -> usize
     where
         H: std::ops::Deref + Send + Sync + 'a,
-        H::Target: TensorData,
+        H::Target: TensorData<E>,
+        E: 'a,
     {
-        let out = self.declare(TensorSpec::new(input.name(), input.dtype(), input.shape()));
-        self.push(vec![out], move |sink: &dyn Sink| {
+        let t: &H::Target = &input;
+        let out = self.declare(TensorSpec::new(t.name(), t.dtype(), t.shape()));
+        self.push(vec![out], move |sink: &dyn Sink<E>| {
             copy_into(&*input, out, sink)
         });
         out
@@ -202,7 +227,8 @@ impl<'a, E: From<Error> + Send> Plan<'a, E> {
     pub fn copy_from<H>(&mut self, input: H, origin: usize) -> usize
     where
         H: std::ops::Deref + Send + Sync + 'a,
-        H::Target: TensorData,
+        H::Target: TensorData<E>,
+        E: 'a,
     {
         let out = self.copy(input);
         self.origins[out] = Some(origin);
@@ -257,7 +283,7 @@ impl<'a, E: From<Error> + Send> Plan<'a, E> {
     /// The first error a job returns (in rank order when several fail).
     pub fn run(
         &self,
-        sink: &dyn Sink,
+        sink: &dyn Sink<E>,
         rank: impl Fn(usize) -> u64,
         progress: &dyn Progress,
     ) -> std::result::Result<(), E> {
@@ -390,11 +416,11 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// Copies `input`'s bytes into output `out` in pieces.
-pub(crate) fn copy_into<T: TensorData + ?Sized>(
+pub(crate) fn copy_into<E: From<Error>, T: TensorData<E> + ?Sized>(
     input: &T,
     out: usize,
-    sink: &dyn Sink,
-) -> Result<()> {
+    sink: &dyn Sink<E>,
+) -> Result<(), E> {
     if let Some(all) = input.bytes() {
         // Large borrowed tensors go in pieces so progress advances smoothly.
         for (k, piece) in all.chunks(PIECE).enumerate() {
@@ -406,13 +432,13 @@ pub(crate) fn copy_into<T: TensorData + ?Sized>(
 }
 
 /// A sink that reports the bytes going through it.
-struct Counted<'s> {
-    sink: &'s dyn Sink,
+struct Counted<'s, E> {
+    sink: &'s dyn Sink<E>,
     progress: &'s dyn Progress,
 }
 
-impl Sink for Counted<'_> {
-    fn write(&self, tensor: usize, offset: u64, bytes: &[u8]) -> Result<()> {
+impl<E> Sink<E> for Counted<'_, E> {
+    fn write(&self, tensor: usize, offset: u64, bytes: &[u8]) -> Result<(), E> {
         self.sink.write(tensor, offset, bytes)?;
         self.progress.advance(bytes.len() as u64);
         Ok(())
@@ -509,13 +535,13 @@ impl Filled {
 /// One buffer per tensor ([`Plan::into_tensors`]).
 struct Buffers<'b>(&'b [Mutex<Filled>]);
 
-impl Sink for Buffers<'_> {
-    fn write(&self, tensor: usize, offset: u64, bytes: &[u8]) -> Result<()> {
-        let buffer = self.0.get(tensor).ok_or(WriteError::Trailing {
+impl<E: From<Error>> Sink<E> for Buffers<'_> {
+    fn write(&self, tensor: usize, offset: u64, bytes: &[u8]) -> Result<(), E> {
+        let buffer = self.0.get(tensor).ok_or(Error::from(WriteError::Trailing {
             extra: bytes.len() as u64,
-        })?;
+        }))?;
         // The name only matters for errors; a placeholder avoids holding it.
-        lock(buffer).put(&format!("#{tensor}"), offset, bytes)
+        Ok(lock(buffer).put(&format!("#{tensor}"), offset, bytes)?)
     }
 }
 
@@ -527,11 +553,14 @@ struct Placed<'l> {
     written: Vec<Mutex<Ranges>>,
 }
 
-impl Sink for Placed<'_> {
-    fn write(&self, tensor: usize, offset: u64, bytes: &[u8]) -> Result<()> {
-        let index = self.slots.slot(tensor).ok_or(WriteError::Trailing {
-            extra: bytes.len() as u64,
-        })?;
+impl<E: From<Error>> Sink<E> for Placed<'_> {
+    fn write(&self, tensor: usize, offset: u64, bytes: &[u8]) -> Result<(), E> {
+        let index = self
+            .slots
+            .slot(tensor)
+            .ok_or(Error::from(WriteError::Trailing {
+                extra: bytes.len() as u64,
+            }))?;
         let at = claim(self.layout, &self.written, index, offset, bytes.len())?;
         let Some(at) = at else { return Ok(()) };
         let at = at as usize;
@@ -756,7 +785,9 @@ mod tests {
         let mut plan: Plan<'_, Upper> = Plan::with_error(None);
         plan.copy(&t);
         let x = plan.declare(TensorSpec::new("x", Dtype::U8, [1]));
-        plan.push(vec![x], |_: &dyn Sink| Err::<(), _>(Upper::Refused("no")));
+        plan.push(vec![x], |_: &dyn Sink<Upper>| {
+            Err::<(), _>(Upper::Refused("no"))
+        });
         assert!(matches!(
             plan.to_bytes(&WriteOptions::default()),
             Err(Upper::Refused("no"))
@@ -770,7 +801,7 @@ mod tests {
         assert!(matches!(plan.into_tensors(), Err(Upper::Core(_))));
         let mut plan: Plan<'_, Upper> = Plan::with_error(None);
         let y = plan.declare(TensorSpec::new("y", Dtype::U8, [1]));
-        plan.push(vec![y], move |s: &dyn Sink| s.write(y, 0, &[1, 2]));
+        plan.push(vec![y], move |s: &dyn Sink<Upper>| s.write(y, 0, &[1, 2]));
         assert!(matches!(
             plan.into_tensors(),
             Err(Upper::Core(Error::Write(WriteError::TooLong { .. })))

@@ -120,9 +120,28 @@ impl<'a> ConvertTensor<'a> {
     pub fn tensor(&self) -> TorchTensor<'a> {
         self.tensor
     }
+
+    /// Its name (as [`TensorData::name`], which is ambiguous on a tensor
+    /// that implements it for every error).
+    pub fn name(&self) -> &'a str {
+        self.tensor.name()
+    }
+
+    /// Its element type.
+    pub fn dtype(&self) -> Dtype {
+        self.tensor.dtype()
+    }
+
+    /// Its dimensions.
+    pub fn shape(&self) -> &'a [u64] {
+        self.tensor.shape()
+    }
 }
 
-impl TensorData for ConvertTensor<'_> {
+impl<E> TensorData<E> for ConvertTensor<'_>
+where
+    E: From<Error> + From<tensorfile_core::Error>,
+{
     fn name(&self) -> &str {
         self.tensor.name()
     }
@@ -136,19 +155,19 @@ impl TensorData for ConvertTensor<'_> {
         self.tensor.nbytes()
     }
     fn bytes(&self) -> Option<&[u8]> {
-        TensorData::bytes(&self.tensor)
+        TensorData::<E>::bytes(&self.tensor)
     }
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> tensorfile_core::Result<()> {
-        self.tensor.read_at(offset, buf)
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::result::Result<(), E> {
+        TensorData::<E>::read_at(&self.tensor, offset, buf)
     }
     fn seekable(&self) -> bool {
-        self.tensor.seekable()
+        TensorData::<E>::seekable(&self.tensor)
     }
     fn produce(
         &self,
-        each: &mut dyn FnMut(u64, &[u8]) -> tensorfile_core::Result<()>,
-    ) -> tensorfile_core::Result<()> {
-        let made = self.tensor.produce(each);
+        each: &mut dyn FnMut(u64, &[u8]) -> std::result::Result<(), E>,
+    ) -> std::result::Result<(), E> {
+        let made = TensorData::<E>::produce(&self.tensor, each);
         let storage = self.tensor.storage_index();
         if self.left.get(storage).is_some_and(|n| {
             n.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| v.checked_sub(1)) == Ok(1)

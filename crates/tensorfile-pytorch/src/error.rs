@@ -139,20 +139,6 @@ impl Error {
         }
     }
 
-    /// This error as the core's, where a tensor's bytes are made for the
-    /// core (this crate's [`TensorData`](tensorfile_core::TensorData), a
-    /// layer above reading a checkpoint's tensors): an I/O error on the checkpoint becomes
-    /// the core's I/O error naming the file (a file truncated while read
-    /// says so), a core error is itself, any other is flattened
-    /// ([`tensorfile_core::Error::Layer`]).
-    pub fn into_core(self) -> tensorfile_core::Error {
-        match self {
-            Error::Io { path, source } => tensorfile_core::Error::io(path, source),
-            Error::Core(core) => core,
-            other => tensorfile_core::Error::layer(other.kind(), &other, None, other.tensor()),
-        }
-    }
-
     /// This error's kind: a malformed archive, pickle, storage or view is
     /// [`ErrorKind::Format`]; what is refused on purpose (a pickle global
     /// off the allow-list, TorchScript or tar containers, zip features not

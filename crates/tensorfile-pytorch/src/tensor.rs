@@ -628,7 +628,12 @@ fn gather_split(
     Ok(())
 }
 
-impl TensorData for TorchTensor<'_> {
+/// For every error this crate's converts into (the umbrella's, or this
+/// crate's own): a failed read comes back as this crate's error, typed.
+impl<E> TensorData<E> for TorchTensor<'_>
+where
+    E: From<Error> + From<tensorfile_core::Error>,
+{
     fn name(&self) -> &str {
         &self.info.name
     }
@@ -647,9 +652,9 @@ impl TensorData for TorchTensor<'_> {
         let start = usize::try_from(start).ok()?;
         all.get(start..start.checked_add(usize::try_from(len).ok()?)?)
     }
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> tensorfile_core::Result<()> {
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::result::Result<(), E> {
         if self.is_zero_copy() {
-            return self.read_stored(offset, buf).map_err(Error::into_core);
+            return Ok(self.read_stored(offset, buf)?);
         }
         // Bytes that are made, not stored: made in pieces, the asked range
         // copied out (seekable() says this is not the way to read them).
@@ -661,7 +666,7 @@ impl TensorData for TorchTensor<'_> {
                     buf.len(),
                     self.nbytes()
                 ))
-                .into_core());
+                .into());
         }
         let end = end.unwrap_or(offset);
         let mut at = 0u64;
@@ -676,16 +681,16 @@ impl TensorData for TorchTensor<'_> {
             at = piece_end;
             Ok(())
         })
-        .map_err(Error::into_core)
+        .map_err(E::from)
     }
     fn seekable(&self) -> bool {
         self.is_zero_copy()
     }
     fn produce(
         &self,
-        each: &mut dyn FnMut(u64, &[u8]) -> tensorfile_core::Result<()>,
-    ) -> tensorfile_core::Result<()> {
-        if let Some(all) = TensorData::bytes(self) {
+        each: &mut dyn FnMut(u64, &[u8]) -> std::result::Result<(), E>,
+    ) -> std::result::Result<(), E> {
+        if let Some(all) = TensorData::<E>::bytes(self) {
             return each(0, all);
         }
         let len = self.nbytes();
@@ -695,34 +700,33 @@ impl TensorData for TorchTensor<'_> {
             let mut at = 0u64;
             while at < len {
                 let n = (len - at).min(PIECE as u64) as usize;
-                self.read_stored(at, &mut buf[..n])
-                    .map_err(Error::into_core)?;
+                self.read_stored(at, &mut buf[..n])?;
                 each(at, &buf[..n])?;
                 at += n as u64;
             }
             return Ok(());
         }
         let mut at = 0u64;
-        self.for_each_piece(PIECE, |piece| -> std::result::Result<(), Produce> {
+        self.for_each_piece(PIECE, |piece| -> std::result::Result<(), Produce<E>> {
             each(at, piece).map_err(Produce::Sink)?;
             at += piece.len() as u64;
             Ok(())
         })
         .map_err(|e| match e {
-            Produce::Load(e) => e.into_core(),
+            Produce::Load(e) => e.into(),
             Produce::Sink(e) => e,
         })
     }
 }
 
 /// Why producing a tensor's pieces stopped.
-enum Produce {
+enum Produce<E> {
     Load(Error),
-    Sink(tensorfile_core::Error),
+    Sink(E),
 }
 
-impl From<Error> for Produce {
-    fn from(e: Error) -> Produce {
+impl<E> From<Error> for Produce<E> {
+    fn from(e: Error) -> Produce<E> {
         Produce::Load(e)
     }
 }

@@ -353,7 +353,7 @@ fn views_read_by_range_read_bounded_spans() {
         b.produce(&mut |at, p| {
             assert_eq!(at, got.len() as u64);
             got.extend_from_slice(p);
-            Ok(())
+            Ok::<(), tensorfile_pytorch::Error>(())
         })
         .unwrap();
         assert!(got == *want, "{name}");
@@ -370,7 +370,7 @@ fn views_read_by_range_read_bounded_spans() {
             "t" => assert_eq!((largest, total), (numel * 4, numel * 4)),
             // Stored as is: read by range, in pieces of 4 MiB at most.
             "rows" => {
-                assert!(b.seekable());
+                assert!(TensorData::<tensorfile_pytorch::Error>::seekable(&b));
                 assert_eq!(total, 200 * cols * 4);
                 assert!(largest <= 4 << 20);
             }

@@ -177,14 +177,17 @@ fn read_mapped_and_pieces_agree() {
             let mut produced = vec![0u8; whole.len()];
             t.produce(&mut |at, p| {
                 produced[at as usize..at as usize + p.len()].copy_from_slice(p);
-                Ok(())
+                Ok::<(), tensorfile_pytorch::Error>(())
             })
             .unwrap();
             assert!(produced == *whole, "{file} {}: produce", t.name());
-            assert_eq!(t.seekable(), t.is_zero_copy());
+            assert_eq!(
+                TensorData::<tensorfile_pytorch::Error>::seekable(&t),
+                t.is_zero_copy()
+            );
             if whole.len() > 3 {
                 let mut mid = vec![0u8; whole.len() - 3];
-                t.read_at(2, &mut mid).unwrap();
+                TensorData::<tensorfile_pytorch::Error>::read_at(&t, 2, &mut mid).unwrap();
                 assert!(
                     mid == whole[2..whole.len() - 1],
                     "{file} {}: read_at",

@@ -182,21 +182,26 @@ fn make_q4k(path: &Path, mib: u64) -> (u64, u64) {
     for (k, s) in specs.into_iter().enumerate() {
         let len = s.byte_len().unwrap();
         let t = w.declare(s).unwrap();
-        w.push(vec![t], move |sink: &dyn Sink| -> tensorfile::Result<()> {
-            let mut rng = Rng::new(0x1234_5678 + k as u64);
-            let mut bytes = vec![0u8; len as usize];
-            for b in bytes.chunks_exact_mut(144) {
-                for x in b.iter_mut() {
-                    *x = rng.next_u64() as u8;
+        w.push(
+            vec![t],
+            move |sink: &dyn Sink<tensorfile::Error>| -> tensorfile::Result<()> {
+                let mut rng = Rng::new(0x1234_5678 + k as u64);
+                let mut bytes = vec![0u8; len as usize];
+                for b in bytes.chunks_exact_mut(144) {
+                    for x in b.iter_mut() {
+                        *x = rng.next_u64() as u8;
+                    }
+                    // d and dmin: small positive f16 (2^-10 .. 2^-9).
+                    b[0..2].copy_from_slice(
+                        &(0x1400u16 | (rng.next_u64() as u16 & 0x3FF)).to_le_bytes(),
+                    );
+                    b[2..4].copy_from_slice(
+                        &(0x1000u16 | (rng.next_u64() as u16 & 0x3FF)).to_le_bytes(),
+                    );
                 }
-                // d and dmin: small positive f16 (2^-10 .. 2^-9).
-                b[0..2]
-                    .copy_from_slice(&(0x1400u16 | (rng.next_u64() as u16 & 0x3FF)).to_le_bytes());
-                b[2..4]
-                    .copy_from_slice(&(0x1000u16 | (rng.next_u64() as u16 & 0x3FF)).to_le_bytes());
-            }
-            Ok(sink.write(t, 0, &bytes)?)
-        });
+                sink.write(t, 0, &bytes)
+            },
+        );
     }
     w.save(path, false, &()).unwrap();
     let elems = (1024 + 32 * 4096) * cols;

@@ -267,22 +267,6 @@ impl Error {
         }
     }
 
-    /// This error as the core's, where this crate implements one of the
-    /// core's traits ([`TensorData`](crate::TensorData) reading a GGUF or
-    /// npz tensor, a [`Sink`](crate::plan::Sink) writing a GGUF file): a
-    /// core error is itself (naming its file), any other is flattened
-    /// ([`CoreError::Layer`](crate::CoreError::Layer)).
-    #[cfg(any(feature = "gguf", feature = "npz"))]
-    pub(crate) fn into_core(self) -> tensorfile_core::Error {
-        match self {
-            Error::Core(e) => e,
-            #[cfg(feature = "pytorch")]
-            Error::Pytorch(e) => e.into_core(),
-            Error::File { path, source } => source.into_core().at(path),
-            other => tensorfile_core::Error::layer(other.kind(), &other, None, other.tensor()),
-        }
-    }
-
     /// Whether this is an I/O error saying the file does not exist.
     pub fn is_not_found_file(&self) -> bool {
         #[cfg(feature = "remote")]
@@ -324,28 +308,6 @@ impl Error {
             Error::Gguf(e) => Some(e),
             _ => None,
         }
-    }
-}
-
-/// [`TensorData::produce`](crate::TensorData::produce) with a callback
-/// whose errors are this crate's: the first such error stops the producer
-/// (as a flattened core error, which is all a producer can carry) and is
-/// returned as it is, typed.
-pub(crate) fn produce_typed<T: crate::TensorData + ?Sized>(
-    t: &T,
-    each: &mut dyn FnMut(u64, &[u8]) -> Result<()>,
-) -> Result<()> {
-    let mut kept = None;
-    let made = t.produce(&mut |at, piece| {
-        each(at, piece).map_err(|e| {
-            let stop = tensorfile_core::Error::layer(e.kind(), &e, e.path(), e.tensor());
-            kept = Some(e);
-            stop
-        })
-    });
-    match (made, kept) {
-        (_, Some(e)) => Err(e),
-        (made, None) => Ok(made?),
     }
 }
 

@@ -92,13 +92,13 @@ impl Stored {
 /// Where the values come from.
 enum Source<'a> {
     /// Read at any offset.
-    Stored(&'a dyn TensorData),
+    Stored(&'a dyn TensorData<crate::Error>),
     /// Gathered once, when first read ([`Values::prepare`]): a tensor
     /// that cannot be read at an offset.
-    Held(&'a dyn TensorData, Vec<u8>),
+    Held(&'a dyn TensorData<crate::Error>, Vec<u8>),
     /// Dequantized a row at a time.
     /// (Boxed: a row source is large beside a reference.)
-    Quantized(Box<WeightRows<'a, &'a dyn TensorData>>),
+    Quantized(Box<WeightRows<'a, &'a dyn TensorData<crate::Error>>>),
 }
 
 /// The values of one tensor or quantized weight.
@@ -126,7 +126,7 @@ impl<'a> Values<'a> {
     ///
     /// # Errors
     /// Its bytes are not what its dtype and shape need.
-    pub fn plain(t: &'a dyn TensorData) -> Result<Values<'a>> {
+    pub fn plain(t: &'a dyn TensorData<crate::Error>) -> Result<Values<'a>> {
         let dtype = t.dtype();
         let len = value_count(t.name(), dtype, t.shape())?;
         let want = dtype.byte_len(t.shape().iter().product::<u64>());
@@ -159,7 +159,7 @@ impl<'a> Values<'a> {
     /// The parts do not make the weight.
     pub fn quantized(
         weight: &LogicalWeight<'a>,
-        tensors: &'a [&'a dyn TensorData],
+        tensors: &'a [&'a dyn TensorData<crate::Error>],
     ) -> Result<Values<'a>> {
         let rows = WeightRows::new(weight, tensors)?;
         // WeightRows refuses a plain weight: there is always a scheme.
@@ -250,7 +250,7 @@ impl<'a> Values<'a> {
 pub struct Reader<'v, 'a> {
     values: &'v Values<'a>,
     bytes: Vec<u8>,
-    rows: Option<WeightRows<'a, &'a dyn TensorData>>,
+    rows: Option<WeightRows<'a, &'a dyn TensorData<crate::Error>>>,
     row: Vec<f32>,
     row_at: Option<usize>,
 }
@@ -379,7 +379,7 @@ impl Reader<'_, '_> {
 /// The tensors of a file or set with its quantized weights found: what
 /// can be read as values, either as stored or dequantized.
 pub struct Catalog<'a> {
-    tensors: &'a [&'a dyn TensorData],
+    tensors: &'a [&'a dyn TensorData<crate::Error>],
     weights: Vec<LogicalWeight<'a>>,
     /// Part name to the weight it makes.
     part_of: std::collections::HashMap<&'a str, usize>,
@@ -393,7 +393,7 @@ impl<'a> Catalog<'a> {
     /// # Errors
     /// Quantization parameters that contradict each other or the parts.
     pub fn new(
-        tensors: &'a [&'a dyn TensorData],
+        tensors: &'a [&'a dyn TensorData<crate::Error>],
         metadata: Option<&crate::Metadata>,
         mlx: Option<&crate::quant::QuantConfig>,
     ) -> Result<Catalog<'a>> {
@@ -412,7 +412,7 @@ impl<'a> Catalog<'a> {
     }
 
     /// The stored tensors.
-    pub fn tensors(&self) -> &'a [&'a dyn TensorData] {
+    pub fn tensors(&self) -> &'a [&'a dyn TensorData<crate::Error>] {
         self.tensors
     }
 
@@ -432,7 +432,7 @@ impl<'a> Catalog<'a> {
     }
 
     /// The stored tensor of this name.
-    pub fn tensor(&self, name: &str) -> Option<&'a dyn TensorData> {
+    pub fn tensor(&self, name: &str) -> Option<&'a dyn TensorData<crate::Error>> {
         self.tensors.iter().copied().find(|t| t.name() == name)
     }
 

@@ -28,16 +28,19 @@ fn each_layer_s_errors_have_their_kind() {
 fn refusing_plan(dir: &std::path::Path) -> (Plan<'static, Error>, std::path::PathBuf) {
     let mut plan = Plan::with_error(None);
     let w = plan.declare(TensorSpec::new("w", Dtype::I8, [1]));
-    plan.push(vec![w], |_: &dyn Sink| -> tensorfile::Result<()> {
-        Err(Error::Cast {
-            tensor: "w".into(),
-            source: CastError::Unsupported {
-                from: Dtype::F32,
-                to: Dtype::I8,
-                reason: "integers need allow_int",
-            },
-        })
-    });
+    plan.push(
+        vec![w],
+        |_: &dyn Sink<tensorfile::Error>| -> tensorfile::Result<()> {
+            Err(Error::Cast {
+                tensor: "w".into(),
+                source: CastError::Unsupported {
+                    from: Dtype::F32,
+                    to: Dtype::I8,
+                    reason: "integers need allow_int",
+                },
+            })
+        },
+    );
     (plan, dir.join("out.safetensors"))
 }
 
@@ -67,10 +70,13 @@ fn a_job_s_error_comes_back_from_the_plan_as_itself() {
     // The sink's own refusal (a byte written twice) is the core's.
     let mut plan: Plan<'_, Error> = Plan::with_error(None);
     let x = plan.declare(TensorSpec::new("x", Dtype::U8, [2]));
-    plan.push(vec![x], move |s: &dyn Sink| -> tensorfile::Result<()> {
-        s.write(x, 0, &[1, 2])?;
-        Ok(s.write(x, 1, &[3])?)
-    });
+    plan.push(
+        vec![x],
+        move |s: &dyn Sink<tensorfile::Error>| -> tensorfile::Result<()> {
+            s.write(x, 0, &[1, 2])?;
+            s.write(x, 1, &[3])
+        },
+    );
     let twice = save_plan(&out, &plan, &WriteOptions::default(), &()).unwrap_err();
     assert!(
         matches!(

@@ -11,7 +11,7 @@ use tensorfile::quant::{
     DequantizeOptions, Glob, Mode, QuantConfig, QuantError, QuantParams, QuantizeOptions, Scheme,
     Selection,
 };
-use tensorfile::{Dtype, Error, Metadata, SafeTensors, TensorData, TensorRef, WriteOptions};
+use tensorfile::{Dtype, Error, Metadata, SafeTensors, TensorRef, WriteOptions};
 
 fn fixture(rel: &str) -> PathBuf {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures")).join(rel)
@@ -231,7 +231,7 @@ fn int4_fixture_dequantizes_to_the_listed_values() {
     ));
     let without_scales: Vec<_> = tensors
         .iter()
-        .filter(|t| t.name() != "layer.weight.scales")
+        .filter(|&t| t.name() != "layer.weight.scales")
         .copied()
         .collect();
     let e = dequantize_weight(int4_weight, &without_scales).unwrap_err();
@@ -729,7 +729,7 @@ fn mlx_needs_parameters_and_refuses_contradictions() {
     assert!(!out.exists());
 
     // Missing biases in affine mode; mismatched biases.
-    let mut parts: Vec<_> = tensors.iter().filter(|t| t.name() != "w.biases").collect();
+    let mut parts: Vec<_> = tensors.iter().filter(|&t| t.name() != "w.biases").collect();
     let e = dequantize_file(
         &out,
         &parts,
@@ -918,7 +918,7 @@ fn int4_structure_errors_name_the_tensor() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("d.safetensors");
     let without =
-        |name: &str| -> Vec<_> { all.iter().filter(|t| t.name() != name).cloned().collect() };
+        |name: &str| -> Vec<_> { all.iter().filter(|&t| t.name() != name).cloned().collect() };
     // qweight without scales.
     let e = dequantize_file(
         &out,

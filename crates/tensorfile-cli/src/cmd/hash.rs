@@ -126,7 +126,9 @@ fn total_size(jobs: &[(PathBuf, Option<u64>)]) -> u64 {
 /// Per-tensor digests of a safetensors file or a PyTorch checkpoint (the
 /// digests `inspect --hash` prints); `None` for any other file.
 fn per_tensor(path: &Path) -> Result<Option<Vec<(String, Sha256Digest)>>, Failure> {
-    fn named<T: TensorData>(tensors: &[T]) -> Result<Vec<(String, Sha256Digest)>, Failure> {
+    fn named<T: TensorData<tensorfile::Error>>(
+        tensors: &[T],
+    ) -> Result<Vec<(String, Sha256Digest)>, Failure> {
         let digests = tensor_digests(tensors)?;
         Ok(tensors
             .iter()

@@ -106,16 +106,16 @@ impl Opened {
     }
 
     /// Every tensor, read on demand.
-    pub fn tensors(&self) -> Vec<Box<dyn tensorfile::TensorData + '_>> {
+    pub fn tensors(&self) -> Vec<Box<dyn tensorfile::TensorData<tensorfile::Error> + '_>> {
         match self {
             Opened::Set { set, .. } => set
                 .tensor_data()
                 .into_iter()
-                .map(|t| Box::new(t) as Box<dyn tensorfile::TensorData>)
+                .map(|t| Box::new(t) as Box<dyn tensorfile::TensorData<tensorfile::Error>>)
                 .collect(),
             Opened::Torch(ckpt) => ckpt
                 .tensors()
-                .map(|t| Box::new(t) as Box<dyn tensorfile::TensorData>)
+                .map(|t| Box::new(t) as Box<dyn tensorfile::TensorData<tensorfile::Error>>)
                 .collect(),
         }
     }
@@ -139,7 +139,7 @@ impl Opened {
 
 /// References to boxed tensors, as the library's catalogs take them.
 pub fn refs<'t>(
-    boxes: &'t [Box<dyn tensorfile::TensorData + 't>],
-) -> Vec<&'t dyn tensorfile::TensorData> {
+    boxes: &'t [Box<dyn tensorfile::TensorData<tensorfile::Error> + 't>],
+) -> Vec<&'t dyn tensorfile::TensorData<tensorfile::Error>> {
     boxes.iter().map(|b| b.as_ref()).collect()
 }

@@ -136,7 +136,7 @@ pub fn safetensors_input(path: &std::path::Path) -> Result<tensorfile::InputKind
 /// bytes counted on `bar`): the library's one sha256, which `hash
 /// --per-tensor` and embedded digests give too.
 pub fn sha256_hex(
-    t: &impl tensorfile::TensorData,
+    t: &impl tensorfile::TensorData<tensorfile::Error>,
     bar: &crate::progress::Bar,
 ) -> Result<String, tensorfile::Error> {
     Ok(tensorfile::digest::tensor_sha256_counted(t, bar)?.hex())

@@ -170,7 +170,10 @@ fn to_numpy(
             m.len()
         ));
     }
-    let total: u64 = tensors.iter().map(|t| t.byte_len()).sum();
+    let total: u64 = tensors
+        .iter()
+        .map(TensorData::<tensorfile::Error>::byte_len)
+        .sum();
     let bar = Bar::bytes(total, "convert");
     let written = if out_kind == Kind::Npy {
         let [one] = &tensors[..] else {

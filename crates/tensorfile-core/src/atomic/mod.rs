@@ -445,17 +445,19 @@ struct PartsSink<'s, 'a> {
     local: &'s [usize],
 }
 
-impl Sink for PartsSink<'_, '_> {
-    fn write(&self, tensor: usize, offset: u64, bytes: &[u8]) -> Result<()> {
-        let trailing = || WriteError::Trailing {
-            extra: bytes.len() as u64,
+impl<E: From<Error>> Sink<E> for PartsSink<'_, '_> {
+    fn write(&self, tensor: usize, offset: u64, bytes: &[u8]) -> Result<(), E> {
+        let trailing = || {
+            Error::from(WriteError::Trailing {
+                extra: bytes.len() as u64,
+            })
         };
         let k = *self.part_of.get(tensor).ok_or_else(trailing)?;
         let j = *self.local.get(tensor).ok_or_else(trailing)?;
         let index = self.slot_maps[k].slot(j).ok_or_else(trailing)?;
         self.writers[k]
             .write(index, offset, bytes)
-            .map_err(|e| at_path(self.files[k].path(), e))
+            .map_err(|e| at_path(self.files[k].path(), e).into())
     }
 }
 
@@ -467,14 +469,17 @@ struct PlanSink<'w, 'a> {
     path: &'w Path,
 }
 
-impl Sink for PlanSink<'_, '_> {
-    fn write(&self, tensor: usize, offset: u64, bytes: &[u8]) -> Result<()> {
-        let index = self.slots.slot(tensor).ok_or(WriteError::Trailing {
-            extra: bytes.len() as u64,
-        })?;
+impl<E: From<Error>> Sink<E> for PlanSink<'_, '_> {
+    fn write(&self, tensor: usize, offset: u64, bytes: &[u8]) -> Result<(), E> {
+        let index = self
+            .slots
+            .slot(tensor)
+            .ok_or(Error::from(WriteError::Trailing {
+                extra: bytes.len() as u64,
+            }))?;
         self.w
             .write(index, offset, bytes)
-            .map_err(|e| at_path(self.path, e))
+            .map_err(|e| at_path(self.path, e).into())
     }
 }
 

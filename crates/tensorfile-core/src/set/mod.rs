@@ -468,9 +468,25 @@ impl<'a> SetTensor<'a> {
     pub fn info(&self) -> TensorInfo<'a> {
         self.info
     }
+
+    /// Its name (as [`TensorData::name`], which is ambiguous on a tensor
+    /// that implements it for every error).
+    pub fn name(&self) -> &'a str {
+        self.info.name
+    }
+
+    /// Its element type.
+    pub fn dtype(&self) -> crate::Dtype {
+        self.info.dtype
+    }
+
+    /// Its dimensions.
+    pub fn shape(&self) -> &'a [u64] {
+        self.info.shape
+    }
 }
 
-impl TensorData for SetTensor<'_> {
+impl<E: From<crate::Error>> TensorData<E> for SetTensor<'_> {
     fn name(&self) -> &str {
         self.info.name
     }
@@ -487,8 +503,8 @@ impl TensorData for SetTensor<'_> {
         // A map that fails is not an error here: the bytes are then read.
         self.shard.lend(&self.info).ok().flatten()
     }
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
-        self.shard.file.read_at(&self.info, offset, buf)
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), E> {
+        Ok(self.shard.file.read_at(&self.info, offset, buf)?)
     }
 }
 

@@ -30,7 +30,7 @@ pub use stream::StreamWriter;
 
 use crate::dtype::ByteLenError;
 use crate::error::WriteError;
-use crate::{Dtype, Metadata, Result};
+use crate::{Dtype, Error, Metadata, Result};
 
 /// The declaration of one tensor: everything but its bytes.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -159,7 +159,18 @@ pub const PIECE: usize = 4 << 20;
 /// references to any of them, so a file read by this library can be
 /// written back without copying, and a file that is not in memory is read
 /// a piece at a time.
-pub trait TensorData: Sync {
+///
+/// `E` is the error its reads return: the core's by default (so `dyn
+/// TensorData` and `T: TensorData` mean the core's), a layer's own for a
+/// tensor read by a layer above the core (a GGUF, npz or PyTorch tensor),
+/// whose read errors then reach its caller typed. A type parameter, not an
+/// associated type: the core's tensors implement `TensorData<E>` for every
+/// `E` a core error converts into, so one safetensors tensor serves the
+/// core's plans and every layer's (an associated type would fix one error
+/// per tensor type and need adapters to mix tensors of two layers). They
+/// carry inherent `name`/`dtype`/`shape` methods so that calls on a
+/// concrete tensor stay unambiguous.
+pub trait TensorData<E: From<Error> = Error>: Sync {
     /// The tensor's name.
     fn name(&self) -> &str;
     /// Its element type.
@@ -177,7 +188,7 @@ pub trait TensorData: Sync {
     ///
     /// # Errors
     /// A range past its end, or a read that fails (naming the file).
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()>;
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), E>;
 
     /// Whether [`TensorData::read_at`] costs only the bytes it reads (true
     /// for bytes in memory or stored in a file). Tensors whose bytes are
@@ -197,9 +208,9 @@ pub trait TensorData: Sync {
         offset: u64,
         len: usize,
         scratch: &'s mut Vec<u8>,
-    ) -> Result<&'s [u8]> {
+    ) -> Result<&'s [u8], E> {
         if let Some(all) = self.bytes() {
-            return in_memory_range(self.name(), all, offset, len);
+            return Ok(in_memory_range(self.name(), all, offset, len)?);
         }
         // Only growth is zeroed: `read_at` fills every byte (or fails).
         scratch.resize(len, 0);
@@ -214,7 +225,10 @@ pub trait TensorData: Sync {
     ///
     /// # Errors
     /// A failed read, or what `each` returns.
-    fn produce(&self, each: &mut dyn FnMut(u64, &[u8]) -> Result<()>) -> Result<()> {
+    // The callback's type is the trait's contract; an alias would be one
+    // more public name for it.
+    #[allow(clippy::type_complexity)]
+    fn produce(&self, each: &mut dyn FnMut(u64, &[u8]) -> Result<(), E>) -> Result<(), E> {
         if let Some(all) = self.bytes() {
             return each(0, all);
         }
@@ -255,7 +269,7 @@ pub(crate) fn in_memory_range<'s>(
 /// dtype, shape, bytes)`.
 macro_rules! in_memory_tensor {
     ($t:ty, |$s:ident| ($name:expr, $dtype:expr, $shape:expr, $data:expr)) => {
-        impl TensorData for $t {
+        impl<E: From<Error>> TensorData<E> for $t {
             fn name(&self) -> &str {
                 let $s = self;
                 $name
@@ -276,7 +290,7 @@ macro_rules! in_memory_tensor {
                 let $s = self;
                 Some($data)
             }
-            fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+            fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), E> {
                 let $s = self;
                 let src = in_memory_range($name, $data, offset, buf.len())?;
                 buf.copy_from_slice(src);
@@ -286,7 +300,7 @@ macro_rules! in_memory_tensor {
     };
 }
 
-impl<T: TensorData + ?Sized> TensorData for &T {
+impl<E: From<Error>, T: TensorData<E> + ?Sized> TensorData<E> for &T {
     fn name(&self) -> &str {
         (**self).name()
     }
@@ -302,13 +316,13 @@ impl<T: TensorData + ?Sized> TensorData for &T {
     fn bytes(&self) -> Option<&[u8]> {
         (**self).bytes()
     }
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), E> {
         (**self).read_at(offset, buf)
     }
     fn seekable(&self) -> bool {
         (**self).seekable()
     }
-    fn produce(&self, each: &mut dyn FnMut(u64, &[u8]) -> Result<()>) -> Result<()> {
+    fn produce(&self, each: &mut dyn FnMut(u64, &[u8]) -> Result<(), E>) -> Result<(), E> {
         (**self).produce(each)
     }
 }
@@ -332,6 +346,24 @@ pub struct TensorRef<'a> {
     pub shape: &'a [u64],
     /// Its bytes.
     pub data: &'a [u8],
+}
+
+impl<'a> TensorRef<'a> {
+    /// Its name (as [`TensorData::name`], which is ambiguous on a tensor
+    /// that implements it for every error).
+    pub fn name(&self) -> &'a str {
+        self.name
+    }
+
+    /// Its element type.
+    pub fn dtype(&self) -> Dtype {
+        self.dtype
+    }
+
+    /// Its dimensions.
+    pub fn shape(&self) -> &'a [u64] {
+        self.shape
+    }
 }
 
 in_memory_tensor!(TensorRef<'_>, |t| (t.name, t.dtype, t.shape, t.data));
@@ -396,7 +428,7 @@ pub(crate) fn write_tensors<W: std::io::Write, T: TensorData>(
 ///
 /// # Errors
 ///
-/// [`Error::Write`](crate::Error::Write) when the tensors cannot be planned (duplicate or
+/// [`Error::Write`] when the tensors cannot be planned (duplicate or
 /// reserved names, data whose length does not match dtype and shape).
 pub fn serialize<T: TensorData>(
     tensors: impl IntoIterator<Item = T>,
@@ -409,7 +441,7 @@ pub fn serialize<T: TensorData>(
 ///
 /// # Errors
 ///
-/// As [`serialize`], and [`Error::Write`](crate::Error::Write) when the header is over
+/// As [`serialize`], and [`Error::Write`] when the header is over
 /// `options`' cap.
 pub fn serialize_with<T: TensorData>(
     tensors: impl IntoIterator<Item = T>,

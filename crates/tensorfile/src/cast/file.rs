@@ -155,7 +155,7 @@ const JOB_BYTES: u64 = 8 << 20;
 ///
 /// # Errors
 /// A cast that is not allowed, or an element count the target cannot pack.
-pub fn convert_plan<'a, T: TensorData>(
+pub fn convert_plan<'a, T: TensorData<crate::Error>>(
     tensors: &'a [T],
     metadata: Option<&Metadata>,
     to: Option<Dtype>,
@@ -166,7 +166,7 @@ pub fn convert_plan<'a, T: TensorData>(
 }
 
 /// [`plan_targets`] of `tensors`.
-fn targets_of<T: TensorData>(
+fn targets_of<T: TensorData<crate::Error>>(
     tensors: &[T],
     to: Option<Dtype>,
     opts: CastOptions,
@@ -185,7 +185,7 @@ fn targets_of<T: TensorData>(
 /// # Errors
 /// As [`convert_plan`].
 #[cfg(any(feature = "pytorch", feature = "gguf"))]
-pub(crate) fn convert_plan_owned<'a, T: TensorData + Send + 'a>(
+pub(crate) fn convert_plan_owned<'a, T: TensorData<crate::Error> + Send + 'a>(
     tensors: Vec<T>,
     metadata: Option<&Metadata>,
     to: Option<Dtype>,
@@ -203,7 +203,7 @@ pub(crate) fn convert_plan_owned<'a, T: TensorData + Send + 'a>(
 /// # Errors
 /// As [`convert_plan`].
 #[cfg(any(feature = "pytorch", feature = "gguf"))]
-pub(crate) fn convert_plan_targeted<'a, T: TensorData + Send + 'a>(
+pub(crate) fn convert_plan_targeted<'a, T: TensorData<crate::Error> + Send + 'a>(
     tensors: Vec<(T, Target)>,
     metadata: Option<&Metadata>,
     opts: CastOptions,
@@ -226,7 +226,7 @@ fn build_plan<'a, T, H>(
     opts: CastOptions,
 ) -> Result<(Plan<'a, Error>, ConvertSummary)>
 where
-    T: TensorData + ?Sized,
+    T: TensorData<crate::Error> + ?Sized,
     H: std::ops::Deref<Target = T> + Clone + Send + Sync + 'a,
 {
     let mut summary = ConvertSummary {
@@ -249,7 +249,7 @@ where
             .tallies
             .push((t.name().to_string(), cast.loss_tally()));
         if !t.seekable() {
-            plan.push(vec![out], move |sink: &dyn Sink| {
+            plan.push(vec![out], move |sink: &dyn Sink<crate::Error>| {
                 stream_cast(&*t, &cast, out, sink)
             });
             continue;
@@ -264,13 +264,16 @@ where
             let len = (total - at).min(step);
             let cast = cast.clone();
             let t = t.clone();
-            plan.push(vec![out], move |sink: &dyn Sink| -> Result<()> {
-                let mut scratch = Vec::new();
-                let src = t.bytes_at(at, len as usize, &mut scratch)?;
-                let mut converted = Vec::new();
-                cast.convert_into(src, at, &mut converted)?;
-                Ok(sink.write(out, cast.output_offset(at), &converted)?)
-            });
+            plan.push(
+                vec![out],
+                move |sink: &dyn Sink<crate::Error>| -> Result<()> {
+                    let mut scratch = Vec::new();
+                    let src = t.bytes_at(at, len as usize, &mut scratch)?;
+                    let mut converted = Vec::new();
+                    cast.convert_into(src, at, &mut converted)?;
+                    sink.write(out, cast.output_offset(at), &converted)
+                },
+            );
             at += len;
             if at >= total {
                 break;
@@ -281,16 +284,16 @@ where
 }
 
 /// Casts a tensor that is best read in its own pieces, in one pass.
-fn stream_cast<T: TensorData + ?Sized>(
+fn stream_cast<T: TensorData<crate::Error> + ?Sized>(
     t: &T,
     cast: &TensorCast,
     out: usize,
-    sink: &dyn Sink,
+    sink: &dyn Sink<crate::Error>,
 ) -> Result<()> {
     let mut cast = cast.clone();
     let mut converted = Vec::new();
     let mut written = 0u64;
-    crate::error::produce_typed(t, &mut |_, piece| {
+    t.produce(&mut |_, piece| {
         for chunk in piece.chunks(CHUNK) {
             converted.clear();
             cast.push(chunk, &mut converted)?;
@@ -312,7 +315,7 @@ fn stream_cast<T: TensorData + ?Sized>(
 ///
 /// # Errors
 /// As [`convert_plan`], or a failed write (naming `path`).
-pub fn save_converted<T: TensorData>(
+pub fn save_converted<T: TensorData<crate::Error>>(
     path: impl AsRef<Path>,
     tensors: &[T],
     metadata: Option<&Metadata>,

@@ -360,9 +360,16 @@ mod tests {
 
     /// The default diff of two lists of in-memory tensors.
     fn diff_of(a: &[OwnedTensor], b: &[OwnedTensor]) -> DiffReport {
-        let (ra, rb): (Vec<&dyn TensorData>, Vec<&dyn TensorData>) = (
-            a.iter().map(|t| t as &dyn TensorData).collect(),
-            b.iter().map(|t| t as &dyn TensorData).collect(),
+        let (ra, rb): (
+            Vec<&dyn TensorData<crate::Error>>,
+            Vec<&dyn TensorData<crate::Error>>,
+        ) = (
+            a.iter()
+                .map(|t| t as &dyn TensorData<crate::Error>)
+                .collect(),
+            b.iter()
+                .map(|t| t as &dyn TensorData<crate::Error>)
+                .collect(),
         );
         let (ca, cb) = (
             Catalog::new(&ra, None, None).unwrap(),
@@ -397,7 +404,10 @@ mod tests {
         // Only the cast: within BF16's tolerance.
         let b2 = [t("w", Dtype::BF16, &w)];
         let a2 = [t("w", Dtype::F32, &w)];
-        let (r2a, r2b): (Vec<&dyn TensorData>, Vec<&dyn TensorData>) = (vec![&a2[0]], vec![&b2[0]]);
+        let (r2a, r2b): (
+            Vec<&dyn TensorData<crate::Error>>,
+            Vec<&dyn TensorData<crate::Error>>,
+        ) = (vec![&a2[0]], vec![&b2[0]]);
         let (c2a, c2b) = (
             Catalog::new(&r2a, None, None).unwrap(),
             Catalog::new(&r2b, None, None).unwrap(),
@@ -412,7 +422,7 @@ mod tests {
         assert_eq!(r.verdict(), Verdict::Same);
         // A changed value: beyond, at its index.
         let b3 = [t("w", Dtype::F32, &changed)];
-        let r3b: Vec<&dyn TensorData> = vec![&b3[0]];
+        let r3b: Vec<&dyn TensorData<crate::Error>> = vec![&b3[0]];
         let c3b = Catalog::new(&r3b, None, None).unwrap();
         let r = diff((&c2a, None), (&c3b, None), &DiffOptions::default(), &()).unwrap();
         let m = r.tensors[0].metrics.clone().unwrap();

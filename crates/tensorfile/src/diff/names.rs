@@ -18,7 +18,7 @@ use crate::Result;
 #[derive(Clone, Copy)]
 pub enum Item<'c, 'a> {
     /// A stored tensor.
-    Plain(&'a dyn TensorData),
+    Plain(&'a dyn TensorData<crate::Error>),
     /// A quantized weight, read dequantized.
     Quantized(&'c LogicalWeight<'a>),
 }
@@ -122,7 +122,7 @@ fn key(i: &Item<'_, '_>) -> Option<(crate::Dtype, Vec<u64>, u64)> {
 fn pick<'a>(
     all: &BTreeMap<String, Item<'_, 'a>>,
     wanted: &BTreeSet<(crate::Dtype, Vec<u64>, u64)>,
-) -> Vec<(String, &'a dyn TensorData)> {
+) -> Vec<(String, &'a dyn TensorData<crate::Error>)> {
     all.iter()
         .filter_map(|(n, i)| match i {
             Item::Plain(t) if key(i).is_some_and(|k| wanted.contains(&k)) => Some((n.clone(), *t)),
@@ -133,8 +133,8 @@ fn pick<'a>(
 
 /// The sha256 of each candidate.
 #[cfg(feature = "digest")]
-fn hash(c: &[(String, &dyn TensorData)]) -> Result<HashMap<String, Sha256Digest>> {
-    let tensors: Vec<&dyn TensorData> = c.iter().map(|(_, t)| *t).collect();
+fn hash(c: &[(String, &dyn TensorData<crate::Error>)]) -> Result<HashMap<String, Sha256Digest>> {
+    let tensors: Vec<&dyn TensorData<crate::Error>> = c.iter().map(|(_, t)| *t).collect();
     Ok(c.iter()
         .map(|(n, _)| n.clone())
         .zip(tensor_digests(&tensors)?)
@@ -149,7 +149,7 @@ const BLOCK: u64 = 1 << 16;
 
 /// The ranges `(offset, len)` of `t`'s blocks of [`BLOCK`] bytes.
 #[cfg(not(feature = "digest"))]
-fn blocks(t: &dyn TensorData) -> impl Iterator<Item = (u64, usize)> {
+fn blocks(t: &dyn TensorData<crate::Error>) -> impl Iterator<Item = (u64, usize)> {
     let len = t.byte_len();
     (0..len.div_ceil(BLOCK)).map(move |k| (k * BLOCK, (len - k * BLOCK).min(BLOCK) as usize))
 }
@@ -157,7 +157,7 @@ fn blocks(t: &dyn TensorData) -> impl Iterator<Item = (u64, usize)> {
 /// Without sha256 (no `digest` feature): a 64-bit fingerprint of each
 /// candidate, which [`same_bytes`] confirms when two agree.
 #[cfg(not(feature = "digest"))]
-fn hash(c: &[(String, &dyn TensorData)]) -> Result<HashMap<String, u64>> {
+fn hash(c: &[(String, &dyn TensorData<crate::Error>)]) -> Result<HashMap<String, u64>> {
     use std::hash::Hasher;
     let mut out = HashMap::with_capacity(c.len());
     let mut scratch = Vec::new();
@@ -174,14 +174,14 @@ fn hash(c: &[(String, &dyn TensorData)]) -> Result<HashMap<String, u64>> {
 /// Whether two tensors of one size hold the same bytes: sha256 equality
 /// already says so.
 #[cfg(feature = "digest")]
-fn same_bytes(_: &dyn TensorData, _: &dyn TensorData) -> Result<bool> {
+fn same_bytes(_: &dyn TensorData<crate::Error>, _: &dyn TensorData<crate::Error>) -> Result<bool> {
     Ok(true)
 }
 
 /// Whether two tensors of one size hold the same bytes, compared block by
 /// block (a 64-bit fingerprint may collide).
 #[cfg(not(feature = "digest"))]
-fn same_bytes(a: &dyn TensorData, b: &dyn TensorData) -> Result<bool> {
+fn same_bytes(a: &dyn TensorData<crate::Error>, b: &dyn TensorData<crate::Error>) -> Result<bool> {
     if a.byte_len() != b.byte_len() {
         return Ok(false);
     }

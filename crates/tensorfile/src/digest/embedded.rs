@@ -48,7 +48,7 @@ pub fn embedded_hashes(
 ///
 /// # Errors
 /// A failed read.
-pub fn tensor_digests<T: TensorData>(tensors: &[T]) -> Result<Vec<Sha256Digest>> {
+pub fn tensor_digests<T: TensorData<crate::Error>>(tensors: &[T]) -> Result<Vec<Sha256Digest>> {
     let slots: Vec<std::sync::Mutex<Option<Result<Sha256Digest>>>> =
         tensors.iter().map(|_| Default::default()).collect();
     parallel::for_each_index(tensors.len(), |i| {
@@ -117,7 +117,7 @@ pub enum TensorCheck {
 ///
 /// # Errors
 /// A failed read.
-pub fn check_embedded<T: TensorData>(
+pub fn check_embedded<T: TensorData<crate::Error>>(
     tensors: &[T],
     expected: &BTreeMap<String, Sha256Digest>,
 ) -> Result<Vec<TensorCheck>> {

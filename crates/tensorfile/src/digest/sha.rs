@@ -103,7 +103,7 @@ impl Hasher {
 ///
 /// # Errors
 /// A failed read, naming the file.
-pub fn tensor_sha256<T: TensorData + ?Sized>(t: &T) -> Result<Sha256Digest> {
+pub fn tensor_sha256<T: TensorData<crate::Error> + ?Sized>(t: &T) -> Result<Sha256Digest> {
     tensor_sha256_counted(t, &())
 }
 
@@ -112,7 +112,7 @@ pub fn tensor_sha256<T: TensorData + ?Sized>(t: &T) -> Result<Sha256Digest> {
 ///
 /// # Errors
 /// A failed read, naming the file.
-pub fn tensor_sha256_counted<T: TensorData + ?Sized>(
+pub fn tensor_sha256_counted<T: TensorData<crate::Error> + ?Sized>(
     t: &T,
     on_bytes: &dyn Progress,
 ) -> Result<Sha256Digest> {

@@ -158,7 +158,7 @@ const JOB_BYTES: u64 = 8 << 20;
 /// elements starting at (output) row `first` of `t` (permuted through
 /// `rows`), with `plus_one` applied. F32 input is read straight into the
 /// values. The caller's jobs hold rows the tensor's bytes have.
-fn read_rows<T: TensorData>(
+fn read_rows<T: TensorData<crate::Error>>(
     t: &T,
     first: u64,
     n: u64,
@@ -205,7 +205,7 @@ fn read_rows<T: TensorData>(
 
 /// Reads and quantizes rows `r0..r0 + n` into `s.out`.
 #[allow(clippy::too_many_arguments)]
-fn quantize_job<T: TensorData>(
+fn quantize_job<T: TensorData<crate::Error>>(
     src: &T,
     r0: u64,
     n: u64,
@@ -524,9 +524,10 @@ pub fn hf_to_gguf(input: &Path, out: &Path, opts: &FromHfOptions) -> Result<From
     let mut writer = GgufWriter::new(kv);
     for (spec, bytes) in made {
         let index = writer.declare(spec)?;
-        writer.push(vec![index], move |sink: &dyn Sink| -> Result<()> {
-            Ok(sink.write(index, 0, &bytes)?)
-        });
+        writer.push(
+            vec![index],
+            move |sink: &dyn Sink<crate::Error>| -> Result<()> { sink.write(index, 0, &bytes) },
+        );
     }
     for o in &outs {
         let index = writer.declare(o.spec.clone())?;
@@ -537,7 +538,9 @@ pub fn hf_to_gguf(input: &Path, out: &Path, opts: &FromHfOptions) -> Result<From
         let row = shape.last().copied().unwrap_or(1);
         let esize = u64::from(o.source.dtype().bits() / 8).max(1);
         let in_row_bytes = row.saturating_mul(esize);
-        let n_rows = o.source.byte_len().checked_div(in_row_bytes).unwrap_or(0);
+        let n_rows = TensorData::<Error>::byte_len(o.source)
+            .checked_div(in_row_bytes)
+            .unwrap_or(0);
         let t = o.spec.ggml_type;
         let out_row = t.bytes_for(row).unwrap_or(0);
         if matches!(
@@ -545,39 +548,47 @@ pub fn hf_to_gguf(input: &Path, out: &Path, opts: &FromHfOptions) -> Result<From
             GgmlType::I8 | GgmlType::I16 | GgmlType::I32 | GgmlType::I64
         ) {
             let src = o.source;
-            writer.push(vec![index], move |sink: &dyn Sink| -> Result<()> {
-                let mut at = 0;
-                let len = src.byte_len();
-                let mut scratch = Vec::new();
-                while at < len {
-                    let n = (len - at).min(JOB_BYTES);
-                    let b = src.bytes_at(at, n as usize, &mut scratch)?;
-                    sink.write(index, at, b)?;
-                    at += n;
-                }
-                Ok(())
-            });
+            writer.push(
+                vec![index],
+                move |sink: &dyn Sink<crate::Error>| -> Result<()> {
+                    let mut at = 0;
+                    let len = TensorData::<Error>::byte_len(src);
+                    let mut scratch = Vec::new();
+                    while at < len {
+                        let n = (len - at).min(JOB_BYTES);
+                        let b = TensorData::<Error>::bytes_at(src, at, n as usize, &mut scratch)?;
+                        sink.write(index, at, b)?;
+                        at += n;
+                    }
+                    Ok(())
+                },
+            );
             continue;
         }
         let rows_per_job = (JOB_BYTES / in_row_bytes.max(1)).max(1);
         if n_rows == 0 {
             // An empty tensor: a job that makes its no bytes.
-            writer.push(vec![index], |_: &dyn Sink| -> Result<()> { Ok(()) });
+            writer.push(vec![index], |_: &dyn Sink<crate::Error>| -> Result<()> {
+                Ok(())
+            });
         }
         let mut r0 = 0;
         while r0 < n_rows {
             let n = (n_rows - r0).min(rows_per_job);
             let (src, rows, plus_one, name) = (o.source, o.rows, o.plus_one, o.spec.name.as_str());
-            writer.push(vec![index], move |sink: &dyn Sink| -> Result<()> {
-                let mut s = Scratch::take();
-                let result =
-                    quantize_job(src, r0, n, row, rows, plus_one, t, out_row, name, &mut s)
-                        .and_then(|()| {
-                            Ok(sink.write(index, r0 * out_row, &s.out[..(n * out_row) as usize])?)
-                        });
-                s.give();
-                result
-            });
+            writer.push(
+                vec![index],
+                move |sink: &dyn Sink<crate::Error>| -> Result<()> {
+                    let mut s = Scratch::take();
+                    let result =
+                        quantize_job(src, r0, n, row, rows, plus_one, t, out_row, name, &mut s)
+                            .and_then(|()| {
+                                sink.write(index, r0 * out_row, &s.out[..(n * out_row) as usize])
+                            });
+                    s.give();
+                    result
+                },
+            );
             r0 += n;
         }
     }

@@ -1045,7 +1045,7 @@ impl<'f, S: ByteSource> GgufTensor<'f, S> {
     }
 }
 
-impl<S: ByteSource> TensorData for GgufTensor<'_, S> {
+impl<S: ByteSource> TensorData<Error> for GgufTensor<'_, S> {
     fn name(&self) -> &str {
         &self.info.name
     }
@@ -1066,7 +1066,7 @@ impl<S: ByteSource> TensorData for GgufTensor<'_, S> {
         }
     }
 
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> tensorfile_core::Result<()> {
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         let end = offset.checked_add(buf.len() as u64);
         if !matches!(end, Some(e) if e <= self.byte_len()) {
             return Err(tensorfile_core::Error::Slice {
@@ -1076,25 +1076,21 @@ impl<S: ByteSource> TensorData for GgufTensor<'_, S> {
                     buf.len(),
                     self.byte_len()
                 ),
-            });
+            }
+            .into());
         }
         if !self.is_decoded() {
             let big = self.file.header.endian == Endian::Big;
             let size = (self.dtype.bits() / 8) as u64;
             if !big || size == 1 || self.info.ggml_type == GgmlType::BF16 {
-                return self
-                    .file
-                    .read_raw(self.info, offset, buf)
-                    .map_err(Error::into_core);
+                return self.file.read_raw(self.info, offset, buf);
             }
             // Big-endian elements: read the whole elements around the
             // range, swap each, keep the bytes asked for.
             let first = offset / size * size;
             let last = (offset + buf.len() as u64).div_ceil(size) * size;
             let mut raw = vec![0u8; (last - first) as usize];
-            self.file
-                .read_raw(self.info, first, &mut raw)
-                .map_err(Error::into_core)?;
+            self.file.read_raw(self.info, first, &mut raw)?;
             for e in raw.chunks_exact_mut(size as usize) {
                 e.reverse();
             }
@@ -1106,8 +1102,7 @@ impl<S: ByteSource> TensorData for GgufTensor<'_, S> {
         let first = offset / 4;
         let last = (offset + buf.len() as u64).div_ceil(4);
         let mut values = vec![0f32; (last - first) as usize];
-        self.decode_range(first, &mut values)
-            .map_err(Error::into_core)?;
+        self.decode_range(first, &mut values)?;
         let bytes: &[u8] = bytemuck::cast_slice(&values);
         let skip = (offset - first * 4) as usize;
         buf.copy_from_slice(&bytes[skip..skip + buf.len()]);

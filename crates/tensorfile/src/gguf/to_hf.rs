@@ -100,7 +100,7 @@ impl<S: ByteSource> HfTensor<'_, S> {
 
     /// Reads the inner tensor's bytes as this tensor lays them out (rows
     /// permuted), before the value change.
-    fn read_rows(&self, offset: u64, buf: &mut [u8]) -> tensorfile_core::Result<()> {
+    fn read_rows(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         let rb = self.row_bytes();
         let Some(perm) = self.rows.filter(|_| rb > 0) else {
             // Not permuted, or rows of no bytes: nothing to reorder (and
@@ -124,7 +124,7 @@ impl<S: ByteSource> HfTensor<'_, S> {
     }
 }
 
-impl<S: ByteSource> TensorData for HfTensor<'_, S> {
+impl<S: ByteSource> TensorData<Error> for HfTensor<'_, S> {
     fn name(&self) -> &str {
         &self.name
     }
@@ -143,7 +143,7 @@ impl<S: ByteSource> TensorData for HfTensor<'_, S> {
             self.inner.byte_len()
         }
     }
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> tensorfile_core::Result<()> {
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         if !self.minus_one {
             return self.read_rows(offset, buf);
         }
@@ -153,12 +153,9 @@ impl<S: ByteSource> TensorData for HfTensor<'_, S> {
         let (first, last) = (offset / 4, (offset + buf.len() as u64).div_ceil(4));
         let mut raw = vec![0u8; ((last - first) * size) as usize];
         self.read_rows(first * size, &mut raw)?;
-        let mut values = crate::cast::decode_f32_vec(from, &raw).map_err(|source| {
-            Error::Cast {
-                tensor: self.name.clone(),
-                source,
-            }
-            .into_core()
+        let mut values = crate::cast::decode_f32_vec(from, &raw).map_err(|source| Error::Cast {
+            tensor: self.name.clone(),
+            source,
         })?;
         for v in &mut values {
             *v -= 1.0;
@@ -515,19 +512,24 @@ pub(crate) fn plan_tensors<'f, S: ByteSource>(
         let rows_per_job = (DECODE_JOB_BYTES / ne0.saturating_mul(4).max(1)).max(1);
         if n_rows == 0 {
             // An empty tensor: a job that makes its no bytes.
-            plan.push(vec![idx], |_: &dyn Sink| -> Result<()> { Ok(()) });
+            plan.push(vec![idx], |_: &dyn Sink<crate::Error>| -> Result<()> {
+                Ok(())
+            });
         }
         let mut r0 = 0;
         while r0 < n_rows {
             let n = (n_rows - r0).min(rows_per_job);
             let d = d.clone();
-            plan.push(vec![idx], move |sink: &dyn Sink| -> Result<()> {
-                let mut s = Scratch::take();
-                let result = decode_rows(file, &d, r0, n, decode_to, &mut s)
-                    .and_then(|len| Ok(sink.write(idx, r0 * ne0 * out_size, &s.out[..len])?));
-                s.give();
-                result
-            });
+            plan.push(
+                vec![idx],
+                move |sink: &dyn Sink<crate::Error>| -> Result<()> {
+                    let mut s = Scratch::take();
+                    let result = decode_rows(file, &d, r0, n, decode_to, &mut s)
+                        .and_then(|len| sink.write(idx, r0 * ne0 * out_size, &s.out[..len]));
+                    s.give();
+                    result
+                },
+            );
             r0 += n;
         }
     }
@@ -559,19 +561,24 @@ pub(crate) fn plan_tensors<'f, S: ByteSource>(
         // Jobs only for the rows the tensor's bytes hold.
         let n_rows = stored_rows(info);
         if n_rows == 0 {
-            plan.push(vec![w, s, b], |_: &dyn Sink| -> Result<()> { Ok(()) });
+            plan.push(vec![w, s, b], |_: &dyn Sink<crate::Error>| -> Result<()> {
+                Ok(())
+            });
         }
         let mut r0 = 0;
         while r0 < n_rows {
             let r1 = (r0 + KEPT_JOB_ROWS).min(n_rows);
             let k = k.clone();
-            plan.push(vec![w, s, b], move |sink: &dyn Sink| -> Result<()> {
-                let (wb, sb, bb) = kept_rows(file, &k, r0, r1)?;
-                sink.write(w, r0 * packed_row, &wb)?;
-                sink.write(s, r0 * scale_row, &sb)?;
-                sink.write(b, r0 * scale_row, &bb)?;
-                Ok(())
-            });
+            plan.push(
+                vec![w, s, b],
+                move |sink: &dyn Sink<crate::Error>| -> Result<()> {
+                    let (wb, sb, bb) = kept_rows(file, &k, r0, r1)?;
+                    sink.write(w, r0 * packed_row, &wb)?;
+                    sink.write(s, r0 * scale_row, &sb)?;
+                    sink.write(b, r0 * scale_row, &bb)?;
+                    Ok(())
+                },
+            );
             r0 = r1;
         }
     }

@@ -288,27 +288,15 @@ struct GgufSink<'t> {
     names: &'t [String],
     target: Target<'t>,
     written: Vec<Mutex<Written>>,
-    /// The first error of this sink, typed: a job sees it as a core error
-    /// (what the core's `Sink` returns), the writer returns it as it is.
-    failed: Mutex<Option<Error>>,
-}
-
-impl GgufSink<'_> {
-    /// Keeps `e` (the first one) and gives the job the core's form of it.
-    fn fail(&self, e: Error) -> tensorfile_core::Error {
-        let stop = tensorfile_core::Error::layer(e.kind(), &e, e.path(), e.tensor());
-        lock(&self.failed).get_or_insert(e);
-        stop
-    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-impl Sink for GgufSink<'_> {
-    fn write(&self, tensor: usize, offset: u64, bytes: &[u8]) -> tensorfile_core::Result<()> {
-        let bad = |p: String| self.fail(GgufError::Write(p).into());
+impl Sink<Error> for GgufSink<'_> {
+    fn write(&self, tensor: usize, offset: u64, bytes: &[u8]) -> Result<()> {
+        let bad = |p: String| Error::from(GgufError::Write(p));
         let (start, len) = self
             .layout
             .tensor(tensor)
@@ -330,7 +318,7 @@ impl Sink for GgufSink<'_> {
             )));
         }
         match &self.target {
-            Target::File(f) => f.write_all_at(bytes, start + offset),
+            Target::File(f) => Ok(f.write_all_at(bytes, start + offset)?),
             Target::Memory(m) => {
                 let at = (start + offset) as usize;
                 lock(m)[at..at + bytes.len()].copy_from_slice(bytes);
@@ -349,7 +337,7 @@ impl Sink for GgufSink<'_> {
 /// let mut w = GgufWriter::new(vec![("general.architecture".into(), Value::String("demo".into()))]);
 /// let t = w.declare(GgufSpec::from_shape("w", &[2, 32], GgmlType::Q8_0))?;
 /// let values = vec![0.5f32; 64];
-/// w.push(vec![t], move |sink: &dyn tensorfile_core::plan::Sink| -> tensorfile::Result<()> {
+/// w.push(vec![t], move |sink: &dyn tensorfile_core::plan::Sink<tensorfile::Error>| -> tensorfile::Result<()> {
 ///     let mut q = vec![0u8; 68];
 ///     tensorfile::gguf::quantize_row(GgmlType::Q8_0, &values, &mut q).unwrap();
 ///     Ok(sink.write(t, 0, &q)?)
@@ -430,13 +418,8 @@ impl<'a> GgufWriter<'a> {
             names: &self.names,
             target,
             written: self.specs.iter().map(|_| Mutex::default()).collect(),
-            failed: Mutex::new(None),
         };
-        let ran = self.plan.run(&sink, |i| i as u64, progress);
-        if let Some(e) = lock(&sink.failed).take() {
-            return Err(e);
-        }
-        ran?;
+        self.plan.run(&sink, |i| i as u64, progress)?;
         for (i, w) in sink.written.iter().enumerate() {
             let (_, len) = layout.tensor(i).unwrap_or_default();
             let done = lock(w).total();
@@ -547,11 +530,14 @@ mod tests {
         let b = w
             .declare(GgufSpec::from_shape("b", &[2, 2], GgmlType::I16))
             .unwrap();
-        w.push(vec![a, b], move |s: &dyn Sink| -> Result<()> {
-            s.write(b, 0, &[1, 0, 2, 0, 3, 0, 4, 0])?;
-            s.write(a, 4, &[0; 8])?;
-            Ok(s.write(a, 0, &[0; 4])?)
-        });
+        w.push(
+            vec![a, b],
+            move |s: &dyn Sink<crate::Error>| -> Result<()> {
+                s.write(b, 0, &[1, 0, 2, 0, 3, 0, 4, 0])?;
+                s.write(a, 4, &[0; 8])?;
+                s.write(a, 0, &[0; 4])
+            },
+        );
         let bytes = w.to_bytes().unwrap();
         let f = GgufFile::from_source(bytes, &ReadLimits::default()).unwrap();
         let h = f.header();
@@ -567,8 +553,8 @@ mod tests {
         let a = w
             .declare(GgufSpec::from_shape("a", &[3], GgmlType::F32))
             .unwrap();
-        w.push(vec![a], move |s: &dyn Sink| -> Result<()> {
-            Ok(s.write(a, 0, &[0; 8])?)
+        w.push(vec![a], move |s: &dyn Sink<crate::Error>| -> Result<()> {
+            s.write(a, 0, &[0; 8])
         });
         assert!(w
             .to_bytes()
@@ -579,9 +565,9 @@ mod tests {
         let a = w
             .declare(GgufSpec::from_shape("a", &[3], GgmlType::F32))
             .unwrap();
-        w.push(vec![a], move |s: &dyn Sink| -> Result<()> {
+        w.push(vec![a], move |s: &dyn Sink<crate::Error>| -> Result<()> {
             s.write(a, 0, &[0; 8])?;
-            Ok(s.write(a, 4, &[0; 8])?)
+            s.write(a, 4, &[0; 8])
         });
         assert!(w
             .to_bytes()

@@ -161,13 +161,13 @@ impl<'a, S: ByteSource> NpyArray<'a, S> {
     }
 
     /// An error naming the file.
-    fn named(&self, e: Error) -> tensorfile_core::Error {
-        self.file.name_error(e).into_core()
+    fn named(&self, e: Error) -> Error {
+        self.file.name_error(e)
     }
 
     /// The data's stored bytes `offset..offset + buf.len()` (C or Fortran
     /// order, as stored).
-    fn read_stored(&self, offset: u64, buf: &mut [u8]) -> tensorfile_core::Result<()> {
+    fn read_stored(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         let at = self.info.header.data_offset + offset;
         self.info
             .bytes
@@ -186,7 +186,7 @@ impl<'a, S: ByteSource> NpyArray<'a, S> {
         end: u64,
         mut crc: Option<&mut CrcCheck>,
         visit: &mut dyn FnMut(u64, &[u8]),
-    ) -> tensorfile_core::Result<()> {
+    ) -> Result<()> {
         let data_start = self.info.header.data_offset;
         let (lo, hi) = (data_start + first, data_start + end);
         let entry = self.info.entry.as_ref().filter(|_| crc.is_some());
@@ -245,8 +245,8 @@ impl<'a, S: ByteSource> NpyArray<'a, S> {
         &self,
         range: std::ops::Range<u64>,
         mut crc: Option<&mut CrcCheck>,
-        each: &mut dyn FnMut(u64, &mut [u8]) -> tensorfile_core::Result<()>,
-    ) -> tensorfile_core::Result<()> {
+        each: &mut dyn FnMut(u64, &mut [u8]) -> Result<()>,
+    ) -> Result<()> {
         let size = self.info.itemsize;
         let len = self.info.data_len();
         let budget = self.file.limits().max_reorder_bytes;
@@ -643,7 +643,7 @@ fn rows_of<const N: usize>(
     }
 }
 
-impl<S: ByteSource> TensorData for NpyArray<'_, S> {
+impl<S: ByteSource> TensorData<Error> for NpyArray<'_, S> {
     fn name(&self) -> &str {
         &self.info.name
     }
@@ -669,7 +669,7 @@ impl<S: ByteSource> TensorData for NpyArray<'_, S> {
             && !self.info.reordered()
     }
 
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> tensorfile_core::Result<()> {
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         let end = offset.checked_add(buf.len() as u64);
         if !matches!(end, Some(e) if e <= self.byte_len) {
             return Err(tensorfile_core::Error::Slice {
@@ -679,7 +679,8 @@ impl<S: ByteSource> TensorData for NpyArray<'_, S> {
                     buf.len(),
                     self.byte_len
                 ),
-            });
+            }
+            .into());
         }
         if buf.is_empty() {
             return Ok(());
@@ -707,10 +708,7 @@ impl<S: ByteSource> TensorData for NpyArray<'_, S> {
         Ok(())
     }
 
-    fn produce(
-        &self,
-        each: &mut dyn FnMut(u64, &[u8]) -> tensorfile_core::Result<()>,
-    ) -> tensorfile_core::Result<()> {
+    fn produce(&self, each: &mut dyn FnMut(u64, &[u8]) -> Result<()>) -> Result<()> {
         if self.seekable() {
             // By range, a piece at a time (the trait's way).
             let mut buf = vec![0u8; (self.byte_len.min(PIECE as u64)) as usize];
@@ -726,7 +724,7 @@ impl<S: ByteSource> TensorData for NpyArray<'_, S> {
         let (gin, _) = self.transform.group();
         let mut out_at = 0u64;
         let mut out = Vec::new();
-        let mut emit = |input: &mut [u8]| -> tensorfile_core::Result<()> {
+        let mut emit = |input: &mut [u8]| -> Result<()> {
             out.clear();
             self.transform.apply(input, &mut out);
             each(out_at, &out)?;
@@ -758,7 +756,7 @@ impl<S: ByteSource> TensorData for NpyArray<'_, S> {
         // start (its CRC-32 checked), in whole groups (a group split
         // across two pieces waits in `carry`).
         let mut carry: Vec<u8> = Vec::with_capacity(PIECE + gin as usize);
-        let mut failed: Option<tensorfile_core::Error> = None;
+        let mut failed: Option<Error> = None;
         let mut crc = CrcCheck::new();
         self.scan(0, self.info.data_len(), Some(&mut crc), &mut |_, piece| {
             if failed.is_some() {

@@ -64,7 +64,7 @@ pub struct NpzWritten {
 
 /// The `.npy` header numpy writes for `t`, and whether its values are
 /// unpacked to one per byte first.
-fn npy_header(t: &dyn TensorData) -> (Vec<u8>, bool) {
+fn npy_header(t: &dyn TensorData<crate::Error>) -> (Vec<u8>, bool) {
     let (descr, unpack) = descr::descr_of(t.dtype());
     (header::write(descr, t.shape()), unpack)
 }
@@ -72,14 +72,13 @@ fn npy_header(t: &dyn TensorData) -> (Vec<u8>, bool) {
 /// Writes `t`'s data to `out` as a `.npy` body: its bytes in order, or
 /// sub-byte values one per byte (a group split between two pieces waits
 /// for the next). Returns the bytes written.
-fn write_data(t: &dyn TensorData, unpack: bool, out: &mut dyn Write) -> Result<u64> {
+fn write_data(t: &dyn TensorData<crate::Error>, unpack: bool, out: &mut dyn Write) -> Result<u64> {
     let mut written = 0u64;
     let mut codes = Vec::new();
     let mut carry: Vec<u8> = Vec::new();
-    let mut failed: Option<std::io::Error> = None;
     let bits = t.dtype().bits();
     let group = crate::bits::group(bits).1;
-    let produced = t.produce(&mut |_, piece| {
+    t.produce(&mut |_, piece| {
         let r = if unpack {
             carry.extend_from_slice(piece);
             let whole = carry.len() / group * group;
@@ -90,30 +89,15 @@ fn write_data(t: &dyn TensorData, unpack: bool, out: &mut dyn Write) -> Result<u
         } else {
             out.write_all(piece).map(|()| piece.len())
         };
-        match r {
-            Ok(n) => {
-                written += n as u64;
-                Ok(())
-            }
-            Err(e) => {
-                let message = e.to_string();
-                failed = Some(e);
-                Err(tensorfile_core::Error::Stream(std::io::Error::other(
-                    message,
-                )))
-            }
-        }
-    });
-    if let Some(e) = failed {
-        return Err(Error::from(e));
-    }
-    produced?;
+        written += r? as u64;
+        Ok(())
+    })?;
     Ok(written)
 }
 
 /// Refuses a tensor whose values cannot be unpacked in whole groups
 /// (F4 and F6 pieces are whole groups when the byte count is).
-fn check_writable(t: &dyn TensorData) -> Result<()> {
+fn check_writable(t: &dyn TensorData<crate::Error>) -> Result<()> {
     let (_, unpack) = descr::descr_of(t.dtype());
     if unpack {
         let (_, bytes) = crate::bits::group(t.dtype().bits());
@@ -137,7 +121,7 @@ fn check_writable(t: &dyn TensorData) -> Result<()> {
 /// # Errors
 /// A name too long for a zip member or given twice, a tensor's read error,
 /// or a failed write (nothing is left at `path` then).
-pub fn save_npz<T: TensorData>(
+pub fn save_npz<T: TensorData<crate::Error>>(
     path: impl AsRef<Path>,
     tensors: &[T],
     options: &NpzWriteOptions,
@@ -147,7 +131,7 @@ pub fn save_npz<T: TensorData>(
     npz_to(path, tensors, options, progress).map_err(|e| e.at(path))
 }
 
-fn npz_to<T: TensorData>(
+fn npz_to<T: TensorData<crate::Error>>(
     path: &Path,
     tensors: &[T],
     options: &NpzWriteOptions,
@@ -195,7 +179,7 @@ fn npz_to<T: TensorData>(
 ///
 /// # Errors
 /// A tensor's read error, or a failed write (nothing is left at `path`).
-pub fn save_npy<T: TensorData>(
+pub fn save_npy<T: TensorData<crate::Error>>(
     path: impl AsRef<Path>,
     tensor: &T,
     sync: bool,
@@ -205,7 +189,7 @@ pub fn save_npy<T: TensorData>(
     npy_to(path, tensor, sync, progress).map_err(|e| e.at(path))
 }
 
-fn npy_to<T: TensorData>(
+fn npy_to<T: TensorData<crate::Error>>(
     path: &Path,
     tensor: &T,
     sync: bool,

@@ -27,7 +27,7 @@ use crate::cast::file::plan_targets;
 use crate::cast::{self};
 use crate::error::{Error, Result};
 use crate::Progress;
-use crate::{Metadata, Plan, TensorData};
+use crate::{Metadata, Plan};
 use tensorfile_core::set::{save_set, Sharding, SplitSummary};
 use tensorfile_core::set::{ShardError, ShardIndex};
 

@@ -171,7 +171,7 @@ struct QuantPlan {
 
 /// Plans a quantization; every choice and shape is checked here, before a
 /// byte is written.
-fn plan_quantize<T: TensorData>(
+fn plan_quantize<T: TensorData<crate::Error>>(
     tensors: &[T],
     metadata: Option<&Metadata>,
     opts: &QuantizeOptions,
@@ -422,7 +422,7 @@ fn part_row_bytes(part: Part, cols: usize, scheme: &Scheme, elem: usize) -> usiz
 
 /// The values of row `r` of `t` (`cols` values of `dtype`): borrowed when
 /// the row is F32 in memory and aligned, else read and decoded into `buf`.
-fn source_row<'s, T: TensorData>(
+fn source_row<'s, T: TensorData<crate::Error>>(
     t: &'s T,
     r: usize,
     cols: usize,
@@ -451,7 +451,7 @@ fn source_row<'s, T: TensorData>(
 
 /// The global scale of every matrix of `t` (its largest magnitude, as
 /// mlx-lm gives each expert), in one pass over its rows.
-fn matrix_maxima<T: TensorData>(t: &T, geometry: &mlx::Geometry) -> Result<Vec<f32>> {
+fn matrix_maxima<T: TensorData<crate::Error>>(t: &T, geometry: &mlx::Geometry) -> Result<Vec<f32>> {
     let (mut raw, mut buf) = (Vec::new(), Vec::new());
     mlx::global_scales(geometry, |r| {
         source_row(t, r, geometry.cols, &mut raw, &mut buf).map(mlx::abs_max)
@@ -465,8 +465,8 @@ fn matrix_maxima<T: TensorData>(t: &T, geometry: &mlx::Geometry) -> Result<Vec<f
 /// order puts every F16 `.scales` before every U8 `.qweight`. Each batch of
 /// rows is split between two threads (rows are independent). A global
 /// scale (nvfp4) takes a first pass for each matrix's largest magnitude.
-fn quantize_weight<T: TensorData>(
-    w: &dyn Sink,
+fn quantize_weight<T: TensorData<crate::Error>>(
+    w: &dyn Sink<crate::Error>,
     t: &T,
     scheme: &Scheme,
     parts: &[(usize, Part)],
@@ -614,7 +614,7 @@ fn quantize_weight<T: TensorData>(
 /// # Errors
 /// Bad parameters, a named tensor that cannot be quantized, no tensor to
 /// quantize, or metadata that already names another scheme.
-pub fn quantize_plan<'a, T: TensorData>(
+pub fn quantize_plan<'a, T: TensorData<crate::Error>>(
     tensors: &'a [T],
     metadata: Option<&Metadata>,
     opts: &QuantizeOptions,
@@ -652,7 +652,7 @@ pub fn quantize_plan<'a, T: TensorData>(
             continue;
         }
         let outputs = parts.iter().map(|&(o, _)| o).collect();
-        plan.push(outputs, move |sink: &dyn Sink| {
+        plan.push(outputs, move |sink: &dyn Sink<crate::Error>| {
             quantize_weight(sink, t, &scheme, &parts)
         });
     }
@@ -670,7 +670,7 @@ pub fn quantize_plan<'a, T: TensorData>(
 ///
 /// # Errors
 /// As [`quantize_plan`], or a failed write (naming `path`).
-pub fn quantize_file<T: TensorData>(
+pub fn quantize_file<T: TensorData<crate::Error>>(
     path: impl AsRef<Path>,
     tensors: &[T],
     metadata: Option<&Metadata>,
@@ -719,7 +719,7 @@ fn output_dtype(w: &LogicalWeight<'_>, requested: Option<Dtype>) -> Result<Dtype
 /// # Errors
 /// Parameters that are missing, contradict the file's, or do not fit a
 /// weight's parts.
-pub(crate) fn find_quantized<'a, T: TensorData>(
+pub(crate) fn find_quantized<'a, T: TensorData<crate::Error>>(
     tensors: &'a [T],
     metadata: Option<&Metadata>,
     mlx: Option<&QuantConfig>,
@@ -734,7 +734,7 @@ pub(crate) fn find_quantized<'a, T: TensorData>(
 
 /// Finds every quantized weight of `tensors` with its parameters, checking
 /// explicit MLX parameters against the file's own.
-fn find_weights<'a, T: TensorData>(
+fn find_weights<'a, T: TensorData<crate::Error>>(
     tensors: &'a [T],
     by_name: &HashMap<&'a str, usize>,
     metadata: Option<&Metadata>,
@@ -799,7 +799,7 @@ fn find_weights<'a, T: TensorData>(
 /// # Errors
 /// Parameters that are missing, contradict the file's, or do not fit a
 /// weight's parts; an output dtype that cannot hold floats.
-pub fn dequantize_plan<'a, T: TensorData>(
+pub fn dequantize_plan<'a, T: TensorData<crate::Error>>(
     tensors: &'a [T],
     metadata: Option<&Metadata>,
     opts: &DequantizeOptions,
@@ -848,7 +848,7 @@ pub fn dequantize_plan<'a, T: TensorData>(
                 .push((weight.name.clone(), scheme, dtype));
         }
         let by_name = by_name.clone();
-        plan.push(vec![out], move |sink: &dyn Sink| {
+        plan.push(vec![out], move |sink: &dyn Sink<crate::Error>| {
             let part = |n: &str| by_name.get(n).and_then(|&i| tensors.get(i));
             dequantize_into(sink, out, &weight, (dtype, requested), part)
         });
@@ -859,8 +859,8 @@ pub fn dequantize_plan<'a, T: TensorData>(
 
 /// Dequantizes one weight into output `out` of `dtype`, a batch of rows at
 /// a time; `requested` is the dtype asked for, if any.
-fn dequantize_into<'a, T: TensorData + 'a>(
-    sink: &dyn Sink,
+fn dequantize_into<'a, T: TensorData<crate::Error> + 'a>(
+    sink: &dyn Sink<crate::Error>,
     out: usize,
     weight: &LogicalWeight<'a>,
     (dtype, requested): (Dtype, Option<Dtype>),
@@ -904,7 +904,6 @@ fn dequantize_into<'a, T: TensorData + 'a>(
             parts
                 .iter()
                 .try_for_each(|bytes| sink.write(out, (first_row * row_bytes) as u64, bytes))
-                .map_err(Error::from)
         },
     )
 }
@@ -914,7 +913,7 @@ fn dequantize_into<'a, T: TensorData + 'a>(
 ///
 /// # Errors
 /// As [`dequantize_plan`], or a failed write (naming `path`).
-pub fn dequantize_file<T: TensorData>(
+pub fn dequantize_file<T: TensorData<crate::Error>>(
     path: impl AsRef<Path>,
     tensors: &[T],
     metadata: Option<&Metadata>,

@@ -52,7 +52,7 @@ use crate::{Dtype, Result};
 /// assert!(values.iter().zip(&w).all(|(a, b)| (a - b).abs() <= 4.0 / 7.0 / 2.0 + 1e-3));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub fn dequantize_weight<T: TensorData>(
+pub fn dequantize_weight<T: TensorData<crate::Error>>(
     weight: &LogicalWeight<'_>,
     tensors: &[T],
 ) -> Result<Vec<f32>> {
@@ -100,7 +100,10 @@ pub fn dequantize_weight<T: TensorData>(
 /// any shapes; the row arithmetic relies on what those rules check (an
 /// even group dividing the inputs, MLX's widths and group sizes, scales
 /// of `[out, in / group]`), so anything else is a [`QuantError::Layout`].
-fn check_storage<T: TensorData>(weight: &LogicalWeight<'_>, tensors: &[T]) -> Result<()> {
+fn check_storage<T: TensorData<crate::Error>>(
+    weight: &LogicalWeight<'_>,
+    tensors: &[T],
+) -> Result<()> {
     // Only the weight's own parts are looked at.
     let lookup = |n: &str| -> Option<TensorInfo<'_>> {
         if !weight.parts.contains(&n) {
@@ -164,7 +167,10 @@ pub(super) fn default_arith(weight: &LogicalWeight<'_>) -> Arith {
 /// The element count of a weight's logical shape, checked (before anything
 /// is allocated: the fields of a weight are public) against the values its
 /// stored codes hold.
-pub(super) fn checked_numel<T: TensorData>(weight: &LogicalWeight<'_>, codes: &T) -> Result<usize> {
+pub(super) fn checked_numel<T: TensorData<crate::Error>>(
+    weight: &LogicalWeight<'_>,
+    codes: &T,
+) -> Result<usize> {
     let bits = match weight.storage {
         None => u64::from(codes.dtype().bits()),
         Some(s) => s.bits(),
@@ -244,7 +250,7 @@ impl<T> Clone for RowSource<'_, T> {
 
 /// A part's `len` bytes at `at`, or the error: a part shorter than its
 /// shape, or a failed read.
-fn span<'s, T: TensorData>(
+fn span<'s, T: TensorData<crate::Error>>(
     part: &'s T,
     at: usize,
     len: usize,
@@ -258,10 +264,10 @@ fn span<'s, T: TensorData>(
             QuantError::Layout("a part is shorter than its shape".into()),
         ));
     }
-    Ok(part.bytes_at(at as u64, len, raw)?)
+    part.bytes_at(at as u64, len, raw)
 }
 
-impl<'a, T: TensorData> RowSource<'a, T> {
+impl<'a, T: TensorData<crate::Error>> RowSource<'a, T> {
     /// The rows of `w`, whose parts `part(j)` gives in the order of
     /// `w.parts`; floating-point modes compute in `arith` (the output's).
     /// The parts' shapes must be the layout's (as
@@ -463,7 +469,7 @@ impl<T> Clone for WeightRows<'_, T> {
     }
 }
 
-impl<'a, T: TensorData> WeightRows<'a, T> {
+impl<'a, T: TensorData<crate::Error>> WeightRows<'a, T> {
     /// The rows of a quantized `weight` whose parts are in `tensors`.
     ///
     /// # Errors
@@ -507,7 +513,7 @@ impl<'a, T: TensorData> WeightRows<'a, T> {
 
 /// Checks a tensor's bytes against its shape and dtype (a [`TensorData`]
 /// from outside may disagree).
-pub(super) fn check_len<T: TensorData>(t: &T) -> Result<()> {
+pub(super) fn check_len<T: TensorData<crate::Error>>(t: &T) -> Result<()> {
     let spec = TensorSpec::new(t.name(), t.dtype(), t.shape());
     let expected = spec.byte_len()?;
     if t.byte_len() != expected {
