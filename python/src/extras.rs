@@ -211,7 +211,9 @@ pub fn inspect_json(
                         .map_err(|e| remote::io_error(u, e.into()))?;
                     return Ok(describe::file_at(&path, file.header(), &digest, &dir).to_json());
                 }
-                let file = tensorfile::SafeTensors::open_pread(&path)?;
+                let source = tensorfile::FileSource::open(&path)
+                    .map_err(|e| tensorfile::CoreError::io(&path, e))?;
+                let file = tensorfile::SafeTensors::from_source(source, &ReadOptions::default())?;
                 let digests = digests_of(&file, hash)?;
                 let digest = |n: &str| digests.get(n).cloned();
                 Ok(describe::file(&path, file.header(), &digest).to_json())

@@ -14,6 +14,7 @@ use hashbrown::HashTable;
 use crate::accept::Accept;
 use crate::dtype::{numel, Dtype};
 use crate::error::FormatError;
+use crate::file::Backend;
 use crate::{Metadata, DEFAULT_MAX_HEADER_LEN};
 
 mod keys;
@@ -31,6 +32,11 @@ pub struct ReadOptions {
     /// The dtypes the caller accepts, checked after a successful parse.
     /// Default: every dtype.
     pub accept: Accept,
+    /// Where [`SafeTensors::open_with`](crate::SafeTensors::open_with) keeps
+    /// a file's bytes: mapped, or read into memory the process owns.
+    /// Default: [`Backend::Map`]. Other ways in read through their own
+    /// source and ignore it.
+    pub backend: Backend,
 }
 
 impl Default for ReadOptions {
@@ -38,6 +44,7 @@ impl Default for ReadOptions {
         ReadOptions {
             max_header_len: DEFAULT_MAX_HEADER_LEN,
             accept: Accept::default(),
+            backend: Backend::default(),
         }
     }
 }
@@ -46,6 +53,13 @@ impl ReadOptions {
     /// Sets the header cap.
     pub fn max_header_len(mut self, limit: u64) -> Self {
         self.max_header_len = limit;
+        self
+    }
+
+    /// Sets where [`SafeTensors::open_with`](crate::SafeTensors::open_with)
+    /// keeps the file's bytes.
+    pub fn backend(mut self, backend: Backend) -> Self {
+        self.backend = backend;
         self
     }
 
