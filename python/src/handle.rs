@@ -173,7 +173,7 @@ impl Source {
                 )?,
                 files: Vec::new(),
             }),
-            _ => Ok(Source::Remote(Box::new(remote::open_file(
+            _ => Ok(Source::Remote(Box::new(remote::single_file(
                 url, client, &read,
             )?))),
         }
@@ -625,7 +625,7 @@ pub fn load_file(
 /// before anything else is asked for), then the rest with parallel range
 /// requests, validated again as bytes of the process's own.
 fn load_remote(url: &str, client: &Arc<Client>) -> tensorfile::Result<SafeTensors> {
-    let file = remote::open_file(url, client, &ReadOptions::default())?;
+    let file = remote::single_file(url, client, &ReadOptions::default())?;
     let too_big = |e: std::io::Error| remote::io_error(url, e);
     let len = usize::try_from(ByteSource::len(file.source())).map_err(|_| {
         too_big(std::io::Error::new(

@@ -17,7 +17,7 @@ pub use tensorfile_remote::url_of;
 /// Opens one remote safetensors file through the library's way in, read
 /// through `client`: its header (one request when it fits in 64 KiB) and
 /// metadata whole.
-pub fn open_file(
+pub fn single_file(
     url: &str,
     client: &Arc<Client>,
     options: &ReadOptions,

@@ -83,7 +83,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     // underneath is an error, not a signal); a summary needs only the
     // header (a remote file is opened with one request for it).
     let (local, remote) = match super::remote::url(&args.file) {
-        Some(url) => (None, Some(super::remote::open_file(url, &options)?)),
+        Some(url) => (None, Some(super::remote::single_file(url, &options)?)),
         None if args.hash => (
             Some(SafeTensors::from_source(
                 FileSource::open(&args.file)

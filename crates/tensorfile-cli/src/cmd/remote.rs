@@ -87,7 +87,7 @@ pub fn open_set(path: &Path, read: &ReadOptions) -> tensorfile::Result<ShardedTe
 
 /// Opens one remote safetensors file through the library's way in: its
 /// header (one request when it fits in 64 KiB) and metadata whole.
-pub fn open_file(
+pub fn single_file(
     url: &str,
     read: &ReadOptions,
 ) -> tensorfile::Result<SafeTensors<Box<dyn ByteSource>>> {
