@@ -22,7 +22,7 @@ use std::ops::Deref;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
-use crate::header::{Header, ReadOptions, TensorInfo};
+use crate::header::{Backend, Header, ReadOptions, TensorInfo};
 use crate::slice::{SliceArg, TensorSlice};
 use crate::source::{open_regular, ByteSource, FileSource, InMemory, LoadedFile, MappedFile};
 use crate::view::TensorView;
@@ -32,20 +32,6 @@ use crate::Metadata;
 /// How many bytes the first read of a header asks for: most headers fit,
 /// so a file whose header is read from a remote source costs one request.
 pub const HEADER_PROBE: u64 = 64 << 10;
-
-/// Where [`SafeTensors::open_with`] keeps a file's bytes
-/// ([`ReadOptions::backend`]).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Backend {
-    /// A read-only memory map: nothing is copied, but the file must not be
-    /// truncated while it is open (see [`SafeTensors::open`]).
-    #[default]
-    Map,
-    /// The whole file read into memory the process owns: nothing done to
-    /// the file later affects what was read.
-    Load,
-}
 
 /// Where the bytes of the default [`SafeTensors`] live: a memory map, a
 /// file read into memory, or an owned buffer.

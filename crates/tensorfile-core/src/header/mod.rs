@@ -14,11 +14,24 @@ use hashbrown::HashTable;
 use crate::accept::Accept;
 use crate::dtype::{numel, Dtype};
 use crate::error::FormatError;
-use crate::file::Backend;
 use crate::{Metadata, DEFAULT_MAX_HEADER_LEN};
 
 mod keys;
 mod parse;
+
+/// Where [`SafeTensors::open_with`](crate::SafeTensors::open_with) keeps a file's bytes
+/// ([`ReadOptions::backend`](ReadOptions::backend)).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Backend {
+    /// A read-only memory map: nothing is copied, but the file must not be
+    /// truncated while it is open (see [`SafeTensors::open`](crate::SafeTensors::open)).
+    #[default]
+    Map,
+    /// The whole file read into memory the process owns: nothing done to
+    /// the file later affects what was read.
+    Load,
+}
 
 /// Options for reading a file.
 #[derive(Debug, Clone)]
