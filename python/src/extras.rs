@@ -100,7 +100,7 @@ fn header_of(
     client: &Arc<Client>,
 ) -> tensorfile::Result<Header> {
     match remote::url(path) {
-        Some(u) => Ok(remote::open_file(u, client, options)?.header().clone()),
+        Some(u) => Ok(remote::single_file(u, client, options)?.header().clone()),
         None => Ok(read_header_from_path(path, options)?),
     }
 }
@@ -203,7 +203,7 @@ pub fn inspect_json(
                 // A remote file: its header (one request), and its tensors'
                 // bytes only when hashing.
                 if let Some(u) = remote::url(&path) {
-                    let file = remote::open_file(u, &client, &ReadOptions::default())?;
+                    let file = remote::single_file(u, &client, &ReadOptions::default())?;
                     let digests = digests_of(&file, hash)?;
                     let digest = |n: &str| digests.get(n).cloned();
                     // A config.json beside it is looked for remotely too.
@@ -211,7 +211,9 @@ pub fn inspect_json(
                         .map_err(|e| remote::io_error(u, e.into()))?;
                     return Ok(describe::file_at(&path, file.header(), &digest, &dir).to_json());
                 }
-                let file = tensorfile::SafeTensors::open_pread(&path)?;
+                let source = tensorfile::FileSource::open(&path)
+                    .map_err(|e| tensorfile::CoreError::io(&path, e))?;
+                let file = tensorfile::SafeTensors::from_source(source, &ReadOptions::default())?;
                 let digests = digests_of(&file, hash)?;
                 let digest = |n: &str| digests.get(n).cloned();
                 Ok(describe::file(&path, file.header(), &digest).to_json())

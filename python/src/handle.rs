@@ -26,7 +26,7 @@ use tensorfile::{
     ByteSource, Dtype, FileSource, Metadata, ReadOptions, SafeTensors, SliceArg, TensorInfo,
 };
 use tensorfile_core::{PrivateMap, ShardedTensors, TensorSlice};
-use tensorfile_remote::{Client, RemoteFile};
+use tensorfile_remote::Client;
 
 use crate::buffer::{Buffer, Memory};
 use crate::errors;
@@ -72,7 +72,7 @@ enum Source {
     Bytes(SafeTensors),
     /// One remote safetensors file (its header read with one range request
     /// when it fits in 64 KiB).
-    Remote(Box<SafeTensors<RemoteFile>>),
+    Remote(Box<SafeTensors<Box<dyn ByteSource>>>),
     /// A sharded set or a model directory, local or remote; with `map`, each
     /// local shard's file is kept open (in `files`, in the order of the
     /// shards) to map from (none for a remote set: its tensors are read).
@@ -137,7 +137,10 @@ impl Source {
         if meta.is_dir() || is_json {
             return Source::open_set(path, backend);
         }
-        match SafeTensors::open_pread(path) {
+        let opened = FileSource::open(path)
+            .map_err(|e| tensorfile_core::Error::io(path, e))
+            .and_then(|source| SafeTensors::from_source(source, &ReadOptions::default()));
+        match opened {
             Ok(file) => Ok(Source::File {
                 file,
                 map: backend == Backend::Mmap,
@@ -145,7 +148,7 @@ impl Source {
             Err(err) => {
                 // A file of another kind is named as such, not as a broken rule.
                 if err.rule().is_some() {
-                    if let Ok(kind) = tensorfile::detect(path) {
+                    if let Ok(kind) = tensorfile::probe(path).map(|p| p.kind()) {
                         if !kind.is_safetensors() {
                             return Err(not_safetensors(path, kind));
                         }
@@ -170,14 +173,14 @@ impl Source {
                 )?,
                 files: Vec::new(),
             }),
-            _ => Ok(Source::Remote(Box::new(remote::open_file(
+            _ => Ok(Source::Remote(Box::new(remote::single_file(
                 url, client, &read,
             )?))),
         }
     }
 
     fn open_set(path: &Path, backend: Backend) -> tensorfile::Result<Source> {
-        let kind = tensorfile::detect(path)?;
+        let kind = tensorfile::probe(path)?.kind();
         if !kind.is_safetensors() {
             return Err(not_safetensors(path, kind));
         }
@@ -373,7 +376,12 @@ impl Handle {
     fn from_bytes(py: Python<'_>, data: &[u8]) -> PyResult<Handle> {
         let bytes = data.to_vec();
         let file = py
-            .detach(|| SafeTensors::from_bytes(bytes))
+            .detach(|| {
+                SafeTensors::from_source(
+                    tensorfile_core::file::Backing::Owned(bytes),
+                    &ReadOptions::default(),
+                )
+            })
             .map_err(|e| errors::error(e.into()))?;
         Ok(Handle::new_open(Source::Bytes(file), None))
     }
@@ -398,9 +406,7 @@ impl Handle {
             .detach(|| {
                 let source = FileSource::from_file(File::from(owned), &name)
                     .map_err(|e| tensorfile_core::Error::io(&name, e))?;
-                SafeTensors::from_source(source)
-                    .map(|f| f.named(&name))
-                    .map_err(|e| e.at(&name))
+                SafeTensors::from_source(source, &ReadOptions::default())
             })
             .map_err(|e| errors::error(e.into()))?;
         let source = Source::File {
@@ -417,7 +423,7 @@ impl Handle {
         let source = PyFile::new(py, file)?;
         let file = py
             .detach(|| {
-                SafeTensors::from_source(source)
+                SafeTensors::from_source(source, &ReadOptions::default())
                     .map(|f| f.named(&name))
                     .map_err(|e| e.at(&name))
             })
@@ -605,7 +611,12 @@ pub fn load_file(
             .map_err(errors::error);
     }
     let file = py
-        .detach(|| SafeTensors::load(&path))
+        .detach(|| {
+            SafeTensors::open_with(
+                &path,
+                &ReadOptions::default().backend(tensorfile::Backend::Load),
+            )
+        })
         .map_err(|e| errors::error(e.into()))?;
     Ok(buffers_of(file))
 }
@@ -614,7 +625,7 @@ pub fn load_file(
 /// before anything else is asked for), then the rest with parallel range
 /// requests, validated again as bytes of the process's own.
 fn load_remote(url: &str, client: &Arc<Client>) -> tensorfile::Result<SafeTensors> {
-    let file = remote::open_file(url, client, &ReadOptions::default())?;
+    let file = remote::single_file(url, client, &ReadOptions::default())?;
     let too_big = |e: std::io::Error| remote::io_error(url, e);
     let len = usize::try_from(ByteSource::len(file.source())).map_err(|_| {
         too_big(std::io::Error::new(
@@ -630,8 +641,15 @@ fn load_remote(url: &str, client: &Arc<Client>) -> tensorfile::Result<SafeTensor
     file.source()
         .read_exact_at(0, &mut bytes)
         .map_err(|e| remote::io_error(url, e))?;
-    let name = file.source().name().to_string();
-    SafeTensors::from_bytes(bytes).map_err(|e| tensorfile::Error::from(e.at(name)))
+    let name = file
+        .path()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| tensorfile_remote::public_name(url).into());
+    SafeTensors::from_source(
+        tensorfile_core::file::Backing::Owned(bytes),
+        &ReadOptions::default(),
+    )
+    .map_err(|e| tensorfile::Error::from(e.at(name)))
 }
 
 /// Tensors of a file held in `data` (copied once into memory of their own),
@@ -640,7 +658,12 @@ fn load_remote(url: &str, client: &Arc<Client>) -> tensorfile::Result<SafeTensor
 pub fn load_bytes(py: Python<'_>, data: &[u8]) -> PyResult<Vec<(String, Buffer)>> {
     let bytes = data.to_vec();
     let file = py
-        .detach(|| SafeTensors::from_bytes(bytes))
+        .detach(|| {
+            SafeTensors::from_source(
+                tensorfile_core::file::Backing::Owned(bytes),
+                &ReadOptions::default(),
+            )
+        })
         .map_err(|e| errors::error(e.into()))?;
     Ok(buffers_of(file))
 }

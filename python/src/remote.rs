@@ -9,9 +9,32 @@ use std::time::Duration;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::PyResult;
+use tensorfile::{ByteSource, ReadOptions, SafeTensors};
 use tensorfile_remote::{Client, RemoteOptions};
 
-pub use tensorfile_remote::{open_file, url_of};
+pub use tensorfile_remote::url_of;
+
+/// Opens one remote safetensors file through the library's way in, read
+/// through `client`: its header (one request when it fits in 64 KiB) and
+/// metadata whole.
+pub fn single_file(
+    url: &str,
+    client: &Arc<Client>,
+    options: &ReadOptions,
+) -> tensorfile::Result<SafeTensors<Box<dyn ByteSource>>> {
+    let probed = tensorfile::probe(url)?;
+    let not_a_file = || {
+        let e = std::io::Error::new(std::io::ErrorKind::InvalidInput, "a directory, not a file");
+        tensorfile::Error::io(tensorfile_remote::public_name(url), e)
+    };
+    if probed.kind() != tensorfile::InputKind::Safetensors {
+        return Err(not_a_file());
+    }
+    let options = tensorfile::OpenOptions::default()
+        .with_read(options.clone())
+        .with_client(client.clone());
+    probed.open(&options)?.into_file().ok_or_else(not_a_file)
+}
 
 /// The client of one call's remote reads. Without a timeout, the client
 /// every such call of the process shares: one pool of connections and one

@@ -22,7 +22,7 @@ use crate::handle::parse_dtype;
 
 /// Opens a safetensors input, naming what else it is.
 fn open_input(path: &Path) -> tensorfile::Result<Input> {
-    let kind = tensorfile::detect(path)?;
+    let kind = tensorfile::probe(path)?.kind();
     if !kind.is_safetensors() {
         let e = std::io::Error::new(
             std::io::ErrorKind::InvalidData,
@@ -74,8 +74,9 @@ pub fn convert<'py>(
     d.set_item("output", output.display().to_string())?;
     d.set_item("dtype", dtype.map(|d| d.name()))?;
     let kind = py
-        .detach(|| tensorfile::detect(&input))
-        .map_err(errors::error)?;
+        .detach(|| tensorfile::probe(&input))
+        .map_err(errors::error)?
+        .kind();
     if matches!(kind, Kind::Pytorch | Kind::PytorchSet) {
         let (format, written, tensors, aliases, cast_count, losses) = py
             .detach(|| {

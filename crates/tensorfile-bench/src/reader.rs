@@ -6,7 +6,7 @@ use std::path::Path;
 
 use memmap2::Mmap;
 use serde::de::IgnoredAny;
-use tensorfile::{Header, ReadOptions, SafeTensors};
+use tensorfile::{Backend, Header, ReadOptions, SafeTensors};
 
 use crate::fixture::{self, sum_words};
 use crate::measure::{fmt_bytes, fmt_time, interleave, speedup, Case, Measured};
@@ -312,7 +312,7 @@ pub fn load(cfg: &Config, big: &Path) -> Result<String, BenchError> {
         Case::new(
             "tensorfile `SafeTensors::load`",
             1,
-            || match SafeTensors::load(big) {
+            || match SafeTensors::open_with(big, &ReadOptions::default().backend(Backend::Load)) {
                 Ok(st) => digest(st.tensors().map(|t| t.data())),
                 Err(_) => u64::MAX,
             },

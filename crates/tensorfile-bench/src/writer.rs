@@ -5,7 +5,7 @@ use std::fs::File;
 use std::io::Write;
 use std::path::Path;
 
-use tensorfile::{Dtype, SafeTensors};
+use tensorfile::{Backend, Dtype, ReadOptions, SafeTensors};
 use tensorfile_core::writer::{serialize, TensorRef, WriteOptions};
 
 use crate::fixture;
@@ -27,7 +27,8 @@ fn remove(path: &Path) {
 pub fn write(cfg: &Config, big: &Path) -> Result<String, BenchError> {
     // The source: every tensor in memory. The baselines write the
     // canonical file's bytes, made once here, with one `write_all`.
-    let source = SafeTensors::load(big).map_err(bench_err("loading the source"))?;
+    let load = ReadOptions::default().backend(Backend::Load);
+    let source = SafeTensors::open_with(big, &load).map_err(bench_err("loading the source"))?;
     let views: Vec<_> = source.tensors().collect();
     let canonical = serialize(&views, None).map_err(bench_err("serializing"))?;
     let header_len = fixture::header_len(&canonical);

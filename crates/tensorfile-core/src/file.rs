@@ -10,9 +10,9 @@
 //! | way in | source | zero-copy views | safe if truncated underneath |
 //! | --- | --- | --- | --- |
 //! | [`SafeTensors::open`] | memory map | yes | no (`SIGBUS`) |
-//! | [`SafeTensors::open_pread`] | positional reads | no (reads) | yes |
-//! | [`SafeTensors::load`] | file read into memory | yes | yes |
-//! | [`SafeTensors::from_bytes`] | an owned `Vec<u8>` | yes | yes |
+//! | [`SafeTensors::open_with`], [`Backend::Load`] | file read into memory | yes | yes |
+//! | [`SafeTensors::from_source`] of a [`FileSource`] | positional reads | no (reads) | yes |
+//! | [`SafeTensors::from_source`] of a `Vec<u8>` | an owned buffer | yes | yes |
 //! | [`SafeTensors::from_slice`] | a borrowed `&[u8]` | yes | yes |
 //! | [`SafeTensors::from_source`] | any [`ByteSource`] | where it lends | as the source |
 
@@ -21,8 +21,8 @@ use std::io::{Read, Seek, SeekFrom};
 use std::ops::Deref;
 use std::path::{Path, PathBuf};
 
-use crate::error::{Error, FormatError, Result};
-use crate::header::{Header, ReadOptions, TensorInfo};
+use crate::error::{Error, Result};
+use crate::header::{Backend, Header, ReadOptions, TensorInfo};
 use crate::slice::{SliceArg, TensorSlice};
 use crate::source::{open_regular, ByteSource, FileSource, InMemory, LoadedFile, MappedFile};
 use crate::view::TensorView;
@@ -37,11 +37,11 @@ pub const HEADER_PROBE: u64 = 64 << 10;
 /// file read into memory, or an owned buffer.
 #[derive(Debug)]
 pub enum Backing {
-    /// A read-only memory map of the file ([`SafeTensors::open`]).
+    /// A read-only memory map of the file ([`Backend::Map`]).
     Mapped(MappedFile),
-    /// The file read into memory the process owns ([`SafeTensors::load`]).
+    /// The file read into memory the process owns ([`Backend::Load`]).
     Loaded(LoadedFile),
-    /// A caller's buffer ([`SafeTensors::from_bytes`]).
+    /// A caller's buffer (given to [`SafeTensors::from_source`]).
     Owned(Vec<u8>),
 }
 
@@ -98,10 +98,11 @@ impl SafeTensors {
     /// tensors borrow from the map.
     ///
     /// The map's contract holds: if another process truncates the file while
-    /// it is open, touching its bytes kills the process with `SIGBUS`. Use
-    /// [`SafeTensors::open_pread`] or [`SafeTensors::load`] where that
-    /// matters (tensorfile's own writer replaces files by renaming, which
-    /// is safe).
+    /// it is open, touching its bytes kills the process with `SIGBUS`. Read
+    /// it into memory ([`Backend::Load`] with [`SafeTensors::open_with`]) or
+    /// with positional reads ([`SafeTensors::from_source`] of a
+    /// [`FileSource`]) where that matters (tensorfile's own writer replaces
+    /// files by renaming, which is safe).
     ///
     /// # Errors
     /// The file cannot be opened (or is not a regular file), or breaks a
@@ -110,12 +111,22 @@ impl SafeTensors {
         SafeTensors::open_with(path, &ReadOptions::default())
     }
 
-    /// [`SafeTensors::open`] with options.
+    /// [`SafeTensors::open`] with options; [`ReadOptions::backend`] says
+    /// whether the file is mapped ([`Backend::Map`]) or read into memory
+    /// ([`Backend::Load`]).
     ///
     /// # Errors
-    /// As [`SafeTensors::open`].
+    /// As [`SafeTensors::open`]; with [`Backend::Load`], a file truncated
+    /// while being read is an I/O error naming it.
     pub fn open_with(path: impl AsRef<Path>, options: &ReadOptions) -> Result<SafeTensors> {
         let path = path.as_ref();
+        match options.backend {
+            Backend::Map => SafeTensors::map(path, options),
+            Backend::Load => SafeTensors::load(path, options),
+        }
+    }
+
+    fn map(path: &Path, options: &ReadOptions) -> Result<SafeTensors> {
         // The header is read with plain reads, not through the map: parsing
         // then leaves the map untouched, so opening costs no page faults and
         // closing no page-table teardown (a fifth of the time to open a
@@ -130,27 +141,13 @@ impl SafeTensors {
         })
     }
 
-    /// Reads a whole file into memory the process owns, then validates it.
-    ///
-    /// The destination is anonymous memory advised to use huge pages, which
-    /// saves most of the page faults a fresh `Vec` would take; the file is
-    /// read with plain `read` calls, so it is not mapped at all and nothing
-    /// done to it later affects what was read. Tensors are aligned as in
-    /// the file, relative to a page-aligned base.
-    ///
-    /// # Errors
-    /// As [`SafeTensors::open`]; a file truncated while being read is an
-    /// I/O error naming it.
-    pub fn load(path: impl AsRef<Path>) -> Result<SafeTensors> {
-        SafeTensors::load_with(path, &ReadOptions::default())
-    }
-
-    /// [`SafeTensors::load`] with options.
-    ///
-    /// # Errors
-    /// As [`SafeTensors::load`].
-    pub fn load_with(path: impl AsRef<Path>, options: &ReadOptions) -> Result<SafeTensors> {
-        let path = path.as_ref();
+    /// Reads the whole file into memory the process owns. The destination
+    /// is anonymous memory advised to use huge pages, which saves most of
+    /// the page faults a fresh `Vec` would take; the file is read with plain
+    /// `read` calls, so it is not mapped at all and nothing done to it later
+    /// affects what was read. Tensors are aligned as in the file, relative
+    /// to a page-aligned base.
+    fn load(path: &Path, options: &ReadOptions) -> Result<SafeTensors> {
         let (file, len) = open_regular(path).map_err(|e| Error::io(path, e))?;
         // Check rule 1 before allocating anything the size of the file.
         let mut prefix = [0u8; 8];
@@ -159,57 +156,9 @@ impl SafeTensors {
             .map_err(|e| Error::io(path, e))?;
         Header::check_prefix(&prefix[..got], len, options).map_err(|e| Error::from(e).at(path))?;
         let loaded = LoadedFile::read(&file, len).map_err(|e| Error::io(path, e))?;
-        SafeTensors::from_source_with(Backing::Loaded(loaded), options)
+        SafeTensors::from_source(Backing::Loaded(loaded), options)
             .map(|f| f.named(path))
             .map_err(|e| e.at(path))
-    }
-
-    /// Validates a file held in a byte buffer, taking ownership of it.
-    ///
-    /// # Errors
-    /// The bytes break a reader rule.
-    pub fn from_bytes(bytes: Vec<u8>) -> Result<SafeTensors> {
-        SafeTensors::from_bytes_with(bytes, &ReadOptions::default())
-    }
-
-    /// [`SafeTensors::from_bytes`] with options.
-    ///
-    /// # Errors
-    /// As [`SafeTensors::from_bytes`].
-    pub fn from_bytes_with(bytes: Vec<u8>, options: &ReadOptions) -> Result<SafeTensors> {
-        SafeTensors::from_source_with(Backing::Owned(bytes), options)
-    }
-
-    /// Reads a whole stream, then validates it. The header length is
-    /// checked against the cap before the rest is read.
-    ///
-    /// # Errors
-    /// A read fails, or the bytes break a reader rule.
-    pub fn from_reader(mut reader: impl Read) -> Result<SafeTensors> {
-        SafeTensors::from_reader_with(&mut reader, &ReadOptions::default())
-    }
-
-    /// [`SafeTensors::from_reader`] with options.
-    ///
-    /// # Errors
-    /// As [`SafeTensors::from_reader`].
-    pub fn from_reader_with(mut reader: impl Read, options: &ReadOptions) -> Result<SafeTensors> {
-        let mut bytes = Vec::new();
-        let mut prefix = [0u8; 8];
-        let got = read_up_to(&mut reader, &mut prefix)?;
-        bytes.extend_from_slice(&prefix[..got]);
-        if got == 8 {
-            let n = u64::from_le_bytes(prefix);
-            if n > options.max_header_len {
-                return Err(FormatError::HeaderTooLarge {
-                    header_len: n,
-                    limit: options.max_header_len,
-                }
-                .into());
-            }
-            reader.read_to_end(&mut bytes)?;
-        }
-        SafeTensors::from_bytes_with(bytes, options)
     }
 }
 
@@ -221,59 +170,31 @@ impl<'a> SafeTensors<&'a [u8]> {
     /// # Errors
     /// The bytes break a reader rule.
     pub fn from_slice(bytes: &'a [u8]) -> Result<SafeTensors<&'a [u8]>> {
-        SafeTensors::from_source_with(bytes, &ReadOptions::default())
-    }
-}
-
-impl SafeTensors<FileSource> {
-    /// Opens a file for positional reads (`pread`): the header is read and
-    /// validated, tensors are read into caller memory on demand, and the
-    /// file is never mapped. Safe on network file systems and against the
-    /// file being truncated underneath: a read then fails with an I/O error
-    /// naming the file ("changed or truncated while being read").
-    ///
-    /// # Errors
-    /// As [`SafeTensors::open`].
-    pub fn open_pread(path: impl AsRef<Path>) -> Result<SafeTensors<FileSource>> {
-        SafeTensors::open_pread_with(path, &ReadOptions::default())
-    }
-
-    /// [`SafeTensors::open_pread`] with options.
-    ///
-    /// # Errors
-    /// As [`SafeTensors::open`].
-    pub fn open_pread_with(
-        path: impl AsRef<Path>,
-        options: &ReadOptions,
-    ) -> Result<SafeTensors<FileSource>> {
-        let path = path.as_ref();
-        let source = FileSource::open(path).map_err(|e| Error::io(path, e))?;
-        SafeTensors::from_source_with(source, options)
-            .map(|f| f.named(path))
-            .map_err(|e| e.at(path))
+        SafeTensors::from_source(bytes, &ReadOptions::default())
     }
 }
 
 impl<S: ByteSource> SafeTensors<S> {
     /// Reads and validates the header of any byte source (see
-    /// [`read_header_from`]); the data is read later, on demand.
+    /// [`read_header_from`]); the data is read later, on demand. An owned
+    /// buffer (`Vec<u8>`, or [`Backing::Owned`] for the default type) gives
+    /// zero-copy views; a [`FileSource`] gives positional reads, safe
+    /// against the file being truncated underneath (a read then fails with
+    /// an I/O error naming the file); a remote file, range requests.
     ///
     /// # Errors
-    /// A read fails, or the source breaks a reader rule.
-    pub fn from_source(source: S) -> Result<SafeTensors<S>> {
-        SafeTensors::from_source_with(source, &ReadOptions::default())
-    }
-
-    /// [`SafeTensors::from_source`] with options.
-    ///
-    /// # Errors
-    /// As [`SafeTensors::from_source`].
-    pub fn from_source_with(source: S, options: &ReadOptions) -> Result<SafeTensors<S>> {
-        let header = read_header_from(&source, options)?;
+    /// A read fails, or the source breaks a reader rule; the error names
+    /// the file when the source knows it ([`ByteSource::path`]).
+    pub fn from_source(source: S, options: &ReadOptions) -> Result<SafeTensors<S>> {
+        let path = source.path().map(Path::to_path_buf);
+        let header = read_header_from(&source, options).map_err(|e| match &path {
+            Some(p) => e.at(p),
+            None => e,
+        })?;
         Ok(SafeTensors {
             source,
             header,
-            path: None,
+            path,
         })
     }
 

@@ -63,7 +63,7 @@ pub use atomic::{
 pub use dtype::Dtype;
 pub use error::{Error, ErrorKind, FormatError, OutputError, ParseError, Result, WriteError};
 pub use file::{read_header, read_header_from, read_header_from_path, FileTensor, SafeTensors};
-pub use header::{Header, ReadOptions, TensorInfo};
+pub use header::{Backend, Header, ReadOptions, TensorInfo};
 pub use json_object::JsonObject;
 pub use kind::{is_url, url_of, Kind as InputKind};
 pub use plan::Plan;

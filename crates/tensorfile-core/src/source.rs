@@ -69,6 +69,12 @@ pub trait ByteSource: Send + Sync {
         None
     }
 
+    /// The file (or URL) the bytes come from, when the source knows it:
+    /// readers name it in their errors.
+    fn path(&self) -> Option<&Path> {
+        None
+    }
+
     /// Fills several buffers, each from its offset. Sources where a request
     /// is expensive (remote objects) override this to coalesce neighbouring
     /// ranges and run them concurrently; the default reads them in turn.
@@ -138,12 +144,15 @@ macro_rules! in_memory {
 }
 
 in_memory!(&[u8], Vec<u8>, Box<[u8]>, Arc<[u8]>);
-in_memory!(held: MappedFile, LoadedFile);
+in_memory!(held: LoadedFile);
 pub(crate) use in_memory;
 
 impl<S: ByteSource + ?Sized> ByteSource for Arc<S> {
     fn len(&self) -> u64 {
         (**self).len()
+    }
+    fn path(&self) -> Option<&Path> {
+        (**self).path()
     }
     fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         (**self).read_exact_at(offset, buf)
@@ -159,6 +168,9 @@ impl<S: ByteSource + ?Sized> ByteSource for Arc<S> {
 impl<S: ByteSource + ?Sized> ByteSource for Box<S> {
     fn len(&self) -> u64 {
         (**self).len()
+    }
+    fn path(&self) -> Option<&Path> {
+        (**self).path()
     }
     fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         (**self).read_exact_at(offset, buf)
@@ -342,6 +354,9 @@ impl ByteSource for FileSource {
     fn len(&self) -> u64 {
         self.len
     }
+    fn path(&self) -> Option<&Path> {
+        Some(&self.path)
+    }
     fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         read_file_at(&self.file, self.len, offset, buf)
     }
@@ -408,6 +423,27 @@ impl Deref for MappedFile {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
         self.map.as_deref().unwrap_or_default()
+    }
+}
+
+impl ByteSource for MappedFile {
+    fn len(&self) -> u64 {
+        <[u8]>::len(self) as u64
+    }
+    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        read_slice(self, offset, buf)
+    }
+    fn as_slice(&self) -> Option<&[u8]> {
+        Some(self)
+    }
+    fn path(&self) -> Option<&Path> {
+        Some(&self.path)
+    }
+}
+
+impl InMemory for MappedFile {
+    fn bytes(&self) -> &[u8] {
+        self
     }
 }
 

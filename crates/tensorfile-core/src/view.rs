@@ -132,7 +132,7 @@ impl<'a> TensorView<'a> {
     /// # use tensorfile_core::{Dtype, TensorRef};
     /// # let data: Vec<u8> = [1f32, 2., 3., 4.].iter().flat_map(|x| x.to_le_bytes()).collect();
     /// # let w = TensorRef { name: "w", dtype: Dtype::F32, shape: &[2, 2], data: &data };
-    /// # let file = tensorfile_core::SafeTensors::from_bytes(tensorfile_core::serialize([w], None)?)?;
+    /// # let file = tensorfile_core::SafeTensors::from_source(tensorfile_core::serialize([w], None)?, &Default::default())?;
     /// use tensorfile_core::SliceArg;
     /// let w = file.tensor("w")?; // [[1, 2], [3, 4]]
     /// let column = w.slice(&[SliceArg::full(), SliceArg::Index(1)])?;

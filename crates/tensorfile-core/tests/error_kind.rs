@@ -26,7 +26,7 @@ fn one_f32(name: &str) -> Vec<u8> {
 
 #[test]
 fn format_io_and_not_found() {
-    let broken = SafeTensors::from_bytes(vec![1, 2, 3]).unwrap_err();
+    let broken = SafeTensors::from_source(vec![1, 2, 3], &Default::default()).unwrap_err();
     assert_eq!(broken.kind(), ErrorKind::Format, "{broken}");
 
     let dir = tempfile::tempdir().unwrap();
@@ -40,14 +40,14 @@ fn format_io_and_not_found() {
     assert!(named.file().is_some(), "{named}");
     assert_eq!(named.kind(), ErrorKind::Format, "{named}");
 
-    let file = SafeTensors::from_bytes(one_f32("w")).unwrap();
+    let file = SafeTensors::from_source(one_f32("w"), &Default::default()).unwrap();
     let absent = file.tensor("nope").unwrap_err();
     assert_eq!(absent.kind(), ErrorKind::NotFound, "{absent}");
 }
 
 #[test]
 fn invalid_argument_unsupported_and_limit() {
-    let file = SafeTensors::from_bytes(one_f32("w")).unwrap();
+    let file = SafeTensors::from_source(one_f32("w"), &Default::default()).unwrap();
     let wrong_type = file.tensor("w").unwrap().as_slice::<u16>().unwrap_err();
     assert_eq!(
         wrong_type.kind(),

@@ -63,7 +63,7 @@ fn a_row_of_a_1_gib_tensor_reads_only_that_row_and_the_first_header_read() {
     ];
     let source = Counting::new(&specs);
     let header_len = source.header.len() as u64;
-    let file = SafeTensors::from_source(source).unwrap();
+    let file = SafeTensors::from_source(source, &Default::default()).unwrap();
     // One request for the header: it fits the first read.
     let after_header = file.source().bytes.load(Ordering::Relaxed);
     assert_eq!(file.source().requests.load(Ordering::Relaxed), 1);
@@ -106,7 +106,7 @@ fn a_header_longer_than_the_first_read_takes_a_second() {
         .collect();
     let source = Counting::new(&specs);
     assert!(source.header.len() as u64 > HEADER_PROBE);
-    let file = SafeTensors::from_source(source).unwrap();
+    let file = SafeTensors::from_source(source, &Default::default()).unwrap();
     assert_eq!(file.len(), 5000);
     assert_eq!(file.source().requests.load(Ordering::Relaxed), 2);
     assert_eq!(

@@ -1,7 +1,7 @@
 //! The readers of whole formats on arbitrary bytes: the safetensors header,
 //! the pickle interpreter, the zip reader and the PyTorch loader.
 
-use tensorfile::{Decode, SafeTensors, SliceArg};
+use tensorfile::{Decode, ReadOptions, SafeTensors, SliceArg};
 use tensorfile_pytorch::{Checkpoint, LoadOptions};
 use tensorfile_zip::ZipIndex;
 
@@ -9,7 +9,7 @@ use tensorfile_zip::ZipIndex;
 /// accepted files, typed views and slicing. Errors, never panics.
 pub fn header(data: &[u8]) {
     let _ = tensorfile::Header::parse(data, data.len() as u64 / 2);
-    if let Ok(file) = SafeTensors::from_bytes(data.to_vec()) {
+    if let Ok(file) = SafeTensors::from_source(data.to_vec(), &ReadOptions::default()) {
         for t in file.tensors() {
             let _ = t.to_f32_vec();
             if let Ok(s) = t.slice(&[SliceArg::range(0, 1), SliceArg::Index(-1)]) {

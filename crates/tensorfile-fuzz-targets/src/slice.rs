@@ -3,7 +3,7 @@
 //! bits`, which is how every dtype, F4 and F6 included, lays its elements
 //! out), and a slice keeps the elements NumPy's rules name, in C order.
 
-use tensorfile::{serialize, Dtype, SafeTensors, SliceArg, TensorRef};
+use tensorfile::{serialize, Dtype, ReadOptions, SafeTensors, SliceArg, TensorRef};
 
 use crate::input::{pattern, Input};
 
@@ -39,7 +39,7 @@ pub fn slice(data: &[u8]) {
     );
     // The header parser may refuse a shape (its running product can
     // overflow before a zero dimension); then there is nothing to slice.
-    let Ok(file) = file.map(SafeTensors::from_bytes) else {
+    let Ok(file) = file.map(|f| SafeTensors::from_source(f, &ReadOptions::default())) else {
         return;
     };
     let file = file.expect("a serialized file reads back");

@@ -4,7 +4,7 @@
 
 use std::collections::HashSet;
 
-use tensorfile::{serialize_with, Metadata, SafeTensors, TensorRef, WriteOptions};
+use tensorfile::{serialize_with, Metadata, ReadOptions, SafeTensors, TensorRef, WriteOptions};
 use tensorfile_core::writer::Align;
 
 use crate::input::{pattern, Input};
@@ -73,7 +73,7 @@ pub fn writer(data: &[u8]) {
         }
     };
     assert!(!refused, "wrote an invalid set: {specs:?}");
-    let file = match SafeTensors::from_bytes(bytes.clone()) {
+    let file = match SafeTensors::from_source(bytes.clone(), &ReadOptions::default()) {
         Ok(file) => file,
         // The header parser refuses some shapes the writer takes (a running
         // product that overflows before a zero dimension): not this

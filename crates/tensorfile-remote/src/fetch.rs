@@ -52,7 +52,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tensorfile_core::atomic::PartialFile;
 use tensorfile_core::set::{ShardIndex, DIR_NAMES, MAX_INDEX_LEN};
-use tensorfile_core::{ByteSource, ReadOptions, SafeTensors, ShardedTensors};
+use tensorfile_core::{ByteSource, FileSource, ReadOptions, SafeTensors, ShardedTensors};
 
 use crate::error::{Problem, RemoteError};
 use crate::http::Client;
@@ -922,7 +922,10 @@ fn finish(job: &Job, options: &FetchOptions) -> tensorfile_core::Result<FetchedF
     let name = &job.wanted.name;
     let header_checked = name.ends_with(".safetensors");
     if header_checked {
-        SafeTensors::open_pread_with(&path, &options.read).map_err(|e| fail(renamed(e, &url)))?;
+        FileSource::open(&path)
+            .map_err(|e| tensorfile_core::Error::io(&path, e))
+            .and_then(|source| SafeTensors::from_source(source, &options.read))
+            .map_err(|e| fail(renamed(e, &url)))?;
     }
     if name.ends_with(".index.json") {
         let text = std::fs::read(&path).map_err(|e| tensorfile_core::Error::io(&path, e))?;

@@ -365,7 +365,7 @@ pub fn open_file(
     dir.max_header_len = options.max_header_len;
     let name = dir.name_of(&file);
     let source = dir.open_file(&file).map_err(name_err)?;
-    SafeTensors::from_source_with(source, options)
+    SafeTensors::from_source(source, options)
         .map(|f| f.named(&name))
         .map_err(|e| e.at(&name))
 }

@@ -299,6 +299,10 @@ impl ByteSource for RemoteFile {
         self.meta.len
     }
 
+    fn path(&self) -> Option<&std::path::Path> {
+        Some(std::path::Path::new(&self.name))
+    }
+
     fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         self.read_ranges(&mut [(offset, buf)])
     }

@@ -26,7 +26,10 @@ fn every_fixture_reads_remotely_as_locally() {
         .filter(|r| r.extension().is_some_and(|e| e == "safetensors"))
     {
         let url = format!("{}/fx/{}", server.url(), rel.display());
-        let local = SafeTensors::open_pread_with(root.join(rel), &options);
+        let local = SafeTensors::from_source(
+            tensorfile_core::FileSource::open(root.join(rel)).unwrap(),
+            &options,
+        );
         let remote = tensorfile_remote::open_file(&url, &client, &options);
         match (local, remote) {
             (Ok(l), Ok(r)) => {

@@ -62,7 +62,10 @@ fn s3_objects_and_sets_read_as_local_ones() {
     }
     for key in &files {
         let url = format!("s3://tf-read/{key}");
-        let local = SafeTensors::open_pread_with(root.join(key), &options);
+        let local = SafeTensors::from_source(
+            tensorfile_core::FileSource::open(root.join(key)).unwrap(),
+            &options,
+        );
         let remote = tensorfile_remote::open_file(&url, &client, &options);
         match (local, remote) {
             (Ok(l), Ok(r)) => {

@@ -47,7 +47,11 @@ fn public_buckets_are_read_without_credentials() {
     // object is in a private bucket.
     let private = S3Bucket::create(&endpoint, "tf-private", KEY, SECRET).unwrap();
     private.put("private.safetensors", &bytes, false).unwrap();
-    let local = SafeTensors::open_pread(&path).unwrap();
+    let local = SafeTensors::from_source(
+        tensorfile_core::FileSource::open(&path).unwrap(),
+        &Default::default(),
+    )
+    .unwrap();
     let options = ReadOptions::default();
 
     // Unsigned: no credentials at all, then credentials with

@@ -24,7 +24,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use tensorfile::npz::{npz_to_safetensors, save_npz, FromNpzOptions, NpzFile, NpzWriteOptions};
-use tensorfile::{save, Dtype, SafeTensors, TensorRef, WriteOptions};
+use tensorfile::{save, Dtype, FileSource, ReadOptions, SafeTensors, TensorRef, WriteOptions};
 
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
@@ -48,7 +48,9 @@ fn peak_mib() -> f64 {
 fn child(mode: &str, input: &Path, output: &Path) {
     match mode {
         "child-to-npz" => {
-            let file = SafeTensors::open_pread(input).unwrap();
+            let file =
+                SafeTensors::from_source(FileSource::open(input).unwrap(), &ReadOptions::default())
+                    .unwrap();
             let tensors: Vec<_> = file.tensor_data().collect();
             let o = NpzWriteOptions::default()
                 .with_compress(false)

@@ -88,12 +88,6 @@ pub enum Error {
         /// The feature that reads it: `pytorch`, `gguf` or `npz`.
         feature: &'static str,
     },
-    /// A remote input (a URL) cannot be reached or read: its store, the
-    /// request, or the answer (see [`tensorfile_remote::RemoteError`]).
-    /// (Boxed: errors travel by value.)
-    #[cfg(feature = "remote")]
-    #[error(transparent)]
-    Remote(Box<tensorfile_remote::RemoteError>),
     /// An error about a named file. [`Error::detail`] gives the error
     /// without the file.
     #[error("{}: {source}", path.display())]
@@ -126,13 +120,6 @@ impl From<tensorfile_pytorch::Error> for Error {
 impl From<ShardError> for Error {
     fn from(e: ShardError) -> Error {
         Error::Core(e.into())
-    }
-}
-
-#[cfg(feature = "remote")]
-impl From<tensorfile_remote::RemoteError> for Error {
-    fn from(e: tensorfile_remote::RemoteError) -> Error {
-        Error::Remote(Box::new(e))
     }
 }
 
@@ -186,9 +173,6 @@ impl Error {
         match self {
             Error::Core(e) => Error::Core(e.at(path)),
             named @ Error::File { .. } => named,
-            // A remote error names its URL already.
-            #[cfg(feature = "remote")]
-            named @ Error::Remote(_) => named,
             other => Error::File {
                 path: path.into(),
                 source: Box::new(other),
@@ -213,8 +197,6 @@ impl Error {
             Error::Gguf(e) => e.kind(),
             #[cfg(feature = "npz")]
             Error::Npz(e) => e.kind(),
-            #[cfg(feature = "remote")]
-            Error::Remote(e) => ErrorKind::of_io(&io::Error::from(e.kind())),
         }
     }
 
@@ -243,8 +225,6 @@ impl Error {
             #[cfg(feature = "pytorch")]
             Error::Pytorch(e) => e.file(),
             Error::FeatureDisabled { path, .. } => Some(path),
-            #[cfg(feature = "remote")]
-            Error::Remote(e) => Some(Path::new(&e.url)),
             _ => None,
         }
     }
@@ -261,18 +241,12 @@ impl Error {
             Error::File { source, .. } => source.tensor(),
             #[cfg(feature = "npz")]
             Error::Npz(_) => None,
-            #[cfg(feature = "remote")]
-            Error::Remote(_) => None,
             Error::Config { .. } | Error::FeatureDisabled { .. } => None,
         }
     }
 
     /// Whether this is an I/O error saying the file does not exist.
     pub fn is_not_found_file(&self) -> bool {
-        #[cfg(feature = "remote")]
-        if let Error::Remote(e) = self.detail() {
-            return e.is_not_found();
-        }
         self.core()
             .is_some_and(tensorfile_core::Error::is_not_found_file)
     }

@@ -22,19 +22,19 @@
 //! ```
 //!
 //! ```
-//! use tensorfile::{detect, InputKind as Kind};
+//! use tensorfile::{probe, InputKind as Kind};
 //! use tensorfile::{save, Dtype, TensorRef, WriteOptions};
 //! let dir = tempfile::tempdir()?;
 //! let model = dir.path().join("model.safetensors");
 //! let w = TensorRef { name: "w", dtype: Dtype::F32, shape: &[1], data: &[0u8; 4] };
 //! save(&model, [w], None, &WriteOptions::default())?;
-//! assert_eq!(detect(&model)?, Kind::Safetensors);
+//! assert_eq!(probe(&model)?.kind(), Kind::Safetensors);
 //! // A directory holding a `model.safetensors` is a set (of one).
-//! assert_eq!(detect(dir.path())?, Kind::SafetensorsSet);
+//! assert_eq!(probe(dir.path())?.kind(), Kind::SafetensorsSet);
 //! // A legacy `torch.save`: PROTO 2, then LONG1 (its magic number).
 //! let pt = dir.path().join("old.pt");
 //! std::fs::write(&pt, b"\x80\x02\x8a\x0a")?;
-//! assert_eq!(detect(&pt)?, Kind::Pytorch);
+//! assert_eq!(probe(&pt)?.kind(), Kind::Pytorch);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
@@ -50,7 +50,7 @@ use crate::pytorch::{Checkpoint, CheckpointSet, LoadOptions};
 use crate::source::open_regular;
 use tensorfile_core::url_of;
 
-use crate::{Error, ReadOptions, ShardedTensors};
+use crate::{ByteSource, Error, ReadOptions, SafeTensors, ShardedTensors};
 
 pub(crate) use tensorfile_core::InputKind as Kind;
 
@@ -121,8 +121,7 @@ const HEAD: u64 = 512;
 /// # Errors
 /// The path cannot be read, is not a regular file or directory, or is a
 /// directory without model weights.
-pub fn detect(path: impl AsRef<Path>) -> Result<Kind, Error> {
-    let path = path.as_ref();
+fn detect(path: &Path) -> Result<Kind, Error> {
     let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
     if meta.is_dir() {
         return dir_weights(path).map(|(_, kind)| kind).ok_or_else(|| {
@@ -286,7 +285,7 @@ impl OpenOptions {
 pub enum Input {
     /// A safetensors file: a set of one shard without an index, whose
     /// [`Shard::file`](tensorfile_core::set::Shard::file) is the file (local or
-    /// remote).
+    /// remote); [`Input::into_file`] gives the file itself.
     Safetensors(ShardedTensors),
     /// A set of safetensors files: an index and its shards, or a model
     /// directory (local or remote), validated whole.
@@ -326,6 +325,16 @@ impl Input {
             Input::Npz(_) => Kind::Npz,
             #[cfg(feature = "npz")]
             Input::Npy(_) => Kind::Npy,
+        }
+    }
+
+    /// The safetensors file, if it is one ([`Kind::Safetensors`], local or
+    /// remote): its header and metadata whole, embedded digests included
+    /// (see [`ShardedTensors::into_file`]), its bytes read on demand.
+    pub fn into_file(self) -> Option<SafeTensors<Box<dyn ByteSource>>> {
+        match self {
+            Input::Safetensors(set) => set.into_file(),
+            _ => None,
         }
     }
 
@@ -462,10 +471,13 @@ fn no_remote(url: &str) -> Error {
 
 /// What the input at `path_or_url` is, without opening it: a URL by its
 /// name (see [`tensorfile_remote::kind`]), a file by its first bytes, a
-/// directory by the weights in it (see [`detect`]).
+/// directory by the model weights in it. A file that is none of
+/// the other kinds is [`Kind::Safetensors`]: the safetensors reader then
+/// says which rule it breaks.
 ///
 /// # Errors
-/// As [`detect`]; a URL without the `remote` feature.
+/// The path cannot be read, is not a regular file or directory, or is a
+/// directory without model weights; a URL without the `remote` feature.
 pub fn probe(path_or_url: impl AsRef<Path>) -> Result<Probed, Error> {
     let path = path_or_url.as_ref();
     if let Some(url) = url_of(path) {

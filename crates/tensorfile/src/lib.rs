@@ -28,7 +28,7 @@
 /// The one progress trait every long operation here takes (`&()` for none).
 pub use tensorfile_core::Progress;
 pub use tensorfile_core::{
-    read_header, save, save_plan, serialize, serialize_with, ByteSource, Dtype, ErrorKind,
+    read_header, save, save_plan, serialize, serialize_with, Backend, ByteSource, Dtype, ErrorKind,
     FileSource, FormatError, Header, Metadata, OutputError, Plan, ReadOptions, SafeTensors,
     SliceArg, TensorData, TensorInfo, TensorRef, TensorSpec, TensorView, WriteError, WriteOptions,
 };
@@ -64,7 +64,7 @@ pub mod values;
 
 pub use cast::Decode;
 pub use error::{Error, Result};
-pub use input::{detect, open, open_set, probe, Input, OpenOptions, Probed};
+pub use input::{open, open_set, probe, Input, OpenOptions, Probed};
 pub use model::Contract;
 pub use tensorfile_core::InputKind;
 pub use tensorfile_core::JsonObject;

@@ -23,7 +23,7 @@ pub struct TransformInput {
 }
 
 impl TransformInput {
-    /// Opens `path`, which [`crate::input::detect`] found to be `kind` (a
+    /// Opens `path`, which [`crate::probe`] found to be `kind` (a
     /// safetensors file or set: the caller refuses other kinds in its own
     /// words).
     ///

@@ -197,3 +197,114 @@ fn urls_open_through_the_given_client() {
     assert!(err.is_not_found_file(), "{err}");
     assert!(err.to_string().starts_with(&gone), "{err}");
 }
+
+#[test]
+fn a_single_file_keeps_its_digest_metadata_local_and_remote() {
+    use tensorfile::digest::{embed_hashes, TENSOR_SHA256_KEY};
+    use tensorfile_remote::serve::Server;
+    use tensorfile_remote::{Client, RemoteOptions};
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("hashed.safetensors");
+    fs::write(&path, three_tensors()).unwrap();
+    embed_hashes(&path, &tensorfile::WriteOptions::default()).unwrap();
+    let digests = tensorfile::SafeTensors::open(&path)
+        .unwrap()
+        .metadata()
+        .and_then(|m| m.get(TENSOR_SHA256_KEY).cloned())
+        .expect("embedded digests");
+
+    let server = Server::start().unwrap();
+    server.put("/m/hashed.safetensors", fs::read(&path).unwrap());
+    let url = format!("{}/m/hashed.safetensors", server.url());
+    let options = OpenOptions::default().with_client(Client::new(RemoteOptions::default()));
+
+    for input in [path.to_string_lossy().into_owned(), url.clone()] {
+        // The set of one leaves a file's own digests out of its union...
+        let set = set_of(open(&input, &options).unwrap(), Kind::Safetensors);
+        assert!(!set.metadata().unwrap().contains_key(TENSOR_SHA256_KEY));
+        // ...and the file itself keeps its header and metadata whole.
+        let file = open(&input, &options).unwrap().into_file().unwrap();
+        assert_eq!(file.path(), Some(Path::new(&input)));
+        let meta = file.metadata().unwrap();
+        assert_eq!(meta.get(TENSOR_SHA256_KEY), Some(&digests), "{input}");
+        assert_eq!(file.header().len(), 3);
+        let info = file.info("c").unwrap();
+        assert_eq!(&*file.read_tensor(&info).unwrap(), &[3u8; 8]);
+    }
+    // A set is not a file.
+    let bigram = fixtures().join("models").join("bigram");
+    let opened = open(&bigram, &OpenOptions::default()).unwrap();
+    assert!(opened.into_file().is_none());
+}
+
+#[test]
+fn every_safetensors_constructor_names_a_bad_file() {
+    use tensorfile::{Backend, FileSource, ReadOptions, SafeTensors};
+    use tensorfile_core::file::Backing;
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.safetensors");
+    // Rule 1: a header length past the end of the file.
+    let mut bytes = 1000u64.to_le_bytes().to_vec();
+    bytes.extend_from_slice(b"{}");
+    fs::write(&path, &bytes).unwrap();
+    let rule = SafeTensors::from_slice(&bytes).unwrap_err().rule();
+    assert!(rule.is_some());
+
+    let load = ReadOptions::default().backend(Backend::Load);
+    let named = [
+        ("open", SafeTensors::open(&path).map(|_| ())),
+        (
+            "open_with map",
+            SafeTensors::open_with(&path, &ReadOptions::default()).map(|_| ()),
+        ),
+        (
+            "open_with load",
+            SafeTensors::open_with(&path, &load).map(|_| ()),
+        ),
+        (
+            "from_source FileSource",
+            SafeTensors::from_source(FileSource::open(&path).unwrap(), &load).map(|_| ()),
+        ),
+    ];
+    for (way, result) in named {
+        let err = tensorfile::Error::from(result.unwrap_err());
+        assert_eq!(err.path(), Some(path.as_path()), "{way}: {err}");
+        assert_eq!(err.rule(), rule, "{way}: {err}");
+        assert!(
+            err.to_string().starts_with(&*path.to_string_lossy()),
+            "{way}: {err}"
+        );
+    }
+    // Bytes in memory have no file to name.
+    let unnamed = [
+        (
+            "from_source Vec",
+            SafeTensors::from_source(bytes.clone(), &ReadOptions::default()).map(|_| ()),
+        ),
+        (
+            "from_source Backing",
+            SafeTensors::from_source(Backing::Owned(bytes.clone()), &ReadOptions::default())
+                .map(|_| ()),
+        ),
+        ("from_slice", SafeTensors::from_slice(&bytes).map(|_| ())),
+    ];
+    for (way, result) in unnamed {
+        let err = tensorfile::Error::from(result.unwrap_err());
+        assert_eq!(err.path(), None, "{way}: {err}");
+        assert_eq!(err.rule(), rule, "{way}: {err}");
+    }
+    // A remote file names its URL.
+    let server = tensorfile_remote::serve::Server::start().unwrap();
+    server.put("/bad.safetensors", bytes.clone());
+    let url = format!("{}/bad.safetensors", server.url());
+    let client = tensorfile_remote::Client::new(Default::default());
+    let remote = tensorfile_remote::open_file(&url, &client, &ReadOptions::default());
+    let err = tensorfile::Error::from(remote.unwrap_err());
+    assert_eq!(err.path(), Some(Path::new(&url)), "{err}");
+    assert_eq!(err.rule(), rule, "{err}");
+    let err = open(&url, &OpenOptions::default().with_client(client)).unwrap_err();
+    assert_eq!(err.path(), Some(Path::new(&url)), "{err}");
+    assert_eq!(err.rule(), rule, "{err}");
+}

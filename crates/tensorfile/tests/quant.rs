@@ -1488,7 +1488,11 @@ fn mlx_dequantize_is_mx_dequantize_on_every_fixture() {
     let mut checked = 0;
     for e in mx_entries() {
         let path = fixture(&format!("real/mlx_quant/{}", e.file));
-        let file = SafeTensors::open_pread(&path).unwrap();
+        let file = SafeTensors::from_source(
+            tensorfile::FileSource::open(&path).unwrap(),
+            &Default::default(),
+        )
+        .unwrap();
         let names: Vec<String> = ["weight", "scales", "biases", "global_scale"]
             .iter()
             .map(|p| format!("{}.{p}", e.prefix))
@@ -1580,9 +1584,12 @@ fn mlx_lm_expert_stacks_dequantize_to_mx_dequantize() {
     ] {
         let record = &manifest["dirs"][dir];
         let config = mlx_lm_config(dir);
-        let file =
-            SafeTensors::open_pread(fixture(&format!("real/mlx_lm/{dir}/model.safetensors")))
-                .unwrap();
+        let file = SafeTensors::from_source(
+            tensorfile::FileSource::open(fixture(&format!("real/mlx_lm/{dir}/model.safetensors")))
+                .unwrap(),
+            &Default::default(),
+        )
+        .unwrap();
         let tensors: Vec<_> = file.tensor_data().collect();
         let out = tmp.path().join(format!("{dir}.safetensors"));
         let summary = dequantize_file(&out, &tensors, file.metadata(), &dopts(Some(config), None))
@@ -1653,9 +1660,13 @@ fn mlx_lm_models_quantize_to_mlx_lm_bytes() {
         ),
     ];
     for (float_dir, quant_dir, scheme) in cases {
-        let input = SafeTensors::open_pread(fixture(&format!(
-            "real/mlx_lm/{float_dir}/model.safetensors"
-        )))
+        let input = SafeTensors::from_source(
+            tensorfile::FileSource::open(fixture(&format!(
+                "real/mlx_lm/{float_dir}/model.safetensors"
+            )))
+            .unwrap(),
+            &Default::default(),
+        )
         .unwrap();
         let tensors: Vec<_> = input.tensor_data().collect();
         let mut opts = qopts(scheme);

@@ -176,14 +176,21 @@ fn valid_fixtures_read_exactly_through_every_way_in() {
         assert_eq!(sha256(&bytes), json["sha256"].as_str().unwrap(), "{label}");
         assert_eq!(bytes.len() as u64, json["size"].as_u64().unwrap());
         check_file(&SafeTensors::open(&path).unwrap(), &json, &label);
-        check_file(&SafeTensors::load(&path).unwrap(), &json, &label);
         check_file(
-            &SafeTensors::from_bytes(bytes.clone()).unwrap(),
+            &SafeTensors::open_with(
+                &path,
+                &tensorfile::ReadOptions::default().backend(tensorfile::Backend::Load),
+            )
+            .unwrap(),
             &json,
             &label,
         );
         check_file(
-            &SafeTensors::from_reader(&bytes[..]).unwrap(),
+            &SafeTensors::from_source(
+                tensorfile_core::file::Backing::Owned(bytes.clone()),
+                &Default::default(),
+            )
+            .unwrap(),
             &json,
             &label,
         );
@@ -219,15 +226,31 @@ fn invalid_fixtures_rejected_under_their_rule() {
         // have no file to name.
         let results = [
             (SafeTensors::open(&path).map(|_| ()), true),
-            (SafeTensors::load(&path).map(|_| ()), true),
-            (SafeTensors::open_pread(&path).map(|_| ()), true),
+            (
+                SafeTensors::open_with(
+                    &path,
+                    &tensorfile::ReadOptions::default().backend(tensorfile::Backend::Load),
+                )
+                .map(|_| ()),
+                true,
+            ),
+            (
+                SafeTensors::from_source(
+                    tensorfile::FileSource::open(&path).unwrap(),
+                    &Default::default(),
+                )
+                .map(|_| ()),
+                true,
+            ),
             (
                 tensorfile_core::read_header_from_path(&path, &ReadOptions::default()).map(|_| ()),
                 true,
             ),
-            (SafeTensors::from_bytes(bytes.clone()).map(|_| ()), false),
+            (
+                SafeTensors::from_source(bytes.clone(), &Default::default()).map(|_| ()),
+                false,
+            ),
             (SafeTensors::from_slice(&bytes).map(|_| ()), false),
-            (SafeTensors::from_reader(&bytes[..]).map(|_| ()), false),
             (
                 tensorfile::read_header(std::io::Cursor::new(&bytes), &ReadOptions::default())
                     .map(|_| ()),

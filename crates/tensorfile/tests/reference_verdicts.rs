@@ -18,7 +18,7 @@ fn file(header: &[u8], data: &[u8]) -> Vec<u8> {
 
 /// Our format error on a header with one byte of data.
 fn refusal(header: &str) -> FormatError {
-    match SafeTensors::from_bytes(file(header.as_bytes(), &[0])) {
+    match SafeTensors::from_source(file(header.as_bytes(), &[0]), &Default::default()) {
         Err(Error::Format(e)) => e,
         Err(other) => panic!("not a format error: {other}"),
         Ok(_) => panic!("accepted: {header}"),
@@ -606,7 +606,7 @@ fn audit_cases_agree_with_the_reference_or_are_stricter() {
             "{case}: the reference's verdict is not the one the table records ({:?})",
             theirs.err()
         );
-        let ours = match SafeTensors::from_bytes(bytes.clone()) {
+        let ours = match SafeTensors::from_source(bytes.clone(), &Default::default()) {
             Ok(f) if f.header().warnings().is_empty() => Accept,
             Ok(_) => AcceptWarn,
             Err(e) => Refuse(e.rule().unwrap_or_else(|| panic!("{case}: {e}"))),
@@ -624,7 +624,7 @@ fn audit_cases_agree_with_the_reference_or_are_stricter() {
 #[test]
 fn negative_zero_is_a_rule_4_error_naming_tensor_field_element_and_position() {
     let h = r#"{"a":{"dtype":"U8","shape":[2,-0],"data_offsets":[0,0]}}"#;
-    match SafeTensors::from_bytes(file(h.as_bytes(), &[])) {
+    match SafeTensors::from_source(file(h.as_bytes(), &[]), &Default::default()) {
         Err(Error::Format(FormatError::NegativeZero {
             tensor,
             field,
@@ -647,7 +647,11 @@ fn negative_zero_is_a_rule_4_error_naming_tensor_field_element_and_position() {
         other => panic!("{other:?}"),
     }
     // In an unknown field or metadata, -0 is just a number.
-    assert!(SafeTensors::from_bytes(file(entry_with(r#","x":-0"#).as_bytes(), &[0])).is_ok());
+    assert!(SafeTensors::from_source(
+        file(entry_with(r#","x":-0"#).as_bytes(), &[0]),
+        &Default::default()
+    )
+    .is_ok());
 }
 
 #[test]
@@ -741,7 +745,7 @@ fn duplicates_among_many_unknown_fields_are_found_exactly() {
     const N: usize = 100_000;
     // All distinct: accepted, one warning naming the first three.
     let h = many_fields(N, |_| None);
-    let f = SafeTensors::from_bytes(file(h.as_bytes(), &[0])).unwrap();
+    let f = SafeTensors::from_source(file(h.as_bytes(), &[0]), &Default::default()).unwrap();
     assert_eq!(
         f.header().warnings(),
         [format!(

@@ -17,7 +17,10 @@ fn file(header: &str, data: &[u8]) -> Vec<u8> {
 }
 
 fn read(header: &str, data: &[u8]) -> Result<SafeTensors, Error> {
-    SafeTensors::from_bytes(file(header, data))
+    SafeTensors::from_source(
+        tensorfile_core::file::Backing::Owned(file(header, data)),
+        &Default::default(),
+    )
 }
 
 fn rule_of(header: &str, data: &[u8]) -> u8 {
@@ -141,7 +144,7 @@ fn the_first_rule_broken_is_reported() {
     assert_eq!(rule_of(&format!(r#"{{{bad4},{gap}}}"#), &[0]), 4);
     // Rule 1 beats everything: a header over the cap.
     let opts = ReadOptions::default().max_header_len(4);
-    let err = SafeTensors::from_bytes_with(file("{}     ", &[]), &opts).unwrap_err();
+    let err = SafeTensors::from_source(file("{}     ", &[]), &opts).unwrap_err();
     assert_eq!(err.rule(), Some(1));
 }
 

@@ -13,7 +13,11 @@ fn file_of(dtype: &str, shape: &[u64], data: &[u8]) -> SafeTensors {
     let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
     bytes.extend_from_slice(header.as_bytes());
     bytes.extend_from_slice(data);
-    SafeTensors::from_bytes(bytes).unwrap()
+    SafeTensors::from_source(
+        tensorfile_core::file::Backing::Owned(bytes),
+        &Default::default(),
+    )
+    .unwrap()
 }
 
 /// The positions one argument keeps in a dimension of length `dim`, or

@@ -226,7 +226,7 @@ use tensorfile::{FormatError, SafeTensors};
 #[test]
 fn read_then_write_gives_the_same_bytes() {
     for (path, bytes, _) in valid_fixtures() {
-        let file = SafeTensors::from_bytes(bytes.clone()).unwrap();
+        let file = SafeTensors::from_source(bytes.clone(), &Default::default()).unwrap();
         // The reader's views go straight to the writer.
         let written = serialize(file.tensors(), file.metadata()).unwrap();
         assert!(written == bytes, "{}: rewrite differs", path.display());
@@ -234,7 +234,7 @@ fn read_then_write_gives_the_same_bytes() {
         for align in [Align::Bytes64, Align::Bytes4096] {
             let options = WriteOptions::default().with_align(align);
             let aligned = serialize_with(file.tensors(), file.metadata(), &options).unwrap();
-            let again = SafeTensors::from_bytes(aligned.clone())
+            let again = SafeTensors::from_source(aligned.clone(), &Default::default())
                 .unwrap_or_else(|e| panic!("{}: our reader refuses: {e}", path.display()));
             let n = u64::from_le_bytes(aligned[..8].try_into().unwrap());
             assert_eq!((8 + n) % align.bytes(), 0);
@@ -552,7 +552,7 @@ fn small_fixtures() -> &'static [Vec<u8>] {
 /// (reader rule 2), the reference keeps the last one. So whatever the
 /// reference refuses, we refuse.
 fn assert_same_verdict(bytes: &[u8]) -> Result<(), TestCaseError> {
-    let ours = SafeTensors::from_bytes(bytes.to_vec());
+    let ours = SafeTensors::from_source(bytes.to_vec(), &Default::default());
     let theirs = safetensors::SafeTensors::deserialize(bytes);
     let stricter = matches!(
         &ours,

@@ -10,7 +10,7 @@ use tensorfile::digest::{
     data_start, dir_files, file_digests, tensor_digests, DirFile, FileDigest, Manifest,
     Sha256Digest, GIT_PATHS,
 };
-use tensorfile::{ReadOptions, SafeTensors, TensorData};
+use tensorfile::{FileSource, ReadOptions, SafeTensors, TensorData};
 
 use super::looking::{escape, shown};
 use super::{out, Failure, Usage};
@@ -136,9 +136,10 @@ fn per_tensor(path: &Path) -> Result<Option<Vec<(String, Sha256Digest)>>, Failur
             .zip(digests)
             .collect())
     }
-    match tensorfile::detect(path)? {
+    match tensorfile::probe(path)?.kind() {
         tensorfile::InputKind::Safetensors => {
-            let file = SafeTensors::open_pread_with(path, &ReadOptions::default())?;
+            let source = FileSource::open(path).map_err(|e| tensorfile::CoreError::io(path, e))?;
+            let file = SafeTensors::from_source(source, &ReadOptions::default())?;
             let tensors: Vec<_> = file.tensor_data().collect();
             named(&tensors).map(Some)
         }

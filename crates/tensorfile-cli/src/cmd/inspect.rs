@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use tensorfile::{Dtype, Header, ReadOptions, SafeTensors};
+use tensorfile::{Dtype, FileSource, Header, ReadOptions, SafeTensors};
 use tensorfile_core::read_header_from_path;
 
 use super::{out, Failure};
@@ -83,9 +83,13 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     // underneath is an error, not a signal); a summary needs only the
     // header (a remote file is opened with one request for it).
     let (local, remote) = match super::remote::url(&args.file) {
-        Some(url) => (None, Some(super::remote::open_file(url, &options)?)),
+        Some(url) => (None, Some(super::remote::single_file(url, &options)?)),
         None if args.hash => (
-            Some(SafeTensors::open_pread_with(&args.file, &options)?),
+            Some(SafeTensors::from_source(
+                FileSource::open(&args.file)
+                    .map_err(|e| tensorfile::CoreError::io(&args.file, e))?,
+                &options,
+            )?),
             None,
         ),
         None => (None, None),

@@ -6,9 +6,9 @@ use std::path::Path;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use tensorfile::{OpenOptions, ReadOptions, SafeTensors};
+use tensorfile::{ByteSource, OpenOptions, ReadOptions, SafeTensors};
 use tensorfile_core::ShardedTensors;
-use tensorfile_remote::{Client, RemoteFile, RemoteOptions};
+use tensorfile_remote::{Client, RemoteOptions};
 
 pub use tensorfile_remote::url_of as url;
 
@@ -85,8 +85,22 @@ pub fn open_set(path: &Path, read: &ReadOptions) -> tensorfile::Result<ShardedTe
     tensorfile::open_set(path, &open_options(read))
 }
 
-/// Opens one remote safetensors file: its header, one request when it fits
-/// in 64 KiB.
-pub fn open_file(url: &str, read: &ReadOptions) -> tensorfile::Result<SafeTensors<RemoteFile>> {
-    Ok(tensorfile_remote::open_file(url, &client(), read)?)
+/// Opens one remote safetensors file through the library's way in: its
+/// header (one request when it fits in 64 KiB) and metadata whole.
+pub fn single_file(
+    url: &str,
+    read: &ReadOptions,
+) -> tensorfile::Result<SafeTensors<Box<dyn ByteSource>>> {
+    let probed = tensorfile::probe(url)?;
+    let not_a_file = || {
+        let e = std::io::Error::new(std::io::ErrorKind::InvalidInput, "a directory, not a file");
+        tensorfile::Error::io(tensorfile_remote::public_name(url), e)
+    };
+    if probed.kind() != tensorfile::InputKind::Safetensors {
+        return Err(not_a_file());
+    }
+    probed
+        .open(&open_options(read))?
+        .into_file()
+        .ok_or_else(not_a_file)
 }

@@ -41,7 +41,7 @@ fn header_of(
     options: &ReadOptions,
 ) -> tensorfile::Result<tensorfile::Header> {
     match url {
-        Some(u) => Ok(super::remote::open_file(u, options)?.header().clone()),
+        Some(u) => Ok(super::remote::single_file(u, options)?.header().clone()),
         None => Ok(read_header_from_path(path, options)?),
     }
 }

@@ -19,6 +19,20 @@ use crate::{Metadata, DEFAULT_MAX_HEADER_LEN};
 mod keys;
 mod parse;
 
+/// Where [`SafeTensors::open_with`](crate::SafeTensors::open_with) keeps a file's bytes
+/// ([`ReadOptions::backend`](ReadOptions::backend)).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Backend {
+    /// A read-only memory map: nothing is copied, but the file must not be
+    /// truncated while it is open (see [`SafeTensors::open`](crate::SafeTensors::open)).
+    #[default]
+    Map,
+    /// The whole file read into memory the process owns: nothing done to
+    /// the file later affects what was read.
+    Load,
+}
+
 /// Options for reading a file.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -31,6 +45,11 @@ pub struct ReadOptions {
     /// The dtypes the caller accepts, checked after a successful parse.
     /// Default: every dtype.
     pub accept: Accept,
+    /// Where [`SafeTensors::open_with`](crate::SafeTensors::open_with) keeps
+    /// a file's bytes: mapped, or read into memory the process owns.
+    /// Default: [`Backend::Map`]. Other ways in read through their own
+    /// source and ignore it.
+    pub backend: Backend,
 }
 
 impl Default for ReadOptions {
@@ -38,6 +57,7 @@ impl Default for ReadOptions {
         ReadOptions {
             max_header_len: DEFAULT_MAX_HEADER_LEN,
             accept: Accept::default(),
+            backend: Backend::default(),
         }
     }
 }
@@ -46,6 +66,13 @@ impl ReadOptions {
     /// Sets the header cap.
     pub fn max_header_len(mut self, limit: u64) -> Self {
         self.max_header_len = limit;
+        self
+    }
+
+    /// Sets where [`SafeTensors::open_with`](crate::SafeTensors::open_with)
+    /// keeps the file's bytes.
+    pub fn backend(mut self, backend: Backend) -> Self {
+        self.backend = backend;
         self
     }
 

@@ -373,7 +373,7 @@ impl Shard {
     fn read(name: &str, location: &Arc<dyn Location>, options: &ReadOptions) -> Result<Shard> {
         let path = location.path_of(name);
         let source = location.open(name).map_err(|e| Error::io(&path, e))?;
-        let file = SafeTensors::from_source_with(source, options)
+        let file = SafeTensors::from_source(source, options)
             .map_err(|e| e.at(&path))?
             .named(path);
         Ok(Shard {
@@ -918,6 +918,19 @@ impl ShardedTensors {
     /// Where the set's files are.
     pub fn location(&self) -> &Arc<dyn Location> {
         &self.location
+    }
+
+    /// The one file, when the set is a single file without an index (what
+    /// opening a safetensors file gives): its header and metadata whole,
+    /// embedded digests ([`crate::TENSOR_SHA256_KEY`]) included, which
+    /// [`ShardedTensors::metadata`] leaves out. Its bytes are read on
+    /// demand (positional reads, or the location's own requests); `None`
+    /// for a set of several files or with an index.
+    pub fn into_file(mut self) -> Option<SafeTensors<Box<dyn ByteSource>>> {
+        if self.index_path.is_some() || self.shards.len() != 1 {
+            return None;
+        }
+        self.shards.pop().map(|shard| shard.file)
     }
 
     /// Every tensor's description with its shard: shard by shard, each in

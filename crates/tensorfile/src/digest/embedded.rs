@@ -12,7 +12,7 @@ use std::path::Path;
 use super::error::DigestError;
 use super::sha::{tensor_sha256, Sha256Digest};
 use crate::writer::TensorData;
-use crate::{parallel, Metadata, ReadOptions, Result, SafeTensors, WriteOptions};
+use crate::{parallel, FileSource, Metadata, ReadOptions, Result, SafeTensors, WriteOptions};
 
 use super::TENSOR_SHA256_KEY;
 
@@ -89,7 +89,8 @@ pub fn embedded_value<'a>(digests: impl IntoIterator<Item = (&'a str, Sha256Dige
 /// The file cannot be read or written.
 pub fn embed_hashes(path: &Path, options: &WriteOptions) -> Result<usize> {
     let read = ReadOptions::default().max_header_len(options.max_header_len);
-    let file = SafeTensors::open_pread_with(path, &read)?;
+    let source = FileSource::open(path).map_err(|e| crate::CoreError::io(path, e))?;
+    let file = SafeTensors::from_source(source, &read)?;
     let tensors: Vec<_> = file.tensor_data().collect();
     let digests = tensor_digests(&tensors)?;
     let mut metadata = file.metadata().cloned().unwrap_or_default();

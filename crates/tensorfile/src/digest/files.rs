@@ -39,14 +39,14 @@ pub struct DataDigest {
 
 /// Where the data section of the safetensors file at `path` starts, after
 /// its header has been read and checked; `Ok(None)` when the file is not
-/// safetensors: another kind by [`crate::input::detect`], or a file whose
+/// safetensors: another kind by [`crate::probe`], or a file whose
 /// header does not read and whose name does not end in `.safetensors`.
 ///
 /// # Errors
 /// The file cannot be read, or is named `*.safetensors` but its header is
 /// invalid.
 pub fn data_start(path: &Path) -> Result<Option<u64>> {
-    if crate::input::detect(path)? != crate::input::Kind::Safetensors {
+    if crate::input::probe(path)?.kind() != crate::input::Kind::Safetensors {
         return Ok(None);
     }
     match tensorfile_core::read_header_from_path(path, &ReadOptions::default()) {

@@ -43,7 +43,7 @@ use crate::{Dtype, Result};
 ///     ],
 ///     None,
 /// )?;
-/// let file = SafeTensors::from_bytes(file)?;
+/// let file = SafeTensors::from_source(file, &tensorfile::ReadOptions::default())?;
 /// let header = file.header();
 /// let names = header.tensors().map(|t| t.name);
 /// let weights = quantized_weights(names, |n| header.get(n), Some(32), None)?;
