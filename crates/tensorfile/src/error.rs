@@ -88,6 +88,15 @@ pub enum Error {
         /// The feature that reads it: `pytorch`, `gguf` or `npz`.
         feature: &'static str,
     },
+    /// A request an operation cannot run (see [`ops`](crate::ops)): an
+    /// unknown scheme, options that contradict each other, a value only the
+    /// operation can check. A usage error: the command exits 2, Python
+    /// raises its `ValueError`.
+    #[error("{message}")]
+    Request {
+        /// What is wrong with the request.
+        message: String,
+    },
     /// An error about a named file. [`Error::detail`] gives the error
     /// without the file.
     #[error("{}: {source}", path.display())]
@@ -191,6 +200,7 @@ impl Error {
             Error::Cast { source, .. } => source.kind(),
             Error::File { source, .. } => source.kind(),
             Error::FeatureDisabled { .. } => ErrorKind::Unsupported,
+            Error::Request { .. } => ErrorKind::InvalidArgument,
             #[cfg(feature = "pytorch")]
             Error::Pytorch(e) => e.kind(),
             #[cfg(feature = "gguf")]
@@ -241,7 +251,14 @@ impl Error {
             Error::File { source, .. } => source.tensor(),
             #[cfg(feature = "npz")]
             Error::Npz(_) => None,
-            Error::Config { .. } | Error::FeatureDisabled { .. } => None,
+            Error::Config { .. } | Error::FeatureDisabled { .. } | Error::Request { .. } => None,
+        }
+    }
+
+    /// A [`Error::Request`] saying `message`.
+    pub fn request(message: impl Into<String>) -> Error {
+        Error::Request {
+            message: message.into(),
         }
     }
 

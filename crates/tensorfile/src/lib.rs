@@ -55,6 +55,7 @@ mod input;
 pub mod model;
 #[cfg(feature = "npz")]
 pub mod npz;
+pub mod ops;
 #[cfg(feature = "pytorch")]
 pub mod pytorch;
 pub mod quant;

@@ -176,3 +176,12 @@ fn each_layer_s_errors_say_kind_path_tensor_and_rule() {
     assert_eq!(torch_tensor.tensor(), Some("layer.w"));
     assert_eq!(torch_tensor.kind(), ErrorKind::Format);
 }
+
+#[test]
+fn a_refused_request_is_an_invalid_argument_about_no_file() {
+    let e = Error::request("--bits needs --group-size");
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+    assert_eq!(e.to_string(), "--bits needs --group-size");
+    assert_eq!((e.path(), e.tensor(), e.rule()), (None, None, None));
+    assert!(matches!(e.detail(), Error::Request { message } if message.starts_with("--bits")));
+}

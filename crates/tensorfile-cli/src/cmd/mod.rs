@@ -167,7 +167,10 @@ impl Failure {
 
     /// Whether this is a [`Usage`] error (exit status 2).
     pub fn is_usage(&self) -> bool {
-        matches!(self, Failure::Other(e) if e.is::<Usage>())
+        match self {
+            Failure::Other(e) => e.is::<Usage>(),
+            Failure::Library(e) => matches!(e.detail(), tensorfile::Error::Request { .. }),
+        }
     }
 }
 
