@@ -430,6 +430,9 @@ impl Client {
         bytes: u64,
     ) -> Result<ureq::http::Response<ureq::Body>, Failure> {
         let (mut url, mut auth) = endpoint.prepare(head, amz);
+        // Kept headers of redirects (the Hub's X-Linked-Etag and
+        // X-Repo-Commit come with its redirect to the CDN).
+        let mut hops: Vec<(&'static str, ureq::http::HeaderValue)> = Vec::new();
         for _hop in 0..=MAX_REDIRECTS {
             if let Some(p) = self.over_budget(bytes) {
                 return Err(Failure::Fatal(p));
@@ -459,8 +462,20 @@ impl Client {
             };
             let status = response.status().as_u16();
             match status {
-                200..=299 | 416 => return Ok(response),
+                200..=299 | 416 => {
+                    for (name, value) in hops {
+                        if !response.headers().contains_key(name) {
+                            response.headers_mut().insert(name, value);
+                        }
+                    }
+                    return Ok(response);
+                }
                 301 | 302 | 303 | 307 | 308 => {
+                    for name in KEPT {
+                        if let Some(v) = response.headers().get(name) {
+                            hops.push((name, v.clone()));
+                        }
+                    }
                     let Some(next) = header(&response, "location").and_then(|l| url.join(&l).ok())
                     else {
                         return Err(Failure::Fatal(Problem::Redirect(format!(
