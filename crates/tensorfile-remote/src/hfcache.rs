@@ -303,7 +303,10 @@ impl HfCache {
                 "a snapshot link to {shown_target}, not a blob named by its hash: refused"
             )));
         }
-        match self.blob(repo, hash)? {
+        let blob = self
+            .blob(repo, hash)
+            .map_err(|e| refuse(format!("its blob {}: {}", e.url, e.problem)))?;
+        match blob {
             Some((path, len, file)) => Ok(Some(Cached {
                 path,
                 len,

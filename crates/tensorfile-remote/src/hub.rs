@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use url::Url;
 
 use crate::error::{Problem, RemoteError};
+use crate::hfcache::HfCache;
 use crate::http::{Client, Endpoint, Secret};
 use crate::s3::Listed;
 
@@ -19,6 +20,10 @@ pub(crate) const DENIED: &str = "the repository needs a token, or the token lack
 pub struct Hub {
     endpoint: Url,
     token: Option<Secret>,
+    /// The shared cache (`None`: no home to find it in).
+    cache: Option<HfCache>,
+    /// `HF_HUB_OFFLINE`: the cache only, no request.
+    offline: bool,
 }
 
 impl Hub {
@@ -54,7 +59,23 @@ impl Hub {
                 Some(text.trim().to_string()).filter(|t| !t.is_empty())
             })
             .map(|t| Secret::new(t.trim()));
-        Ok(Hub { endpoint, token })
+        Ok(Hub {
+            endpoint,
+            token,
+            cache: HfCache::from_env(),
+            offline: crate::hfcache::offline(),
+        })
+    }
+
+    /// The Hugging Face cache it reads from (and a fetch without a
+    /// destination fills).
+    pub fn cache(&self) -> Option<&HfCache> {
+        self.cache.as_ref()
+    }
+
+    /// Whether `HF_HUB_OFFLINE` is set: files come from the cache only.
+    pub fn offline(&self) -> bool {
+        self.offline
     }
 
     /// Whether a token will be sent.
