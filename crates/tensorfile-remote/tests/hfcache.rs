@@ -302,3 +302,200 @@ fn snapshot_links_out_of_the_blobs_are_refused() {
     assert!(server.log().is_empty());
     env(&server, &cache, false);
 }
+
+/// Copies `from` into `to`, links as links.
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let (src, dst) = (e.path(), to.join(e.file_name()));
+        let t = e.file_type().unwrap();
+        if t.is_symlink() {
+            #[cfg(unix)]
+            std::os::unix::fs::symlink(std::fs::read_link(&src).unwrap(), &dst).unwrap();
+        } else if t.is_dir() {
+            copy_tree(&src, &dst);
+        } else {
+            std::fs::copy(&src, &dst).unwrap();
+        }
+    }
+}
+
+/// The small repository the check with huggingface_hub and the committed
+/// fixture hold.
+fn tiny(server: &Server) -> Vec<(&'static str, Vec<u8>)> {
+    let files = vec![
+        ("model.safetensors", safetensors(256, 3)),
+        ("config.json", br#"{"model_type": "llama"}"#.to_vec()),
+    ];
+    server.hub_repo("org/tiny", "main", &files, None);
+    files
+}
+
+/// The check with huggingface_hub itself, where a Python with it is named
+/// by `TENSORFILE_TEST_HF_PYTHON` (a venv with `pip install
+/// huggingface_hub`; skipped without): its `scan_cache_dir` and
+/// `hf_hub_download(local_files_only=True)` find what `fetch_to_cache`
+/// put in a cache, and tensorfile reads offline what `hf_hub_download`
+/// fetched from the test server. With `TENSORFILE_HF_FIXTURE_OUT`, the
+/// cache huggingface_hub made is written there with a manifest (how
+/// tests/fixtures/hf_cache is made: see its generate.sh).
+#[test]
+fn huggingface_hub_agrees_with_the_layout() {
+    let Ok(python) = std::env::var("TENSORFILE_TEST_HF_PYTHON") else {
+        eprintln!(
+            "TENSORFILE_TEST_HF_PYTHON is not set: the check with huggingface_hub is skipped"
+        );
+        return;
+    };
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let server = Server::start().unwrap();
+    let files = tiny(&server);
+    let names: Vec<&str> = files.iter().map(|(n, _)| *n).collect();
+    let tmp = tempfile::tempdir().unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/hf/check_cache.py");
+    let run = |mode: &str, cache: &Path, offline: bool| -> serde_json::Value {
+        let mut c = std::process::Command::new(&python);
+        c.arg(&script)
+            .arg(mode)
+            .arg(cache)
+            .arg("org/tiny")
+            .args(&names);
+        c.env("HF_ENDPOINT", server.url())
+            .env("HF_HOME", tmp.path().join("hf-home"))
+            .env("HF_HUB_DISABLE_TELEMETRY", "1")
+            .env_remove("HF_TOKEN")
+            .env_remove("HF_HUB_CACHE");
+        if offline {
+            c.env("HF_HUB_OFFLINE", "1");
+        } else {
+            c.env_remove("HF_HUB_OFFLINE");
+        }
+        let o = c.output().unwrap();
+        let out = String::from_utf8_lossy(&o.stdout);
+        eprintln!(
+            "huggingface_hub {mode}: {out}{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(o.status.success(), "{mode} failed");
+        serde_json::from_str(&out).unwrap()
+    };
+
+    // What tensorfile fetched, as huggingface_hub sees it.
+    let a = tmp.path().join("a");
+    env(&server, &a, false);
+    let client = common::client();
+    fetch_to_cache("hf://org/tiny", &client, &options(), &()).unwrap();
+    let commit = std::fs::read_to_string(a.join("models--org--tiny/refs/main")).unwrap();
+    let seen = run("scan", &a, true);
+    assert_eq!(seen["warnings"], serde_json::json!([]));
+    let repo = &seen["repos"][0];
+    assert_eq!(repo["repo_id"], "org/tiny");
+    assert_eq!(repo["refs"], serde_json::json!(["main"]));
+    assert_eq!(repo["revisions"][0]["commit_hash"], commit.as_str());
+    assert_eq!(repo["nb_files"], files.len());
+    for (name, bytes) in &files {
+        let found = &seen["files"][name];
+        assert_eq!(found[1], sha256(bytes).as_str(), "{name}");
+        assert!(found[0].as_str().unwrap().contains(&commit), "{found}");
+    }
+
+    // What huggingface_hub fetched from the test server, read offline.
+    let b = tmp.path().join("b");
+    let got = run("download", &b, false);
+    for (name, bytes) in &files {
+        let path = got[name].as_str().unwrap();
+        assert_eq!(&std::fs::read(path).unwrap(), bytes, "{name}");
+    }
+    env(&server, &b, true);
+    server.reset();
+    let file = tensorfile_remote::open_file(
+        "hf://org/tiny/model.safetensors",
+        &client,
+        &ReadOptions::default(),
+    )
+    .unwrap();
+    assert!(file.source().is_cached());
+    let mut all = vec![0u8; files[0].1.len()];
+    file.source().read_exact_at(0, &mut all).unwrap();
+    assert_eq!(all, files[0].1);
+    tensorfile_remote::open_set("hf://org/tiny", &client, &ReadOptions::default()).unwrap();
+    let dest = tmp.path().join("dest");
+    let out = fetch("hf://org/tiny", &dest, &client, &options(), &()).unwrap();
+    assert!(out
+        .files
+        .iter()
+        .all(|f| f.outcome == Outcome::FromCache { linked: true }));
+    assert!(server.log().is_empty());
+    // And the other way round, online: tensorfile's fetch finds every blob
+    // huggingface_hub put there.
+    env(&server, &b, false);
+    let again = fetch_to_cache("hf://org/tiny", &client, &options(), &()).unwrap();
+    assert!(again.files.iter().all(|f| f.outcome == Outcome::UpToDate));
+    env(&server, &a, false);
+
+    if let Ok(out) = std::env::var("TENSORFILE_HF_FIXTURE_OUT") {
+        let out = PathBuf::from(out);
+        let _ = std::fs::remove_dir_all(&out);
+        copy_tree(&b, &out);
+        let commit_b = std::fs::read_to_string(b.join("models--org--tiny/refs/main")).unwrap();
+        let manifest = serde_json::json!({
+            "made_by": format!("huggingface_hub {} hf_hub_download from tensorfile_remote::serve (tests/hfcache.rs, huggingface_hub_agrees_with_the_layout)", seen["version"].as_str().unwrap_or("?")),
+            "repo": "org/tiny",
+            "revision": "main",
+            "commit": commit_b,
+            "files": files.iter().map(|(n, bytes)| (n.to_string(), serde_json::json!({
+                "size": bytes.len(),
+                "sha256": sha256(bytes),
+            }))).collect::<serde_json::Map<_, _>>(),
+        });
+        std::fs::write(
+            out.join("manifest.json"),
+            serde_json::to_string_pretty(&manifest).unwrap() + "\n",
+        )
+        .unwrap();
+    }
+}
+
+/// The committed cache huggingface_hub made (tests/fixtures/hf_cache, see
+/// its generate.sh), read offline: files and the set from its snapshot,
+/// a fetch hard-linking its blobs.
+#[test]
+fn the_committed_huggingface_hub_cache_reads_offline() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let fixture = common::fixtures().join("hf_cache");
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture.join("manifest.json")).unwrap())
+            .unwrap();
+    let server = Server::start().unwrap();
+    env(&server, &fixture, true);
+    let client = common::client();
+    let files = manifest["files"].as_object().unwrap();
+    for (name, want) in files {
+        let file = tensorfile_remote::open_file(
+            &format!("hf://org/tiny/{name}"),
+            &client,
+            &ReadOptions::default(),
+        );
+        // config.json is not safetensors: read it through a fetch below.
+        if name.ends_with(".safetensors") {
+            let file = file.unwrap();
+            let mut all = vec![0u8; want["size"].as_u64().unwrap() as usize];
+            file.source().read_exact_at(0, &mut all).unwrap();
+            assert_eq!(sha256(&all), want["sha256"].as_str().unwrap(), "{name}");
+        }
+    }
+    let set =
+        tensorfile_remote::open_set("hf://org/tiny", &client, &ReadOptions::default()).unwrap();
+    assert_eq!(set.len(), 1);
+    let tmp = tempfile::tempdir().unwrap();
+    let out = fetch("hf://org/tiny", tmp.path(), &client, &options(), &()).unwrap();
+    assert_eq!(out.files.len(), files.len());
+    for f in &out.files {
+        assert!(matches!(f.outcome, Outcome::FromCache { .. }), "{f:?}");
+        let bytes = std::fs::read(&f.path).unwrap();
+        assert_eq!(sha256(&bytes), files[&f.name]["sha256"].as_str().unwrap());
+    }
+    assert!(server.log().is_empty());
+    env(&server, &fixture, false);
+}
