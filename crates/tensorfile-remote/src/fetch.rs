@@ -36,6 +36,11 @@
 //!   modification time ([`FETCHED_NOTE`]). The next fetch asks with a
 //!   `HEAD` (no body) and leaves the file alone when the server says the
 //!   same and the file is as it was left.
+//! - **The Hugging Face cache.** From `hf://`, a file whose blob the
+//!   shared cache holds ([`crate::hfcache`]) is hard-linked from it (a
+//!   copy across filesystems; its header checked), not fetched;
+//!   [`fetch_to_cache`] fills the cache itself, as `huggingface-cli
+//!   download` does. With `HF_HUB_OFFLINE`, only the cache is read.
 //! - **Servers that do not take ranges** (`python3 -m http.server`): a
 //!   file is copied with one sequential request (no parallel chunks) and
 //!   cannot be resumed: a partial copy starts over from zero, which the

@@ -15,7 +15,7 @@
 //! | `s3://BUCKET/KEY` | an S3 object; `AWS_ENDPOINT_URL` for other stores, credentials from the AWS chain ([`creds`]: environment, web identity, shared files, container, instance metadata; anonymous without) |
 //! | `s3://BUCKET/PREFIX/` | a directory, listed with `ListObjectsV2` |
 //! | `http(s)://HOST/PATH` | a file on a server that honours `Range`; a path ending in `/` is a directory (not listable: the index or `model.safetensors` is asked for) |
-//! | `hf://ORG/REPO[@REV]/PATH` | a file of a Hub repository (`HF_ENDPOINT`, `HF_TOKEN` or huggingface_hub's token file) |
+//! | `hf://ORG/REPO[@REV]/PATH` | a file of a Hub repository (`HF_ENDPOINT`, `HF_TOKEN` or huggingface_hub's token file), read from the shared Hugging Face cache where its blob is there ([`hfcache`]; `HF_HUB_OFFLINE`) |
 //! | `hf://ORG/REPO[@REV]` | the repository, listed with the Hub's tree API |
 //!
 //! ```no_run
