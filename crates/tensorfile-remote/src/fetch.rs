@@ -1029,7 +1029,8 @@ fn cached_for(dir: &RemoteDir, w: &Wanted) -> tensorfile_core::Result<Option<Cac
     let Some(sha) = &w.sha256 else {
         return Ok(None);
     };
-    Ok(match cache.blob(repo, sha).map_err(named)? {
+    // Online, a blob that is refused (not a regular file) is fetched.
+    Ok(match cache.blob(repo, sha).ok().flatten() {
         Some((path, len, file)) if w.size.is_none_or(|s| s == len) => Some(Cached {
             path,
             len,
@@ -1041,7 +1042,8 @@ fn cached_for(dir: &RemoteDir, w: &Wanted) -> tensorfile_core::Result<Option<Cac
 }
 
 /// The blob an opened Hub file's answer names (`X-Linked-Etag`, else
-/// `ETag`), when the cache has it with the same length.
+/// `ETag`), when the cache has it with the same length (a blob that is
+/// refused is fetched instead).
 fn cached_after_open(
     dir: &RemoteDir,
     remote: &RemoteFile,
@@ -1055,7 +1057,7 @@ fn cached_after_open(
     let Some(etag) = blob_name(remote) else {
         return Ok(None);
     };
-    Ok(match cache.blob(repo, &etag).map_err(named)? {
+    Ok(match cache.blob(repo, &etag).ok().flatten() {
         Some((path, len, file)) if len == remote.len() => Some(Cached {
             path,
             len,
