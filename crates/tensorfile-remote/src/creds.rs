@@ -39,8 +39,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use sha2::{Digest, Sha256};
 
 use crate::error::{Problem, RemoteError};
-use crate::http::Secret;
 use crate::profile::{self, FileKind, Profile};
+use crate::secret::Secret;
 
 /// How long before their expiry credentials are fetched again.
 pub const REFRESH_BEFORE: Duration = Duration::from_secs(300);
@@ -638,7 +638,7 @@ fn imds_credentials(base: &str) -> Result<Option<AwsCredentials>, String> {
         &agent,
         &format!(
             "{base}/latest/meta-data/iam/security-credentials/{}",
-            crate::hub::quote(role, false)
+            encode(role, false)
         ),
         &[("x-aws-ec2-metadata-token", &token)],
     )?;
@@ -663,6 +663,20 @@ fn session_name() -> String {
     format!("tensorfile-{ms}")
 }
 
+/// Percent-encodes all but unreserved characters (`slash`: `/` too is
+/// kept), as SigV4 and forms want.
+fn encode(s: &str, slash: bool) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) || (slash && b == b'/') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
 /// The content type of STS requests.
 const FORM: &str = "application/x-www-form-urlencoded";
 
@@ -670,13 +684,7 @@ const FORM: &str = "application/x-www-form-urlencoded";
 fn form(params: &[(&str, &str)]) -> String {
     params
         .iter()
-        .map(|(k, v)| {
-            format!(
-                "{}={}",
-                crate::hub::quote(k, false),
-                crate::hub::quote(v, false)
-            )
-        })
+        .map(|(k, v)| format!("{}={}", encode(k, false), encode(v, false)))
         .collect::<Vec<_>>()
         .join("&")
 }

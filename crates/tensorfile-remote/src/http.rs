@@ -12,6 +12,7 @@ use url::Url;
 
 use crate::error::{Problem, RemoteError};
 use crate::s3::S3Store;
+use crate::secret::Secret;
 
 /// How remote objects are read: concurrency, request sizes, retries and
 /// timeouts. The defaults suit a real network.
@@ -122,26 +123,6 @@ impl Stats {
             body_bytes: self.body_bytes.load(Ordering::Relaxed),
             retries: self.retries.load(Ordering::Relaxed),
         }
-    }
-}
-
-/// A secret (a bearer token) that never prints.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    /// Wraps a secret.
-    pub fn new(value: impl Into<String>) -> Secret {
-        Secret(value.into())
-    }
-    pub(crate) fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Secret(<redacted>)")
     }
 }
 

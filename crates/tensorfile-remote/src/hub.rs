@@ -8,9 +8,9 @@ use std::path::PathBuf;
 use url::Url;
 
 use crate::error::{Problem, RemoteError};
-use crate::hfcache::HfCache;
-use crate::http::{Client, Endpoint, Secret};
+use crate::http::{Client, Endpoint};
 use crate::s3::Listed;
+use crate::secret::Secret;
 
 /// What a 401 or 403 from the Hub means.
 pub(crate) const DENIED: &str = "the repository needs a token, or the token lacks access to it (gated or private): set HF_TOKEN or log in with `hf auth login`";
@@ -20,10 +20,6 @@ pub(crate) const DENIED: &str = "the repository needs a token, or the token lack
 pub struct Hub {
     endpoint: Url,
     token: Option<Secret>,
-    /// The shared cache (`None`: no home to find it in).
-    cache: Option<HfCache>,
-    /// `HF_HUB_OFFLINE`: the cache only, no request.
-    offline: bool,
 }
 
 impl Hub {
@@ -59,23 +55,7 @@ impl Hub {
                 Some(text.trim().to_string()).filter(|t| !t.is_empty())
             })
             .map(|t| Secret::new(t.trim()));
-        Ok(Hub {
-            endpoint,
-            token,
-            cache: HfCache::from_env(),
-            offline: crate::hfcache::offline(),
-        })
-    }
-
-    /// The Hugging Face cache it reads from (and a fetch without a
-    /// destination fills).
-    pub fn cache(&self) -> Option<&HfCache> {
-        self.cache.as_ref()
-    }
-
-    /// Whether `HF_HUB_OFFLINE` is set: files come from the cache only.
-    pub fn offline(&self) -> bool {
-        self.offline
+        Ok(Hub { endpoint, token })
     }
 
     /// Whether a token will be sent.

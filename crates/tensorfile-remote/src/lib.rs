@@ -58,15 +58,17 @@ mod location;
 mod object;
 mod profile;
 pub mod s3;
+mod secret;
 #[cfg(feature = "serve")]
 pub mod serve;
 
 pub use error::{Problem, RemoteError};
-pub use http::{Client, Counts, RemoteOptions, Secret, Validator};
+pub use http::{Client, Counts, RemoteOptions, Validator};
 pub use location::{
     dir_of, is_url, kind, open_file, open_set, resolve, url_of, RemoteDir, Resolved,
 };
 pub use object::RemoteFile;
+pub use secret::Secret;
 
 /// A URL as it may be shown: no user name or password, no query (which may
 /// hold a signature or a token).

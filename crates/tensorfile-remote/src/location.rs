@@ -10,6 +10,7 @@ use tensorfile_core::{ByteSource, ReadOptions, SafeTensors, ShardError, ShardedT
 use url::Url;
 
 use crate::error::{Problem, RemoteError};
+use crate::hfcache::HfCache;
 use crate::http::{Client, Endpoint};
 use crate::hub::{parse_hf, Hub, Repo};
 use crate::object::RemoteFile;
@@ -38,11 +39,13 @@ enum Base {
     S3 { store: Arc<S3Store>, prefix: String },
     /// An HTTP(S) directory URL (ending in `/`).
     Http { url: Url },
-    /// A directory of a Hub repository (`""` or ending in `/`).
+    /// A directory of a Hub repository (`""` or ending in `/`), and the
+    /// shared Hugging Face cache.
     Hub {
         hub: Arc<Hub>,
         repo: Repo,
         dir: String,
+        cache: HubCache,
     },
 }
 
@@ -118,7 +121,20 @@ pub fn resolve(input: &str, client: &Arc<Client>) -> Result<Resolved, RemoteErro
         let (dir, file) = split_path(&path);
         let hub = Arc::new(Hub::from_env()?);
         let display = format!("{}{dir}", repo.display());
-        (Base::Hub { hub, repo, dir }, display, file)
+        let cache = HubCache {
+            cache: HfCache::from_env(),
+            offline: crate::hfcache::offline(),
+        };
+        (
+            Base::Hub {
+                hub,
+                repo,
+                dir,
+                cache,
+            },
+            display,
+            file,
+        )
     } else if lower.starts_with("http://") || lower.starts_with("https://") {
         let url: Url = input.parse().map_err(|e| bad(&format!("not a URL: {e}")))?;
         let (dir, file) = split_path(url.path());
@@ -200,7 +216,7 @@ impl RemoteDir {
                 token: None,
                 denied_hint: HTTP_DENIED,
             },
-            Base::Hub { hub, repo, dir } => hub.file(repo, &format!("{dir}{file}")),
+            Base::Hub { hub, repo, dir, .. } => hub.file(repo, &format!("{dir}{file}")),
         }
     }
 
@@ -231,7 +247,13 @@ impl RemoteDir {
     /// # Errors
     /// Offline and not cached, or a snapshot entry that is refused.
     fn cached_file(&self, file: &str) -> Result<Option<RemoteFile>, RemoteError> {
-        let Base::Hub { hub, repo, dir } = &self.base else {
+        let Base::Hub {
+            repo,
+            dir,
+            cache: hub,
+            ..
+        } = &self.base
+        else {
             return Ok(None);
         };
         let pinned =
@@ -271,7 +293,10 @@ impl RemoteDir {
     /// bytes are read from the Hugging Face cache when the blob is there
     /// with the same length. The cache is never filled here.
     fn read_cached_blob(&self, opened: &mut RemoteFile) {
-        let Base::Hub { hub, repo, .. } = &self.base else {
+        let Base::Hub {
+            repo, cache: hub, ..
+        } = &self.base
+        else {
             return;
         };
         let Some(cache) = hub.cache() else { return };
@@ -289,10 +314,12 @@ impl RemoteDir {
         }
     }
 
-    /// The Hub directory's repository and cache, if it is one.
-    pub(crate) fn hub(&self) -> Option<(&Hub, &Repo, &str)> {
+    /// The Hub directory's cache, repository and directory, if it is one.
+    pub(crate) fn hub(&self) -> Option<(&HubCache, &Repo, &str)> {
         match &self.base {
-            Base::Hub { hub, repo, dir } => Some((hub, repo, dir)),
+            Base::Hub {
+                repo, dir, cache, ..
+            } => Some((cache, repo, dir)),
             _ => None,
         }
     }
@@ -343,7 +370,12 @@ impl RemoteDir {
                     Ok(body)
                 })
                 .map(Some),
-            Base::Hub { hub, repo, dir } if hub.offline() => {
+            Base::Hub {
+                repo,
+                dir,
+                cache: hub,
+                ..
+            } if hub.offline() => {
                 let listed = match hub.cache() {
                     Some(cache) => cache.list(repo, dir)?,
                     None => None,
@@ -358,7 +390,7 @@ impl RemoteDir {
                     )),
                 }
             }
-            Base::Hub { hub, repo, dir } => hub.list(&self.client, repo, dir).map(Some),
+            Base::Hub { hub, repo, dir, .. } => hub.list(&self.client, repo, dir).map(Some),
             Base::Http { .. } => Ok(None),
         }
     }
@@ -413,6 +445,27 @@ impl RemoteDir {
             }
         }
         Err(RemoteError::new(&self.display, Problem::NotFound))
+    }
+}
+
+/// The shared Hugging Face cache as a Hub directory sees it.
+#[derive(Debug, Clone)]
+pub(crate) struct HubCache {
+    /// The cache (`None`: no home to find it in).
+    cache: Option<HfCache>,
+    /// `HF_HUB_OFFLINE`: the cache only, no request.
+    offline: bool,
+}
+
+impl HubCache {
+    /// The cache read from (and that a fetch without a destination fills).
+    pub(crate) fn cache(&self) -> Option<&HfCache> {
+        self.cache.as_ref()
+    }
+
+    /// Whether `HF_HUB_OFFLINE` is set.
+    pub(crate) fn offline(&self) -> bool {
+        self.offline
     }
 }
 
