@@ -29,3 +29,6 @@ for _ in $(seq 1 150); do
     sleep 0.2
 done
 export TENSORFILE_TEST_S3="http://127.0.0.1:$s3_port"
+# The tests' credentials come from their own stand-ins: never from a real
+# instance metadata service of the machine they run on.
+export AWS_EC2_METADATA_DISABLED=true

@@ -15,9 +15,15 @@ fn fixtures() -> PathBuf {
 
 fn tensorfile(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut c = Command::new(env!("CARGO_BIN_EXE_tensorfile"));
+    // No Hugging Face cache of the machine's, online.
+    let no_cache =
+        std::env::temp_dir().join(format!("tensorfile-no-hf-cache-{}", std::process::id()));
     c.args(args)
         .env_remove("HF_TOKEN")
-        .env_remove("HF_ENDPOINT");
+        .env_remove("HF_ENDPOINT")
+        .env_remove("HF_HUB_OFFLINE")
+        .env_remove("TRANSFORMERS_OFFLINE")
+        .env("HF_HUB_CACHE", no_cache);
     for (k, v) in env {
         c.env(k, v);
     }
@@ -458,4 +464,88 @@ fn python_http_server_is_read_and_fetched() {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     plain_server_round(&format!("http://127.0.0.1:{port}"));
+}
+
+/// `fetch hf://ORG/REPO` without a destination fills the Hugging Face
+/// cache; a fetch to a destination then hard-links from it; with
+/// `HF_HUB_OFFLINE=1`, `inspect` reads the cache (its missing config.json
+/// counts as absent) and a file it lacks fails naming the variable.
+#[test]
+fn fetch_without_a_destination_fills_the_hugging_face_cache() {
+    let server = Server::start().unwrap();
+    let bytes = std::fs::read(fixtures().join("valid/llama_two_layers_bf16.safetensors")).unwrap();
+    server.hub_repo(
+        "org/tiny",
+        "main",
+        &[("model.safetensors", bytes.clone())],
+        None,
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("hub");
+    let url = server.url();
+    let online = [
+        ("HF_ENDPOINT", url.as_str()),
+        ("HF_HUB_CACHE", cache.to_str().unwrap()),
+    ];
+    let o = tensorfile(&["fetch", "--no-sync", "hf://org/tiny"], &online);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(text.contains("models--org--tiny/snapshots/"), "{text}");
+    assert!(text.contains("model.safetensors: fetched "), "{text}");
+    let link = std::fs::read_dir(cache.join("models--org--tiny/snapshots"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path()
+        .join("model.safetensors");
+    assert!(std::fs::symlink_metadata(&link)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert_eq!(std::fs::read(&link).unwrap(), bytes);
+
+    let dest = tmp.path().join("dest");
+    let o = tensorfile(
+        &[
+            "fetch",
+            "--no-sync",
+            "hf://org/tiny",
+            dest.to_str().unwrap(),
+        ],
+        &online,
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("hard-linked from the Hugging Face cache"),
+        "{}",
+        stdout(&o)
+    );
+
+    let offline = [
+        ("HF_ENDPOINT", url.as_str()),
+        ("HF_HUB_CACHE", cache.to_str().unwrap()),
+        ("HF_HUB_OFFLINE", "1"),
+    ];
+    server.reset();
+    let o = tensorfile(
+        &["inspect", "--json", "hf://org/tiny/model.safetensors"],
+        &offline,
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let o = tensorfile(&["validate", "hf://org/tiny"], &offline);
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    let o = tensorfile(&["inspect", "hf://org/tiny/other.safetensors"], &offline);
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    assert!(stderr(&o).contains("HF_HUB_OFFLINE"), "{}", stderr(&o));
+    assert!(server.log().is_empty(), "{:?}", server.log());
+
+    // Only an hf:// source goes to the cache without a destination.
+    let o = tensorfile(&["fetch", &format!("{url}/x.safetensors")], &[]);
+    assert_ne!(o.status.code(), Some(0));
+    assert!(
+        stderr(&o).contains("a destination is needed"),
+        "{}",
+        stderr(&o)
+    );
 }

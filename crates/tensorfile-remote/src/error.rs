@@ -121,6 +121,15 @@ pub enum Problem {
         /// Bytes received in the window that fell short.
         got: u64,
     },
+    /// A configured source of AWS credentials fails (it names the source,
+    /// never a secret).
+    Credentials(String),
+    /// `HF_HUB_OFFLINE` is set and the file is not in the Hugging Face
+    /// cache.
+    Offline(String),
+    /// The Hugging Face cache holds something it should not (a snapshot
+    /// link out of its repository's blobs), named by its path.
+    Cache(String),
     /// The bytes do not have the digest the source gives.
     Checksum {
         /// Which digest (`sha256`, the Hub's LFS oid, S3's checksum).
@@ -151,13 +160,15 @@ impl RemoteError {
             Problem::Budget { what: "time", .. } => io::ErrorKind::TimedOut,
             Problem::ShortBody { .. } => io::ErrorKind::UnexpectedEof,
             Problem::BadUrl(_) => io::ErrorKind::InvalidInput,
+            Problem::Credentials(_) => io::ErrorKind::PermissionDenied,
+            Problem::Offline(_) => io::ErrorKind::NotFound,
             _ => io::ErrorKind::InvalidData,
         }
     }
 
     /// Whether this says the object does not exist.
     pub fn is_not_found(&self) -> bool {
-        self.problem == Problem::NotFound
+        matches!(self.problem, Problem::NotFound | Problem::Offline(_))
     }
 }
 
@@ -260,6 +271,9 @@ impl fmt::Display for Problem {
             }
             Problem::BadUrl(what) => f.write_str(what),
             Problem::Listing(what) => write!(f, "cannot list: {what}"),
+            Problem::Credentials(what) => write!(f, "no usable AWS credentials: {what}"),
+            Problem::Offline(what) => write!(f, "{what}"),
+            Problem::Cache(what) => write!(f, "the Hugging Face cache: {what}"),
             Problem::Checksum {
                 what,
                 expected,

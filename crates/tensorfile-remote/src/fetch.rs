@@ -36,6 +36,11 @@
 //!   modification time ([`FETCHED_NOTE`]). The next fetch asks with a
 //!   `HEAD` (no body) and leaves the file alone when the server says the
 //!   same and the file is as it was left.
+//! - **The Hugging Face cache.** From `hf://`, a file whose blob the
+//!   shared cache holds ([`crate::hfcache`]) is hard-linked from it (a
+//!   copy across filesystems; its header checked), not fetched;
+//!   [`fetch_to_cache`] fills the cache itself, as `huggingface-cli
+//!   download` does. With `HF_HUB_OFFLINE`, only the cache is read.
 //! - **Servers that do not take ranges** (`python3 -m http.server`): a
 //!   file is copied with one sequential request (no parallel chunks) and
 //!   cannot be resumed: a partial copy starts over from zero, which the
@@ -55,6 +60,7 @@ use tensorfile_core::set::{ShardIndex, DIR_NAMES, MAX_INDEX_LEN};
 use tensorfile_core::{ByteSource, FileSource, ReadOptions, SafeTensors, ShardedTensors};
 
 use crate::error::{Problem, RemoteError};
+use crate::hfcache::{is_hash, normalize_etag, Cached, HfCache};
 use crate::http::Client;
 use crate::location::{resolve, RemoteDir};
 use crate::object::RemoteFile;
@@ -122,6 +128,12 @@ pub enum Outcome {
     },
     /// The target already held it (its sha256 matched the source's).
     UpToDate,
+    /// Taken from the Hugging Face cache, where the blob was: a hard link
+    /// to it (`linked`), or a copy where the filesystem cannot link.
+    FromCache {
+        /// A hard link (else a copy).
+        linked: bool,
+    },
 }
 
 /// One file of a fetch.
@@ -191,6 +203,9 @@ struct Job {
     resumed_from: u64,
     /// Whether a note may be written (the object has a validator).
     resumable: bool,
+    /// Whether a [`FETCHED_NOTE`] is written once it is in place (not in
+    /// the Hugging Face cache, whose blobs are named by their hash).
+    note_when_done: bool,
 }
 
 /// The companion of a fetched file's [`PartialFile`] recording what the
@@ -489,13 +504,28 @@ fn open_jobs(
         Some(t) => t.to_path_buf(),
         None => dest_dir.join(&w.name),
     };
+    let mut out = Vec::new();
+    // Files whose blobs the Hugging Face cache holds are linked from it.
+    let mut left = Vec::new();
+    for w in wanted {
+        match cached_for(dir, &w)? {
+            Some(c) => out.push(Prepared::Skip(link_from_cache(
+                dir,
+                &w.name,
+                c,
+                &target_of(&w),
+                options,
+            )?)),
+            None => left.push(w),
+        }
+    }
+    let wanted = left;
     let unchanged = crate::concurrently(&wanted, workers, |w| {
         w.sha256
             .is_none()
             .then(|| unchanged_since_fetched(dir, &w.name, &target_of(w)))
             .flatten()
     });
-    let mut out = Vec::new();
     let mut to_open = Vec::new();
     for (w, same) in wanted.into_iter().zip(unchanged) {
         match same {
@@ -511,6 +541,17 @@ fn open_jobs(
             Err(e) if w.optional && e.is_not_found() => continue,
             Err(e) => return Err(named(e)),
         };
+        // A Hub file's answer names its blob: linked when the cache has it.
+        if let Some(c) = cached_after_open(dir, &remote)? {
+            out.push(Prepared::Skip(link_from_cache(
+                dir,
+                &w.name,
+                c,
+                &target_of(&w),
+                options,
+            )?));
+            continue;
+        }
         if let Some(size) = w.size {
             if size != remote.len() {
                 return Err(named(RemoteError::new(
@@ -555,6 +596,10 @@ fn open_jobs(
 /// `ETag`, else its `Last-Modified`). Anything else (no note, a `HEAD`
 /// that fails) is `None`: the file is fetched as usual.
 fn unchanged_since_fetched(dir: &RemoteDir, name: &str, target: &Path) -> Option<FetchedFile> {
+    // Offline, nothing is asked of the Hub.
+    if dir.hub().is_some_and(|(hub, _, _)| hub.offline()) {
+        return None;
+    }
     let partial = PartialFile::for_target(target).ok()?;
     let text = partial.read_companion(FETCHED_NOTE, 64 << 10).ok()??;
     let note: FetchedNote = serde_json::from_slice(&text).ok()?;
@@ -703,6 +748,7 @@ fn prepare(
         since_note: Mutex::new((0, Instant::now())),
         resumed_from,
         resumable,
+        note_when_done: true,
     })
 }
 
@@ -806,6 +852,9 @@ impl Job {
 /// old note goes first, so that a note never describes another file. Best
 /// effort: without a note, the next fetch fetches the file again.
 fn record_fetched(job: &Job, committed: Option<File>) {
+    if !job.note_when_done {
+        return;
+    }
     let _ = job.partial.remove_companion(FETCHED_NOTE);
     let validator = job.remote.validator();
     if job.wanted.sha256.is_some()
@@ -963,4 +1012,503 @@ fn finish(job: &Job, options: &FetchOptions) -> tensorfile_core::Result<FetchedF
         sha256: job.wanted.sha256.clone(),
         header_checked,
     })
+}
+
+/// The Hugging Face cache's copy of a wanted Hub file, found without a
+/// request: offline, the revision's snapshot entry (checked); online, the
+/// blob named by the listing's sha256, of the listed length.
+fn cached_for(dir: &RemoteDir, w: &Wanted) -> tensorfile_core::Result<Option<Cached>> {
+    let Some((hub, repo, sub)) = dir.hub() else {
+        return Ok(None);
+    };
+    let Some(cache) = hub.cache() else {
+        return Ok(None);
+    };
+    if hub.offline() {
+        return cache
+            .lookup(repo, &format!("{sub}{}", w.name))
+            .map_err(named);
+    }
+    let Some(sha) = &w.sha256 else {
+        return Ok(None);
+    };
+    // Online, a blob that is refused (not a regular file) is fetched.
+    Ok(match cache.blob(repo, sha).ok().flatten() {
+        Some((path, len, file)) if w.size.is_none_or(|s| s == len) => Some(Cached {
+            path,
+            len,
+            hash: Some(sha.clone()),
+            file,
+        }),
+        _ => None,
+    })
+}
+
+/// The blob an opened Hub file's answer names (`X-Linked-Etag`, else
+/// `ETag`), when the cache has it with the same length (a blob that is
+/// refused is fetched instead).
+fn cached_after_open(
+    dir: &RemoteDir,
+    remote: &RemoteFile,
+) -> tensorfile_core::Result<Option<Cached>> {
+    let Some((hub, repo, _)) = dir.hub() else {
+        return Ok(None);
+    };
+    let Some(cache) = hub.cache() else {
+        return Ok(None);
+    };
+    let Some(etag) = blob_name(remote) else {
+        return Ok(None);
+    };
+    Ok(match cache.blob(repo, &etag).ok().flatten() {
+        Some((path, len, file)) if len == remote.len() => Some(Cached {
+            path,
+            len,
+            hash: Some(etag),
+            file,
+        }),
+        _ => None,
+    })
+}
+
+/// The blob name a Hub answer gives a file, as huggingface_hub makes it.
+fn blob_name(remote: &RemoteFile) -> Option<String> {
+    remote
+        .kept_header("x-linked-etag")
+        .or(remote.validator().etag.as_deref())
+        .map(normalize_etag)
+        .filter(|e| is_hash(e))
+        .map(|e| e.to_ascii_lowercase())
+}
+
+/// Puts a cached file at `target`: a hard link to the blob (a new name
+/// beside the target, renamed over it), else a copy; a safetensors file's
+/// header is checked first. A target that is the blob already is left.
+fn link_from_cache(
+    dir: &RemoteDir,
+    name: &str,
+    cached: Cached,
+    target: &Path,
+    options: &FetchOptions,
+) -> tensorfile_core::Result<FetchedFile> {
+    let url = dir.name_of(name);
+    let done = |outcome| FetchedFile {
+        name: name.to_string(),
+        url: url.clone(),
+        path: target.to_path_buf(),
+        len: cached.len,
+        outcome,
+        sha256: cached.hash.clone().filter(|h| h.len() == 64),
+        header_checked: name.ends_with(".safetensors"),
+    };
+    if name.ends_with(".safetensors") {
+        SafeTensors::from_source_with(PreadFile(&cached.file, cached.len), &options.read)
+            .map_err(|e| renamed(e, &url))?;
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        if let (Ok(there), Ok(blob)) = (std::fs::symlink_metadata(target), cached.file.metadata()) {
+            if there.is_file() && there.dev() == blob.dev() && there.ino() == blob.ino() {
+                return Ok(done(Outcome::UpToDate));
+            }
+        }
+    }
+    let partial = PartialFile::for_target(target)?;
+    partial.discard()?;
+    let linked = std::fs::hard_link(&cached.path, partial.path()).is_ok();
+    if linked {
+        std::fs::rename(partial.path(), target).map_err(|e| {
+            let _ = partial.discard();
+            tensorfile_core::Error::io(target, e)
+        })?;
+        if options.sync {
+            if let Some(parent) = target.parent().filter(|p| !p.as_os_str().is_empty()) {
+                let _ = File::open(parent).and_then(|d| d.sync_all());
+            }
+        }
+    } else {
+        let file = partial.open()?;
+        let mut from = &cached.file;
+        let copied = std::io::copy(&mut from, &mut &file);
+        if let Err(e) = copied {
+            let _ = partial.discard();
+            return Err(tensorfile_core::Error::io(partial.path(), e));
+        }
+        partial.commit(file, options.sync)?;
+    }
+    Ok(done(Outcome::FromCache { linked }))
+}
+
+/// A cached blob as a byte source for the header check.
+struct PreadFile<'a>(&'a File, u64);
+
+impl ByteSource for PreadFile<'_> {
+    fn len(&self) -> u64 {
+        self.1
+    }
+    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        #[cfg(unix)]
+        {
+            std::os::unix::fs::FileExt::read_exact_at(self.0, buf, offset)
+        }
+        #[cfg(windows)]
+        {
+            use std::os::windows::fs::FileExt;
+            let mut done = 0;
+            while done < buf.len() {
+                let n = self.0.seek_read(&mut buf[done..], offset + done as u64)?;
+                if n == 0 {
+                    return Err(std::io::ErrorKind::UnexpectedEof.into());
+                }
+                done += n;
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Fills the Hugging Face cache with an `hf://` file, index or repository
+/// directory, as `huggingface-cli download` does: each file's blob
+/// (`blobs/HASH`, written under huggingface_hub's lock for it,
+/// `.locks/models--ORG--NAME/HASH.lock`), the snapshot's relative links
+/// (`snapshots/COMMIT/NAME -> ../../blobs/HASH`) and the revision's ref
+/// (`refs/REVISION`). Blobs already there (of the right length) are not
+/// fetched again. Verified as [`fetch`] verifies; the result's files are
+/// the snapshot's paths, its destination the snapshot's directory.
+///
+/// # Errors
+/// Not an `hf://` URL, no cache (no home directory), an answer that names
+/// no commit or blob, the revision moving while fetched, or what [`fetch`]
+/// fails on. Offline (`HF_HUB_OFFLINE`), a file the cache lacks.
+pub fn fetch_to_cache(
+    source: &str,
+    client: &Arc<Client>,
+    options: &FetchOptions,
+    progress: &dyn Progress,
+) -> tensorfile_core::Result<Fetched> {
+    let resolved = resolve(source, client).map_err(named)?;
+    let dir = resolved.dir;
+    let bad = |what: &str| {
+        named(RemoteError::new(
+            crate::public_name(source),
+            Problem::BadUrl(what.into()),
+        ))
+    };
+    let Some((hub, repo, sub)) = dir.hub() else {
+        return Err(bad(
+            "without a destination, fetch fills the Hugging Face cache: hf:// URLs only",
+        ));
+    };
+    let Some(cache) = hub.cache().cloned() else {
+        return Err(bad(
+            "no Hugging Face cache: set HF_HUB_CACHE or HF_HOME (HOME is not set)",
+        ));
+    };
+    let (repo, sub) = (repo.clone(), sub.to_string());
+    let mut single = false;
+    let wanted = match resolved.file {
+        Some(name) => match index_shards(&dir, &name)? {
+            Some(shards) => {
+                let mut w = vec![plain(&name, false)];
+                w.extend(shards.iter().map(|s| plain(s, false)));
+                w
+            }
+            None => {
+                single = true;
+                vec![describe(&dir, &name)?]
+            }
+        },
+        None => directory_files(&dir)?,
+    };
+    let repo_dir = cache.repo_dir(&repo);
+    let mut files = Vec::new();
+    let mut commit: Option<String> = None;
+    // (file name, blob name) of every file, for the snapshot's links.
+    let mut placed: Vec<(String, String)> = Vec::new();
+    let mut jobs = Vec::new();
+    let mut locks = Vec::new();
+    let mut claimed = std::collections::BTreeSet::new();
+    if hub.offline() {
+        // Offline, the cache has every file or the fetch fails.
+        for w in &wanted {
+            match cache
+                .lookup(&repo, &format!("{sub}{}", w.name))
+                .map_err(named)?
+            {
+                Some(c) => files.push(FetchedFile {
+                    name: w.name.clone(),
+                    url: dir.name_of(&w.name),
+                    path: repo_dir
+                        .join("snapshots")
+                        .join(cache.commit_of(&repo).unwrap_or_default())
+                        .join(&sub)
+                        .join(&w.name),
+                    len: c.len,
+                    outcome: Outcome::UpToDate,
+                    sha256: c.hash.filter(|h| h.len() == 64),
+                    header_checked: false,
+                }),
+                None if w.optional => {}
+                None => {
+                    return Err(named(crate::hfcache::offline_missing(
+                        &dir.name_of(&w.name),
+                        &repo_dir,
+                    )))
+                }
+            }
+        }
+        commit = cache.commit_of(&repo);
+    } else {
+        let opened = crate::concurrently(&wanted, client.options().concurrency, |w| {
+            dir.open_plain(&w.name)
+        });
+        for (mut w, remote) in wanted.into_iter().zip(opened) {
+            let remote = match remote {
+                Ok(r) => r,
+                Err(e) if w.optional && e.is_not_found() => continue,
+                Err(e) => return Err(named(e)),
+            };
+            let this = remote
+                .kept_header("x-repo-commit")
+                .map(str::to_ascii_lowercase)
+                .filter(|c| c.len() == 40 && c.bytes().all(|b| b.is_ascii_hexdigit()));
+            let (Some(this), Some(blob)) = (this, blob_name(&remote)) else {
+                return Err(named(RemoteError::new(
+                    remote.name(),
+                    Problem::Cache(
+                        "the Hub's answer names no commit (X-Repo-Commit) or no blob (ETag): not cached".into(),
+                    ),
+                )));
+            };
+            match &commit {
+                Some(c) if *c != this => {
+                    return Err(named(RemoteError::new(
+                        remote.name(),
+                        Problem::Changed {
+                            what: "the commit",
+                            before: c.clone(),
+                            now: this,
+                        },
+                    )))
+                }
+                _ => commit = Some(this),
+            }
+            if let Some(size) = w.size {
+                if size != remote.len() {
+                    return Err(named(RemoteError::new(
+                        remote.name(),
+                        Problem::Changed {
+                            what: "the length",
+                            before: format!("{size} (listed)"),
+                            now: remote.len().to_string(),
+                        },
+                    )));
+                }
+            }
+            if w.sha256.is_none() && blob.len() == 64 {
+                // The blob's name is its sha256 (an LFS file's oid).
+                w.sha256 = Some(blob.clone());
+            }
+            placed.push((w.name.clone(), blob.clone()));
+            let path = snapshot_path(
+                &repo_dir,
+                commit.as_deref().unwrap_or_default(),
+                &sub,
+                &w.name,
+            );
+            // Two files with one content share a blob: fetched once.
+            if !claimed.insert(blob.clone()) {
+                files.push(FetchedFile {
+                    name: w.name.clone(),
+                    url: remote.name().to_string(),
+                    path,
+                    len: remote.len(),
+                    outcome: Outcome::UpToDate,
+                    sha256: w.sha256.clone(),
+                    header_checked: false,
+                });
+                continue;
+            }
+            let lock = lock_blob(&cache, &repo, &blob)?;
+            let blob_path = repo_dir.join("blobs").join(&blob);
+            match cache.blob(&repo, &blob).map_err(named)? {
+                Some((_, len, _)) if len == remote.len() => {
+                    files.push(FetchedFile {
+                        name: w.name.clone(),
+                        url: remote.name().to_string(),
+                        path,
+                        len,
+                        outcome: Outcome::UpToDate,
+                        sha256: w.sha256.clone(),
+                        header_checked: false,
+                    });
+                    locks.push(lock);
+                    continue;
+                }
+                _ => {}
+            }
+            let blobs = repo_dir.join("blobs");
+            std::fs::create_dir_all(&blobs).map_err(|e| tensorfile_core::Error::io(&blobs, e))?;
+            let mut job = prepare(w, remote, blob_path, options, progress)?;
+            job.note_when_done = false;
+            jobs.push(job);
+            locks.push(lock);
+        }
+    }
+    let Some(commit) = commit else {
+        return Err(named(RemoteError::new(dir.display(), Problem::NotFound)));
+    };
+    let left: u64 = jobs.iter().map(|j| j.remote.len() - j.resumed_from).sum();
+    progress.total(left);
+    copy_chunks(&jobs, client, progress)?;
+    let done = crate::concurrently(&jobs, verify_workers(), |job| finish(job, options))
+        .into_iter()
+        .collect::<tensorfile_core::Result<Vec<_>>>()?;
+    drop(jobs);
+    for mut f in done {
+        f.path = snapshot_path(&repo_dir, &commit, &sub, &f.name);
+        files.push(f);
+    }
+    // The snapshot's links and the revision's ref, as huggingface_hub
+    // makes them.
+    for (name, blob) in &placed {
+        link_snapshot(&repo_dir, &commit, &sub, name, blob)?;
+    }
+    if !hub.offline() {
+        write_ref(&repo_dir, &repo.revision, &commit)?;
+    }
+    drop(locks);
+    files.sort_by(|a, b| a.name.cmp(&b.name));
+    let snapshot = repo_dir.join("snapshots").join(&commit).join(&sub);
+    let is_entry = |n: &str| {
+        DIR_NAMES
+            .iter()
+            .any(|(index, single)| n == *index || n == *single)
+            || n.ends_with(".safetensors.index.json")
+    };
+    let set = if !single && files.iter().any(|f| is_entry(&f.name)) {
+        let entry = files
+            .iter()
+            .find(|f| f.name.ends_with(".index.json"))
+            .map(|f| f.path.clone())
+            .unwrap_or_else(|| snapshot.clone());
+        let set = ShardedTensors::open_pread(&entry, &options.read)?;
+        Some((set.shards().len(), set.len()))
+    } else {
+        None
+    };
+    Ok(Fetched {
+        files,
+        dest: snapshot,
+        set,
+    })
+}
+
+/// `snapshots/COMMIT/SUB/NAME` of the repository's folder.
+fn snapshot_path(repo_dir: &Path, commit: &str, sub: &str, name: &str) -> PathBuf {
+    let mut p = repo_dir.join("snapshots").join(commit);
+    for part in sub.split('/').filter(|s| !s.is_empty()) {
+        p.push(part);
+    }
+    p.join(name)
+}
+
+/// Takes huggingface_hub's lock of a blob (`flock`, waiting as it waits).
+fn lock_blob(
+    cache: &HfCache,
+    repo: &crate::hub::Repo,
+    blob: &str,
+) -> tensorfile_core::Result<File> {
+    let path = cache.lock_path(repo, blob);
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| tensorfile_core::Error::io(parent, e))?;
+    }
+    let mut o = std::fs::OpenOptions::new();
+    o.read(true).write(true).create(true).truncate(false);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        o.mode(0o664).custom_flags(libc::O_NOFOLLOW);
+    }
+    let file = o
+        .open(&path)
+        .map_err(|e| tensorfile_core::Error::io(&path, e))?;
+    file.lock()
+        .map_err(|e| tensorfile_core::Error::io(&path, e))?;
+    Ok(file)
+}
+
+/// `snapshots/COMMIT/SUB/NAME -> ../../[../]blobs/BLOB`: made when missing,
+/// replaced when it is a link elsewhere (as huggingface_hub replaces it);
+/// a directory there is an error.
+fn link_snapshot(
+    repo_dir: &Path,
+    commit: &str,
+    sub: &str,
+    name: &str,
+    blob: &str,
+) -> tensorfile_core::Result<()> {
+    let path = snapshot_path(repo_dir, commit, sub, name);
+    let parent = path.parent().unwrap_or(repo_dir).to_path_buf();
+    std::fs::create_dir_all(&parent).map_err(|e| tensorfile_core::Error::io(&parent, e))?;
+    let depth = 2 + sub.split('/').filter(|s| !s.is_empty()).count();
+    let mut target = PathBuf::new();
+    for _ in 0..depth {
+        target.push("..");
+    }
+    let target = target.join("blobs").join(blob);
+    match std::fs::symlink_metadata(&path) {
+        Ok(m) if m.file_type().is_symlink() => {
+            if std::fs::read_link(&path).ok().as_deref() == Some(target.as_path()) {
+                return Ok(());
+            }
+            std::fs::remove_file(&path).map_err(|e| tensorfile_core::Error::io(&path, e))?;
+        }
+        Ok(m) if m.is_file() => {
+            std::fs::remove_file(&path).map_err(|e| tensorfile_core::Error::io(&path, e))?;
+        }
+        Ok(_) => {
+            return Err(named(RemoteError::new(
+                path.display().to_string(),
+                Problem::Cache("a directory where a snapshot's file goes".into()),
+            )))
+        }
+        Err(_) => {}
+    }
+    make_link(&target, &path).map_err(|e| tensorfile_core::Error::io(&path, e))
+}
+
+#[cfg(unix)]
+fn make_link(target: &Path, at: &Path) -> std::io::Result<()> {
+    std::os::unix::fs::symlink(target, at)
+}
+
+#[cfg(windows)]
+fn make_link(target: &Path, at: &Path) -> std::io::Result<()> {
+    std::os::windows::fs::symlink_file(target, at)
+}
+
+/// `refs/REVISION` holding the commit (a new file renamed over it), unless
+/// the revision is the commit.
+fn write_ref(repo_dir: &Path, revision: &str, commit: &str) -> tensorfile_core::Result<()> {
+    if revision.eq_ignore_ascii_case(commit) {
+        return Ok(());
+    }
+    let Some(rel) = crate::hfcache::safe_relative(revision) else {
+        return Ok(());
+    };
+    let path = repo_dir.join("refs").join(rel);
+    if std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file())
+        && std::fs::read_to_string(&path).is_ok_and(|t| t == commit)
+    {
+        return Ok(());
+    }
+    let parent = path.parent().unwrap_or(repo_dir);
+    std::fs::create_dir_all(parent).map_err(|e| tensorfile_core::Error::io(parent, e))?;
+    let partial = PartialFile::for_target(&path)?;
+    let file = partial.open()?;
+    std::io::Write::write_all(&mut &file, commit.as_bytes())
+        .map_err(|e| tensorfile_core::Error::io(partial.path(), e))?;
+    partial.commit(file, false)
 }

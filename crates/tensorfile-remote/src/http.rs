@@ -12,6 +12,7 @@ use url::Url;
 
 use crate::error::{Problem, RemoteError};
 use crate::s3::S3Store;
+use crate::secret::Secret;
 
 /// How remote objects are read: concurrency, request sizes, retries and
 /// timeouts. The defaults suit a real network.
@@ -122,26 +123,6 @@ impl Stats {
             body_bytes: self.body_bytes.load(Ordering::Relaxed),
             retries: self.retries.load(Ordering::Relaxed),
         }
-    }
-}
-
-/// A secret (a bearer token) that never prints.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    /// Wraps a secret.
-    pub fn new(value: impl Into<String>) -> Secret {
-        Secret(value.into())
-    }
-    pub(crate) fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Secret(<redacted>)")
     }
 }
 
@@ -430,6 +411,9 @@ impl Client {
         bytes: u64,
     ) -> Result<ureq::http::Response<ureq::Body>, Failure> {
         let (mut url, mut auth) = endpoint.prepare(head, amz);
+        // Kept headers of redirects (the Hub's X-Linked-Etag and
+        // X-Repo-Commit come with its redirect to the CDN).
+        let mut hops: Vec<(&'static str, ureq::http::HeaderValue)> = Vec::new();
         for _hop in 0..=MAX_REDIRECTS {
             if let Some(p) = self.over_budget(bytes) {
                 return Err(Failure::Fatal(p));
@@ -459,8 +443,20 @@ impl Client {
             };
             let status = response.status().as_u16();
             match status {
-                200..=299 | 416 => return Ok(response),
+                200..=299 | 416 => {
+                    for (name, value) in hops {
+                        if !response.headers().contains_key(name) {
+                            response.headers_mut().insert(name, value);
+                        }
+                    }
+                    return Ok(response);
+                }
                 301 | 302 | 303 | 307 | 308 => {
+                    for name in KEPT {
+                        if let Some(v) = response.headers().get(name) {
+                            hops.push((name, v.clone()));
+                        }
+                    }
                     let Some(next) = header(&response, "location").and_then(|l| url.join(&l).ok())
                     else {
                         return Err(Failure::Fatal(Problem::Redirect(format!(

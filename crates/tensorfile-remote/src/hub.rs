@@ -8,8 +8,9 @@ use std::path::PathBuf;
 use url::Url;
 
 use crate::error::{Problem, RemoteError};
-use crate::http::{Client, Endpoint, Secret};
+use crate::http::{Client, Endpoint};
 use crate::s3::Listed;
+use crate::secret::Secret;
 
 /// What a 401 or 403 from the Hub means.
 pub(crate) const DENIED: &str = "the repository needs a token, or the token lacks access to it (gated or private): set HF_TOKEN or log in with `hf auth login`";

@@ -12,10 +12,10 @@
 //!
 //! | URL | what it is |
 //! | --- | --- |
-//! | `s3://BUCKET/KEY` | an S3 object; `AWS_ENDPOINT_URL` for other stores, credentials from `AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY`/`AWS_SESSION_TOKEN` (anonymous without) |
+//! | `s3://BUCKET/KEY` | an S3 object; `AWS_ENDPOINT_URL` for other stores, credentials from the AWS chain ([`creds`]: environment, web identity, shared files, container, instance metadata; anonymous without) |
 //! | `s3://BUCKET/PREFIX/` | a directory, listed with `ListObjectsV2` |
 //! | `http(s)://HOST/PATH` | a file on a server that honours `Range`; a path ending in `/` is a directory (not listable: the index or `model.safetensors` is asked for) |
-//! | `hf://ORG/REPO[@REV]/PATH` | a file of a Hub repository (`HF_ENDPOINT`, `HF_TOKEN` or huggingface_hub's token file) |
+//! | `hf://ORG/REPO[@REV]/PATH` | a file of a Hub repository (`HF_ENDPOINT`, `HF_TOKEN` or huggingface_hub's token file), read from the shared Hugging Face cache where its blob is there ([`hfcache`]; `HF_HUB_OFFLINE`) |
 //! | `hf://ORG/REPO[@REV]` | the repository, listed with the Hub's tree API |
 //!
 //! ```no_run
@@ -48,22 +48,27 @@
 #![warn(missing_docs)]
 #![warn(clippy::missing_errors_doc)]
 
+pub mod creds;
 pub mod error;
 pub mod fetch;
+pub mod hfcache;
 mod http;
 pub mod hub;
 mod location;
 mod object;
+mod profile;
 pub mod s3;
+mod secret;
 #[cfg(feature = "serve")]
 pub mod serve;
 
 pub use error::{Problem, RemoteError};
-pub use http::{Client, Counts, RemoteOptions, Secret, Validator};
+pub use http::{Client, Counts, RemoteOptions, Validator};
 pub use location::{
     dir_of, is_url, kind, open_file, open_set, resolve, url_of, RemoteDir, Resolved,
 };
 pub use object::RemoteFile;
+pub use secret::Secret;
 
 /// A URL as it may be shown: no user name or password, no query (which may
 /// hold a signature or a token).

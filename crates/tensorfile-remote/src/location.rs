@@ -10,6 +10,7 @@ use tensorfile_core::{ByteSource, ReadOptions, SafeTensors, ShardError, ShardedT
 use url::Url;
 
 use crate::error::{Problem, RemoteError};
+use crate::hfcache::HfCache;
 use crate::http::{Client, Endpoint};
 use crate::hub::{parse_hf, Hub, Repo};
 use crate::object::RemoteFile;
@@ -38,11 +39,13 @@ enum Base {
     S3 { store: Arc<S3Store>, prefix: String },
     /// An HTTP(S) directory URL (ending in `/`).
     Http { url: Url },
-    /// A directory of a Hub repository (`""` or ending in `/`).
+    /// A directory of a Hub repository (`""` or ending in `/`), and the
+    /// shared Hugging Face cache.
     Hub {
         hub: Arc<Hub>,
         repo: Repo,
         dir: String,
+        cache: HubCache,
     },
 }
 
@@ -118,7 +121,20 @@ pub fn resolve(input: &str, client: &Arc<Client>) -> Result<Resolved, RemoteErro
         let (dir, file) = split_path(&path);
         let hub = Arc::new(Hub::from_env()?);
         let display = format!("{}{dir}", repo.display());
-        (Base::Hub { hub, repo, dir }, display, file)
+        let cache = HubCache {
+            cache: HfCache::from_env(),
+            offline: crate::hfcache::offline(),
+        };
+        (
+            Base::Hub {
+                hub,
+                repo,
+                dir,
+                cache,
+            },
+            display,
+            file,
+        )
     } else if lower.starts_with("http://") || lower.starts_with("https://") {
         let url: Url = input.parse().map_err(|e| bad(&format!("not a URL: {e}")))?;
         let (dir, file) = split_path(url.path());
@@ -200,7 +216,7 @@ impl RemoteDir {
                 token: None,
                 denied_hint: HTTP_DENIED,
             },
-            Base::Hub { hub, repo, dir } => hub.file(repo, &format!("{dir}{file}")),
+            Base::Hub { hub, repo, dir, .. } => hub.file(repo, &format!("{dir}{file}")),
         }
     }
 
@@ -210,12 +226,102 @@ impl RemoteDir {
     /// # Errors
     /// The request fails (`NotFound` when there is no such file).
     pub fn open_file(&self, file: &str) -> Result<RemoteFile, RemoteError> {
-        RemoteFile::open_with_header(
+        if let Some(cached) = self.cached_file(file)? {
+            return Ok(cached);
+        }
+        let mut opened = RemoteFile::open_with_header(
             self.client.clone(),
             self.endpoint(file),
             self.name_of(file),
             self.max_header_len,
-        )
+        )?;
+        self.read_cached_blob(&mut opened);
+        Ok(opened)
+    }
+
+    /// A Hub file read from the Hugging Face cache without a request: when
+    /// offline (`HF_HUB_OFFLINE`; a file the cache lacks is then an error
+    /// naming the variable), or when the revision is a commit the cache
+    /// has. `Ok(None)`: not a Hub directory, or ask the Hub.
+    ///
+    /// # Errors
+    /// Offline and not cached, or a snapshot entry that is refused.
+    fn cached_file(&self, file: &str) -> Result<Option<RemoteFile>, RemoteError> {
+        let Base::Hub {
+            repo,
+            dir,
+            cache: hub,
+            ..
+        } = &self.base
+        else {
+            return Ok(None);
+        };
+        let pinned =
+            repo.revision.len() == 40 && repo.revision.bytes().all(|b| b.is_ascii_hexdigit());
+        if !hub.offline() && !pinned {
+            return Ok(None);
+        }
+        let path = format!("{dir}{file}");
+        let found = match hub.cache() {
+            Some(cache) => cache.lookup(repo, &path)?,
+            None => None,
+        };
+        match found {
+            Some(c) => RemoteFile::cached(
+                self.client.clone(),
+                self.endpoint(file),
+                self.name_of(file),
+                c.file,
+                c.len,
+                c.hash,
+                self.max_header_len,
+            )
+            .map(Some),
+            None if hub.offline() => {
+                let at = hub
+                    .cache()
+                    .map(|c| c.repo_dir(repo))
+                    .unwrap_or_else(|| PathBuf::from("(no cache: HOME is not set)"));
+                Err(crate::hfcache::offline_missing(&self.name_of(file), &at))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// Once a Hub file is opened (one request, which names its blob: the
+    /// `X-Linked-Etag` of an LFS file, the `ETag` of another), its other
+    /// bytes are read from the Hugging Face cache when the blob is there
+    /// with the same length. The cache is never filled here.
+    fn read_cached_blob(&self, opened: &mut RemoteFile) {
+        let Base::Hub {
+            repo, cache: hub, ..
+        } = &self.base
+        else {
+            return;
+        };
+        let Some(cache) = hub.cache() else { return };
+        let etag = opened
+            .kept_header("x-linked-etag")
+            .or(opened.validator().etag.as_deref())
+            .map(crate::hfcache::normalize_etag);
+        let Some(etag) = etag.filter(|e| crate::hfcache::is_hash(e)) else {
+            return;
+        };
+        if let Ok(Some((_, len, file))) = cache.blob(repo, &etag) {
+            if len == opened.len() {
+                opened.read_from(file);
+            }
+        }
+    }
+
+    /// The Hub directory's cache, repository and directory, if it is one.
+    pub(crate) fn hub(&self) -> Option<(&HubCache, &Repo, &str)> {
+        match &self.base {
+            Base::Hub {
+                repo, dir, cache, ..
+            } => Some((cache, repo, dir)),
+            _ => None,
+        }
     }
 
     /// A `HEAD` of a file in it: its length and validator, no body.
@@ -234,7 +340,13 @@ impl RemoteDir {
     /// # Errors
     /// The request fails (`NotFound` when there is no such file).
     pub fn open_plain(&self, file: &str) -> Result<RemoteFile, RemoteError> {
-        RemoteFile::open(self.client.clone(), self.endpoint(file), self.name_of(file))
+        if let Some(cached) = self.cached_file(file)? {
+            return Ok(cached);
+        }
+        let mut opened =
+            RemoteFile::open(self.client.clone(), self.endpoint(file), self.name_of(file))?;
+        self.read_cached_blob(&mut opened);
+        Ok(opened)
     }
 
     /// The files directly in it, with their sizes (and sha256 where the
@@ -258,7 +370,27 @@ impl RemoteDir {
                     Ok(body)
                 })
                 .map(Some),
-            Base::Hub { hub, repo, dir } => hub.list(&self.client, repo, dir).map(Some),
+            Base::Hub {
+                repo,
+                dir,
+                cache: hub,
+                ..
+            } if hub.offline() => {
+                let listed = match hub.cache() {
+                    Some(cache) => cache.list(repo, dir)?,
+                    None => None,
+                };
+                match listed {
+                    Some(l) => Ok(Some(l)),
+                    None => Err(crate::hfcache::offline_missing(
+                        &self.display,
+                        &hub.cache()
+                            .map(|c| c.repo_dir(repo))
+                            .unwrap_or_else(|| PathBuf::from("(no cache: HOME is not set)")),
+                    )),
+                }
+            }
+            Base::Hub { hub, repo, dir, .. } => hub.list(&self.client, repo, dir).map(Some),
             Base::Http { .. } => Ok(None),
         }
     }
@@ -313,6 +445,27 @@ impl RemoteDir {
             }
         }
         Err(RemoteError::new(&self.display, Problem::NotFound))
+    }
+}
+
+/// The shared Hugging Face cache as a Hub directory sees it.
+#[derive(Debug, Clone)]
+pub(crate) struct HubCache {
+    /// The cache (`None`: no home to find it in).
+    cache: Option<HfCache>,
+    /// `HF_HUB_OFFLINE`: the cache only, no request.
+    offline: bool,
+}
+
+impl HubCache {
+    /// The cache read from (and that a fetch without a destination fills).
+    pub(crate) fn cache(&self) -> Option<&HfCache> {
+        self.cache.as_ref()
+    }
+
+    /// Whether `HF_HUB_OFFLINE` is set.
+    pub(crate) fn offline(&self) -> bool {
+        self.offline
     }
 }
 

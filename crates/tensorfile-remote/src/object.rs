@@ -36,6 +36,9 @@ pub struct RemoteFile {
     meta: Meta,
     /// The first bytes of the object, read when opened.
     head: Vec<u8>,
+    /// The same bytes in the Hugging Face cache: read there, not
+    /// requested.
+    local: Option<std::fs::File>,
 }
 
 impl std::fmt::Debug for RemoteFile {
@@ -67,7 +70,69 @@ impl RemoteFile {
             name,
             meta,
             head,
+            local: None,
         })
+    }
+
+    /// The object as a file of the Hugging Face cache (`hash`: its blob's
+    /// name, its validator): its first bytes and safetensors header read
+    /// from the file, and every later read too; no request.
+    pub(crate) fn cached(
+        client: Arc<Client>,
+        endpoint: Endpoint,
+        name: String,
+        file: std::fs::File,
+        len: u64,
+        hash: Option<String>,
+        max_header_len: u64,
+    ) -> Result<RemoteFile, RemoteError> {
+        let meta = Meta {
+            len,
+            validator: Validator {
+                etag: hash.map(|h| format!("\"{h}\"")),
+                last_modified: None,
+            },
+            ..Meta::default()
+        };
+        let mut out = RemoteFile {
+            client,
+            endpoint,
+            name,
+            meta,
+            head: Vec::new(),
+            local: Some(file),
+        };
+        let mut head = vec![0u8; len.min(HEADER_PROBE) as usize];
+        out.fetch(vec![(0, &mut head[..])])?;
+        out.head = head;
+        out.read_long_header(max_header_len)?;
+        Ok(out)
+    }
+
+    /// Reads the rest of the object from `file` (a blob of the Hugging
+    /// Face cache of the same length) from now on.
+    pub(crate) fn read_from(&mut self, file: std::fs::File) {
+        self.local = Some(file);
+    }
+
+    /// Whether it is read from the Hugging Face cache.
+    pub fn is_cached(&self) -> bool {
+        self.local.is_some()
+    }
+
+    /// The rest of a safetensors header longer than the first read.
+    fn read_long_header(&mut self, max_header_len: u64) -> Result<(), RemoteError> {
+        if self.head.len() >= 8 {
+            let n = u64::from_le_bytes(self.head[..8].try_into().unwrap_or_default());
+            let end = 8u64.saturating_add(n);
+            let have = self.head.len() as u64;
+            if n <= max_header_len && end > have && end <= self.meta.len {
+                let mut rest = vec![0u8; (end - have) as usize];
+                self.fetch(vec![(have, &mut rest[..])])?;
+                self.head.extend_from_slice(&rest);
+            }
+        }
+        Ok(())
     }
 
     /// [`RemoteFile::open`], then the rest of a safetensors header longer
@@ -81,16 +146,7 @@ impl RemoteFile {
         max_header_len: u64,
     ) -> Result<RemoteFile, RemoteError> {
         let mut file = RemoteFile::open(client, endpoint, name)?;
-        if file.head.len() >= 8 {
-            let n = u64::from_le_bytes(file.head[..8].try_into().unwrap_or_default());
-            let end = 8u64.saturating_add(n);
-            let have = file.head.len() as u64;
-            if n <= max_header_len && end > have && end <= file.meta.len {
-                let mut rest = vec![0u8; (end - have) as usize];
-                file.fetch(vec![(have, &mut rest[..])])?;
-                file.head.extend_from_slice(&rest);
-            }
-        }
+        file.read_long_header(max_header_len)?;
         Ok(file)
     }
 
@@ -121,6 +177,17 @@ impl RemoteFile {
             ));
         }
         if start == end {
+            return Ok(());
+        }
+        if let Some(file) = &self.local {
+            let mut piece = vec![0u8; (end - start).min(64 << 10) as usize];
+            let mut at = start;
+            while at < end {
+                let n = (end - at).min(piece.len() as u64) as usize;
+                self.read_local(file, at, &mut piece[..n])?;
+                sink(at, &piece[..n]);
+                at += n as u64;
+            }
             return Ok(());
         }
         self.client
@@ -169,12 +236,53 @@ impl RemoteFile {
     /// # Errors
     /// The request fails.
     pub fn head_now(&self) -> Result<Vec<(String, String)>, RemoteError> {
+        if self.local.is_some() {
+            return Ok(Vec::new());
+        }
         Ok(self.client.head(&self.name, &self.endpoint)?.kept)
+    }
+
+    /// Reads `buf.len()` bytes at `at` of the cached file.
+    fn read_local(&self, file: &std::fs::File, at: u64, buf: &mut [u8]) -> Result<(), RemoteError> {
+        #[cfg(unix)]
+        let read = std::os::unix::fs::FileExt::read_exact_at(file, buf, at);
+        #[cfg(windows)]
+        let read = {
+            use std::os::windows::fs::FileExt;
+            let mut done = 0;
+            let mut result = Ok(());
+            while done < buf.len() {
+                match file.seek_read(&mut buf[done..], at + done as u64) {
+                    Ok(0) => {
+                        result = Err(io::ErrorKind::UnexpectedEof.into());
+                        break;
+                    }
+                    Ok(n) => done += n,
+                    Err(e) => {
+                        result = Err(e);
+                        break;
+                    }
+                }
+            }
+            result
+        };
+        read.map_err(|e| {
+            RemoteError::new(
+                &self.name,
+                crate::Problem::Cache(format!("reading the cached blob: {e}")),
+            )
+        })
     }
 
     /// Reads ranges that are all within the object: coalesced, split into
     /// chunks, and run concurrently.
     fn fetch(&self, ranges: Vec<(u64, &mut [u8])>) -> Result<(), RemoteError> {
+        if let Some(file) = &self.local {
+            for (at, buf) in ranges {
+                self.read_local(file, at, buf)?;
+            }
+            return Ok(());
+        }
         let options = self.client.options();
         let jobs = if self.meta.ranges_ignored {
             // Every answer starts at the object's first byte: one request

@@ -1,12 +1,15 @@
 //! S3 and S3-compatible stores: configuration from the standard AWS
-//! environment, request signing by `rusty-s3` (SigV4, presigned URLs), and
-//! `ListObjectsV2` for directories.
+//! environment and shared files, credentials from the chain of
+//! [`crate::creds`], request signing by `rusty-s3` (SigV4, presigned URLs),
+//! and `ListObjectsV2` for directories.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use rusty_s3::{Bucket, Credentials, S3Action, UrlStyle};
 use url::Url;
 
+use crate::creds::{Chain, Provider, Source};
 use crate::error::{Problem, RemoteError};
 
 /// How long a signed URL is valid: each request signs its own.
@@ -15,7 +18,8 @@ const SIGNED_FOR: Duration = Duration::from_secs(3600);
 /// A bucket and how to reach and sign for it.
 pub struct S3Store {
     bucket: Bucket,
-    credentials: Option<Credentials>,
+    /// `None`: anonymous (`AWS_NO_SIGN_REQUEST=true`).
+    provider: Option<Arc<Provider>>,
 }
 
 impl std::fmt::Debug for S3Store {
@@ -26,7 +30,7 @@ impl std::fmt::Debug for S3Store {
                 "endpoint",
                 &self.bucket.base_url().origin().ascii_serialization(),
             )
-            .field("signed", &self.credentials.is_some())
+            .field("source", &self.provider.as_ref().and_then(|p| p.source()))
             .finish()
     }
 }
@@ -45,21 +49,28 @@ pub struct Listed {
 impl S3Store {
     /// The bucket `name`, configured from the environment:
     /// `AWS_ENDPOINT_URL_S3` or `AWS_ENDPOINT_URL` (else AWS itself),
-    /// `AWS_REGION` or `AWS_DEFAULT_REGION` (else `us-east-1`),
-    /// `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY` and `AWS_SESSION_TOKEN`
-    /// (none, or `AWS_NO_SIGN_REQUEST=true`: anonymous requests, for public
-    /// buckets). A custom endpoint is addressed path-style
+    /// `AWS_REGION` or `AWS_DEFAULT_REGION` (else the profile's `region`,
+    /// else `us-east-1`), credentials from the chain of [`crate::creds`]
+    /// (none found, or `AWS_NO_SIGN_REQUEST=true`: anonymous requests, for
+    /// public buckets). A custom endpoint is addressed path-style
     /// (`endpoint/bucket/key`), AWS virtual-host style; set
-    /// `AWS_S3_ADDRESSING_STYLE` to `path` or `virtual` to choose.
+    /// `AWS_S3_ADDRESSING_STYLE` (or the profile's `s3 = addressing_style`)
+    /// to `path` or `virtual` to choose.
     ///
     /// # Errors
-    /// An endpoint that is not an http(s) URL, or a bucket name that cannot
-    /// be addressed that way.
+    /// An endpoint that is not an http(s) URL, a bucket name that cannot
+    /// be addressed that way, or a configured credential source that fails.
     pub fn from_env(name: &str) -> Result<S3Store, RemoteError> {
-        let var = |n: &str| std::env::var(n).ok().filter(|v| !v.trim().is_empty());
-        let region = var("AWS_REGION")
-            .or_else(|| var("AWS_DEFAULT_REGION"))
-            .unwrap_or_else(|| "us-east-1".into());
+        S3Store::with_chain(name, Chain::from_env())
+    }
+
+    /// [`S3Store::from_env`] with the variables `chain` reads.
+    ///
+    /// # Errors
+    /// As [`S3Store::from_env`].
+    pub fn with_chain(name: &str, chain: Chain) -> Result<S3Store, RemoteError> {
+        let var = |n: &str| chain.var_of(n);
+        let region = chain.region().unwrap_or_else(|| "us-east-1".into());
         let custom = var("AWS_ENDPOINT_URL_S3").or_else(|| var("AWS_ENDPOINT_URL"));
         let bad = |what: String| RemoteError::new(format!("s3://{name}"), Problem::BadUrl(what));
         let endpoint = match &custom {
@@ -69,7 +80,9 @@ impl S3Store {
         let endpoint: Url = endpoint
             .parse()
             .map_err(|e| bad(format!("AWS_ENDPOINT_URL is not a URL: {e}")))?;
-        let style = match var("AWS_S3_ADDRESSING_STYLE").as_deref() {
+        let style =
+            var("AWS_S3_ADDRESSING_STYLE").or_else(|| chain.profile_setting("s3.addressing_style"));
+        let style = match style.as_deref() {
             Some("virtual") => UrlStyle::VirtualHost,
             Some("path") => UrlStyle::Path,
             _ if custom.is_some() => UrlStyle::Path,
@@ -78,15 +91,25 @@ impl S3Store {
         let bucket = Bucket::new(endpoint, style, name.to_string(), region)
             .map_err(|e| bad(format!("cannot address bucket {name:?}: {e:?}")))?;
         let anonymous = var("AWS_NO_SIGN_REQUEST").is_some_and(|v| v.eq_ignore_ascii_case("true"));
-        let credentials = if anonymous {
+        let provider = if anonymous {
             None
         } else {
-            Credentials::from_env()
+            Some(Provider::shared(chain)?)
         };
-        Ok(S3Store {
-            bucket,
-            credentials,
-        })
+        Ok(S3Store { bucket, provider })
+    }
+
+    /// Where its credentials come from (`None`: anonymous).
+    pub fn credential_source(&self) -> Option<Source> {
+        self.provider.as_ref().and_then(|p| p.source())
+    }
+
+    /// The credentials to sign with now (fetched again near their expiry).
+    fn credentials(&self) -> Option<Credentials> {
+        self.provider
+            .as_ref()
+            .and_then(|p| p.current())
+            .map(|c| c.for_signing())
     }
 
     /// The bucket's name.
@@ -102,7 +125,8 @@ impl S3Store {
         head: bool,
         amz: &[(&'static str, &'static str)],
     ) -> Url {
-        let creds = self.credentials.as_ref();
+        let creds = self.credentials();
+        let creds = creds.as_ref();
         if head {
             let mut action = self.bucket.head_object(creds, key);
             for (n, v) in amz {
@@ -120,10 +144,14 @@ impl S3Store {
 
     /// What a 401 or 403 means for this store.
     pub(crate) fn denied_hint(&self) -> &'static str {
-        if self.credentials.is_some() {
-            "the credentials (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN) lack access to it, or have expired"
-        } else {
-            "the request was anonymous (no AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY set): the bucket is not public"
+        match self.credential_source() {
+            Some(Source::Environment) => "the credentials (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN) lack access to it, or have expired",
+            Some(Source::WebIdentity) => "the credentials of the web identity (AWS_WEB_IDENTITY_TOKEN_FILE, AWS_ROLE_ARN) lack access to it",
+            Some(Source::Profile(_)) => "the credentials of the profile (AWS_PROFILE, else default) in the shared files lack access to it, or have expired",
+            Some(Source::AssumeRole(_)) => "the role of the profile (AWS_PROFILE, else default) lacks access to it",
+            Some(Source::Container) => "the container's credentials lack access to it",
+            Some(Source::InstanceMetadata) => "the instance's role (from the instance metadata service) lacks access to it",
+            None => "the request was anonymous (no AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY set): the bucket is not public",
         }
     }
 
@@ -143,7 +171,8 @@ impl S3Store {
         let mut out = Vec::new();
         let mut token: Option<String> = None;
         for _page in 0..MAX_PAGES {
-            let mut action = self.bucket.list_objects_v2(self.credentials.as_ref());
+            let creds = self.credentials();
+            let mut action = self.bucket.list_objects_v2(creds.as_ref());
             action.with_prefix(prefix);
             action.with_delimiter("/");
             if let Some(t) = &token {

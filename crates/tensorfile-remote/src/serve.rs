@@ -100,6 +100,8 @@ struct Object {
 #[derive(Debug, Clone)]
 struct HubRepo {
     revision: String,
+    /// The commit its answers name (`X-Repo-Commit`), as the Hub's do.
+    commit: String,
     /// The token it wants (`None`: public).
     token: Option<String>,
 }
@@ -258,13 +260,20 @@ impl Server {
         files: &[(&str, Vec<u8>)],
         token: Option<&str>,
     ) {
+        let mut digest = Sha256::new();
+        digest.update(format!("{repo}@{revision}").as_bytes());
         for (path, bytes) in files {
             self.put(&format!("/{repo}/resolve/{revision}/{path}"), bytes.clone());
+            digest.update(path.as_bytes());
+            digest.update(Sha256::digest(bytes));
         }
+        // A commit of 40 hex digits, new whenever the files are.
+        let commit = hex::encode(digest.finalize())[..40].to_string();
         self.shared.lock().repos.insert(
             repo.to_string(),
             HubRepo {
                 revision: revision.to_string(),
+                commit,
                 token: token.map(str::to_string),
             },
         );
@@ -606,6 +615,10 @@ fn answer(
     let Some(object) = object else {
         return send(out, 404, &extra, Body::None, head);
     };
+    // The Hub names the commit it answers from.
+    if let Some(h) = &hub {
+        extra.push(("X-Repo-Commit".into(), h.commit.clone()));
+    }
     // Hub weights are redirected to the CDN, as the Hub does for LFS files.
     if hub.is_some() && port == shared.ports.0 && request.target.ends_with(".safetensors") {
         extra.push((
@@ -622,7 +635,14 @@ fn answer(
         extra.push(("X-Linked-Size".into(), object.bytes.len().to_string()));
         return send(out, 302, &extra, Body::None, head);
     }
-    extra.push(("ETag".into(), object.etag.clone()));
+    // The Hub's small files have their content's hash as ETag (the Hub's
+    // git oid; the sha256 here).
+    match (&hub, &object.sha256) {
+        (Some(_), Some(sha)) if port == shared.ports.0 => {
+            extra.push(("ETag".into(), format!("\"{sha}\"")))
+        }
+        _ => extra.push(("ETag".into(), object.etag.clone())),
+    }
     if fault != Some(Fault::IgnoreRange) {
         extra.push(("Accept-Ranges".into(), "bytes".into()));
     }
@@ -711,6 +731,7 @@ fn read_object(object: &Object, at: u64, buf: &mut [u8]) -> std::io::Result<()> 
 /// A request of the Hub's shape.
 struct HubMatch {
     token: Option<String>,
+    commit: String,
     route: HubRoute,
 }
 
@@ -748,6 +769,7 @@ fn hub_route(state: &State, path_and_query: &str) -> Option<HubMatch> {
                 .unwrap_or(0);
             return Some(HubMatch {
                 token: r.token.clone(),
+                commit: r.commit.clone(),
                 route: HubRoute::Tree {
                     repo: repo.clone(),
                     dir,
@@ -761,6 +783,7 @@ fn hub_route(state: &State, path_and_query: &str) -> Option<HubMatch> {
         path.strip_prefix(&format!("/{repo}/resolve/"))
             .map(|_| HubMatch {
                 token: r.token.clone(),
+                commit: r.commit.clone(),
                 route: HubRoute::Resolve,
             })
     })
@@ -806,8 +829,9 @@ fn tree_page(
             }
             continue;
         }
+        let oid = object.sha256.clone().unwrap_or_else(|| "0".into());
         let mut e = serde_json::json!({
-            "type": "file", "oid": "0", "size": object.bytes.len(), "path": rel,
+            "type": "file", "oid": oid, "size": object.bytes.len(), "path": rel,
         });
         if rel.ends_with(".safetensors") {
             if let Some(sha) = &object.sha256 {

@@ -30,6 +30,12 @@ fn hub_repositories() {
     std::env::set_var("HF_ENDPOINT", server.url());
     std::env::set_var("HF_TOKEN", TOKEN);
     std::env::remove_var("HF_TOKEN_PATH");
+    // An empty Hugging Face cache of its own, online: every byte is asked
+    // of the server.
+    let no_cache = tempfile::tempdir().unwrap();
+    std::env::set_var("HF_HUB_CACHE", no_cache.path().join("hub"));
+    std::env::remove_var("HF_HUB_OFFLINE");
+    std::env::remove_var("TRANSFORMERS_OFFLINE");
     let options = ReadOptions::default();
     let local = ShardedTensors::open_pread(&dir, &options).unwrap();
 

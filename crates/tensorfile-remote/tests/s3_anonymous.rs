@@ -39,6 +39,23 @@ fn public_buckets_are_read_without_credentials() {
     std::env::set_var("AWS_ENDPOINT_URL", &endpoint);
     std::env::set_var("AWS_REGION", "us-east-1");
     std::env::remove_var("AWS_NO_SIGN_REQUEST");
+    // No other source of the credential chain: no shared files, no web
+    // identity or container, the metadata service off.
+    let none = tempfile::tempdir().unwrap();
+    std::env::set_var("AWS_CONFIG_FILE", none.path().join("config"));
+    std::env::set_var(
+        "AWS_SHARED_CREDENTIALS_FILE",
+        none.path().join("credentials"),
+    );
+    std::env::set_var("AWS_EC2_METADATA_DISABLED", "true");
+    for v in [
+        "AWS_PROFILE",
+        "AWS_WEB_IDENTITY_TOKEN_FILE",
+        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+        "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+    ] {
+        std::env::remove_var(v);
+    }
     let bucket = S3Bucket::create_public(&endpoint, "tf-public", KEY, SECRET).unwrap();
     let path = common::fixtures().join("valid/llama_two_layers_bf16.safetensors");
     let bytes = std::fs::read(&path).unwrap();

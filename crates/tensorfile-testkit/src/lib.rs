@@ -14,6 +14,8 @@
 
 #![warn(missing_docs)]
 
+pub mod aws;
+
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -1,11 +1,13 @@
-//! `tensorfile fetch SOURCE DEST`: copy a remote file, set or model
-//! directory to local disk (see `tensorfile_remote::fetch`).
+//! `tensorfile fetch SOURCE [DEST]`: copy a remote file, set or model
+//! directory to local disk (see `tensorfile_remote::fetch`); an `hf://`
+//! source without DEST fills the shared Hugging Face cache
+//! (`tensorfile_remote::fetch::fetch_to_cache`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use serde_json::json;
-use tensorfile_remote::fetch::{fetch, FetchOptions, Outcome};
+use tensorfile_remote::fetch::{fetch, fetch_to_cache, FetchOptions, Outcome};
 use tensorfile_remote::Client;
 
 use super::{out, Failure};
@@ -19,9 +21,12 @@ pub struct Args {
     #[arg(value_name = "SOURCE")]
     source: String,
     /// Where: a file path (or a directory to put it in) for a file, a
-    /// directory for a set or a model directory.
+    /// directory for a set or a model directory. Without it, an `hf://`
+    /// source goes into the Hugging Face cache (HF_HUB_CACHE, else
+    /// HF_HOME/hub, else ~/.cache/huggingface/hub), as `huggingface-cli
+    /// download` puts it there.
     #[arg(value_name = "DEST")]
-    dest: PathBuf,
+    dest: Option<PathBuf>,
     /// Range requests in flight at once.
     #[arg(long, value_name = "N", default_value_t = 16)]
     concurrency: usize,
@@ -55,6 +60,12 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
             args.source
         )));
     }
+    if args.dest.is_none() && !args.source.to_ascii_lowercase().starts_with("hf://") {
+        return Err(super::Usage::failure(format!(
+            "{}: a destination is needed (only an hf:// source goes to the Hugging Face cache without one)",
+            args.source
+        )));
+    }
     if args.concurrency == 0 || args.chunk_size == 0 {
         return Err(super::Usage::failure(
             "--concurrency and --chunk-size must be at least 1",
@@ -70,7 +81,10 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         .with_resume(!args.no_resume);
     // The bar is made once the fetch knows its total; notes go to stderr.
     let bar = Bar::bytes_when_told("fetching", |message| super::warn(message));
-    let result = fetch(&args.source, &args.dest, &client, &options, &bar);
+    let result = match &args.dest {
+        Some(dest) => fetch(&args.source, dest, &client, &options, &bar),
+        None => fetch_to_cache(&args.source, &client, &options, &bar),
+    };
     drop(bar);
     let fetched = result?;
     let counts = client.stats();
@@ -83,6 +97,8 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
                     Outcome::Fetched => ("fetched", 0),
                     Outcome::Resumed { from } => ("resumed", from),
                     Outcome::UpToDate => ("up to date", 0),
+                    Outcome::FromCache { linked: true } => ("linked from cache", 0),
+                    Outcome::FromCache { linked: false } => ("copied from cache", 0),
                 };
                 json!({
                     "name": f.name,
@@ -114,6 +130,15 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
                 format!("fetched {} bytes (resumed, {from} were on disk)", f.len)
             }
             Outcome::UpToDate => "up to date".to_string(),
+            Outcome::FromCache { linked } => format!(
+                "{} the Hugging Face cache ({} bytes)",
+                if linked {
+                    "hard-linked from"
+                } else {
+                    "copied from"
+                },
+                f.len
+            ),
         };
         let mut checks = Vec::new();
         if f.sha256.is_some() {

@@ -1,0 +1,501 @@
+//! The shared Hugging Face cache, against the Hub-shaped test server:
+//! `fetch_to_cache` fills it in huggingface_hub's layout (blobs by hash,
+//! relative snapshot links, refs, lock files); ranged reads use a blob
+//! that is there and never fill it; `fetch` to a destination hard-links
+//! from it; `HF_HUB_OFFLINE=1` reads it without a request and names the
+//! variable for what it lacks; snapshot links that leave the repository's
+//! blobs are refused by name.
+//!
+//! A test binary of its own: it sets the process's environment (the cache,
+//! the endpoint, offline), so its tests take turns.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use tensorfile_core::{ByteSource, ReadOptions};
+use tensorfile_remote::fetch::{fetch, fetch_to_cache, FetchOptions, Outcome};
+use tensorfile_remote::serve::Server;
+
+static TURN: Mutex<()> = Mutex::new(());
+
+/// A safetensors file of one U8 tensor of `n` bytes (`seed` varies them).
+fn safetensors(n: usize, seed: u8) -> Vec<u8> {
+    let mut header = format!(r#"{{"w":{{"dtype":"U8","shape":[{n}],"data_offsets":[0,{n}]}}}}"#);
+    while header.len() % 8 != 0 {
+        header.push(' ');
+    }
+    let mut out = (header.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(header.as_bytes());
+    out.extend((0..n).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)));
+    out
+}
+
+/// The environment of one case: the Hub at `server`, the cache at `cache`.
+fn env(server: &Server, cache: &Path, offline: bool) {
+    std::env::set_var("HF_ENDPOINT", server.url());
+    std::env::set_var("HF_HUB_CACHE", cache);
+    std::env::remove_var("HF_TOKEN");
+    std::env::remove_var("HF_HOME");
+    std::env::remove_var("TRANSFORMERS_OFFLINE");
+    if offline {
+        std::env::set_var("HF_HUB_OFFLINE", "1");
+    } else {
+        std::env::remove_var("HF_HUB_OFFLINE");
+    }
+}
+
+fn options() -> FetchOptions {
+    FetchOptions::default().with_sync(false)
+}
+
+const BIG: usize = 1 << 20;
+
+fn repo(server: &Server) -> (Vec<u8>, Vec<u8>) {
+    let weights = safetensors(BIG, 7);
+    let config = br#"{"model_type": "llama"}"#.to_vec();
+    server.hub_repo(
+        "org/model",
+        "main",
+        &[
+            ("model.safetensors", weights.clone()),
+            ("config.json", config.clone()),
+        ],
+        None,
+    );
+    (weights, config)
+}
+
+fn sha256(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(bytes))
+}
+
+#[test]
+fn fetch_fills_the_cache_and_reads_use_it() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let server = Server::start().unwrap();
+    let (weights, config) = repo(&server);
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("hub");
+    env(&server, &cache, false);
+    let client = common::client();
+
+    // A ranged read of a file the cache lacks does not fill it.
+    let file = tensorfile_remote::open_file(
+        "hf://org/model/model.safetensors",
+        &client,
+        &ReadOptions::default(),
+    )
+    .unwrap();
+    assert!(!file.source().is_cached());
+    assert!(!cache.join("models--org--model").exists());
+
+    // A fetch without a destination fills it as huggingface_hub does.
+    let fetched = fetch_to_cache("hf://org/model", &client, &options(), &()).unwrap();
+    let repo_dir = cache.join("models--org--model");
+    let commit = std::fs::read_to_string(repo_dir.join("refs/main")).unwrap();
+    assert!(
+        commit.len() == 40 && commit.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{commit}"
+    );
+    let snapshot = repo_dir.join("snapshots").join(&commit);
+    assert_eq!(fetched.dest, snapshot);
+    for (name, bytes) in [("model.safetensors", &weights), ("config.json", &config)] {
+        let link = snapshot.join(name);
+        let target = std::fs::read_link(&link).unwrap();
+        assert_eq!(target, PathBuf::from("../../blobs").join(sha256(bytes)));
+        let blob = repo_dir.join("blobs").join(sha256(bytes));
+        assert!(std::fs::symlink_metadata(&blob).unwrap().is_file());
+        assert_eq!(&std::fs::read(&link).unwrap(), bytes);
+        assert!(cache
+            .join(".locks/models--org--model")
+            .join(format!("{}.lock", sha256(bytes)))
+            .is_file());
+    }
+    assert!(fetched.files.iter().all(|f| f.outcome == Outcome::Fetched));
+    assert_eq!(fetched.set, Some((1, 1)));
+    // Nothing but blobs and their locks: no partial file or note left.
+    let mut blobs: Vec<_> = std::fs::read_dir(repo_dir.join("blobs"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    blobs.sort();
+    let mut want = vec![sha256(&weights), sha256(&config)];
+    want.sort();
+    assert_eq!(blobs, want);
+
+    // Again: every blob is there, nothing is fetched.
+    let again = fetch_to_cache("hf://org/model", &client, &options(), &()).unwrap();
+    assert!(again.files.iter().all(|f| f.outcome == Outcome::UpToDate));
+
+    // A ranged read now takes its bytes from the blob: one request (the
+    // first 64 KiB, which names the blob), then none.
+    server.reset();
+    let file = tensorfile_remote::open_file(
+        "hf://org/model/model.safetensors",
+        &client,
+        &ReadOptions::default(),
+    )
+    .unwrap();
+    assert!(file.source().is_cached());
+    let mut all = vec![0u8; weights.len()];
+    file.source().read_exact_at(0, &mut all).unwrap();
+    assert_eq!(all, weights);
+    let body: u64 = server.log().iter().map(|s| s.body_bytes).sum();
+    assert!(body <= 64 << 10, "{body} bytes came from the server");
+
+    // A fetch to a destination hard-links the cached blobs.
+    let dest = tmp.path().join("dest");
+    let out = fetch("hf://org/model", &dest, &client, &options(), &()).unwrap();
+    for f in &out.files {
+        assert_eq!(f.outcome, Outcome::FromCache { linked: true }, "{}", f.name);
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        let a = std::fs::metadata(dest.join("model.safetensors")).unwrap();
+        let b = std::fs::metadata(repo_dir.join("blobs").join(sha256(&weights))).unwrap();
+        assert_eq!((a.dev(), a.ino()), (b.dev(), b.ino()));
+    }
+    assert_eq!(std::fs::read(dest.join("config.json")).unwrap(), config);
+
+    // Offline: no request at all, for reads, sets and fetches.
+    env(&server, &cache, true);
+    server.reset();
+    let file = tensorfile_remote::open_file(
+        "hf://org/model/model.safetensors",
+        &client,
+        &ReadOptions::default(),
+    )
+    .unwrap();
+    file.source().read_exact_at(0, &mut all).unwrap();
+    assert_eq!(all, weights);
+    let set =
+        tensorfile_remote::open_set("hf://org/model", &client, &ReadOptions::default()).unwrap();
+    assert_eq!(set.len(), 1);
+    let dest2 = tmp.path().join("dest2");
+    let out = fetch("hf://org/model", &dest2, &client, &options(), &()).unwrap();
+    assert_eq!(out.files.len(), 2);
+    assert_eq!(
+        std::fs::read(dest2.join("model.safetensors")).unwrap(),
+        weights
+    );
+    let again = fetch_to_cache("hf://org/model", &client, &options(), &()).unwrap();
+    assert!(again.files.iter().all(|f| f.outcome == Outcome::UpToDate));
+    assert!(server.log().is_empty(), "{:?}", server.log());
+    // What the cache lacks fails at once, naming the variable.
+    for url in [
+        "hf://org/model/missing.safetensors",
+        "hf://org/other/model.safetensors",
+    ] {
+        let e = tensorfile_remote::open_file(url, &client, &ReadOptions::default()).unwrap_err();
+        assert!(e.to_string().contains("HF_HUB_OFFLINE"), "{e}");
+    }
+    let e = fetch_to_cache("hf://org/other", &client, &options(), &()).unwrap_err();
+    assert!(e.to_string().contains("HF_HUB_OFFLINE"), "{e}");
+    assert!(server.log().is_empty());
+    env(&server, &cache, false);
+}
+
+#[test]
+fn snapshot_links_out_of_the_blobs_are_refused() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let server = Server::start().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("hub");
+    env(&server, &cache, true);
+    let client = common::client();
+    let commit = "0123456789abcdef0123456789abcdef01234567";
+    let repo_dir = cache.join("models--org--evil");
+    let snapshot = repo_dir.join("snapshots").join(commit);
+    std::fs::create_dir_all(&snapshot).unwrap();
+    std::fs::create_dir_all(repo_dir.join("refs")).unwrap();
+    std::fs::create_dir_all(repo_dir.join("blobs")).unwrap();
+    std::fs::write(repo_dir.join("refs/main"), commit).unwrap();
+    // A secret outside the cache, and a good blob beside the bad links.
+    let outside = tmp.path().join("outside.safetensors");
+    let secret = safetensors(16, 1);
+    std::fs::write(&outside, &secret).unwrap();
+    let good = safetensors(16, 2);
+    let hash = sha256(&good);
+    std::fs::write(repo_dir.join("blobs").join(&hash), &good).unwrap();
+    let other_repo = cache.join("models--org--victim/blobs");
+    std::fs::create_dir_all(&other_repo).unwrap();
+    std::fs::write(other_repo.join(&hash), &secret).unwrap();
+    std::fs::write(repo_dir.join("blobs").join("not-a-hash"), &secret).unwrap();
+    let linked_blob = "f".repeat(64);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::symlink;
+        symlink(&outside, repo_dir.join("blobs").join(&linked_blob)).unwrap();
+        symlink(
+            format!("../../blobs/{hash}"),
+            snapshot.join("good.safetensors"),
+        )
+        .unwrap();
+        symlink(&outside, snapshot.join("absolute.safetensors")).unwrap();
+        symlink(
+            "../../../../outside.safetensors",
+            snapshot.join("escape.safetensors"),
+        )
+        .unwrap();
+        symlink(
+            format!("../../../models--org--victim/blobs/{hash}"),
+            snapshot.join("other.safetensors"),
+        )
+        .unwrap();
+        symlink(
+            "../../blobs/not-a-hash",
+            snapshot.join("unnamed.safetensors"),
+        )
+        .unwrap();
+        symlink(
+            format!("../../blobs/{linked_blob}"),
+            snapshot.join("linked.safetensors"),
+        )
+        .unwrap();
+        std::fs::create_dir_all(tmp.path().join("elsewhere")).unwrap();
+        std::fs::write(tmp.path().join("elsewhere/x.safetensors"), &secret).unwrap();
+        symlink(tmp.path().join("elsewhere"), snapshot.join("sub")).unwrap();
+    }
+    let open = |name: &str| {
+        tensorfile_remote::open_file(
+            &format!("hf://org/evil/{name}"),
+            &client,
+            &ReadOptions::default(),
+        )
+    };
+    let file = open("good.safetensors").unwrap();
+    let mut bytes = vec![0u8; good.len()];
+    file.source().read_exact_at(0, &mut bytes).unwrap();
+    assert_eq!(bytes, good);
+    for name in [
+        "absolute.safetensors",
+        "escape.safetensors",
+        "other.safetensors",
+        "unnamed.safetensors",
+        "linked.safetensors",
+        "sub/x.safetensors",
+    ] {
+        let e = open(name).unwrap_err().to_string();
+        assert!(e.contains("refused"), "{name}: {e}");
+        let shown = name.split('/').next().unwrap();
+        assert!(e.contains(shown), "{name}: {e}");
+    }
+    // The listing of the snapshot refuses too; a fetch stops there.
+    assert!(
+        tensorfile_remote::open_set("hf://org/evil", &client, &ReadOptions::default()).is_err()
+    );
+    let dest = tmp.path().join("dest");
+    let e = fetch(
+        "hf://org/evil/escape.safetensors",
+        &dest,
+        &client,
+        &options(),
+        &(),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("refused"), "{e}");
+    assert!(!dest.join("escape.safetensors").exists());
+    assert!(server.log().is_empty());
+    env(&server, &cache, false);
+}
+
+/// Copies `from` into `to`, links as links.
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let (src, dst) = (e.path(), to.join(e.file_name()));
+        let t = e.file_type().unwrap();
+        if t.is_symlink() {
+            #[cfg(unix)]
+            std::os::unix::fs::symlink(std::fs::read_link(&src).unwrap(), &dst).unwrap();
+        } else if t.is_dir() {
+            copy_tree(&src, &dst);
+        } else {
+            std::fs::copy(&src, &dst).unwrap();
+        }
+    }
+}
+
+/// The small repository the check with huggingface_hub and the committed
+/// fixture hold.
+fn tiny(server: &Server) -> Vec<(&'static str, Vec<u8>)> {
+    let files = vec![
+        ("model.safetensors", safetensors(256, 3)),
+        ("config.json", br#"{"model_type": "llama"}"#.to_vec()),
+    ];
+    server.hub_repo("org/tiny", "main", &files, None);
+    files
+}
+
+/// The check with huggingface_hub itself, where a Python with it is named
+/// by `TENSORFILE_TEST_HF_PYTHON` (a venv with `pip install
+/// huggingface_hub`; skipped without): its `scan_cache_dir` and
+/// `hf_hub_download(local_files_only=True)` find what `fetch_to_cache`
+/// put in a cache, and tensorfile reads offline what `hf_hub_download`
+/// fetched from the test server. With `TENSORFILE_HF_FIXTURE_OUT`, the
+/// cache huggingface_hub made is written there with a manifest (how
+/// tests/fixtures/hf_cache is made: see its generate.sh).
+#[test]
+fn huggingface_hub_agrees_with_the_layout() {
+    let Ok(python) = std::env::var("TENSORFILE_TEST_HF_PYTHON") else {
+        eprintln!(
+            "TENSORFILE_TEST_HF_PYTHON is not set: the check with huggingface_hub is skipped"
+        );
+        return;
+    };
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let server = Server::start().unwrap();
+    let files = tiny(&server);
+    let names: Vec<&str> = files.iter().map(|(n, _)| *n).collect();
+    let tmp = tempfile::tempdir().unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/hf/check_cache.py");
+    let run = |mode: &str, cache: &Path, offline: bool| -> serde_json::Value {
+        let mut c = std::process::Command::new(&python);
+        c.arg(&script)
+            .arg(mode)
+            .arg(cache)
+            .arg("org/tiny")
+            .args(&names);
+        c.env("HF_ENDPOINT", server.url())
+            .env("HF_HOME", tmp.path().join("hf-home"))
+            .env("HF_HUB_DISABLE_TELEMETRY", "1")
+            .env_remove("HF_TOKEN")
+            .env_remove("HF_HUB_CACHE");
+        if offline {
+            c.env("HF_HUB_OFFLINE", "1");
+        } else {
+            c.env_remove("HF_HUB_OFFLINE");
+        }
+        let o = c.output().unwrap();
+        let out = String::from_utf8_lossy(&o.stdout);
+        eprintln!(
+            "huggingface_hub {mode}: {out}{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(o.status.success(), "{mode} failed");
+        serde_json::from_str(&out).unwrap()
+    };
+
+    // What tensorfile fetched, as huggingface_hub sees it.
+    let a = tmp.path().join("a");
+    env(&server, &a, false);
+    let client = common::client();
+    fetch_to_cache("hf://org/tiny", &client, &options(), &()).unwrap();
+    let commit = std::fs::read_to_string(a.join("models--org--tiny/refs/main")).unwrap();
+    let seen = run("scan", &a, true);
+    assert_eq!(seen["warnings"], serde_json::json!([]));
+    let repo = &seen["repos"][0];
+    assert_eq!(repo["repo_id"], "org/tiny");
+    assert_eq!(repo["refs"], serde_json::json!(["main"]));
+    assert_eq!(repo["revisions"][0]["commit_hash"], commit.as_str());
+    assert_eq!(repo["nb_files"], files.len());
+    for (name, bytes) in &files {
+        let found = &seen["files"][name];
+        assert_eq!(found[1], sha256(bytes).as_str(), "{name}");
+        assert!(found[0].as_str().unwrap().contains(&commit), "{found}");
+    }
+
+    // What huggingface_hub fetched from the test server, read offline.
+    let b = tmp.path().join("b");
+    let got = run("download", &b, false);
+    for (name, bytes) in &files {
+        let path = got[name].as_str().unwrap();
+        assert_eq!(&std::fs::read(path).unwrap(), bytes, "{name}");
+    }
+    env(&server, &b, true);
+    server.reset();
+    let file = tensorfile_remote::open_file(
+        "hf://org/tiny/model.safetensors",
+        &client,
+        &ReadOptions::default(),
+    )
+    .unwrap();
+    assert!(file.source().is_cached());
+    let mut all = vec![0u8; files[0].1.len()];
+    file.source().read_exact_at(0, &mut all).unwrap();
+    assert_eq!(all, files[0].1);
+    tensorfile_remote::open_set("hf://org/tiny", &client, &ReadOptions::default()).unwrap();
+    let dest = tmp.path().join("dest");
+    let out = fetch("hf://org/tiny", &dest, &client, &options(), &()).unwrap();
+    assert!(out
+        .files
+        .iter()
+        .all(|f| f.outcome == Outcome::FromCache { linked: true }));
+    assert!(server.log().is_empty());
+    // And the other way round, online: tensorfile's fetch finds every blob
+    // huggingface_hub put there.
+    env(&server, &b, false);
+    let again = fetch_to_cache("hf://org/tiny", &client, &options(), &()).unwrap();
+    assert!(again.files.iter().all(|f| f.outcome == Outcome::UpToDate));
+    env(&server, &a, false);
+
+    if let Ok(out) = std::env::var("TENSORFILE_HF_FIXTURE_OUT") {
+        let out = PathBuf::from(out);
+        let _ = std::fs::remove_dir_all(&out);
+        copy_tree(&b, &out);
+        let commit_b = std::fs::read_to_string(b.join("models--org--tiny/refs/main")).unwrap();
+        let manifest = serde_json::json!({
+            "made_by": format!("huggingface_hub {} hf_hub_download from tensorfile_remote::serve (tests/hfcache.rs, huggingface_hub_agrees_with_the_layout)", seen["version"].as_str().unwrap_or("?")),
+            "repo": "org/tiny",
+            "revision": "main",
+            "commit": commit_b,
+            "files": files.iter().map(|(n, bytes)| (n.to_string(), serde_json::json!({
+                "size": bytes.len(),
+                "sha256": sha256(bytes),
+            }))).collect::<serde_json::Map<_, _>>(),
+        });
+        std::fs::write(
+            out.join("manifest.json"),
+            serde_json::to_string_pretty(&manifest).unwrap() + "\n",
+        )
+        .unwrap();
+    }
+}
+
+/// The committed cache huggingface_hub made (tests/fixtures/hf_cache, see
+/// its generate.sh), read offline: files and the set from its snapshot,
+/// a fetch hard-linking its blobs.
+#[test]
+fn the_committed_huggingface_hub_cache_reads_offline() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let fixture = common::fixtures().join("hf_cache");
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture.join("manifest.json")).unwrap())
+            .unwrap();
+    let server = Server::start().unwrap();
+    env(&server, &fixture, true);
+    let client = common::client();
+    let files = manifest["files"].as_object().unwrap();
+    for (name, want) in files {
+        let file = tensorfile_remote::open_file(
+            &format!("hf://org/tiny/{name}"),
+            &client,
+            &ReadOptions::default(),
+        );
+        // config.json is not safetensors: read it through a fetch below.
+        if name.ends_with(".safetensors") {
+            let file = file.unwrap();
+            let mut all = vec![0u8; want["size"].as_u64().unwrap() as usize];
+            file.source().read_exact_at(0, &mut all).unwrap();
+            assert_eq!(sha256(&all), want["sha256"].as_str().unwrap(), "{name}");
+        }
+    }
+    let set =
+        tensorfile_remote::open_set("hf://org/tiny", &client, &ReadOptions::default()).unwrap();
+    assert_eq!(set.len(), 1);
+    let tmp = tempfile::tempdir().unwrap();
+    let out = fetch("hf://org/tiny", tmp.path(), &client, &options(), &()).unwrap();
+    assert_eq!(out.files.len(), files.len());
+    for f in &out.files {
+        assert!(matches!(f.outcome, Outcome::FromCache { .. }), "{f:?}");
+        let bytes = std::fs::read(&f.path).unwrap();
+        assert_eq!(sha256(&bytes), files[&f.name]["sha256"].as_str().unwrap());
+    }
+    assert!(server.log().is_empty());
+    env(&server, &fixture, false);
+}
