@@ -1102,7 +1102,7 @@ fn link_from_cache(
         header_checked: name.ends_with(".safetensors"),
     };
     if name.ends_with(".safetensors") {
-        SafeTensors::from_source_with(PreadFile(&cached.file, cached.len), &options.read)
+        SafeTensors::from_source(PreadFile(&cached.file, cached.len), &options.read)
             .map_err(|e| renamed(e, &url))?;
     }
     #[cfg(unix)]

@@ -11,7 +11,7 @@
 
 mod common;
 
-use tensorfile_core::{ReadOptions, SafeTensors};
+use tensorfile_core::{FileSource, ReadOptions, SafeTensors};
 use tensorfile_remote::creds::Source;
 use tensorfile_remote::s3::S3Store;
 use tensorfile_remote::serve::S3Bucket;
@@ -54,7 +54,8 @@ fn web_identity_and_assumed_roles_read_a_private_bucket() {
     let path = common::fixtures().join("valid/llama_two_layers_bf16.safetensors");
     let bytes = std::fs::read(&path).unwrap();
     bucket.put("m/model.safetensors", &bytes, false).unwrap();
-    let local = SafeTensors::open_pread(&path).unwrap();
+    let local = SafeTensors::from_source(FileSource::open(&path).unwrap(), &ReadOptions::default())
+        .unwrap();
     let read = |case: &str| {
         let client = common::client();
         let file = tensorfile_remote::open_file(
