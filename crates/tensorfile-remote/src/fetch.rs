@@ -319,20 +319,8 @@ pub fn fetch(
     drop(jobs);
     files.extend(up_to_date);
     files.sort_by(|a, b| a.name.cmp(&b.name));
-    let is_set_entry = |n: &str| {
-        DIR_NAMES
-            .iter()
-            .any(|(index, single)| n == *index || n == *single)
-            || (single_target.is_none() && n.ends_with(".safetensors.index.json"))
-    };
-    let set = if single_target.is_none() && files.iter().any(|f| is_set_entry(&f.name)) {
-        let entry = files
-            .iter()
-            .find(|f| f.name.ends_with(".index.json"))
-            .map(|f| f.path.clone())
-            .unwrap_or_else(|| dest_dir.clone());
-        let set = ShardedTensors::open_pread(&entry, &options.read)?;
-        Some((set.shards().len(), set.len()))
+    let set = if single_target.is_none() {
+        set_counts(&files, &dest_dir, options)?
     } else {
         None
     };
@@ -1381,22 +1369,10 @@ pub fn fetch_to_cache(
     drop(locks);
     files.sort_by(|a, b| a.name.cmp(&b.name));
     let snapshot = repo_dir.join("snapshots").join(&commit).join(&sub);
-    let is_entry = |n: &str| {
-        DIR_NAMES
-            .iter()
-            .any(|(index, single)| n == *index || n == *single)
-            || n.ends_with(".safetensors.index.json")
-    };
-    let set = if !single && files.iter().any(|f| is_entry(&f.name)) {
-        let entry = files
-            .iter()
-            .find(|f| f.name.ends_with(".index.json"))
-            .map(|f| f.path.clone())
-            .unwrap_or_else(|| snapshot.clone());
-        let set = ShardedTensors::open_pread(&entry, &options.read)?;
-        Some((set.shards().len(), set.len()))
-    } else {
+    let set = if single {
         None
+    } else {
+        set_counts(&files, &snapshot, options)?
     };
     Ok(Fetched {
         files,
@@ -1511,4 +1487,28 @@ fn write_ref(repo_dir: &Path, revision: &str, commit: &str) -> tensorfile_core::
     std::io::Write::write_all(&mut &file, commit.as_bytes())
         .map_err(|e| tensorfile_core::Error::io(partial.path(), e))?;
     partial.commit(file, false)
+}
+
+/// The shard and tensor counts of the set among fetched `files` (in
+/// `dir`), if they hold one: its index, or a single-file model's weights.
+fn set_counts(
+    files: &[FetchedFile],
+    dir: &Path,
+    options: &FetchOptions,
+) -> tensorfile_core::Result<Option<(usize, usize)>> {
+    let is_entry = |n: &str| {
+        DIR_NAMES
+            .iter()
+            .any(|(index, single)| n == *index || n == *single)
+            || n.ends_with(".safetensors.index.json")
+    };
+    if !files.iter().any(|f| is_entry(&f.name)) {
+        return Ok(None);
+    }
+    let entry = files
+        .iter()
+        .find(|f| f.name.ends_with(".index.json"))
+        .map_or_else(|| dir.to_path_buf(), |f| f.path.clone());
+    let set = ShardedTensors::open_pread(&entry, &options.read)?;
+    Ok(Some((set.shards().len(), set.len())))
 }
