@@ -22,18 +22,10 @@ pub fn single_file(
     client: &Arc<Client>,
     options: &ReadOptions,
 ) -> tensorfile::Result<SafeTensors<Box<dyn ByteSource>>> {
-    let probed = tensorfile::probe(url)?;
-    let not_a_file = || {
-        let e = std::io::Error::new(std::io::ErrorKind::InvalidInput, "a directory, not a file");
-        tensorfile::Error::io(tensorfile_remote::public_name(url), e)
-    };
-    if probed.kind() != tensorfile::InputKind::Safetensors {
-        return Err(not_a_file());
-    }
     let options = tensorfile::OpenOptions::default()
         .with_read(options.clone())
         .with_client(client.clone());
-    probed.open(&options)?.into_file().ok_or_else(not_a_file)
+    tensorfile::probe(url)?.open_file(&options)
 }
 
 /// The client of one call's remote reads. Without a timeout, the client

@@ -373,6 +373,31 @@ impl Probed {
         self.url.then(|| self.path.to_str()).flatten()
     }
 
+    /// Opens it as one safetensors file (local or remote): its header and
+    /// metadata whole, embedded digests included (see [`Input::into_file`]).
+    ///
+    /// # Errors
+    /// "a directory, not a file" (an I/O error of kind `InvalidInput`,
+    /// naming the input, a URL by its public name) when it is anything
+    /// else; else as [`Probed::open`].
+    pub fn open_file(
+        &self,
+        options: &OpenOptions,
+    ) -> Result<SafeTensors<Box<dyn ByteSource>>, Error> {
+        let not_a_file = || {
+            let e = io::Error::new(io::ErrorKind::InvalidInput, "a directory, not a file");
+            #[cfg(feature = "remote")]
+            if let Some(url) = self.url() {
+                return Error::io(tensorfile_remote::public_name(url), e);
+            }
+            Error::io(&self.path, e)
+        };
+        if self.kind != Kind::Safetensors {
+            return Err(not_a_file());
+        }
+        self.open(options)?.into_file().ok_or_else(not_a_file)
+    }
+
     /// Opens it as what it is.
     ///
     /// # Errors

@@ -91,16 +91,5 @@ pub fn single_file(
     url: &str,
     read: &ReadOptions,
 ) -> tensorfile::Result<SafeTensors<Box<dyn ByteSource>>> {
-    let probed = tensorfile::probe(url)?;
-    let not_a_file = || {
-        let e = std::io::Error::new(std::io::ErrorKind::InvalidInput, "a directory, not a file");
-        tensorfile::Error::io(tensorfile_remote::public_name(url), e)
-    };
-    if probed.kind() != tensorfile::InputKind::Safetensors {
-        return Err(not_a_file());
-    }
-    probed
-        .open(&open_options(read))?
-        .into_file()
-        .ok_or_else(not_a_file)
+    tensorfile::probe(url)?.open_file(&open_options(read))
 }
