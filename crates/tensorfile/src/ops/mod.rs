@@ -16,3 +16,8 @@
 //!
 //! Front ends do no work of their own: they parse, call an operation, and
 //! print its report (as text, JSON or a dict).
+
+pub mod diff;
+pub mod inspect;
+mod looking;
+pub mod stats;
