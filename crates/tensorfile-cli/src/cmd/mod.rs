@@ -281,19 +281,9 @@ pub fn error_json(err: &Failure, input: Option<&Path>) -> serde_json::Value {
 
 /// The error and its causes on one line, with no backtrace.
 pub fn one_line(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut line = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        let text = cause.to_string();
-        if !line.contains(&text) {
-            line.push_str(": ");
-            line.push_str(&text);
-        }
-        source = cause.source();
-    }
     // One line whatever the messages quote: no newline, carriage return or
     // other control character survives.
-    escape_text(&line).into_owned()
+    escape_text(&tensorfile::ops::one_line(err)).into_owned()
 }
 
 /// Text that came from a file (tensor names, metadata) made safe for a

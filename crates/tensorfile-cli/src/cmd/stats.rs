@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use tensorfile::ops::stats::{stats, StatsRequest};
-use tensorfile::stats::{unflatten, StatsReport as Report, Summary, OUTLIER_RATIO};
+use tensorfile::stats::{unflatten, Figures as Report, Summary, OUTLIER_RATIO};
 
 use super::looking::{escape, shown};
 #[cfg(not(feature = "plot"))]

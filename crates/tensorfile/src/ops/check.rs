@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{check_dir, CheckReport as Checked};
+use crate::model::{check_dir, ModelReport};
 use crate::{Contract, Progress, Result};
 
 /// What `check` is asked.
@@ -60,7 +60,7 @@ pub struct CheckReport {
     /// The checks' own report: architecture, problems, notes (each
     /// object's keys in ascending byte order, as the command printed them).
     #[serde(serialize_with = "sorted")]
-    pub report: Checked,
+    pub report: ModelReport,
     /// Warnings found (listed or not).
     pub warnings: usize,
 }

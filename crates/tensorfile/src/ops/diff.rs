@@ -74,7 +74,7 @@ pub struct DiffReport {
     pub verdict: &'static str,
     /// The comparison itself, for a front end's text.
     #[serde(skip)]
-    pub compared: crate::diff::DiffReport,
+    pub compared: crate::diff::Comparison,
 }
 
 impl DiffReport {
@@ -254,7 +254,7 @@ fn pair(t: &TensorDiff) -> Pair {
 }
 
 /// The totals over every pair.
-fn total(r: &crate::diff::DiffReport) -> Total {
+fn total(r: &crate::diff::Comparison) -> Total {
     let compared = r.tensors.len();
     let identical = r.tensors.iter().filter(|t| t.identical).count();
     let within = r.tensors.iter().filter(|t| t.within()).count();

@@ -121,8 +121,8 @@ pub(crate) fn refs<'t>(
 }
 
 /// An error and its causes on one line (each cause once), as the
-/// command's messages say them; the front end makes it safe to print.
-pub(crate) fn one_line(err: &(dyn std::error::Error + 'static)) -> String {
+/// commands' messages say them; a front end makes it safe to print.
+pub fn one_line(err: &(dyn std::error::Error + 'static)) -> String {
     let mut line = err.to_string();
     let mut source = err.source();
     while let Some(cause) = source {

@@ -25,6 +25,7 @@ pub mod fetch;
 pub mod hash;
 pub mod inspect;
 mod looking;
+pub use looking::one_line;
 pub mod stats;
 #[cfg(feature = "digest")]
 pub mod verify;

@@ -70,15 +70,15 @@ pub struct StatsReport {
     /// The picture asked for, as given, or `null`.
     pub plot: Option<String>,
     /// Every tensor, in the order read.
-    pub tensors: Vec<TensorEntry>,
+    pub tensors: Vec<TensorFigures>,
     /// The figures themselves, for a front end's text and pictures.
     #[serde(skip)]
-    pub figures: crate::stats::StatsReport,
+    pub figures: crate::stats::Figures,
 }
 
 /// A histogram over `[lo, hi]`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Histogram {
+pub struct Bins {
     /// Values per bin.
     pub counts: Vec<u64>,
     /// The upper end.
@@ -100,7 +100,7 @@ pub struct Element {
 
 /// One tensor's figures.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TensorEntry {
+pub struct TensorFigures {
     /// The largest magnitude.
     pub absmax: Option<f64>,
     /// `absmax` over `std`.
@@ -112,7 +112,7 @@ pub struct TensorEntry {
     /// Finite values.
     pub finite: u64,
     /// The distribution of finite values.
-    pub histogram: Histogram,
+    pub histogram: Bins,
     /// Infinities.
     pub inf: u64,
     /// The largest magnitudes, largest first.
@@ -149,7 +149,7 @@ pub struct GroupEntry {
     /// Finite values.
     pub finite: u64,
     /// The distribution of finite values.
-    pub histogram: Histogram,
+    pub histogram: Bins,
     /// Infinities.
     pub inf: u64,
     /// Each layer's tensor, by layer.
@@ -205,9 +205,9 @@ fn num(x: f64) -> Option<f64> {
     x.is_finite().then_some(x)
 }
 
-fn histogram(s: &Summary, bins: usize) -> Histogram {
+fn histogram(s: &Summary, bins: usize) -> Bins {
     let (lo, hi, counts) = s.histogram.coarse(bins);
-    Histogram { counts, hi, lo }
+    Bins { counts, hi, lo }
 }
 
 fn elements(t: &TensorStats, items: &[(u64, f64)]) -> Vec<Element> {
@@ -267,7 +267,7 @@ pub fn stats(request: &StatsRequest, progress: &dyn Progress) -> Result<StatsRep
         .iter()
         .map(|t| {
             let s = &t.summary;
-            TensorEntry {
+            TensorFigures {
                 absmax: num(s.absmax()),
                 absmax_over_std: num(t.ratio()),
                 count: s.count,
