@@ -180,9 +180,10 @@ pub fn is_float(code: &str) -> bool {
 }
 
 /// What `tensorfile inspect --json` says about `path` (a safetensors file,
-/// a set, or a PyTorch checkpoint), as a JSON text; with `hash`, each
-/// tensor's sha256 too (reads every byte). A URL's reads end within
-/// `timeout` seconds.
+/// a set, or a PyTorch checkpoint), as a JSON text (the library's
+/// `ops::inspect`; text, not a dict, because `parameters` may exceed 64
+/// bits); with `hash`, each tensor's sha256 too (reads every byte). A URL's
+/// reads end within `timeout` seconds.
 #[pyfunction]
 #[pyo3(signature = (path, hash = false, timeout = None))]
 pub fn inspect_json(
@@ -191,87 +192,12 @@ pub fn inspect_json(
     hash: bool,
     timeout: Option<f64>,
 ) -> PyResult<String> {
-    use tensorfile::describe;
+    use tensorfile::ops::inspect::{inspect, InspectRequest};
     let client = remote::client(remote::timeout(timeout)?);
-    let kind = py
-        .detach(|| tensorfile::probe(&path))
-        .map_err(errors::error)?
-        .kind();
-    let text = match kind {
-        Kind::Safetensors => py
-            .detach(|| -> tensorfile::Result<_> {
-                // A remote file: its header (one request), and its tensors'
-                // bytes only when hashing.
-                if let Some(u) = remote::url(&path) {
-                    let file = remote::single_file(u, &client, &ReadOptions::default())?;
-                    let digests = digests_of(&file, hash)?;
-                    let digest = |n: &str| digests.get(n).cloned();
-                    // A config.json beside it is looked for remotely too.
-                    let dir = tensorfile_remote::dir_of(u, &client)
-                        .map_err(|e| remote::io_error(u, e.into()))?;
-                    return Ok(describe::file_at(&path, file.header(), &digest, &dir).to_json());
-                }
-                let source = tensorfile::FileSource::open(&path)
-                    .map_err(|e| tensorfile::CoreError::io(&path, e))?;
-                let file = tensorfile::SafeTensors::from_source(source, &ReadOptions::default())?;
-                let digests = digests_of(&file, hash)?;
-                let digest = |n: &str| digests.get(n).cloned();
-                Ok(describe::file(&path, file.header(), &digest).to_json())
-            })
-            .map_err(errors::error)?,
-        Kind::SafetensorsSet => py
-            .detach(|| -> tensorfile::Result<_> {
-                let set = open_set(&path, &ReadOptions::default(), &client)?;
-                let mut digests = std::collections::HashMap::new();
-                if hash {
-                    for t in set.tensor_data() {
-                        digests.insert(t.info().name, tensorfile::digest::tensor_sha256(&t)?.hex());
-                    }
-                }
-                let digest = |n: &str| digests.get(n).cloned();
-                Ok(describe::set(&path, &set, &digest).to_json())
-            })
-            .map_err(errors::error)?,
-        Kind::Pytorch => py
-            .detach(|| -> tensorfile::Result<_> {
-                let ckpt = tensorfile::pytorch::Checkpoint::open(&path)?;
-                let size = std::fs::metadata(&path)
-                    .map_err(|e| tensorfile::Error::io(&path, e))?
-                    .len();
-                let mut digests = std::collections::HashMap::new();
-                if hash {
-                    for t in ckpt.tensors() {
-                        digests.insert(
-                            t.name().to_string(),
-                            tensorfile::digest::tensor_sha256(&t)?.hex(),
-                        );
-                    }
-                }
-                let digest = |n: &str| digests.get(n).cloned();
-                Ok(describe::checkpoint(&path, size, &ckpt, &digest).to_json())
-            })
-            .map_err(errors::error)?,
-        other => {
-            return Err(errors::msg(format!(
-                "{}: is {other}, which inspect does not describe",
-                path.display()
-            )))
-        }
-    };
-    Ok(text)
-}
-
-/// Each tensor's sha256 when `hash` (reading every byte), else none.
-fn digests_of<S: tensorfile::ByteSource>(
-    file: &tensorfile::SafeTensors<S>,
-    hash: bool,
-) -> tensorfile::Result<std::collections::HashMap<String, String>> {
-    let mut digests = std::collections::HashMap::new();
-    if hash {
-        for t in file.tensor_data() {
-            let sum = tensorfile::digest::tensor_sha256(&t)?.hex();
-            digests.insert(t.info().name.to_string(), sum);
-        }
-    }
-    Ok(digests)
+    let request = InspectRequest::new(path)
+        .with_hash(hash)
+        .with_open(tensorfile::OpenOptions::default().with_client(client));
+    py.detach(|| inspect(&request, &()))
+        .map(|report| report.to_json())
+        .map_err(errors::error)
 }

@@ -11,7 +11,7 @@ use std::fmt;
 use std::path::Path;
 
 use plotters::prelude::*;
-use tensorfile::stats::{StatsReport as Report, Summary};
+use tensorfile::stats::{Figures as Report, Summary};
 
 /// Why a picture was not made.
 #[derive(Debug)]

@@ -44,10 +44,15 @@ impl Bar {
         }
     }
 
-    /// A bar for `total` values of work called `what` (values read,
-    /// compared or summarized).
-    pub fn values(total: u64, what: &str) -> Bar {
-        Bar::counted(total, what, "values")
+    /// A bar for values of work called `what`, shown once the work tells
+    /// its total ([`Progress::total`]): an operation that counts what it
+    /// will read before reading it.
+    pub fn values_when_told(what: &str) -> Bar {
+        Bar {
+            bar: OnceLock::new(),
+            later: Some((counted_template("values"), what.to_string())),
+            warn: None,
+        }
     }
 
     /// No bar (work too short to show one).
@@ -61,9 +66,7 @@ impl Bar {
 
     /// A bar for `total` things called `unit` (files checked, say).
     pub fn counted(total: u64, what: &str, unit: &str) -> Bar {
-        let template =
-            format!("{{msg}} {{wide_bar}} {{human_pos}}/{{human_len}} {unit} {{per_sec}} {{eta}}");
-        Bar::shown(total, &template, what)
+        Bar::shown(total, &counted_template(unit), what)
     }
 
     /// A bar for `total` made now, when stderr is a terminal.
@@ -91,6 +94,11 @@ impl Bar {
             bar.inc(n);
         }
     }
+}
+
+/// The figures of a bar counting things called `unit`.
+fn counted_template(unit: &str) -> String {
+    format!("{{msg}} {{wide_bar}} {{human_pos}}/{{human_len}} {unit} {{per_sec}} {{eta}}")
 }
 
 /// A bar styled by `template` with the message `what`, or `None` when

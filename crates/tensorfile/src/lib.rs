@@ -45,7 +45,6 @@ use tensorfile_core::{atomic, AtomicSet};
 
 mod bits;
 pub mod cast;
-pub mod describe;
 pub mod diff;
 pub mod digest;
 mod error;

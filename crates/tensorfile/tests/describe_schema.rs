@@ -1,29 +1,24 @@
-//! The `inspect --json` schema: the README's table of keys, the structs of
-//! `tensorfile::describe`, and what they print must agree, so that none of
-//! the three can change without the others.
+//! The `inspect --json` schema: the table of keys in
+//! docs/commands/inspect.md, the report structs of
+//! `tensorfile::ops::inspect`, and what they print must agree, so that none
+//! of the three can change without the others.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use serde_json::Value;
-use tensorfile::describe::{self, CheckpointDescription, FileDescription, SetDescription};
-use tensorfile::pytorch::Checkpoint;
-use tensorfile::{ReadOptions, SafeTensors};
-use tensorfile_core::ShardedTensors;
+use tensorfile::ops::inspect::{
+    inspect, CheckpointDescription, FileDescription, InspectReport, InspectRequest, SetDescription,
+};
 use tensorfile_testkit::fixtures;
 
-/// Every tensor's digest: a fixed text, so that `sha256` is present.
-fn digest(_: &str) -> Option<String> {
-    Some("00".repeat(32))
-}
-
-/// The README's `inspect --json` table: object name to its keys.
-fn readme_keys() -> BTreeMap<String, BTreeSet<String>> {
-    let readme = std::fs::read_to_string(fixtures().join("../../README.md")).unwrap();
-    let section = readme
-        .split("### `inspect --json`")
+/// The docs page's `inspect --json` table: object name to its keys.
+fn documented_keys() -> BTreeMap<String, BTreeSet<String>> {
+    let page = std::fs::read_to_string(fixtures().join("../../docs/commands/inspect.md")).unwrap();
+    let section = page
+        .split("## `--json`")
         .nth(1)
-        .expect("README has an `inspect --json` section");
+        .expect("the page has a `--json` section");
     let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for line in section.lines().skip_while(|l| !l.starts_with('|')) {
         if !line.starts_with('|') {
@@ -49,7 +44,7 @@ fn keys(v: &Value) -> BTreeSet<String> {
         .collect()
 }
 
-/// A description's JSON text, checked to be keys in ascending byte order
+/// A report's JSON text, checked to be keys in ascending byte order
 /// (what it printed when it was built as a `serde_json::Value`), parsed.
 fn printed(text: String) -> Value {
     let value: Value = serde_json::from_str(&text).unwrap();
@@ -59,27 +54,38 @@ fn printed(text: String) -> Value {
     value
 }
 
+/// The op's report on a fixture, with hashes (so that `sha256` is there).
+fn inspected(name: &str) -> InspectReport {
+    inspect(
+        &InspectRequest::new(fixtures().join(name)).with_hash(true),
+        &(),
+    )
+    .unwrap()
+}
+
 fn described_file(name: &str) -> FileDescription {
-    let path = fixtures().join(name);
-    let file = SafeTensors::open(&path).unwrap();
-    describe::file(&path, file.header(), &digest)
+    match inspected(name) {
+        InspectReport::File(d) => d,
+        other => panic!("not a file: {other:?}"),
+    }
 }
 
 fn described_set(name: &str) -> SetDescription {
-    let path = fixtures().join(name);
-    let set = ShardedTensors::open_pread(&path, &ReadOptions::default()).unwrap();
-    describe::set(&path, &set, &digest)
+    match inspected(name) {
+        InspectReport::Set { description, .. } => description,
+        other => panic!("not a set: {other:?}"),
+    }
 }
 
 fn described_checkpoint(name: &str) -> CheckpointDescription {
-    let path = fixtures().join(name);
-    let ckpt = Checkpoint::open(&path).unwrap();
-    let size = std::fs::metadata(&path).unwrap().len();
-    describe::checkpoint(&path, size, &ckpt, &digest)
+    match inspected(name) {
+        InspectReport::Checkpoint { description, .. } => description,
+        other => panic!("not a checkpoint: {other:?}"),
+    }
 }
 
 #[test]
-fn readme_lists_every_key_of_every_object() {
+fn the_docs_list_every_key_of_every_object() {
     let file = described_file("mlx/mlx_mixed_model/model.safetensors");
     assert!(file.quantized.as_ref().is_some_and(|q| !q.is_empty()));
     let file = printed(file.to_json());
@@ -106,21 +112,29 @@ fn readme_lists_every_key_of_every_object() {
     found.insert("checkpoint", keys(&ckpt));
     found.insert("checkpoint tensor", keys(&ckpt["tensors"][0]));
 
-    let readme = readme_keys();
+    let documented = documented_keys();
     let found: BTreeMap<String, BTreeSet<String>> =
         found.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
     assert_eq!(
-        readme, found,
-        "README's inspect --json table vs the structs"
+        documented, found,
+        "docs/commands/inspect.md's table vs the structs"
     );
+}
+
+#[test]
+fn a_report_prints_as_its_description() {
+    let report = inspected("models/llama_tiny");
+    let InspectReport::Set { description, .. } = &report else {
+        panic!("not a set: {report:?}");
+    };
+    assert_eq!(report.to_json(), description.to_json());
 }
 
 #[test]
 fn optional_keys_are_left_out_without_hash_or_shard() {
     let path = fixtures().join("valid/minimal_bf16.safetensors");
-    let file = SafeTensors::open(&path).unwrap();
-    let described = describe::file(&path, file.header(), &|_| None);
-    let value = printed(described.to_json());
+    let report = inspect(&InspectRequest::new(path), &()).unwrap();
+    let value = printed(report.to_json());
     let tensor = keys(&value["tensors"][0]);
     assert!(!tensor.contains("sha256") && !tensor.contains("shard"));
 }
@@ -140,8 +154,17 @@ fn descriptions_read_back_as_they_were() {
 
 #[test]
 fn a_description_names_the_path_as_given() {
-    let path = Path::new("valid/minimal_bf16.safetensors");
-    let file = SafeTensors::open(fixtures().join(path)).unwrap();
-    let described = describe::file(path, file.header(), &|_| None);
+    // Relative to the fixtures: the path is printed as given, no `./`.
+    let dir = fixtures();
+    let cwd = std::env::current_dir().unwrap();
+    std::env::set_current_dir(&dir).unwrap();
+    let report = inspect(
+        &InspectRequest::new(Path::new("valid/minimal_bf16.safetensors")),
+        &(),
+    );
+    std::env::set_current_dir(cwd).unwrap();
+    let InspectReport::File(described) = report.unwrap() else {
+        panic!("not a file");
+    };
     assert_eq!(described.file, "valid/minimal_bf16.safetensors");
 }

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use common::*;
 use serde_json::{json, Value};
-use tensorfile::model::{check_dir, CheckReport, ProblemKind, Severity};
+use tensorfile::model::{check_dir, ModelReport, ProblemKind, Severity};
 use tensorfile::Contract;
 
 fn real(rel: &str) -> PathBuf {
@@ -23,11 +23,11 @@ fn manifest(group: &str) -> Value {
     serde_json::from_slice(&fs::read(real(group).join("manifest.json")).unwrap()).unwrap()
 }
 
-fn check(dir: &Path) -> CheckReport {
+fn check(dir: &Path) -> ModelReport {
     check_dir(dir, Contract::Any)
 }
 
-fn kinds(report: &CheckReport) -> Vec<(ProblemKind, String)> {
+fn kinds(report: &ModelReport) -> Vec<(ProblemKind, String)> {
     report
         .problems
         .iter()

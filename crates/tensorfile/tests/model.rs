@@ -11,7 +11,7 @@ use tensorfile::quant::Scheme;
 use tensorfile::{Contract, Dtype, Error, ReadOptions, SafeTensors};
 use tensorfile_core::ShardedTensors;
 
-fn kinds(report: &tensorfile::model::CheckReport) -> Vec<(ProblemKind, String)> {
+fn kinds(report: &tensorfile::model::ModelReport) -> Vec<(ProblemKind, String)> {
     report
         .problems
         .iter()

@@ -5,9 +5,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use serde_json::json;
-use tensorfile::model::check_dir;
-use tensorfile::Contract;
+use tensorfile::ops::check::{check, CheckRequest};
 
 use super::{out, Failure};
 
@@ -19,7 +17,7 @@ pub struct Args {
     json: bool,
     /// Also hold the tensors to a course contract (`v0`: F32 only).
     #[arg(long, value_name = "CONTRACT", value_parser = parse_contract)]
-    contract: Option<Contract>,
+    contract: Option<String>,
     /// The model directory (config.json and its weights): a course model,
     /// a transformers, mlx-lm or diffusers directory.
     #[arg(value_name = "DIR")]
@@ -33,57 +31,45 @@ impl Args {
     }
 }
 
-fn parse_contract(s: &str) -> Result<Contract, String> {
-    match s {
-        "v0" => Ok(Contract::V0),
-        _ => Err(format!("`{s}` is not a contract; expected v0")),
-    }
+/// A contract's name, checked by the library's one list.
+fn parse_contract(s: &str) -> Result<String, String> {
+    tensorfile::ops::check::contract(s).map(|_| s.to_string())
 }
 
 /// Checks one directory; exit 1 when it has any error (warnings do not count).
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
-    if !args.dir.is_dir() {
-        // `report` names the directory (the command's input).
-        return Err("not a directory".into());
-    }
-    let contract = args.contract.unwrap_or(Contract::Any);
-    let report = check_dir(&args.dir, contract);
-    let errors = report.errors().count() + report.unlisted_errors;
-    let warnings = report.warnings().count() + report.unlisted_warnings;
+    let mut request = CheckRequest::new(&args.dir);
+    request.contract = args.contract.clone();
+    let report = check(&request, &())?;
+    let (errors, warnings) = (report.errors, report.warnings);
     if args.json {
-        out(json!({
-            "dir": args.dir,
-            "ok": report.is_ok(),
-            "contract": args.contract.map(|c| c.to_string()),
-            "errors": errors,
-            "warnings": warnings,
-            "report": report,
-        }));
+        out(serde_json::to_string(&report).map_err(|e| e.to_string())?);
     } else {
         let dir = args.dir.display();
-        let arch = match (&report.arch, report.architecture_checked) {
+        let checked = &report.report;
+        let arch = match (&checked.arch, checked.architecture_checked) {
             (Some(arch), true) => format!("{arch}, architecture checked"),
             (Some(arch), false) => format!("{arch}, architecture not checked"),
             (None, _) => "architecture unknown".to_string(),
         };
-        let verdict = if report.is_ok() { "ok" } else { "failed" };
+        let verdict = if report.ok { "ok" } else { "failed" };
         out(format_args!(
             "{dir}: {verdict} ({arch}; {errors} errors, {warnings} warnings)"
         ));
-        for problem in &report.problems {
+        for problem in &checked.problems {
             out(format_args!("{dir}: {problem}"));
         }
-        if report.unlisted_errors + report.unlisted_warnings > 0 {
+        if checked.unlisted_errors + checked.unlisted_warnings > 0 {
             out(format_args!(
                 "{dir}: ... and {} more problems not listed",
-                report.unlisted_errors + report.unlisted_warnings
+                checked.unlisted_errors + checked.unlisted_warnings
             ));
         }
-        for note in &report.notes {
+        for note in &checked.notes {
             out(format_args!("{dir}: note: {note}"));
         }
     }
-    Ok(if report.is_ok() {
+    Ok(if report.ok {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)

@@ -5,15 +5,12 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use serde_json::{json, Value};
-use tensorfile::diff::{
-    diff, values_to_compare, DiffOptions, DiffReport as Report, TensorDiff, Verdict,
-};
+use tensorfile::diff::{TensorDiff, Verdict};
+use tensorfile::ops::diff::{diff, DiffReport, DiffRequest};
 use tensorfile::stats::unflatten;
-use tensorfile::values::Catalog;
 
-use super::looking::{comparison, escape, refs, shown, Opened};
-use super::{out, Failure, Usage};
+use super::looking::{comparison, escape, shown};
+use super::{out, Failure};
 use crate::progress::Bar;
 
 /// Arguments of `diff`.
@@ -73,138 +70,32 @@ impl Args {
     pub fn report_to(&self) -> (Option<&std::path::Path>, bool) {
         (None, self.json)
     }
-}
 
-fn check_tolerance(name: &str, v: Option<f64>) -> Result<(), Failure> {
-    match v {
-        Some(x) if !(x >= 0.0 && x.is_finite()) => Err(Usage::failure(format_args!(
-            "--{name} {x}: a tolerance is a finite number of at least 0"
-        ))),
-        _ => Ok(()),
+    /// The request: the inputs, the tolerance, how URLs are read.
+    fn request(&self) -> DiffRequest {
+        let mut request = DiffRequest::new(&self.a, &self.b);
+        request.atol = self.atol;
+        request.rtol = self.rtol;
+        request.exact = self.exact;
+        request.open = super::remote::open_options(&tensorfile::ReadOptions::default());
+        request
     }
 }
 
 fn compare(args: Args) -> Result<ExitCode, Failure> {
-    check_tolerance("atol", args.atol)?;
-    check_tolerance("rtol", args.rtol)?;
-    let (oa, ob) = (Opened::open(&args.a)?, Opened::open(&args.b)?);
-    let (ba, bb) = (oa.tensors(), ob.tensors());
-    let (ra, rb) = (refs(&ba), refs(&bb));
-    let ca = Catalog::new(&ra, oa.metadata(), oa.mlx()).map_err(|e| e.at(&args.a))?;
-    let cb = Catalog::new(&rb, ob.metadata(), ob.mlx()).map_err(|e| e.at(&args.b))?;
-    let options = DiffOptions::default()
-        .with_tolerance(None)
-        .with_atol(args.atol)
-        .with_rtol(args.rtol)
-        .with_exact(args.exact);
-    let bar = Bar::values(values_to_compare(&ca, &cb), "comparing");
-    let report = diff((&ca, oa.metadata()), (&cb, ob.metadata()), &options, &bar)?;
+    let bar = Bar::values_when_told("comparing");
+    let report = diff(&args.request(), &bar)?;
     drop(bar);
-    let verdict = report.verdict();
-    let ok = verdict != Verdict::Differs;
+    let ok = report.verdict() != Verdict::Differs;
     if args.json {
-        out(to_json(&args, &report, verdict));
+        out(serde_json::to_string(&report).map_err(|e| e.to_string())?);
     } else {
-        print_text(&args, &report, verdict);
+        print_text(&args, &report);
     }
     Ok(if ok {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
-    })
-}
-
-/// A figure for JSON: null for NaN and infinities.
-fn num(x: f64) -> Value {
-    if x.is_finite() {
-        json!(x)
-    } else {
-        Value::Null
-    }
-}
-
-fn pair_json(t: &TensorDiff) -> Value {
-    let mut v = json!({
-        "name": t.name,
-        "a": t.a.describe(),
-        "b": t.b.describe(),
-        "shape_a": t.shape_a,
-        "shape_b": t.shape_b,
-        "identical": t.identical,
-        "within": t.within(),
-        "atol": t.tolerance.atol,
-        "rtol": t.tolerance.rtol,
-    });
-    if let Some(m) = &t.metrics {
-        v["count"] = json!(m.count);
-        v["finite"] = json!(m.finite);
-        v["max_abs_diff"] = num(m.max_abs.0);
-        v["max_abs_index"] = json!(m.max_abs.1);
-        v["max_abs_at"] = json!(unflatten(&t.shape_a, m.max_abs.1));
-        v["max_rel_diff"] = num(m.max_rel.0);
-        v["max_rel_index"] = json!(m.max_rel.1);
-        v["mean_abs_diff"] = num(m.mean_abs());
-        v["rms"] = num(m.rms());
-        v["cosine"] = m.cosine().map_or(Value::Null, num);
-        v["beyond"] = json!(m.beyond);
-        v["beyond_share"] = num(m.beyond_share());
-        v["nan_only_a"] = json!(m.nan_a);
-        v["nan_only_b"] = json!(m.nan_b);
-        v["inf_differs"] = json!(m.inf);
-    }
-    v
-}
-
-fn to_json(args: &Args, r: &Report, verdict: Verdict) -> Value {
-    let pairs = |v: &[(String, String)]| -> Vec<Value> {
-        v.iter()
-            .map(|(k, x)| json!({"key": k, "value": x}))
-            .collect()
-    };
-    let m = &r.metadata;
-    json!({
-        "a": args.a,
-        "b": args.b,
-        "verdict": verdict.as_str(),
-        "exact": args.exact,
-        "only_in_a": r.only_in_a,
-        "only_in_b": r.only_in_b,
-        "renamed": r.renamed.iter().map(|(a, b)| json!({"a": a, "b": b})).collect::<Vec<_>>(),
-        "metadata": {
-            "only_in_a": pairs(&m.only_in_a),
-            "only_in_b": pairs(&m.only_in_b),
-            "changed": m.changed.iter().map(|(k, a, b)| json!({"key": k, "a": a, "b": b})).collect::<Vec<_>>(),
-        },
-        "tensors": r.tensors.iter().map(pair_json).collect::<Vec<_>>(),
-        "total": totals(r),
-    })
-}
-
-/// The totals over every pair.
-fn totals(r: &Report) -> Value {
-    let compared = r.tensors.len();
-    let identical = r.tensors.iter().filter(|t| t.identical).count();
-    let within = r.tensors.iter().filter(|t| t.within()).count();
-    let (mut values, mut beyond) = (0u64, 0u64);
-    let mut worst: Option<(&str, f64)> = None;
-    for t in &r.tensors {
-        if let Some(m) = &t.metrics {
-            values += m.count;
-            beyond += m.beyond;
-            if m.max_abs.0 > worst.map_or(0.0, |(_, w)| w) {
-                worst = Some((&t.name, m.max_abs.0));
-            }
-        }
-    }
-    json!({
-        "compared": compared,
-        "identical": identical,
-        "within": within,
-        "beyond": compared - within,
-        "values": values,
-        "values_beyond": beyond,
-        "max_abs_diff": worst.map_or(Value::Null, |w| num(w.1)),
-        "max_abs_diff_tensor": worst.map(|w| w.0),
     })
 }
 
@@ -239,7 +130,8 @@ fn worst_first(a: &TensorDiff, b: &TensorDiff) -> std::cmp::Ordering {
         .then(a.name.cmp(&b.name))
 }
 
-fn print_text(args: &Args, r: &Report, verdict: Verdict) {
+fn print_text(args: &Args, report: &DiffReport) {
+    let r = &report.compared;
     for n in &r.only_in_a {
         out(format_args!("only in A: {}", escape(n)));
     }
@@ -345,22 +237,19 @@ fn print_text(args: &Args, r: &Report, verdict: Verdict) {
             ));
         }
     }
-    let t = totals(r);
-    let worst = match (
-        t["max_abs_diff_tensor"].as_str(),
-        t["max_abs_diff"].as_f64(),
-    ) {
+    let t = &report.total;
+    let worst = match (&t.max_abs_diff_tensor, t.max_abs_diff) {
         (Some(n), Some(x)) if x > 0.0 => format!("; largest |a-b| {} in {}", fig(x), escape(n)),
         _ => String::new(),
     };
     out(format_args!(
         "total: {} tensors compared, {} identical, {} within tolerance, {} beyond; {} of {} values beyond{worst}",
-        t["compared"], t["identical"], t["within"], t["beyond"], t["values_beyond"], t["values"]
+        t.compared, t.identical, t.within, t.beyond, t.values_beyond, t.values
     ));
     out(format_args!(
         "{} vs {}: {}",
         shown(&args.a),
         shown(&args.b),
-        verdict.as_str()
+        report.verdict
     ));
 }

@@ -6,9 +6,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use serde_json::json;
-use tensorfile_remote::fetch::{fetch, fetch_to_cache, FetchOptions, Outcome};
-use tensorfile_remote::Client;
+use tensorfile::ops::fetch::{fetch, FetchRequest};
 
 use super::{out, Failure};
 use crate::progress::Bar;
@@ -50,95 +48,46 @@ impl Args {
     pub fn report_to(&self) -> (Option<&std::path::Path>, bool) {
         (Some(std::path::Path::new(&self.source)), self.json)
     }
+
+    /// The request: source, destination, how the copy is made (the
+    /// command's remote options, `--timeout`'s deadline included).
+    fn request(&self) -> FetchRequest {
+        let mut request = FetchRequest::new(&self.source, self.dest.clone());
+        request.concurrency = self.concurrency;
+        request.chunk_size = self.chunk_size;
+        request.resume = !self.no_resume;
+        request.sync = !self.no_sync;
+        request.remote = super::remote::options();
+        request
+    }
 }
 
 /// Copies SOURCE to DEST; exit 1 when a request, a write or a verification fails.
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
-    if !tensorfile_remote::is_url(&args.source) {
-        return Err(super::Usage::failure(format!(
-            "{}: not a URL (s3://, hf://, http:// or https://)",
-            args.source
-        )));
-    }
-    if args.dest.is_none() && !args.source.to_ascii_lowercase().starts_with("hf://") {
-        return Err(super::Usage::failure(format!(
-            "{}: a destination is needed (only an hf:// source goes to the Hugging Face cache without one)",
-            args.source
-        )));
-    }
-    if args.concurrency == 0 || args.chunk_size == 0 {
-        return Err(super::Usage::failure(
-            "--concurrency and --chunk-size must be at least 1",
-        ));
-    }
-    let client = Client::new(
-        super::remote::options()
-            .with_concurrency(args.concurrency)
-            .with_chunk_size(args.chunk_size),
-    );
-    let options = FetchOptions::default()
-        .with_sync(!args.no_sync)
-        .with_resume(!args.no_resume);
     // The bar is made once the fetch knows its total; notes go to stderr.
     let bar = Bar::bytes_when_told("fetching", |message| super::warn(message));
-    let result = match &args.dest {
-        Some(dest) => fetch(&args.source, dest, &client, &options, &bar),
-        None => fetch_to_cache(&args.source, &client, &options, &bar),
-    };
+    let result = fetch(&args.request(), &bar);
     drop(bar);
     let fetched = result?;
-    let counts = client.stats();
     if args.json {
-        let files: Vec<_> = fetched
-            .files
-            .iter()
-            .map(|f| {
-                let (outcome, from) = match f.outcome {
-                    Outcome::Fetched => ("fetched", 0),
-                    Outcome::Resumed { from } => ("resumed", from),
-                    Outcome::UpToDate => ("up to date", 0),
-                    Outcome::FromCache { linked: true } => ("linked from cache", 0),
-                    Outcome::FromCache { linked: false } => ("copied from cache", 0),
-                };
-                json!({
-                    "name": f.name,
-                    "source": f.url,
-                    "path": f.path,
-                    "bytes": f.len,
-                    "outcome": outcome,
-                    "resumed_from": from,
-                    "sha256": f.sha256,
-                    "header_checked": f.header_checked,
-                })
-            })
-            .collect();
-        out(json!({
-            "source": args.source,
-            "dest": fetched.dest,
-            "files": files,
-            "set": fetched.set.map(|(shards, tensors)| json!({"shards": shards, "tensors": tensors})),
-            "requests": counts.requests,
-            "bytes_received": counts.body_bytes,
-            "retries": counts.retries,
-        }));
+        out(serde_json::to_string(&fetched).map_err(|e| e.to_string())?);
         return Ok(ExitCode::SUCCESS);
     }
     for f in &fetched.files {
-        let what = match f.outcome {
-            Outcome::Fetched => format!("fetched {} bytes", f.len),
-            Outcome::Resumed { from } => {
-                format!("fetched {} bytes (resumed, {from} were on disk)", f.len)
-            }
-            Outcome::UpToDate => "up to date".to_string(),
-            Outcome::FromCache { linked } => format!(
-                "{} the Hugging Face cache ({} bytes)",
-                if linked {
-                    "hard-linked from"
-                } else {
-                    "copied from"
-                },
-                f.len
+        let what = match f.outcome.as_str() {
+            "resumed" => format!(
+                "fetched {} bytes (resumed, {} were on disk)",
+                f.bytes, f.resumed_from
             ),
+            "up to date" => "up to date".to_string(),
+            "linked from cache" => format!(
+                "hard-linked from the Hugging Face cache ({} bytes)",
+                f.bytes
+            ),
+            "copied from cache" => {
+                format!("copied from the Hugging Face cache ({} bytes)", f.bytes)
+            }
+            _ => format!("fetched {} bytes", f.bytes),
         };
         let mut checks = Vec::new();
         if f.sha256.is_some() {
@@ -152,20 +101,20 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         } else {
             format!("; {}", checks.join(", "))
         };
-        out(format_args!("{}: {what}{checks}", f.path.display()));
+        out(format_args!("{}: {what}{checks}", f.path));
     }
-    if let Some((shards, tensors)) = fetched.set {
+    if let Some(set) = fetched.set {
         out(format_args!(
-            "{}: set ok ({shards} shards, {tensors} tensors)",
-            fetched.dest.display()
+            "{}: set ok ({} shards, {} tensors)",
+            fetched.dest, set.shards, set.tensors
         ));
     }
     out(format_args!(
         "{} files, {} requests, {} bytes received, {} retries",
         fetched.files.len(),
-        counts.requests,
-        counts.body_bytes,
-        counts.retries
+        fetched.requests,
+        fetched.bytes_received,
+        fetched.retries
     ));
     Ok(ExitCode::SUCCESS)
 }

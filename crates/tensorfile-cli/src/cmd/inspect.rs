@@ -1,11 +1,15 @@
-//! `tensorfile inspect [--json] [--hash] FILE`: describe a file.
+//! `tensorfile inspect [--json] [--hash] FILE`: describe a file (the
+//! library's [`tensorfile::ops::inspect`]; GGUF files are described by
+//! [`super::gguf`]).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use tensorfile::{Dtype, FileSource, Header, ReadOptions, SafeTensors};
-use tensorfile_core::read_header_from_path;
+use tensorfile::ops::inspect::{
+    inspect, CheckpointDescription, FileDescription, InspectReport, InspectRequest, SetDescription,
+};
+use tensorfile::{Dtype, Metadata};
 
 use super::{out, Failure};
 
@@ -32,6 +36,59 @@ impl Args {
     pub fn report_to(&self) -> (Option<&std::path::Path>, bool) {
         (Some(&self.file), self.json)
     }
+
+    /// The request: the file, whether to hash, and how it is opened (the
+    /// command's remote client, the PyTorch budgets).
+    fn request(&self) -> InspectRequest {
+        let load = self
+            .budgets
+            .apply(tensorfile::pytorch::LoadOptions::default());
+        InspectRequest::new(&self.file)
+            .with_hash(self.hash)
+            .with_open(
+                super::remote::open_options(&tensorfile::ReadOptions::default()).with_pytorch(load),
+            )
+    }
+}
+
+/// Describes one file; exit 1 when it is invalid or unreadable.
+pub fn run(args: Args) -> Result<ExitCode, Failure> {
+    use tensorfile::InputKind as Kind;
+    match super::input_kind(&args.file)? {
+        // The PyTorch budgets are refused for a set before it is read, for
+        // a file after (an unreadable file is that error, exit 1).
+        Kind::SafetensorsSet => args.budgets.refuse_for(&args.file)?,
+        Kind::Safetensors | Kind::Pytorch => {}
+        Kind::Gguf => {
+            args.budgets.refuse_for(&args.file)?;
+            return super::gguf::inspect(&args.file, args.json, args.hash);
+        }
+        other => return Err(super::not_safetensors(&args.file, other).into()),
+    }
+    let bar = crate::progress::Bar::bytes_when_told("hashing", |m| super::warn(m));
+    let report = inspect(&args.request(), &bar)?;
+    drop(bar);
+    if let InspectReport::File(_) = report {
+        args.budgets.refuse_for(&args.file)?;
+    }
+    if args.json {
+        out(report.to_json());
+        return Ok(ExitCode::SUCCESS);
+    }
+    match &report {
+        InspectReport::File(d) => print_file(d),
+        InspectReport::Set {
+            description,
+            metadata,
+        } => print_set(description, metadata),
+        InspectReport::Checkpoint {
+            description,
+            values,
+            contiguous,
+        } => print_checkpoint(description, values, contiguous),
+        _ => {}
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Largest power of two (up to 4096) dividing `offset`.
@@ -43,105 +100,43 @@ fn alignment_of(offset: u64) -> u64 {
     }
 }
 
-/// Every tensor's sha256, read a piece at a time with a progress bar.
-fn hash_all<S: tensorfile::ByteSource>(
-    file: &SafeTensors<S>,
-) -> Result<std::collections::HashMap<String, String>, Failure> {
-    let bar = crate::progress::Bar::bytes(file.header().data_len(), "hashing");
-    let mut digests = std::collections::HashMap::new();
-    for t in file.tensor_data() {
-        digests.insert(t.info().name.to_string(), super::sha256_hex(&t, &bar)?);
+/// Tensors and bytes per dtype, from the dtype names and sizes of a
+/// description's tensors.
+fn per_dtype<'a>(tensors: impl Iterator<Item = (&'a str, u64)>) -> BTreeMap<Dtype, (usize, u64)> {
+    let mut per_dtype: BTreeMap<Dtype, (usize, u64)> = BTreeMap::new();
+    for (name, bytes) in tensors {
+        if let Some(dtype) = Dtype::from_name(name) {
+            let slot = per_dtype.entry(dtype).or_default();
+            slot.0 += 1;
+            slot.1 += bytes;
+        }
     }
-    Ok(digests)
+    per_dtype
 }
 
-/// Describes one file; exit 1 when it is invalid or unreadable.
-pub fn run(args: Args) -> Result<ExitCode, Failure> {
-    use tensorfile::InputKind as Kind;
-    match super::input_kind(&args.file)? {
-        // A model directory or a sharded checkpoint's index: see `set`.
-        Kind::SafetensorsSet => {
-            args.budgets.refuse_for(&args.file)?;
-            return super::set::inspect(&args.file, args.json, args.hash);
+/// The `metadata:` lines.
+fn print_metadata(metadata: Option<&Metadata>) {
+    match metadata {
+        Some(m) if !m.is_empty() => {
+            out(format_args!("metadata: {} keys", m.len()));
+            for (k, v) in m {
+                out(format_args!("  {k}: {v}"));
+            }
         }
-        // PyTorch checkpoints are described by their own loader.
-        Kind::Pytorch => {
-            let load = args
-                .budgets
-                .apply(tensorfile::pytorch::LoadOptions::default());
-            return super::inspect_pytorch::run(&args.file, args.json, args.hash, &load);
-        }
-        Kind::Gguf => {
-            args.budgets.refuse_for(&args.file)?;
-            return super::gguf::inspect(&args.file, args.json, args.hash);
-        }
-        Kind::Safetensors => {}
-        other => return Err(super::not_safetensors(&args.file, other).into()),
+        _ => out("metadata: none"),
     }
-    let options = ReadOptions::default();
-    // Hashing needs the bytes, read with positional reads (a file truncated
-    // underneath is an error, not a signal); a summary needs only the
-    // header (a remote file is opened with one request for it).
-    let (local, remote) = match super::remote::url(&args.file) {
-        Some(url) => (None, Some(super::remote::single_file(url, &options)?)),
-        None if args.hash => (
-            Some(SafeTensors::from_source(
-                FileSource::open(&args.file)
-                    .map_err(|e| tensorfile::CoreError::io(&args.file, e))?,
-                &options,
-            )?),
-            None,
-        ),
-        None => (None, None),
-    };
-    let header_only;
-    let header: &Header = match (&local, &remote) {
-        (Some(f), _) => f.header(),
-        (_, Some(f)) => f.header(),
-        _ => {
-            header_only = read_header_from_path(&args.file, &options)?;
-            &header_only
-        }
-    };
-    // An unreadable input is that error (exit 1), not a misuse of the
-    // PyTorch options.
-    args.budgets.refuse_for(&args.file)?;
-    let data_start = header.data_start();
-    let mut per_dtype: BTreeMap<Dtype, (usize, u64)> = BTreeMap::new();
-    for t in header.tensors() {
-        let slot = per_dtype.entry(t.dtype).or_default();
-        slot.0 += 1;
-        slot.1 += t.nbytes();
-    }
+}
 
-    let digests = match (&local, &remote) {
-        (Some(f), _) if args.hash => hash_all(f)?,
-        (_, Some(f)) if args.hash => hash_all(f)?,
-        _ => std::collections::HashMap::new(),
-    };
-    let digest = |name: &str| -> Option<String> { digests.get(name).cloned() };
-    // The --json description (the library's, which the Python package
-    // returns too); the text below says the same from it.
-    // A remote file's config.json is looked for beside it, remotely.
-    let described = match super::remote::url(&args.file)
-        .and_then(|u| tensorfile_remote::dir_of(u, &super::remote::client()).ok())
-    {
-        Some(dir) => tensorfile::describe::file_at(&args.file, header, &digest, &dir),
-        None => tensorfile::describe::file(&args.file, header, &digest),
-    };
-    if args.json {
-        out(described.to_json());
-        return Ok(ExitCode::SUCCESS);
-    }
-
-    out(format_args!("file: {}", args.file.display()));
+/// A safetensors file, as text.
+fn print_file(d: &FileDescription) {
+    let data_len = d.size - d.data_start;
+    out(format_args!("file: {}", d.file));
     out(format_args!(
         "size: {} bytes (header {} bytes, data {} bytes)",
-        data_start + header.data_len(),
-        header.header_len(),
-        header.data_len()
+        d.size, d.header_len, data_len
     ));
-    match header.metadata() {
+    // A file's metadata is printed as it is, even when empty.
+    match &d.metadata {
         None => out("metadata: none"),
         Some(m) => {
             out(format_args!("metadata: {} keys", m.len()));
@@ -150,10 +145,11 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
             }
         }
     }
-    out(format_args!("tensors: {}", header.len()));
-    let width = header
-        .tensors()
-        .map(|t| super::escape_text(t.name).chars().count())
+    out(format_args!("tensors: {}", d.tensors.len()));
+    let width = d
+        .tensors
+        .iter()
+        .map(|t| super::escape_text(&t.name).chars().count())
         .max()
         .unwrap_or(4)
         .clamp(4, 60);
@@ -161,32 +157,154 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         "  {:<width$}  {:<11}  {:<20}  offsets",
         "name", "dtype", "shape"
     ));
-    for t in header.tensors() {
+    for t in &d.tensors {
         let shape = format!("{:?}", t.shape);
         let line = format!(
             "  {:<width$}  {:<11}  {:<20}  [{}, {})",
-            super::escape_text(t.name),
-            t.dtype.name(),
+            super::escape_text(&t.name),
+            t.dtype,
             shape,
-            t.data_offsets.0,
-            t.data_offsets.1
+            t.data_offsets[0],
+            t.data_offsets[1]
         );
-        match digest(t.name) {
+        match &t.sha256 {
             Some(h) => out(format_args!("{line}  sha256 {h}")),
             None => out(line),
         }
     }
-    super::print_dtypes(&per_dtype);
-    out(format_args!("parameters: {}", described.parameters));
-    out(format_args!(
-        "alignment: data starts at byte {data_start} ({}-byte aligned); {} of {} tensors misaligned for their dtype",
-        alignment_of(data_start),
-        described.misaligned_tensors,
-        header.len()
+    super::print_dtypes(&per_dtype(
+        d.tensors
+            .iter()
+            .map(|t| (t.dtype.as_str(), t.data_offsets[1] - t.data_offsets[0])),
     ));
-    super::quantized::print(&described.quantized, &described.quantized_problem);
-    for warning in header.warnings() {
+    out(format_args!("parameters: {}", d.parameters));
+    out(format_args!(
+        "alignment: data starts at byte {} ({}-byte aligned); {} of {} tensors misaligned for their dtype",
+        d.data_start,
+        alignment_of(d.data_start),
+        d.misaligned_tensors,
+        d.tensors.len()
+    ));
+    super::quantized::print(&d.quantized, &d.quantized_problem);
+    for warning in &d.warnings {
         out(format_args!("warning: {warning}"));
     }
-    Ok(ExitCode::SUCCESS)
+}
+
+/// A set (a model directory or an index), as text: the model's config,
+/// each shard, the shards' metadata, every tensor with its shard, totals.
+fn print_set(d: &SetDescription, metadata: &Result<Metadata, String>) {
+    out(format_args!("path: {}", d.path));
+    if let Some(model) = &d.model {
+        out(format_args!(
+            "model: tl_arch {}, tokenizer.json {}",
+            model.tl_arch.as_deref().unwrap_or("none"),
+            if model.tokenizer { "present" } else { "absent" }
+        ));
+    }
+    match &d.index {
+        Some(index) => out(format_args!("index: {index}")),
+        None => out("index: none (a single file)"),
+    }
+    out(format_args!("shards: {}", d.shards.len()));
+    for s in &d.shards {
+        out(format_args!(
+            "  {}  {} tensors, {} data bytes, {} bytes",
+            s.name, s.tensors, s.data_bytes, s.size
+        ));
+    }
+    match metadata {
+        Ok(m) => print_metadata(Some(m)),
+        Err(e) => out(format_args!("metadata: {e}")),
+    }
+    out(format_args!("tensors: {}", d.tensors.len()));
+    let width = d
+        .tensors
+        .iter()
+        .map(|t| t.name.len())
+        .max()
+        .unwrap_or(4)
+        .clamp(4, 60);
+    out(format_args!(
+        "  {:<width$}  {:<11}  {:<20}  shard",
+        "name", "dtype", "shape"
+    ));
+    for t in &d.tensors {
+        let line = format!(
+            "  {:<width$}  {:<11}  {:<20}  {}",
+            t.name,
+            t.dtype,
+            format!("{:?}", t.shape),
+            t.shard.as_deref().unwrap_or_default()
+        );
+        match &t.sha256 {
+            Some(h) => out(format_args!("{line}  sha256 {h}")),
+            None => out(line),
+        }
+    }
+    super::print_dtypes(&per_dtype(
+        d.tensors
+            .iter()
+            .map(|t| (t.dtype.as_str(), t.data_offsets[1] - t.data_offsets[0])),
+    ));
+    let totals = &d.totals;
+    out(format_args!(
+        "totals: {} shards, {} tensors, {} parameters, {} data bytes, {} bytes",
+        totals.shards, totals.tensors, totals.parameters, totals.data_bytes, totals.size
+    ));
+    super::quantized::print(&d.quantized, &d.quantized_problem);
+    for warning in &d.warnings {
+        out(format_args!("warning: {warning}"));
+    }
+}
+
+/// A PyTorch checkpoint, as text: the same sections as for a safetensors
+/// file, with each tensor's storage key and offset where a file has data
+/// offsets.
+fn print_checkpoint(d: &CheckpointDescription, values: &[(String, String)], contiguous: &[bool]) {
+    out(format_args!("file: {}", d.file));
+    out(format_args!("size: {} bytes", d.size));
+    out(format_args!("format: {}, {}", d.format, d.byte_order));
+    out(format_args!(
+        "values: {} (non-tensor entries)",
+        values.len()
+    ));
+    for (k, v) in values {
+        out(format_args!("  {k}: {v}"));
+    }
+    out(format_args!("tensors: {}", d.tensors.len()));
+    let width = d
+        .tensors
+        .iter()
+        .map(|t| t.name.len())
+        .max()
+        .unwrap_or(4)
+        .clamp(4, 60);
+    out(format_args!(
+        "  {:<width$}  {:<11}  {:<20}  storage",
+        "name", "dtype", "shape"
+    ));
+    for (i, t) in d.tensors.iter().enumerate() {
+        let strides = if contiguous.get(i).copied().unwrap_or(true) {
+            String::new()
+        } else {
+            format!(" strides {:?}", t.strides)
+        };
+        let line = format!(
+            "  {:<width$}  {:<11}  {:<20}  {:?} + {}{strides}",
+            t.name,
+            t.dtype,
+            format!("{:?}", t.shape),
+            t.storage,
+            t.storage_offset,
+        );
+        match &t.sha256 {
+            Some(h) => out(format_args!("{line}  sha256 {h}")),
+            None => out(line),
+        }
+    }
+    super::print_dtypes(&per_dtype(
+        d.tensors.iter().map(|t| (t.dtype.as_str(), t.nbytes)),
+    ));
+    out(format_args!("parameters: {}", d.parameters));
 }

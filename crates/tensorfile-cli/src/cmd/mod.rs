@@ -18,7 +18,6 @@ pub mod gguf;
 pub mod hash;
 pub mod inout;
 pub mod inspect;
-pub mod inspect_pytorch;
 pub mod looking;
 pub mod losses;
 pub mod merge;
@@ -130,16 +129,6 @@ pub fn safetensors_input(path: &std::path::Path) -> Result<tensorfile::InputKind
     } else {
         Err(not_safetensors(path, kind).into())
     }
-}
-
-/// The sha256 of a tensor's bytes, in hex, read a piece at a time (the
-/// bytes counted on `bar`): the library's one sha256, which `hash
-/// --per-tensor` and embedded digests give too.
-pub fn sha256_hex(
-    t: &impl tensorfile::TensorData<tensorfile::Error>,
-    bar: &crate::progress::Bar,
-) -> Result<String, tensorfile::Error> {
-    Ok(tensorfile::digest::tensor_sha256_counted(t, bar)?.hex())
 }
 
 /// A failure that ends a command: exit status 2 for a [`Usage`] error, else 1.
@@ -292,19 +281,9 @@ pub fn error_json(err: &Failure, input: Option<&Path>) -> serde_json::Value {
 
 /// The error and its causes on one line, with no backtrace.
 pub fn one_line(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut line = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        let text = cause.to_string();
-        if !line.contains(&text) {
-            line.push_str(": ");
-            line.push_str(&text);
-        }
-        source = cause.source();
-    }
     // One line whatever the messages quote: no newline, carriage return or
     // other control character survives.
-    escape_text(&line).into_owned()
+    escape_text(&tensorfile::ops::one_line(err)).into_owned()
 }
 
 /// Text that came from a file (tensor names, metadata) made safe for a

@@ -6,15 +6,13 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use serde_json::{json, Value};
-use tensorfile::quant::Glob;
-use tensorfile::stats::{
-    model_stats, unflatten, StatsReport as Report, Summary, TensorStats, OUTLIER_RATIO,
-};
-use tensorfile::values::Catalog;
+use tensorfile::ops::stats::{stats, StatsRequest};
+use tensorfile::stats::{unflatten, Figures as Report, Summary, OUTLIER_RATIO};
 
-use super::looking::{escape, refs, shown, Opened};
-use super::{out, Failure, Usage};
+use super::looking::{escape, shown};
+#[cfg(not(feature = "plot"))]
+use super::Usage;
+use super::{out, Failure};
 use crate::progress::Bar;
 
 /// Arguments of `stats`.
@@ -55,152 +53,44 @@ impl Args {
     }
 }
 
+impl Args {
+    /// The request: the input, the tensors, the outlier ratio and bins.
+    fn request(&self) -> StatsRequest {
+        let mut request = StatsRequest::new(&self.file);
+        request.include = self.include.clone();
+        request.outlier_ratio = self.outlier_ratio;
+        request.bins = self.bins;
+        request.plot = self.plot.clone();
+        request.open = super::remote::open_options(&tensorfile::ReadOptions::default());
+        request
+    }
+}
+
 /// Summarizes FILE; exit 1 when it cannot be read.
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
-    if !(args.outlier_ratio > 0.0 && args.outlier_ratio.is_finite()) {
-        return Err(Usage::failure("--outlier-ratio must be a positive number"));
-    }
-    if args.bins == 0 || args.bins > tensorfile::stats::BINS {
-        return Err(Usage::failure(format_args!(
-            "--bins must be between 1 and {}",
-            tensorfile::stats::BINS
-        )));
-    }
     #[cfg(not(feature = "plot"))]
     if args.plot.is_some() {
         return Err(Usage::failure(
             "--plot: this tensorfile was built without the plot feature",
         ));
     }
-    let opened = Opened::open(&args.file)?;
-    let boxes = opened.tensors();
-    let tensors = refs(&boxes);
-    let catalog =
-        Catalog::new(&tensors, opened.metadata(), opened.mlx()).map_err(|e| e.at(&args.file))?;
-    let globs: Vec<Glob> = args.include.iter().map(Glob::new).collect();
-    let values =
-        catalog.model_values(|name| globs.is_empty() || globs.iter().any(|g| g.matches(name)))?;
-    if values.is_empty() && !globs.is_empty() {
-        return Err(format!(
-            "{}: no tensor matches --include {}",
-            shown(&args.file),
-            args.include.join(", ")
-        )
-        .into());
-    }
-    let total = values.iter().map(|v| v.len()).sum();
-    let bar = Bar::values(total, "stats");
-    let report = model_stats(values, &bar)?;
+    let bar = Bar::values_when_told("stats");
+    let report = stats(&args.request(), &bar)?;
     drop(bar);
     #[cfg(feature = "plot")]
     if let Some(path) = &args.plot {
         use crate::plot::PlotError;
-        crate::plot::draw(path, &report, args.outlier_ratio).map_err(|e| match e {
+        crate::plot::draw(path, &report.figures, args.outlier_ratio).map_err(|e| match e {
             PlotError::Draw(message) => Failure::from(message),
             PlotError::Save(e) => Failure::from(e),
         })?;
     }
     if args.json {
-        out(to_json(&args, &report));
+        out(serde_json::to_string(&report).map_err(|e| e.to_string())?);
     } else {
-        print_text(&args, &report);
+        print_text(&args, &report.figures);
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// A figure for JSON: null for NaN and infinities.
-fn num(x: f64) -> Value {
-    if x.is_finite() {
-        json!(x)
-    } else {
-        Value::Null
-    }
-}
-
-fn summary_json(s: &Summary, bins: usize) -> Value {
-    let (lo, hi, counts) = s.histogram.coarse(bins);
-    json!({
-        "count": s.count,
-        "finite": s.finite,
-        "min": num(s.min),
-        "max": num(s.max),
-        "mean": num(s.mean),
-        "std": num(s.std()),
-        "absmax": num(s.absmax()),
-        "zeros": s.zeros,
-        "nan": s.nan,
-        "inf": s.inf,
-        "subnormal": s.subnormal,
-        "histogram": {"lo": lo, "hi": hi, "counts": counts},
-    })
-}
-
-fn elements_json(t: &TensorStats, items: &[(u64, f64)]) -> Vec<Value> {
-    items
-        .iter()
-        .map(|&(i, x)| json!({"index": i, "at": unflatten(&t.shape, i), "value": num(x)}))
-        .collect()
-}
-
-fn to_json(args: &Args, r: &Report) -> Value {
-    let tensors: Vec<Value> = r
-        .tensors
-        .iter()
-        .map(|t| {
-            let mut v = summary_json(&t.summary, args.bins);
-            v["name"] = json!(t.name);
-            v["dtype"] = json!(t.stored.describe());
-            v["shape"] = json!(t.shape);
-            v["absmax_over_std"] = num(t.ratio());
-            v["outlier"] = json!(t.is_outlier(args.outlier_ratio));
-            v["largest"] = json!(elements_json(t, &t.summary.top));
-            v
-        })
-        .collect();
-    let groups: Vec<Value> = r
-        .groups
-        .iter()
-        .map(|g| {
-            let mut v = summary_json(&g.summary, args.bins);
-            v["pattern"] = json!(g.pattern);
-            v["layers"] = Value::Array(
-                g.members
-                    .iter()
-                    .map(|&(layer, i)| {
-                        let t = &r.tensors[i];
-                        json!({
-                            "layer": layer,
-                            "name": t.name,
-                            "absmax": num(t.summary.absmax()),
-                            "std": num(t.summary.std()),
-                            "mean": num(t.summary.mean),
-                            "absmax_over_std": num(t.ratio()),
-                        })
-                    })
-                    .collect(),
-            );
-            v
-        })
-        .collect();
-    let outliers: Vec<Value> = r
-        .outliers(args.outlier_ratio)
-        .into_iter()
-        .map(|t| {
-            json!({
-                "name": t.name,
-                "absmax_over_std": num(t.ratio()),
-                "elements": elements_json(t, &t.outlier_elements(args.outlier_ratio)),
-            })
-        })
-        .collect();
-    json!({
-        "input": args.file,
-        "outlier_ratio": args.outlier_ratio,
-        "tensors": tensors,
-        "groups": groups,
-        "outliers": outliers,
-        "plot": args.plot,
-    })
 }
 
 /// Counts drawn as Unicode blocks, one character each (a space for 0).

@@ -169,15 +169,15 @@ tensorfile_core::with_fields!(CastOptions {
 /// convert under `opts`.
 ///
 /// ```
-/// use tensorfile::cast::{check, CastOptions};
+/// use tensorfile::cast::{check_cast, CastOptions};
 /// use tensorfile::Dtype;
-/// assert!(check(Dtype::F32, Dtype::F8_E4M3, CastOptions::default()).is_ok());
-/// assert!(check(Dtype::F32, Dtype::I8, CastOptions::default()).is_err());
+/// assert!(check_cast(Dtype::F32, Dtype::F8_E4M3, CastOptions::default()).is_ok());
+/// assert!(check_cast(Dtype::F32, Dtype::I8, CastOptions::default()).is_err());
 /// let ints = CastOptions::default().with_allow_int(true);
-/// assert!(check(Dtype::F32, Dtype::I8, ints).is_ok());
-/// assert!(check(Dtype::BOOL, Dtype::F32, ints).is_err());
+/// assert!(check_cast(Dtype::F32, Dtype::I8, ints).is_ok());
+/// assert!(check_cast(Dtype::BOOL, Dtype::F32, ints).is_err());
 /// ```
-pub fn check(from: Dtype, to: Dtype, opts: CastOptions) -> Result<(), CastError> {
+pub fn check_cast(from: Dtype, to: Dtype, opts: CastOptions) -> Result<(), CastError> {
     let refuse = |reason| Err(CastError::Unsupported { from, to, reason });
     if from == to {
         return Ok(());
@@ -344,7 +344,7 @@ pub fn encode_f32(
     dst: &mut [u8],
     opts: CastOptions,
 ) -> Result<(), CastError> {
-    check(Dtype::F32, to, opts)?;
+    check_cast(Dtype::F32, to, opts)?;
     check_dst(byte_count(to, src.len())?, dst.len())?;
     if let (true, Some(b)) = (opts.strict, loss::Bounds::new(Dtype::F32, to, opts)) {
         b.scan(Dtype::F32, to, bytemuck::cast_slice(src), 0, true)?;
@@ -363,7 +363,7 @@ pub(crate) fn encode_f64(
     dst: &mut [u8],
     opts: CastOptions,
 ) -> Result<(), CastError> {
-    check(Dtype::F64, to, opts)?;
+    check_cast(Dtype::F64, to, opts)?;
     check_dst(byte_count(to, src.len())?, dst.len())?;
     if let (true, Some(b)) = (opts.strict, loss::Bounds::new(Dtype::F64, to, opts)) {
         b.scan(Dtype::F64, to, bytemuck::cast_slice(src), 0, true)?;
@@ -411,7 +411,7 @@ pub fn cast_slice(
     dst: &mut [u8],
     opts: CastOptions,
 ) -> Result<(), CastError> {
-    check(from, to, opts)?;
+    check_cast(from, to, opts)?;
     let n = element_count(from, src.len())?;
     check_dst(byte_count(to, n)?, dst.len())?;
     convert(from, src, to, dst, opts, 0).map(|_| ())

@@ -1,7 +1,7 @@
 //! Whole tensors: in one call, or streamed in chunks of any size so a file
 //! converts with bounded memory.
 
-use super::{check, convert, CastError, CastOptions, LossTally, Losses};
+use super::{check_cast, convert, CastError, CastOptions, LossTally, Losses};
 use crate::{dtype, Dtype, Error, Result};
 
 /// Converts one tensor's bytes as it arrives, in chunks of any size.
@@ -63,7 +63,7 @@ impl TensorCast {
             tensor: name.to_string(),
             source,
         };
-        check(from, to, opts).map_err(wrap)?;
+        check_cast(from, to, opts).map_err(wrap)?;
         let overflow = |dtype| {
             wrap(CastError::ShapeOverflow {
                 dtype,

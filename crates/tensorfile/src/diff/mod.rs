@@ -1,6 +1,6 @@
 //! What changed between two models (or files, or sets), and by how much.
 //!
-//! [`diff`] pairs the tensors of A and B by name (`names`): a quantized
+//! [`ops::diff`](crate::ops::diff::diff) pairs the tensors of A and B by name (`names`): a quantized
 //! weight (int4, MLX) against the other side's plain tensor compares by
 //! its dequantized values, so a model against its quantization gives each
 //! weight's quantization error. It reports names on one side only, the
@@ -147,9 +147,9 @@ impl Verdict {
     }
 }
 
-/// What [`diff`] found.
+/// What [`ops::diff`](crate::ops::diff::diff) found.
 #[derive(Debug, Clone, PartialEq)]
-pub struct DiffReport {
+pub struct Comparison {
     /// Tensors only in A.
     pub only_in_a: Vec<String>,
     /// Tensors only in B.
@@ -164,7 +164,7 @@ pub struct DiffReport {
     pub exact: bool,
 }
 
-impl DiffReport {
+impl Comparison {
     /// The verdict: in an exact comparison [`Verdict::Same`] or
     /// [`Verdict::Differs`], never [`Verdict::Within`].
     pub fn verdict(&self) -> Verdict {
@@ -189,7 +189,7 @@ impl DiffReport {
     }
 }
 
-/// Options of [`diff`].
+/// Options of [`ops::diff`](crate::ops::diff::diff).
 #[derive(Debug, Clone, Copy, Default)]
 #[non_exhaustive]
 pub struct DiffOptions {
@@ -304,12 +304,12 @@ pub fn compare(
 ///
 /// # Errors
 /// A failed read or dequantization, naming the tensor.
-pub fn diff(
+pub(crate) fn diff(
     (a, meta_a): (&Catalog<'_>, Option<&Metadata>),
     (b, meta_b): (&Catalog<'_>, Option<&Metadata>),
     options: &DiffOptions,
     on_values: &dyn Progress,
-) -> Result<DiffReport> {
+) -> Result<Comparison> {
     let matched = names::match_names(a, b, true)?;
     let mut tensors = Vec::with_capacity(matched.pairs.len());
     for (name, ia, ib) in matched.pairs {
@@ -321,7 +321,7 @@ pub fn diff(
             on_values,
         )?);
     }
-    Ok(DiffReport {
+    Ok(Comparison {
         only_in_a: matched.only_in_a,
         only_in_b: matched.only_in_b,
         renamed: matched.renamed,
@@ -331,7 +331,7 @@ pub fn diff(
     })
 }
 
-/// The number of values [`diff`] will compare (for a progress bar).
+/// The number of values [`ops::diff`](crate::ops::diff::diff) will compare (for a progress bar).
 pub fn values_to_compare(a: &Catalog<'_>, b: &Catalog<'_>) -> u64 {
     let len = |c: &Catalog<'_>, i: Item<'_, '_>| match i {
         Item::Plain(t) => Values::plain(t).map(|v| v.len()).unwrap_or(0),
@@ -359,7 +359,7 @@ mod tests {
     }
 
     /// The default diff of two lists of in-memory tensors.
-    fn diff_of(a: &[OwnedTensor], b: &[OwnedTensor]) -> DiffReport {
+    fn diff_of(a: &[OwnedTensor], b: &[OwnedTensor]) -> Comparison {
         let (ra, rb): (
             Vec<&dyn TensorData<crate::Error>>,
             Vec<&dyn TensorData<crate::Error>>,

@@ -3,7 +3,7 @@
 
 use serde_json::{Map, Value};
 
-use super::report::{CheckReport, Problem, ProblemKind};
+use super::report::{ModelReport, Problem, ProblemKind};
 
 /// The architectures a config's `tl_arch` may name.
 pub const ARCHITECTURES: &[&str] = &["bigram", "llama"];
@@ -161,7 +161,7 @@ pub(crate) fn count(
     name: &str,
     default: Option<u64>,
     min: u64,
-    report: &mut CheckReport,
+    report: &mut ModelReport,
 ) -> Option<u64> {
     match config.get(name) {
         None => {
@@ -194,7 +194,7 @@ pub(crate) fn flag(
     config: &Map<String, Value>,
     name: &str,
     default: bool,
-    report: &mut CheckReport,
+    report: &mut ModelReport,
 ) -> Option<bool> {
     match config.get(name) {
         None => Some(default),
@@ -215,7 +215,7 @@ pub(crate) fn flag(
 pub(crate) fn plan(
     arch: &str,
     config: &Map<String, Value>,
-    report: &mut CheckReport,
+    report: &mut ModelReport,
 ) -> Option<Plan> {
     match arch {
         "bigram" => {
@@ -245,7 +245,7 @@ pub(crate) fn plan(
 }
 
 /// Llama/HF names for every layer, shapes from the config.
-fn llama(config: &Map<String, Value>, report: &mut CheckReport) -> Option<Plan> {
+fn llama(config: &Map<String, Value>, report: &mut ModelReport) -> Option<Plan> {
     // Read every field first so that all config problems are reported at once.
     let vocab = count(config, "vocab_size", None, 1, report);
     let hidden = count(config, "hidden_size", None, 1, report);
@@ -266,7 +266,7 @@ fn llama(config: &Map<String, Value>, report: &mut CheckReport) -> Option<Plan> 
         head_dim_field?,
         tied?,
     );
-    let invalid = |report: &mut CheckReport, field: &str, message: String| {
+    let invalid = |report: &mut ModelReport, field: &str, message: String| {
         report.push(Problem::error(ProblemKind::InvalidField, field, message));
     };
     if layers > MAX_LAYERS {

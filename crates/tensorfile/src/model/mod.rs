@@ -49,7 +49,7 @@ pub use contract::Contract;
 #[cfg(feature = "gguf")]
 pub(crate) use hf::classes as hf_classes;
 pub use hf::KNOWN as HF_ARCHITECTURES;
-pub use report::{CheckReport, Problem, ProblemKind, Severity, MAX_LISTED};
+pub use report::{ModelReport, Problem, ProblemKind, Severity, MAX_LISTED};
 
 use arch::{DtypeRule, Expected, Need, Plan};
 
@@ -182,8 +182,8 @@ impl ModelDir {
 
     /// Checks the directory: files, architecture, contract. Never fails;
     /// every problem is in the report.
-    pub fn check(&self, contract: Contract) -> CheckReport {
-        let mut report = CheckReport::default();
+    pub fn check(&self, contract: Contract) -> ModelReport {
+        let mut report = ModelReport::default();
         check_parts(
             &self.dir,
             Some(self.config.as_map()),
@@ -201,9 +201,9 @@ fn needs_tokenizer(config: &Map<String, Value>) -> bool {
 
 /// Checks a model directory, reporting every problem by name: missing or
 /// invalid files as well as tensors that do not match the architecture.
-pub fn check_dir(dir: impl AsRef<Path>, contract: Contract) -> CheckReport {
+pub fn check_dir(dir: impl AsRef<Path>, contract: Contract) -> ModelReport {
     let dir = dir.as_ref();
-    let mut report = CheckReport::default();
+    let mut report = ModelReport::default();
     let config_path = dir.join(CONFIG_NAME);
     let config = match read_config(&config_path) {
         Ok(config) => Some(config),
@@ -280,7 +280,7 @@ fn check_parts(
     config: Option<&Map<String, Value>>,
     weights: Option<&ShardedTensors>,
     contract: Contract,
-    report: &mut CheckReport,
+    report: &mut ModelReport,
 ) {
     let course =
         config.is_some_and(|c| c.contains_key("tl_arch") || c.contains_key("tl_tokenizer"));
@@ -378,7 +378,7 @@ fn check_plan(
     plan: &Plan,
     config: &Map<String, Value>,
     weights: &ShardedTensors,
-    report: &mut CheckReport,
+    report: &mut ModelReport,
 ) {
     let mlx = match QuantConfig::from_config_map(config) {
         Ok(q) => q,
@@ -420,7 +420,7 @@ fn check_expected<'w>(
     weights: &'w ShardedTensors,
     mlx: Option<&QuantConfig>,
     accounted: &mut HashSet<&'w str>,
-    report: &mut CheckReport,
+    report: &mut ModelReport,
 ) {
     if expected.need == Need::Buffer {
         if let Some(t) = weights.info(&expected.name) {

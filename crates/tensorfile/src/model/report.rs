@@ -110,7 +110,7 @@ pub const MAX_LISTED: usize = 1000;
 
 /// The result of checking a model directory.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct CheckReport {
+pub struct ModelReport {
     /// The architecture config.json names: its `tl_arch`, else its class
     /// (`architectures[0]`, or the usual class of its `model_type`), or a
     /// diffusers model's `_class_name`.
@@ -127,7 +127,7 @@ pub struct CheckReport {
     pub unlisted_warnings: usize,
 }
 
-impl CheckReport {
+impl ModelReport {
     /// Adds a problem (counted only, past [`MAX_LISTED`]).
     pub fn push(&mut self, problem: Problem) {
         if self.problems.len() < MAX_LISTED {

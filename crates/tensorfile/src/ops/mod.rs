@@ -16,3 +16,16 @@
 //!
 //! Front ends do no work of their own: they parse, call an operation, and
 //! print its report (as text, JSON or a dict).
+
+pub mod check;
+pub mod diff;
+#[cfg(feature = "remote")]
+pub mod fetch;
+#[cfg(feature = "digest")]
+pub mod hash;
+pub mod inspect;
+mod looking;
+pub use looking::one_line;
+pub mod stats;
+#[cfg(feature = "digest")]
+pub mod verify;

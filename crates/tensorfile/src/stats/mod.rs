@@ -1,7 +1,7 @@
 //! What a tensor's values look like: min, max, mean, standard deviation,
 //! largest magnitude, zeros, NaN, infinities, subnormals and a histogram
 //! per tensor (`tensor_stats`); for a model, per layer group too
-//! ([`StatsReport::groups`]), with outliers called out: tensors whose largest
+//! ([`Figures::groups`]), with outliers called out: tensors whose largest
 //! magnitude stands far above their standard deviation (what makes
 //! quantization hurt), and their elements that do.
 //!
@@ -152,7 +152,7 @@ pub fn tensor_stats(mut values: Values<'_>, on_values: &dyn Progress) -> Result<
 pub struct Group {
     /// The pattern (`model.layers.*.mlp.down_proj.weight`).
     pub pattern: String,
-    /// `(layer, index into StatsReport::tensors)`, by layer.
+    /// `(layer, index into Figures::tensors)`, by layer.
     pub members: Vec<(u64, usize)>,
     /// The members' figures combined.
     pub summary: Summary,
@@ -160,16 +160,16 @@ pub struct Group {
 
 /// The figures of a model.
 #[derive(Debug, Clone, PartialEq)]
-pub struct StatsReport {
+pub struct Figures {
     /// Every tensor, in the order read.
     pub tensors: Vec<TensorStats>,
     /// Layer groups, by pattern.
     pub groups: Vec<Group>,
 }
 
-impl StatsReport {
+impl Figures {
     /// The report of `tensors`, grouped by layer.
-    pub fn new(tensors: Vec<TensorStats>) -> StatsReport {
+    pub fn new(tensors: Vec<TensorStats>) -> Figures {
         let groups = groups::layer_groups(tensors.iter().map(|t| t.name.as_str()))
             .into_iter()
             .map(|(pattern, members)| {
@@ -187,7 +187,7 @@ impl StatsReport {
                 }
             })
             .collect();
-        StatsReport { tensors, groups }
+        Figures { tensors, groups }
     }
 
     /// The tensors that are outliers at `ratio`, worst first.
@@ -208,12 +208,12 @@ impl StatsReport {
 ///
 /// # Errors
 /// As `tensor_stats`.
-pub fn model_stats(values: Vec<Values<'_>>, on_values: &dyn Progress) -> Result<StatsReport> {
+pub fn model_stats(values: Vec<Values<'_>>, on_values: &dyn Progress) -> Result<Figures> {
     let mut tensors = Vec::with_capacity(values.len());
     for v in values {
         tensors.push(tensor_stats(v, on_values)?);
     }
-    Ok(StatsReport::new(tensors))
+    Ok(Figures::new(tensors))
 }
 
 /// Test data shared with [`crate::diff`]'s tests.
@@ -254,7 +254,7 @@ mod tests {
         assert_eq!(s.outlier_elements(OUTLIER_RATIO), [((n - 3) as u64, 400.0)]);
         let small = f32s("model.layers.1.w", &[1.0, 2.0]);
         let s2 = tensor_stats(Values::plain(&small).unwrap(), &()).unwrap();
-        let report = StatsReport::new(vec![s, s2]);
+        let report = Figures::new(vec![s, s2]);
         assert_eq!(report.groups.len(), 1);
         assert_eq!(report.groups[0].summary.count, n as u64 + 2);
         assert_eq!(report.outliers(OUTLIER_RATIO).len(), 1);

@@ -15,7 +15,7 @@ use serde_json::{Map, Value};
 use super::fields::{add, budget, invalid, mul, Fields};
 use super::Variant;
 use crate::model::arch::{DtypeRule, Expected, Plan, Stack};
-use crate::model::report::CheckReport;
+use crate::model::report::ModelReport;
 
 /// Whether a projection has a bias.
 #[derive(Debug, Clone, Copy)]
@@ -216,7 +216,7 @@ impl Dims {
     }
 }
 
-fn bias(rule: Bias, fields: &Fields, report: &mut CheckReport) -> Option<bool> {
+fn bias(rule: Bias, fields: &Fields, report: &mut ModelReport) -> Option<bool> {
     match rule {
         Bias::No => Some(false),
         Bias::Yes => Some(true),
@@ -226,7 +226,7 @@ fn bias(rule: Bias, fields: &Fields, report: &mut CheckReport) -> Option<bool> {
 
 /// Reads the sizes; `None` (with problems recorded) when the config does
 /// not give usable ones.
-fn dims(family: Decoder, config: &Map<String, Value>, report: &mut CheckReport) -> Option<Dims> {
+fn dims(family: Decoder, config: &Map<String, Value>, report: &mut ModelReport) -> Option<Dims> {
     let f = Fields::new(config);
     // Every field first, so that all the config's problems are reported at once.
     let vocab = f.need(&["vocab_size"], 1, report);
@@ -295,7 +295,7 @@ fn dims(family: Decoder, config: &Map<String, Value>, report: &mut CheckReport) 
     })
 }
 
-fn moe_dims(m: Moe, f: &Fields, report: &mut CheckReport) -> Option<MoeDims> {
+fn moe_dims(m: Moe, f: &Fields, report: &mut ModelReport) -> Option<MoeDims> {
     let min_experts = u64::from(!m.sparse_step);
     let experts = f.experts(&[m.experts], min_experts, report);
     let inter = f.need(&[m.inter], 1, report);
@@ -329,7 +329,7 @@ pub(super) fn variants(
     family: Decoder,
     class: &str,
     config: &Map<String, Value>,
-    report: &mut CheckReport,
+    report: &mut ModelReport,
 ) -> Option<Vec<Variant>> {
     let d = Rc::new(dims(family, config, report)?);
     let causal = super::is_usual(family.model_type, class);

@@ -6,7 +6,7 @@
 use serde_json::{Map, Value};
 
 use crate::model::arch::{count, flag, MAX_LAYERS};
-use crate::model::report::{CheckReport, Problem, ProblemKind};
+use crate::model::report::{ModelReport, Problem, ProblemKind};
 
 /// The most tensors a config may imply: ten times the largest real
 /// checkpoints (about 100,000 tensors), low enough to check in seconds.
@@ -42,7 +42,7 @@ impl<'a> Fields<'a> {
         &self,
         names: &[&'static str],
         min: u64,
-        report: &mut CheckReport,
+        report: &mut ModelReport,
     ) -> Option<u64> {
         count(self.config, self.pick(names), None, min, report)
     }
@@ -54,7 +54,7 @@ impl<'a> Fields<'a> {
         names: &[&'static str],
         default: u64,
         min: u64,
-        report: &mut CheckReport,
+        report: &mut ModelReport,
     ) -> Option<u64> {
         let name = self.pick(names);
         match self.config.get(name) {
@@ -69,7 +69,7 @@ impl<'a> Fields<'a> {
         &self,
         names: &[&'static str],
         min: u64,
-        report: &mut CheckReport,
+        report: &mut ModelReport,
     ) -> Option<Option<u64>> {
         let name = self.pick(names);
         match self.config.get(name) {
@@ -79,7 +79,7 @@ impl<'a> Fields<'a> {
     }
 
     /// A flag (`default` when absent).
-    pub(super) fn flag(&self, name: &str, default: bool, report: &mut CheckReport) -> Option<bool> {
+    pub(super) fn flag(&self, name: &str, default: bool, report: &mut ModelReport) -> Option<bool> {
         flag(self.config, name, default, report)
     }
 
@@ -89,7 +89,7 @@ impl<'a> Fields<'a> {
     }
 
     /// A list of layer indices (`mlp_only_layers`); empty when absent.
-    pub(super) fn indices(&self, name: &str, report: &mut CheckReport) -> Option<Vec<u64>> {
+    pub(super) fn indices(&self, name: &str, report: &mut ModelReport) -> Option<Vec<u64>> {
         match self.config.get(name) {
             None | Some(Value::Null) => Some(Vec::new()),
             Some(Value::Array(items)) => {
@@ -111,7 +111,7 @@ impl<'a> Fields<'a> {
     }
 
     /// The number of layers in `names`, at most [`MAX_LAYERS`].
-    pub(super) fn layers(&self, names: &[&'static str], report: &mut CheckReport) -> Option<u64> {
+    pub(super) fn layers(&self, names: &[&'static str], report: &mut ModelReport) -> Option<u64> {
         let layers = self.need(names, 0, report)?;
         if layers > MAX_LAYERS {
             invalid(
@@ -129,7 +129,7 @@ impl<'a> Fields<'a> {
         &self,
         names: &[&'static str],
         min: u64,
-        report: &mut CheckReport,
+        report: &mut ModelReport,
     ) -> Option<u64> {
         let experts = self.need(names, min, report)?;
         if experts > MAX_EXPERTS {
@@ -145,12 +145,12 @@ impl<'a> Fields<'a> {
 }
 
 /// An unusable config field.
-pub(super) fn invalid(report: &mut CheckReport, field: &str, message: String) {
+pub(super) fn invalid(report: &mut ModelReport, field: &str, message: String) {
     report.push(Problem::error(ProblemKind::InvalidField, field, message));
 }
 
 /// `a * b`, or a problem naming `field` when it overflows.
-pub(super) fn mul(a: u64, b: u64, field: &str, report: &mut CheckReport) -> Option<u64> {
+pub(super) fn mul(a: u64, b: u64, field: &str, report: &mut ModelReport) -> Option<u64> {
     let product = a.checked_mul(b);
     if product.is_none() {
         invalid(report, field, format!("{a} x {b} overflows"));
@@ -159,7 +159,7 @@ pub(super) fn mul(a: u64, b: u64, field: &str, report: &mut CheckReport) -> Opti
 }
 
 /// `a + b`, or a problem naming `field` when it overflows.
-pub(super) fn add(a: u64, b: u64, field: &str, report: &mut CheckReport) -> Option<u64> {
+pub(super) fn add(a: u64, b: u64, field: &str, report: &mut ModelReport) -> Option<u64> {
     let sum = a.checked_add(b);
     if sum.is_none() {
         invalid(report, field, format!("{a} + {b} overflows"));
@@ -175,7 +175,7 @@ pub(super) fn budget(
     per_layer: u64,
     others: u64,
     field: &str,
-    report: &mut CheckReport,
+    report: &mut ModelReport,
 ) -> Option<()> {
     let total = layers
         .checked_mul(per_layer)

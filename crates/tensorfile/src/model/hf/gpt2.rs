@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 use super::fields::{budget, invalid, mul, Fields};
 use super::Variant;
 use crate::model::arch::{DtypeRule, Expected, Plan, Stack};
-use crate::model::report::CheckReport;
+use crate::model::report::ModelReport;
 
 /// The `model_type`, whose classes are in [`FAMILIES`](super::FAMILIES).
 pub(super) const MODEL_TYPE: &str = "gpt2";
@@ -27,7 +27,7 @@ struct Dims {
     cross: bool,
 }
 
-fn dims(config: &Map<String, Value>, report: &mut CheckReport) -> Option<Dims> {
+fn dims(config: &Map<String, Value>, report: &mut ModelReport) -> Option<Dims> {
     let f = Fields::new(config);
     let vocab = f.need(&["vocab_size"], 1, report);
     let embd = f.need(&["n_embd", "hidden_size"], 1, report);
@@ -73,7 +73,7 @@ fn dims(config: &Map<String, Value>, report: &mut CheckReport) -> Option<Dims> {
 pub(super) fn variants(
     class: &str,
     config: &Map<String, Value>,
-    report: &mut CheckReport,
+    report: &mut ModelReport,
 ) -> Option<Vec<Variant>> {
     let d = Rc::new(dims(config, report)?);
     let head = super::is_usual(MODEL_TYPE, class);

@@ -20,7 +20,7 @@ mod t5;
 use serde_json::{Map, Value};
 
 use super::arch::{Need, Plan};
-use super::report::{CheckReport, Problem, ProblemKind};
+use super::report::{ModelReport, Problem, ProblemKind};
 
 /// The Hugging Face architectures tensorfile knows, one row per family:
 /// its `model_type` and its classes, the usual one first (the class a
@@ -121,7 +121,7 @@ impl Family {
         self,
         class: &str,
         config: &Map<String, Value>,
-        report: &mut CheckReport,
+        report: &mut ModelReport,
     ) -> Option<Vec<Variant>> {
         match self {
             Family::Decoder(d) => decoder::variants(*d, class, config, report),
@@ -152,7 +152,7 @@ pub(super) fn prefix_layout(prefix: &str, own: &str, other: &str) -> String {
 }
 
 /// A warning that the tensors were not checked against the architecture.
-fn not_checked(report: &mut CheckReport, subject: &str, message: String) {
+fn not_checked(report: &mut ModelReport, subject: &str, message: String) {
     report.push(Problem::warning(
         ProblemKind::UnknownArchitecture,
         subject,
@@ -166,7 +166,7 @@ fn not_checked(report: &mut CheckReport, subject: &str, message: String) {
 pub(crate) fn plan(
     config: &Map<String, Value>,
     has: &dyn Fn(&str) -> bool,
-    report: &mut CheckReport,
+    report: &mut ModelReport,
 ) -> Option<Plan> {
     let text = |name: &str| config.get(name).and_then(Value::as_str);
     if let Some(class) = text("_class_name").filter(|_| config.contains_key("_diffusers_version")) {

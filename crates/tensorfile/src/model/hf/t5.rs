@@ -10,7 +10,7 @@ use serde_json::{Map, Value};
 use super::fields::{budget, mul, Fields};
 use super::Variant;
 use crate::model::arch::{DtypeRule, Expected, Plan, Stack};
-use crate::model::report::CheckReport;
+use crate::model::report::ModelReport;
 
 /// The `model_type`, whose classes are in [`FAMILIES`](super::FAMILIES).
 pub(super) const MODEL_TYPE: &str = "t5";
@@ -29,7 +29,7 @@ struct Dims {
     tied: bool,
 }
 
-fn dims(config: &Map<String, Value>, report: &mut CheckReport) -> Option<Dims> {
+fn dims(config: &Map<String, Value>, report: &mut ModelReport) -> Option<Dims> {
     let f = Fields::new(config);
     let vocab = f.need(&["vocab_size"], 1, report);
     let model = f.need(&["d_model", "hidden_size"], 1, report);
@@ -91,7 +91,7 @@ fn dims(config: &Map<String, Value>, report: &mut CheckReport) -> Option<Dims> {
 pub(super) fn variants(
     class: &str,
     config: &Map<String, Value>,
-    report: &mut CheckReport,
+    report: &mut ModelReport,
 ) -> Option<Vec<Variant>> {
     let d = Rc::new(dims(config, report)?);
     // The encoder-only class is the family's last.

@@ -1,16 +1,16 @@
-//! What `inspect --json` says about a safetensors file or set, or a PyTorch
-//! checkpoint: the one schema the CLI prints and the Python package's
-//! `inspect` returns, as typed structs ([`FileDescription`],
+//! `inspect`: what a safetensors file or set, or a PyTorch checkpoint,
+//! holds. The report is one of three descriptions ([`FileDescription`],
 //! [`SetDescription`], [`CheckpointDescription`] and the entries they
-//! hold). The README's "inspect --json" section lists every key.
+//! hold): the one schema `inspect --json` prints and the Python package's
+//! `inspect` returns. `docs/commands/inspect.md` lists every key.
 //!
 //! Each struct's fields are declared in ascending byte order of their names,
 //! the order the keys are printed in (the order a JSON object's keys had
 //! when these descriptions were built as `serde_json` values, which the
 //! CLI's and Python's tests compare against); `to_json` writes them so.
 
-use std::collections::BTreeMap;
-use std::path::Path;
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -18,11 +18,246 @@ use crate::model::{read_config_from, read_config_source, CONFIG_NAME, TOKENIZER_
 #[cfg(feature = "pytorch")]
 use crate::pytorch::{Checkpoint, Format};
 use crate::quant::{int4_group, quantized_weights, QuantConfig};
-use crate::{Dtype, Header, JsonObject, Metadata, ShardedTensors, TensorInfo};
+use crate::{
+    Dtype, FileSource, Header, InputKind, JsonObject, Metadata, OpenOptions, Progress, Result,
+    SafeTensors, ShardedTensors, TensorInfo,
+};
 use tensorfile_core::set::{LocalDir, Location};
 
+/// What `inspect` is asked: the input and whether to hash its tensors.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct InspectRequest {
+    /// A safetensors file, a set (a model directory or an index), or a
+    /// PyTorch checkpoint; a safetensors file or set may be an `s3://`,
+    /// `hf://` or `http(s)://` URL, read with range requests (the headers
+    /// only, unless hashing).
+    pub path: PathBuf,
+    /// Add each tensor's sha256 (reads every byte).
+    pub hash: bool,
+    /// How the input is opened: the PyTorch loader's budgets
+    /// ([`OpenOptions::pytorch`]), the client URLs are read through, the
+    /// header limits. Local files are always read with positional reads
+    /// (a file truncated underneath is an error, not a signal).
+    #[serde(skip)]
+    pub open: OpenOptions,
+}
+
+impl InspectRequest {
+    /// A request to describe `path`, without hashes, opened the default way.
+    pub fn new(path: impl Into<PathBuf>) -> InspectRequest {
+        InspectRequest {
+            path: path.into(),
+            ..InspectRequest::default()
+        }
+    }
+
+    /// Sets [`InspectRequest::hash`].
+    #[must_use]
+    pub fn with_hash(mut self, hash: bool) -> Self {
+        self.hash = hash;
+        self
+    }
+
+    /// Sets [`InspectRequest::open`].
+    #[must_use]
+    pub fn with_open(mut self, open: OpenOptions) -> Self {
+        self.open = open;
+        self
+    }
+}
+
+/// What `inspect` found: one of three descriptions, as the input is. It
+/// serializes as the description alone (what `inspect --json` prints);
+/// the rest is for a front end's text.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum InspectReport {
+    /// A safetensors file.
+    File(FileDescription),
+    /// A safetensors set (a model directory or an index).
+    Set {
+        /// What `--json` prints.
+        description: SetDescription,
+        /// The union of the shards' metadata, or why there is none (two
+        /// shards disagree).
+        metadata: std::result::Result<Metadata, String>,
+    },
+    /// A PyTorch checkpoint.
+    Checkpoint {
+        /// What `--json` prints.
+        description: CheckpointDescription,
+        /// The non-tensor values in the checkpoint's order (the
+        /// description's map holds the last of a repeated name).
+        values: Vec<(String, String)>,
+        /// Whether each tensor (in the description's order) is a
+        /// contiguous view of its storage (its strides are then not worth
+        /// showing).
+        contiguous: Vec<bool>,
+    },
+}
+
+impl Serialize for InspectReport {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        match self {
+            InspectReport::File(d) => d.serialize(s),
+            InspectReport::Set { description, .. } => description.serialize(s),
+            InspectReport::Checkpoint { description, .. } => description.serialize(s),
+        }
+    }
+}
+
+impl InspectReport {
+    /// Compact JSON text, as `inspect --json` prints it.
+    pub fn to_json(&self) -> String {
+        to_json(self)
+    }
+}
+
+/// Describes the input of `request`: a safetensors file or set, or a
+/// PyTorch checkpoint. With `request.hash`, every tensor's bytes are read
+/// and counted on `progress` (its total told first).
+///
+/// # Errors
+///
+/// An input that cannot be read or is invalid, one of another kind (GGUF,
+/// npz, ...: named for what it is), or a failed read while hashing.
+pub fn inspect(request: &InspectRequest, progress: &dyn Progress) -> Result<InspectReport> {
+    let path = request.path.as_path();
+    let probed = crate::probe(path)?;
+    // Read, not mapped: hashing reads every byte, and a file truncated
+    // underneath must be an error, not a signal.
+    let options = request.open.clone().with_map(false);
+    match probed.kind() {
+        InputKind::Safetensors => inspect_file(request, &probed, &options, progress),
+        InputKind::SafetensorsSet => {
+            let set = crate::open_set(path, &options)?;
+            let digests = if request.hash {
+                progress.total(set.data_len());
+                hashes(set.tensor_data().into_iter().map(|t| (t.info().name, t)), progress)?
+            } else {
+                HashMap::new()
+            };
+            let digest = |name: &str| digests.get(name).cloned();
+            Ok(InspectReport::Set {
+                description: self::set(path, &set, &digest),
+                metadata: set.metadata().map_err(|e| e.to_string()),
+            })
+        }
+        #[cfg(feature = "pytorch")]
+        InputKind::Pytorch => {
+            let ckpt = Checkpoint::open_with(path, &options.pytorch)?;
+            let size = std::fs::metadata(path)
+                .map_err(|e| crate::Error::io(path, e))?
+                .len();
+            let digests = if request.hash {
+                progress.total(ckpt.tensors().map(|t| t.nbytes()).sum());
+                hashes(ckpt.tensors().map(|t| (t.name(), t)), progress)?
+            } else {
+                HashMap::new()
+            };
+            let digest = |name: &str| digests.get(name).cloned();
+            Ok(InspectReport::Checkpoint {
+                description: checkpoint(path, size, &ckpt, &digest),
+                values: ckpt.values().to_vec(),
+                contiguous: ckpt.tensors().map(|t| t.is_contiguous()).collect(),
+            })
+        }
+        other => Err(crate::Error::io(
+            path,
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("this is {other}, not safetensors; `tensorfile convert` turns it into safetensors"),
+            ),
+        )),
+    }
+}
+
+/// A single safetensors file, local or remote: its header alone, unless
+/// hashing.
+fn inspect_file(
+    request: &InspectRequest,
+    probed: &crate::Probed,
+    options: &OpenOptions,
+    progress: &dyn Progress,
+) -> Result<InspectReport> {
+    let path = request.path.as_path();
+    #[cfg(feature = "remote")]
+    if let Some(url) = probed.url() {
+        // A remote file: its header (one request), its tensors' bytes only
+        // when hashing, and a config.json beside it looked for remotely.
+        let not_a_file = || {
+            let e =
+                std::io::Error::new(std::io::ErrorKind::InvalidInput, "a directory, not a file");
+            crate::Error::io(tensorfile_remote::public_name(url), e)
+        };
+        let file = probed.open(options)?.into_file().ok_or_else(not_a_file)?;
+        let digests = file_hashes(&file, request.hash, progress)?;
+        let digest = |name: &str| digests.get(name).cloned();
+        let description = match tensorfile_remote::dir_of(url, &options.remote_client()) {
+            Ok(dir) => file_at(path, file.header(), &digest, &dir),
+            Err(_) => self::file(path, file.header(), &digest),
+        };
+        return Ok(InspectReport::File(description));
+    }
+    let _ = probed;
+    if request.hash {
+        let source = FileSource::open(path).map_err(|e| tensorfile_core::Error::io(path, e))?;
+        let file = SafeTensors::from_source(source, &options.read)?;
+        let digests = file_hashes(&file, true, progress)?;
+        let digest = |name: &str| digests.get(name).cloned();
+        return Ok(InspectReport::File(self::file(
+            path,
+            file.header(),
+            &digest,
+        )));
+    }
+    let header = tensorfile_core::read_header_from_path(path, &options.read)?;
+    Ok(InspectReport::File(self::file(path, &header, &|_| None)))
+}
+
+/// Each tensor's sha256 when `hash` (its data bytes told to `progress`
+/// first), else none.
+fn file_hashes<S: crate::ByteSource>(
+    file: &SafeTensors<S>,
+    hash: bool,
+    progress: &dyn Progress,
+) -> Result<HashMap<String, String>> {
+    if !hash {
+        return Ok(HashMap::new());
+    }
+    progress.total(file.header().data_len());
+    hashes(file.tensor_data().map(|t| (t.info().name, t)), progress)
+}
+
+/// The sha256 of every named tensor, in hex, read a piece at a time (the
+/// bytes counted on `progress`).
+#[cfg(feature = "digest")]
+fn hashes<'t, T: crate::TensorData<crate::Error> + 't>(
+    tensors: impl Iterator<Item = (&'t str, T)>,
+    progress: &dyn Progress,
+) -> Result<HashMap<String, String>> {
+    let mut digests = HashMap::new();
+    for (name, t) in tensors {
+        let sum = crate::digest::tensor_sha256_counted(&t, progress)?.hex();
+        digests.insert(name.to_string(), sum);
+    }
+    Ok(digests)
+}
+
+/// Without the `digest` feature, hashes cannot be asked for.
+#[cfg(not(feature = "digest"))]
+fn hashes<'t, T: crate::TensorData<crate::Error> + 't>(
+    _tensors: impl Iterator<Item = (&'t str, T)>,
+    _progress: &dyn Progress,
+) -> Result<HashMap<String, String>> {
+    Err(crate::Error::request(
+        "tensor hashes need tensorfile's digest feature",
+    ))
+}
+
 /// A tensor's sha256 in hex, when hashes are asked for (`None` otherwise).
-pub(crate) type Digest<'a> = &'a dyn Fn(&str) -> Option<String>;
+type Digest<'a> = &'a dyn Fn(&str) -> Option<String>;
 
 /// Compact JSON text of a description (keys in field order, which is
 /// ascending byte order).
@@ -343,7 +578,7 @@ fn tensor_entry(t: &TensorInfo<'_>, shard: Option<&str>, digest: Digest<'_>) -> 
 /// One safetensors file at `path` whose header is `header`: sizes,
 /// metadata, every tensor in data order (with its sha256 when `digest`
 /// gives one), parameters, alignment, warnings, quantized weights.
-pub fn file(path: &Path, header: &Header, digest: Digest<'_>) -> FileDescription {
+fn file(path: &Path, header: &Header, digest: Digest<'_>) -> FileDescription {
     let dir = match path.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir,
         _ => Path::new("."),
@@ -353,7 +588,7 @@ pub fn file(path: &Path, header: &Header, digest: Digest<'_>) -> FileDescription
 
 /// [`file()`] for a file in `location` (a remote directory, say), where a
 /// config.json beside it is looked for.
-pub fn file_at(
+fn file_at(
     path: &Path,
     header: &Header,
     digest: Digest<'_>,
@@ -406,7 +641,7 @@ fn model_summary(path: &Path, set: &ShardedTensors) -> Option<ModelSummary> {
 /// A set opened from `path` (a directory or an index): the model's config
 /// (for a directory), each shard, every tensor with its shard (and sha256
 /// when `digest` gives one), totals, quantized weights, warnings.
-pub fn set(path: &Path, set: &ShardedTensors, digest: Digest<'_>) -> SetDescription {
+fn set(path: &Path, set: &ShardedTensors, digest: Digest<'_>) -> SetDescription {
     let names = set.infos().map(|(_, t)| t.name);
     // Without the shards' metadata (say, two shards disagree) the int4
     // group and MLX parameters are unknown: say why instead of guessing.
@@ -468,7 +703,7 @@ fn checkpoint_format(ckpt: &Checkpoint) -> String {
 /// one), the non-tensor values, parameters (names that are exact aliases of
 /// one another, tied weights, counted once). (With the `pytorch` feature.)
 #[cfg(feature = "pytorch")]
-pub fn checkpoint(
+fn checkpoint(
     file: &Path,
     size: u64,
     ckpt: &Checkpoint,

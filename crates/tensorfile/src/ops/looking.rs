@@ -1,0 +1,137 @@
+//! What `diff` and `stats` share: any input opened for looking at its
+//! values (a safetensors file or set, local or remote, or a PyTorch
+//! checkpoint), with the MLX parameters of its model's config.json.
+
+use std::path::Path;
+
+use crate::quant::QuantConfig;
+use crate::{InputKind, Metadata, OpenOptions, Result, ShardedTensors, TensorData};
+
+/// An input opened for looking at its values.
+pub(crate) enum Opened {
+    /// A safetensors file or set, read with positional reads.
+    Set {
+        /// The files.
+        set: ShardedTensors,
+        /// The union of their metadata.
+        metadata: Option<Metadata>,
+        /// MLX quantization parameters from the model's config.json.
+        mlx: Option<QuantConfig>,
+    },
+    /// A PyTorch checkpoint.
+    #[cfg(feature = "pytorch")]
+    Torch(crate::pytorch::Checkpoint),
+}
+
+/// The `quantization` of the config.json of `input`'s model: in it when it
+/// is a directory, beside it when it is a file or an index.
+fn beside_config(input: &Path) -> Result<Option<QuantConfig>> {
+    let dir = if input.is_dir() {
+        input
+    } else {
+        match input.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        }
+    };
+    let path = dir.join(crate::model::CONFIG_NAME);
+    if !path.is_file() {
+        return Ok(None);
+    }
+    let config = crate::model::read_config(&path)?;
+    QuantConfig::from_config(&config).map_err(|e| {
+        crate::Error::io(
+            &path,
+            std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()),
+        )
+    })
+}
+
+impl Opened {
+    /// Opens `path` (local files with positional reads, URLs through
+    /// `options`' client), refusing (naming what it is) an input whose
+    /// values cannot be read here.
+    pub(crate) fn open(path: &Path, options: &OpenOptions) -> Result<Opened> {
+        let options = options.clone().with_map(false);
+        match crate::probe(path)?.kind() {
+            InputKind::Safetensors | InputKind::SafetensorsSet => {
+                let set = crate::open_set(path, &options)?;
+                let m = set.metadata()?;
+                Ok(Opened::Set {
+                    set,
+                    metadata: (!m.is_empty()).then_some(m),
+                    mlx: beside_config(path)?,
+                })
+            }
+            #[cfg(feature = "pytorch")]
+            InputKind::Pytorch => Ok(Opened::Torch(crate::pytorch::Checkpoint::open_with(
+                path,
+                &options.pytorch,
+            )?)),
+            other => Err(crate::Error::io(
+                path,
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!("this is {other}; this command reads safetensors files and sets and PyTorch checkpoints (`tensorfile convert` turns it into safetensors)"),
+                ),
+            )),
+        }
+    }
+
+    /// Every tensor, read on demand.
+    pub(crate) fn tensors(&self) -> Vec<Box<dyn TensorData<crate::Error> + '_>> {
+        match self {
+            Opened::Set { set, .. } => set
+                .tensor_data()
+                .into_iter()
+                .map(|t| Box::new(t) as Box<dyn TensorData<crate::Error>>)
+                .collect(),
+            #[cfg(feature = "pytorch")]
+            Opened::Torch(ckpt) => ckpt
+                .tensors()
+                .map(|t| Box::new(t) as Box<dyn TensorData<crate::Error>>)
+                .collect(),
+        }
+    }
+
+    /// The metadata (none for a checkpoint).
+    pub(crate) fn metadata(&self) -> Option<&Metadata> {
+        match self {
+            Opened::Set { metadata, .. } => metadata.as_ref(),
+            #[cfg(feature = "pytorch")]
+            Opened::Torch(_) => None,
+        }
+    }
+
+    /// MLX parameters from the model's config.json.
+    pub(crate) fn mlx(&self) -> Option<&QuantConfig> {
+        match self {
+            Opened::Set { mlx, .. } => mlx.as_ref(),
+            #[cfg(feature = "pytorch")]
+            Opened::Torch(_) => None,
+        }
+    }
+}
+
+/// References to boxed tensors, as the library's catalogs take them.
+pub(crate) fn refs<'t>(
+    boxes: &'t [Box<dyn TensorData<crate::Error> + 't>],
+) -> Vec<&'t dyn TensorData<crate::Error>> {
+    boxes.iter().map(|b| b.as_ref()).collect()
+}
+
+/// An error and its causes on one line (each cause once), as the
+/// commands' messages say them; a front end makes it safe to print.
+pub fn one_line(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut line = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !line.contains(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+        source = cause.source();
+    }
+    line
+}
