@@ -83,7 +83,34 @@ pub fn error(e: tensorfile::Error) -> PyErr {
             return not_found(path);
         }
     }
+    if let tensorfile::Error::Request { message } = e.detail() {
+        return safetensor_error(keywords(message), None, e.path());
+    }
     safetensor_error(e.to_string(), e.rule(), e.path())
+}
+
+/// A refused request's message with the command line's flags named as
+/// this package's keywords (`--allow-int` as `allow_int`): the operations
+/// word their refusals for the command line.
+fn keywords(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    while let Some(at) = rest.find("--") {
+        let (head, tail) = rest.split_at(at);
+        out.push_str(head);
+        let flag = &tail[2..];
+        let len = flag
+            .find(|c: char| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'))
+            .unwrap_or(flag.len());
+        if len == 0 || !flag.starts_with(|c: char| c.is_ascii_lowercase()) {
+            out.push_str("--");
+        } else {
+            out.push_str(&flag[..len].replace('-', "_"));
+        }
+        rest = &flag[len..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// A plain message.

@@ -347,19 +347,6 @@ impl EmbedArgs {
         }
         Ok(())
     }
-
-    /// Refuses `--embed-hash` for a conversion whose writer does not
-    /// embed digests (to or from GGUF and numpy files), rather than
-    /// ignoring it.
-    pub fn refuse_for(&self, what: &str) -> Result<(), Failure> {
-        if self.embed_hash {
-            return Err(super::Usage::failure(format_args!(
-                "--embed-hash applies to safetensors and PyTorch conversions, not {what}; \
-                 convert first, then run `tensorfile convert OUT OUT --embed-hash`"
-            )));
-        }
-        Ok(())
-    }
 }
 
 /// Embeds each file's per-tensor digests in every file of `written`, and

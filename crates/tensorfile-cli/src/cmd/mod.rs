@@ -20,7 +20,6 @@ pub mod inout;
 pub mod inspect;
 pub mod inspect_pytorch;
 pub mod looking;
-pub mod losses;
 pub mod merge;
 pub mod npz;
 pub mod quantize;
@@ -75,24 +74,25 @@ impl FileArgs {
         tensorfile::ReadOptions::default().max_header_len(self.max_header_len)
     }
 
+    /// IN, OUT and how, as an operation's request takes them (remote
+    /// reads within the command's `--timeout`).
+    pub fn in_out(&self) -> tensorfile::transform::InOut {
+        tensorfile::transform::InOut {
+            input: self.input.clone(),
+            output: self.output.clone(),
+            max_shard_size: self.max_shard_size,
+            max_header_len: self.max_header_len,
+            sync: !self.no_sync,
+            timeout: remote::timeout_seconds(),
+        }
+    }
+
     /// How OUT is written (canonical padding).
     pub fn write_options(&self) -> tensorfile::WriteOptions {
         tensorfile::WriteOptions::default()
             .with_max_header_len(self.max_header_len)
             .with_sync(!self.no_sync)
     }
-}
-
-/// Refuses to write OUT when it is one of the inputs (the same file by
-/// device and inode, whatever its name): exit 1, naming both. Commands
-/// that write call it before reading; an in-place canonical rewrite of a
-/// safetensors file (`rewrite F F`, `convert F F` without `--dtype`) is
-/// the one case allowed.
-pub fn refuse_input_as_output<P: AsRef<Path>>(
-    output: &Path,
-    inputs: impl IntoIterator<Item = P>,
-) -> Result<(), Failure> {
-    Ok(tensorfile_core::atomic::check_not_input(output, inputs)?)
 }
 
 /// Prints the per-dtype lines of a summary (`dtypes:`, then one line per
@@ -331,9 +331,12 @@ pub fn escape_text(text: &str) -> Cow<'_, str> {
     Cow::Owned(escaped)
 }
 
-/// A name from a file in double quotes, escaped for a terminal.
-pub fn quoted(name: &str) -> String {
-    format!("\"{}\"", escape_text(name))
+/// Prints a report as one line of JSON (the command's `--json`).
+pub fn out_json(report: &impl serde::Serialize) -> Result<(), Failure> {
+    let text =
+        serde_json::to_string(report).map_err(|e| format!("cannot print the report: {e}"))?;
+    out(text);
+    Ok(())
 }
 
 /// Prints a warning line on stderr (`tensorfile: warning: ...`), escaped.

@@ -62,6 +62,11 @@ pub fn options() -> RemoteOptions {
     RemoteOptions::default().with_time_budget(TIMEOUT.get().copied().flatten())
 }
 
+/// The `--timeout` deadline in seconds, for an operation's request.
+pub fn timeout_seconds() -> Option<f64> {
+    TIMEOUT.get().copied().flatten().map(|d| d.as_secs_f64())
+}
+
 /// The client every remote read of a command goes through (one pool of
 /// connections, one bound on requests in flight, one deadline).
 pub fn client() -> Arc<Client> {

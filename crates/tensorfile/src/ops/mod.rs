@@ -16,3 +16,7 @@
 //!
 //! Front ends do no work of their own: they parse, call an operation, and
 //! print its report (as text, JSON or a dict).
+
+pub mod convert;
+pub mod dequantize;
+pub mod quantize;
