@@ -27,8 +27,10 @@ def validate(path: PathLike, *, timeout: Optional[float] = None) -> Dict[str, An
 
     Returns the keys of ``tensorfile validate --json``: ``file``, ``valid``,
     ``rule`` (the number of the rule broken, or None), ``error`` (what is
-    wrong and where, or None) and ``warnings``. Never raises for an invalid
-    or unreadable file: that is reported the same way.
+    wrong and where, or None) and ``warnings``; a valid set adds ``shards``,
+    ``tensors`` and ``data_bytes``, and a GGUF file (checked too) has
+    ``format`` and no ``rule``. Never raises for an invalid or unreadable
+    file: that is reported the same way.
 
     >>> tensorfile.validate("model.safetensors")["valid"]
     True

@@ -280,27 +280,7 @@ impl InOut {
     /// A timeout that is not a positive number of seconds
     /// ([`Error::Request`]).
     pub fn open_options(&self) -> Result<crate::OpenOptions> {
-        let options = crate::OpenOptions::default()
-            .with_read(self.read_options())
-            .with_map(false);
-        let Some(seconds) = self.timeout else {
-            return Ok(options);
-        };
-        let budget = Some(seconds)
-            .filter(|s| s.is_finite() && *s > 0.0)
-            .and_then(|s| std::time::Duration::try_from_secs_f64(s).ok())
-            .ok_or_else(|| {
-                Error::request(format!(
-                    "timeout {seconds}: not a positive number of seconds"
-                ))
-            })?;
-        #[cfg(feature = "remote")]
-        let options = options.with_client(tensorfile_remote::Client::new(
-            tensorfile_remote::RemoteOptions::default().with_time_budget(Some(budget)),
-        ));
-        #[cfg(not(feature = "remote"))]
-        let _ = budget;
-        Ok(options)
+        open_options(&self.read_options(), self.timeout)
     }
 
     /// Opens the input, refusing one that is not a safetensors file or set
@@ -346,16 +326,61 @@ impl InOut {
         plan: &Plan<'_, Error>,
         progress: &dyn Progress,
     ) -> Result<Written> {
+        self.write_with(layout, plan, &self.write_options(), progress)
+    }
+
+    /// [`InOut::write`] with write options of the caller's (an alignment,
+    /// say).
+    ///
+    /// # Errors
+    /// As [`write_to`].
+    pub fn write_with(
+        &self,
+        layout: &Layout,
+        plan: &Plan<'_, Error>,
+        options: &WriteOptions,
+        progress: &dyn Progress,
+    ) -> Result<Written> {
         progress.total(plan.data_len()?);
         write_to(
             layout,
             plan,
             &self.output,
             self.max_shard_size,
-            &self.write_options(),
+            options,
             progress,
         )
     }
+}
+
+/// How an operation opens its inputs: local files with positional reads
+/// (a file truncated underneath is an error, not a signal), URLs within
+/// `timeout` seconds (through a client of their own).
+///
+/// # Errors
+/// A timeout that is not a positive number of seconds ([`Error::Request`]).
+pub(crate) fn open_options(read: &ReadOptions, timeout: Option<f64>) -> Result<crate::OpenOptions> {
+    let options = crate::OpenOptions::default()
+        .with_read(read.clone())
+        .with_map(false);
+    let Some(seconds) = timeout else {
+        return Ok(options);
+    };
+    let budget = Some(seconds)
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .and_then(|s| std::time::Duration::try_from_secs_f64(s).ok())
+        .ok_or_else(|| {
+            Error::request(format!(
+                "timeout {seconds}: not a positive number of seconds"
+            ))
+        })?;
+    #[cfg(feature = "remote")]
+    let options = options.with_client(tensorfile_remote::Client::new(
+        tensorfile_remote::RemoteOptions::default().with_time_budget(Some(budget)),
+    ));
+    #[cfg(not(feature = "remote"))]
+    let _ = budget;
+    Ok(options)
 }
 
 /// Why an operation that reads safetensors does not take an input of

@@ -9,7 +9,11 @@ use std::path::Path;
 use serde_json::Value;
 use tensorfile::ops::convert::{convert, ConvertReport, ConvertRequest};
 use tensorfile::ops::dequantize::{dequantize, DequantizeRequest};
+use tensorfile::ops::merge::{merge, MergeRequest};
 use tensorfile::ops::quantize::{quantize, QuantizeRequest};
+use tensorfile::ops::rewrite::{rewrite, RewriteRequest};
+use tensorfile::ops::shard::{shard, ShardRequest};
+use tensorfile::ops::validate::{validate, ValidateRequest};
 use tensorfile::transform::InOut;
 use tensorfile::Dtype;
 use tensorfile_testkit::fixtures;
@@ -169,4 +173,73 @@ fn refused_requests_are_request_errors() {
     assert!(e.to_string().contains("--allow-int"), "{e}");
     assert!(matches!(e, tensorfile::Error::Request { .. }), "{e}");
     assert!(!dir.path().join("i.safetensors").exists());
+}
+
+#[test]
+fn validate_reports_match_their_page() {
+    let page = documented("validate", None);
+    let mut seen = BTreeSet::new();
+    for input in [
+        "valid/minimal_bf16.safetensors",
+        "models/llama_tiny",
+        "gguf/model/llama_tiny-Q8_0.gguf",
+    ] {
+        let report = validate(&ValidateRequest::new(fixtures().join(input)), &()).unwrap();
+        assert!(report.valid, "{input}: {report:?}");
+        let keys = printed(&report, &page);
+        assert!(keys.is_subset(&page), "{input}: {keys:?}");
+        seen.extend(keys);
+    }
+    assert_eq!(seen, page);
+}
+
+#[test]
+fn rewrite_report_matches_its_page() {
+    let dir = tempfile::tempdir().unwrap();
+    let request = RewriteRequest {
+        files: InOut::new(fixtures().join("models/llama_tiny"), dir.path().join("out")),
+        align: 64,
+        ..RewriteRequest::default()
+    };
+    let report = rewrite(&request, &()).unwrap();
+    assert_eq!(report.align, 64);
+    let page = documented("rewrite", None);
+    assert_eq!(printed(&report, &page), page);
+    let bad = RewriteRequest {
+        align: 16,
+        ..request
+    };
+    let e = rewrite(&bad, &()).unwrap_err();
+    assert!(matches!(e, tensorfile::Error::Request { .. }), "{e}");
+}
+
+#[test]
+fn shard_and_merge_reports_match_their_pages() {
+    let dir = tempfile::tempdir().unwrap();
+    let request = ShardRequest {
+        input: fixtures().join("models/llama_tiny"),
+        out_dir: dir.path().join("set"),
+        max_shard_size: 1000,
+        ..ShardRequest::default()
+    };
+    let report = shard(&request, &()).unwrap();
+    assert!(report.files.len() > 1 && report.index.is_some());
+    let page = documented("shard", None);
+    assert_eq!(printed(&report, &page), page);
+    let bad = ShardRequest {
+        prefix: "a/b".into(),
+        ..request
+    };
+    let e = shard(&bad, &()).unwrap_err();
+    assert!(matches!(e, tensorfile::Error::Request { .. }), "{e}");
+
+    let request = MergeRequest {
+        input: dir.path().join("set"),
+        output: dir.path().join("one.safetensors"),
+        ..MergeRequest::default()
+    };
+    let merged = merge(&request, &()).unwrap();
+    assert_eq!(merged.shards, report.files.len());
+    let page = documented("merge", None);
+    assert_eq!(printed(&merged, &page), page);
 }

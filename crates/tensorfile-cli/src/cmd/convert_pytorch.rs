@@ -56,21 +56,16 @@ pub struct BudgetArgs {
 }
 
 impl BudgetArgs {
-    /// The load options with these budgets.
-    pub fn apply(&self, mut load: LoadOptions) -> LoadOptions {
-        if let Some(n) = self.max_pickle_bytes {
-            load.limits.max_bytes = n;
+    /// The load options with these budgets (the library's rule).
+    pub fn apply(&self, load: LoadOptions) -> LoadOptions {
+        PytorchOptions {
+            max_pickle_bytes: self.max_pickle_bytes,
+            max_expanded_bytes: self.max_expanded_bytes,
+            max_expanded_total_bytes: self.max_expanded_total_bytes,
+            max_inflated_bytes: self.max_inflated_bytes,
+            ..PytorchOptions::default()
         }
-        if let Some(n) = self.max_expanded_bytes {
-            load.max_expanded_bytes = n;
-        }
-        if let Some(n) = self.max_expanded_total_bytes {
-            load.max_expanded_total_bytes = n;
-        }
-        if let Some(n) = self.max_inflated_bytes {
-            load.max_inflated_bytes = n;
-        }
-        load
+        .budgets(load)
     }
 
     /// The first budget flag given, if any.

@@ -1,5 +1,5 @@
-//! GGUF files in the `inspect` and `validate` commands (the hooks there
-//! call these when the input is GGUF), and the GGUF options of `convert`.
+//! GGUF files in the `inspect` command (its hook calls this when the
+//! input is GGUF), and the GGUF options of `convert`.
 //!
 //! Untrusted text (metadata strings, keys, tensor names) is escaped before
 //! it reaches a terminal: control and bidirectional-formatting characters
@@ -259,39 +259,6 @@ pub fn inspect(path: &Path, json_out: bool, hash: bool) -> Result<ExitCode, Fail
         out(format_args!("warning: {}", esc(w)));
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// `tensorfile validate FILE.gguf [--json]`: prints one line (and any
-/// warnings); returns whether the file is valid.
-pub fn validate(path: &Path, json_out: bool) -> bool {
-    let name = esc(&path.display().to_string());
-    let (error, warnings) = match GgufFile::open(path) {
-        Ok(f) => (None, f.header().warnings().to_vec()),
-        Err(e) => (
-            Some(super::one_line(
-                e.detail() as &(dyn std::error::Error + 'static)
-            )),
-            Vec::new(),
-        ),
-    };
-    if json_out {
-        out(json!({
-            "file": path,
-            "format": "gguf",
-            "valid": error.is_none(),
-            "error": error,
-            "warnings": warnings,
-        }));
-    } else {
-        match &error {
-            None => out(format_args!("{name}: ok")),
-            Some(e) => out(format_args!("{name}: invalid: {}", esc(e))),
-        }
-        for w in &warnings {
-            out(format_args!("{name}: warning: {}", esc(w)));
-        }
-    }
-    error.is_none()
 }
 
 /// Options of `convert` that apply to GGUF only.

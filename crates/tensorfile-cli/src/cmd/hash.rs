@@ -333,35 +333,3 @@ pub struct EmbedArgs {
     #[arg(long)]
     pub embed_hash: bool,
 }
-
-impl EmbedArgs {
-    /// Embeds the digests in every file of `written` when asked to, and
-    /// counts its bytes again.
-    pub fn apply(
-        &self,
-        written: &mut super::inout::Written,
-        write: &tensorfile::WriteOptions,
-    ) -> Result<(), Failure> {
-        if self.embed_hash {
-            embed_into(written, write)?;
-        }
-        Ok(())
-    }
-}
-
-/// Embeds each file's per-tensor digests in every file of `written`, and
-/// counts its bytes again.
-pub fn embed_into(
-    written: &mut super::inout::Written,
-    write: &tensorfile::WriteOptions,
-) -> Result<(), Failure> {
-    for f in &written.files {
-        tensorfile::digest::embed_hashes(f, write)?;
-    }
-    written.bytes = 0;
-    for f in written.files.iter().chain(&written.index) {
-        let meta = std::fs::metadata(f).map_err(|e| tensorfile::Error::io(f, e))?;
-        written.bytes += meta.len();
-    }
-    Ok(())
-}

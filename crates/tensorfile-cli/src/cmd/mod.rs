@@ -16,7 +16,6 @@ pub mod diff;
 pub mod fetch;
 pub mod gguf;
 pub mod hash;
-pub mod inout;
 pub mod inspect;
 pub mod inspect_pytorch;
 pub mod looking;
@@ -69,11 +68,6 @@ impl FileArgs {
         (Some(&self.input), self.json)
     }
 
-    /// How IN is read.
-    pub fn read_options(&self) -> tensorfile::ReadOptions {
-        tensorfile::ReadOptions::default().max_header_len(self.max_header_len)
-    }
-
     /// IN, OUT and how, as an operation's request takes them (remote
     /// reads within the command's `--timeout`).
     pub fn in_out(&self) -> tensorfile::transform::InOut {
@@ -85,13 +79,6 @@ impl FileArgs {
             sync: !self.no_sync,
             timeout: remote::timeout_seconds(),
         }
-    }
-
-    /// How OUT is written (canonical padding).
-    pub fn write_options(&self) -> tensorfile::WriteOptions {
-        tensorfile::WriteOptions::default()
-            .with_max_header_len(self.max_header_len)
-            .with_sync(!self.no_sync)
     }
 }
 
@@ -292,18 +279,7 @@ pub fn error_json(err: &Failure, input: Option<&Path>) -> serde_json::Value {
 
 /// The error and its causes on one line, with no backtrace.
 pub fn one_line(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut line = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        let text = cause.to_string();
-        if !line.contains(&text) {
-            line.push_str(": ");
-            line.push_str(&text);
-        }
-        source = cause.source();
-    }
-    // One line whatever the messages quote: no newline, carriage return or
-    // other control character survives.
+    let line = tensorfile::ops::validate::one_line(err);
     escape_text(&line).into_owned()
 }
 

@@ -386,6 +386,25 @@ fn gguf_named(path: &Path) -> bool {
 }
 
 impl PytorchOptions {
+    /// `load` with the budgets these options give (each replaces its
+    /// default).
+    #[cfg(feature = "pytorch")]
+    pub fn budgets(&self, mut load: crate::pytorch::LoadOptions) -> crate::pytorch::LoadOptions {
+        if let Some(n) = self.max_pickle_bytes {
+            load.limits.max_bytes = n;
+        }
+        if let Some(n) = self.max_expanded_bytes {
+            load.max_expanded_bytes = n;
+        }
+        if let Some(n) = self.max_expanded_total_bytes {
+            load.max_expanded_total_bytes = n;
+        }
+        if let Some(n) = self.max_inflated_bytes {
+            load.max_inflated_bytes = n;
+        }
+        load
+    }
+
     /// The first option given, by its flag.
     fn given(&self) -> Option<&'static str> {
         [
@@ -580,21 +599,11 @@ fn pytorch(
             .parse()
             .map_err(|e: String| refused(format!("--shared: {e}")))?,
     };
-    let mut load = LoadOptions::default()
-        .with_key(p.key.clone())
-        .with_name(p.name.clone());
-    if let Some(n) = p.max_pickle_bytes {
-        load.limits.max_bytes = n;
-    }
-    if let Some(n) = p.max_expanded_bytes {
-        load.max_expanded_bytes = n;
-    }
-    if let Some(n) = p.max_expanded_total_bytes {
-        load.max_expanded_total_bytes = n;
-    }
-    if let Some(n) = p.max_inflated_bytes {
-        load.max_inflated_bytes = n;
-    }
+    let load = p.budgets(
+        LoadOptions::default()
+            .with_key(p.key.clone())
+            .with_name(p.name.clone()),
+    );
     // A checkpoint's conversion writes with the default header limit.
     let write = crate::WriteOptions::default().with_sync(io.sync);
     let options = ConvertOptions::default()

@@ -102,7 +102,10 @@ fn required_config(path: &Path) -> Result<QuantConfig> {
 /// The `quantization` of the config.json of `input`'s model, if there is
 /// one: in it when it is a directory, beside it when it is a file or an
 /// index. A config.json that says nothing of quantization gives `None`.
-fn beside_config(input: &Path) -> Result<Option<QuantConfig>> {
+///
+/// # Errors
+/// The config.json cannot be read, or its `quantization` is not one.
+pub fn beside_config(input: &Path) -> Result<Option<QuantConfig>> {
     let dir = if input.is_dir() {
         input
     } else {

@@ -19,4 +19,8 @@
 
 pub mod convert;
 pub mod dequantize;
+pub mod merge;
 pub mod quantize;
+pub mod rewrite;
+pub mod shard;
+pub mod validate;
