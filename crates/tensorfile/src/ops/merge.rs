@@ -71,7 +71,7 @@ pub fn merge(request: &MergeRequest, progress: &dyn Progress) -> Result<MergeRep
     let source = open_source(&request.input, request.timeout)?;
     let options = WriteOptions::default().with_sync(request.sync);
     progress.total(source.data_len());
-    crate::set::merge(&source, &request.output, &options, progress)?;
+    tensorfile_core::set::merge(&source, &request.output, &options, progress)?;
     Ok(MergeReport {
         data_bytes: source.data_len(),
         input: request.input.clone(),
