@@ -56,8 +56,8 @@ pub struct BudgetArgs {
 }
 
 impl BudgetArgs {
-    /// The load options with these budgets (the library's rule).
-    pub fn apply(&self, load: LoadOptions) -> LoadOptions {
+    /// These budgets as the library's options take them.
+    fn options(&self) -> PytorchOptions {
         PytorchOptions {
             max_pickle_bytes: self.max_pickle_bytes,
             max_expanded_bytes: self.max_expanded_bytes,
@@ -65,22 +65,16 @@ impl BudgetArgs {
             max_inflated_bytes: self.max_inflated_bytes,
             ..PytorchOptions::default()
         }
-        .budgets(load)
+    }
+
+    /// The load options with these budgets (the library's rule).
+    pub fn apply(&self, load: LoadOptions) -> LoadOptions {
+        self.options().budgets(load)
     }
 
     /// The first budget flag given, if any.
     pub fn given(&self) -> Option<&'static str> {
-        [
-            (self.max_pickle_bytes.is_some(), "--max-pickle-bytes"),
-            (self.max_expanded_bytes.is_some(), "--max-expanded-bytes"),
-            (
-                self.max_expanded_total_bytes.is_some(),
-                "--max-expanded-total-bytes",
-            ),
-            (self.max_inflated_bytes.is_some(), "--max-inflated-bytes"),
-        ]
-        .into_iter()
-        .find_map(|(on, flag)| on.then_some(flag))
+        self.options().given()
     }
 
     /// Refuses these options for an input that is not a checkpoint.
@@ -108,10 +102,7 @@ impl PytorchArgs {
             name: self.name.clone(),
             keep_values: self.keep_values,
             shared: Some(shared.to_string()),
-            max_pickle_bytes: self.budgets.max_pickle_bytes,
-            max_expanded_bytes: self.budgets.max_expanded_bytes,
-            max_expanded_total_bytes: self.budgets.max_expanded_total_bytes,
-            max_inflated_bytes: self.budgets.max_inflated_bytes,
+            ..self.budgets.options()
         }
     }
 }

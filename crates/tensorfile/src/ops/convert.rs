@@ -405,8 +405,9 @@ impl PytorchOptions {
         load
     }
 
-    /// The first option given, by its flag.
-    fn given(&self) -> Option<&'static str> {
+    /// The first option given (not a default), by its flag: what an input
+    /// that is not a checkpoint refuses.
+    pub fn given(&self) -> Option<&'static str> {
         [
             (self.key.is_some(), "--key"),
             (self.name.is_some(), "--name"),
