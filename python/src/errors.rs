@@ -83,10 +83,61 @@ pub fn error(e: tensorfile::Error) -> PyErr {
             return not_found(path);
         }
     }
+    if let tensorfile::Error::Request { message } = e.detail() {
+        return safetensor_error(keywords(message), None, e.path());
+    }
     safetensor_error(e.to_string(), e.rule(), e.path())
+}
+
+/// A refused request's message with the command line's flags named as
+/// this package's keywords (`--allow-int` as `allow_int`): the operations
+/// word their refusals for the command line.
+fn keywords(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    while let Some(at) = rest.find("--") {
+        let (head, tail) = rest.split_at(at);
+        out.push_str(head);
+        let flag = &tail[2..];
+        let len = flag
+            .find(|c: char| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'))
+            .unwrap_or(flag.len());
+        // A flag starts a word (`models--org--name` in a path is no flag).
+        let starts_word = head
+            .chars()
+            .next_back()
+            .is_none_or(|c| c.is_whitespace() || "`'\"(,".contains(c));
+        if len == 0 || !starts_word || !flag.starts_with(|c: char| c.is_ascii_lowercase()) {
+            out.push_str("--");
+            rest = flag;
+        } else {
+            out.push_str(&flag[..len].replace('-', "_"));
+            rest = &flag[len..];
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 /// A plain message.
 pub fn msg(message: impl Into<String>) -> PyErr {
     safetensor_error(message.into(), None, None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::keywords;
+
+    #[test]
+    fn flags_become_keywords_and_paths_stay_as_they_are() {
+        assert_eq!(
+            keywords("--allow-int needs --dtype (`--group-size` too)"),
+            "allow_int needs dtype (`group_size` too)"
+        );
+        let path = "/c/models--org--name/blobs/x: --no-sync and -- and --9";
+        assert_eq!(
+            keywords(path),
+            "/c/models--org--name/blobs/x: no_sync and -- and --9"
+        );
+    }
 }

@@ -2,107 +2,43 @@
 //! place, and the tensors of PyTorch checkpoints without running pickle.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::path::PathBuf;
 
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
-use tensorfile::InputKind as Kind;
-use tensorfile::{Dtype, Header, ReadOptions};
-use tensorfile_core::{read_header_from_path, ShardedTensors};
-use tensorfile_remote::Client;
+use tensorfile::Dtype;
 
 use crate::buffer::Buffer;
 use crate::errors;
 use crate::remote;
+use tensorfile::ops::validate::ValidateRequest;
 
 /// Checks a file (or, for a directory or an index, a whole sharded set)
-/// against the format's reader rules, reading only headers. Returns the
-/// keys of `tensorfile validate --json`: `file`, `valid`, `rule` (the
-/// number of the rule broken, or `None`), `error` (what is wrong and where,
-/// or `None`) and `warnings`. Never raises for an invalid file; a path that
-/// cannot be read is reported the same way, with `rule` `None`. A URL's
-/// reads end within `timeout` seconds.
+/// against the format's reader rules, reading only headers: the library's
+/// `validate` operation. Returns the keys of `tensorfile validate --json`:
+/// `file`, `valid`, `rule` (the number of the rule broken, or `None`),
+/// `error` (what is wrong and where, or `None`) and `warnings`; a valid set
+/// adds `shards`, `tensors` and `data_bytes`, a GGUF file `format`. Never
+/// raises for an invalid file; a path that cannot be read is reported the
+/// same way, with `rule` `None`. A URL's reads end within `timeout`
+/// seconds.
 #[pyfunction]
 #[pyo3(signature = (path, timeout = None))]
 pub fn validate<'py>(
     py: Python<'py>,
     path: PathBuf,
     timeout: Option<f64>,
-) -> PyResult<Bound<'py, PyDict>> {
-    let client = remote::client(remote::timeout(timeout)?);
-    let (error, rule, warnings) = py.detach(|| {
-        let options = ReadOptions::default();
-        let one_line = |e: &dyn std::error::Error| {
-            let mut text = e.to_string();
-            let mut source = e.source();
-            while let Some(s) = source {
-                let more = s.to_string();
-                if !text.contains(&more) {
-                    text.push_str(": ");
-                    text.push_str(&more);
-                }
-                source = s.source();
-            }
-            text
-        };
-        match tensorfile::probe(&path).map(|p| p.kind()) {
-            Ok(Kind::SafetensorsSet) => match open_set(&path, &options, &client) {
-                Ok(set) => (None, None, set.warnings().to_vec()),
-                Err(e) => (Some(one_line(&e)), e.rule(), Vec::new()),
-            },
-            Ok(Kind::Safetensors) => match header_of(&path, &options, &client) {
-                Ok(header) => (None, None, header.warnings().to_vec()),
-                Err(e) => {
-                    let detail: &(dyn std::error::Error + 'static) = match e.core() {
-                        Some(core) => core,
-                        None => e.detail(),
-                    };
-                    (Some(one_line(detail)), e.rule(), Vec::new())
-                }
-            },
-            Ok(kind) => (
-                Some(format!("is {kind}, not safetensors")),
-                None,
-                Vec::new(),
-            ),
-            Err(e) => (Some(one_line(&e)), None, Vec::new()),
-        }
-    });
-    let d = PyDict::new(py);
-    d.set_item("file", path.display().to_string())?;
-    d.set_item("valid", error.is_none())?;
-    d.set_item("rule", rule)?;
-    d.set_item("error", error)?;
-    d.set_item("warnings", warnings)?;
-    Ok(d)
-}
-
-/// A set, local (read with positional reads) or remote (headers only,
-/// through `client`).
-fn open_set(
-    path: &Path,
-    options: &ReadOptions,
-    client: &Arc<Client>,
-) -> tensorfile::Result<ShardedTensors> {
-    let options = tensorfile::OpenOptions::default()
-        .with_read(options.clone())
-        .with_map(false)
-        .with_client(client.clone());
-    tensorfile::open_set(path, &options)
-}
-
-/// A file's header, local or remote (one request when it fits in 64 KiB);
-/// rule 5 is checked against the file's length.
-fn header_of(
-    path: &Path,
-    options: &ReadOptions,
-    client: &Arc<Client>,
-) -> tensorfile::Result<Header> {
-    match remote::url(path) {
-        Some(u) => Ok(remote::single_file(u, client, options)?.header().clone()),
-        None => Ok(read_header_from_path(path, options)?),
-    }
+) -> PyResult<Bound<'py, PyAny>> {
+    // A bad timeout is a usage error (ValueError), not a file's.
+    remote::timeout(timeout)?;
+    let request = ValidateRequest {
+        path,
+        timeout,
+        ..ValidateRequest::default()
+    };
+    let report = py
+        .detach(|| tensorfile::ops::validate::validate(&request, &()))
+        .map_err(errors::error)?;
+    Ok(pythonize::pythonize(py, &report)?)
 }
 
 /// The tensors of a `torch.save` checkpoint (zip, legacy or tar), read

@@ -27,8 +27,10 @@ def validate(path: PathLike, *, timeout: Optional[float] = None) -> Dict[str, An
 
     Returns the keys of ``tensorfile validate --json``: ``file``, ``valid``,
     ``rule`` (the number of the rule broken, or None), ``error`` (what is
-    wrong and where, or None) and ``warnings``. Never raises for an invalid
-    or unreadable file: that is reported the same way.
+    wrong and where, or None) and ``warnings``; a valid set adds ``shards``,
+    ``tensors`` and ``data_bytes``, and a GGUF file (checked too) has
+    ``format`` and no ``rule``. Never raises for an invalid or unreadable
+    file: that is reported the same way.
 
     >>> tensorfile.validate("model.safetensors")["valid"]
     True
@@ -143,29 +145,6 @@ def quantize(
     )
 
 
-def _config_of_model(input: PathLike) -> Optional[str]:
-    """The config.json of the model ``input`` belongs to (in it when it is a
-    directory, beside it otherwise) when it says how the model is quantized,
-    as ``tensorfile dequantize`` looks for it."""
-    path = os.fspath(input)
-    directory = path if os.path.isdir(path) else (os.path.dirname(path) or ".")
-    config = os.path.join(directory, "config.json")
-    if not os.path.isfile(config):
-        return None
-    try:
-        with open(config, "rb") as f:
-            text = json.load(f)
-    except (OSError, ValueError):
-        return config  # let the library say what is wrong with it
-    if not isinstance(text, dict):
-        return config
-    q = text.get("quantization")
-    qc = text.get("quantization_config")
-    if q is not None or (isinstance(qc, dict) and "quant_method" not in qc):
-        return config
-    return None
-
-
 def dequantize(
     input: PathLike,
     output: PathLike,
@@ -185,8 +164,6 @@ def dequantize(
     ``group_size`` and ``mode``, from the config.json of ``input``'s model, or
     from the metadata of a file tensorfile quantized; never guessed. Returns
     the summary ``tensorfile dequantize --json`` prints."""
-    if config is None and bits is None and group_size is None and mode is None:
-        config = _config_of_model(input)
     return _native.dequantize(
         os.fspath(input),
         os.fspath(output),

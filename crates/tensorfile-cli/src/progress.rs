@@ -28,11 +28,6 @@ const BYTES: &str =
     "{msg} {wide_bar} {binary_bytes}/{binary_total_bytes} {binary_bytes_per_sec} {eta}";
 
 impl Bar {
-    /// A bar for `total` bytes of work called `what`.
-    pub fn bytes(total: u64, what: &str) -> Bar {
-        Bar::shown(total, BYTES, what)
-    }
-
     /// A bar for bytes of work called `what`, shown once the work tells
     /// its total ([`Progress::total`]; a fetch, after asking the server);
     /// its notes are printed by `warn`.
@@ -170,7 +165,7 @@ mod tests {
         progress.note("after");
         drop(bar);
         // Bars made at once have no printer: their notes are dropped.
-        Bar::bytes(10, "writing").note("dropped");
+        Bar::counted(10, "writing", "files").note("dropped");
         Bar::hidden().note("dropped");
         assert_eq!(*KEPT.lock().unwrap(), ["before", "after"]);
     }

@@ -76,12 +76,12 @@ pub use tensorfile_core::Error as CoreError;
 pub use tensorfile_pytorch::Error as PytorchError;
 
 /// Sharded sets: an index and its shards, read at any
-/// [`Location`](set::Location), and split into shards or merged into one
-/// file (the format core's [`tensorfile_core::set`]).
+/// [`Location`](set::Location), and split into shards (the format core's
+/// [`tensorfile_core::set`]; [`ops::merge`] joins a set into one file).
 pub mod set {
     pub use tensorfile_core::set::{
-        merge, save_set, split, Location, SetTensor, ShardError, ShardIndex, ShardedTensors,
-        Sharding, SplitOptions, SplitSummary, Want, INDEX_NAME, SINGLE_NAME,
+        save_set, split, Location, SetTensor, ShardError, ShardIndex, ShardedTensors, Sharding,
+        SplitOptions, SplitSummary, Want, INDEX_NAME, SINGLE_NAME,
     };
 }
 

@@ -210,3 +210,250 @@ fn file_size(path: &Path) -> Result<u64> {
     let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
     Ok(meta.len())
 }
+
+/// The files of an operation that reads one input and writes one output
+/// (rewrite, convert, quantize, dequantize), and how: the options every
+/// such request shares.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct InOut {
+    /// The input: a file, an index or a model directory, local or at a URL
+    /// (`s3://`, `hf://`, `http(s)://`; headers are read first).
+    pub input: PathBuf,
+    /// The file to write (replaced atomically), or the directory to write
+    /// a set into when the input is a set or `max_shard_size` is given.
+    pub output: PathBuf,
+    /// Write the output as a set cut into shards of at most this many data
+    /// bytes. Default for a set: one output shard per input shard.
+    pub max_shard_size: Option<u64>,
+    /// Largest header length accepted in the input and written to the
+    /// output, in bytes.
+    pub max_header_len: u64,
+    /// Sync the output and its directory to disk (the replacement is
+    /// atomic either way).
+    pub sync: bool,
+    /// One deadline, in seconds, for all of the input's remote reads,
+    /// retries and waits included; `None`: none.
+    pub timeout: Option<f64>,
+}
+
+impl Default for InOut {
+    fn default() -> InOut {
+        InOut {
+            input: PathBuf::new(),
+            output: PathBuf::new(),
+            max_shard_size: None,
+            max_header_len: tensorfile_core::DEFAULT_MAX_HEADER_LEN,
+            sync: true,
+            timeout: None,
+        }
+    }
+}
+
+impl InOut {
+    /// `input` read into `output`, with the default options.
+    pub fn new(input: impl Into<PathBuf>, output: impl Into<PathBuf>) -> InOut {
+        InOut {
+            input: input.into(),
+            output: output.into(),
+            ..InOut::default()
+        }
+    }
+
+    /// How the input is read.
+    pub fn read_options(&self) -> ReadOptions {
+        ReadOptions::default().max_header_len(self.max_header_len)
+    }
+
+    /// How the output is written (canonical padding).
+    pub fn write_options(&self) -> WriteOptions {
+        WriteOptions::default()
+            .with_max_header_len(self.max_header_len)
+            .with_sync(self.sync)
+    }
+
+    /// How inputs are opened: local files with positional reads (a file
+    /// truncated underneath is an error, not a signal), URLs within
+    /// [`InOut::timeout`].
+    ///
+    /// # Errors
+    /// A timeout that is not a positive number of seconds
+    /// ([`Error::Request`]).
+    pub fn open_options(&self) -> Result<crate::OpenOptions> {
+        open_options(&self.read_options(), self.timeout)
+    }
+
+    /// Opens the input, refusing one that is not a safetensors file or set
+    /// (saying what it is, and what to do instead).
+    ///
+    /// # Errors
+    /// The input cannot be read, is not safetensors, or breaks the format.
+    pub fn open_safetensors(&self) -> Result<TransformInput> {
+        let options = self.open_options()?;
+        let kind = crate::probe(&self.input)?.kind();
+        if !kind.is_safetensors() {
+            return Err(not_safetensors(&self.input, kind));
+        }
+        Ok(TransformInput::new(
+            kind,
+            crate::open_set(&self.input, &options)?,
+        ))
+    }
+
+    /// Refuses to write the output when it is one of `inputs` (the same
+    /// file by device and inode, whatever its name).
+    ///
+    /// # Errors
+    /// The output is one of the inputs.
+    pub fn refuse_input_as_output<P: AsRef<Path>>(
+        &self,
+        inputs: impl IntoIterator<Item = P>,
+    ) -> Result<()> {
+        Ok(tensorfile_core::atomic::check_not_input(
+            &self.output,
+            inputs,
+        )?)
+    }
+
+    /// Writes what `plan` produces to the output as [`write_to`] does,
+    /// telling `progress` its total first.
+    ///
+    /// # Errors
+    /// As [`write_to`].
+    pub fn write(
+        &self,
+        layout: &Layout,
+        plan: &Plan<'_, Error>,
+        progress: &dyn Progress,
+    ) -> Result<Written> {
+        self.write_with(layout, plan, &self.write_options(), progress)
+    }
+
+    /// [`InOut::write`] with write options of the caller's (an alignment,
+    /// say).
+    ///
+    /// # Errors
+    /// As [`write_to`].
+    pub fn write_with(
+        &self,
+        layout: &Layout,
+        plan: &Plan<'_, Error>,
+        options: &WriteOptions,
+        progress: &dyn Progress,
+    ) -> Result<Written> {
+        progress.total(plan.data_len()?);
+        write_to(
+            layout,
+            plan,
+            &self.output,
+            self.max_shard_size,
+            options,
+            progress,
+        )
+    }
+}
+
+/// How an operation opens its inputs: local files with positional reads
+/// (a file truncated underneath is an error, not a signal), URLs within
+/// `timeout` seconds (through a client of their own).
+///
+/// # Errors
+/// A timeout that is not a positive number of seconds ([`Error::Request`]).
+pub(crate) fn open_options(read: &ReadOptions, timeout: Option<f64>) -> Result<crate::OpenOptions> {
+    let options = crate::OpenOptions::default()
+        .with_read(read.clone())
+        .with_map(false);
+    let Some(seconds) = timeout else {
+        return Ok(options);
+    };
+    let budget = Some(seconds)
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .and_then(|s| std::time::Duration::try_from_secs_f64(s).ok())
+        .ok_or_else(|| {
+            Error::request(format!(
+                "timeout {seconds}: not a positive number of seconds"
+            ))
+        })?;
+    #[cfg(feature = "remote")]
+    let options = options.with_client(tensorfile_remote::Client::new(
+        tensorfile_remote::RemoteOptions::default().with_time_budget(Some(budget)),
+    ));
+    #[cfg(not(feature = "remote"))]
+    let _ = budget;
+    Ok(options)
+}
+
+/// Why an operation that reads safetensors does not take an input of
+/// `kind`, and what to do instead.
+pub(crate) fn not_safetensors(path: &Path, kind: Kind) -> Error {
+    Error::io(
+        path,
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "this is {kind}, not safetensors; `tensorfile convert` turns it into safetensors"
+            ),
+        ),
+    )
+}
+
+impl Written {
+    /// Records every tensor's sha256 in the metadata of each file written
+    /// (see [`crate::digest::embed_hashes`]), and counts the bytes again.
+    ///
+    /// # Errors
+    /// A file cannot be read or written again.
+    #[cfg(feature = "digest")]
+    pub fn embed_hashes(&mut self, options: &WriteOptions) -> Result<()> {
+        for f in &self.files {
+            crate::digest::embed_hashes(f, options)?;
+        }
+        self.bytes = 0;
+        for f in self.files.iter().chain(&self.index) {
+            self.bytes += file_size(f)?;
+        }
+        Ok(())
+    }
+}
+
+/// `Option<Dtype>` as its name in requests (`"BF16"`), read back with
+/// [`Dtype::from_name`]; any case is taken.
+pub(crate) mod dtype_name {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use tensorfile_core::Dtype;
+
+    pub fn serialize<S: Serializer>(dtype: &Option<Dtype>, s: S) -> Result<S::Ok, S::Error> {
+        match dtype {
+            Some(d) => s.serialize_some(d.name()),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Dtype>, D::Error> {
+        let name: Option<String> = Option::deserialize(d)?;
+        name.map(|n| {
+            Dtype::from_name_ignore_case(&n)
+                .ok_or_else(|| serde::de::Error::custom(format!("unknown dtype {n:?}")))
+        })
+        .transpose()
+    }
+}
+
+/// `Option<Mode>` as its MLX name in requests (`"mxfp4"`).
+pub(crate) mod mode_name {
+    use crate::quant::Mode;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(mode: &Option<Mode>, s: S) -> Result<S::Ok, S::Error> {
+        match mode {
+            Some(m) => s.serialize_some(m.name()),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Mode>, D::Error> {
+        let name: Option<String> = Option::deserialize(d)?;
+        name.map(|n| n.parse().map_err(serde::de::Error::custom))
+            .transpose()
+    }
+}

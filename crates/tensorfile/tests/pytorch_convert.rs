@@ -6,7 +6,9 @@
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
-use tensorfile::pytorch::{convert, Checkpoint, ConvertOptions, LoadOptions, SharedPolicy};
+use tensorfile::pytorch::{
+    convert_file as convert, Checkpoint, ConvertOptions, LoadOptions, SharedPolicy,
+};
 use tensorfile::SafeTensors;
 use tensorfile_core::writer::serialize;
 use tensorfile_zip::ZipIndex;

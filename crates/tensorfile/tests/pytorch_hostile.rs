@@ -5,7 +5,9 @@
 #[path = "../../tensorfile-pytorch/tests/common/hostile.rs"]
 mod hostile;
 
-use tensorfile::pytorch::{convert, convert_checkpoint, Checkpoint, ConvertOptions};
+use tensorfile::pytorch::{
+    convert_checkpoint, convert_file as convert, Checkpoint, ConvertOptions,
+};
 use tensorfile::Error;
 
 #[test]

@@ -14,7 +14,8 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 use tensorfile::pytorch::{
-    convert, convert_set, plan_set, Checkpoint, CheckpointSet, ConvertOptions, LoadOptions,
+    convert_file as convert, convert_set, plan_set, Checkpoint, CheckpointSet, ConvertOptions,
+    LoadOptions,
 };
 use tensorfile::set::{ShardError, ShardIndex, ShardedTensors};
 use tensorfile::SafeTensors;

@@ -7,8 +7,9 @@ use std::fs;
 use std::path::Path;
 
 use common::*;
-use tensorfile::set::{merge, split, SplitOptions};
+use tensorfile::set::{split, SplitOptions};
 use tensorfile::{Dtype, Error, WriteOptions};
+use tensorfile_core::set::merge;
 use tensorfile_core::ShardedTensors;
 
 fn options(max: u64) -> SplitOptions {

@@ -8,7 +8,7 @@ mod hostile;
 use tensorfile::cast::{save_converted, CastOptions};
 use tensorfile::gguf::{GgmlType, GgufError, GgufSpec, GgufWriter};
 use tensorfile::npz::{NpzError, NpzFile, NpzLimits};
-use tensorfile::pytorch::{convert, ConvertOptions};
+use tensorfile::pytorch::{convert_file as convert, ConvertOptions};
 use tensorfile::{Error, ErrorKind, WriteOptions};
 
 #[test]

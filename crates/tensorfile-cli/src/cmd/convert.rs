@@ -16,15 +16,18 @@
 //! holding the converted set, one output shard per input shard (or cut by
 //! `--max-shard-size`), for safetensors and `.bin` sets alike.
 
+use std::collections::BTreeMap;
 use std::process::ExitCode;
 
-use serde_json::json;
-use tensorfile::cast::{convert_plan, CastOptions};
+use tensorfile::ops::convert::{
+    convert, ConvertReport, ConvertRequest, FromNumpyConverted, GgufRawConverted,
+    GgufToHfConverted, HfToGgufConverted, PytorchConverted, SafetensorsConverted, ToNumpyConverted,
+};
 use tensorfile::Dtype;
-use tensorfile::InputKind as Kind;
 
-use super::inout;
+use super::gguf::esc;
 use super::{out, Failure};
+use crate::progress::Bar;
 
 /// Arguments of `convert`.
 #[derive(clap::Args)]
@@ -66,101 +69,217 @@ impl Args {
     }
 }
 
+impl Args {
+    /// The operation's request.
+    pub fn request(&self) -> ConvertRequest {
+        ConvertRequest {
+            files: self.io.in_out(),
+            dtype: self.dtype,
+            saturate: self.saturate,
+            allow_int: self.allow_int,
+            strict: self.strict,
+            embed_hash: self.embed.embed_hash,
+            pytorch: self.pytorch.options(),
+            gguf: self.gguf.options(),
+            compress: self.npz.compress,
+        }
+    }
+}
+
 /// Converts IN (a file or a set) into an atomic save of OUT, one piece of
 /// one tensor at a time.
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
-    if let Some(d) = args.dtype.filter(|d| d.is_int() && !args.allow_int) {
-        return Err(super::Usage::failure(format_args!(
-            "--dtype {d} is an integer dtype: add --allow-int to cast to it"
-        )));
-    }
-    let kind = super::input_kind(&args.io.input)?;
-    let cast = CastOptions::default()
-        .with_saturate(args.saturate)
-        .with_allow_int(args.allow_int)
-        .with_strict(args.strict);
-    let pytorch_in = matches!(kind, Kind::Pytorch | Kind::PytorchSet);
-    if super::gguf::handles(kind, &args.io.output) {
-        if !pytorch_in {
-            args.pytorch.refuse_for(&args.io.input)?;
-        }
-        args.embed.refuse_for("GGUF conversions")?;
-        return super::gguf::convert(kind, &args.io, args.dtype, &args.gguf, &args.npz);
-    }
-    args.gguf.refuse_for(&args.io.input)?;
-    if super::npz::handles(kind, &args.io.output) {
-        if !pytorch_in {
-            args.pytorch.refuse_for(&args.io.input)?;
-        }
-        args.embed.refuse_for("numpy conversions")?;
-        return super::npz::convert(kind, &args.io, args.dtype, cast, &args.npz);
-    }
-    args.npz.refuse_for(&args.io.output)?;
-    if pytorch_in {
-        return super::convert_pytorch::run(super::convert_pytorch::Job {
-            input: &args.io.input,
-            set: kind.is_set(),
-            output: &args.io.output,
-            dtype: args.dtype,
-            cast,
-            sync: !args.io.no_sync,
-            json: args.io.json,
-            pytorch: args.pytorch,
-            max_shard_size: args.io.max_shard_size,
-            embed_hash: args.embed.embed_hash,
-        });
-    }
-    // An input that cannot be read is that error (exit 1), not a misuse of
-    // the PyTorch options.
-    let input = inout::open(&args.io.input, &args.io.read_options())?;
-    args.pytorch.refuse_for(&args.io.input)?;
-    if args.dtype.is_some() {
-        // Only the canonical rewrite may replace IN.
-        super::refuse_input_as_output(&args.io.output, input.files())?;
-    }
-    let tensors = input.tensors();
-    let metadata = input.metadata()?;
-    // OUT may be IN (a canonical rewrite): the save renames a new inode
-    // over the name, and IN's open file keeps reading the old one.
-    let (plan, summary) = convert_plan(&tensors, metadata.as_ref(), args.dtype, cast)?;
-    let mut written = inout::write(
-        &input,
-        &tensors,
-        &plan,
-        &args.io.output,
-        args.io.max_shard_size,
-        &args.io.write_options(),
-        "convert",
-    )?;
-    let losses = summary.losses();
-    super::losses::report(&args.io.output, &losses);
-    args.embed.apply(&mut written, &args.io.write_options())?;
+    let bar = Bar::bytes_when_told("convert", |message| super::warn(message));
+    let report = convert(&args.request(), &bar)?;
+    drop(bar);
     if args.io.json {
-        out(json!({
-            "input": args.io.input,
-            "output": args.io.output,
-            "files": written.files,
-            "index": written.index,
-            "dtype": args.dtype.map(|d| d.name()),
-            "tensors": summary.tensors,
-            "cast": summary.cast,
-            "companions": summary.companions,
-            "bytes": written.bytes,
-            "losses": super::losses::json(&losses),
-        }));
-    } else {
-        let what = match args.dtype {
-            Some(d) => format!(
-                "{} of {} tensors cast to {d}, {} quantization companions kept",
-                summary.cast, summary.tensors, summary.companions
-            ),
-            None => format!("{} tensors", summary.tensors),
-        };
-        out(format_args!(
-            "{}: {what}, {} bytes",
-            args.io.output.display(),
-            written.bytes
-        ));
+        super::out_json(&report)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    match &report {
+        ConvertReport::Safetensors(r) => safetensors(r, args.dtype),
+        ConvertReport::Pytorch(r) => pytorch(r, args.dtype),
+        ConvertReport::GgufRaw(r) => gguf_raw(r, args.gguf.keep_quant()),
+        ConvertReport::GgufToHf(r) => gguf_to_hf(r, args.gguf.keep_quant()),
+        ConvertReport::HfToGguf(r) => hf_to_gguf(r),
+        ConvertReport::FromNumpy(r) => from_numpy(r, args.dtype),
+        ConvertReport::ToNumpy(r) => to_numpy(r),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn safetensors(r: &SafetensorsConverted, dtype: Option<Dtype>) {
+    let what = match dtype {
+        Some(d) => format!(
+            "{} of {} tensors cast to {d}, {} quantization companions kept",
+            r.cast, r.tensors, r.companions
+        ),
+        None => format!("{} tensors", r.tensors),
+    };
+    out(format_args!(
+        "{}: {what}, {} bytes",
+        r.output.display(),
+        r.bytes
+    ));
+}
+
+fn pytorch(r: &PytorchConverted, dtype: Option<Dtype>) {
+    let aliases = if r.aliases > 0 {
+        format!(" (+{} aliases)", r.aliases)
+    } else {
+        String::new()
+    };
+    let cast = match dtype {
+        Some(d) => format!(", {} cast to {d}", r.cast),
+        None => String::new(),
+    };
+    // A set (OUT a directory) says how many files it has.
+    let files = if r.files.len() == 1 && r.files[0] == r.output {
+        String::new()
+    } else {
+        format!("{} files, ", r.files.len())
+    };
+    out(format_args!(
+        "{}: {files}{} tensors{aliases}{cast}, {} bytes",
+        r.output.display(),
+        r.tensors,
+        r.bytes
+    ));
+}
+
+fn gguf_raw(r: &GgufRawConverted, keep_quant: bool) {
+    out(format_args!(
+        "{}: {}, {} tensors as they are ({} decoded from quantized blocks{}), {} metadata keys kept, {} bytes",
+        esc(&r.output.display().to_string()),
+        r.output_format,
+        r.tensors,
+        r.decoded,
+        if keep_quant {
+            format!(", {} kept quantized as MLX affine", r.kept_quantized.len())
+        } else {
+            String::new()
+        },
+        r.metadata_kept,
+        r.bytes,
+    ));
+    if !r.metadata_dropped.is_empty() {
+        let shown: Vec<String> = r.metadata_dropped.iter().take(4).map(|k| esc(k)).collect();
+        let more = if r.metadata_dropped.len() > 4 {
+            ", ..."
+        } else {
+            ""
+        };
+        let why = if r.output_format == "npz" {
+            "npz has no metadata".to_string()
+        } else {
+            format!(
+                "arrays longer than {} elements",
+                tensorfile::gguf::MAX_ARRAY_SHOWN
+            )
+        };
+        out(format_args!(
+            "note: {} metadata keys not kept ({why}): {}{more}",
+            r.metadata_dropped.len(),
+            shown.join(", ")
+        ));
+    }
+}
+
+fn hf_to_gguf(s: &HfToGgufConverted) {
+    let types: Vec<String> = s
+        .tensor_types
+        .iter()
+        .map(|(t, n)| format!("{n} {t}"))
+        .collect();
+    out(format_args!(
+        "{}: GGUF {} ({}), {} bytes",
+        esc(&s.output.display().to_string()),
+        esc(&s.architecture),
+        types.join(", "),
+        s.bytes
+    ));
+    let mut by_type: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for f in &s.fallbacks {
+        by_type.entry(&f.ggml_type).or_default().push(&f.tensor);
+    }
+    for (t, names) in by_type {
+        let shown: Vec<String> = names.iter().take(4).map(|n| esc(n)).collect();
+        let more = if names.len() > 4 { ", ..." } else { "" };
+        out(format_args!(
+            "note: {} tensors written as {t}, their rows not being whole {} blocks: {}{more}",
+            names.len(),
+            s.ggml_type,
+            shown.join(", ")
+        ));
+    }
+    if !s.not_converted.is_empty() {
+        let shown: Vec<String> = s
+            .not_converted
+            .iter()
+            .take(8)
+            .map(|n| format!("{} as {} ({})", esc(&n.tensor), n.ggml_type, n.reason))
+            .collect();
+        let more = if s.not_converted.len() > 8 {
+            ", ..."
+        } else {
+            ""
+        };
+        out(format_args!(
+            "note: {} tensors not written as {}: {}{more}",
+            s.not_converted.len(),
+            s.ggml_type,
+            shown.join(", ")
+        ));
+    }
+    if let Some(reason) = &s.tokenizer_not_written {
+        out(format_args!("note: no tokenizer written: {}", esc(reason)));
+    }
+}
+
+fn gguf_to_hf(s: &GgufToHfConverted, keep_quant: bool) {
+    let kept = if keep_quant {
+        format!(
+            ", {} kept quantized as MLX affine ({} with F32 scales)",
+            s.kept_quantized.len(),
+            s.f32_scales
+        )
+    } else {
+        String::new()
+    };
+    out(format_args!(
+        "{}: {} {} tensors ({} decoded from quantized blocks{kept}), {}; wrote {}",
+        esc(&s.output.display().to_string()),
+        s.tensors,
+        s.architecture,
+        s.decoded,
+        s.dtype,
+        s.files.join(", ")
+    ));
+    if let Some(reason) = &s.tokenizer_not_written {
+        out(format_args!("note: no tokenizer.json: {}", esc(reason)));
+    }
+}
+
+fn from_numpy(r: &FromNumpyConverted, dtype: Option<Dtype>) {
+    let cast = match dtype {
+        Some(d) if r.opaque > 0 => format!(", {} opaque arrays read as {d}", r.opaque),
+        Some(d) => format!(", {} cast to {d}", r.cast),
+        None => String::new(),
+    };
+    out(format_args!(
+        "{}: {} arrays{cast}, {} bytes",
+        r.output.display(),
+        r.tensors,
+        r.bytes
+    ));
+}
+
+fn to_numpy(r: &ToNumpyConverted) {
+    let how = if r.compressed { " (deflated)" } else { "" };
+    out(format_args!(
+        "{}: {} arrays{how}, {} bytes",
+        r.output.display(),
+        r.arrays,
+        r.bytes
+    ));
 }

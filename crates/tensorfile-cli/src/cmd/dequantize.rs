@@ -10,13 +10,12 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use serde_json::json;
-use tensorfile::model::read_config;
-use tensorfile::quant::{dequantize_plan, DequantizeOptions, Mode, QuantConfig, QuantParams};
+use tensorfile::ops::dequantize::{dequantize, DequantizeReport, DequantizeRequest};
+use tensorfile::quant::Mode;
 use tensorfile::Dtype;
 
-use super::inout;
-use super::{out, Failure, Usage};
+use super::{out, Failure};
+use crate::progress::Bar;
 
 /// Arguments of `dequantize`.
 #[derive(clap::Args)]
@@ -49,91 +48,43 @@ impl Args {
     }
 }
 
-/// The MLX parameters given from outside the file, if any.
-fn given_params(args: &Args) -> Result<Option<QuantConfig>, Failure> {
-    if let Some(path) = &args.config {
-        let config = read_config(path)?;
-        return match QuantConfig::from_config(&config) {
-            Ok(Some(q)) => Ok(Some(q)),
-            Ok(None) => Err(format!("{}: no quantization in this config", path.display()).into()),
-            Err(e) => Err(format!("{}: {e}", path.display()).into()),
-        };
-    }
-    let mode = args.mode.unwrap_or(Mode::Affine);
-    let (bits, group_size) = match (args.bits, args.group_size, mode.fixed()) {
-        (Some(b), Some(g), _) => (b, g),
-        (None, None, Some(fixed)) if args.mode.is_some() => fixed,
-        // The config.json of IN's model: in IN when it is a directory,
-        // beside it when it is a file or an index (as inspect does).
-        (None, None, _) if args.mode.is_none() => {
-            return super::looking::beside_config(&args.io.input)
+impl Args {
+    /// The operation's request.
+    pub fn request(&self) -> DequantizeRequest {
+        DequantizeRequest {
+            files: self.io.in_out(),
+            dtype: self.dtype,
+            config: self.config.clone(),
+            bits: self.bits,
+            group_size: self.group_size,
+            mode: self.mode,
         }
-        _ => return Err(Usage::failure("affine mode needs --bits and --group-size")),
-    };
-    // A global scale (nvfp4) is found beside each weight that has one.
-    let params = QuantParams {
-        bits,
-        group_size,
-        mode,
-        global_scale: false,
-    };
-    params.validate().map_err(Usage::failure)?;
-    Ok(Some(QuantConfig::uniform(params)))
+    }
 }
 
 /// Dequantizes IN into an atomic save of OUT.
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
-    if let Some(dtype) = args.dtype.filter(|&d| !DequantizeOptions::accepts_dtype(d)) {
-        return Err(Usage::failure(format_args!(
-            "--dtype {dtype}: dequantized weights are written as a float dtype of whole bytes (F32, F16, BF16, F64, F8_E4M3, ...)"
-        )));
-    }
-    let mlx = given_params(&args)?;
-    let input = inout::open(&args.io.input, &args.io.read_options())?;
-    let inputs = input.files().into_iter().chain(args.config.as_deref());
-    super::refuse_input_as_output(&args.io.output, inputs)?;
-    let tensors = input.tensors();
-    let metadata = input.metadata()?;
-    let opts = DequantizeOptions::default()
-        .with_mlx(mlx)
-        .with_dtype(args.dtype)
-        .with_write(args.io.write_options());
-    let (plan, summary) = dequantize_plan(&tensors, metadata.as_ref(), &opts)?;
-    let written = inout::write(
-        &input,
-        &tensors,
-        &plan,
-        &args.io.output,
-        args.io.max_shard_size,
-        &opts.write,
-        "dequantize",
-    )?;
-    let bytes = written.bytes;
+    let bar = Bar::bytes_when_told("dequantize", |message| super::warn(message));
+    let report = dequantize(&args.request(), &bar)?;
+    drop(bar);
     if args.io.json {
-        let weights: Vec<_> = summary
-            .dequantized
-            .iter()
-            .map(|(name, scheme, dtype)| {
-                json!({"name": name, "from": scheme.describe(), "dtype": dtype.name()})
-            })
-            .collect();
-        out(json!({
-            "input": args.io.input,
-            "output": args.io.output,
-            "dequantized": weights,
-            "tensors": summary.tensors,
-            "bytes": bytes,
-        }));
+        super::out_json(&report)?;
     } else {
-        out(format_args!(
-            "{}: {} weights dequantized, {} tensors, {bytes} bytes",
-            args.io.output.display(),
-            summary.dequantized.len(),
-            summary.tensors
-        ));
-        for (name, scheme, dtype) in &summary.dequantized {
-            out(format_args!("  {name}: {} -> {dtype}", scheme.describe()));
-        }
+        text(&report);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The report as text: a line, then each weight dequantized.
+fn text(r: &DequantizeReport) {
+    out(format_args!(
+        "{}: {} weights dequantized, {} tensors, {} bytes",
+        r.output.display(),
+        r.dequantized.len(),
+        r.tensors,
+        r.bytes,
+    ));
+    for w in &r.dequantized {
+        out(format_args!("  {}: {} -> {}", w.name, w.from, w.dtype));
+    }
 }

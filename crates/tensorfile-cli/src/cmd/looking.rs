@@ -43,23 +43,3 @@ pub fn comparison(
         }
     }
 }
-
-/// The `quantization` of the config.json of `input`'s model: in it when it
-/// is a directory, beside it when it is a file or an index.
-pub fn beside_config(input: &Path) -> Result<Option<tensorfile::quant::QuantConfig>, Failure> {
-    let dir = if input.is_dir() {
-        input
-    } else {
-        match input.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d,
-            _ => Path::new("."),
-        }
-    };
-    let path = dir.join(tensorfile::model::CONFIG_NAME);
-    if !path.is_file() {
-        return Ok(None);
-    }
-    let config = tensorfile::model::read_config(&path)?;
-    tensorfile::quant::QuantConfig::from_config(&config)
-        .map_err(|e| format!("{}: {e}", path.display()).into())
-}

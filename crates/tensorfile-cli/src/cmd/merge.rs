@@ -4,11 +4,10 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use serde_json::json;
-use tensorfile::set::merge;
-use tensorfile::WriteOptions;
+use tensorfile::ops::merge::{merge, MergeRequest};
 
 use super::{out, Failure};
+use crate::progress::Bar;
 
 /// Arguments of `merge`.
 #[derive(clap::Args)]
@@ -34,31 +33,32 @@ impl Args {
     }
 }
 
+impl Args {
+    /// The operation's request.
+    pub fn request(&self) -> MergeRequest {
+        MergeRequest {
+            input: self.input.clone(),
+            output: self.output.clone(),
+            sync: !self.no_sync,
+            timeout: super::remote::timeout_seconds(),
+        }
+    }
+}
+
 /// Validates the set, then streams every tensor into OUT.
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
-    super::safetensors_input(&args.input)?;
-    // Read, not mapped: a file truncated underneath is an error, not a signal.
-    let source = super::remote::open_set(&args.input, &tensorfile::ReadOptions::default())?;
-    let options = WriteOptions::default().with_sync(!args.no_sync);
-    let bar = crate::progress::Bar::bytes(source.data_len(), "merge");
-    let result = merge(&source, &args.output, &options, &bar);
+    let bar = Bar::bytes_when_told("merge", |message| super::warn(message));
+    let report = merge(&args.request(), &bar)?;
     drop(bar);
-    result?;
     if args.json {
-        out(json!({
-            "input": args.input,
-            "output": args.output,
-            "shards": source.shards().len(),
-            "tensors": source.len(),
-            "data_bytes": source.data_len(),
-        }));
+        super::out_json(&report)?;
     } else {
         out(format_args!(
             "{}: {} tensors from {} shards, {} data bytes",
-            args.output.display(),
-            source.len(),
-            source.shards().len(),
-            source.data_len()
+            report.output.display(),
+            report.tensors,
+            report.shards,
+            report.data_bytes
         ));
     }
     Ok(ExitCode::SUCCESS)

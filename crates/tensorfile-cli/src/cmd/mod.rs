@@ -16,17 +16,14 @@ pub mod diff;
 pub mod fetch;
 pub mod gguf;
 pub mod hash;
-pub mod inout;
 pub mod inspect;
 pub mod looking;
-pub mod losses;
 pub mod merge;
 pub mod npz;
 pub mod quantize;
 pub mod quantized;
 pub mod remote;
 pub mod rewrite;
-pub mod set;
 pub mod shard;
 pub mod size;
 pub mod stats;
@@ -69,29 +66,18 @@ impl FileArgs {
         (Some(&self.input), self.json)
     }
 
-    /// How IN is read.
-    pub fn read_options(&self) -> tensorfile::ReadOptions {
-        tensorfile::ReadOptions::default().max_header_len(self.max_header_len)
+    /// IN, OUT and how, as an operation's request takes them (remote
+    /// reads within the command's `--timeout`).
+    pub fn in_out(&self) -> tensorfile::transform::InOut {
+        tensorfile::transform::InOut {
+            input: self.input.clone(),
+            output: self.output.clone(),
+            max_shard_size: self.max_shard_size,
+            max_header_len: self.max_header_len,
+            sync: !self.no_sync,
+            timeout: remote::timeout_seconds(),
+        }
     }
-
-    /// How OUT is written (canonical padding).
-    pub fn write_options(&self) -> tensorfile::WriteOptions {
-        tensorfile::WriteOptions::default()
-            .with_max_header_len(self.max_header_len)
-            .with_sync(!self.no_sync)
-    }
-}
-
-/// Refuses to write OUT when it is one of the inputs (the same file by
-/// device and inode, whatever its name): exit 1, naming both. Commands
-/// that write call it before reading; an in-place canonical rewrite of a
-/// safetensors file (`rewrite F F`, `convert F F` without `--dtype`) is
-/// the one case allowed.
-pub fn refuse_input_as_output<P: AsRef<Path>>(
-    output: &Path,
-    inputs: impl IntoIterator<Item = P>,
-) -> Result<(), Failure> {
-    Ok(tensorfile_core::atomic::check_not_input(output, inputs)?)
 }
 
 /// Prints the per-dtype lines of a summary (`dtypes:`, then one line per
@@ -118,17 +104,6 @@ pub fn not_safetensors(path: &std::path::Path, kind: tensorfile::InputKind) -> S
         "{}: this is {kind}, not safetensors; `tensorfile convert` turns it into safetensors",
         path.display()
     )
-}
-
-/// Refuses an input that is not a safetensors file or set (exit 1, with
-/// what it is and what to do instead); returns which of the two it is.
-pub fn safetensors_input(path: &std::path::Path) -> Result<tensorfile::InputKind, Failure> {
-    let kind = input_kind(path)?;
-    if kind.is_safetensors() {
-        Ok(kind)
-    } else {
-        Err(not_safetensors(path, kind).into())
-    }
 }
 
 /// A failure that ends a command: exit status 2 for a [`Usage`] error, else 1.
@@ -310,9 +285,12 @@ pub fn escape_text(text: &str) -> Cow<'_, str> {
     Cow::Owned(escaped)
 }
 
-/// A name from a file in double quotes, escaped for a terminal.
-pub fn quoted(name: &str) -> String {
-    format!("\"{}\"", escape_text(name))
+/// Prints a report as one line of JSON (the command's `--json`).
+pub fn out_json(report: &impl serde::Serialize) -> Result<(), Failure> {
+    let text =
+        serde_json::to_string(report).map_err(|e| format!("cannot print the report: {e}"))?;
+    out(text);
+    Ok(())
 }
 
 /// Prints a warning line on stderr (`tensorfile: warning: ...`), escaped.

@@ -5,11 +5,11 @@
 
 use std::process::ExitCode;
 
-use serde_json::json;
-use tensorfile::quant::{quantize_plan, Glob, QuantizeOptions, Scheme, Selection};
+use tensorfile::ops::quantize::{quantize, QuantizeReport, QuantizeRequest};
+use tensorfile::quant::Scheme;
 
-use super::inout;
-use super::{out, Failure, Usage};
+use super::{out, Failure};
+use crate::progress::Bar;
 
 /// Arguments of `quantize`.
 #[derive(clap::Args)]
@@ -57,63 +57,47 @@ impl Args {
     }
 }
 
-/// Quantizes IN into an atomic save of OUT.
-pub fn run(args: Args) -> Result<ExitCode, Failure> {
-    let mut scheme =
-        Scheme::parse(&args.scheme, args.bits, args.group_size).map_err(Usage::failure)?;
-    if args.global_scale {
-        scheme = scheme.with_global_scale().map_err(Usage::failure)?;
-    }
-    let input = inout::open(&args.io.input, &args.io.read_options())?;
-    super::refuse_input_as_output(&args.io.output, input.files())?;
-    let opts = QuantizeOptions::new(scheme)
-        .with_selection(Selection {
-            include: args.include.iter().map(Glob::new).collect(),
-            exclude: args.exclude.iter().map(Glob::new).collect(),
-        })
-        .with_write(args.io.write_options());
-    let mut tensors = input.tensors();
-    tensors.sort_unstable_by(|a, b| a.info().name.cmp(b.info().name));
-    let metadata = input.metadata()?;
-    let (plan, summary) = quantize_plan(&tensors, metadata.as_ref(), &opts)?;
-    let mut written = inout::write(
-        &input,
-        &tensors,
-        &plan,
-        &args.io.output,
-        args.io.max_shard_size,
-        &opts.write,
-        "quantize",
-    )?;
-    args.embed.apply(&mut written, &opts.write)?;
-    let bytes = written.bytes;
-    if args.io.json {
-        out(json!({
-            "input": args.io.input,
-            "output": args.io.output,
-            "files": written.files,
-            "index": written.index,
-            "scheme": scheme.name(),
-            "group_size": scheme.group_size(),
-            "bits": scheme.bits(),
-            "mode": scheme.mode().map(|m| m.name()),
-            "global_scale": scheme.global_scale(),
-            "quantized": summary.quantized,
-            "tensors": summary.tensors,
-            "metadata": summary.metadata,
-            "bytes": bytes,
-        }));
-    } else {
-        out(format_args!(
-            "{}: {} weights quantized ({}), {} tensors, {bytes} bytes",
-            args.io.output.display(),
-            summary.quantized.len(),
-            scheme.summary(),
-            summary.tensors
-        ));
-        for name in &summary.quantized {
-            out(format_args!("  {name}"));
+impl Args {
+    /// The operation's request.
+    pub fn request(&self) -> QuantizeRequest {
+        QuantizeRequest {
+            files: self.io.in_out(),
+            scheme: self.scheme.clone(),
+            bits: self.bits,
+            group_size: self.group_size,
+            global_scale: self.global_scale,
+            include: self.include.clone(),
+            exclude: self.exclude.clone(),
+            embed_hash: self.embed.embed_hash,
         }
     }
+}
+
+/// Quantizes IN into an atomic save of OUT.
+pub fn run(args: Args) -> Result<ExitCode, Failure> {
+    let request = args.request();
+    let bar = Bar::bytes_when_told("quantize", |message| super::warn(message));
+    let report = quantize(&request, &bar)?;
+    drop(bar);
+    if args.io.json {
+        super::out_json(&report)?;
+    } else {
+        text(&report, &request.scheme()?);
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The report as text: a line, then the weights quantized.
+fn text(r: &QuantizeReport, scheme: &Scheme) {
+    out(format_args!(
+        "{}: {} weights quantized ({}), {} tensors, {} bytes",
+        r.output.display(),
+        r.quantized.len(),
+        scheme.summary(),
+        r.tensors,
+        r.bytes,
+    ));
+    for name in &r.quantized {
+        out(format_args!("  {name}"));
+    }
 }

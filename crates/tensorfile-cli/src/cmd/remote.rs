@@ -2,15 +2,11 @@
 //! reads a safetensors file or set, through `tensorfile-remote` (only
 //! headers are read until tensors are asked for).
 
-use std::path::Path;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use tensorfile::{ByteSource, OpenOptions, ReadOptions, SafeTensors};
-use tensorfile_core::ShardedTensors;
+use tensorfile::{OpenOptions, ReadOptions};
 use tensorfile_remote::{Client, RemoteOptions};
-
-pub use tensorfile_remote::url_of as url;
 
 /// The options of every command's remote reads (global: given before or
 /// after the command's name).
@@ -62,6 +58,11 @@ pub fn options() -> RemoteOptions {
     RemoteOptions::default().with_time_budget(TIMEOUT.get().copied().flatten())
 }
 
+/// The `--timeout` deadline in seconds, for an operation's request.
+pub fn timeout_seconds() -> Option<f64> {
+    TIMEOUT.get().copied().flatten().map(|d| d.as_secs_f64())
+}
+
 /// The client every remote read of a command goes through (one pool of
 /// connections, one bound on requests in flight, one deadline).
 pub fn client() -> Arc<Client> {
@@ -77,19 +78,4 @@ pub fn open_options(read: &ReadOptions) -> OpenOptions {
         .with_read(read.clone())
         .with_map(false)
         .with_client(client())
-}
-
-/// Opens a safetensors file or set, local or remote (headers only), through
-/// the library's way in.
-pub fn open_set(path: &Path, read: &ReadOptions) -> tensorfile::Result<ShardedTensors> {
-    tensorfile::open_set(path, &open_options(read))
-}
-
-/// Opens one remote safetensors file through the library's way in: its
-/// header (one request when it fits in 64 KiB) and metadata whole.
-pub fn single_file(
-    url: &str,
-    read: &ReadOptions,
-) -> tensorfile::Result<SafeTensors<Box<dyn ByteSource>>> {
-    tensorfile::probe(url)?.open_file(&open_options(read))
 }

@@ -2,12 +2,11 @@
 
 use std::process::ExitCode;
 
-use serde_json::json;
-use tensorfile::cast::{convert_plan, CastOptions};
+use tensorfile::ops::rewrite::{rewrite, RewriteRequest};
 use tensorfile_core::Align;
 
-use super::inout;
 use super::{out, Failure};
+use crate::progress::Bar;
 
 /// Arguments of `rewrite`.
 #[derive(clap::Args)]
@@ -36,44 +35,32 @@ fn parse_align(s: &str) -> Result<Align, String> {
         .ok_or_else(|| format!("`{s}` is not an alignment; expected 8, 64 or 4096"))
 }
 
+impl Args {
+    /// The operation's request.
+    pub fn request(&self) -> RewriteRequest {
+        RewriteRequest {
+            files: self.io.in_out(),
+            align: self.align.bytes(),
+            embed_hash: self.embed.embed_hash,
+        }
+    }
+}
+
 /// Reads IN (a file or a set; positional reads: a file truncated
 /// underneath is an error, not a signal) and copies its tensors into an
 /// atomic save of OUT.
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
-    let read = args.io.read_options();
-    let input = inout::open(&args.io.input, &read)?;
-    let options = args.io.write_options().with_align(args.align);
-    // OUT may be IN (the in-place canonical rewrite): the save renames a
-    // new inode over the name, and IN's open file keeps reading the old one.
-    let tensors = input.tensors();
-    let metadata = input.metadata()?;
-    let (plan, summary) = convert_plan(&tensors, metadata.as_ref(), None, CastOptions::default())?;
-    let mut written = inout::write(
-        &input,
-        &tensors,
-        &plan,
-        &args.io.output,
-        args.io.max_shard_size,
-        &options,
-        "rewrite",
-    )?;
-    args.embed.apply(&mut written, &options)?;
+    let bar = Bar::bytes_when_told("rewrite", |message| super::warn(message));
+    let report = rewrite(&args.request(), &bar)?;
+    drop(bar);
     if args.io.json {
-        out(json!({
-            "input": args.io.input,
-            "output": args.io.output,
-            "files": written.files,
-            "index": written.index,
-            "tensors": summary.tensors,
-            "bytes": written.bytes,
-            "align": args.align.bytes(),
-        }));
+        super::out_json(&report)?;
     } else {
         out(format_args!(
             "{}: {} tensors, {} bytes",
-            args.io.output.display(),
-            summary.tensors,
-            written.bytes
+            report.output.display(),
+            report.tensors,
+            report.bytes
         ));
     }
     Ok(ExitCode::SUCCESS)

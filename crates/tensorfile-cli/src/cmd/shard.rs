@@ -5,11 +5,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use super::size::parse_size;
-use serde_json::json;
-use tensorfile::set::{split, SplitOptions};
-use tensorfile::WriteOptions;
+use tensorfile::ops::shard::{shard, ShardRequest};
 
 use super::{out, Failure};
+use crate::progress::Bar;
 
 /// Arguments of `shard`.
 #[derive(clap::Args)]
@@ -52,36 +51,39 @@ fn parse_prefix(s: &str) -> Result<String, String> {
     }
 }
 
+impl Args {
+    /// The operation's request.
+    pub fn request(&self) -> ShardRequest {
+        ShardRequest {
+            input: self.input.clone(),
+            out_dir: self.out_dir.clone(),
+            max_shard_size: self.max_shard_size,
+            prefix: self.prefix.clone(),
+            sync: !self.no_sync,
+            timeout: super::remote::timeout_seconds(),
+        }
+    }
+}
+
 /// Splits IN into OUTDIR.
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
-    super::safetensors_input(&args.input)?;
-    // Read, not mapped: a file truncated underneath is an error, not a signal.
-    let source = super::remote::open_set(&args.input, &tensorfile::ReadOptions::default())?;
-    let options = SplitOptions::new(args.max_shard_size, args.prefix)
-        .with_write(WriteOptions::default().with_sync(!args.no_sync));
-    let bar = crate::progress::Bar::bytes(source.data_len(), "shard");
-    let summary = split(&source, &args.out_dir, &options, &bar);
+    let bar = Bar::bytes_when_told("shard", |message| super::warn(message));
+    let report = shard(&args.request(), &bar)?;
     drop(bar);
-    let summary = summary?;
     if args.json {
-        out(json!({
-            "input": args.input,
-            "files": summary.files,
-            "index": summary.index,
-            "total_size": summary.total_size,
-        }));
+        super::out_json(&report)?;
     } else {
-        for file in &summary.files {
+        for file in &report.files {
             out(file.display());
         }
-        if let Some(index) = &summary.index {
+        if let Some(index) = &report.index {
             out(index.display());
         }
         out(format_args!(
             "{} shards, {} tensors, {} data bytes",
-            summary.files.len(),
-            source.len(),
-            summary.total_size
+            report.files.len(),
+            report.tensors,
+            report.total_size
         ));
     }
     Ok(ExitCode::SUCCESS)

@@ -3,10 +3,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use serde_json::json;
-use tensorfile::InputKind as Kind;
-use tensorfile::ReadOptions;
-use tensorfile_core::read_header_from_path;
+use tensorfile::ops::validate::{validate, ValidateReport, ValidateRequest};
 
 use super::{out, Failure};
 
@@ -33,22 +30,8 @@ impl Args {
     }
 }
 
-/// The header of a file, local or remote (one request when it fits in 64
-/// KiB): only the header is read; rule 5 is checked against the length.
-fn header_of(
-    path: &std::path::Path,
-    url: Option<&str>,
-    options: &ReadOptions,
-) -> tensorfile::Result<tensorfile::Header> {
-    match url {
-        Some(u) => Ok(super::remote::single_file(u, options)?.header().clone()),
-        None => Ok(read_header_from_path(path, options)?),
-    }
-}
-
 /// Checks each file; exit 1 when any is invalid or unreadable.
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
-    let options = ReadOptions::default().max_header_len(args.max_header_len);
     let mut all_valid = true;
     // Many files (every shard of a checkpoint, say) take a while: a bar
     // over the inputs. A set's shard headers are read concurrently, as one
@@ -59,58 +42,40 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     };
     for path in &args.files {
         bar.inc(1);
-        let url = super::remote::url(path);
-        let kind = tensorfile::probe(path).map(|p| p.kind());
-        // A model directory or a sharded checkpoint's index: see `set`.
-        if matches!(kind, Ok(Kind::SafetensorsSet)) {
-            all_valid &= bar.suspend(|| super::set::validate(path, &options, args.json));
-            continue;
-        }
-        if matches!(kind, Ok(Kind::Gguf)) {
-            all_valid &= bar.suspend(|| super::gguf::validate(path, args.json));
-            continue;
-        }
-        let name = path.display();
-        // Only the header is read: rule 5 is checked against the file's length.
-        let (error, rule, warnings): (Option<String>, Option<u8>, Vec<String>) = match kind {
-            Ok(Kind::Safetensors) => match header_of(path, url, &options) {
-                Ok(header) => (None, None, header.warnings().to_vec()),
-                Err(err) => {
-                    let detail: &(dyn std::error::Error + 'static) = match err.core() {
-                        Some(core) => core,
-                        None => err.detail(),
-                    };
-                    let text = super::one_line(detail);
-                    (Some(text), err.rule(), Vec::new())
-                }
-            },
-            Ok(other) => (Some(super::not_safetensors(path, other)), None, Vec::new()),
-            Err(err) => (Some(super::one_line(&err)), None, Vec::new()),
+        let request = ValidateRequest {
+            path: path.clone(),
+            max_header_len: args.max_header_len,
+            timeout: super::remote::timeout_seconds(),
         };
-        all_valid &= error.is_none();
-        bar.suspend(|| {
-            if args.json {
-                out(json!({
-                    "file": path,
-                    "valid": error.is_none(),
-                    "rule": rule,
-                    "error": error,
-                    "warnings": warnings,
-                }));
-            } else {
-                match &error {
-                    None => out(format_args!("{name}: ok")),
-                    Some(err) => out(format_args!("{name}: invalid: {err}")),
-                }
-                for warning in &warnings {
-                    out(format_args!("{name}: warning: {warning}"));
-                }
-            }
-        });
+        let mut report = validate(&request, &())?;
+        all_valid &= report.valid;
+        // Errors quote the file's bytes: made printable here, as every
+        // line of the command is.
+        report.error = report.error.map(|e| super::escape_text(&e).into_owned());
+        bar.suspend(|| print(&report, args.json))?;
     }
     Ok(if all_valid {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
     })
+}
+
+/// Prints a verdict: one line (and one per warning), or one JSON object.
+fn print(r: &ValidateReport, json: bool) -> Result<(), Failure> {
+    if json {
+        return super::out_json(r);
+    }
+    let name = r.file.display();
+    match (&r.error, r.shards, r.tensors, r.data_bytes) {
+        (Some(err), ..) => out(format_args!("{name}: invalid: {err}")),
+        (None, Some(shards), Some(tensors), Some(bytes)) => out(format_args!(
+            "{name}: ok ({shards} shards, {tensors} tensors, {bytes} data bytes)"
+        )),
+        (None, ..) => out(format_args!("{name}: ok")),
+    }
+    for warning in &r.warnings {
+        out(format_args!("{name}: warning: {warning}"));
+    }
+    Ok(())
 }

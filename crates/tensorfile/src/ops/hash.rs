@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::looking::one_line;
+use super::one_line;
 use crate::digest::{
     data_start, dir_files, file_digests, tensor_digests, DirFile, FileDigest, Manifest,
     Sha256Digest, GIT_PATHS,

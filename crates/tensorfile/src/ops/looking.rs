@@ -119,19 +119,3 @@ pub(crate) fn refs<'t>(
 ) -> Vec<&'t dyn TensorData<crate::Error>> {
     boxes.iter().map(|b| b.as_ref()).collect()
 }
-
-/// An error and its causes on one line (each cause once), as the
-/// commands' messages say them; a front end makes it safe to print.
-pub fn one_line(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut line = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        let text = cause.to_string();
-        if !line.contains(&text) {
-            line.push_str(": ");
-            line.push_str(&text);
-        }
-        source = cause.source();
-    }
-    line
-}

@@ -18,6 +18,8 @@
 //! print its report (as text, JSON or a dict).
 
 pub mod check;
+pub mod convert;
+pub mod dequantize;
 pub mod diff;
 #[cfg(feature = "remote")]
 pub mod fetch;
@@ -25,7 +27,27 @@ pub mod fetch;
 pub mod hash;
 pub mod inspect;
 mod looking;
-pub use looking::one_line;
+pub mod merge;
+pub mod quantize;
+pub mod rewrite;
+pub mod shard;
 pub mod stats;
+pub mod validate;
 #[cfg(feature = "digest")]
 pub mod verify;
+
+/// An error and its causes on one line (each cause once), as verdicts and
+/// the commands' messages say them; a front end makes it safe to print.
+pub fn one_line(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut line = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !line.contains(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+        source = cause.source();
+    }
+    line
+}

@@ -1,6 +1,6 @@
 //! PyTorch checkpoints: the `tensorfile-pytorch` loader (re-exported here
 //! whole), and their conversion to safetensors, single files
-//! ([`convert()`]) and sharded `.bin` sets ([`CheckpointSet`],
+//! ([`convert_file`]) and sharded `.bin` sets ([`CheckpointSet`],
 //! [`convert_set`]).
 //!
 //! A conversion is a [`Plan`] like any other: the loader says which tensors
@@ -12,8 +12,8 @@
 //! time; so memory stays at a few pieces per worker whatever the model.
 //!
 //! ```no_run
-//! use tensorfile::pytorch::{convert, ConvertOptions};
-//! let report = convert("pytorch_model.bin", "model.safetensors", &ConvertOptions::default(), &())?;
+//! use tensorfile::pytorch::{convert_file, ConvertOptions};
+//! let report = convert_file("pytorch_model.bin", "model.safetensors", &ConvertOptions::default(), &())?;
 //! println!("{} tensors, {} aliases", report.tensors, report.aliases);
 //! # Ok::<(), tensorfile::Error>(())
 //! ```
@@ -79,7 +79,7 @@ impl ConvertOptions {
 
 /// What a conversion writes.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConvertReport {
+pub struct CheckpointReport {
     /// Tensors written with their own bytes.
     pub tensors: usize,
     /// Names recorded as aliases of a written tensor.
@@ -89,7 +89,7 @@ pub struct ConvertReport {
     /// Tensors cast to `dtype`.
     pub cast: usize,
     /// The running loss count of each cast tensor, filled in as the plan
-    /// runs: read [`ConvertReport::losses`] after writing.
+    /// runs: read [`CheckpointReport::losses`] after writing.
     pub tallies: Vec<(String, cast::LossTally)>,
     /// Tensor bytes read from the checkpoint (before any cast).
     pub bytes: u64,
@@ -99,7 +99,7 @@ pub struct ConvertReport {
     pub metadata: Metadata,
 }
 
-impl ConvertReport {
+impl CheckpointReport {
     /// The tensors whose cast changed values beyond rounding, with how
     /// many (see [`cast::ConvertSummary::losses`]).
     pub fn losses(&self) -> Vec<(&str, cast::Losses)> {
@@ -117,7 +117,7 @@ impl ConvertReport {
 pub fn checkpoint_plan<'a>(
     ckpt: &'a Checkpoint,
     options: &ConvertOptions,
-) -> crate::Result<(Plan<'a, Error>, ConvertReport)> {
+) -> crate::Result<(Plan<'a, Error>, CheckpointReport)> {
     let conv = conversion(ckpt, &options.policy())?;
     plan_conversion(conv, options)
 }
@@ -126,8 +126,8 @@ pub fn checkpoint_plan<'a>(
 fn plan_conversion<'a>(
     conv: Conversion<'a>,
     options: &ConvertOptions,
-) -> crate::Result<(Plan<'a, Error>, ConvertReport)> {
-    let report = ConvertReport {
+) -> crate::Result<(Plan<'a, Error>, CheckpointReport)> {
+    let report = CheckpointReport {
         tensors: conv.tensors.len(),
         aliases: conv.aliases.len(),
         values: conv.values,
@@ -145,7 +145,7 @@ fn plan_conversion<'a>(
     )?;
     Ok((
         plan,
-        ConvertReport {
+        CheckpointReport {
             cast: summary.cast,
             tallies: summary.tallies,
             ..report
@@ -161,12 +161,12 @@ fn plan_conversion<'a>(
 /// # Errors
 /// The checkpoint is refused, a tensor cannot be read or cast, or writing
 /// fails.
-pub fn convert(
+pub fn convert_file(
     input: impl AsRef<Path>,
     output: impl AsRef<Path>,
     options: &ConvertOptions,
     progress: &dyn Progress,
-) -> crate::Result<ConvertReport> {
+) -> crate::Result<CheckpointReport> {
     let ckpt = Checkpoint::open_with(input, &options.load)?;
     convert_checkpoint(&ckpt, output, options, progress)
 }
@@ -174,13 +174,13 @@ pub fn convert(
 /// Converts a loaded checkpoint to `output` (`options.load` is not used).
 ///
 /// # Errors
-/// As [`convert()`].
+/// As [`convert_file`].
 pub fn convert_checkpoint(
     ckpt: &Checkpoint,
     output: impl AsRef<Path>,
     options: &ConvertOptions,
     progress: &dyn Progress,
-) -> crate::Result<ConvertReport> {
+) -> crate::Result<CheckpointReport> {
     let (plan, report) = checkpoint_plan(ckpt, options)?;
     save_plan(output, &plan, &options.write, progress)?;
     Ok(report)
