@@ -549,3 +549,57 @@ fn fetch_without_a_destination_fills_the_hugging_face_cache() {
         stderr(&o)
     );
 }
+
+/// Copies `from` into `to`, links as links.
+#[cfg(unix)]
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let (src, dst) = (e.path(), to.join(e.file_name()));
+        let t = e.file_type().unwrap();
+        if t.is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(&src).unwrap(), &dst).unwrap();
+        } else if t.is_dir() {
+            copy_tree(&src, &dst);
+        } else {
+            std::fs::copy(&src, &dst).unwrap();
+        }
+    }
+}
+
+/// A cache whose weights huggingface_hub put in its shared blob store
+/// (tests/fixtures/hf_shared_cache) reads offline through the store's
+/// links; without the store's marker, they are refused by name.
+#[cfg(unix)]
+#[test]
+fn the_shared_blob_store_reads_offline_and_needs_its_marker() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("hub");
+    copy_tree(&fixtures().join("hf_shared_cache"), &cache);
+    let offline = [
+        ("HF_ENDPOINT", "http://127.0.0.1:9"),
+        ("HF_HUB_CACHE", cache.to_str().unwrap()),
+        ("HF_HUB_OFFLINE", "1"),
+    ];
+    for repo in ["org/tiny", "org/tiny2"] {
+        let o = tensorfile(&["validate", &format!("hf://{repo}")], &offline);
+        assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+        let o = tensorfile(
+            &[
+                "inspect",
+                "--json",
+                &format!("hf://{repo}/model.safetensors"),
+            ],
+            &offline,
+        );
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    }
+    std::fs::remove_file(cache.join("blobs/.huggingface-shared-blobs")).unwrap();
+    let o = tensorfile(&["inspect", "hf://org/tiny2/model.safetensors"], &offline);
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    let e = stderr(&o);
+    assert!(e.contains("refused"), "{e}");
+    assert!(e.contains(".huggingface-shared-blobs"), "{e}");
+    assert!(e.contains("model.safetensors"), "{e}");
+}

@@ -1059,6 +1059,25 @@ fn cached_after_open(
     })
 }
 
+/// The Xet hash a Hub answer gives a file stored with Xet, when
+/// huggingface_hub would take it as one: `X-Xet-Hash`, with a token route
+/// (a `Link` of `rel="xet-auth"`, or `X-Xet-Refresh-Route`) beside it.
+fn xet_hash(remote: &RemoteFile) -> Option<String> {
+    let hash = remote.kept_header("x-xet-hash")?.trim();
+    let routed = remote.kept_header("x-xet-refresh-route").is_some()
+        || remote.kept_header("link").is_some_and(|l| {
+            l.split(',').any(|link| {
+                link.split(';').skip(1).any(|p| {
+                    p.split_once('=').is_some_and(|(k, v)| {
+                        k.trim().eq_ignore_ascii_case("rel")
+                            && v.trim().trim_matches('"') == "xet-auth"
+                    })
+                })
+            })
+        });
+    (routed && crate::hfcache::is_xet_hash(hash)).then(|| hash.to_string())
+}
+
 /// The blob name a Hub answer gives a file, as huggingface_hub makes it.
 fn blob_name(remote: &RemoteFile) -> Option<String> {
     remote
@@ -1338,6 +1357,26 @@ pub fn fetch_to_cache(
             }
             let blobs = repo_dir.join("blobs");
             std::fs::create_dir_all(&blobs).map_err(|e| tensorfile_core::Error::io(&blobs, e))?;
+            // A Xet file whose payload the shared store holds is linked
+            // to it, not fetched (as huggingface_hub does when no blob is
+            // there, a dangling link counting as none).
+            if let Some(xet) = xet_hash(&remote) {
+                if std::fs::metadata(&blob_path).is_err()
+                    && cache.link_from_shared_store(&repo, &blob, &xet, remote.len())
+                {
+                    files.push(FetchedFile {
+                        name: w.name.clone(),
+                        url: remote.name().to_string(),
+                        path,
+                        len: remote.len(),
+                        outcome: Outcome::UpToDate,
+                        sha256: w.sha256.clone(),
+                        header_checked: false,
+                    });
+                    locks.push(lock);
+                    continue;
+                }
+            }
             let mut job = prepare(w, remote, blob_path, options, progress)?;
             job.note_when_done = false;
             jobs.push(job);

@@ -5,8 +5,13 @@
 //! ```text
 //! $HF_HUB_CACHE (else $HF_HOME/hub, else ~/.cache/huggingface/hub)
 //! ├── .locks/models--ORG--NAME/HASH.lock      flock(2), as huggingface_hub's filelock
+//! ├── blobs/                                 the shared store (huggingface_hub 2.4, Xet files)
+//! │   ├── .huggingface-shared-blobs          its marker: a regular file holding "1\n"
+//! │   └── XX/XETHASH                         a payload (XX: XETHASH's first two digits),
+//! │       XETHASH.refs, XETHASH.lock         with its manifest of references and its lock
 //! └── models--ORG--NAME/                     (datasets--ORG--NAME/ for datasets)
-//!     ├── blobs/HASH                         a file's bytes, named by its LFS sha256 or git oid
+//!     ├── blobs/HASH                         a file's bytes, named by its LFS sha256 or git oid,
+//!     │                                      or a link ../../blobs/XX/XETHASH into the store
 //!     ├── refs/main                          the commit a branch or tag was at
 //!     └── snapshots/COMMIT/PATH -> ../../blobs/HASH
 //! ```
@@ -15,7 +20,11 @@
 //! only when it is a relative link that resolves, without leaving the
 //! repository's folder, to `blobs/HASH` (HASH 40 or 64 hex digits), a
 //! regular file; every directory on the way must be a directory, not a
-//! link. Anything else is refused with the link's path in the message.
+//! link. A repository's blob may itself be a link of a second kind, into
+//! the shared store: followed only when the store's marker is valid and
+//! the link is relative and resolves by name to `<cache>/blobs/XX/XETHASH`,
+//! a regular file (see [`HfCache::blob`]). Anything else is refused with
+//! the link's path in the message.
 //! `HF_HUB_OFFLINE=1` (or `TRANSFORMERS_OFFLINE=1`): reads come from the
 //! cache only.
 
@@ -45,19 +54,45 @@ pub struct Cached {
     pub file: File,
 }
 
+/// Whether the variable `n` is on, as huggingface_hub reads its flags
+/// (`1`, `ON`, `YES`, `TRUE`).
+fn env_on(n: &str) -> bool {
+    std::env::var(n).ok().is_some_and(|v| {
+        matches!(
+            v.trim().to_ascii_uppercase().as_str(),
+            "1" | "ON" | "YES" | "TRUE"
+        )
+    })
+}
+
 /// Whether `HF_HUB_OFFLINE` (or `TRANSFORMERS_OFFLINE`) is on, as
 /// huggingface_hub reads it (`1`, `ON`, `YES`, `TRUE`).
 pub fn offline() -> bool {
-    let on = |n: &str| {
-        std::env::var(n).ok().is_some_and(|v| {
-            matches!(
-                v.trim().to_ascii_uppercase().as_str(),
-                "1" | "ON" | "YES" | "TRUE"
-            )
-        })
-    };
-    on("HF_HUB_OFFLINE") || on("TRANSFORMERS_OFFLINE")
+    env_on("HF_HUB_OFFLINE") || env_on("TRANSFORMERS_OFFLINE")
 }
+
+/// Whether huggingface_hub would link a repository's blob into the shared
+/// store: none of `HF_HUB_DISABLE_SHARED_BLOBS`, `HF_HUB_DISABLE_XET` and
+/// `HF_HUB_DISABLE_SYMLINKS` is on (its `shared_blobs_enabled` and
+/// `are_symlinks_supported`). Reading a store that is there does not
+/// depend on it, as in huggingface_hub.
+pub fn shared_blobs_enabled() -> bool {
+    !env_on("HF_HUB_DISABLE_SHARED_BLOBS")
+        && !env_on("HF_HUB_DISABLE_XET")
+        && !env_on("HF_HUB_DISABLE_SYMLINKS")
+}
+
+/// Whether `s` names a payload of the shared store: a Xet file hash, 64
+/// lowercase hex digits (huggingface_hub accepts no other form).
+pub fn is_xet_hash(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// The shared store's folder in the cache root, the marker file in it and
+/// the marker's only accepted content (layout version 1).
+const STORE_DIR: &str = "blobs";
+const STORE_MARKER: &str = ".huggingface-shared-blobs";
+const STORE_MARKER_CONTENT: &[u8] = b"1\n";
 
 /// The error of a file asked for while offline that the cache lacks
 /// (`where_`: where it was looked for).
@@ -319,7 +354,9 @@ impl HfCache {
     }
 
     /// The blob `hash` of the repository, if it is there: a regular file
-    /// (not a link) in a `blobs/` that is a directory, opened.
+    /// (not a link) in a `blobs/` that is a directory, opened; or
+    /// huggingface_hub's link from there into the shared store, checked
+    /// (see the module), and the store's payload opened.
     ///
     /// # Errors
     /// The blob is there but is not a regular file, or cannot be opened.
@@ -343,6 +380,9 @@ impl HfCache {
             Err(_) => return Ok(None),
         };
         let shown = path.display().to_string();
+        if meta.file_type().is_symlink() {
+            return self.shared_payload(repo, &path);
+        }
         if !meta.is_file() {
             return Err(RemoteError::new(
                 shown,
@@ -353,6 +393,199 @@ impl HfCache {
             .map_err(|e| RemoteError::new(&shown, Problem::Cache(format!("cannot open: {e}"))))?;
         let len = file.metadata().map(|m| m.len()).unwrap_or(meta.len());
         Ok(Some((path, len, file)))
+    }
+
+    /// The shared blob store's folder, `<cache>/blobs`.
+    pub fn store_dir(&self) -> PathBuf {
+        self.root.join(STORE_DIR)
+    }
+
+    /// The store's payload of the Xet file hash `xet`:
+    /// `<cache>/blobs/XX/HASH`, XX its first two digits.
+    pub fn store_path(&self, xet: &str) -> PathBuf {
+        self.store_dir().join(&xet[..2.min(xet.len())]).join(xet)
+    }
+
+    /// Whether the cache has a shared blob store huggingface_hub would use:
+    /// `<cache>/blobs` a directory (not a link) holding the marker
+    /// `.huggingface-shared-blobs`, a regular file holding exactly `1\n`.
+    pub fn shared_store_marked(&self) -> bool {
+        let dir = self.store_dir();
+        if !matches!(std::fs::symlink_metadata(&dir), Ok(m) if m.is_dir()) {
+            return false;
+        }
+        let marker = dir.join(STORE_MARKER);
+        if !matches!(std::fs::symlink_metadata(&marker), Ok(m) if m.is_file()) {
+            return false;
+        }
+        let Ok(file) = open_no_follow(&marker) else {
+            return false;
+        };
+        let mut text = Vec::new();
+        // One byte more than the marker: a longer file is not the marker.
+        let limit = STORE_MARKER_CONTENT.len() as u64 + 1;
+        std::io::Read::read_to_end(&mut std::io::Read::take(&file, limit), &mut text).is_ok()
+            && text == STORE_MARKER_CONTENT
+    }
+
+    /// Where a repository blob that is a link (`link`, checked by the
+    /// caller to lie in the repository's real `blobs/` folder) leads, when
+    /// it is huggingface_hub's link into the shared store: relative, going
+    /// up and then down only, resolving by name to `<cache>/blobs/XX/HASH`
+    /// (HASH a Xet hash, XX its first two digits) in a store with a valid
+    /// marker, through directories that are not links, to a regular file.
+    /// `Ok(None)`: such a link whose payload is gone (not cached).
+    fn shared_payload(
+        &self,
+        repo: &Repo,
+        link: &Path,
+    ) -> Result<Option<(PathBuf, u64, File)>, RemoteError> {
+        let shown = link.display().to_string();
+        let refuse = |what: String| Err(RemoteError::new(&shown, Problem::Cache(what)));
+        let target = std::fs::read_link(link).map_err(|e| {
+            RemoteError::new(&shown, Problem::Cache(format!("cannot read the link: {e}")))
+        })?;
+        let shown_target = target.display().to_string();
+        if target.is_absolute() {
+            return refuse(format!(
+                "a blob linked to the absolute path {shown_target}: refused (only relative links into the shared store {}/ are followed)",
+                self.store_dir().display()
+            ));
+        }
+        // Resolved by name from the link's folder, `<cache>/FOLDER/blobs`:
+        // up first, then down, so that every folder passed is one checked.
+        let mut stack = vec![HfCache::folder_name(repo), "blobs".to_string()];
+        let mut down = false;
+        for c in target.components() {
+            match c {
+                Component::CurDir => {}
+                Component::ParentDir if !down => {
+                    if stack.pop().is_none() {
+                        return refuse(format!(
+                            "a blob linked to {shown_target}, outside the cache: refused"
+                        ));
+                    }
+                }
+                Component::Normal(n) => {
+                    down = true;
+                    stack.push(n.to_string_lossy().into_owned());
+                }
+                _ => return refuse(format!("a blob linked to {shown_target}: refused")),
+            }
+        }
+        let xet = match &stack[..] {
+            [store, prefix, xet]
+                if store == STORE_DIR && is_xet_hash(xet) && xet.starts_with(prefix.as_str()) && prefix.len() == 2 =>
+            {
+                xet.clone()
+            }
+            _ => {
+                return refuse(format!(
+                    "a blob linked to {shown_target}, not a payload of the shared store (blobs/XX/HASH of the cache): refused"
+                ))
+            }
+        };
+        if !self.shared_store_marked() {
+            return refuse(format!(
+                "a blob linked to {shown_target}, into a shared store without a valid {STORE_MARKER} marker: refused"
+            ));
+        }
+        let payload = self.store_path(&xet);
+        let prefix = payload.parent().unwrap_or(&self.root);
+        match std::fs::symlink_metadata(prefix) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => {
+                return refuse(format!(
+                    "a blob linked to {shown_target}, whose folder {} is not a directory (a link?): refused",
+                    prefix.display()
+                ))
+            }
+            Err(_) => return Ok(None),
+        }
+        let meta = match std::fs::symlink_metadata(&payload) {
+            Ok(m) => m,
+            Err(_) => return Ok(None),
+        };
+        if !meta.is_file() {
+            return refuse(format!(
+                "a blob linked to {shown_target}, a shared payload that is not a regular file (a link or a directory?): refused"
+            ));
+        }
+        let file = open_no_follow(&payload).map_err(|e| {
+            RemoteError::new(
+                payload.display().to_string(),
+                Problem::Cache(format!("cannot open: {e}")),
+            )
+        })?;
+        let len = file.metadata().map(|m| m.len()).unwrap_or(meta.len());
+        Ok(Some((payload, len, file)))
+    }
+
+    /// Makes the repository's blob `blob` a link to the shared store's
+    /// payload of the Xet hash `xet`, as huggingface_hub's
+    /// `try_link_from_shared_store` does when a download finds the payload
+    /// there: only when [`shared_blobs_enabled`], the store is marked, and
+    /// the payload is a regular, readable file of `len` bytes. Under the
+    /// payload's lock (`blobs/XX/HASH.lock`, `flock`), the link is made
+    /// under a temporary name, the reference (`FOLDER/blobs/BLOB`) appended
+    /// to the payload's manifest (`blobs/XX/HASH.refs`, flushed first, so
+    /// that huggingface_hub's garbage collection sees it), and the link
+    /// renamed into place. The caller holds the repository blob's own lock.
+    ///
+    /// huggingface_hub creates the store and its marker only when it
+    /// publishes a download made through Xet (never one over plain HTTP, as
+    /// tensorfile's are): so tensorfile never creates the store or the
+    /// marker and never moves a payload into it; it only links to what is
+    /// there. `false`: nothing was done (a miss), the blob is fetched.
+    pub fn link_from_shared_store(&self, repo: &Repo, blob: &str, xet: &str, len: u64) -> bool {
+        if !shared_blobs_enabled()
+            || !is_hash(blob)
+            || !is_xet_hash(xet)
+            || !self.shared_store_marked()
+        {
+            return false;
+        }
+        let payload = self.store_path(xet);
+        let prefix = self.store_dir().join(&xet[..2]);
+        if !matches!(std::fs::symlink_metadata(&prefix), Ok(m) if m.is_dir()) {
+            return false;
+        }
+        let folder = HfCache::folder_name(repo);
+        let blobs = self.root.join(&folder).join("blobs");
+        if !matches!(std::fs::symlink_metadata(&blobs), Ok(m) if m.is_dir())
+            || !self.dirs_are_dirs(&blobs.join(blob))
+        {
+            return false;
+        }
+        let Ok(lock) = open_shared_rw(&payload.with_file_name(format!("{xet}.lock")), false) else {
+            return false;
+        };
+        if lock.lock().is_err() {
+            return false;
+        }
+        let usable = matches!(std::fs::symlink_metadata(&payload), Ok(m) if m.is_file() && m.len() == len)
+            && open_no_follow(&payload).is_ok();
+        if !usable {
+            return false;
+        }
+        let tmp = blobs.join(format!(".{blob}.{}.shared", random_hex8()));
+        let target = Path::new("..")
+            .join("..")
+            .join(STORE_DIR)
+            .join(&xet[..2])
+            .join(xet);
+        let done = make_symlink(&target, &tmp).is_ok()
+            && append_reference(
+                &payload.with_file_name(format!("{xet}.refs")),
+                &format!("{folder}/blobs/{blob}"),
+            )
+            .is_ok()
+            && std::fs::rename(&tmp, blobs.join(blob)).is_ok();
+        if !done {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        drop(lock);
+        done
     }
 
     /// The files directly in `dir` (`""` or ending in `/`) of the cached
@@ -419,6 +652,67 @@ pub(crate) fn safe_relative(path: &str) -> Option<PathBuf> {
         out.push(part);
     }
     Some(out)
+}
+
+/// Opens (creating, mode 0666 as huggingface_hub makes them for every user
+/// of a shared cache) a lock or manifest of the shared store for writing,
+/// refusing a link in its last component and anything not a regular file.
+fn open_shared_rw(path: &Path, append: bool) -> std::io::Result<File> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true);
+    if append {
+        options.append(true);
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o666).custom_flags(libc::O_NOFOLLOW);
+    }
+    let file = options.open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        // The umask narrowed the mode; other users must take the lock too
+        // (best effort, as huggingface_hub's fchmod).
+        let _ = file.set_permissions(std::fs::Permissions::from_mode(0o666));
+    }
+    Ok(file)
+}
+
+/// Appends `reference` and a newline to a payload's manifest, flushed to
+/// disk before the link it names is made visible.
+fn append_reference(manifest: &Path, reference: &str) -> std::io::Result<()> {
+    let file = open_shared_rw(manifest, true)?;
+    std::io::Write::write_all(&mut &file, format!("{reference}\n").as_bytes())?;
+    file.sync_all()
+}
+
+/// Eight hex digits that differ between calls and processes, for a
+/// temporary name.
+fn random_hex8() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    if let Ok(t) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+        h.write_u128(t.as_nanos());
+    }
+    format!("{:08x}", h.finish() as u32)
+}
+
+#[cfg(unix)]
+fn make_symlink(target: &Path, at: &Path) -> std::io::Result<()> {
+    std::os::unix::fs::symlink(target, at)
+}
+
+#[cfg(windows)]
+fn make_symlink(target: &Path, at: &Path) -> std::io::Result<()> {
+    std::os::windows::fs::symlink_file(target, at)
 }
 
 /// Opens a file, refusing a link in its last component.

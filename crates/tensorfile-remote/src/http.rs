@@ -221,12 +221,17 @@ impl Meta {
 }
 
 /// Headers worth keeping from an answer.
-const KEPT: [&str; 5] = [
+const KEPT: [&str; 8] = [
     "x-linked-etag",
     "x-linked-size",
     "x-repo-commit",
     "x-amz-checksum-sha256",
     "x-amz-checksum-type",
+    // A Hub file stored with Xet: its hash names its payload in the
+    // Hugging Face cache's shared store.
+    "x-xet-hash",
+    "x-xet-refresh-route",
+    "link",
 ];
 
 /// One attempt's failure: worth another attempt (after at least the

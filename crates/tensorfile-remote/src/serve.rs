@@ -94,6 +94,8 @@ struct Object {
     bytes: Bytes,
     etag: String,
     sha256: Option<String>,
+    /// Its Xet hash, for a Hub file stored with Xet.
+    xet: Option<String>,
 }
 
 /// A Hub repository served under `/{repo}/resolve/{revision}/`.
@@ -216,6 +218,7 @@ impl Server {
                 bytes,
                 etag,
                 sha256,
+                xet: None,
             },
         );
     }
@@ -277,6 +280,17 @@ impl Server {
                 token: token.map(str::to_string),
             },
         );
+    }
+
+    /// Marks the Hub file `path` of `repo` at `revision` (served by
+    /// [`Server::hub_repo`]) as stored with Xet under the hash `xet`: its
+    /// answers carry `X-Xet-Hash` and a `Link` of `rel="xet-auth"`, as the
+    /// Hub's do (the Xet service itself is not served).
+    pub fn hub_xet(&self, repo: &str, revision: &str, path: &str, xet: &str) {
+        let key = format!("/{repo}/resolve/{revision}/{path}");
+        if let Some(o) = self.shared.lock().objects.get_mut(&key) {
+            o.xet = Some(xet.to_string());
+        }
     }
 
     /// How many entries a page of the Hub's tree holds (default 1000).
@@ -615,9 +629,19 @@ fn answer(
     let Some(object) = object else {
         return send(out, 404, &extra, Body::None, head);
     };
-    // The Hub names the commit it answers from.
+    // The Hub names the commit it answers from, and a Xet file's hash.
     if let Some(h) = &hub {
         extra.push(("X-Repo-Commit".into(), h.commit.clone()));
+        if let (Some(xet), true) = (&object.xet, port == shared.ports.0) {
+            extra.push(("X-Xet-Hash".into(), xet.clone()));
+            extra.push((
+                "Link".into(),
+                format!(
+                    "<http://127.0.0.1:{}/api/xet-read-token>; rel=\"xet-auth\"",
+                    shared.ports.0
+                ),
+            ));
+        }
     }
     // Hub weights are redirected to the CDN, as the Hub does for LFS files.
     if hub.is_some() && port == shared.ports.0 && request.target.ends_with(".safetensors") {

@@ -4,7 +4,9 @@
 //! that is there and never fill it; `fetch` to a destination hard-links
 //! from it; `HF_HUB_OFFLINE=1` reads it without a request and names the
 //! variable for what it lacks; snapshot links that leave the repository's
-//! blobs are refused by name.
+//! blobs are refused by name; huggingface_hub's shared blob store
+//! (`<cache>/blobs/XX/XETHASH`, repository blobs linking into it) is read
+//! through checked links and linked to by fetches, never created.
 //!
 //! A test binary of its own: it sets the process's environment (the cache,
 //! the endpoint, offline), so its tests take turns.
@@ -39,6 +41,13 @@ fn env(server: &Server, cache: &Path, offline: bool) {
     std::env::remove_var("HF_TOKEN");
     std::env::remove_var("HF_HOME");
     std::env::remove_var("TRANSFORMERS_OFFLINE");
+    for flag in [
+        "HF_HUB_DISABLE_SHARED_BLOBS",
+        "HF_HUB_DISABLE_XET",
+        "HF_HUB_DISABLE_SYMLINKS",
+    ] {
+        std::env::remove_var(flag);
+    }
     if offline {
         std::env::set_var("HF_HUB_OFFLINE", "1");
     } else {
@@ -495,6 +504,644 @@ fn the_committed_huggingface_hub_cache_reads_offline() {
         assert!(matches!(f.outcome, Outcome::FromCache { .. }), "{f:?}");
         let bytes = std::fs::read(&f.path).unwrap();
         assert_eq!(sha256(&bytes), files[&f.name]["sha256"].as_str().unwrap());
+    }
+    assert!(server.log().is_empty());
+    env(&server, &fixture, false);
+}
+
+/// A stand-in Xet hash of `bytes` (tensorfile never computes one: it takes
+/// the Hub's `X-Xet-Hash` and checks the payload's length, as
+/// huggingface_hub does).
+fn stand_in_xet(bytes: &[u8]) -> String {
+    sha256(&[b"xet:".as_slice(), bytes].concat())
+}
+
+/// Marks `cache`'s shared store as huggingface_hub does (`blobs/` holding
+/// `.huggingface-shared-blobs` with `1\n`).
+fn mark_store(cache: &Path) {
+    std::fs::create_dir_all(cache.join("blobs")).unwrap();
+    std::fs::write(cache.join("blobs/.huggingface-shared-blobs"), "1\n").unwrap();
+}
+
+/// Puts `bytes` in the shared store as the payload of `xet`.
+fn put_payload(cache: &Path, xet: &str, bytes: &[u8]) -> PathBuf {
+    let dir = cache.join("blobs").join(&xet[..2]);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join(xet), bytes).unwrap();
+    dir.join(xet)
+}
+
+/// `../../blobs/XX/XET`: a repository blob's link to a payload.
+fn store_link(xet: &str) -> PathBuf {
+    PathBuf::from(format!("../../blobs/{}/{xet}", &xet[..2]))
+}
+
+#[cfg(unix)]
+fn inode(path: &Path) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).unwrap();
+    (m.dev(), m.ino())
+}
+
+/// Offline reads through huggingface_hub's links into the shared store:
+/// the good one is followed (and a fetch hard-links its payload); a link
+/// with no valid marker, an absolute one, one leaving the store or the
+/// cache, one to a misnamed payload, to a link, to a directory, or through
+/// a linked folder, is refused by name.
+#[cfg(unix)]
+#[test]
+fn shared_store_links_are_checked() {
+    use std::os::unix::fs::symlink;
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let server = Server::start().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("hub");
+    env(&server, &cache, true);
+    let client = common::client();
+    let commit = "0123456789abcdef0123456789abcdef01234567";
+    let repo_dir = cache.join("models--org--shared");
+    let snapshot = repo_dir.join("snapshots").join(commit);
+    std::fs::create_dir_all(&snapshot).unwrap();
+    std::fs::create_dir_all(repo_dir.join("refs")).unwrap();
+    std::fs::create_dir_all(repo_dir.join("blobs")).unwrap();
+    std::fs::write(repo_dir.join("refs/main"), commit).unwrap();
+    mark_store(&cache);
+    let secret = safetensors(16, 1);
+    let outside = tmp.path().join("outside.safetensors");
+    std::fs::write(&outside, &secret).unwrap();
+    let good = safetensors(16, 2);
+    let good_xet = stand_in_xet(&good);
+    let payload = put_payload(&cache, &good_xet, &good);
+    // Each snapshot entry links to a blob of its own, which links on.
+    let mut n = 0u8;
+    let mut entry = |name: &str, target: &Path| {
+        n += 1;
+        let blob = format!("{n:02x}").repeat(32);
+        symlink(target, repo_dir.join("blobs").join(&blob)).unwrap();
+        symlink(format!("../../blobs/{blob}"), snapshot.join(name)).unwrap();
+    };
+    entry("good.safetensors", &store_link(&good_xet));
+    // A fetch to a destination hard-links the payload itself (before the
+    // bad entries: a fetch looks at its neighbours too).
+    let dest = tmp.path().join("dest");
+    let out = fetch(
+        "hf://org/shared/good.safetensors",
+        &dest,
+        &client,
+        &options(),
+        &(),
+    )
+    .unwrap();
+    assert_eq!(out.files[0].outcome, Outcome::FromCache { linked: true });
+    assert_eq!(inode(&out.files[0].path), inode(&payload));
+    entry("absolute.safetensors", &payload);
+    entry(
+        "escape.safetensors",
+        Path::new("../../../outside.safetensors"),
+    );
+    entry(
+        "updown.safetensors",
+        &Path::new("../../blobs")
+            .join(&good_xet[..2])
+            .join("../../../outside.safetensors"),
+    );
+    entry(
+        "misnamed.safetensors",
+        &PathBuf::from(format!("../../blobs/zz/{good_xet}")),
+    );
+    entry(
+        "upper.safetensors",
+        &PathBuf::from(format!(
+            "../../blobs/{}/{}",
+            good_xet[..2].to_ascii_uppercase(),
+            good_xet.to_ascii_uppercase()
+        )),
+    );
+    std::fs::create_dir_all(cache.join("models--org--victim/blobs")).unwrap();
+    std::fs::write(
+        cache.join("models--org--victim/blobs").join(&good_xet),
+        &secret,
+    )
+    .unwrap();
+    entry(
+        "other.safetensors",
+        &PathBuf::from(format!("../../models--org--victim/blobs/{good_xet}")),
+    );
+    // A payload that is a link, one that is a directory, one whose
+    // folder is a link.
+    let linked_xet = "a".repeat(64);
+    std::fs::create_dir_all(cache.join("blobs/aa")).unwrap();
+    symlink(&outside, cache.join("blobs/aa").join(&linked_xet)).unwrap();
+    entry("linked.safetensors", &store_link(&linked_xet));
+    let dir_xet = "b".repeat(64);
+    std::fs::create_dir_all(cache.join("blobs/bb").join(&dir_xet)).unwrap();
+    entry("dir.safetensors", &store_link(&dir_xet));
+    let folder_xet = "c".repeat(64);
+    let elsewhere = tmp.path().join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    std::fs::write(elsewhere.join(&folder_xet), &secret).unwrap();
+    symlink(&elsewhere, cache.join("blobs/cc")).unwrap();
+    entry("folder.safetensors", &store_link(&folder_xet));
+
+    let open = |name: &str| {
+        tensorfile_remote::open_file(
+            &format!("hf://org/shared/{name}"),
+            &client,
+            &ReadOptions::default(),
+        )
+    };
+    let read_good = || {
+        let file = open("good.safetensors").unwrap();
+        assert!(file.source().is_cached());
+        let mut bytes = vec![0u8; good.len()];
+        file.source().read_exact_at(0, &mut bytes).unwrap();
+        assert_eq!(bytes, good);
+    };
+    read_good();
+    let refused = |name: &str| {
+        let e = open(name).unwrap_err().to_string();
+        assert!(e.contains("refused"), "{name}: {e}");
+        assert!(e.contains(name), "{name}: {e}");
+        e
+    };
+    for name in [
+        "absolute.safetensors",
+        "escape.safetensors",
+        "updown.safetensors",
+        "misnamed.safetensors",
+        "upper.safetensors",
+        "other.safetensors",
+        "linked.safetensors",
+        "dir.safetensors",
+        "folder.safetensors",
+    ] {
+        refused(name);
+    }
+
+    // Without a valid marker, the store's links are refused.
+    let marker = cache.join("blobs/.huggingface-shared-blobs");
+    for bad in ["2\n", "1", "1\n\n", ""] {
+        std::fs::write(&marker, bad).unwrap();
+        let e = refused("good.safetensors");
+        assert!(e.contains(".huggingface-shared-blobs"), "{e}");
+    }
+    std::fs::remove_file(&marker).unwrap();
+    refused("good.safetensors");
+    let elsewhere_marker = tmp.path().join("marker");
+    std::fs::write(&elsewhere_marker, "1\n").unwrap();
+    symlink(&elsewhere_marker, &marker).unwrap();
+    refused("good.safetensors");
+    std::fs::remove_file(&marker).unwrap();
+    std::fs::write(&marker, "1\n").unwrap();
+    read_good();
+    assert!(server.log().is_empty());
+    env(&server, &cache, false);
+}
+
+/// A fetch that fills the cache links a Xet file's blob to the shared
+/// store's payload when huggingface_hub would (marked store, a payload of
+/// the right length, HF_HUB_DISABLE_SHARED_BLOBS unset), recording the
+/// reference in the payload's manifest under its lock, and downloads
+/// nothing for it; otherwise it writes the repository's own blob, and it
+/// never creates the store, its marker or a payload.
+#[cfg(unix)]
+#[test]
+fn fetch_links_blobs_from_the_shared_store() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let server = Server::start().unwrap();
+    let weights = safetensors(BIG, 9);
+    let config = br#"{"model_type": "llama"}"#.to_vec();
+    server.hub_repo(
+        "org/xet",
+        "main",
+        &[
+            ("model.safetensors", weights.clone()),
+            ("config.json", config.clone()),
+        ],
+        None,
+    );
+    let xet = stand_in_xet(&weights);
+    server.hub_xet("org/xet", "main", "model.safetensors", &xet);
+    let tmp = tempfile::tempdir().unwrap();
+    let client = common::client();
+    let blob_of = |cache: &Path| cache.join("models--org--xet/blobs").join(sha256(&weights));
+    let refs_of = |cache: &Path| {
+        cache
+            .join("blobs")
+            .join(&xet[..2])
+            .join(format!("{xet}.refs"))
+    };
+
+    // A marked store with the payload: linked, not downloaded.
+    let cache = tmp.path().join("a");
+    mark_store(&cache);
+    let payload = put_payload(&cache, &xet, &weights);
+    env(&server, &cache, false);
+    server.reset();
+    let fetched = fetch_to_cache("hf://org/xet", &client, &options(), &()).unwrap();
+    let body: u64 = server.log().iter().map(|s| s.body_bytes).sum();
+    assert!(
+        body < weights.len() as u64,
+        "{body} bytes came from the server"
+    );
+    for f in &fetched.files {
+        let want = match f.name.as_str() {
+            "model.safetensors" => Outcome::UpToDate,
+            _ => Outcome::Fetched,
+        };
+        assert_eq!(f.outcome, want, "{}", f.name);
+    }
+    assert_eq!(
+        std::fs::read_link(blob_of(&cache)).unwrap(),
+        store_link(&xet)
+    );
+    assert_eq!(
+        std::fs::read(fetched.dest.join("model.safetensors")).unwrap(),
+        weights
+    );
+    assert_eq!(
+        std::fs::read_to_string(refs_of(&cache)).unwrap(),
+        format!("models--org--xet/blobs/{}\n", sha256(&weights))
+    );
+    assert!(cache
+        .join("blobs")
+        .join(&xet[..2])
+        .join(format!("{xet}.lock"))
+        .is_file());
+    let left: Vec<_> = std::fs::read_dir(cache.join("models--org--xet/blobs"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    // Again: up to date, no second reference; read offline through it.
+    let again = fetch_to_cache("hf://org/xet", &client, &options(), &()).unwrap();
+    assert!(again.files.iter().all(|f| f.outcome == Outcome::UpToDate));
+    assert_eq!(
+        std::fs::read_to_string(refs_of(&cache))
+            .unwrap()
+            .lines()
+            .count(),
+        1
+    );
+    env(&server, &cache, true);
+    let file = tensorfile_remote::open_file(
+        "hf://org/xet/model.safetensors",
+        &client,
+        &ReadOptions::default(),
+    )
+    .unwrap();
+    assert!(file.source().is_cached());
+    let dest = tmp.path().join("dest");
+    fetch("hf://org/xet", &dest, &client, &options(), &()).unwrap();
+    assert_eq!(inode(&dest.join("model.safetensors")), inode(&payload));
+
+    // Where huggingface_hub would not link, the repository's own blob.
+    let own_blob = |cache: &Path, disabled: bool| {
+        env(&server, cache, false);
+        if disabled {
+            std::env::set_var("HF_HUB_DISABLE_SHARED_BLOBS", "1");
+        }
+        fetch_to_cache("hf://org/xet", &client, &options(), &()).unwrap();
+        let m = std::fs::symlink_metadata(blob_of(cache)).unwrap();
+        assert!(m.is_file(), "{}", cache.display());
+        assert_eq!(std::fs::read(blob_of(cache)).unwrap(), weights);
+        assert!(!refs_of(cache).exists());
+    };
+    // Shared blobs disabled.
+    let cache = tmp.path().join("disabled");
+    mark_store(&cache);
+    put_payload(&cache, &xet, &weights);
+    own_blob(&cache, true);
+    // No marker (a payload there is not used; no marker is made).
+    let cache = tmp.path().join("unmarked");
+    put_payload(&cache, &xet, &weights);
+    own_blob(&cache, false);
+    assert!(!cache.join("blobs/.huggingface-shared-blobs").exists());
+    // A marked store without the payload: nothing is put in it.
+    let cache = tmp.path().join("empty");
+    mark_store(&cache);
+    own_blob(&cache, false);
+    let names: Vec<_> = std::fs::read_dir(cache.join("blobs"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(names, [".huggingface-shared-blobs"]);
+    // A payload of another length.
+    let cache = tmp.path().join("short");
+    mark_store(&cache);
+    put_payload(&cache, &xet, &weights[..100]);
+    own_blob(&cache, false);
+    env(&server, &cache, false);
+}
+
+/// Every file under `root`, `path -> link target` for links, as text.
+fn layout(root: &Path) -> String {
+    fn walk(root: &Path, at: &Path, out: &mut Vec<String>) {
+        let mut entries: Vec<_> = std::fs::read_dir(at).unwrap().map(|e| e.unwrap()).collect();
+        entries.sort_by_key(|e| e.file_name());
+        for e in entries {
+            let p = e.path();
+            let rel = p.strip_prefix(root).unwrap().display().to_string();
+            let t = e.file_type().unwrap();
+            if t.is_symlink() {
+                out.push(format!(
+                    "{rel} -> {}",
+                    std::fs::read_link(&p).unwrap().display()
+                ));
+            } else if t.is_dir() {
+                walk(root, &p, out);
+            } else {
+                out.push(rel);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(root, root, &mut out);
+    out.join("\n")
+}
+
+/// The shared store checked with huggingface_hub itself (the Python named
+/// by `TENSORFILE_TEST_HF_PYTHON`, with hf_xet; skipped without): it
+/// downloads org/tiny and publishes its weights to the store with its own
+/// `publish_blob_to_shared_store` (what it does after a download through
+/// Xet, which the test server cannot serve), then downloads org/tiny2,
+/// whose weights the Hub marks as the same Xet file: linked from the
+/// store. tensorfile reads both offline; a fetch of org/tiny3 links to the
+/// store, and huggingface_hub's `scan_cache_dir` and
+/// `hf_hub_download(local_files_only=True)` find it. With
+/// `TENSORFILE_HF_SHARED_FIXTURE_OUT`, huggingface_hub's cache is written
+/// there with a manifest (tests/fixtures/hf_shared_cache, its generate.sh).
+#[cfg(unix)]
+#[test]
+fn huggingface_hub_agrees_with_the_shared_store() {
+    let Ok(python) = std::env::var("TENSORFILE_TEST_HF_PYTHON") else {
+        eprintln!(
+            "TENSORFILE_TEST_HF_PYTHON is not set: the check with huggingface_hub is skipped"
+        );
+        return;
+    };
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let server = Server::start().unwrap();
+    let files = tiny(&server);
+    let names: Vec<String> = files.iter().map(|(n, _)| n.to_string()).collect();
+    let weights = files[0].1.clone();
+    for repo in ["org/tiny2", "org/tiny3"] {
+        server.hub_repo(repo, "main", &files, None);
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/hf/check_cache.py");
+    let run = |args: &[String], offline: bool| -> serde_json::Value {
+        let mut c = std::process::Command::new(&python);
+        c.arg(&script).args(args);
+        c.env("HF_ENDPOINT", server.url())
+            .env("HF_HOME", tmp.path().join("hf-home"))
+            .env("HF_HUB_DISABLE_TELEMETRY", "1")
+            .env_remove("HF_TOKEN")
+            .env_remove("HF_HUB_CACHE")
+            .env_remove("HF_HUB_DISABLE_SHARED_BLOBS")
+            .env_remove("HF_HUB_DISABLE_XET");
+        if offline {
+            c.env("HF_HUB_OFFLINE", "1");
+        } else {
+            c.env_remove("HF_HUB_OFFLINE");
+        }
+        let o = c.output().unwrap();
+        let out = String::from_utf8_lossy(&o.stdout);
+        eprintln!(
+            "huggingface_hub {}: {out}{}",
+            args[0],
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(o.status.success(), "{} failed", args[0]);
+        serde_json::from_str(&out).unwrap()
+    };
+    let args = |mode: &str, cache: &Path, repo: &str, rest: &[String]| -> Vec<String> {
+        let mut v = vec![
+            mode.to_string(),
+            cache.display().to_string(),
+            repo.to_string(),
+        ];
+        v.extend(rest.iter().cloned());
+        v
+    };
+    // The weights' real Xet hash, by hf_xet.
+    let w = tmp.path().join("w.safetensors");
+    std::fs::write(&w, &weights).unwrap();
+    let hashed = run(&["xethash".into(), w.display().to_string()], true);
+    let xet = hashed[w.display().to_string()]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(tensorfile_remote::hfcache::is_xet_hash(&xet), "{xet}");
+    for repo in ["org/tiny2", "org/tiny3"] {
+        server.hub_xet(repo, "main", "model.safetensors", &xet);
+    }
+
+    // huggingface_hub fills a cache: a published blob, then a linked one.
+    let b = tmp.path().join("b");
+    let published = run(
+        &args(
+            "publish",
+            &b,
+            "org/tiny",
+            &[format!("model.safetensors={xet}")],
+        ),
+        false,
+    );
+    assert_eq!(published["model.safetensors"][1], true);
+    run(&args("download", &b, "org/tiny", &names[1..]), false);
+    server.reset();
+    run(&args("download", &b, "org/tiny2", &names), false);
+    let body: u64 = server.log().iter().map(|s| s.body_bytes).sum();
+    assert!(
+        body < weights.len() as u64,
+        "huggingface_hub downloaded {body} bytes"
+    );
+    eprintln!("the cache huggingface_hub made:\n{}", layout(&b));
+    let payload_in = |cache: &Path| cache.join("blobs").join(&xet[..2]).join(&xet);
+    let payload = payload_in(&b);
+    assert_eq!(
+        std::fs::read(b.join("blobs/.huggingface-shared-blobs")).unwrap(),
+        b"1\n"
+    );
+    assert!(std::fs::symlink_metadata(&payload).unwrap().is_file());
+    let mut refs: Vec<String> =
+        std::fs::read_to_string(payload.with_file_name(format!("{xet}.refs")))
+            .unwrap()
+            .lines()
+            .map(str::to_string)
+            .collect();
+    refs.sort();
+    let blob = sha256(&weights);
+    assert_eq!(
+        refs,
+        [
+            format!("models--org--tiny/blobs/{blob}"),
+            format!("models--org--tiny2/blobs/{blob}")
+        ]
+    );
+    for repo in ["tiny", "tiny2"] {
+        let link = b.join(format!("models--org--{repo}/blobs/{blob}"));
+        assert_eq!(std::fs::read_link(&link).unwrap(), store_link(&xet));
+    }
+
+    // tensorfile reads it offline, through the store.
+    let client = common::client();
+    env(&server, &b, true);
+    server.reset();
+    for repo in ["org/tiny", "org/tiny2"] {
+        let file = tensorfile_remote::open_file(
+            &format!("hf://{repo}/model.safetensors"),
+            &client,
+            &ReadOptions::default(),
+        )
+        .unwrap();
+        assert!(file.source().is_cached());
+        let mut all = vec![0u8; weights.len()];
+        file.source().read_exact_at(0, &mut all).unwrap();
+        assert_eq!(all, weights);
+        let dest = tmp.path().join("dest").join(repo);
+        let out = fetch(&format!("hf://{repo}"), &dest, &client, &options(), &()).unwrap();
+        assert!(out
+            .files
+            .iter()
+            .all(|f| f.outcome == Outcome::FromCache { linked: true }));
+        assert_eq!(inode(&dest.join("model.safetensors")), inode(&payload));
+    }
+    assert!(server.log().is_empty());
+
+    // tensorfile fills a copy of it; huggingface_hub finds what it put.
+    let c = tmp.path().join("c");
+    copy_tree(&b, &c);
+    env(&server, &c, false);
+    fetch_to_cache("hf://org/tiny3", &client, &options(), &()).unwrap();
+    let link = c.join(format!("models--org--tiny3/blobs/{blob}"));
+    assert_eq!(std::fs::read_link(&link).unwrap(), store_link(&xet));
+    eprintln!(
+        "the cache after tensorfile's fetch of org/tiny3:\n{}",
+        layout(&c)
+    );
+    let refs =
+        std::fs::read_to_string(payload_in(&c).with_file_name(format!("{xet}.refs"))).unwrap();
+    assert_eq!(
+        refs.lines().last(),
+        Some(format!("models--org--tiny3/blobs/{blob}").as_str()),
+        "{refs}"
+    );
+    let seen = run(&args("scan", &c, "org/tiny3", &names), true);
+    assert_eq!(seen["warnings"], serde_json::json!([]));
+    let repos = seen["repos"].as_array().unwrap();
+    let ids: Vec<_> = repos
+        .iter()
+        .map(|r| r["repo_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["org/tiny", "org/tiny2", "org/tiny3"]);
+    let tiny3 = &repos[2];
+    assert_eq!(tiny3["nb_files"], files.len());
+    let commit = std::fs::read_to_string(c.join("models--org--tiny3/refs/main")).unwrap();
+    assert_eq!(tiny3["revisions"][0]["commit_hash"], commit.as_str());
+    for (name, bytes) in &files {
+        let found = &seen["files"][name];
+        assert_eq!(found[1], sha256(bytes).as_str(), "{name}");
+        assert!(found[0].as_str().unwrap().contains(&commit), "{found}");
+    }
+    // The payload is counted once in the cache's size.
+    let config_len = files[1].1.len();
+    assert_eq!(
+        seen["size_on_disk"],
+        weights.len() + 3 * config_len,
+        "{seen}"
+    );
+    env(&server, &b, false);
+
+    if let Ok(out) = std::env::var("TENSORFILE_HF_SHARED_FIXTURE_OUT") {
+        let out = PathBuf::from(out);
+        let _ = std::fs::remove_dir_all(&out);
+        copy_tree(&b, &out);
+        let commits: serde_json::Map<_, _> = ["org/tiny", "org/tiny2"]
+            .iter()
+            .map(|r| {
+                let folder = format!("models--{}", r.replace('/', "--"));
+                let commit = std::fs::read_to_string(b.join(folder).join("refs/main")).unwrap();
+                (r.to_string(), serde_json::json!(commit))
+            })
+            .collect();
+        let manifest = serde_json::json!({
+            "made_by": format!("huggingface_hub {} from tensorfile_remote::serve: hf_hub_download of org/tiny, its weights put in the shared store by publish_blob_to_shared_store, then hf_hub_download of org/tiny2, whose weights are the same Xet file (tests/hfcache.rs, huggingface_hub_agrees_with_the_shared_store)", seen["version"].as_str().unwrap_or("?")),
+            "revision": "main",
+            "commits": commits,
+            "shared": {"model.safetensors": xet},
+            "files": files.iter().map(|(n, bytes)| (n.to_string(), serde_json::json!({
+                "size": bytes.len(),
+                "sha256": sha256(bytes),
+            }))).collect::<serde_json::Map<_, _>>(),
+        });
+        std::fs::write(
+            out.join("manifest.json"),
+            serde_json::to_string_pretty(&manifest).unwrap() + "\n",
+        )
+        .unwrap();
+    }
+}
+
+/// The committed cache with a shared store that huggingface_hub made
+/// (tests/fixtures/hf_shared_cache, see its generate.sh), read offline:
+/// the layout as huggingface_hub left it, both repositories' weights
+/// through the store, a fetch hard-linking the payload.
+#[cfg(unix)]
+#[test]
+fn the_committed_shared_store_cache_reads_offline() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let fixture = common::fixtures().join("hf_shared_cache");
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture.join("manifest.json")).unwrap())
+            .unwrap();
+    let xet = manifest["shared"]["model.safetensors"].as_str().unwrap();
+    let want = &manifest["files"]["model.safetensors"];
+    let blob = want["sha256"].as_str().unwrap();
+    let payload = fixture.join("blobs").join(&xet[..2]).join(xet);
+    assert_eq!(
+        std::fs::read(fixture.join("blobs/.huggingface-shared-blobs")).unwrap(),
+        b"1\n"
+    );
+    let server = Server::start().unwrap();
+    env(&server, &fixture, true);
+    let client = common::client();
+    let tmp = tempfile::tempdir().unwrap();
+    let commits = manifest["commits"].as_object().unwrap();
+    assert_eq!(commits.len(), 2);
+    for (repo, commit) in commits {
+        let folder = format!("models--{}", repo.replace('/', "--"));
+        assert_eq!(
+            std::fs::read_link(fixture.join(&folder).join("blobs").join(blob)).unwrap(),
+            store_link(xet)
+        );
+        let file = tensorfile_remote::open_file(
+            &format!("hf://{repo}/model.safetensors"),
+            &client,
+            &ReadOptions::default(),
+        )
+        .unwrap();
+        assert!(file.source().is_cached());
+        let mut all = vec![0u8; want["size"].as_u64().unwrap() as usize];
+        file.source().read_exact_at(0, &mut all).unwrap();
+        assert_eq!(sha256(&all), blob, "{repo}");
+        let dest = tmp.path().join(repo);
+        let out = fetch(&format!("hf://{repo}"), &dest, &client, &options(), &()).unwrap();
+        assert_eq!(out.files.len(), 2);
+        for f in &out.files {
+            assert!(matches!(f.outcome, Outcome::FromCache { .. }), "{f:?}");
+            let bytes = std::fs::read(&f.path).unwrap();
+            let name = &manifest["files"][&f.name];
+            assert_eq!(sha256(&bytes), name["sha256"].as_str().unwrap());
+        }
+        assert!(std::fs::symlink_metadata(&payload).unwrap().is_file());
+        assert!(fixture
+            .join(&folder)
+            .join("snapshots")
+            .join(commit.as_str().unwrap())
+            .is_dir());
     }
     assert!(server.log().is_empty());
     env(&server, &fixture, false);

@@ -7,10 +7,18 @@ HF_HUB_OFFLINE come from the environment, as huggingface_hub reads them).
         {version, repos: [...], warnings: [...], files: {NAME: [path, sha256]}}
     check_cache.py download CACHE REPO NAME...  hf_hub_download of each NAME
         from HF_ENDPOINT into CACHE: prints JSON {NAME: path}
+    check_cache.py publish CACHE REPO NAME=XETHASH...  hf_hub_download of
+        each NAME, then huggingface_hub's own publish_blob_to_shared_store
+        of its blob under XETHASH (what it does after a download made
+        through Xet, which the test server cannot serve): prints JSON
+        {NAME: [path, published]}
+    check_cache.py xethash FILE...  hf_xet's Xet hash of each FILE: prints
+        JSON {FILE: hash}
 """
 
 import hashlib
 import json
+import os
 import sys
 
 import huggingface_hub
@@ -23,6 +31,12 @@ def sha256(path):
 
 
 def main():
+    if sys.argv[1] == "xethash":
+        import hf_xet
+
+        files = sys.argv[2:]
+        print(json.dumps({f: i.hash for f, i in zip(files, hf_xet.hash_files(files))}, sort_keys=True))
+        return
     mode, cache, repo, *names = sys.argv[1:]
     if mode == "scan":
         info = scan_cache_dir(cache)
@@ -54,11 +68,24 @@ def main():
         out = {
             "version": huggingface_hub.__version__,
             "repos": repos,
+            "size_on_disk": info.size_on_disk,
             "warnings": [str(w) for w in info.warnings],
             "files": files,
         }
     elif mode == "download":
         out = {n: hf_hub_download(repo_id=repo, filename=n, cache_dir=cache) for n in names}
+    elif mode == "publish":
+        from huggingface_hub.utils._shared_blobs import publish_blob_to_shared_store
+
+        out = {}
+        for arg in names:
+            n, xet = arg.split("=")
+            p = hf_hub_download(repo_id=repo, filename=n, cache_dir=cache)
+            blob = os.path.normpath(os.path.join(os.path.dirname(p), os.readlink(p)))
+            published = publish_blob_to_shared_store(
+                blob_path=blob, xet_hash=xet, cache_dir=cache, expected_size=os.path.getsize(blob)
+            )
+            out[n] = [p, published]
     else:
         raise SystemExit(f"unknown mode {mode}")
     print(json.dumps(out, indent=1, sort_keys=True))
