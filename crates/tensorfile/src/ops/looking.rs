@@ -23,30 +23,6 @@ pub(crate) enum Opened {
     Torch(crate::pytorch::Checkpoint),
 }
 
-/// The `quantization` of the config.json of `input`'s model: in it when it
-/// is a directory, beside it when it is a file or an index.
-fn beside_config(input: &Path) -> Result<Option<QuantConfig>> {
-    let dir = if input.is_dir() {
-        input
-    } else {
-        match input.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d,
-            _ => Path::new("."),
-        }
-    };
-    let path = dir.join(crate::model::CONFIG_NAME);
-    if !path.is_file() {
-        return Ok(None);
-    }
-    let config = crate::model::read_config(&path)?;
-    QuantConfig::from_config(&config).map_err(|e| {
-        crate::Error::io(
-            &path,
-            std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()),
-        )
-    })
-}
-
 impl Opened {
     /// Opens `path` (local files with positional reads, URLs through
     /// `options`' client), refusing (naming what it is) an input whose
@@ -60,7 +36,7 @@ impl Opened {
                 Ok(Opened::Set {
                     set,
                     metadata: (!m.is_empty()).then_some(m),
-                    mlx: beside_config(path)?,
+                    mlx: super::dequantize::beside_config(path)?,
                 })
             }
             #[cfg(feature = "pytorch")]
