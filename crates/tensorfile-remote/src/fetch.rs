@@ -176,6 +176,23 @@ struct Wanted {
     optional: bool,
 }
 
+impl Wanted {
+    /// Refuses `remote` when the listing gave a length it no longer has.
+    fn check_listed_len(&self, remote: &RemoteFile) -> tensorfile_core::Result<()> {
+        match self.size {
+            Some(size) if size != remote.len() => Err(named(RemoteError::new(
+                remote.name(),
+                Problem::Changed {
+                    what: "the length",
+                    before: format!("{size} (listed)"),
+                    now: remote.len().to_string(),
+                },
+            ))),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// What a partial copy's note says.
 #[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
 struct Note {
@@ -540,18 +557,7 @@ fn open_jobs(
             )?));
             continue;
         }
-        if let Some(size) = w.size {
-            if size != remote.len() {
-                return Err(named(RemoteError::new(
-                    remote.name(),
-                    Problem::Changed {
-                        what: "the length",
-                        before: format!("{size} (listed)"),
-                        now: remote.len().to_string(),
-                    },
-                )));
-            }
-        }
+        w.check_listed_len(&remote)?;
         if w.sha256.is_none() {
             w.sha256 = s3_sha256(&remote)?;
         }
@@ -1301,18 +1307,7 @@ pub fn fetch_to_cache(
                 }
                 _ => commit = Some(this),
             }
-            if let Some(size) = w.size {
-                if size != remote.len() {
-                    return Err(named(RemoteError::new(
-                        remote.name(),
-                        Problem::Changed {
-                            what: "the length",
-                            before: format!("{size} (listed)"),
-                            now: remote.len().to_string(),
-                        },
-                    )));
-                }
-            }
+            w.check_listed_len(&remote)?;
             if w.sha256.is_none() && blob.len() == 64 {
                 // The blob's name is its sha256 (an LFS file's oid).
                 w.sha256 = Some(blob.clone());
