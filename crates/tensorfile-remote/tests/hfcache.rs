@@ -208,6 +208,20 @@ fn fetch_fills_the_cache_and_reads_use_it() {
     env(&server, &cache, false);
 }
 
+/// A cached repository `name` with no files: `refs/main` naming a
+/// commit, its empty snapshot folder and blobs folder; returns the
+/// repository's folder and the snapshot's.
+fn empty_repo(cache: &Path, name: &str) -> (PathBuf, PathBuf) {
+    let commit = "0123456789abcdef0123456789abcdef01234567";
+    let repo_dir = cache.join(name);
+    let snapshot = repo_dir.join("snapshots").join(commit);
+    std::fs::create_dir_all(&snapshot).unwrap();
+    std::fs::create_dir_all(repo_dir.join("refs")).unwrap();
+    std::fs::create_dir_all(repo_dir.join("blobs")).unwrap();
+    std::fs::write(repo_dir.join("refs/main"), commit).unwrap();
+    (repo_dir, snapshot)
+}
+
 #[test]
 fn snapshot_links_out_of_the_blobs_are_refused() {
     let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
@@ -216,13 +230,7 @@ fn snapshot_links_out_of_the_blobs_are_refused() {
     let cache = tmp.path().join("hub");
     env(&server, &cache, true);
     let client = common::client();
-    let commit = "0123456789abcdef0123456789abcdef01234567";
-    let repo_dir = cache.join("models--org--evil");
-    let snapshot = repo_dir.join("snapshots").join(commit);
-    std::fs::create_dir_all(&snapshot).unwrap();
-    std::fs::create_dir_all(repo_dir.join("refs")).unwrap();
-    std::fs::create_dir_all(repo_dir.join("blobs")).unwrap();
-    std::fs::write(repo_dir.join("refs/main"), commit).unwrap();
+    let (repo_dir, snapshot) = empty_repo(&cache, "models--org--evil");
     // A secret outside the cache, and a good blob beside the bad links.
     let outside = tmp.path().join("outside.safetensors");
     let secret = safetensors(16, 1);
@@ -558,13 +566,7 @@ fn shared_store_links_are_checked() {
     let cache = tmp.path().join("hub");
     env(&server, &cache, true);
     let client = common::client();
-    let commit = "0123456789abcdef0123456789abcdef01234567";
-    let repo_dir = cache.join("models--org--shared");
-    let snapshot = repo_dir.join("snapshots").join(commit);
-    std::fs::create_dir_all(&snapshot).unwrap();
-    std::fs::create_dir_all(repo_dir.join("refs")).unwrap();
-    std::fs::create_dir_all(repo_dir.join("blobs")).unwrap();
-    std::fs::write(repo_dir.join("refs/main"), commit).unwrap();
+    let (repo_dir, snapshot) = empty_repo(&cache, "models--org--shared");
     mark_store(&cache);
     let secret = safetensors(16, 1);
     let outside = tmp.path().join("outside.safetensors");
