@@ -791,7 +791,7 @@ fn gguf(kind: Kind, r: &ConvertRequest) -> Result<ConvertReport> {
 /// GGUF to one safetensors or npz file, the tensors as they are.
 #[cfg(feature = "gguf")]
 fn to_raw(r: &ConvertRequest, kind: GgufOut) -> Result<ConvertReport> {
-    use crate::gguf::{gguf_to_npz, gguf_to_safetensors, GgufFile};
+    use crate::gguf::{gguf_to_safetensors, GgufFile};
     let io = &r.files;
     if kind == GgufOut::Npz && (r.dtype.is_some() || r.gguf.keep_quant) {
         return Err(refused(
@@ -812,7 +812,7 @@ fn to_raw(r: &ConvertRequest, kind: GgufOut) -> Result<ConvertReport> {
             let opts = crate::npz::NpzWriteOptions::default()
                 .with_compress(r.compress)
                 .with_sync(io.sync);
-            gguf_to_npz(&file, &io.output, &opts)
+            crate::gguf::gguf_to_npz(&file, &io.output, &opts)
         }
         #[cfg(not(feature = "npz"))]
         GgufOut::Npz => Err(refused("an .npz output needs tensorfile's `npz` feature")),
