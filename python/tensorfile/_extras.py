@@ -185,8 +185,9 @@ def inspect(
     data order, parameters, alignment, warnings and quantized weights; for a
     set (a directory or an index), each shard, every tensor with its shard and
     the totals; for a PyTorch checkpoint, its format, tensors (with storage,
-    offset and strides) and non-tensor values. With ``hash``, each tensor's
-    sha256 (this reads every byte). ``path`` may be a URL of a safetensors
+    offset and strides) and non-tensor values; for a GGUF file, its version,
+    byte order, metadata, tensor infos and totals per ggml type. With
+    ``hash``, each tensor's sha256 (this reads every byte). ``path`` may be a URL of a safetensors
     file or set (``s3://``, ``http(s)://``, ``hf://``): only headers (and a
     config.json beside them) are fetched, unless hashing. For a URL,
     ``timeout`` (seconds) is one deadline for all of the call's remote reads,

@@ -200,3 +200,10 @@ def test_inspect_set_checkpoint_and_quantized():
     assert [w["name"] for w in q["quantized"]] == ["layer.weight"] and q["quantized_problem"] is None
     with pytest.raises(SafetensorError):
         tensorfile.inspect(FIXTURES / "invalid" / "overlap.safetensors")
+
+
+def test_inspect_gguf_is_the_commands_description():
+    info = tensorfile.inspect(FIXTURES / "gguf" / "files" / "tensors_v3.gguf", hash=True)
+    assert info["format"] == "gguf" and info["version"] == 3
+    assert sum(t["tensors"] for t in info["types"].values()) == len(info["tensors"])
+    assert all(len(t["sha256"]) == 64 for t in info["tensors"])

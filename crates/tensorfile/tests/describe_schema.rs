@@ -8,7 +8,8 @@ use std::path::Path;
 
 use serde_json::Value;
 use tensorfile::ops::inspect::{
-    inspect, CheckpointDescription, FileDescription, InspectReport, InspectRequest, SetDescription,
+    inspect, CheckpointDescription, FileDescription, GgufDescription, InspectReport,
+    InspectRequest, SetDescription,
 };
 use tensorfile_testkit::fixtures;
 
@@ -77,6 +78,33 @@ fn described_set(name: &str) -> SetDescription {
     }
 }
 
+/// A GGUF description's text is what `to_json` prints, with hashes of
+/// the stored bytes.
+#[test]
+fn a_gguf_file_is_described() {
+    let d = described_gguf("gguf/files/tensors_v3.gguf");
+    assert_eq!(d.format, "gguf");
+    assert_eq!(d.version, 3);
+    assert!(!d.tensors.is_empty());
+    let bytes = std::fs::read(fixtures().join("gguf/files/tensors_v3.gguf")).unwrap();
+    for t in &d.tensors {
+        use sha2::Digest;
+        let stored = &bytes[t.start as usize..(t.start + t.bytes) as usize];
+        let expected = hex::encode(sha2::Sha256::digest(stored));
+        assert_eq!(t.sha256.as_deref(), Some(expected.as_str()), "{}", t.name);
+    }
+    let per_type: u64 = d.types.values().map(|t| t.tensors).sum();
+    assert_eq!(per_type, d.tensors.len() as u64);
+    assert_eq!(d.data_bytes, d.tensors.iter().map(|t| t.bytes).sum::<u64>());
+}
+
+fn described_gguf(name: &str) -> GgufDescription {
+    match inspected(name) {
+        InspectReport::Gguf { description, .. } => description,
+        other => panic!("not GGUF: {other:?}"),
+    }
+}
+
 fn described_checkpoint(name: &str) -> CheckpointDescription {
     match inspected(name) {
         InspectReport::Checkpoint { description, .. } => description,
@@ -95,6 +123,9 @@ fn the_docs_list_every_key_of_every_object() {
     assert!(index.index_metadata.is_some());
     let index = printed(index.to_json());
     let ckpt = printed(described_checkpoint("pytorch/legacy_simple.pt").to_json());
+    // Every value type, arrays among them.
+    let gguf = printed(inspected("gguf/files/all_kv_types_align64_v3.gguf").to_json());
+    let tensors = printed(inspected("gguf/files/tensors_v3.gguf").to_json());
 
     let mut found: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
     found.insert("file", keys(&file));
@@ -111,6 +142,23 @@ fn the_docs_list_every_key_of_every_object() {
     found.insert("totals", keys(&dir["totals"]));
     found.insert("checkpoint", keys(&ckpt));
     found.insert("checkpoint tensor", keys(&ckpt["tensors"][0]));
+    found.insert("gguf", keys(&gguf));
+    // A scalar's keys and an array's (`element_type`, `len`) together.
+    let values = gguf["metadata"].as_array().unwrap();
+    found.insert("gguf value", values.iter().flat_map(keys).collect());
+    assert!(values.iter().any(|v| v.get("len").is_some()));
+    found.insert("gguf tensor", keys(&tensors["tensors"][0]));
+    found.insert(
+        "gguf type",
+        keys(
+            tensors["types"]
+                .as_object()
+                .unwrap()
+                .values()
+                .next()
+                .unwrap(),
+        ),
+    );
 
     let documented = documented_keys();
     let found: BTreeMap<String, BTreeSet<String>> =

@@ -1,20 +1,15 @@
-//! GGUF files in the `inspect` command (its hook calls this when the
-//! input is GGUF), and the GGUF options of `convert`.
+//! GGUF files in the `inspect` command (the text of
+//! [`tensorfile::ops::inspect`]'s GGUF description), and the GGUF options
+//! of `convert`.
 //!
 //! Untrusted text (metadata strings, keys, tensor names) is escaped before
 //! it reaches a terminal: control and bidirectional-formatting characters
 //! are shown as escapes.
 
-use std::collections::BTreeMap;
-use std::path::Path;
-use std::process::ExitCode;
+use tensorfile::gguf::{GgufArray as Array, GgufHeader, GgufValue as Value};
+use tensorfile::ops::inspect::GgufDescription;
 
-use serde_json::{json, Value as Json};
-use tensorfile::gguf::{
-    Endian, GgmlType, GgufArray as Array, GgufFile, GgufHeader, GgufValue as Value,
-};
-
-use super::{out, Failure};
+use super::out;
 
 /// `s` escaped for a terminal (the command line's one rule,
 /// [`super::escape_text`]).
@@ -74,141 +69,16 @@ fn show_array(a: &Array) -> String {
     )
 }
 
-/// Per-type totals: tensors, parameters, bytes.
-fn per_type(h: &GgufHeader) -> BTreeMap<GgmlType, (usize, u128, u64)> {
-    let mut m: BTreeMap<GgmlType, (usize, u128, u64)> = BTreeMap::new();
-    for t in h.tensors() {
-        let e = m.entry(t.ggml_type).or_default();
-        e.0 += 1;
-        e.1 += u128::from(t.numel());
-        e.2 += t.byte_len;
-    }
-    m
-}
-
-fn endian(h: &GgufHeader) -> &'static str {
-    match h.endian() {
-        Endian::Little => "little",
-        Endian::Big => "big",
-    }
-}
-
-/// The sha256 of a tensor's stored bytes, read in pieces.
-fn digest(file: &GgufFile, t: &tensorfile::gguf::GgufTensorInfo) -> Result<String, Failure> {
-    use sha2::{Digest, Sha256};
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; (4 << 20).min(t.byte_len as usize)];
-    let mut at = 0u64;
-    while at < t.byte_len {
-        let n = ((t.byte_len - at) as usize).min(buf.len());
-        file.read_raw(t, at, &mut buf[..n])?;
-        hasher.update(&buf[..n]);
-        at += n as u64;
-    }
-    Ok(hex::encode(hasher.finalize()))
-}
-
-/// `tensorfile inspect FILE.gguf [--json] [--hash]` (`--hash`: each
-/// tensor's sha256, of its bytes as stored).
-pub fn inspect(path: &Path, json_out: bool, hash: bool) -> Result<ExitCode, Failure> {
-    let file = GgufFile::open(path)?;
-    let h = file.header();
-    let hashes: Vec<Option<String>> = h
-        .tensors()
-        .iter()
-        .map(|t| {
-            if hash {
-                digest(&file, t).map(Some)
-            } else {
-                Ok(None)
-            }
-        })
-        .collect::<Result<_, _>>()?;
-    let parameters: u128 = h.tensors().iter().map(|t| u128::from(t.numel())).sum();
-    let data_bytes: u64 = h.tensors().iter().map(|t| t.byte_len).sum();
-    let types = per_type(h);
-    if json_out {
-        let metadata: Vec<Json> = h
-            .kv()
-            .iter()
-            .map(|kv| {
-                let mut v = json!({
-                    "key": kv.key,
-                    "type": kv.value.value_type().name(),
-                    "value": kv.value.json(SHOWN),
-                });
-                if let Value::Array(a) = &kv.value {
-                    v["element_type"] = a.element_type().name().into();
-                    v["len"] = a.len().into();
-                }
-                v
-            })
-            .collect();
-        let tensors: Vec<Json> = h
-            .tensors()
-            .iter()
-            .zip(&hashes)
-            .map(|(t, sha)| {
-                let mut v = json!({
-                    "name": t.name,
-                    "ggml_type": t.ggml_type.name(),
-                    "dims": t.dims,
-                    "shape": t.shape(),
-                    "offset": t.offset,
-                    "start": t.start,
-                    "bytes": t.byte_len,
-                });
-                if let Some(sha) = sha {
-                    v["sha256"] = sha.clone().into();
-                }
-                v
-            })
-            .collect();
-        let type_totals: BTreeMap<&str, Json> = types
-            .iter()
-            .map(|(t, (count, params, bytes))| {
-                (
-                    t.name(),
-                    json!({
-                        "tensors": count,
-                        "parameters": params,
-                        "bytes": bytes,
-                        "bits_per_weight": t.bits_per_weight(),
-                    }),
-                )
-            })
-            .collect();
-        out(json!({
-            "file": path,
-            "format": "gguf",
-            "version": h.version(),
-            "endianness": endian(h),
-            "alignment": h.alignment(),
-            "size": h.file_len(),
-            "tensor_info_end": h.info_end(),
-            "data_offset": h.data_offset(),
-            "architecture": h.architecture(),
-            "metadata": metadata,
-            "tensors": tensors,
-            "types": type_totals,
-            "parameters": parameters,
-            "data_bytes": data_bytes,
-            "warnings": h.warnings(),
-        }));
-        return Ok(ExitCode::SUCCESS);
-    }
-    out(format_args!("file: {}", esc(&path.display().to_string())));
+/// A GGUF file's description, as text (the header shows the values).
+pub fn print(d: &GgufDescription, h: &GgufHeader) {
+    out(format_args!("file: {}", esc(&d.file)));
     out(format_args!(
         "format: GGUF v{}, {}-endian, alignment {}",
-        h.version(),
-        endian(h),
-        h.alignment()
+        d.version, d.endianness, d.alignment
     ));
     out(format_args!(
-        "size: {} bytes (metadata and tensor infos end at byte {}, data starts at byte {}, {data_bytes} bytes of tensors)",
-        h.file_len(),
-        h.info_end(),
-        h.data_offset()
+        "size: {} bytes (metadata and tensor infos end at byte {}, data starts at byte {}, {} bytes of tensors)",
+        d.size, d.tensor_info_end, d.data_offset, d.data_bytes
     ));
     out(format_args!("metadata: {} keys", h.kv().len()));
     for kv in h.kv() {
@@ -219,9 +89,9 @@ pub fn inspect(path: &Path, json_out: bool, hash: bool) -> Result<ExitCode, Fail
             show(&kv.value)
         ));
     }
-    out(format_args!("tensors: {}", h.tensors().len()));
-    let width = h
-        .tensors()
+    out(format_args!("tensors: {}", d.tensors.len()));
+    let width = d
+        .tensors
         .iter()
         .map(|t| esc(&t.name).chars().count())
         .max()
@@ -231,34 +101,37 @@ pub fn inspect(path: &Path, json_out: bool, hash: bool) -> Result<ExitCode, Fail
         "  {:<width$}  {:<7}  {:<22}  {:<22}  {:>12}  offset",
         "name", "type", "gguf dims", "shape", "bytes"
     ));
-    for (t, sha) in h.tensors().iter().zip(&hashes) {
+    for t in &d.tensors {
         let line = format!(
             "  {:<width$}  {:<7}  {:<22}  {:<22}  {:>12}  {}",
             esc(&t.name),
-            t.ggml_type.name(),
+            t.ggml_type,
             format!("{:?}", t.dims),
-            format!("{:?}", t.shape()),
-            t.byte_len,
+            format!("{:?}", t.shape),
+            t.bytes,
             t.offset
         );
-        match sha {
+        match &t.sha256 {
             Some(sha) => out(format_args!("{line}  sha256 {sha}")),
             None => out(line),
         }
     }
     out("types:");
-    for (t, (count, params, bytes)) in &types {
+    // In ggml's type order (F32, F16, Q4_0, ...), not the JSON's name order.
+    let ids: std::collections::BTreeSet<_> = h.tensors().iter().map(|t| t.ggml_type).collect();
+    for (name, t) in ids
+        .iter()
+        .filter_map(|id| d.types.get(id.name()).map(|t| (id.name(), t)))
+    {
         out(format_args!(
-            "  {:<7}  {count} tensors, {params} parameters, {bytes} bytes, {} bits per weight",
-            t.name(),
-            t.bits_per_weight()
+            "  {:<7}  {} tensors, {} parameters, {} bytes, {} bits per weight",
+            name, t.tensors, t.parameters, t.bytes, t.bits_per_weight
         ));
     }
-    out(format_args!("parameters: {parameters}"));
-    for w in h.warnings() {
+    out(format_args!("parameters: {}", d.parameters));
+    for w in &d.warnings {
         out(format_args!("warning: {}", esc(w)));
     }
-    Ok(ExitCode::SUCCESS)
 }
 
 /// Options of `convert` that apply to GGUF only.

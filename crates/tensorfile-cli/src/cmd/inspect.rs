@@ -1,6 +1,6 @@
 //! `tensorfile inspect [--json] [--hash] FILE`: describe a file (the
-//! library's [`tensorfile::ops::inspect`]; GGUF files are described by
-//! [`super::gguf`]).
+//! library's [`tensorfile::ops::inspect`]; GGUF files' text is
+//! [`super::gguf::print`]).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -59,10 +59,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         // a file after (an unreadable file is that error, exit 1).
         Kind::SafetensorsSet => args.budgets.refuse_for(&args.file)?,
         Kind::Safetensors | Kind::Pytorch => {}
-        Kind::Gguf => {
-            args.budgets.refuse_for(&args.file)?;
-            return super::gguf::inspect(&args.file, args.json, args.hash);
-        }
+        Kind::Gguf => args.budgets.refuse_for(&args.file)?,
         other => return Err(super::not_safetensors(&args.file, other).into()),
     }
     let bar = crate::progress::Bar::bytes_when_told("hashing", |m| super::warn(m));
@@ -86,6 +83,10 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
             values,
             contiguous,
         } => print_checkpoint(description, values, contiguous),
+        InspectReport::Gguf {
+            description,
+            header,
+        } => super::gguf::print(description, header),
         _ => {}
     }
     Ok(ExitCode::SUCCESS)

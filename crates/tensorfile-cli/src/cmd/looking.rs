@@ -33,9 +33,7 @@ pub fn comparison(
             let usage = err.is_usage();
             let input = input.filter(|_| !usage);
             if json && !usage {
-                let mut v = super::error_json(&err, input);
-                v["verdict"] = serde_json::Value::from("error");
-                super::out(v);
+                super::out_json(&super::error_report(&err, input).as_verdict())?;
             } else {
                 super::report(&err, input, false);
             }

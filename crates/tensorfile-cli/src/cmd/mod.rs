@@ -226,16 +226,18 @@ impl Usage {
 /// the object `{"error": text, "file": path, "rule": n}` on stdout, where
 /// the command's JSON goes (`rule` is null unless a reader rule failed).
 pub fn report(err: &Failure, input: Option<&Path>, json: bool) {
-    let v = error_json(err, input);
+    let report = error_report(err, input);
     if json {
-        out(v);
+        // An ErrorReport holds strings and small integers: it prints.
+        let _ = out_json(&report);
     } else {
-        eprintln!("tensorfile: {}", v["error"].as_str().unwrap_or_default());
+        eprintln!("tensorfile: {}", report.error);
     }
 }
 
-/// The error as [`report`] gives it in JSON: `{error, file, rule}`.
-pub fn error_json(err: &Failure, input: Option<&Path>) -> serde_json::Value {
+/// The error as [`report`] gives it in JSON (the library's
+/// [`ErrorReport`](tensorfile::ops::ErrorReport)).
+pub fn error_report(err: &Failure, input: Option<&Path>) -> tensorfile::ops::ErrorReport {
     let (named, rule) = match err {
         Failure::Library(e) => (e.path().map(Path::to_path_buf), e.rule()),
         Failure::Other(_) => (None, None),
@@ -251,7 +253,7 @@ pub fn error_json(err: &Failure, input: Option<&Path>) -> serde_json::Value {
             }
         }
     }
-    serde_json::json!({ "error": text, "file": file, "rule": rule })
+    tensorfile::ops::ErrorReport::new(text, file.as_deref(), rule)
 }
 
 /// The error and its causes on one line, with no backtrace.

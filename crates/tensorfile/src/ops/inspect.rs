@@ -1,7 +1,8 @@
-//! `inspect`: what a safetensors file or set, or a PyTorch checkpoint,
-//! holds. The report is one of three descriptions ([`FileDescription`],
-//! [`SetDescription`], [`CheckpointDescription`] and the entries they
-//! hold): the one schema `inspect --json` prints and the Python package's
+//! `inspect`: what a safetensors file or set, a PyTorch checkpoint or a
+//! GGUF file holds. The report is one of four descriptions
+//! ([`FileDescription`], [`SetDescription`], [`CheckpointDescription`],
+//! `GgufDescription` with the `gguf` feature, and the entries they hold):
+//! the one schema `inspect --json` prints and the Python package's
 //! `inspect` returns. `docs/commands/inspect.md` lists every key.
 //!
 //! Each struct's fields are declared in ascending byte order of their names,
@@ -23,6 +24,11 @@ use crate::{
     SafeTensors, ShardedTensors, TensorInfo,
 };
 use tensorfile_core::set::{LocalDir, Location};
+
+#[cfg(feature = "gguf")]
+mod gguf;
+#[cfg(feature = "gguf")]
+pub use gguf::{GgufDescription, GgufMetadataEntry, GgufTensorEntry, GgufTypeTotals};
 
 /// What `inspect` is asked: the input and whether to hash its tensors.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -67,10 +73,10 @@ impl InspectRequest {
     }
 }
 
-/// What `inspect` found: one of three descriptions, as the input is. It
+/// What `inspect` found: one of four descriptions, as the input is. It
 /// serializes as the description alone (what `inspect --json` prints);
 /// the rest is for a front end's text.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum InspectReport {
     /// A safetensors file.
@@ -95,6 +101,15 @@ pub enum InspectReport {
         /// showing).
         contiguous: Vec<bool>,
     },
+    /// A GGUF file.
+    #[cfg(feature = "gguf")]
+    Gguf {
+        /// What `--json` prints.
+        description: GgufDescription,
+        /// The parsed header, for a front end's text (values shown its
+        /// own way).
+        header: crate::gguf::GgufHeader,
+    },
 }
 
 impl Serialize for InspectReport {
@@ -103,6 +118,8 @@ impl Serialize for InspectReport {
             InspectReport::File(d) => d.serialize(s),
             InspectReport::Set { description, .. } => description.serialize(s),
             InspectReport::Checkpoint { description, .. } => description.serialize(s),
+            #[cfg(feature = "gguf")]
+            InspectReport::Gguf { description, .. } => description.serialize(s),
         }
     }
 }
@@ -114,8 +131,8 @@ impl InspectReport {
     }
 }
 
-/// Describes the input of `request`: a safetensors file or set, or a
-/// PyTorch checkpoint. With `request.hash`, every tensor's bytes are read
+/// Describes the input of `request`: a safetensors file or set, a
+/// PyTorch checkpoint or a GGUF file. With `request.hash`, every tensor's bytes are read
 /// and counted on `progress` (its total told first).
 ///
 /// # Errors
@@ -161,6 +178,14 @@ pub fn inspect(request: &InspectRequest, progress: &dyn Progress) -> Result<Insp
                 description: checkpoint(path, size, &ckpt, &digest),
                 values: ckpt.values().to_vec(),
                 contiguous: ckpt.tensors().map(|t| t.is_contiguous()).collect(),
+            })
+        }
+        #[cfg(feature = "gguf")]
+        InputKind::Gguf => {
+            let (description, header) = gguf::describe(path, request.hash, progress)?;
+            Ok(InspectReport::Gguf {
+                description,
+                header,
             })
         }
         other => Err(crate::Error::io(

@@ -17,6 +17,8 @@
 //! Front ends do no work of their own: they parse, call an operation, and
 //! print its report (as text, JSON or a dict).
 
+use std::path::Path;
+
 pub mod check;
 pub mod convert;
 pub mod dequantize;
@@ -50,4 +52,44 @@ pub fn one_line(err: &(dyn std::error::Error + 'static)) -> String {
         source = cause.source();
     }
     line
+}
+
+/// A failed command as `--json` reports it: `{"error", "file", "rule"}`,
+/// and `"verdict": "error"` from a comparison (`diff`, `stats`, `hash`,
+/// `verify`), whose errors exit 2. Keys in ascending byte order, as the
+/// reports'.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[non_exhaustive]
+pub struct ErrorReport {
+    /// The error and its causes on one line, starting with the file.
+    pub error: String,
+    /// The file the error is about (lossy where it is not UTF-8), or
+    /// `None` when it is about no file.
+    pub file: Option<String>,
+    /// The reader rule that failed (`docs/model-safetensors.md`), or
+    /// `None` when no rule did.
+    pub rule: Option<u8>,
+    /// `Some("error")` from a comparison; left out otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<String>,
+}
+
+impl ErrorReport {
+    /// The report of an error whose text is `error`, about `file`, where
+    /// `rule` failed.
+    pub fn new(error: impl Into<String>, file: Option<&Path>, rule: Option<u8>) -> ErrorReport {
+        ErrorReport {
+            error: error.into(),
+            file: file.map(|p| p.to_string_lossy().into_owned()),
+            rule,
+            verdict: None,
+        }
+    }
+
+    /// The same report with `"verdict": "error"`, as a comparison gives it.
+    #[must_use]
+    pub fn as_verdict(mut self) -> ErrorReport {
+        self.verdict = Some("error".to_string());
+        self
+    }
 }
