@@ -16,7 +16,7 @@ and `tensorfile inspect --json`, prints a table and checks the rule:
 Prints "all ok" and exits 0 when both hold. With --write-manifest, records
 torch's verdict on the repository's fixtures in
 tests/fixtures/pytorch/weights_only.json, which the Rust test
-crates/tensorfile-pytorch/tests/weights_only.rs checks tensorfile against.
+crates/tensorfile-pytorch/tests/it/weights_only.rs checks tensorfile against.
 
 Run with the tools venv, after `cargo build -p tensorfile-cli`:
     /work/venvs/tools/bin/python scripts/check_pickle_rule.py [--write-manifest]

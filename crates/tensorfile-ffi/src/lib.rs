@@ -24,8 +24,7 @@ mod args;
 mod dtype_abi;
 pub mod error;
 #[cfg(test)]
-#[path = "../../tensorfile-pytorch/tests/common/hostile.rs"]
-mod hostile;
+use tensorfile_testkit::hostile;
 pub mod pytorch;
 pub mod reader;
 mod strings;

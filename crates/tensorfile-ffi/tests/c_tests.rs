@@ -19,13 +19,9 @@ use std::sync::OnceLock;
 
 use serde_json::Value;
 
+use tensorfile_testkit::fixtures;
 /// The hostile checkpoints of issue 12, built at test time.
-#[path = "../../tensorfile-pytorch/tests/common/hostile.rs"]
-mod hostile;
-
-fn fixtures() -> PathBuf {
-    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures")).to_path_buf()
-}
+use tensorfile_testkit::hostile;
 
 /// Builds `libtensorfile.so` (once per test binary) and returns the
 /// directory it is in.

@@ -13,8 +13,7 @@
 //! storage (`expansions_<count>.pt`), and four views of 64 MiB
 //! (`expansions_4x64m.pt`, for measuring at a cap set by hand).
 
-#[path = "../tests/common/hostile.rs"]
-mod hostile;
+use tensorfile_testkit::hostile;
 
 use hostile::{Apply, Shared};
 

@@ -1154,10 +1154,9 @@ mod tests {
 
     /// A document longer than its limit is refused at once: no retry
     /// makes it shorter (a 64 MiB-plus listing was asked for 7 times).
-    #[cfg(feature = "serve")]
     #[test]
     fn a_document_over_its_limit_is_not_retried() {
-        let server = crate::serve::Server::start().unwrap();
+        let server = tensorfile_testkit::serve::Server::start().unwrap();
         server.put("/list", vec![b'x'; 4096]);
         let client = Client::new(
             RemoteOptions::default()

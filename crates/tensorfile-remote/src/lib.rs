@@ -59,8 +59,6 @@ mod object;
 mod profile;
 pub mod s3;
 mod secret;
-#[cfg(feature = "serve")]
-pub mod serve;
 
 pub use error::{Problem, RemoteError};
 pub use http::{Client, Counts, RemoteOptions, Validator};

@@ -15,6 +15,8 @@
 #![warn(missing_docs)]
 
 pub mod aws;
+pub mod hostile;
+pub mod serve;
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
@@ -404,6 +406,16 @@ impl Rng {
             .map(|_| ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0)
             .collect()
     }
+}
+
+/// Holds the process's environment for one test: a test that sets or
+/// removes variables (`HF_*`, `AWS_*`) holds this for its whole run, so
+/// that no other such test of the same binary runs meanwhile (the tests of
+/// a crate are one binary; the environment is the process's). A test that
+/// panicked while holding it does not poison it for the others.
+pub fn env_lock() -> std::sync::MutexGuard<'static, ()> {
+    static ENV: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ENV.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 #[cfg(test)]

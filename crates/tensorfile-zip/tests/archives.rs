@@ -9,12 +9,13 @@ use std::path::PathBuf;
 use tensorfile_core::source::{ByteSource, FileSource};
 use tensorfile_zip::{Method, ZipError, ZipIndex, ZipWriter};
 
-fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/npz")
+/// `tests/fixtures/npz`.
+fn npz_fixtures() -> PathBuf {
+    tensorfile_testkit::fixture("npz")
 }
 
 fn manifest() -> serde_json::Value {
-    let text = std::fs::read(fixtures().join("manifest.json")).unwrap();
+    let text = std::fs::read(npz_fixtures().join("manifest.json")).unwrap();
     serde_json::from_slice(&text).unwrap()
 }
 
@@ -49,7 +50,7 @@ fn stored_archives_are_written_byte_for_byte_as_numpy_writes_them() {
         if entry["written_with"] != "np.savez" {
             continue;
         }
-        let bytes = std::fs::read(fixtures().join(entry["file"].as_str().unwrap())).unwrap();
+        let bytes = std::fs::read(npz_fixtures().join(entry["file"].as_str().unwrap())).unwrap();
         let found = members(&bytes);
         let names: Vec<&str> = found.iter().map(|m| m.0.as_str()).collect();
         let expected: Vec<&str> = entry["zip"]
@@ -74,7 +75,7 @@ fn stored_archives_are_written_byte_for_byte_as_numpy_writes_them() {
 fn deflated_members_are_numpys_bytes() {
     // np.savez_compressed deflates with zlib (level 6, raw, window 15):
     // the same members written again are the same archive, byte for byte.
-    let path = fixtures().join("savez_compressed.npz");
+    let path = npz_fixtures().join("savez_compressed.npz");
     let bytes = std::fs::read(path).unwrap();
     let found = members(&bytes);
     assert!(found.iter().all(|m| m.1 == Method::Deflated));

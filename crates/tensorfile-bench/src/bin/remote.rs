@@ -31,8 +31,8 @@ use clap::Parser;
 use tensorfile::set::Want;
 use tensorfile::{ReadOptions, SliceArg};
 use tensorfile_remote::fetch::{fetch, FetchOptions};
-use tensorfile_remote::serve::{S3Bucket, Server};
 use tensorfile_remote::{Client, RemoteOptions};
+use tensorfile_testkit::serve::{S3Bucket, Server};
 
 use measure::{fmt_bytes, fmt_time, interleave, speedup, Case};
 

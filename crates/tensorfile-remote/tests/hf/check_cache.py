@@ -1,4 +1,4 @@
-"""huggingface_hub's own view of a Hugging Face cache, for tests/hfcache.rs
+"""huggingface_hub's own view of a Hugging Face cache, for tests/it/hfcache.rs
 (run with the Python of a venv that has huggingface_hub; HF_ENDPOINT and
 HF_HUB_OFFLINE come from the environment, as huggingface_hub reads them).
 

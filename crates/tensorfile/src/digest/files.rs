@@ -62,6 +62,24 @@ pub fn data_start(path: &Path) -> Result<Option<u64>> {
 ///
 /// # Errors
 /// The file cannot be opened or read, or it shrank while being read.
+///
+/// # Example
+///
+/// ```
+/// use tensorfile::digest::{data_start, file_digest};
+/// use tensorfile::{save, Dtype, Metadata, TensorRef, WriteOptions};
+/// // The format page's worked example: a 96-byte header, 16 bytes of data.
+/// let dir = tempfile::tempdir()?;
+/// let path = dir.path().join("worked_example.safetensors");
+/// let data: Vec<u8> = [1f32, 2., 3., 4.].iter().flat_map(|x| x.to_le_bytes()).collect();
+/// let w = TensorRef { name: "w", dtype: Dtype::F32, shape: &[2, 2], data: &data };
+/// let format = Metadata::from([("format".to_string(), "tinyllm".to_string())]);
+/// save(&path, [w], Some(&format), &WriteOptions::default())?;
+/// let d = file_digest(&path, data_start(&path)?)?;
+/// assert_eq!(d.size, 120);
+/// assert_eq!(d.data.unwrap().start, 104);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn file_digest(path: &Path, data_start: Option<u64>) -> Result<FileDigest> {
     file_digest_counted(path, data_start, &())
 }

@@ -8,22 +8,6 @@
 //! truncated underneath is an error, not a signal); [`file_digests`] hashes
 //! several files at once on the pool.
 //!
-//! ```
-//! use tensorfile::digest::{data_start, file_digest};
-//! use tensorfile::{save, Dtype, Metadata, TensorRef, WriteOptions};
-//! // The format page's worked example: a 96-byte header, 16 bytes of data.
-//! let dir = tempfile::tempdir()?;
-//! let path = dir.path().join("worked_example.safetensors");
-//! let data: Vec<u8> = [1f32, 2., 3., 4.].iter().flat_map(|x| x.to_le_bytes()).collect();
-//! let w = TensorRef { name: "w", dtype: Dtype::F32, shape: &[2, 2], data: &data };
-//! let format = Metadata::from([("format".to_string(), "tinyllm".to_string())]);
-//! save(&path, [w], Some(&format), &WriteOptions::default())?;
-//! let d = file_digest(&path, data_start(&path)?)?;
-//! assert_eq!(d.size, 120);
-//! assert_eq!(d.data.unwrap().start, 104);
-//! # Ok::<(), Box<dyn std::error::Error>>(())
-//! ```
-//!
 //! Everything but [`TENSOR_SHA256_KEY`] comes with the `digest` feature
 //! (sha2 and base64); the key is there without it, so that sets can leave
 //! each file's embedded digests out of their metadata.

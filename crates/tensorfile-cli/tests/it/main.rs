@@ -1,0 +1,24 @@
+//! The `tensorfile` command's tests (each runs the built binary): one binary, so that the library is linked once;
+//! each file is a module.
+
+mod convert;
+mod digests;
+mod gguf;
+mod gguf_raw;
+mod gguf_tf5;
+mod hostile_gguf;
+mod hostile_npz;
+mod hostile_sweep;
+mod inputs;
+mod looking;
+mod models;
+mod npz;
+mod progress;
+mod pytorch;
+mod quant;
+mod remote;
+mod rewrite;
+mod saves;
+mod truncated;
+mod truthful;
+mod validate_inspect;
