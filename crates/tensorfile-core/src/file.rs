@@ -531,7 +531,7 @@ pub fn read_header_from(source: &impl ByteSource, options: &ReadOptions) -> Resu
                 head.resize(end, 0);
                 source.read_exact_at(have as u64, &mut head[have..])?;
             }
-            Header::parse(&head[8..end], len - end as u64)?
+            Header::parse(&head[8..end], len - end as u64).map_err(|e| e.looking_at(&head))?
         }
     };
     options.check_accepted(&header)?;
@@ -553,7 +553,7 @@ pub fn read_header<R: Read + Seek>(mut reader: R, options: &ReadOptions) -> Resu
     // N <= the cap and 8 + N <= the stream length: a justified allocation.
     let mut text = vec![0u8; header_len as usize];
     reader.read_exact(&mut text)?;
-    let header = Header::parse(&text, len - 8 - header_len)?;
+    let header = Header::parse(&text, len - 8 - header_len).map_err(|e| e.looking_at(&prefix))?;
     options.check_accepted(&header)?;
     Ok(header)
 }
