@@ -14,6 +14,7 @@ use tensorfile::gguf::{
     Endian, GgmlType, GgufArray as Array, GgufFile, GgufHeader, GgufValue as Value,
 };
 
+use super::words::{bytes, count, counted, plural, table, Align};
 use super::{out, Failure};
 
 /// `s` escaped for a terminal (the command line's one rule,
@@ -205,12 +206,16 @@ pub fn inspect(path: &Path, json_out: bool, hash: bool) -> Result<ExitCode, Fail
         h.alignment()
     ));
     out(format_args!(
-        "size: {} bytes (metadata and tensor infos end at byte {}, data starts at byte {}, {data_bytes} bytes of tensors)",
-        h.file_len(),
+        "size: {}; metadata and tensor infos end at byte {}, data starts at byte {}, {} of tensors",
+        bytes(h.file_len()),
         h.info_end(),
-        h.data_offset()
+        h.data_offset(),
+        bytes(data_bytes)
     ));
-    out(format_args!("metadata: {} keys", h.kv().len()));
+    out(format_args!(
+        "metadata: {}",
+        plural(h.kv().len() as u64, "key")
+    ));
     for kv in h.kv() {
         out(format_args!(
             "  {}: {} = {}",
@@ -220,41 +225,54 @@ pub fn inspect(path: &Path, json_out: bool, hash: bool) -> Result<ExitCode, Fail
         ));
     }
     out(format_args!("tensors: {}", h.tensors().len()));
-    let width = h
-        .tensors()
-        .iter()
-        .map(|t| esc(&t.name).chars().count())
-        .max()
-        .unwrap_or(4)
-        .clamp(4, 64);
-    out(format_args!(
-        "  {:<width$}  {:<7}  {:<22}  {:<22}  {:>12}  offset",
-        "name", "type", "gguf dims", "shape", "bytes"
-    ));
+    let mut rows = vec![["name", "type", "gguf dims", "shape", "bytes", "offset"]
+        .map(String::from)
+        .to_vec()];
     for (t, sha) in h.tensors().iter().zip(&hashes) {
-        let line = format!(
-            "  {:<width$}  {:<7}  {:<22}  {:<22}  {:>12}  {}",
+        let mut row = vec![
             esc(&t.name),
-            t.ggml_type.name(),
+            t.ggml_type.name().to_string(),
             format!("{:?}", t.dims),
             format!("{:?}", t.shape()),
-            t.byte_len,
-            t.offset
-        );
-        match sha {
-            Some(sha) => out(format_args!("{line}  sha256 {sha}")),
-            None => out(line),
+            t.byte_len.to_string(),
+            t.offset.to_string(),
+        ];
+        if let Some(sha) = sha {
+            row.push(format!("sha256 {sha}"));
         }
+        rows.push(row);
+    }
+    let align = [
+        Align::Left,
+        Align::Left,
+        Align::Left,
+        Align::Left,
+        Align::Right,
+        Align::Right,
+    ];
+    for line in table(&rows, &align) {
+        out(format_args!("  {line}"));
     }
     out("types:");
-    for (t, (count, params, bytes)) in &types {
-        out(format_args!(
-            "  {:<7}  {count} tensors, {params} parameters, {bytes} bytes, {} bits per weight",
-            t.name(),
-            t.bits_per_weight()
-        ));
+    let rows: Vec<Vec<String>> = types
+        .iter()
+        .map(|(t, (tensors, params, size))| {
+            vec![
+                t.name().to_string(),
+                plural(*tensors as u64, "tensor"),
+                counted(*params, "parameter"),
+                bytes(*size),
+                format!("{} bits per weight", t.bits_per_weight()),
+            ]
+        })
+        .collect();
+    for line in table(
+        &rows,
+        &[Align::Left, Align::Right, Align::Right, Align::Right],
+    ) {
+        out(format_args!("  {line}"));
     }
-    out(format_args!("parameters: {parameters}"));
+    out(format_args!("parameters: {}", count(parameters)));
     for w in h.warnings() {
         out(format_args!("warning: {}", esc(w)));
     }
