@@ -583,3 +583,33 @@ fn read_up_to(reader: &mut impl Read, buf: &mut [u8]) -> Result<usize> {
     }
     Ok(got)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{FormatError, LooksLike};
+
+    #[test]
+    fn a_stream_says_what_its_first_bytes_look_like() {
+        // A gzip stream without a time stamp: its "header length" fits, its
+        // header is not UTF-8. Read from a stream (eight bytes, then the
+        // header), the rule 2 error still names gzip.
+        let mut gzip = b"\x1f\x8b\x08\0\0\0\0\0\x02\x03\xff".to_vec();
+        gzip.resize(600_000, 0xff);
+        let e = read_header(std::io::Cursor::new(&gzip), &ReadOptions::default()).unwrap_err();
+        assert!(
+            matches!(e.format(), Some(FormatError::NotUtf8 { .. })),
+            "{e}"
+        );
+        assert_eq!(
+            e.format().and_then(FormatError::looks_like),
+            Some(LooksLike::Gzip)
+        );
+        // Eight bytes of text, and no more.
+        let e = read_header(std::io::Cursor::new(b"words!"), &ReadOptions::default()).unwrap_err();
+        assert_eq!(
+            e.format().and_then(FormatError::looks_like),
+            Some(LooksLike::Text)
+        );
+    }
+}
