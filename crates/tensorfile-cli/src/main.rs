@@ -17,9 +17,15 @@ mod cmd;
 mod plot;
 mod progress;
 
-/// Read, check and write safetensors files.
+/// The top of the help: what the tool does, in lines of 80 columns (as
+/// each command's summary, the first paragraph of its doc comment, fits
+/// one line of the listing; its detail follows in the command's --help).
+const ABOUT: &str = "\
+Safetensors models on the command line: validate, inspect, convert (PyTorch,
+GGUF, numpy), quantize, shard and merge, diff, stats, hash and verify, fetch";
+
 #[derive(Parser)]
-#[command(name = "tensorfile", version, about, long_about = None)]
+#[command(name = "tensorfile", version, about = ABOUT, long_about = None)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -35,44 +41,96 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Check files against the format's reader rules.
+    ///
+    /// A safetensors file, a set (a directory or an index: every shard's
+    /// header and the index) or a GGUF file; local or at a URL, only the
+    /// headers are read. Exit 0 when every file is valid, 1 when any is not.
     Validate(cmd::validate::Args),
     /// Describe a file: tensors, dtypes, metadata, alignment.
+    ///
+    /// A safetensors file, a set (a model directory or an index), a PyTorch
+    /// checkpoint or a GGUF file: its tensors, dtypes, parameters,
+    /// metadata, alignment and quantized weights; for a set, each shard and
+    /// the totals.
     Inspect(cmd::inspect::Args),
     /// Write the canonical file with the same tensors and metadata.
     Rewrite(cmd::rewrite::Args),
-    /// Verify a model directory: files, tensors against the config, contract.
+    /// Check a model directory's files and tensors against its config.
+    ///
+    /// The files a model directory needs, and every tensor against the
+    /// architecture config.json names (a course `tl_arch` or a Hugging
+    /// Face class); with --contract, a course contract too.
     Check(cmd::check::Args),
     /// Split a file into shards with an index, as huggingface_hub does.
     Shard(cmd::shard::Args),
     /// Join a sharded checkpoint into one canonical file.
     Merge(cmd::merge::Args),
-    /// Convert a PyTorch checkpoint or a safetensors file to a canonical
-    /// safetensors file, optionally casting float tensors to one dtype; a
-    /// GGUF file to a Hugging Face directory (or, as it is, to one
-    /// .safetensors or .npz file), a directory to OUT.gguf; numpy files
-    /// both ways.
+    /// Convert between safetensors, PyTorch, GGUF and numpy files
+    ///
+    /// What IN is comes from its first bytes (a directory from the weights
+    /// it holds); what is written from IN and OUT's name:
+    ///
+    ///   safetensors IN (a file, an index or a model directory): OUT.safetensors,
+    ///     its float tensors cast to --dtype, or without it the canonical
+    ///     rewrite; OUT.npz or OUT.npy: numpy arrays; a Hugging Face model
+    ///     directory as IN and OUT.gguf: a GGUF file (--type, --raw).
+    ///   PyTorch IN (.pt, .pth, .bin, or a sharded .bin set): OUT.safetensors,
+    ///     read without executing anything.
+    ///   GGUF IN: OUT a directory: a Hugging Face model directory; or, as it
+    ///     is, OUT.safetensors or OUT.npz.
+    ///   numpy IN (.npz, .npy): OUT.safetensors.
+    ///
+    /// A set in gives a set out: OUT is a directory with one shard per input
+    /// shard (or cut at --max-shard-size).
+    #[command(verbatim_doc_comment)]
     Convert(cmd::convert::Args),
-    /// Quantize weights: int4-g<group>-sym or MLX affine.
+    /// Quantize weights: int4-g<group>-sym or an MLX scheme.
+    ///
+    /// Quantizes the 2-D weight matrices of a safetensors file or set (and
+    /// with an MLX scheme the expert stacks) into int4 (the format page's
+    /// int4-g<group>-sym) or MLX's formats (affine, mxfp4, mxfp8, nvfp4),
+    /// as MLX's mx.quantize does, byte for byte. Norms, embeddings and the
+    /// other tensors are copied as they are.
     Quantize(cmd::quantize::Args),
     /// Turn quantized weights (int4, MLX) back into floats.
+    ///
+    /// int4 files say their group in their metadata. MLX parameters come
+    /// from --config (a config.json's `quantization`), from --bits,
+    /// --group-size and --mode, from IN's config.json when IN is a model
+    /// directory or a file in one, or from the metadata of a file this tool
+    /// quantized; they are never guessed from the shapes.
     Dequantize(cmd::dequantize::Args),
-    /// sha256 of files (the Hub's LFS object id), of safetensors data
-    /// sections (ModelSpec's hash_sha256) and of tensors; write a
+    /// sha256 of files, data sections and tensors; write a manifest.
+    ///
+    /// The sha256 of each file (the Hub's LFS object id), of each
+    /// safetensors data section (ModelSpec's hash_sha256) and with
+    /// --per-tensor of every tensor; with --write-manifest, the
     /// model-signing manifest of a directory.
     Hash(cmd::hash::Args),
-    /// Check a directory against a manifest or model-signing bundle, a file
-    /// against a sha256, or a file against its embedded per-tensor digests.
-    /// Exit 0 when all match, 1 on any mismatch, 2 when an input cannot be
-    /// read.
+    /// Check files against a manifest, a sha256 or embedded digests.
+    ///
+    /// A directory against a manifest or model-signing bundle (--manifest),
+    /// a file against a sha256 (--sha256), or a file or model against the
+    /// per-tensor digests in its metadata (--embed-hash wrote them). Exit 0
+    /// when all match, 1 on any mismatch, 2 when an input cannot be read or
+    /// the arguments make no check.
     Verify(cmd::verify::Args),
-    /// What changed between two models (files, sets, checkpoints), and by
-    /// how much. Exit 0 within tolerance, 1 not, 2 on an error.
+    /// What changed between two models, and by how much.
+    ///
+    /// Files, sets or checkpoints: names only in one, moved tensors,
+    /// metadata, and each pair's differences. Exit 0 within tolerance, 1
+    /// not, 2 on an error.
     Diff(cmd::diff::Args),
-    /// Per-tensor and per-layer figures of the values: min, max, mean,
-    /// std, absmax, zeros, NaN, inf, subnormals, histograms, outliers.
+    /// Figures of the values per tensor and per layer, with outliers.
+    ///
+    /// Min, max, mean, std, absmax, zeros, NaN, inf, subnormals and
+    /// histograms of every tensor, the same per layer group, and the
+    /// tensors whose largest magnitude is an outlier.
     Stats(cmd::stats::Args),
-    /// Copy a remote file, set or model directory (s3://, hf://, https://)
-    /// to local disk: parallel range requests, resumable, verified.
+    /// Copy a remote file, set or model directory to local disk.
+    ///
+    /// From s3://, hf:// or https:// URLs: parallel range requests,
+    /// resumable, each file verified.
     Fetch(cmd::fetch::Args),
 }
 

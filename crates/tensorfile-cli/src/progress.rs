@@ -91,9 +91,17 @@ impl Bar {
     }
 }
 
-/// The figures of a bar counting things called `unit`.
+/// The figures of a bar counting things called `unit`: its rate is
+/// `{rate}` ([`rate`]), not indicatif's `{per_sec}` (four decimals).
 fn counted_template(unit: &str) -> String {
-    format!("{{msg}} {{wide_bar}} {{human_pos}}/{{human_len}} {unit} {{per_sec}} {{eta}}")
+    format!("{{msg}} {{wide_bar}} {{human_pos}}/{{human_len}} {unit} {{rate}} {{eta}}")
+}
+
+/// A rate of things per second as a bar shows it: a few digits
+/// (`12.3/s`, `1.2M/s`).
+fn rate(per_sec: f64) -> String {
+    let per_sec = if per_sec.is_finite() { per_sec } else { 0.0 };
+    format!("{}/s", crate::cmd::words::short(per_sec))
 }
 
 /// A bar styled by `template` with the message `what`, or `None` when
@@ -105,6 +113,12 @@ fn make(total: u64, template: &str, what: &str) -> Option<ProgressBar> {
     let bar = ProgressBar::new(total);
     let style = ProgressStyle::with_template(template)
         .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .with_key(
+            "rate",
+            |state: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                let _ = w.write_str(&rate(state.per_sec()));
+            },
+        )
         .progress_chars("=> ");
     bar.set_style(style);
     bar.set_message(what.to_string());
@@ -153,6 +167,15 @@ mod tests {
 
     fn keep(message: &str) {
         KEPT.lock().unwrap().push(message.to_string());
+    }
+
+    #[test]
+    fn rates_are_rounded() {
+        assert_eq!(rate(1234.5678), "1.2K/s");
+        assert_eq!(rate(12.3456), "12.3/s");
+        assert_eq!(rate(0.0), "0/s");
+        assert_eq!(rate(f64::INFINITY), "0/s");
+        assert!(counted_template("values").contains("{rate}"));
     }
 
     #[test]

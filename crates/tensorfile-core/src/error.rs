@@ -3,7 +3,7 @@
 use std::io;
 use std::path::PathBuf;
 
-use crate::Dtype;
+use crate::{Dtype, LooksLike};
 
 /// A violation of one of the five reader rules of the format.
 ///
@@ -13,21 +13,33 @@ use crate::Dtype;
 #[non_exhaustive]
 pub enum FormatError {
     /// Rule 1: fewer than 8 bytes.
-    #[error("rule 1: the file is {len} bytes long, shorter than the 8-byte header length field")]
+    #[error(
+        "rule 1: the file is {len} bytes long, shorter than the 8-byte header length field{}",
+        hint(looks_like)
+    )]
     TooShort {
         /// Length of the input.
         len: u64,
+        /// What the input's first bytes look like, when they are
+        /// something known (see [`FormatError::looks_like`]).
+        looks_like: Option<LooksLike>,
     },
     /// Rule 1: N is above the header cap.
-    #[error("rule 1: the header length is {header_len} bytes, over the limit of {limit}")]
+    #[error(
+        "rule 1: the header length is {header_len} bytes, over the limit of {limit}{}",
+        hint(looks_like)
+    )]
     HeaderTooLarge {
         /// N as stored in the first 8 bytes.
         header_len: u64,
         /// The cap in force.
         limit: u64,
+        /// What the input's first bytes look like, when they are
+        /// something known.
+        looks_like: Option<LooksLike>,
     },
     /// Rule 1: 8 + N is past the end of the input.
-    #[error("rule 1: the header ends at byte {end} (8 + {header_len}), past the end of the file at byte {len}")]
+    #[error("rule 1: the header ends at byte {end} (8 + {header_len}), past the end of the file at byte {len}{}", hint(looks_like))]
     HeaderPastEof {
         /// N.
         header_len: u64,
@@ -35,20 +47,35 @@ pub enum FormatError {
         end: u64,
         /// Length of the input.
         len: u64,
+        /// What the input's first bytes look like, when they are
+        /// something known.
+        looks_like: Option<LooksLike>,
     },
     /// Rule 2: the header is not UTF-8.
-    #[error("rule 2: the header is not valid UTF-8 (bad byte at header position {pos})")]
+    #[error(
+        "rule 2: the header is not valid UTF-8 (bad byte at header position {pos}){}",
+        hint(looks_like)
+    )]
     NotUtf8 {
         /// Byte position in the header of the first invalid byte.
         pos: usize,
+        /// What the input's first bytes look like, when they are
+        /// something known.
+        looks_like: Option<LooksLike>,
     },
     /// Rule 2: the header is not valid JSON.
-    #[error("rule 2: the header is not valid JSON at header position {pos}: {msg}")]
+    #[error(
+        "rule 2: the header is not valid JSON at header position {pos}: {msg}{}",
+        hint(looks_like)
+    )]
     Json {
         /// Byte position in the header.
         pos: usize,
         /// What the JSON parser said.
         msg: String,
+        /// What the input's first bytes look like, when they are
+        /// something known.
+        looks_like: Option<LooksLike>,
     },
     /// Rule 2: a number whose magnitude rounds past the largest 64-bit float
     /// (`1e400`, an integer of 400 digits), wherever it stands in the header,
@@ -201,7 +228,52 @@ pub enum FormatError {
     },
 }
 
+/// The end of a rule 1 or 2 message for an input that looks like
+/// something else: "; this looks like a PNG image, not a safetensors file".
+fn hint(looks_like: &Option<LooksLike>) -> String {
+    match looks_like {
+        Some(looks) => format!("; this looks like {looks}, not a safetensors file"),
+        None => String::new(),
+    }
+}
+
 impl FormatError {
+    /// What the input looks like instead of safetensors, for the errors
+    /// that say ([`TooShort`](FormatError::TooShort),
+    /// [`HeaderTooLarge`](FormatError::HeaderTooLarge),
+    /// [`HeaderPastEof`](FormatError::HeaderPastEof),
+    /// [`NotUtf8`](FormatError::NotUtf8), [`Json`](FormatError::Json)):
+    /// the input's first bytes are a signature of another format (PNG, zip,
+    /// GGUF, a pickle, ...) or plain text.
+    pub fn looks_like(&self) -> Option<LooksLike> {
+        use FormatError::*;
+        match self {
+            TooShort { looks_like, .. }
+            | HeaderTooLarge { looks_like, .. }
+            | HeaderPastEof { looks_like, .. }
+            | NotUtf8 { looks_like, .. }
+            | Json { looks_like, .. } => *looks_like,
+            _ => None,
+        }
+    }
+
+    /// This error, saying what `prefix` (the input's first bytes) looks
+    /// like when it is one that says ([`FormatError::looks_like`]) and the
+    /// bytes are something known: a file that is not safetensors at all is
+    /// named for what it is, not only for the rule its bytes break.
+    pub(crate) fn looking_at(mut self, prefix: &[u8]) -> FormatError {
+        use FormatError::*;
+        if let TooShort { looks_like, .. }
+        | HeaderTooLarge { looks_like, .. }
+        | HeaderPastEof { looks_like, .. }
+        | NotUtf8 { looks_like, .. }
+        | Json { looks_like, .. } = &mut self
+        {
+            *looks_like = LooksLike::of(prefix);
+        }
+        self
+    }
+
     /// The tensor whose entry breaks the rule, if the rule is about one.
     pub fn tensor(&self) -> Option<&str> {
         use FormatError::*;

@@ -531,7 +531,7 @@ pub fn read_header_from(source: &impl ByteSource, options: &ReadOptions) -> Resu
                 head.resize(end, 0);
                 source.read_exact_at(have as u64, &mut head[have..])?;
             }
-            Header::parse(&head[8..end], len - end as u64)?
+            Header::parse(&head[8..end], len - end as u64).map_err(|e| e.looking_at(&head))?
         }
     };
     options.check_accepted(&header)?;
@@ -553,7 +553,7 @@ pub fn read_header<R: Read + Seek>(mut reader: R, options: &ReadOptions) -> Resu
     // N <= the cap and 8 + N <= the stream length: a justified allocation.
     let mut text = vec![0u8; header_len as usize];
     reader.read_exact(&mut text)?;
-    let header = Header::parse(&text, len - 8 - header_len)?;
+    let header = Header::parse(&text, len - 8 - header_len).map_err(|e| e.looking_at(&prefix))?;
     options.check_accepted(&header)?;
     Ok(header)
 }
@@ -582,4 +582,34 @@ fn read_up_to(reader: &mut impl Read, buf: &mut [u8]) -> Result<usize> {
         }
     }
     Ok(got)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{FormatError, LooksLike};
+
+    #[test]
+    fn a_stream_says_what_its_first_bytes_look_like() {
+        // A gzip stream without a time stamp: its "header length" fits, its
+        // header is not UTF-8. Read from a stream (eight bytes, then the
+        // header), the rule 2 error still names gzip.
+        let mut gzip = b"\x1f\x8b\x08\0\0\0\0\0\x02\x03\xff".to_vec();
+        gzip.resize(600_000, 0xff);
+        let e = read_header(std::io::Cursor::new(&gzip), &ReadOptions::default()).unwrap_err();
+        assert!(
+            matches!(e.format(), Some(FormatError::NotUtf8 { .. })),
+            "{e}"
+        );
+        assert_eq!(
+            e.format().and_then(FormatError::looks_like),
+            Some(LooksLike::Gzip)
+        );
+        // Eight bytes of text, and no more.
+        let e = read_header(std::io::Cursor::new(b"words!"), &ReadOptions::default()).unwrap_err();
+        assert_eq!(
+            e.format().and_then(FormatError::looks_like),
+            Some(LooksLike::Text)
+        );
+    }
 }

@@ -65,7 +65,7 @@ pub use error::{Error, ErrorKind, FormatError, OutputError, ParseError, Result, 
 pub use file::{read_header, read_header_from, read_header_from_path, FileTensor, SafeTensors};
 pub use header::{Backend, Header, ReadOptions, TensorInfo};
 pub use json_object::JsonObject;
-pub use kind::{is_url, url_of, Kind as InputKind};
+pub use kind::{is_url, url_of, Kind as InputKind, LooksLike};
 pub use plan::Plan;
 pub use progress::Progress;
 pub use set::{ShardError, ShardedTensors};

@@ -85,6 +85,20 @@ where
         .unwrap_or_else(|e| panic!("cannot run {bin}: {e}"))
 }
 
+/// [`run`] in the directory `dir` (a test of relative paths: `x`, not
+/// `/tmp/.../x`).
+pub fn run_in<I, S>(bin: &str, dir: &Path, args: I) -> Output
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    Command::new(bin)
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {bin} in {}: {e}", dir.display()))
+}
+
 /// What a run printed on stdout, parsed as JSON (`--json`); a test fails
 /// showing both streams when it is not JSON.
 pub fn json(o: &Output) -> serde_json::Value {

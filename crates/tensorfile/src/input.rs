@@ -48,7 +48,7 @@ use crate::npz::{NpzFile, NpzLimits};
 #[cfg(feature = "pytorch")]
 use crate::pytorch::{Checkpoint, CheckpointSet, LoadOptions};
 use crate::source::open_regular;
-use tensorfile_core::url_of;
+use tensorfile_core::{url_of, LooksLike};
 
 use crate::{ByteSource, Error, ReadOptions, SafeTensors, ShardedTensors};
 
@@ -146,23 +146,22 @@ fn kind_of(path: &Path, head: &[u8]) -> Result<Kind, Error> {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    if head.starts_with(b"GGUF") {
-        return Ok(Kind::Gguf);
-    }
-    if head.starts_with(b"\x93NUMPY") {
-        return Ok(Kind::Npy);
-    }
-    if head.starts_with(b"PK\x03\x04") || head.starts_with(b"PK\x05\x06") {
-        return Ok(zip_kind(head, &name));
+    // The signatures, as the reader's errors name them.
+    let looks = LooksLike::of(head);
+    match looks {
+        Some(LooksLike::Gguf) => return Ok(Kind::Gguf),
+        Some(LooksLike::Npy) => return Ok(Kind::Npy),
+        Some(LooksLike::Zip) => return Ok(zip_kind(head, &name)),
+        _ => {}
     }
     // A safetensors file: the header length, then its JSON object.
     if head.len() >= 9 && head[8] == b'{' {
         return Ok(Kind::Safetensors);
     }
-    // A legacy torch.save: PROTO 2..5 then LONG1 (the magic number), or a
-    // tar archive (the 0.1.x format, which the loader refuses by name).
-    let legacy = head.len() >= 3 && head[0] == 0x80 && (2..=5).contains(&head[1]);
-    if legacy || head.get(257..262) == Some(b"ustar") {
+    // A legacy torch.save (a pickle: PROTO 2..5, then LONG1, its magic
+    // number), or a tar archive (the 0.1.x format, which the loader
+    // refuses by name).
+    if looks == Some(LooksLike::Pickle) || head.get(257..262) == Some(b"ustar") {
         return Ok(Kind::Pytorch);
     }
     let text = head.iter().position(|b| !b.is_ascii_whitespace());

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 use tensorfile::ops::check::{check, CheckRequest};
 
+use super::words::plural;
 use super::{out, Failure};
 
 /// Arguments of `check`.
@@ -54,15 +55,20 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         };
         let verdict = if report.ok { "ok" } else { "failed" };
         out(format_args!(
-            "{dir}: {verdict} ({arch}; {errors} errors, {warnings} warnings)"
+            "{dir}: {verdict} ({arch}; {}, {})",
+            plural(errors as u64, "error"),
+            plural(warnings as u64, "warning")
         ));
         for problem in &checked.problems {
             out(format_args!("{dir}: {problem}"));
         }
         if checked.unlisted_errors + checked.unlisted_warnings > 0 {
             out(format_args!(
-                "{dir}: ... and {} more problems not listed",
-                checked.unlisted_errors + checked.unlisted_warnings
+                "{dir}: ... and {} more not listed",
+                plural(
+                    (checked.unlisted_errors + checked.unlisted_warnings) as u64,
+                    "problem"
+                )
             ));
         }
         for note in &checked.notes {

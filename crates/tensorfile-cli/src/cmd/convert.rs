@@ -26,11 +26,24 @@ use tensorfile::ops::convert::{
 use tensorfile::Dtype;
 
 use super::gguf::esc;
+use super::words::{bytes, plural};
 use super::{out, Failure};
 use crate::progress::Bar;
 
 /// Arguments of `convert`.
 #[derive(clap::Args)]
+#[command(
+    mut_arg("input", |a| a.help(
+        "What to convert: a safetensors file, set (a directory or an index) or \
+         model directory (a URL too), a PyTorch checkpoint (.pt, .pth, .bin) or \
+         sharded .bin set, a GGUF file, or a numpy .npz or .npy file"
+    )),
+    mut_arg("output", |a| a.help(
+        "What to write, picked by its name: OUT.safetensors, OUT.npz, OUT.npy, \
+         OUT.gguf, or a directory (a set, or the Hugging Face model of a GGUF \
+         file); replaced atomically (IN itself only for a canonical rewrite)"
+    ))
+)]
 pub struct Args {
     #[command(flatten)]
     io: super::FileArgs,
@@ -111,21 +124,23 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
 fn safetensors(r: &SafetensorsConverted, dtype: Option<Dtype>) {
     let what = match dtype {
         Some(d) => format!(
-            "{} of {} tensors cast to {d}, {} quantization companions kept",
-            r.cast, r.tensors, r.companions
+            "{} of {} cast to {d}, {} kept",
+            r.cast,
+            plural(r.tensors as u64, "tensor"),
+            plural(r.companions as u64, "quantization companion")
         ),
-        None => format!("{} tensors", r.tensors),
+        None => plural(r.tensors as u64, "tensor"),
     };
     out(format_args!(
-        "{}: {what}, {} bytes",
+        "{}: {what}, {}",
         r.output.display(),
-        r.bytes
+        bytes(r.bytes)
     ));
 }
 
 fn pytorch(r: &PytorchConverted, dtype: Option<Dtype>) {
     let aliases = if r.aliases > 0 {
-        format!(" (+{} aliases)", r.aliases)
+        format!(" (+{})", plural(r.aliases as u64, "alias"))
     } else {
         String::new()
     };
@@ -137,30 +152,30 @@ fn pytorch(r: &PytorchConverted, dtype: Option<Dtype>) {
     let files = if r.files.len() == 1 && r.files[0] == r.output {
         String::new()
     } else {
-        format!("{} files, ", r.files.len())
+        format!("{}, ", plural(r.files.len() as u64, "file"))
     };
     out(format_args!(
-        "{}: {files}{} tensors{aliases}{cast}, {} bytes",
+        "{}: {files}{}{aliases}{cast}, {}",
         r.output.display(),
-        r.tensors,
-        r.bytes
+        plural(r.tensors as u64, "tensor"),
+        bytes(r.bytes)
     ));
 }
 
 fn gguf_raw(r: &GgufRawConverted, keep_quant: bool) {
     out(format_args!(
-        "{}: {}, {} tensors as they are ({} decoded from quantized blocks{}), {} metadata keys kept, {} bytes",
+        "{}: {}, {} as they are ({} decoded from quantized blocks{}), {} kept, {}",
         esc(&r.output.display().to_string()),
         r.output_format,
-        r.tensors,
+        plural(r.tensors as u64, "tensor"),
         r.decoded,
         if keep_quant {
             format!(", {} kept quantized as MLX affine", r.kept_quantized.len())
         } else {
             String::new()
         },
-        r.metadata_kept,
-        r.bytes,
+        plural(r.metadata_kept as u64, "metadata key"),
+        bytes(r.bytes),
     ));
     if !r.metadata_dropped.is_empty() {
         let shown: Vec<String> = r.metadata_dropped.iter().take(4).map(|k| esc(k)).collect();
@@ -178,8 +193,8 @@ fn gguf_raw(r: &GgufRawConverted, keep_quant: bool) {
             )
         };
         out(format_args!(
-            "note: {} metadata keys not kept ({why}): {}{more}",
-            r.metadata_dropped.len(),
+            "note: {} not kept ({why}): {}{more}",
+            plural(r.metadata_dropped.len() as u64, "metadata key"),
             shown.join(", ")
         ));
     }
@@ -192,11 +207,11 @@ fn hf_to_gguf(s: &HfToGgufConverted) {
         .map(|(t, n)| format!("{n} {t}"))
         .collect();
     out(format_args!(
-        "{}: GGUF {} ({}), {} bytes",
+        "{}: GGUF {} ({}), {}",
         esc(&s.output.display().to_string()),
         esc(&s.architecture),
         types.join(", "),
-        s.bytes
+        bytes(s.bytes)
     ));
     let mut by_type: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
     for f in &s.fallbacks {
@@ -206,8 +221,13 @@ fn hf_to_gguf(s: &HfToGgufConverted) {
         let shown: Vec<String> = names.iter().take(4).map(|n| esc(n)).collect();
         let more = if names.len() > 4 { ", ..." } else { "" };
         out(format_args!(
-            "note: {} tensors written as {t}, their rows not being whole {} blocks: {}{more}",
-            names.len(),
+            "note: {} written as {t}, {} not being whole {} blocks: {}{more}",
+            plural(names.len() as u64, "tensor"),
+            if names.len() == 1 {
+                "its rows"
+            } else {
+                "their rows"
+            },
             s.ggml_type,
             shown.join(", ")
         ));
@@ -225,8 +245,8 @@ fn hf_to_gguf(s: &HfToGgufConverted) {
             ""
         };
         out(format_args!(
-            "note: {} tensors not written as {}: {}{more}",
-            s.not_converted.len(),
+            "note: {} not written as {}: {}{more}",
+            plural(s.not_converted.len() as u64, "tensor"),
             s.ggml_type,
             shown.join(", ")
         ));
@@ -247,10 +267,9 @@ fn gguf_to_hf(s: &GgufToHfConverted, keep_quant: bool) {
         String::new()
     };
     out(format_args!(
-        "{}: {} {} tensors ({} decoded from quantized blocks{kept}), {}; wrote {}",
+        "{}: {} ({} decoded from quantized blocks{kept}), {}; wrote {}",
         esc(&s.output.display().to_string()),
-        s.tensors,
-        s.architecture,
+        plural(s.tensors as u64, &format!("{} tensor", s.architecture)),
         s.decoded,
         s.dtype,
         s.files.join(", ")
@@ -267,19 +286,19 @@ fn from_numpy(r: &FromNumpyConverted, dtype: Option<Dtype>) {
         None => String::new(),
     };
     out(format_args!(
-        "{}: {} arrays{cast}, {} bytes",
+        "{}: {}{cast}, {}",
         r.output.display(),
-        r.tensors,
-        r.bytes
+        plural(r.tensors as u64, "array"),
+        bytes(r.bytes)
     ));
 }
 
 fn to_numpy(r: &ToNumpyConverted) {
     let how = if r.compressed { " (deflated)" } else { "" };
     out(format_args!(
-        "{}: {} arrays{how}, {} bytes",
+        "{}: {}{how}, {}",
         r.output.display(),
-        r.arrays,
-        r.bytes
+        plural(r.arrays as u64, "array"),
+        bytes(r.bytes)
     ));
 }

@@ -14,11 +14,23 @@ use tensorfile::ops::dequantize::{dequantize, DequantizeReport, DequantizeReques
 use tensorfile::quant::Mode;
 use tensorfile::Dtype;
 
+use super::words::{bytes, plural};
 use super::{out, Failure};
 use crate::progress::Bar;
 
 /// Arguments of `dequantize`.
 #[derive(clap::Args)]
+#[command(
+    mut_arg("input", |a| a.help(
+        "The safetensors file, set (a directory or an index) or model \
+         directory holding quantized weights (int4, MLX; a URL too)"
+    )),
+    mut_arg("output", |a| a.help(
+        "The safetensors file of floats to write (replaced atomically), or \
+         the directory of the set when IN is a set or --max-shard-size is \
+         given"
+    ))
+)]
 pub struct Args {
     #[command(flatten)]
     io: super::FileArgs,
@@ -78,11 +90,11 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
 /// The report as text: a line, then each weight dequantized.
 fn text(r: &DequantizeReport) {
     out(format_args!(
-        "{}: {} weights dequantized, {} tensors, {} bytes",
+        "{}: {} dequantized, {}, {}",
         r.output.display(),
-        r.dequantized.len(),
-        r.tensors,
-        r.bytes,
+        plural(r.dequantized.len() as u64, "weight"),
+        plural(r.tensors as u64, "tensor"),
+        bytes(r.bytes),
     ));
     for w in &r.dequantized {
         out(format_args!("  {}: {} -> {}", w.name, w.from, w.dtype));

@@ -10,6 +10,7 @@ use tensorfile::ops::diff::{diff, DiffReport, DiffRequest};
 use tensorfile::stats::unflatten;
 
 use super::looking::{comparison, escape, shown};
+use super::words::{count, counted, plural};
 use super::{out, Failure};
 use crate::progress::Bar;
 
@@ -150,7 +151,10 @@ fn print_text(args: &Args, report: &DiffReport) {
         *changes.entry((t.a.describe(), t.b.describe())).or_default() += 1;
     }
     for ((a, b), n) in &changes {
-        out(format_args!("dtype: {n} tensors {a} -> {b}"));
+        out(format_args!(
+            "dtype: {} {a} -> {b}",
+            plural(*n as u64, "tensor")
+        ));
     }
     let m = &r.metadata;
     for (k, v) in &m.only_in_a {
@@ -243,8 +247,13 @@ fn print_text(args: &Args, report: &DiffReport) {
         _ => String::new(),
     };
     out(format_args!(
-        "total: {} tensors compared, {} identical, {} within tolerance, {} beyond; {} of {} values beyond{worst}",
-        t.compared, t.identical, t.within, t.beyond, t.values_beyond, t.values
+        "total: {} compared, {} identical, {} within tolerance, {} beyond; {} of {} beyond{worst}",
+        plural(t.compared as u64, "tensor"),
+        t.identical,
+        t.within,
+        t.beyond,
+        count(t.values_beyond),
+        counted(t.values, "value")
     ));
     out(format_args!(
         "{} vs {}: {}",

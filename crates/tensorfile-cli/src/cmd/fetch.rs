@@ -8,6 +8,7 @@ use std::process::ExitCode;
 
 use tensorfile::ops::fetch::{fetch, FetchRequest};
 
+use super::words::{bytes, plural};
 use super::{out, Failure};
 use crate::progress::Bar;
 
@@ -76,18 +77,19 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     for f in &fetched.files {
         let what = match f.outcome.as_str() {
             "resumed" => format!(
-                "fetched {} bytes (resumed, {} were on disk)",
-                f.bytes, f.resumed_from
+                "fetched {} (resumed, {} on disk)",
+                bytes(f.bytes),
+                bytes(f.resumed_from)
             ),
             "up to date" => "up to date".to_string(),
             "linked from cache" => format!(
-                "hard-linked from the Hugging Face cache ({} bytes)",
-                f.bytes
+                "hard-linked from the Hugging Face cache, {}",
+                bytes(f.bytes)
             ),
             "copied from cache" => {
-                format!("copied from the Hugging Face cache ({} bytes)", f.bytes)
+                format!("copied from the Hugging Face cache, {}", bytes(f.bytes))
             }
-            _ => format!("fetched {} bytes", f.bytes),
+            _ => format!("fetched {}", bytes(f.bytes)),
         };
         let mut checks = Vec::new();
         if f.sha256.is_some() {
@@ -105,16 +107,18 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     }
     if let Some(set) = fetched.set {
         out(format_args!(
-            "{}: set ok ({} shards, {} tensors)",
-            fetched.dest, set.shards, set.tensors
+            "{}: set ok ({}, {})",
+            fetched.dest,
+            plural(set.shards as u64, "shard"),
+            plural(set.tensors as u64, "tensor")
         ));
     }
     out(format_args!(
-        "{} files, {} requests, {} bytes received, {} retries",
-        fetched.files.len(),
-        fetched.requests,
-        fetched.bytes_received,
-        fetched.retries
+        "{}, {}, {} received, {}",
+        plural(fetched.files.len() as u64, "file"),
+        plural(fetched.requests, "request"),
+        bytes(fetched.bytes_received),
+        plural(fetched.retries, "retry")
     ));
     Ok(ExitCode::SUCCESS)
 }

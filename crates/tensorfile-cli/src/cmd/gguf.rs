@@ -10,6 +10,7 @@ use tensorfile::gguf::{GgufArray as Array, GgufHeader, GgufValue as Value};
 use tensorfile::ops::inspect::GgufDescription;
 
 use super::out;
+use super::words::{bytes, count, counted, plural, table, Align};
 
 /// `s` escaped for a terminal (the command line's one rule,
 /// [`super::escape_text`]).
@@ -77,10 +78,16 @@ pub fn print(d: &GgufDescription, h: &GgufHeader) {
         d.version, d.endianness, d.alignment
     ));
     out(format_args!(
-        "size: {} bytes (metadata and tensor infos end at byte {}, data starts at byte {}, {} bytes of tensors)",
-        d.size, d.tensor_info_end, d.data_offset, d.data_bytes
+        "size: {}; metadata and tensor infos end at byte {}, data starts at byte {}, {} of tensors",
+        bytes(d.size),
+        d.tensor_info_end,
+        d.data_offset,
+        bytes(d.data_bytes)
     ));
-    out(format_args!("metadata: {} keys", h.kv().len()));
+    out(format_args!(
+        "metadata: {}",
+        plural(h.kv().len() as u64, "key")
+    ));
     for kv in h.kv() {
         out(format_args!(
             "  {}: {} = {}",
@@ -90,45 +97,57 @@ pub fn print(d: &GgufDescription, h: &GgufHeader) {
         ));
     }
     out(format_args!("tensors: {}", d.tensors.len()));
-    let width = d
-        .tensors
-        .iter()
-        .map(|t| esc(&t.name).chars().count())
-        .max()
-        .unwrap_or(4)
-        .clamp(4, 64);
-    out(format_args!(
-        "  {:<width$}  {:<7}  {:<22}  {:<22}  {:>12}  offset",
-        "name", "type", "gguf dims", "shape", "bytes"
-    ));
+    let mut rows = vec![["name", "type", "gguf dims", "shape", "bytes", "offset"]
+        .map(String::from)
+        .to_vec()];
     for t in &d.tensors {
-        let line = format!(
-            "  {:<width$}  {:<7}  {:<22}  {:<22}  {:>12}  {}",
+        let mut row = vec![
             esc(&t.name),
-            t.ggml_type,
+            t.ggml_type.clone(),
             format!("{:?}", t.dims),
             format!("{:?}", t.shape),
-            t.bytes,
-            t.offset
-        );
-        match &t.sha256 {
-            Some(sha) => out(format_args!("{line}  sha256 {sha}")),
-            None => out(line),
+            t.bytes.to_string(),
+            t.offset.to_string(),
+        ];
+        if let Some(sha) = &t.sha256 {
+            row.push(format!("sha256 {sha}"));
         }
+        rows.push(row);
+    }
+    let align = [
+        Align::Left,
+        Align::Left,
+        Align::Left,
+        Align::Left,
+        Align::Right,
+        Align::Right,
+    ];
+    for line in table(&rows, &align) {
+        out(format_args!("  {line}"));
     }
     out("types:");
     // In ggml's type order (F32, F16, Q4_0, ...), not the JSON's name order.
     let ids: std::collections::BTreeSet<_> = h.tensors().iter().map(|t| t.ggml_type).collect();
-    for (name, t) in ids
+    let rows: Vec<Vec<String>> = ids
         .iter()
         .filter_map(|id| d.types.get(id.name()).map(|t| (id.name(), t)))
-    {
-        out(format_args!(
-            "  {:<7}  {} tensors, {} parameters, {} bytes, {} bits per weight",
-            name, t.tensors, t.parameters, t.bytes, t.bits_per_weight
-        ));
+        .map(|(name, t)| {
+            vec![
+                name.to_string(),
+                plural(t.tensors, "tensor"),
+                counted(t.parameters, "parameter"),
+                bytes(t.bytes),
+                format!("{} bits per weight", t.bits_per_weight),
+            ]
+        })
+        .collect();
+    for line in table(
+        &rows,
+        &[Align::Left, Align::Right, Align::Right, Align::Right],
+    ) {
+        out(format_args!("  {line}"));
     }
-    out(format_args!("parameters: {}", d.parameters));
+    out(format_args!("parameters: {}", count(d.parameters)));
     for w in &d.warnings {
         out(format_args!("warning: {}", esc(w)));
     }

@@ -11,12 +11,20 @@ use tensorfile::ops::inspect::{
 };
 use tensorfile::{Dtype, Metadata};
 
-use super::{out, Failure};
+use super::words::{bytes, count, counted, plural, table, Align};
+use super::{escape_text, out, Failure};
 
 /// Arguments of `inspect`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// Print JSON: header_len, metadata, tensors (in data order) and totals.
+    /// Print one JSON object instead of text (docs/commands/inspect.md).
+    ///
+    /// A file's keys: data_start, file, header_len, metadata,
+    /// misaligned_tensors, parameters, quantized, quantized_problem, size,
+    /// tensors (in data order), warnings. A set's keys: index,
+    /// index_metadata, model, path, quantized, quantized_problem, shards,
+    /// tensors, totals, warnings. A PyTorch checkpoint's keys: byte_order,
+    /// file, format, parameters, size, tensors, values.
     #[arg(long)]
     json: bool,
     /// Add each tensor's sha256 (reads every byte).
@@ -115,16 +123,42 @@ fn per_dtype<'a>(tensors: impl Iterator<Item = (&'a str, u64)>) -> BTreeMap<Dtyp
     per_dtype
 }
 
-/// The `metadata:` lines.
-fn print_metadata(metadata: Option<&Metadata>) {
-    match metadata {
-        Some(m) if !m.is_empty() => {
-            out(format_args!("metadata: {} keys", m.len()));
-            for (k, v) in m {
-                out(format_args!("  {k}: {v}"));
-            }
+/// The `metadata:` lines: how many keys, then each key and value.
+fn print_metadata(m: &Metadata) {
+    out(format_args!("metadata: {}", plural(m.len() as u64, "key")));
+    for (k, v) in m {
+        out(format_args!("  {k}: {v}"));
+    }
+}
+
+/// A table of tensors under a `tensors:` line: a heading row (name,
+/// dtype, shape, `last`), then one row per tensor whose cells are its
+/// name, dtype, shape and `last`, its sha256 after them when hashed.
+fn print_tensors<'a>(
+    last: &str,
+    tensors: impl ExactSizeIterator<Item = (&'a str, &'a str, &'a [u64], String, Option<&'a str>)>,
+) {
+    out(format_args!("tensors: {}", tensors.len()));
+    let mut rows = vec![vec![
+        "name".to_string(),
+        "dtype".into(),
+        "shape".into(),
+        last.to_string(),
+    ]];
+    for (name, dtype, shape, end, sha256) in tensors {
+        let mut row = vec![
+            escape_text(name).into_owned(),
+            escape_text(dtype).into_owned(),
+            format!("{shape:?}"),
+            end,
+        ];
+        if let Some(h) = sha256 {
+            row.push(format!("sha256 {h}"));
         }
-        _ => out("metadata: none"),
+        rows.push(row);
+    }
+    for line in table(&rows, &[]) {
+        out(format_args!("  {line}"));
     }
 }
 
@@ -133,58 +167,38 @@ fn print_file(d: &FileDescription) {
     let data_len = d.size - d.data_start;
     out(format_args!("file: {}", d.file));
     out(format_args!(
-        "size: {} bytes (header {} bytes, data {} bytes)",
-        d.size, d.header_len, data_len
+        "size: {}; header {}, data {}",
+        bytes(d.size),
+        bytes(d.header_len),
+        bytes(data_len)
     ));
     // A file's metadata is printed as it is, even when empty.
     match &d.metadata {
         None => out("metadata: none"),
-        Some(m) => {
-            out(format_args!("metadata: {} keys", m.len()));
-            for (k, v) in m {
-                out(format_args!("  {k}: {v}"));
-            }
-        }
+        Some(m) => print_metadata(m),
     }
-    out(format_args!("tensors: {}", d.tensors.len()));
-    let width = d
-        .tensors
-        .iter()
-        .map(|t| super::escape_text(&t.name).chars().count())
-        .max()
-        .unwrap_or(4)
-        .clamp(4, 60);
-    out(format_args!(
-        "  {:<width$}  {:<11}  {:<20}  offsets",
-        "name", "dtype", "shape"
-    ));
-    for t in &d.tensors {
-        let shape = format!("{:?}", t.shape);
-        let line = format!(
-            "  {:<width$}  {:<11}  {:<20}  [{}, {})",
-            super::escape_text(&t.name),
-            t.dtype,
-            shape,
-            t.data_offsets[0],
-            t.data_offsets[1]
-        );
-        match &t.sha256 {
-            Some(h) => out(format_args!("{line}  sha256 {h}")),
-            None => out(line),
-        }
-    }
+    print_tensors(
+        "offsets",
+        d.tensors.iter().map(|t| {
+            let [begin, end] = t.data_offsets;
+            let at = format!("[{begin}, {end})");
+            (&*t.name, &*t.dtype, &t.shape[..], at, t.sha256.as_deref())
+        }),
+    );
     super::print_dtypes(&per_dtype(
         d.tensors
             .iter()
             .map(|t| (t.dtype.as_str(), t.data_offsets[1] - t.data_offsets[0])),
     ));
-    out(format_args!("parameters: {}", d.parameters));
+    out(format_args!("parameters: {}", count(d.parameters)));
+    let total = d.tensors.len() as u64;
     out(format_args!(
-        "alignment: data starts at byte {} ({}-byte aligned); {} of {} tensors misaligned for their dtype",
+        "alignment: data starts at byte {} ({}-byte aligned); {} of {} misaligned for {} dtype",
         d.data_start,
         alignment_of(d.data_start),
         d.misaligned_tensors,
-        d.tensors.len()
+        plural(total, "tensor"),
+        if total == 1 { "its" } else { "their" }
     ));
     super::quantized::print(&d.quantized, &d.quantized_problem);
     for warning in &d.warnings {
@@ -208,41 +222,39 @@ fn print_set(d: &SetDescription, metadata: &Result<Metadata, String>) {
         None => out("index: none (a single file)"),
     }
     out(format_args!("shards: {}", d.shards.len()));
-    for s in &d.shards {
-        out(format_args!(
-            "  {}  {} tensors, {} data bytes, {} bytes",
-            s.name, s.tensors, s.data_bytes, s.size
-        ));
+    let rows: Vec<Vec<String>> = d
+        .shards
+        .iter()
+        .map(|s| {
+            vec![
+                escape_text(&s.name).into_owned(),
+                plural(s.tensors as u64, "tensor"),
+                format!("data {}", bytes(s.data_bytes)),
+                format!("file {}", bytes(s.size)),
+            ]
+        })
+        .collect();
+    for line in table(&rows, &[Align::Left, Align::Right]) {
+        out(format_args!("  {line}"));
     }
     match metadata {
-        Ok(m) => print_metadata(Some(m)),
+        Ok(m) if !m.is_empty() => print_metadata(m),
+        Ok(_) => out("metadata: none"),
         Err(e) => out(format_args!("metadata: {e}")),
     }
-    out(format_args!("tensors: {}", d.tensors.len()));
-    let width = d
-        .tensors
-        .iter()
-        .map(|t| t.name.len())
-        .max()
-        .unwrap_or(4)
-        .clamp(4, 60);
-    out(format_args!(
-        "  {:<width$}  {:<11}  {:<20}  shard",
-        "name", "dtype", "shape"
-    ));
-    for t in &d.tensors {
-        let line = format!(
-            "  {:<width$}  {:<11}  {:<20}  {}",
-            t.name,
-            t.dtype,
-            format!("{:?}", t.shape),
-            t.shard.as_deref().unwrap_or_default()
-        );
-        match &t.sha256 {
-            Some(h) => out(format_args!("{line}  sha256 {h}")),
-            None => out(line),
-        }
-    }
+    print_tensors(
+        "shard",
+        d.tensors.iter().map(|t| {
+            let shard = escape_text(t.shard.as_deref().unwrap_or_default()).into_owned();
+            (
+                &*t.name,
+                &*t.dtype,
+                &t.shape[..],
+                shard,
+                t.sha256.as_deref(),
+            )
+        }),
+    );
     super::print_dtypes(&per_dtype(
         d.tensors
             .iter()
@@ -250,8 +262,12 @@ fn print_set(d: &SetDescription, metadata: &Result<Metadata, String>) {
     ));
     let totals = &d.totals;
     out(format_args!(
-        "totals: {} shards, {} tensors, {} parameters, {} data bytes, {} bytes",
-        totals.shards, totals.tensors, totals.parameters, totals.data_bytes, totals.size
+        "totals: {}, {}, {}, {} of data, {} in all",
+        plural(totals.shards as u64, "shard"),
+        plural(totals.tensors as u64, "tensor"),
+        counted(totals.parameters, "parameter"),
+        bytes(totals.data_bytes),
+        bytes(totals.size)
     ));
     super::quantized::print(&d.quantized, &d.quantized_problem);
     for warning in &d.warnings {
@@ -264,7 +280,7 @@ fn print_set(d: &SetDescription, metadata: &Result<Metadata, String>) {
 /// offsets.
 fn print_checkpoint(d: &CheckpointDescription, values: &[(String, String)], contiguous: &[bool]) {
     out(format_args!("file: {}", d.file));
-    out(format_args!("size: {} bytes", d.size));
+    out(format_args!("size: {}", bytes(d.size)));
     out(format_args!("format: {}, {}", d.format, d.byte_order));
     out(format_args!(
         "values: {} (non-tensor entries)",
@@ -273,39 +289,20 @@ fn print_checkpoint(d: &CheckpointDescription, values: &[(String, String)], cont
     for (k, v) in values {
         out(format_args!("  {k}: {v}"));
     }
-    out(format_args!("tensors: {}", d.tensors.len()));
-    let width = d
-        .tensors
-        .iter()
-        .map(|t| t.name.len())
-        .max()
-        .unwrap_or(4)
-        .clamp(4, 60);
-    out(format_args!(
-        "  {:<width$}  {:<11}  {:<20}  storage",
-        "name", "dtype", "shape"
-    ));
-    for (i, t) in d.tensors.iter().enumerate() {
-        let strides = if contiguous.get(i).copied().unwrap_or(true) {
-            String::new()
-        } else {
-            format!(" strides {:?}", t.strides)
-        };
-        let line = format!(
-            "  {:<width$}  {:<11}  {:<20}  {:?} + {}{strides}",
-            t.name,
-            t.dtype,
-            format!("{:?}", t.shape),
-            t.storage,
-            t.storage_offset,
-        );
-        match &t.sha256 {
-            Some(h) => out(format_args!("{line}  sha256 {h}")),
-            None => out(line),
-        }
-    }
+    print_tensors(
+        "storage",
+        d.tensors.iter().enumerate().map(|(i, t)| {
+            let strides = if contiguous.get(i).copied().unwrap_or(true) {
+                String::new()
+            } else {
+                format!(" strides {:?}", t.strides)
+            };
+            let at = format!("{:?} + {}{strides}", t.storage, t.storage_offset);
+            (&*t.name, &*t.dtype, &t.shape[..], at, t.sha256.as_deref())
+        }),
+    );
     super::print_dtypes(&per_dtype(
         d.tensors.iter().map(|t| (t.dtype.as_str(), t.nbytes)),
     ));
-    out(format_args!("parameters: {}", d.parameters));
+    out(format_args!("parameters: {}", count(d.parameters)));
 }

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use tensorfile::ops::merge::{merge, MergeRequest};
 
+use super::words::{bytes, plural};
 use super::{out, Failure};
 use crate::progress::Bar;
 
@@ -54,11 +55,11 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         super::out_json(&report)?;
     } else {
         out(format_args!(
-            "{}: {} tensors from {} shards, {} data bytes",
+            "{}: {} from {}, {} of data",
             report.output.display(),
-            report.tensors,
-            report.shards,
-            report.data_bytes
+            plural(report.tensors as u64, "tensor"),
+            plural(report.shards as u64, "shard"),
+            bytes(report.data_bytes)
         ));
     }
     Ok(ExitCode::SUCCESS)

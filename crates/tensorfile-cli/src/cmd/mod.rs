@@ -29,6 +29,7 @@ pub mod size;
 pub mod stats;
 pub mod validate;
 pub mod verify;
+pub mod words;
 
 /// The arguments of every command that reads one file and writes another.
 #[derive(clap::Args)]
@@ -84,11 +85,19 @@ impl FileArgs {
 /// dtype, largest alignment first as in a canonical file).
 pub fn print_dtypes(per_dtype: &std::collections::BTreeMap<tensorfile::Dtype, (usize, u64)>) {
     out("dtypes:");
-    for (dtype, (count, bytes)) in per_dtype.iter().rev() {
-        out(format_args!(
-            "  {:<11}  {count} tensors, {bytes} bytes",
-            dtype.name()
-        ));
+    let rows: Vec<Vec<String>> = per_dtype
+        .iter()
+        .rev()
+        .map(|(dtype, (count, bytes))| {
+            vec![
+                dtype.name().to_string(),
+                words::plural(*count as u64, "tensor"),
+                words::bytes(*bytes),
+            ]
+        })
+        .collect();
+    for line in words::table(&rows, &[words::Align::Left, words::Align::Right]) {
+        out(format_args!("  {line}"));
     }
 }
 

@@ -8,11 +8,23 @@ use std::process::ExitCode;
 use tensorfile::ops::quantize::{quantize, QuantizeReport, QuantizeRequest};
 use tensorfile::quant::Scheme;
 
+use super::words::{bytes, plural};
 use super::{out, Failure};
 use crate::progress::Bar;
 
 /// Arguments of `quantize`.
 #[derive(clap::Args)]
+#[command(
+    mut_arg("input", |a| a.help(
+        "The safetensors file, set (a directory or an index) or model \
+         directory whose weights to quantize (a URL too)"
+    )),
+    mut_arg("output", |a| a.help(
+        "The quantized safetensors file to write (replaced atomically), or \
+         the directory of the quantized set when IN is a set or \
+         --max-shard-size is given"
+    ))
+)]
 pub struct Args {
     #[command(flatten)]
     io: super::FileArgs,
@@ -90,12 +102,12 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
 /// The report as text: a line, then the weights quantized.
 fn text(r: &QuantizeReport, scheme: &Scheme) {
     out(format_args!(
-        "{}: {} weights quantized ({}), {} tensors, {} bytes",
+        "{}: {} quantized ({}), {}, {}",
         r.output.display(),
-        r.quantized.len(),
+        plural(r.quantized.len() as u64, "weight"),
         scheme.summary(),
-        r.tensors,
-        r.bytes,
+        plural(r.tensors as u64, "tensor"),
+        bytes(r.bytes),
     ));
     for name in &r.quantized {
         out(format_args!("  {name}"));

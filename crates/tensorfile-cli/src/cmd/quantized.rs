@@ -19,32 +19,42 @@ pub fn print(found: &Option<Vec<QuantizedWeight>>, problem: &Option<String>) {
     }
 }
 
-/// One text line per quantized weight.
+/// One text line per quantized weight, in columns: name, scheme and mode,
+/// bits, group size (and global scale), logical shape, bits per weight.
 fn lines(weights: &[QuantizedWeight]) -> Vec<String> {
-    let width = weights
-        .iter()
-        .map(|w| w.name.len())
-        .max()
-        .unwrap_or(0)
-        .min(60);
-    weights
+    use super::words::{table, Align};
+    let rows: Vec<Vec<String>> = weights
         .iter()
         .map(|w| {
             let mode = w.mode.as_ref().map(|m| format!(" {m}")).unwrap_or_default();
             let global = if w.global_scale { ", global scale" } else { "" };
             // The shape as JSON writes it (`[64,128]`), as before.
-            let shape = format!(
-                "[{}]",
-                w.logical_shape
-                    .iter()
-                    .map(u64::to_string)
-                    .collect::<Vec<_>>()
-                    .join(",")
-            );
-            format!(
-                "  {:<width$}  {}{mode} {}-bit, groups of {}{global}  logical shape {shape}  {:.3} bits/weight",
-                w.name, w.scheme, w.bits, w.group_size, w.bits_per_weight,
-            )
+            let shape = w
+                .logical_shape
+                .iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(",");
+            vec![
+                super::escape_text(&w.name).into_owned(),
+                format!("{}{mode}", w.scheme),
+                format!("{}-bit", w.bits),
+                format!("groups of {}{global}", w.group_size),
+                format!("logical shape [{shape}]"),
+                format!("{:.3} bits/weight", w.bits_per_weight),
+            ]
         })
+        .collect();
+    let align = [
+        Align::Left,
+        Align::Left,
+        Align::Right,
+        Align::Left,
+        Align::Left,
+        Align::Right,
+    ];
+    table(&rows, &align)
+        .into_iter()
+        .map(|line| format!("  {line}"))
         .collect()
 }

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use tensorfile::ops::rewrite::{rewrite, RewriteRequest};
 use tensorfile_core::Align;
 
+use super::words::{bytes, plural};
 use super::{out, Failure};
 use crate::progress::Bar;
 
@@ -57,10 +58,10 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         super::out_json(&report)?;
     } else {
         out(format_args!(
-            "{}: {} tensors, {} bytes",
+            "{}: {}, {}",
             report.output.display(),
-            report.tensors,
-            report.bytes
+            plural(report.tensors as u64, "tensor"),
+            bytes(report.bytes)
         ));
     }
     Ok(ExitCode::SUCCESS)

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use super::size::parse_size;
 use tensorfile::ops::shard::{shard, ShardRequest};
 
+use super::words::{bytes, plural};
 use super::{out, Failure};
 use crate::progress::Bar;
 
@@ -80,10 +81,10 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
             out(index.display());
         }
         out(format_args!(
-            "{} shards, {} tensors, {} data bytes",
-            report.files.len(),
-            report.tensors,
-            report.total_size
+            "{}, {}, {} of data",
+            plural(report.files.len() as u64, "shard"),
+            plural(report.tensors as u64, "tensor"),
+            bytes(report.total_size)
         ));
     }
     Ok(ExitCode::SUCCESS)

@@ -10,6 +10,7 @@ use tensorfile::ops::stats::{stats, StatsRequest};
 use tensorfile::stats::{unflatten, Figures as Report, Summary, OUTLIER_RATIO};
 
 use super::looking::{escape, shown};
+use super::words::{plural, table, Align};
 #[cfg(not(feature = "plot"))]
 use super::Usage;
 use super::{out, Failure};
@@ -143,16 +144,19 @@ fn fig(x: f64) -> String {
     }
 }
 
+/// The special values of a tensor: `3 zeros, 1 NaN, 2 subnormals`.
 fn specials(s: &Summary) -> String {
     let mut parts = Vec::new();
-    for (n, what) in [
-        (s.zeros, "zeros"),
-        (s.nan, "NaN"),
-        (s.inf, "inf"),
-        (s.subnormal, "subnormal"),
+    for (n, what, counted) in [
+        (s.zeros, "zero", true),
+        (s.nan, "NaN", false),
+        (s.inf, "inf", false),
+        (s.subnormal, "subnormal", true),
     ] {
-        if n > 0 {
-            parts.push(format!("{n} {what}"));
+        match (n, counted) {
+            (0, _) => {}
+            (n, true) => parts.push(plural(n, what)),
+            (n, false) => parts.push(format!("{n} {what}")),
         }
     }
     parts.join(", ")
@@ -160,41 +164,18 @@ fn specials(s: &Summary) -> String {
 
 fn print_text(args: &Args, r: &Report) {
     let bars = args.bars || std::io::stdout().is_terminal();
-    let width = r
-        .tensors
-        .iter()
-        .map(|t| escape(&t.name).chars().count())
-        .max()
-        .unwrap_or(6)
-        .clamp(6, 60);
-    out(format_args!(
-        "{:<width$}  {:<10}  {:>10}  {:>10}  {:>10}  {:>10}  {:>10}  {:>7}{}",
-        "tensor",
-        "dtype",
-        "min",
-        "max",
-        "mean",
-        "std",
-        "absmax",
-        "max/std",
-        if bars { "  histogram" } else { "" }
-    ));
+    let mut heading: Vec<String> = ["tensor", "dtype", "min", "max", "mean", "std", "absmax"]
+        .map(String::from)
+        .to_vec();
+    heading.push("max/std".into());
+    if bars {
+        heading.push("histogram".into());
+    }
+    let mut rows = vec![heading];
     for t in &r.tensors {
         let s = &t.summary;
-        let hist = if bars {
-            format!("  {}", sparkline(&s.histogram.coarse(16).2))
-        } else {
-            String::new()
-        };
-        let extra = specials(s);
-        let extra = if extra.is_empty() {
-            extra
-        } else {
-            format!("  ({extra})")
-        };
         let ratio = t.ratio();
-        out(format_args!(
-            "{:<width$}  {:<10}  {:>10}  {:>10}  {:>10}  {:>10}  {:>10}  {:>7}{hist}{extra}",
+        let mut row = vec![
             escape(&t.name),
             t.stored.describe(),
             fig(s.min),
@@ -207,11 +188,24 @@ fn print_text(args: &Args, r: &Report) {
             } else {
                 "-".into()
             },
-        ));
+        ];
+        if bars {
+            row.push(sparkline(&s.histogram.coarse(16).2));
+        }
+        let extra = specials(s);
+        if !extra.is_empty() {
+            row.push(format!("({extra})"));
+        }
+        rows.push(row);
     }
+    // Text left, figures right.
+    let mut align = vec![Align::Left, Align::Left];
+    align.extend([Align::Right; 6]);
+    table(&rows, &align).into_iter().for_each(out);
     if !r.groups.is_empty() {
         out("layer groups (absmax and std by layer):");
     }
+    let mut rows = Vec::new();
     for g in &r.groups {
         let absmax: Vec<f64> = g
             .members
@@ -228,16 +222,18 @@ fn print_text(args: &Args, r: &Report) {
             .iter()
             .map(|&(l, i)| (l, r.tensors[i].summary.absmax()))
             .fold((0, f64::NEG_INFINITY), |a, b| if b.1 > a.1 { b } else { a });
-        out(format_args!(
-            "  {}  {} layers  absmax {} (largest {} in layer {worst_layer})  std {}  mean {} std {}",
+        rows.push(vec![
             escape(&g.pattern),
-            g.members.len(),
-            curve(&absmax),
-            fig(worst),
-            curve(&std),
-            fig(g.summary.mean),
-            fig(g.summary.std()),
-        ));
+            plural(g.members.len() as u64, "layer"),
+            format!("absmax {}", curve(&absmax)),
+            format!("(largest {} in layer {worst_layer})", fig(worst)),
+            format!("std {}", curve(&std)),
+            format!("mean {}", fig(g.summary.mean)),
+            format!("std {}", fig(g.summary.std())),
+        ]);
+    }
+    for line in table(&rows, &[Align::Left, Align::Right]) {
+        out(format_args!("  {line}"));
     }
     let outliers = r.outliers(args.outlier_ratio);
     if !outliers.is_empty() {

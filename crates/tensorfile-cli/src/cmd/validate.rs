@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use tensorfile::ops::validate::{validate, ValidateReport, ValidateRequest};
 
+use super::words::plural;
 use super::{out, Failure};
 
 /// Arguments of `validate`.
@@ -70,7 +71,10 @@ fn print(r: &ValidateReport, json: bool) -> Result<(), Failure> {
     match (&r.error, r.shards, r.tensors, r.data_bytes) {
         (Some(err), ..) => out(format_args!("{name}: invalid: {err}")),
         (None, Some(shards), Some(tensors), Some(bytes)) => out(format_args!(
-            "{name}: ok ({shards} shards, {tensors} tensors, {bytes} data bytes)"
+            "{name}: ok ({}, {}, {} of data)",
+            plural(shards as u64, "shard"),
+            plural(tensors as u64, "tensor"),
+            super::words::bytes(bytes)
         )),
         (None, ..) => out(format_args!("{name}: ok")),
     }

@@ -93,12 +93,13 @@ fn check(args: Args) -> Result<ExitCode, Failure> {
         out(format_args!("EXTRA {} ({why})", escape(n)));
     }
     let failed = report.verdict == "mismatch";
+    // `checked` names the things: "files" or "tensors".
+    let thing = report.checked.strip_suffix('s').unwrap_or(&report.checked);
     out(format_args!(
-        "{}: {} ({} {} checked, {} mismatched, {} missing, {} extra)",
+        "{}: {} ({} checked, {} mismatched, {} missing, {} extra)",
         shown(&args.path),
         if failed { "FAILED" } else { &report.verdict },
-        report.count,
-        report.checked,
+        super::words::plural(report.count as u64, thing),
         report.mismatched.len(),
         report.missing.len(),
         report.extra.len()

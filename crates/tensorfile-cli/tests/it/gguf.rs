@@ -97,7 +97,7 @@ fn inspect_text_shows_both_shapes_and_bits_per_weight() {
     );
     assert!(
         text.contains(
-            "Q6_K     3 tensors, 175104 parameters, 143640 bytes, 6.5625 bits per weight"
+            "Q6_K  3 tensors  175104 (175.1K) parameters  143640 bytes (140.3 KiB)  6.5625 bits per weight"
         ),
         "{text}"
     );

@@ -12,6 +12,7 @@ mod hostile_sweep;
 mod inputs;
 mod looking;
 mod models;
+mod newcomer;
 mod npz;
 mod progress;
 mod pytorch;

@@ -60,7 +60,7 @@ fn check_names_each_problem_and_fails() {
     let text = stdout(&o);
     assert!(
         text.starts_with(&format!(
-            "{dir}: failed (llama, architecture checked; 1 errors, 0 warnings)"
+            "{dir}: failed (llama, architecture checked; 1 error, 0 warnings)"
         )),
         "{text}"
     );
@@ -216,7 +216,7 @@ fn shard_merge_round_trip_and_set_commands() {
         assert_eq!(o.status.code(), Some(0));
         assert_eq!(
             stdout(&o),
-            format!("{t}: ok (3 shards, 20 tensors, 82560 data bytes)\n")
+            format!("{t}: ok (3 shards, 20 tensors, 82560 bytes (80.6 KiB) of data)\n")
         );
         let o = tensorfile(&["inspect", "--json", t]);
         assert_eq!(o.status.code(), Some(0));
@@ -229,7 +229,9 @@ fn shard_merge_round_trip_and_set_commands() {
     }
     let o = tensorfile(&["inspect", out.to_str().unwrap()]);
     assert!(
-        stdout(&o).contains("totals: 3 shards, 20 tensors, 20640 parameters, 82560 data bytes"),
+        stdout(&o).contains(
+            "totals: 3 shards, 20 tensors, 20640 (20.6K) parameters, 82560 bytes (80.6 KiB) of data"
+        ),
         "{}",
         stdout(&o)
     );

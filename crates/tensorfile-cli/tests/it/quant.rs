@@ -330,7 +330,7 @@ fn inspect_shows_logical_shapes_of_files_and_model_directories() {
         assert!(o.status.success(), "{}", stderr(&o));
         let text = String::from_utf8_lossy(&o.stdout);
         assert!(text.contains("quantized weights: 4"), "{text}");
-        let line = "model.layers.0.mlp.up_proj.weight       mlx affine 3-bit, groups of 64  logical shape [32,192]  3.500 bits/weight";
+        let line = "model.layers.0.mlp.up_proj.weight       mlx affine  3-bit  groups of 64  logical shape [32,192]   3.500 bits/weight";
         assert!(text.contains(line), "{target}: {text}");
         let o = run(&[
             "inspect".as_ref(),

@@ -228,21 +228,31 @@ impl Header {
     /// [`FormatError::TooShort`] when there are fewer than 8 bytes,
     /// [`FormatError::HeaderTooLarge`] when N is over `options.max_header_len`
     /// (or `u32::MAX`), and [`FormatError::HeaderPastEof`] when 8 + N passes
-    /// `file_len`.
+    /// `file_len`; each says what the prefix looks like when it is another
+    /// format's signature or text ([`FormatError::looks_like`]).
     pub fn check_prefix(
         prefix: &[u8],
         file_len: u64,
         options: &ReadOptions,
     ) -> Result<u64, FormatError> {
         let Some(bytes) = prefix.get(..8) else {
-            return Err(FormatError::TooShort { len: file_len });
+            return Err(FormatError::TooShort {
+                len: file_len,
+                looks_like: None,
+            }
+            .looking_at(prefix));
         };
         let mut n = [0u8; 8];
         n.copy_from_slice(bytes);
         let header_len = u64::from_le_bytes(n);
         let limit = options.max_header_len.min(u32::MAX as u64);
         if header_len > limit {
-            return Err(FormatError::HeaderTooLarge { header_len, limit });
+            return Err(FormatError::HeaderTooLarge {
+                header_len,
+                limit,
+                looks_like: None,
+            }
+            .looking_at(prefix));
         }
         let end = header_len.checked_add(8);
         match end {
@@ -251,7 +261,9 @@ impl Header {
                 header_len,
                 end: end.unwrap_or(u64::MAX),
                 len: file_len,
-            }),
+                looks_like: None,
+            }
+            .looking_at(prefix)),
         }
     }
 
@@ -266,7 +278,7 @@ impl Header {
         let header_len = Header::check_prefix(bytes, file_len, options)?;
         // Both fit: check_prefix verified 8 + N <= len.
         let text = &bytes[8..8 + header_len as usize];
-        Header::parse(text, file_len - 8 - header_len)
+        Header::parse(text, file_len - 8 - header_len).map_err(|e| e.looking_at(bytes))
     }
 
     /// Parses the header text (the N bytes after the length) of a file whose
@@ -282,6 +294,7 @@ impl Header {
             return Err(FormatError::HeaderTooLarge {
                 header_len: text.len() as u64,
                 limit: u32::MAX as u64,
+                looks_like: None,
             });
         }
         let tables = parse::parse(text)?;
@@ -393,5 +406,62 @@ impl Header {
     pub fn tensor_at(&self, i: usize) -> Option<TensorInfo<'_>> {
         let &e = self.order.get(i)?;
         Some(self.tables.info(e as usize))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::LooksLike;
+
+    /// The error of reading `bytes` as a whole file.
+    fn refused(bytes: &[u8]) -> FormatError {
+        Header::from_file_bytes(bytes, &ReadOptions::default()).unwrap_err()
+    }
+
+    #[test]
+    fn rule_1_and_2_errors_say_what_other_files_look_like() {
+        let png = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x01";
+        let e = refused(png);
+        assert_eq!(e.rule(), 1);
+        assert_eq!(e.looks_like(), Some(LooksLike::Png));
+        assert_eq!(
+            e.to_string(),
+            "rule 1: the header length is 727905341920923785 bytes, over the limit of 100000000; \
+             this looks like a PNG image, not a safetensors file"
+        );
+        // Too short, and past the end of the file.
+        let e = refused(b"hi\n");
+        assert!(matches!(e, FormatError::TooShort { .. }), "{e}");
+        assert!(e
+            .to_string()
+            .ends_with("; this looks like plain text, not a safetensors file"));
+        let e = refused(b"\x1f\x8b\x08\0\0\0\0\0\x02\x03");
+        assert!(matches!(e, FormatError::HeaderPastEof { .. }), "{e}");
+        assert_eq!(e.looks_like(), Some(LooksLike::Gzip));
+        // A gzip stream without a time stamp, long enough that its header
+        // length (560927) fits: its "header" is not UTF-8 (rule 2).
+        let mut gzip = b"\x1f\x8b\x08\0\0\0\0\0\x02\x03\xff".to_vec();
+        gzip.resize(600_000, 0xff);
+        let e = refused(&gzip);
+        assert!(matches!(e, FormatError::NotUtf8 { .. }), "{e}");
+        assert!(e
+            .to_string()
+            .ends_with("; this looks like gzip-compressed data, not a safetensors file"));
+    }
+
+    #[test]
+    fn broken_safetensors_files_get_no_hint() {
+        // A header length past the end, a header that is not JSON, and
+        // one that is no object: their first bytes are a length.
+        for bytes in [
+            &b"\x40\0\0\0\0\0\0\0{\"a\":1}"[..],
+            b"\x02\0\0\0\0\0\0\0{x",
+            b"\x02\0\0\0\0\0\0\0[]",
+        ] {
+            let e = refused(bytes);
+            assert_eq!(e.looks_like(), None, "{e}");
+            assert!(!e.to_string().contains("looks like"), "{e}");
+        }
     }
 }

@@ -64,10 +64,12 @@ pub(super) fn parse(text: &[u8]) -> Result<Tables, FormatError> {
         return Err(FormatError::HeaderTooLarge {
             header_len: text.len() as u64,
             limit: u32::MAX as u64,
+            looks_like: None,
         });
     }
     let text = std::str::from_utf8(text).map_err(|e| FormatError::NotUtf8 {
         pos: e.valid_up_to(),
+        looks_like: None,
     })?;
     let mut parser = Parser::new(text);
     if let Err(fatal) = parser.header() {
@@ -94,7 +96,7 @@ type Fatal = FormatError;
 /// Where in the header an error is, for those that say.
 fn header_pos(err: &FormatError) -> Option<usize> {
     match err {
-        FormatError::NotUtf8 { pos }
+        FormatError::NotUtf8 { pos, .. }
         | FormatError::Json { pos, .. }
         | FormatError::NumberOutOfRange { pos, .. }
         | FormatError::DuplicateKey { pos, .. }
@@ -269,6 +271,7 @@ impl<'t> Parser<'t> {
         FormatError::Json {
             pos: self.pos.min(self.b.len()),
             msg: msg.into(),
+            looks_like: None,
         }
     }
 

@@ -186,7 +186,7 @@ impl ShardIndex {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        ShardIndex::read_from(&LocalDir::new(parent_dir(path), false), &name)
+        ShardIndex::read_from(&LocalDir::new(parent_as_given(path), false), &name)
     }
 
     /// Reads and parses the index file `file` at `location`.
@@ -578,16 +578,15 @@ impl ShardedTensors {
             }
             return Err(ShardError::NoWeights { dir: path.into() }.into());
         }
-        let (dir, file) = {
-            let file = path
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            (parent_dir(path), file)
-        };
+        let file = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        // The files are opened (and named in errors) as given: `x`, not
+        // `./x`; the set's directory is reported as `.`.
         ShardedTensors::open_at(
-            Arc::new(LocalDir::new(dir.clone(), map)),
-            dir,
+            Arc::new(LocalDir::new(parent_as_given(path), map)),
+            parent_dir(path),
             &file,
             options,
         )
@@ -979,7 +978,7 @@ impl ShardedTensors {
     }
 }
 
-/// The directory a file is in (`.` for a bare file name).
+/// The directory a file is in (`.` for a bare file name), to report.
 fn parent_dir(path: &Path) -> PathBuf {
     match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
@@ -987,9 +986,30 @@ fn parent_dir(path: &Path) -> PathBuf {
     }
 }
 
+/// The directory a file is in as it was given (empty for a bare file
+/// name), to join names to: `x` stays `x`, where `.` would make it `./x`.
+fn parent_as_given(path: &Path) -> &Path {
+    path.parent().unwrap_or(Path::new(""))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn files_are_named_as_given() {
+        for (given, named) in [
+            ("x.safetensors", "x.safetensors"),
+            ("d/x.safetensors", "d/x.safetensors"),
+            ("./x.safetensors", "./x.safetensors"),
+        ] {
+            let path = Path::new(given);
+            let location = LocalDir::new(parent_as_given(path), false);
+            let name = path.file_name().unwrap().to_str().unwrap();
+            assert_eq!(location.path_of(name), Path::new(named));
+        }
+        assert_eq!(parent_dir(Path::new("x.safetensors")), Path::new("."));
+    }
 
     #[test]
     fn shard_names() {

@@ -106,13 +106,11 @@ fn required_config(path: &Path) -> Result<QuantConfig> {
 /// # Errors
 /// The config.json cannot be read, or its `quantization` is not one.
 pub fn beside_config(input: &Path) -> Result<Option<QuantConfig>> {
+    // Beside a bare file name is `config.json` as given, not `./config.json`.
     let dir = if input.is_dir() {
         input
     } else {
-        match input.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d,
-            _ => Path::new("."),
-        }
+        input.parent().unwrap_or(Path::new(""))
     };
     let path = dir.join(CONFIG_NAME);
     if !path.is_file() {

@@ -604,10 +604,8 @@ fn tensor_entry(t: &TensorInfo<'_>, shard: Option<&str>, digest: Digest<'_>) -> 
 /// metadata, every tensor in data order (with its sha256 when `digest`
 /// gives one), parameters, alignment, warnings, quantized weights.
 fn file(path: &Path, header: &Header, digest: Digest<'_>) -> FileDescription {
-    let dir = match path.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => dir,
-        _ => Path::new("."),
-    };
+    // Names joined to it stay as given (`config.json`, not `./config.json`).
+    let dir = path.parent().unwrap_or(Path::new(""));
     file_at(path, header, digest, &LocalDir::new(dir, false))
 }
 

@@ -114,6 +114,19 @@ fn header_of(path: &Path, options: &crate::OpenOptions) -> Result<crate::Header>
     Ok(file.header().clone())
 }
 
+/// An error as a verdict on `input` says it: on one line, without the
+/// input's own name in front (the verdict names it already: `x: invalid:
+/// x: not found` would say it twice, a URL's long name included). An error
+/// about another file (a shard of a set) keeps its name.
+fn verdict(err: &(dyn std::error::Error + 'static), input: &Path) -> String {
+    let text = one_line(err);
+    let named = format!("{}: ", input.display());
+    match text.strip_prefix(&named) {
+        Some(rest) => rest.to_string(),
+        None => text,
+    }
+}
+
 /// Checks the input against the reader rules. An invalid or unreadable
 /// input is a verdict, not an error. `progress` is not told anything (one
 /// input is one step; a set's headers are read concurrently).
@@ -145,7 +158,7 @@ pub fn validate(request: &ValidateRequest, _progress: &dyn Progress) -> Result<V
                 report.warnings = set.warnings().to_vec();
             }
             Err(e) => {
-                report.error = Some(one_line(e.detail()));
+                report.error = Some(verdict(e.detail(), path));
                 report.rule = Some(e.rule());
             }
         },
@@ -156,7 +169,7 @@ pub fn validate(request: &ValidateRequest, _progress: &dyn Progress) -> Result<V
                     Some(core) => core,
                     None => e.detail(),
                 };
-                report.error = Some(one_line(detail));
+                report.error = Some(verdict(detail, path));
                 report.rule = Some(e.rule());
             }
         },
@@ -166,14 +179,37 @@ pub fn validate(request: &ValidateRequest, _progress: &dyn Progress) -> Result<V
             report.rule = None;
             match crate::gguf::GgufFile::open(path) {
                 Ok(f) => report.warnings = f.header().warnings().to_vec(),
-                Err(e) => report.error = Some(one_line(e.detail())),
+                Err(e) => report.error = Some(verdict(e.detail(), path)),
             }
         }
         Ok(other) => {
-            report.error = Some(crate::transform::not_safetensors(path, other).to_string())
+            report.error = Some(verdict(
+                &crate::transform::not_safetensors(path, other),
+                path,
+            ))
         }
-        Err(e) => report.error = Some(one_line(&e)),
+        Err(e) => report.error = Some(verdict(&e, path)),
     }
     report.valid = report.error.is_none();
     Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_verdict_names_its_input_once() {
+        let missing = Path::new("no/such/dir/x.safetensors");
+        let report = validate(&ValidateRequest::new(missing), &()).unwrap();
+        let error = report.error.unwrap();
+        assert!(!error.contains("x.safetensors"), "{error}");
+        assert_eq!(report.file, missing);
+        // A file of a set is named: it is not the input.
+        let shard = crate::Error::io(
+            "d/model-00001-of-00002.safetensors",
+            std::io::ErrorKind::NotFound.into(),
+        );
+        assert!(verdict(&shard, Path::new("d")).starts_with("d/model-00001-of-00002.safetensors: "));
+    }
 }

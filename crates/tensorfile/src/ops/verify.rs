@@ -211,15 +211,18 @@ fn check_manifest(
 
 fn check_embedded_hashes(request: &VerifyRequest) -> Result<VerifyReport> {
     let path = &request.path;
+    // A directory holding no model weights is checked against a manifest:
+    // say what to give, not what the directory lacks.
+    if path.is_dir() && crate::input::dir_weights(path).is_none() {
+        return Err(crate::Error::request(format!(
+            "{}: to verify a directory, give its manifest: --manifest FILE (written by \
+             `tensorfile hash --write-manifest`, or a model-signing bundle such as model.sig)",
+            path.display()
+        )));
+    }
     let kind = crate::probe(path)?.kind();
     if !kind.is_safetensors() {
-        return Err(crate::Error::io(
-            path,
-            std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                format!("this is {kind}, not safetensors; `tensorfile convert` turns it into safetensors"),
-            ),
-        ));
+        return Err(crate::transform::not_safetensors(path, kind));
     }
     // A file, or every shard of a set: each file's own tensors against the
     // digests in its own metadata.

@@ -140,8 +140,10 @@ impl CheckpointSet {
         let index = ShardIndex::read(&index_path)?;
         let by_shard = index.by_shard(&index_path, bin_name_problem)?;
         let mut shards = Vec::with_capacity(by_shard.len());
+        // Shards are named as the index was given: `x.bin`, not `./x.bin`.
+        let beside_index = index_path.parent().unwrap_or(Path::new(""));
         for (name, tensors) in &by_shard {
-            let shard_path = dir.join(name);
+            let shard_path = beside_index.join(name);
             if !shard_path.exists() {
                 return Err(ShardError::MissingShard {
                     shard: (*name).to_string(),
