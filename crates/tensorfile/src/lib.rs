@@ -93,3 +93,10 @@ pub mod set {
 #[cfg(all(doctest, feature = "pytorch", feature = "gguf", feature = "npz"))]
 #[doc = include_str!("../../../README.md")]
 pub struct ReadmeExamples;
+
+/// The library's page, `docs/library.md`, which holds the Rust examples
+/// the README leaves out (writing, sets, casts): compiled as the README's
+/// are, for the same reason.
+#[cfg(all(doctest, feature = "pytorch", feature = "gguf", feature = "npz"))]
+#[doc = include_str!("../../../docs/library.md")]
+pub struct LibraryPageExamples;
