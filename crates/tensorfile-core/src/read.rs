@@ -372,6 +372,9 @@ fn chunks(len: u64, chunk: u64) -> impl Iterator<Item = Range<u64>> {
 /// One tensor (or slice) of a plan, resolved against its file's header.
 struct Resolved {
     file: usize,
+    /// The first byte read (where its bytes start, when none are read):
+    /// what read order sorts by.
+    first: u64,
     name: String,
     dtype: Dtype,
     shape: Vec<u64>,
@@ -419,6 +422,7 @@ fn resolve_in(
         .ok_or_else(|| file.error(Error::NotFound(want.name.clone())))?;
     let start = file.header.data_start() + info.data_offsets.0;
     let gap = gap.unwrap_or_else(|| file.default_gap());
+    let first = |spans: &[Span]| spans.first().map_or(start, |s| s.offset);
     let (shape, nbytes, spans) = match &want.slice {
         None => (
             info.shape.to_vec(),
@@ -444,6 +448,7 @@ fn resolve_in(
     };
     Ok(Resolved {
         file: index,
+        first: first(&spans),
         name: want.name.clone(),
         dtype: info.dtype,
         shape,
@@ -476,7 +481,7 @@ fn resolve_plan(
         }
     }
     // Stable: two slices of one tensor keep the plan's order.
-    resolved.sort_by_key(|r| (r.file, r.spans.first().map_or(0, |s| s.offset)));
+    resolved.sort_by_key(|r| (r.file, r.first));
     Ok(resolved)
 }
 
@@ -948,6 +953,7 @@ mod tests {
     fn jobs_carry_the_parts_of_pieces_their_chunk_holds() {
         let r = Resolved {
             file: 0,
+            first: 100,
             name: "t".into(),
             dtype: Dtype::U8,
             shape: vec![20],
