@@ -9,6 +9,7 @@
 mod alloc;
 mod fixture;
 mod measure;
+mod plans;
 mod reader;
 mod report;
 mod writer;
@@ -66,6 +67,9 @@ enum Group {
     /// 7. Header parse of one entry with millions of unknown fields, against
     ///    the known-field path on a header of the same size.
     Unknown,
+    /// 8. Read plans: every tensor against half of every tensor's rows, 1
+    ///    and 2 threads, fresh and caller-touched memory.
+    Plans,
 }
 
 /// What every group needs to know.
@@ -163,6 +167,7 @@ fn run(cli: Cli) -> Result<(), BenchError> {
             Group::Write => writer::write(&cfg, big_file(&cfg, &mut big)?)?,
             Group::Serialize => writer::serialize_header(&cfg)?,
             Group::Unknown => reader::unknown_fields(&cfg)?,
+            Group::Plans => plans::plans(&cfg, big_file(&cfg, &mut big)?)?,
         };
         println!("{section}");
     }

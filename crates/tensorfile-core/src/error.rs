@@ -661,6 +661,17 @@ pub enum Error {
         /// What is wrong with the request.
         problem: String,
     },
+    /// A buffer given to be filled (`read_into`) is not the size of the
+    /// tensor or slice read into it.
+    #[error("tensor {tensor:?}: the output buffer holds {actual} bytes, but the result is {expected} bytes")]
+    DestinationLength {
+        /// The tensor name.
+        tensor: String,
+        /// Bytes of the result.
+        expected: u64,
+        /// Bytes the buffer holds.
+        actual: u64,
+    },
     /// A well-formed file holds a dtype the reader does not accept
     /// ([`crate::ReadOptions::accept`]): an unsupported format, not a
     /// malformed one.
@@ -751,7 +762,9 @@ impl Error {
             Error::Io { source, .. } | Error::Stream(source) => ErrorKind::of_io(source),
             Error::File { source, .. } | Error::Set { source, .. } => source.kind(),
             Error::NotFound(_) => ErrorKind::NotFound,
-            Error::DtypeMismatch { .. } | Error::Slice { .. } => ErrorKind::InvalidArgument,
+            Error::DtypeMismatch { .. } | Error::Slice { .. } | Error::DestinationLength { .. } => {
+                ErrorKind::InvalidArgument
+            }
             Error::UnsupportedDtype { .. } | Error::UnsupportedFormat { .. } => {
                 ErrorKind::Unsupported
             }

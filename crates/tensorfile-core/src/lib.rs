@@ -16,6 +16,8 @@
 //!   library's bytes) and atomic saves.
 //! - [`plan`]: tensors whose bytes are made on demand by jobs, which
 //!   transforms produce and writers consume.
+//! - [`read`]: read plans: tensors and slices read at once with parallel
+//!   positional reads under a memory budget, into new or the caller's memory.
 //! - [`progress`]: the one trait long work reports its progress through.
 //! - [`set`]: sharded sets (an index and its shards, local or at any
 //!   [`Location`](set::Location)), read and written.
@@ -50,6 +52,7 @@ mod kind;
 pub mod parallel;
 pub mod plan;
 pub mod progress;
+pub mod read;
 pub mod set;
 pub mod slice;
 pub mod source;

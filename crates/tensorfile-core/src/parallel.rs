@@ -102,6 +102,18 @@ pub fn install<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     }
 }
 
+/// Runs `f` on this thread with a scope whose spawned jobs run on the
+/// pool's threads (`None` without a pool: the caller then runs each job
+/// itself). Returns once `f` and every job it spawned have finished. `f`
+/// itself stays on the caller's thread, so it need not be `Send` and may
+/// block without taking a thread from the pool.
+pub(crate) fn in_place_scope<'scope, R>(f: impl FnOnce(Option<&rayon::Scope<'scope>>) -> R) -> R {
+    match pool() {
+        Some(pool) => pool.in_place_scope(|scope| f(Some(scope))),
+        None => f(None),
+    }
+}
+
 /// Runs `background` and `here`, on two threads of the pool when it has
 /// them, and returns both results. A panic in either is a bug and is
 /// resumed here, not turned into a value.

@@ -112,3 +112,81 @@ fn a_server_slower_than_the_timeout_is_retried_then_named() {
         "{text}"
     );
 }
+
+#[test]
+fn a_read_plan_of_half_the_rows_costs_half_the_bytes_served() {
+    use tensorfile_core::read::ReadPlan;
+    use tensorfile_core::SliceArg;
+    let server = Server::start().unwrap();
+    // Two shards of two 256 KiB tensors each: most bytes lie past the
+    // first 64 KiB of a shard, which the client keeps from its header read.
+    let dir = tempfile::tempdir().unwrap();
+    let mut weight_map = std::collections::BTreeMap::new();
+    for (shard, names) in [(1, ["a", "b"]), (2, ["c", "d"])] {
+        let file = format!("model-0000{shard}-of-00002.safetensors");
+        let data: Vec<Vec<u8>> = (0..2u8)
+            .map(|i| {
+                (0..256 * 1024)
+                    .map(|j| (j as u8) ^ (shard * 2 + i))
+                    .collect()
+            })
+            .collect();
+        let tensors = names
+            .iter()
+            .zip(&data)
+            .map(|(n, d)| tensorfile_core::TensorRef {
+                name: n,
+                dtype: tensorfile_core::Dtype::U8,
+                shape: &[256, 1024],
+                data: d,
+            });
+        let bytes = tensorfile_core::serialize(tensors, None).unwrap();
+        std::fs::write(dir.path().join(&file), &bytes).unwrap();
+        server.put(&format!("/u/{file}"), bytes);
+        for n in names {
+            weight_map.insert(n.to_string(), file.clone());
+        }
+    }
+    let index = tensorfile_core::set::ShardIndex::new(1 << 20, weight_map).to_json();
+    std::fs::write(dir.path().join("model.safetensors.index.json"), &index).unwrap();
+    server.put("/u/model.safetensors.index.json", index.into_bytes());
+    let dir = dir.path();
+    let client = common::client();
+    let url = format!("{}/u/", server.url());
+    let set = tensorfile_remote::open_set(&url, &client, &ReadOptions::default()).unwrap();
+    let local = tensorfile_core::ShardedTensors::open(dir).unwrap();
+    let wants: Vec<Want> = set
+        .infos()
+        .map(|(_, t)| {
+            let rows = t.shape.first().copied().unwrap_or(0) as i64;
+            Want::slice(t.name, vec![SliceArg::range(0, rows / 2)])
+        })
+        .collect();
+    server.reset();
+    let mut handed = 0;
+    let plan = ReadPlan::of(wants.clone()).with_budget(1 << 20);
+    let stats = set
+        .read_plan(&plan, |t| {
+            let want = wants.iter().find(|w| w.name == t.name).unwrap();
+            let expected = local
+                .read_slice(&t.name, want.slice.as_deref().unwrap())
+                .unwrap();
+            assert_eq!(&t.data[..], &expected[..], "{}", t.name);
+            handed += 1;
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(handed, wants.len());
+    let (requests, served) = server.counts();
+    let data = set.data_len();
+    // Only the header's first read is kept by the client: every data byte
+    // asked for is served, and no more than the plan read.
+    assert!(
+        served <= stats.bytes_read,
+        "{served} > {}",
+        stats.bytes_read
+    );
+    assert!(served * 100 <= data * 52, "{served} of {data} bytes served");
+    assert!(served * 100 >= data * 30, "{served} of {data} bytes served");
+    assert!(requests >= 1);
+}

@@ -25,6 +25,7 @@ mod pytorch_convert;
 mod pytorch_hostile;
 mod pytorch_real;
 mod quant;
+mod read_plans;
 mod reader;
 mod reference_verdicts;
 mod repository;
