@@ -215,15 +215,8 @@ impl AlignedBuffer {
     /// `OutOfMemory` when the memory cannot be had (never an abort).
     pub fn new(len: usize) -> io::Result<AlignedBuffer> {
         if len >= HUGE_FROM {
-            let map = memmap2::MmapOptions::new().len(len).map_anon()?;
-            #[cfg(target_os = "linux")]
-            {
-                // Advice only (refused where THP is off or unsupported):
-                // the memory is the same either way.
-                let _ = map.advise(memmap2::Advice::HugePage);
-            }
             return Ok(AlignedBuffer {
-                memory: Memory::Large(map),
+                memory: Memory::Large(crate::source::huge_page_memory(len)?),
             });
         }
         let mut lines = Vec::new();

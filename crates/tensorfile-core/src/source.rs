@@ -583,17 +583,25 @@ impl LoadedFile {
         if size == 0 {
             return Ok(LoadedFile { memory: None });
         }
-        let mut memory = MmapOptions::new().len(size).map_anon()?;
-        #[cfg(target_os = "linux")]
-        {
-            // Advice only: the copy is correct with or without huge pages.
-            let _ = memory.advise(memmap2::Advice::HugePage);
-        }
+        let mut memory = huge_page_memory(size)?;
         read_in_parallel(file, len, &mut memory)?;
         Ok(LoadedFile {
             memory: Some(memory),
         })
     }
+}
+
+/// `len` zero bytes of anonymous, page-aligned memory, advised to use
+/// transparent huge pages (`madvise(MADV_HUGEPAGE)` on Linux): fewer page
+/// faults when it is first written. Advice only: where the kernel refuses
+/// it, the memory is the same with ordinary pages.
+pub(crate) fn huge_page_memory(len: usize) -> io::Result<MmapMut> {
+    let memory = MmapOptions::new().len(len).map_anon()?;
+    #[cfg(target_os = "linux")]
+    {
+        let _ = memory.advise(memmap2::Advice::HugePage);
+    }
+    Ok(memory)
 }
 
 /// Fills `out` from the start of `file` (`len` bytes long), in pieces read
