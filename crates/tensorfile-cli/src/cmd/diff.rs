@@ -1,6 +1,7 @@
 //! `tensorfile diff A B`: what changed between two models, and by how much
 //! (the library's `tensorfile::diff`).
 
+use super::words::fig;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -98,19 +99,6 @@ fn compare(args: Args) -> Result<ExitCode, Failure> {
     } else {
         ExitCode::from(1)
     })
-}
-
-/// A figure in a few digits.
-fn fig(x: f64) -> String {
-    if x == 0.0 {
-        "0".into()
-    } else if !x.is_finite() {
-        format!("{x}")
-    } else if (1e-3..1e4).contains(&x.abs()) {
-        format!("{x:.4}")
-    } else {
-        format!("{x:.3e}")
-    }
 }
 
 /// Worst first: beyond the tolerance before within, then by the share of

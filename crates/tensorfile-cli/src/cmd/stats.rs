@@ -2,6 +2,7 @@
 //! what the values look like, per tensor and per layer group, with
 //! outliers called out (the library's `tensorfile::stats`).
 
+use super::words::fig;
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -129,19 +130,6 @@ fn curve(values: &[f64]) -> String {
             }
         })
         .collect()
-}
-
-/// A figure in a few digits.
-fn fig(x: f64) -> String {
-    if x == 0.0 {
-        "0".into()
-    } else if !x.is_finite() {
-        format!("{x}")
-    } else if (1e-3..1e4).contains(&x.abs()) {
-        format!("{x:.4}")
-    } else {
-        format!("{x:.3e}")
-    }
 }
 
 /// The special values of a tensor: `3 zeros, 1 NaN, 2 subnormals`.

@@ -86,6 +86,20 @@ pub fn short(x: f64) -> String {
     scaled(x, 1000.0, &["", "K", "M", "B", "T", "Q"])
 }
 
+/// A statistic in a few digits: `0`, `0.1235`, `1.235e-5`, `inf`
+/// (`stats` and `diff`).
+pub fn fig(x: f64) -> String {
+    if x == 0.0 {
+        "0".into()
+    } else if !x.is_finite() {
+        format!("{x}")
+    } else if (1e-3..1e4).contains(&x.abs()) {
+        format!("{x:.4}")
+    } else {
+        format!("{x:.3e}")
+    }
+}
+
 /// How a column of a [`table`] is aligned.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Align {
