@@ -18,6 +18,10 @@
 //! }
 //! # Ok::<(), tensorfile::Error>(())
 //! ```
+//!
+//! Whole commands (validate, inspect, convert, quantize, diff, ...) as
+//! functions from a request to a report are the `tensorfile-ops` crate's,
+//! over this one.
 
 #![forbid(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
