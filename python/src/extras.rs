@@ -10,7 +10,7 @@ use tensorfile::Dtype;
 use crate::buffer::Buffer;
 use crate::errors;
 use crate::remote;
-use tensorfile::ops::validate::ValidateRequest;
+use tensorfile_ops::validate::ValidateRequest;
 
 /// Checks a file (or, for a directory or an index, a whole sharded set)
 /// against the format's reader rules, reading only headers: the library's
@@ -36,7 +36,7 @@ pub fn validate<'py>(
         ..ValidateRequest::default()
     };
     let report = py
-        .detach(|| tensorfile::ops::validate::validate(&request, &()))
+        .detach(|| tensorfile_ops::validate::validate(&request, &()))
         .map_err(errors::error)?;
     Ok(pythonize::pythonize(py, &report)?)
 }
@@ -117,7 +117,7 @@ pub fn is_float(code: &str) -> bool {
 
 /// What `tensorfile inspect --json` says about `path` (a safetensors file,
 /// a set, or a PyTorch checkpoint), as a JSON text (the library's
-/// `ops::inspect`; text, not a dict, because `parameters` may exceed 64
+/// `tensorfile_ops::inspect`; text, not a dict, because `parameters` may exceed 64
 /// bits); with `hash`, each tensor's sha256 too (reads every byte). A URL's
 /// reads end within `timeout` seconds.
 #[pyfunction]
@@ -128,7 +128,7 @@ pub fn inspect_json(
     hash: bool,
     timeout: Option<f64>,
 ) -> PyResult<String> {
-    use tensorfile::ops::inspect::{inspect, InspectRequest};
+    use tensorfile_ops::inspect::{inspect, InspectRequest};
     let client = remote::client(remote::timeout(timeout)?);
     let request = InspectRequest::new(path)
         .with_hash(hash)

@@ -5,10 +5,10 @@
 use std::path::PathBuf;
 
 use pyo3::prelude::*;
-use tensorfile::ops::convert::{ConvertRequest, PytorchOptions};
-use tensorfile::ops::{self, dequantize::DequantizeRequest, quantize::QuantizeRequest};
 use tensorfile::quant::Mode;
-use tensorfile::transform::InOut;
+use tensorfile_ops::convert::{ConvertRequest, PytorchOptions};
+use tensorfile_ops::transform::InOut;
+use tensorfile_ops::{dequantize::DequantizeRequest, quantize::QuantizeRequest};
 
 use crate::errors;
 use crate::handle::parse_dtype;
@@ -48,7 +48,7 @@ pub fn convert<'py>(
         ..ConvertRequest::default()
     };
     let report = py
-        .detach(|| ops::convert::convert(&request, &()))
+        .detach(|| tensorfile_ops::convert::convert(&request, &()))
         .map_err(errors::error)?;
     Ok(pythonize::pythonize(py, &report)?)
 }
@@ -86,7 +86,7 @@ pub fn quantize<'py>(
         embed_hash: false,
     };
     let report = py
-        .detach(|| ops::quantize::quantize(&request, &()))
+        .detach(|| tensorfile_ops::quantize::quantize(&request, &()))
         .map_err(errors::error)?;
     Ok(pythonize::pythonize(py, &report)?)
 }
@@ -134,7 +134,7 @@ pub fn dequantize<'py>(
         mode,
     };
     let report = py
-        .detach(|| ops::dequantize::dequantize(&request, &()))
+        .detach(|| tensorfile_ops::dequantize::dequantize(&request, &()))
         .map_err(errors::error)?;
     Ok(pythonize::pythonize(py, &report)?)
 }

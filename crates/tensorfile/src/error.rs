@@ -88,10 +88,10 @@ pub enum Error {
         /// The feature that reads it: `pytorch`, `gguf` or `npz`.
         feature: &'static str,
     },
-    /// A request an operation cannot run (see [`ops`](crate::ops)): an
-    /// unknown scheme, options that contradict each other, a value only the
-    /// operation can check. A usage error: the command exits 2, Python
-    /// raises its `ValueError`.
+    /// A request an operation cannot run (see the `tensorfile-ops`
+    /// crate): an unknown scheme, options that contradict each other, a
+    /// value only the operation can check. A usage error: the command
+    /// exits 2, Python raises its `ValueError`.
     #[error("{message}")]
     Request {
         /// What is wrong with the request.

@@ -18,6 +18,10 @@
 //! }
 //! # Ok::<(), tensorfile::Error>(())
 //! ```
+//!
+//! Whole commands (validate, inspect, convert, quantize, diff, ...) as
+//! functions from a request to a report are the `tensorfile-ops` crate's,
+//! over this one.
 
 #![forbid(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
@@ -54,17 +58,15 @@ mod input;
 pub mod model;
 #[cfg(feature = "npz")]
 pub mod npz;
-pub mod ops;
 #[cfg(feature = "pytorch")]
 pub mod pytorch;
 pub mod quant;
 pub mod stats;
-pub mod transform;
 pub mod values;
 
 pub use cast::Decode;
 pub use error::{Error, Result};
-pub use input::{open, open_set, probe, Input, OpenOptions, Probed};
+pub use input::{dir_weights, ensure_built, open, open_set, probe, Input, OpenOptions, Probed};
 pub use model::Contract;
 pub use tensorfile_core::InputKind;
 pub use tensorfile_core::JsonObject;
@@ -77,7 +79,8 @@ pub use tensorfile_pytorch::Error as PytorchError;
 
 /// Sharded sets: an index and its shards, read at any
 /// [`Location`](set::Location), and split into shards (the format core's
-/// [`tensorfile_core::set`]; [`ops::merge`] joins a set into one file).
+/// [`tensorfile_core::set`]; the `tensorfile-ops` crate's `merge` joins a
+/// set into one file).
 pub mod set {
     pub use tensorfile_core::set::{
         save_set, split, Location, SetTensor, ShardError, ShardIndex, ShardedTensors, Sharding,

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use tensorfile::ops::check::{check, CheckRequest};
+use tensorfile_ops::check::{check, CheckRequest};
 
 use super::words::plural;
 use super::{out, Failure};
@@ -34,7 +34,7 @@ impl Args {
 
 /// A contract's name, checked by the library's one list.
 fn parse_contract(s: &str) -> Result<String, String> {
-    tensorfile::ops::check::contract(s).map(|_| s.to_string())
+    tensorfile_ops::check::contract(s).map(|_| s.to_string())
 }
 
 /// Checks one directory; exit 1 when it has any error (warnings do not count).

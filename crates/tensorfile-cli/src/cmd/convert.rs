@@ -19,11 +19,11 @@
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 
-use tensorfile::ops::convert::{
+use tensorfile::Dtype;
+use tensorfile_ops::convert::{
     convert, ConvertReport, ConvertRequest, FromNumpyConverted, GgufRawConverted,
     GgufToHfConverted, HfToGgufConverted, PytorchConverted, SafetensorsConverted, ToNumpyConverted,
 };
-use tensorfile::Dtype;
 
 use super::gguf::esc;
 use super::words::{bytes, plural};

@@ -4,8 +4,8 @@
 
 use std::path::Path;
 
-use tensorfile::ops::convert::PytorchOptions;
 use tensorfile::pytorch::{LoadOptions, SharedPolicy};
+use tensorfile_ops::convert::PytorchOptions;
 
 use super::{Failure, Usage};
 

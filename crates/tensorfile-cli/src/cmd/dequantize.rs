@@ -10,9 +10,9 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use tensorfile::ops::dequantize::{dequantize, DequantizeReport, DequantizeRequest};
 use tensorfile::quant::Mode;
 use tensorfile::Dtype;
+use tensorfile_ops::dequantize::{dequantize, DequantizeReport, DequantizeRequest};
 
 use super::words::{bytes, plural};
 use super::{out, Failure};

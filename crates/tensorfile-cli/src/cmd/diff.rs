@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use tensorfile::diff::{TensorDiff, Verdict};
-use tensorfile::ops::diff::{diff, DiffReport, DiffRequest};
 use tensorfile::stats::unflatten;
+use tensorfile_ops::diff::{diff, DiffReport, DiffRequest};
 
 use super::looking::{comparison, escape, shown};
 use super::words::{count, counted, plural};

@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use tensorfile::ops::fetch::{fetch, FetchRequest};
+use tensorfile_ops::fetch::{fetch, FetchRequest};
 
 use super::words::{bytes, plural};
 use super::{out, Failure};

@@ -1,5 +1,5 @@
 //! GGUF files in the `inspect` command (the text of
-//! [`tensorfile::ops::inspect`]'s GGUF description), and the GGUF options
+//! [`tensorfile_ops::inspect`]'s GGUF description), and the GGUF options
 //! of `convert`.
 //!
 //! Untrusted text (metadata strings, keys, tensor names) is escaped before
@@ -7,7 +7,7 @@
 //! are shown as escapes.
 
 use tensorfile::gguf::{GgufArray as Array, GgufHeader, GgufValue as Value};
-use tensorfile::ops::inspect::GgufDescription;
+use tensorfile_ops::inspect::GgufDescription;
 
 use super::out;
 use super::words::{bytes, count, counted, plural, table, Align};
@@ -185,8 +185,8 @@ pub struct GgufArgs {
 
 impl GgufArgs {
     /// These options as the operation's request takes them.
-    pub fn options(&self) -> tensorfile::ops::convert::GgufOptions {
-        tensorfile::ops::convert::GgufOptions {
+    pub fn options(&self) -> tensorfile_ops::convert::GgufOptions {
+        tensorfile_ops::convert::GgufOptions {
             keep_quant: self.keep_quant,
             ggml_type: self.gguf_type.clone(),
             raw: self.raw,

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use tensorfile::ops::hash::{hash, HashRequest};
+use tensorfile_ops::hash::{hash, HashRequest};
 
 use super::looking::{escape, shown};
 use super::{out, Failure};

@@ -1,15 +1,15 @@
 //! `tensorfile inspect [--json] [--hash] FILE`: describe a file (the
-//! library's [`tensorfile::ops::inspect`]; GGUF files' text is
+//! library's [`tensorfile_ops::inspect`]; GGUF files' text is
 //! [`super::gguf::print`]).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use tensorfile::ops::inspect::{
+use tensorfile::{Dtype, Metadata};
+use tensorfile_ops::inspect::{
     inspect, CheckpointDescription, FileDescription, InspectReport, InspectRequest, SetDescription,
 };
-use tensorfile::{Dtype, Metadata};
 
 use super::words::{bytes, count, counted, plural, table, Align};
 use super::{escape_text, out, Failure};

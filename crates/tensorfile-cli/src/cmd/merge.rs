@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use tensorfile::ops::merge::{merge, MergeRequest};
+use tensorfile_ops::merge::{merge, MergeRequest};
 
 use super::words::{bytes, plural};
 use super::{out, Failure};

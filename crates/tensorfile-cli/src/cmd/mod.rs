@@ -69,8 +69,8 @@ impl FileArgs {
 
     /// IN, OUT and how, as an operation's request takes them (remote
     /// reads within the command's `--timeout`).
-    pub fn in_out(&self) -> tensorfile::transform::InOut {
-        tensorfile::transform::InOut {
+    pub fn in_out(&self) -> tensorfile_ops::transform::InOut {
+        tensorfile_ops::transform::InOut {
             input: self.input.clone(),
             output: self.output.clone(),
             max_shard_size: self.max_shard_size,
@@ -245,8 +245,8 @@ pub fn report(err: &Failure, input: Option<&Path>, json: bool) {
 }
 
 /// The error as [`report`] gives it in JSON (the library's
-/// [`ErrorReport`](tensorfile::ops::ErrorReport)).
-pub fn error_report(err: &Failure, input: Option<&Path>) -> tensorfile::ops::ErrorReport {
+/// [`ErrorReport`](tensorfile_ops::ErrorReport)).
+pub fn error_report(err: &Failure, input: Option<&Path>) -> tensorfile_ops::ErrorReport {
     let (named, rule) = match err {
         Failure::Library(e) => (e.path().map(Path::to_path_buf), e.rule()),
         Failure::Other(_) => (None, None),
@@ -262,14 +262,14 @@ pub fn error_report(err: &Failure, input: Option<&Path>) -> tensorfile::ops::Err
             }
         }
     }
-    tensorfile::ops::ErrorReport::new(text, file.as_deref(), rule)
+    tensorfile_ops::ErrorReport::new(text, file.as_deref(), rule)
 }
 
 /// The error and its causes on one line, with no backtrace.
 pub fn one_line(err: &(dyn std::error::Error + 'static)) -> String {
     // One line whatever the messages quote: no newline, carriage return or
     // other control character survives.
-    escape_text(&tensorfile::ops::one_line(err)).into_owned()
+    escape_text(&tensorfile_ops::one_line(err)).into_owned()
 }
 
 /// Text that came from a file (tensor names, metadata) made safe for a

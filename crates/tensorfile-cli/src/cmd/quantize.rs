@@ -5,8 +5,8 @@
 
 use std::process::ExitCode;
 
-use tensorfile::ops::quantize::{quantize, QuantizeReport, QuantizeRequest};
 use tensorfile::quant::Scheme;
+use tensorfile_ops::quantize::{quantize, QuantizeReport, QuantizeRequest};
 
 use super::words::{bytes, plural};
 use super::{out, Failure};

@@ -1,8 +1,8 @@
 //! What `inspect` says about quantized weights (the `quantized` and
-//! `quantized_problem` of a [`tensorfile::ops::inspect`] description), for a
+//! `quantized_problem` of a [`tensorfile_ops::inspect`] description), for a
 //! single file and for a model directory or sharded set alike.
 
-use tensorfile::ops::inspect::QuantizedWeight;
+use tensorfile_ops::inspect::QuantizedWeight;
 
 /// Prints the quantized weights a description found, under a "quantized
 /// weights" heading, or the problem that stopped them being read.

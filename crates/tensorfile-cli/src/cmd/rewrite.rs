@@ -2,8 +2,8 @@
 
 use std::process::ExitCode;
 
-use tensorfile::ops::rewrite::{rewrite, RewriteRequest};
 use tensorfile_core::Align;
+use tensorfile_ops::rewrite::{rewrite, RewriteRequest};
 
 use super::words::{bytes, plural};
 use super::{out, Failure};

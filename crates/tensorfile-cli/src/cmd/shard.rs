@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use super::size::parse_size;
-use tensorfile::ops::shard::{shard, ShardRequest};
+use tensorfile_ops::shard::{shard, ShardRequest};
 
 use super::words::{bytes, plural};
 use super::{out, Failure};

@@ -7,8 +7,8 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use tensorfile::ops::stats::{stats, StatsRequest};
 use tensorfile::stats::{unflatten, Figures as Report, Summary, OUTLIER_RATIO};
+use tensorfile_ops::stats::{stats, StatsRequest};
 
 use super::looking::{escape, shown};
 use super::words::{plural, table, Align};

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use tensorfile::ops::validate::{validate, ValidateReport, ValidateRequest};
+use tensorfile_ops::validate::{validate, ValidateReport, ValidateRequest};
 
 use super::words::plural;
 use super::{out, Failure};

@@ -10,7 +10,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use tensorfile::ops::verify::{verify, VerifyRequest};
+use tensorfile_ops::verify::{verify, VerifyRequest};
 
 use super::looking::{comparison, escape, shown};
 use super::{out, Failure};

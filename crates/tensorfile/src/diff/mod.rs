@@ -1,6 +1,6 @@
 //! What changed between two models (or files, or sets), and by how much.
 //!
-//! [`ops::diff`](crate::ops::diff::diff) pairs the tensors of A and B by name (`names`): a quantized
+//! [`diff()`] pairs the tensors of A and B by name (`names`): a quantized
 //! weight (int4, MLX) against the other side's plain tensor compares by
 //! its dequantized values, so a model against its quantization gives each
 //! weight's quantization error. It reports names on one side only, the
@@ -147,7 +147,7 @@ impl Verdict {
     }
 }
 
-/// What [`ops::diff`](crate::ops::diff::diff) found.
+/// What [`diff()`] found.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Comparison {
     /// Tensors only in A.
@@ -189,7 +189,7 @@ impl Comparison {
     }
 }
 
-/// Options of [`ops::diff`](crate::ops::diff::diff).
+/// Options of [`diff()`].
 #[derive(Debug, Clone, Copy, Default)]
 #[non_exhaustive]
 pub struct DiffOptions {
@@ -304,7 +304,7 @@ pub fn compare(
 ///
 /// # Errors
 /// A failed read or dequantization, naming the tensor.
-pub(crate) fn diff(
+pub fn diff(
     (a, meta_a): (&Catalog<'_>, Option<&Metadata>),
     (b, meta_b): (&Catalog<'_>, Option<&Metadata>),
     options: &DiffOptions,
@@ -331,7 +331,7 @@ pub(crate) fn diff(
     })
 }
 
-/// The number of values [`ops::diff`](crate::ops::diff::diff) will compare (for a progress bar).
+/// The number of values [`diff()`] will compare (for a progress bar).
 pub fn values_to_compare(a: &Catalog<'_>, b: &Catalog<'_>) -> u64 {
     let len = |c: &Catalog<'_>, i: Item<'_, '_>| match i {
         Item::Plain(t) => Values::plain(t).map(|v| v.len()).unwrap_or(0),

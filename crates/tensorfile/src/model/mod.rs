@@ -94,7 +94,7 @@ pub fn read_config(path: &Path) -> Result<Config> {
 ///
 /// # Errors
 /// The file cannot be read, is longer than 10 MB, or is not a JSON object.
-pub(crate) fn read_config_from(
+pub fn read_config_from(
     location: &dyn tensorfile_core::set::Location,
     file: &str,
 ) -> Result<Config> {

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::one_line;
-use crate::input::Kind;
-use crate::{Error, Progress, ReadOptions, Result};
+use tensorfile::InputKind as Kind;
+use tensorfile::{Error, Progress, ReadOptions, Result};
 
 /// What to validate.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -96,7 +96,7 @@ mod rule_or_null {
 /// The header of a safetensors file, local or remote (one request when it
 /// fits in 64 KiB): only the header is read; rule 5 is checked against the
 /// file's length.
-fn header_of(path: &Path, options: &crate::OpenOptions) -> Result<crate::Header> {
+fn header_of(path: &Path, options: &tensorfile::OpenOptions) -> Result<tensorfile::Header> {
     if tensorfile_core::url_of(path).is_none() {
         return Ok(tensorfile_core::read_header_from_path(path, &options.read)?);
     }
@@ -106,7 +106,7 @@ fn header_of(path: &Path, options: &crate::OpenOptions) -> Result<crate::Header>
             std::io::Error::new(std::io::ErrorKind::InvalidInput, "a directory, not a file"),
         )
     };
-    let probed = crate::probe(path)?;
+    let probed = tensorfile::probe(path)?;
     if probed.kind() != Kind::Safetensors {
         return Err(not_a_file());
     }
@@ -149,8 +149,8 @@ pub fn validate(request: &ValidateRequest, _progress: &dyn Progress) -> Result<V
         valid: false,
         warnings: Vec::new(),
     };
-    match crate::probe(path).map(|p| p.kind()) {
-        Ok(Kind::SafetensorsSet) => match crate::open_set(path, &options) {
+    match tensorfile::probe(path).map(|p| p.kind()) {
+        Ok(Kind::SafetensorsSet) => match tensorfile::open_set(path, &options) {
             Ok(set) => {
                 report.data_bytes = Some(set.data_len());
                 report.shards = Some(set.shards().len());
@@ -177,7 +177,7 @@ pub fn validate(request: &ValidateRequest, _progress: &dyn Progress) -> Result<V
         Ok(Kind::Gguf) => {
             report.format = Some("gguf".into());
             report.rule = None;
-            match crate::gguf::GgufFile::open(path) {
+            match tensorfile::gguf::GgufFile::open(path) {
                 Ok(f) => report.warnings = f.header().warnings().to_vec(),
                 Err(e) => report.error = Some(verdict(e.detail(), path)),
             }
@@ -206,7 +206,7 @@ mod tests {
         assert!(!error.contains("x.safetensors"), "{error}");
         assert_eq!(report.file, missing);
         // A file of a set is named: it is not the input.
-        let shard = crate::Error::io(
+        let shard = tensorfile::Error::io(
             "d/model-00001-of-00002.safetensors",
             std::io::ErrorKind::NotFound.into(),
         );

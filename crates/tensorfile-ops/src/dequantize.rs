@@ -12,10 +12,10 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{read_config, CONFIG_NAME};
-use crate::quant::{dequantize_plan, DequantizeOptions, Mode, QuantConfig, QuantParams};
 use crate::transform::InOut;
-use crate::{Dtype, Error, Progress, Result};
+use tensorfile::model::{read_config, CONFIG_NAME};
+use tensorfile::quant::{dequantize_plan, DequantizeOptions, Mode, QuantConfig, QuantParams};
+use tensorfile::{Dtype, Error, Progress, Result};
 
 /// What to dequantize, and how.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

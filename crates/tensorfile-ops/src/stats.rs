@@ -1,6 +1,6 @@
 //! `stats`: what the values of a model look like, per tensor and per
 //! layer group, with outliers called out (the figures are
-//! [`crate::stats`]'s; this opens the input, picks the tensors and says the
+//! [`tensorfile::stats`]'s; this opens the input, picks the tensors and says the
 //! result as the `--json` schema, `docs/commands/stats.md`).
 
 use std::path::PathBuf;
@@ -8,10 +8,10 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use super::looking::{refs, Opened};
-use crate::quant::Glob;
-use crate::stats::{model_stats, unflatten, Summary, TensorStats, BINS, OUTLIER_RATIO};
-use crate::values::Catalog;
-use crate::{OpenOptions, Progress, Result};
+use tensorfile::quant::Glob;
+use tensorfile::stats::{model_stats, unflatten, Summary, TensorStats, BINS, OUTLIER_RATIO};
+use tensorfile::values::Catalog;
+use tensorfile::{OpenOptions, Progress, Result};
 
 /// What `stats` is asked.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -73,7 +73,7 @@ pub struct StatsReport {
     pub tensors: Vec<TensorFigures>,
     /// The figures themselves, for a front end's text and pictures.
     #[serde(skip)]
-    pub figures: crate::stats::Figures,
+    pub figures: tensorfile::stats::Figures,
 }
 
 /// A histogram over `[lo, hi]`.
@@ -227,17 +227,17 @@ fn elements(t: &TensorStats, items: &[(u64, f64)]) -> Vec<Element> {
 /// # Errors
 ///
 /// An outlier ratio that is not a positive number, bins out of range
-/// ([`Error::Request`](crate::Error::Request)); an input that cannot be
+/// ([`Error::Request`](tensorfile::Error::Request)); an input that cannot be
 /// read, is invalid or is of a kind whose values cannot be read here;
 /// globs that pick no tensor; a failed read.
 pub fn stats(request: &StatsRequest, progress: &dyn Progress) -> Result<StatsReport> {
     if !(request.outlier_ratio > 0.0 && request.outlier_ratio.is_finite()) {
-        return Err(crate::Error::request(
+        return Err(tensorfile::Error::request(
             "--outlier-ratio must be a positive number",
         ));
     }
     if request.bins == 0 || request.bins > BINS {
-        return Err(crate::Error::request(format!(
+        return Err(tensorfile::Error::request(format!(
             "--bins must be between 1 and {BINS}"
         )));
     }
@@ -251,7 +251,7 @@ pub fn stats(request: &StatsRequest, progress: &dyn Progress) -> Result<StatsRep
     let values =
         catalog.model_values(|name| globs.is_empty() || globs.iter().any(|g| g.matches(name)))?;
     if values.is_empty() && !globs.is_empty() {
-        return Err(crate::Error::io(
+        return Err(tensorfile::Error::io(
             path,
             std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,

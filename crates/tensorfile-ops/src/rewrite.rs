@@ -4,9 +4,9 @@
 use serde::{Deserialize, Serialize};
 use tensorfile_core::Align;
 
-use crate::cast::{convert_plan, CastOptions};
 use crate::transform::InOut;
-use crate::{Error, Progress, Result};
+use tensorfile::cast::{convert_plan, CastOptions};
+use tensorfile::{Error, Progress, Result};
 
 /// What to rewrite, and how.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

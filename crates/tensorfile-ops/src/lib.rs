@@ -1,7 +1,13 @@
-//! Whole commands as functions: the layer every front end calls.
+//! # tensorfile-ops
 //!
-//! Each operation is one module holding a request, a report and a function
-//! from the one to the other:
+//! Whole commands as functions: the layer every front end of
+//! [tensorfile] calls (the `tensorfile` command, the Python
+//! package), above the format library.
+//!
+//! One module per operation (`validate`, `inspect`, `convert`, `rewrite`,
+//! `quantize`, `dequantize`, `shard`, `merge`, `diff`, `stats`, `hash`,
+//! `verify`, `check`, `fetch`), each holding a request, a report and a
+//! function from the one to the other:
 //!
 //! - `<Op>Request`: what to do, as plain data (serde). Its fields are the
 //!   command's options, documented once here; the CLI builds it from its
@@ -10,12 +16,29 @@
 //!   the dict Python returns; `docs/commands/<command>.md` lists its keys,
 //!   and a test holds the page and the struct together.
 //! - `fn <op>(&<Op>Request, &dyn Progress) -> Result<<Op>Report>`: opens
-//!   the inputs (through [`open`](crate::open)), refuses an input as its own
-//!   output, picks defaults, writes atomically. A request it cannot run is
-//!   [`Error::Request`](crate::Error::Request).
+//!   the inputs (through [`tensorfile::open`]), refuses an input as its own
+//!   output, picks defaults, writes atomically. Errors are the library's
+//!   one [`tensorfile::Error`]; a request it cannot run is
+//!   [`Error::Request`](tensorfile::Error::Request).
 //!
 //! Front ends do no work of their own: they parse, call an operation, and
 //! print its report (as text, JSON or a dict).
+//!
+//! ```no_run
+//! use tensorfile_ops::validate::{validate, ValidateRequest};
+//! let report = validate(&ValidateRequest::new("model.safetensors"), &())?;
+//! println!("{}", serde_json::to_string(&report).unwrap());
+//! # Ok::<(), tensorfile::Error>(())
+//! ```
+//!
+//! The library's formats and extras are this crate's Cargo features too
+//! (`pytorch`, `gguf`, `npz`, `digest`, `remote`; all on by default): each
+//! turns on the library's feature of the same name and the operations
+//! that need it.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+#![warn(clippy::missing_errors_doc)]
 
 use std::path::Path;
 
@@ -34,6 +57,7 @@ pub mod quantize;
 pub mod rewrite;
 pub mod shard;
 pub mod stats;
+pub mod transform;
 pub mod validate;
 #[cfg(feature = "digest")]
 pub mod verify;

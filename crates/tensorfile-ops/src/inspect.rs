@@ -15,13 +15,14 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{read_config_from, read_config_source, CONFIG_NAME, TOKENIZER_NAME};
+use tensorfile::model::{read_config_from, CONFIG_NAME, TOKENIZER_NAME};
 #[cfg(feature = "pytorch")]
-use crate::pytorch::{Checkpoint, Format};
-use crate::quant::{int4_group, quantized_weights, QuantConfig};
-use crate::{
+use tensorfile::pytorch::{Checkpoint, Format};
+use tensorfile::quant::{int4_group, quantized_weights, QuantConfig};
+use tensorfile::set::ShardedTensors;
+use tensorfile::{
     Dtype, FileSource, Header, InputKind, JsonObject, Metadata, OpenOptions, Progress, Result,
-    SafeTensors, ShardedTensors, TensorInfo,
+    SafeTensors, TensorInfo,
 };
 use tensorfile_core::set::{LocalDir, Location};
 
@@ -108,7 +109,7 @@ pub enum InspectReport {
         description: GgufDescription,
         /// The parsed header, for a front end's text (values shown its
         /// own way).
-        header: crate::gguf::GgufHeader,
+        header: tensorfile::gguf::GgufHeader,
     },
 }
 
@@ -141,14 +142,14 @@ impl InspectReport {
 /// npz, ...: named for what it is), or a failed read while hashing.
 pub fn inspect(request: &InspectRequest, progress: &dyn Progress) -> Result<InspectReport> {
     let path = request.path.as_path();
-    let probed = crate::probe(path)?;
+    let probed = tensorfile::probe(path)?;
     // Read, not mapped: hashing reads every byte, and a file truncated
     // underneath must be an error, not a signal.
     let options = request.open.clone().with_map(false);
     match probed.kind() {
         InputKind::Safetensors => inspect_file(request, &probed, &options, progress),
         InputKind::SafetensorsSet => {
-            let set = crate::open_set(path, &options)?;
+            let set = tensorfile::open_set(path, &options)?;
             let digests = if request.hash {
                 progress.total(set.data_len());
                 hashes(set.tensor_data().into_iter().map(|t| (t.info().name, t)), progress)?
@@ -165,7 +166,7 @@ pub fn inspect(request: &InspectRequest, progress: &dyn Progress) -> Result<Insp
         InputKind::Pytorch => {
             let ckpt = Checkpoint::open_with(path, &options.pytorch)?;
             let size = std::fs::metadata(path)
-                .map_err(|e| crate::Error::io(path, e))?
+                .map_err(|e| tensorfile::Error::io(path, e))?
                 .len();
             let digests = if request.hash {
                 progress.total(ckpt.tensors().map(|t| t.nbytes()).sum());
@@ -188,7 +189,7 @@ pub fn inspect(request: &InspectRequest, progress: &dyn Progress) -> Result<Insp
                 header,
             })
         }
-        other => Err(crate::Error::io(
+        other => Err(tensorfile::Error::io(
             path,
             std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
@@ -202,7 +203,7 @@ pub fn inspect(request: &InspectRequest, progress: &dyn Progress) -> Result<Insp
 /// hashing.
 fn inspect_file(
     request: &InspectRequest,
-    probed: &crate::Probed,
+    probed: &tensorfile::Probed,
     options: &OpenOptions,
     progress: &dyn Progress,
 ) -> Result<InspectReport> {
@@ -214,7 +215,7 @@ fn inspect_file(
         let not_a_file = || {
             let e =
                 std::io::Error::new(std::io::ErrorKind::InvalidInput, "a directory, not a file");
-            crate::Error::io(tensorfile_remote::public_name(url), e)
+            tensorfile::Error::io(tensorfile_remote::public_name(url), e)
         };
         let file = probed.open(options)?.into_file().ok_or_else(not_a_file)?;
         let digests = file_hashes(&file, request.hash, progress)?;
@@ -243,7 +244,7 @@ fn inspect_file(
 
 /// Each tensor's sha256 when `hash` (its data bytes told to `progress`
 /// first), else none.
-fn file_hashes<S: crate::ByteSource>(
+fn file_hashes<S: tensorfile::ByteSource>(
     file: &SafeTensors<S>,
     hash: bool,
     progress: &dyn Progress,
@@ -258,13 +259,13 @@ fn file_hashes<S: crate::ByteSource>(
 /// The sha256 of every named tensor, in hex, read a piece at a time (the
 /// bytes counted on `progress`).
 #[cfg(feature = "digest")]
-fn hashes<'t, T: crate::TensorData<crate::Error> + 't>(
+fn hashes<'t, T: tensorfile::TensorData<tensorfile::Error> + 't>(
     tensors: impl Iterator<Item = (&'t str, T)>,
     progress: &dyn Progress,
 ) -> Result<HashMap<String, String>> {
     let mut digests = HashMap::new();
     for (name, t) in tensors {
-        let sum = crate::digest::tensor_sha256_counted(&t, progress)?.hex();
+        let sum = tensorfile::digest::tensor_sha256_counted(&t, progress)?.hex();
         digests.insert(name.to_string(), sum);
     }
     Ok(digests)
@@ -272,11 +273,11 @@ fn hashes<'t, T: crate::TensorData<crate::Error> + 't>(
 
 /// Without the `digest` feature, hashes cannot be asked for.
 #[cfg(not(feature = "digest"))]
-fn hashes<'t, T: crate::TensorData<crate::Error> + 't>(
+fn hashes<'t, T: tensorfile::TensorData<tensorfile::Error> + 't>(
     _tensors: impl Iterator<Item = (&'t str, T)>,
     _progress: &dyn Progress,
 ) -> Result<HashMap<String, String>> {
-    Err(crate::Error::request(
+    Err(tensorfile::Error::request(
         "tensor hashes need tensorfile's digest feature",
     ))
 }
@@ -532,14 +533,13 @@ fn mlx_config(
     if let Some(own) = QuantConfig::from_metadata(metadata).map_err(|e| e.to_string())? {
         return Ok(Some(own));
     }
-    let config = location.path_of(CONFIG_NAME);
-    let source = match location.open(CONFIG_NAME) {
-        Ok(source) => source,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(format!("{}: {e}", config.display())),
+    let map = match read_config_from(location, CONFIG_NAME) {
+        Ok(map) => map,
+        Err(e) if e.is_not_found_file() => return Ok(None),
+        Err(e) => return Err(e.to_string()),
     };
-    let map = read_config_source(&*source, &config).map_err(|e| e.to_string())?;
-    QuantConfig::from_config(&map).map_err(|e| format!("{}: {e}", config.display()))
+    QuantConfig::from_config(&map)
+        .map_err(|e| format!("{}: {e}", location.path_of(CONFIG_NAME).display()))
 }
 
 /// The quantized weights among `names` (a file's or a model directory's

@@ -4,8 +4,9 @@
 
 use std::path::Path;
 
-use crate::quant::QuantConfig;
-use crate::{InputKind, Metadata, OpenOptions, Result, ShardedTensors, TensorData};
+use tensorfile::quant::QuantConfig;
+use tensorfile::set::ShardedTensors;
+use tensorfile::{InputKind, Metadata, OpenOptions, Result, TensorData};
 
 /// An input opened for looking at its values.
 pub(crate) enum Opened {
@@ -20,7 +21,7 @@ pub(crate) enum Opened {
     },
     /// A PyTorch checkpoint.
     #[cfg(feature = "pytorch")]
-    Torch(crate::pytorch::Checkpoint),
+    Torch(tensorfile::pytorch::Checkpoint),
 }
 
 impl Opened {
@@ -29,9 +30,9 @@ impl Opened {
     /// values cannot be read here.
     pub(crate) fn open(path: &Path, options: &OpenOptions) -> Result<Opened> {
         let options = options.clone().with_map(false);
-        match crate::probe(path)?.kind() {
+        match tensorfile::probe(path)?.kind() {
             InputKind::Safetensors | InputKind::SafetensorsSet => {
-                let set = crate::open_set(path, &options)?;
+                let set = tensorfile::open_set(path, &options)?;
                 let m = set.metadata()?;
                 Ok(Opened::Set {
                     set,
@@ -40,11 +41,11 @@ impl Opened {
                 })
             }
             #[cfg(feature = "pytorch")]
-            InputKind::Pytorch => Ok(Opened::Torch(crate::pytorch::Checkpoint::open_with(
+            InputKind::Pytorch => Ok(Opened::Torch(tensorfile::pytorch::Checkpoint::open_with(
                 path,
                 &options.pytorch,
             )?)),
-            other => Err(crate::Error::io(
+            other => Err(tensorfile::Error::io(
                 path,
                 std::io::Error::new(
                     std::io::ErrorKind::InvalidInput,
@@ -55,17 +56,17 @@ impl Opened {
     }
 
     /// Every tensor, read on demand.
-    pub(crate) fn tensors(&self) -> Vec<Box<dyn TensorData<crate::Error> + '_>> {
+    pub(crate) fn tensors(&self) -> Vec<Box<dyn TensorData<tensorfile::Error> + '_>> {
         match self {
             Opened::Set { set, .. } => set
                 .tensor_data()
                 .into_iter()
-                .map(|t| Box::new(t) as Box<dyn TensorData<crate::Error>>)
+                .map(|t| Box::new(t) as Box<dyn TensorData<tensorfile::Error>>)
                 .collect(),
             #[cfg(feature = "pytorch")]
             Opened::Torch(ckpt) => ckpt
                 .tensors()
-                .map(|t| Box::new(t) as Box<dyn TensorData<crate::Error>>)
+                .map(|t| Box::new(t) as Box<dyn TensorData<tensorfile::Error>>)
                 .collect(),
         }
     }
@@ -91,7 +92,7 @@ impl Opened {
 
 /// References to boxed tensors, as the library's catalogs take them.
 pub(crate) fn refs<'t>(
-    boxes: &'t [Box<dyn TensorData<crate::Error> + 't>],
-) -> Vec<&'t dyn TensorData<crate::Error>> {
+    boxes: &'t [Box<dyn TensorData<tensorfile::Error> + 't>],
+) -> Vec<&'t dyn TensorData<tensorfile::Error>> {
     boxes.iter().map(|b| b.as_ref()).collect()
 }

@@ -8,11 +8,11 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::one_line;
-use crate::digest::{
+use tensorfile::digest::{
     data_start, dir_files, file_digests, tensor_digests, DirFile, FileDigest, Manifest,
     Sha256Digest, GIT_PATHS,
 };
-use crate::{FileSource, Progress, ReadOptions, Result, SafeTensors, TensorData};
+use tensorfile::{FileSource, Progress, ReadOptions, Result, SafeTensors, TensorData};
 
 /// What `hash` is asked.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -187,7 +187,7 @@ pub(crate) fn digest_all(
 /// Per-tensor digests of a safetensors file or a PyTorch checkpoint (the
 /// digests `inspect --hash` gives); `None` for any other file.
 fn per_tensor(path: &Path) -> Result<Option<Vec<TensorHash>>> {
-    fn named<T: TensorData<crate::Error>>(tensors: &[T]) -> Result<Vec<TensorHash>> {
+    fn named<T: TensorData<tensorfile::Error>>(tensors: &[T]) -> Result<Vec<TensorHash>> {
         let digests = tensor_digests(tensors)?;
         Ok(tensors
             .iter()
@@ -198,16 +198,16 @@ fn per_tensor(path: &Path) -> Result<Option<Vec<TensorHash>>> {
             })
             .collect())
     }
-    match crate::probe(path)?.kind() {
-        crate::InputKind::Safetensors => {
+    match tensorfile::probe(path)?.kind() {
+        tensorfile::InputKind::Safetensors => {
             let source = FileSource::open(path).map_err(|e| tensorfile_core::Error::io(path, e))?;
             let file = SafeTensors::from_source(source, &ReadOptions::default())?;
             let tensors: Vec<_> = file.tensor_data().collect();
             named(&tensors).map(Some)
         }
         #[cfg(feature = "pytorch")]
-        crate::InputKind::Pytorch => {
-            let ckpt = crate::pytorch::Checkpoint::open(path)?;
+        tensorfile::InputKind::Pytorch => {
+            let ckpt = tensorfile::pytorch::Checkpoint::open(path)?;
             let tensors: Vec<_> = ckpt.tensors().collect();
             named(&tensors).map(Some)
         }
@@ -247,13 +247,13 @@ fn write_manifest(
 /// # Errors
 ///
 /// `write_manifest` with other than one directory
-/// ([`Error::Request`](crate::Error::Request)); an input that cannot be
+/// ([`Error::Request`](tensorfile::Error::Request)); an input that cannot be
 /// read; a manifest that cannot be written. An invalid `*.safetensors`
 /// file is not an error: its entry says why ([`HashedFile::invalid`]).
 pub fn hash(request: &HashRequest, progress: &dyn Progress) -> Result<HashReport> {
     if request.write_manifest.is_some() && (request.paths.len() != 1 || !request.paths[0].is_dir())
     {
-        return Err(crate::Error::request(
+        return Err(tensorfile::Error::request(
             "--write-manifest takes one directory (the model's)",
         ));
     }

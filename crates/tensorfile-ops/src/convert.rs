@@ -13,9 +13,9 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::cast::{convert_plan, CastOptions, Losses};
 use crate::transform::InOut;
-use crate::{Dtype, Error, InputKind as Kind, Progress, Result};
+use tensorfile::cast::{convert_plan, CastOptions, Losses};
+use tensorfile::{Dtype, Error, InputKind as Kind, Progress, Result};
 
 /// What to convert, and how.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -389,7 +389,10 @@ impl PytorchOptions {
     /// `load` with the budgets these options give (each replaces its
     /// default).
     #[cfg(feature = "pytorch")]
-    pub fn budgets(&self, mut load: crate::pytorch::LoadOptions) -> crate::pytorch::LoadOptions {
+    pub fn budgets(
+        &self,
+        mut load: tensorfile::pytorch::LoadOptions,
+    ) -> tensorfile::pytorch::LoadOptions {
         if let Some(n) = self.max_pickle_bytes {
             load.limits.max_bytes = n;
         }
@@ -473,7 +476,7 @@ pub fn convert(request: &ConvertRequest, progress: &dyn Progress) -> Result<Conv
             "--dtype {d} is an integer dtype: add --allow-int to cast to it"
         )));
     }
-    let kind = crate::probe(&io.input)?.kind();
+    let kind = tensorfile::probe(&io.input)?.kind();
     let cast = CastOptions::default()
         .with_saturate(r.saturate)
         .with_allow_int(r.allow_int)
@@ -563,7 +566,7 @@ fn refuse_compress(r: &ConvertRequest) -> Result<()> {
 fn embed_with(
     r: &ConvertRequest,
     written: &mut crate::transform::Written,
-    write: &crate::WriteOptions,
+    write: &tensorfile::WriteOptions,
 ) -> Result<()> {
     #[cfg(feature = "digest")]
     if r.embed_hash {
@@ -587,11 +590,11 @@ fn pytorch(
     cast: CastOptions,
     progress: &dyn Progress,
 ) -> Result<ConvertReport> {
-    use crate::pytorch::{
+    use crate::transform::Layout;
+    use tensorfile::pytorch::{
         checkpoint_plan, plan_set, Checkpoint, CheckpointSet, ConvertOptions, LoadOptions,
         BIN_INDEX_NAMES,
     };
-    use crate::transform::Layout;
     let io = &r.files;
     let p = &r.pytorch;
     let shared = match &p.shared {
@@ -606,7 +609,7 @@ fn pytorch(
             .with_name(p.name.clone()),
     );
     // A checkpoint's conversion writes with the default header limit.
-    let write = crate::WriteOptions::default().with_sync(io.sync);
+    let write = tensorfile::WriteOptions::default().with_sync(io.sync);
     let options = ConvertOptions::default()
         .with_load(load)
         .with_shared(shared)
@@ -709,7 +712,7 @@ fn pytorch(
     _cast: CastOptions,
     _progress: &dyn Progress,
 ) -> Result<ConvertReport> {
-    crate::input::ensure_built(kind, &r.files.input)?;
+    tensorfile::ensure_built(kind, &r.files.input)?;
     Err(refused(
         "PyTorch input needs tensorfile's `pytorch` feature",
     ))
@@ -791,7 +794,7 @@ fn gguf(kind: Kind, r: &ConvertRequest) -> Result<ConvertReport> {
 /// GGUF to one safetensors or npz file, the tensors as they are.
 #[cfg(feature = "gguf")]
 fn to_raw(r: &ConvertRequest, kind: GgufOut) -> Result<ConvertReport> {
-    use crate::gguf::{gguf_to_safetensors, GgufFile};
+    use tensorfile::gguf::{gguf_to_safetensors, GgufFile};
     let io = &r.files;
     if kind == GgufOut::Npz && (r.dtype.is_some() || r.gguf.keep_quant) {
         return Err(refused(
@@ -809,10 +812,10 @@ fn to_raw(r: &ConvertRequest, kind: GgufOut) -> Result<ConvertReport> {
     let summary = match kind {
         #[cfg(feature = "npz")]
         GgufOut::Npz => {
-            let opts = crate::npz::NpzWriteOptions::default()
+            let opts = tensorfile::npz::NpzWriteOptions::default()
                 .with_compress(r.compress)
                 .with_sync(io.sync);
-            crate::gguf::gguf_to_npz(&file, &io.output, &opts)
+            tensorfile::gguf::gguf_to_npz(&file, &io.output, &opts)
         }
         #[cfg(not(feature = "npz"))]
         GgufOut::Npz => Err(refused("an .npz output needs tensorfile's `npz` feature")),
@@ -849,7 +852,7 @@ fn to_raw(r: &ConvertRequest, kind: GgufOut) -> Result<ConvertReport> {
 /// A Hugging Face directory to GGUF.
 #[cfg(feature = "gguf")]
 fn from_hf(r: &ConvertRequest) -> Result<ConvertReport> {
-    use crate::gguf::{hf_to_gguf, FromHfOptions, GgmlType, HF_TO_GGUF_TYPES};
+    use tensorfile::gguf::{hf_to_gguf, FromHfOptions, GgmlType, HF_TO_GGUF_TYPES};
     let (io, g) = (&r.files, &r.gguf);
     if g.keep_quant {
         return Err(refused("--keep-quant applies to GGUF input"));
@@ -914,7 +917,7 @@ fn from_hf(r: &ConvertRequest) -> Result<ConvertReport> {
 /// GGUF to a Hugging Face directory.
 #[cfg(feature = "gguf")]
 fn to_hf(r: &ConvertRequest) -> Result<ConvertReport> {
-    use crate::gguf::{gguf_file_to_hf, ToHfOptions};
+    use tensorfile::gguf::{gguf_file_to_hf, ToHfOptions};
     let io = &r.files;
     if io.output.is_file() {
         return Err(refused(format!(
@@ -949,7 +952,7 @@ fn to_hf(r: &ConvertRequest) -> Result<ConvertReport> {
 /// GGUF in or out in a build without the `gguf` feature.
 #[cfg(not(feature = "gguf"))]
 fn gguf(kind: Kind, r: &ConvertRequest) -> Result<ConvertReport> {
-    crate::input::ensure_built(kind, &r.files.input)?;
+    tensorfile::ensure_built(kind, &r.files.input)?;
     Err(refused("a GGUF output needs tensorfile's `gguf` feature"))
 }
 
@@ -985,7 +988,7 @@ fn numpy(
     _cast: CastOptions,
     _progress: &dyn Progress,
 ) -> Result<ConvertReport> {
-    crate::input::ensure_built(kind, &r.files.input)?;
+    tensorfile::ensure_built(kind, &r.files.input)?;
     Err(refused("a numpy output needs tensorfile's `npz` feature"))
 }
 
@@ -997,7 +1000,7 @@ fn from_numpy(
     cast: CastOptions,
     progress: &dyn Progress,
 ) -> Result<ConvertReport> {
-    use crate::npz::{self, FromNpzOptions, NpzFile};
+    use tensorfile::npz::{self, FromNpzOptions, NpzFile};
     let io = &r.files;
     io.refuse_input_as_output([&io.input])?;
     let file = NpzFile::open(&io.input)?;
@@ -1043,8 +1046,8 @@ fn from_numpy(
 /// Safetensors (a file or a set) to an `.npz` archive or one `.npy` array.
 #[cfg(feature = "npz")]
 fn to_numpy(r: &ConvertRequest, out_kind: Kind, progress: &dyn Progress) -> Result<ConvertReport> {
-    use crate::npz::{self, NpzWriteOptions};
-    use crate::TensorData;
+    use tensorfile::npz::{self, NpzWriteOptions};
+    use tensorfile::TensorData;
     let io = &r.files;
     if r.dtype.is_some() {
         return Err(refused(

@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::set::ShardedTensors;
-use crate::{Progress, ReadOptions, Result, WriteOptions};
+use tensorfile::set::ShardedTensors;
+use tensorfile::{Progress, ReadOptions, Result, WriteOptions};
 
 /// What to merge, and where.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -54,11 +54,11 @@ pub struct MergeReport {
 /// refusing an input that is not safetensors in words that say what it is.
 pub(crate) fn open_source(input: &Path, timeout: Option<f64>) -> Result<ShardedTensors> {
     let options = crate::transform::open_options(&ReadOptions::default(), timeout)?;
-    let kind = crate::probe(input)?.kind();
+    let kind = tensorfile::probe(input)?.kind();
     if !kind.is_safetensors() {
         return Err(crate::transform::not_safetensors(input, kind));
     }
-    crate::open_set(input, &options)
+    tensorfile::open_set(input, &options)
 }
 
 /// Validates the set, then streams every tensor into an atomic save of

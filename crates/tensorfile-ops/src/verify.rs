@@ -8,11 +8,12 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::hash::{digest_all, entries, inside};
-use crate::digest::{
+use tensorfile::digest::{
     check_embedded, embedded_hashes, DigestError, Manifest, ManifestSource, Sha256Digest,
     TensorCheck, TENSOR_SHA256_KEY,
 };
-use crate::{Progress, ReadOptions, Result, ShardedTensors};
+use tensorfile::set::ShardedTensors;
+use tensorfile::{Progress, ReadOptions, Result};
 
 /// What `verify` is asked: one of three checks.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -86,14 +87,14 @@ pub struct Mismatch {
 
 /// A manifest or embedded digests that cannot be read, as the library's
 /// error naming `path`.
-fn unreadable(path: &Path, e: DigestError) -> crate::Error {
+fn unreadable(path: &Path, e: DigestError) -> tensorfile::Error {
     match e {
         DigestError::Read(e) => e,
-        DigestError::Manifest { path, problem } => crate::Error::io(
+        DigestError::Manifest { path, problem } => tensorfile::Error::io(
             path,
             std::io::Error::new(std::io::ErrorKind::InvalidData, problem),
         ),
-        other => crate::Error::io(
+        other => tensorfile::Error::io(
             path,
             std::io::Error::new(std::io::ErrorKind::InvalidData, other.to_string()),
         ),
@@ -147,7 +148,7 @@ fn report(
 ///
 /// A request that does not make a check (a sha256 that is not 64 hex
 /// digits, `sha256` for a directory, `manifest` for a file, a file without
-/// embedded digests): [`Error::Request`](crate::Error::Request). An input
+/// embedded digests): [`Error::Request`](tensorfile::Error::Request). An input
 /// or manifest that cannot be read.
 pub fn verify(request: &VerifyRequest, progress: &dyn Progress) -> Result<VerifyReport> {
     if let Some(manifest) = &request.manifest {
@@ -156,9 +157,9 @@ pub fn verify(request: &VerifyRequest, progress: &dyn Progress) -> Result<Verify
     if let Some(hex) = &request.sha256 {
         let want: Sha256Digest = hex
             .parse()
-            .map_err(|e| crate::Error::request(format!("--sha256: {e}")))?;
+            .map_err(|e| tensorfile::Error::request(format!("--sha256: {e}")))?;
         if request.path.is_dir() {
-            return Err(crate::Error::request(
+            return Err(tensorfile::Error::request(
                 "--sha256 checks one file; for a directory give --manifest",
             ));
         }
@@ -181,7 +182,7 @@ fn check_manifest(
 ) -> Result<VerifyReport> {
     let (manifest, source) = Manifest::read(path).map_err(|e| unreadable(path, e))?;
     if !request.path.is_dir() {
-        return Err(crate::Error::request(format!(
+        return Err(tensorfile::Error::request(format!(
             "{}: a manifest lists a directory's files; give the directory",
             request.path.display()
         )));
@@ -213,14 +214,14 @@ fn check_embedded_hashes(request: &VerifyRequest) -> Result<VerifyReport> {
     let path = &request.path;
     // A directory holding no model weights is checked against a manifest:
     // say what to give, not what the directory lacks.
-    if path.is_dir() && crate::input::dir_weights(path).is_none() {
-        return Err(crate::Error::request(format!(
+    if path.is_dir() && tensorfile::dir_weights(path).is_none() {
+        return Err(tensorfile::Error::request(format!(
             "{}: to verify a directory, give its manifest: --manifest FILE (written by \
              `tensorfile hash --write-manifest`, or a model-signing bundle such as model.sig)",
             path.display()
         )));
     }
-    let kind = crate::probe(path)?.kind();
+    let kind = tensorfile::probe(path)?.kind();
     if !kind.is_safetensors() {
         return Err(crate::transform::not_safetensors(path, kind));
     }
@@ -233,7 +234,7 @@ fn check_embedded_hashes(request: &VerifyRequest) -> Result<VerifyReport> {
         let expected =
             embedded_hashes(shard.file().metadata()).map_err(|e| unreadable(shard.path(), e))?;
         let Some(expected) = expected else {
-            return Err(crate::Error::request(format!(
+            return Err(tensorfile::Error::request(format!(
                 "{}: no per-tensor digests in its metadata (key {TENSOR_SHA256_KEY:?}, written by --embed-hash); give --sha256 or --manifest",
                 shard.path().display()
             )));

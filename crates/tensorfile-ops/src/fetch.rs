@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use tensorfile_remote::fetch::{FetchOptions, Outcome};
 use tensorfile_remote::{Client, RemoteOptions};
 
-use crate::{Progress, Result};
+use tensorfile::{Progress, Result};
 
 /// What `fetch` is asked.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -116,23 +116,23 @@ pub struct SetCount {
 ///
 /// A source that is not a URL, no destination for a source other than
 /// `hf://`, a concurrency or chunk size of 0
-/// ([`Error::Request`](crate::Error::Request)); a failed request, write
+/// ([`Error::Request`](tensorfile::Error::Request)); a failed request, write
 /// or verification.
 pub fn fetch(request: &FetchRequest, progress: &dyn Progress) -> Result<FetchReport> {
     if !tensorfile_remote::is_url(&request.source) {
-        return Err(crate::Error::request(format!(
+        return Err(tensorfile::Error::request(format!(
             "{}: not a URL (s3://, hf://, http:// or https://)",
             request.source
         )));
     }
     if request.dest.is_none() && !request.source.to_ascii_lowercase().starts_with("hf://") {
-        return Err(crate::Error::request(format!(
+        return Err(tensorfile::Error::request(format!(
             "{}: a destination is needed (only an hf:// source goes to the Hugging Face cache without one)",
             request.source
         )));
     }
     if request.concurrency == 0 || request.chunk_size == 0 {
-        return Err(crate::Error::request(
+        return Err(tensorfile::Error::request(
             "--concurrency and --chunk-size must be at least 1",
         ));
     }

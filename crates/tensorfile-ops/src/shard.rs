@@ -5,8 +5,8 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::set::{split, SplitOptions};
-use crate::{Error, Progress, Result, WriteOptions};
+use tensorfile::set::{split, SplitOptions};
+use tensorfile::{Error, Progress, Result, WriteOptions};
 
 /// What to split, and how.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -1,14 +1,14 @@
 //! `check`: a model directory verified: its files, and every tensor
 //! against the architecture its config.json names (a course `tl_arch` or
-//! a Hugging Face class); the checks are [`crate::model::check_dir`]'s
+//! a Hugging Face class); the checks are [`tensorfile::model::check_dir`]'s
 //! (`docs/commands/check.md`).
 
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{check_dir, ModelReport};
-use crate::{Contract, Progress, Result};
+use tensorfile::model::{check_dir, ModelReport};
+use tensorfile::{Contract, Progress, Result};
 
 /// What `check` is asked.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -81,16 +81,16 @@ fn sorted<T: Serialize, S: serde::Serializer>(
 ///
 /// # Errors
 ///
-/// An unknown contract ([`Error::Request`](crate::Error::Request)); a path
+/// An unknown contract ([`Error::Request`](tensorfile::Error::Request)); a path
 /// that is not a directory.
 pub fn check(request: &CheckRequest, _progress: &dyn Progress) -> Result<CheckReport> {
     let chosen = match &request.contract {
-        Some(name) => Some(contract(name).map_err(crate::Error::request)?),
+        Some(name) => Some(contract(name).map_err(tensorfile::Error::request)?),
         None => None,
     };
     let dir = &request.dir;
     if !dir.is_dir() {
-        return Err(crate::Error::io(
+        return Err(tensorfile::Error::io(
             dir,
             std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a directory"),
         ));

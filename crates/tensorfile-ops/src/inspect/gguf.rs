@@ -9,8 +9,8 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::gguf::{Endian, GgmlType, GgufFile, GgufHeader, GgufTensorInfo, GgufValue};
-use crate::{Progress, Result};
+use tensorfile::gguf::{Endian, GgmlType, GgufFile, GgufHeader, GgufTensorInfo, GgufValue};
+use tensorfile::{Progress, Result};
 
 /// Arrays longer than this are summarized in the JSON (a vocabulary, the
 /// merges): their first values and their length.
@@ -204,7 +204,7 @@ pub(super) fn describe(
 #[cfg(feature = "digest")]
 fn stored_sha256(file: &GgufFile, t: &GgufTensorInfo, progress: &dyn Progress) -> Result<String> {
     const PIECE: u64 = 4 << 20;
-    let mut hasher = crate::digest::Hasher::new();
+    let mut hasher = tensorfile::digest::Hasher::new();
     let mut buf = vec![0u8; PIECE.min(t.byte_len) as usize];
     let mut at = 0u64;
     while at < t.byte_len {
@@ -224,7 +224,7 @@ fn stored_sha256(
     _t: &GgufTensorInfo,
     _progress: &dyn Progress,
 ) -> Result<String> {
-    Err(crate::Error::request(
+    Err(tensorfile::Error::request(
         "tensor hashes need tensorfile's digest feature",
     ))
 }

@@ -3,9 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::quant::{quantize_plan, Glob, QuantizeOptions, Scheme, Selection};
 use crate::transform::InOut;
-use crate::{Error, Metadata, Progress, Result};
+use tensorfile::quant::{quantize_plan, Glob, QuantizeOptions, Scheme, Selection};
+use tensorfile::{Error, Metadata, Progress, Result};
 
 /// What to quantize, and how.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -1,5 +1,5 @@
 //! `diff`: what changed between two models, and by how much (the
-//! comparison is [`crate::diff`]'s; this opens the inputs and says the
+//! comparison is [`tensorfile::diff`]'s; this opens the inputs and says the
 //! result as the `--json` schema, `docs/commands/diff.md`).
 
 use std::path::PathBuf;
@@ -7,10 +7,10 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use super::looking::{refs, Opened};
-use crate::diff::{values_to_compare, DiffOptions, TensorDiff, Verdict};
-use crate::stats::unflatten;
-use crate::values::Catalog;
-use crate::{OpenOptions, Progress, Result};
+use tensorfile::diff::{values_to_compare, DiffOptions, TensorDiff, Verdict};
+use tensorfile::stats::unflatten;
+use tensorfile::values::Catalog;
+use tensorfile::{OpenOptions, Progress, Result};
 
 /// What `diff` is asked: the two inputs and the tolerance.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -74,7 +74,7 @@ pub struct DiffReport {
     pub verdict: &'static str,
     /// The comparison itself, for a front end's text.
     #[serde(skip)]
-    pub compared: crate::diff::Comparison,
+    pub compared: tensorfile::diff::Comparison,
 }
 
 impl DiffReport {
@@ -254,7 +254,7 @@ fn pair(t: &TensorDiff) -> Pair {
 }
 
 /// The totals over every pair.
-fn total(r: &crate::diff::Comparison) -> Total {
+fn total(r: &tensorfile::diff::Comparison) -> Total {
     let compared = r.tensors.len();
     let identical = r.tensors.iter().filter(|t| t.identical).count();
     let within = r.tensors.iter().filter(|t| t.within()).count();
@@ -288,14 +288,14 @@ fn total(r: &crate::diff::Comparison) -> Total {
 /// # Errors
 ///
 /// A tolerance that is not a finite number of at least 0
-/// ([`Error::Request`](crate::Error::Request)); an input that cannot be
+/// ([`Error::Request`](tensorfile::Error::Request)); an input that cannot be
 /// read, is invalid or is of a kind whose values cannot be read here; a
 /// failed read.
 pub fn diff(request: &DiffRequest, progress: &dyn Progress) -> Result<DiffReport> {
     for (name, v) in [("atol", request.atol), ("rtol", request.rtol)] {
         match v {
             Some(x) if !(x >= 0.0 && x.is_finite()) => {
-                return Err(crate::Error::request(format!(
+                return Err(tensorfile::Error::request(format!(
                     "--{name} {x}: a tolerance is a finite number of at least 0"
                 )))
             }
@@ -316,7 +316,7 @@ pub fn diff(request: &DiffRequest, progress: &dyn Progress) -> Result<DiffReport
         .with_rtol(request.rtol)
         .with_exact(request.exact);
     progress.total(values_to_compare(&ca, &cb));
-    let compared = crate::diff::diff(
+    let compared = tensorfile::diff::diff(
         (&ca, oa.metadata()),
         (&cb, ob.metadata()),
         &options,

@@ -6,10 +6,9 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::error::{Error, Result};
-use crate::input::Kind;
-use crate::Progress;
-use crate::ShardedTensors;
+use tensorfile::set::ShardedTensors;
+use tensorfile::InputKind as Kind;
+use tensorfile::{Error, Progress, Result};
 use tensorfile_core::plan::Plan;
 use tensorfile_core::set::SetTensor;
 use tensorfile_core::set::{save_set, Sharding};
@@ -23,7 +22,7 @@ pub struct TransformInput {
 }
 
 impl TransformInput {
-    /// Opens `path`, which [`crate::probe`] found to be `kind` (a
+    /// Opens `path`, which [`tensorfile::probe`] found to be `kind` (a
     /// safetensors file or set: the caller refuses other kinds in its own
     /// words).
     ///
@@ -279,7 +278,7 @@ impl InOut {
     /// # Errors
     /// A timeout that is not a positive number of seconds
     /// ([`Error::Request`]).
-    pub fn open_options(&self) -> Result<crate::OpenOptions> {
+    pub fn open_options(&self) -> Result<tensorfile::OpenOptions> {
         open_options(&self.read_options(), self.timeout)
     }
 
@@ -290,13 +289,13 @@ impl InOut {
     /// The input cannot be read, is not safetensors, or breaks the format.
     pub fn open_safetensors(&self) -> Result<TransformInput> {
         let options = self.open_options()?;
-        let kind = crate::probe(&self.input)?.kind();
+        let kind = tensorfile::probe(&self.input)?.kind();
         if !kind.is_safetensors() {
             return Err(not_safetensors(&self.input, kind));
         }
         Ok(TransformInput::new(
             kind,
-            crate::open_set(&self.input, &options)?,
+            tensorfile::open_set(&self.input, &options)?,
         ))
     }
 
@@ -359,8 +358,11 @@ impl InOut {
 ///
 /// # Errors
 /// A timeout that is not a positive number of seconds ([`Error::Request`]).
-pub(crate) fn open_options(read: &ReadOptions, timeout: Option<f64>) -> Result<crate::OpenOptions> {
-    let options = crate::OpenOptions::default()
+pub(crate) fn open_options(
+    read: &ReadOptions,
+    timeout: Option<f64>,
+) -> Result<tensorfile::OpenOptions> {
+    let options = tensorfile::OpenOptions::default()
         .with_read(read.clone())
         .with_map(false);
     let Some(seconds) = timeout else {
@@ -399,14 +401,14 @@ pub(crate) fn not_safetensors(path: &Path, kind: Kind) -> Error {
 
 impl Written {
     /// Records every tensor's sha256 in the metadata of each file written
-    /// (see [`crate::digest::embed_hashes`]), and counts the bytes again.
+    /// (see [`tensorfile::digest::embed_hashes`]), and counts the bytes again.
     ///
     /// # Errors
     /// A file cannot be read or written again.
     #[cfg(feature = "digest")]
     pub fn embed_hashes(&mut self, options: &WriteOptions) -> Result<()> {
         for f in &self.files {
-            crate::digest::embed_hashes(f, options)?;
+            tensorfile::digest::embed_hashes(f, options)?;
         }
         self.bytes = 0;
         for f in self.files.iter().chain(&self.index) {
@@ -441,8 +443,8 @@ pub(crate) mod dtype_name {
 
 /// `Option<Mode>` as its MLX name in requests (`"mxfp4"`).
 pub(crate) mod mode_name {
-    use crate::quant::Mode;
     use serde::{Deserialize, Deserializer, Serializer};
+    use tensorfile::quant::Mode;
 
     pub fn serialize<S: Serializer>(mode: &Option<Mode>, s: S) -> Result<S::Ok, S::Error> {
         match mode {

@@ -8,15 +8,15 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 use serde_json::Value;
-use tensorfile::ops::convert::{convert, ConvertReport, ConvertRequest};
-use tensorfile::ops::dequantize::{dequantize, DequantizeRequest};
-use tensorfile::ops::merge::{merge, MergeRequest};
-use tensorfile::ops::quantize::{quantize, QuantizeRequest};
-use tensorfile::ops::rewrite::{rewrite, RewriteRequest};
-use tensorfile::ops::shard::{shard, ShardRequest};
-use tensorfile::ops::validate::{validate, ValidateRequest};
-use tensorfile::transform::InOut;
 use tensorfile::Dtype;
+use tensorfile_ops::convert::{convert, ConvertReport, ConvertRequest};
+use tensorfile_ops::dequantize::{dequantize, DequantizeRequest};
+use tensorfile_ops::merge::{merge, MergeRequest};
+use tensorfile_ops::quantize::{quantize, QuantizeRequest};
+use tensorfile_ops::rewrite::{rewrite, RewriteRequest};
+use tensorfile_ops::shard::{shard, ShardRequest};
+use tensorfile_ops::transform::InOut;
+use tensorfile_ops::validate::{validate, ValidateRequest};
 use tensorfile_testkit::fixtures;
 
 /// The key column of the table under the `--json` heading of the
@@ -131,7 +131,7 @@ fn write_f32s(path: &Path, tensors: &[(&str, &[f32])], metadata: &[(&str, &str)]
 
 #[test]
 fn diff_json_has_the_keys_its_page_lists() {
-    use tensorfile::ops::diff::{diff, DiffRequest};
+    use tensorfile_ops::diff::{diff, DiffRequest};
     let dir = tempfile::tempdir().unwrap();
     let (a, b) = (
         dir.path().join("a.safetensors"),
@@ -164,7 +164,7 @@ fn diff_json_has_the_keys_its_page_lists() {
 
 #[test]
 fn a_bad_tolerance_is_a_refused_request() {
-    use tensorfile::ops::diff::{diff, DiffRequest};
+    use tensorfile_ops::diff::{diff, DiffRequest};
     let file = fixtures().join("valid/minimal_bf16.safetensors");
     let mut request = DiffRequest::new(&file, &file);
     request.atol = Some(-1.0);
@@ -174,7 +174,7 @@ fn a_bad_tolerance_is_a_refused_request() {
 
 #[test]
 fn stats_json_has_the_keys_its_page_lists() {
-    use tensorfile::ops::stats::{stats, StatsRequest};
+    use tensorfile_ops::stats::{stats, StatsRequest};
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("m.safetensors");
     let mut spiky: Vec<f32> = (0..256).map(|i| (i % 7) as f32 - 3.0).collect();
@@ -202,7 +202,7 @@ fn stats_json_has_the_keys_its_page_lists() {
 
 #[test]
 fn stats_refuses_bins_out_of_range() {
-    use tensorfile::ops::stats::{stats, StatsRequest};
+    use tensorfile_ops::stats::{stats, StatsRequest};
     let mut request = StatsRequest::new(fixtures().join("valid/minimal_bf16.safetensors"));
     request.bins = 0;
     let err = stats(&request, &()).unwrap_err();
@@ -211,7 +211,7 @@ fn stats_refuses_bins_out_of_range() {
 
 #[test]
 fn check_json_has_the_keys_its_page_lists() {
-    use tensorfile::ops::check::{check, CheckRequest};
+    use tensorfile_ops::check::{check, CheckRequest};
     // A directory with a problem: a config.json and no weights.
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("config.json"), br#"{"tl_arch": "mlp"}"#).unwrap();
@@ -225,7 +225,7 @@ fn check_json_has_the_keys_its_page_lists() {
 
 #[test]
 fn check_refuses_an_unknown_contract() {
-    use tensorfile::ops::check::{check, CheckRequest};
+    use tensorfile_ops::check::{check, CheckRequest};
     let mut request = CheckRequest::new(fixtures().join("models/llama_tiny"));
     request.contract = Some("v9".into());
     let err = check(&request, &()).unwrap_err();
@@ -234,7 +234,7 @@ fn check_refuses_an_unknown_contract() {
 
 #[test]
 fn fetch_json_has_the_keys_its_page_lists() {
-    use tensorfile::ops::fetch::{fetch, FetchRequest};
+    use tensorfile_ops::fetch::{fetch, FetchRequest};
     use tensorfile_testkit::serve::Server;
     let dir = tempfile::tempdir().unwrap();
     let shard = dir.path().join("shard.safetensors");
@@ -262,7 +262,7 @@ fn fetch_json_has_the_keys_its_page_lists() {
 
 #[test]
 fn fetch_refuses_a_path_that_is_not_a_url() {
-    use tensorfile::ops::fetch::{fetch, FetchRequest};
+    use tensorfile_ops::fetch::{fetch, FetchRequest};
     let err = fetch(
         &FetchRequest::new("model.safetensors", Some("out".into())),
         &(),
@@ -273,7 +273,7 @@ fn fetch_refuses_a_path_that_is_not_a_url() {
 
 #[test]
 fn hash_json_has_the_keys_its_page_lists() {
-    use tensorfile::ops::hash::{hash, HashRequest};
+    use tensorfile_ops::hash::{hash, HashRequest};
     let dir = tempfile::tempdir().unwrap();
     let model = dir.path().join("model");
     std::fs::create_dir(&model).unwrap();
@@ -292,7 +292,7 @@ fn hash_json_has_the_keys_its_page_lists() {
 
 #[test]
 fn a_manifest_of_two_inputs_is_a_refused_request() {
-    use tensorfile::ops::hash::{hash, HashRequest};
+    use tensorfile_ops::hash::{hash, HashRequest};
     let file = fixtures().join("valid/minimal_bf16.safetensors");
     let mut request = HashRequest::new([&file, &file]);
     request.write_manifest = Some("m.json".into());
@@ -302,8 +302,8 @@ fn a_manifest_of_two_inputs_is_a_refused_request() {
 
 #[test]
 fn verify_json_has_the_keys_its_page_lists() {
-    use tensorfile::ops::hash::{hash, HashRequest};
-    use tensorfile::ops::verify::{verify, VerifyRequest};
+    use tensorfile_ops::hash::{hash, HashRequest};
+    use tensorfile_ops::verify::{verify, VerifyRequest};
     let dir = tempfile::tempdir().unwrap();
     let model = dir.path().join("model");
     std::fs::create_dir(&model).unwrap();
@@ -328,7 +328,7 @@ fn verify_json_has_the_keys_its_page_lists() {
 
 #[test]
 fn verify_refuses_a_sha256_that_is_not_one() {
-    use tensorfile::ops::verify::{verify, VerifyRequest};
+    use tensorfile_ops::verify::{verify, VerifyRequest};
     let mut request = VerifyRequest::new(fixtures().join("valid/minimal_bf16.safetensors"));
     request.sha256 = Some("abc".into());
     let err = verify(&request, &()).unwrap_err();

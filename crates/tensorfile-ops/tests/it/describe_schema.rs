@@ -1,13 +1,13 @@
 //! The `inspect --json` schema: the table of keys in
 //! docs/commands/inspect.md, the report structs of
-//! `tensorfile::ops::inspect`, and what they print must agree, so that none
+//! `tensorfile_ops::inspect`, and what they print must agree, so that none
 //! of the three can change without the others.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use serde_json::Value;
-use tensorfile::ops::inspect::{
+use tensorfile_ops::inspect::{
     inspect, CheckpointDescription, FileDescription, GgufDescription, InspectReport,
     InspectRequest, SetDescription,
 };
