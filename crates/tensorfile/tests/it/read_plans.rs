@@ -317,6 +317,7 @@ fn errors_are_typed_and_name_the_file() {
     std::fs::write(&path, rows_file(2, 16, 64)).unwrap();
     let file = SafeTensors::from_source(FileSource::open(&path).unwrap(), &ReadOptions::default())
         .unwrap();
+    let file = Arc::new(file);
     let shown = path.display().to_string();
     let nothing =
         |_: TensorBytes| -> tensorfile_core::Result<()> { panic!("nothing is handed over") };
@@ -330,6 +331,11 @@ fn errors_are_typed_and_name_the_file() {
     assert_eq!(err.kind(), ErrorKind::NotFound);
     assert!(matches!(err.detail(), Error::NotFound(n) if n == "nope"));
     assert!(err.to_string().starts_with(&shown), "{err}");
+    // The iterator resolves its plan up front, as the callback form does.
+    let err = Arc::clone(&file)
+        .read_plan_iter(&ReadPlan::of([Want::tensor("nope")]))
+        .unwrap_err();
+    assert!(matches!(err.detail(), Error::NotFound(n) if n == "nope"));
 
     let bad = Want::slice("t001", vec![SliceArg::range(0, 99)]);
     let err = file.read_plan(&ReadPlan::of([bad]), nothing).unwrap_err();
@@ -364,6 +370,12 @@ fn errors_are_typed_and_name_the_file() {
     let err = file.read_plan(&ReadPlan::all(), |_| Ok(())).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Io);
     assert!(err.to_string().starts_with(&shown), "{err}");
+    // The iterator yields the error, then ends.
+    let mut iter = Arc::clone(&file).read_plan_iter(&ReadPlan::all()).unwrap();
+    let err = iter.find_map(Result::err).unwrap();
+    assert_eq!(err.kind(), ErrorKind::Io);
+    assert!(err.to_string().starts_with(&shown), "{err}");
+    assert!(iter.next().is_none());
     let mut out = vec![0u8; 64 * 1024];
     let err = file.read_into("big", None, &mut out).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Io);
@@ -510,34 +522,4 @@ fn dropping_the_iterator_stops_its_reads_and_lets_go_of_the_file() {
         // The tensor handed over is the caller's, whole.
         assert_eq!(first.data.len(), 16 << 10);
     }
-}
-
-#[test]
-fn the_iterator_yields_a_failed_read_then_ends() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("rows.safetensors");
-    std::fs::write(&path, rows_file(2, 16, 64)).unwrap();
-    let file = SafeTensors::from_source(FileSource::open(&path).unwrap(), &ReadOptions::default())
-        .unwrap();
-    let file = Arc::new(file);
-    // Resolved up front: nothing is read for a plan naming a missing tensor.
-    let err = Arc::clone(&file)
-        .read_plan_iter(&ReadPlan::of([Want::tensor("nope")]))
-        .unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::NotFound);
-    // The file cut short under the plan: the read fails, naming the file.
-    std::fs::File::options()
-        .write(true)
-        .open(&path)
-        .unwrap()
-        .set_len(1000)
-        .unwrap();
-    let mut iter = Arc::clone(&file).read_plan_iter(&ReadPlan::all()).unwrap();
-    let err = iter.find_map(Result::err).unwrap();
-    assert_eq!(err.kind(), ErrorKind::Io);
-    assert!(
-        err.to_string().starts_with(&path.display().to_string()),
-        "{err}"
-    );
-    assert!(iter.next().is_none());
 }
