@@ -22,8 +22,21 @@
 //! offset order, whatever the order of the plan. A plan larger than memory
 //! therefore streams: the budget bounds what is held.
 //!
+//! Two forms hand them over, on one engine: a callback
+//! ([`SafeTensors::read_plan`], returning once all is read) or an iterator
+//! ([`SafeTensors::read_plan_iter`], a [`ReadPlanIter`]) that reads ahead
+//! in the background while the caller works on what it was handed. The
+//! budget counts every byte read and not yet handed over: in the callback
+//! form until the callback is called, in the iterator form until `next`
+//! returns the tensor (complete tensors the caller has not taken count).
+//! A tensor over the budget is read alone. Dropping the iterator stops the
+//! reads; it returns once those in flight (a chunk per thread at most) are
+//! done.
+//!
 //! [`SafeTensors::read_into`] and [`ShardedTensors::read_into`] read one
 //! tensor or slice into the caller's buffer instead, split across the pool.
+//! A set's [`ShardedTensors::load`] and [`ShardedTensors::load_each`] read
+//! on the same engine, results in the order asked.
 //!
 //! ```
 //! # fn main() -> tensorfile_core::Result<()> {
@@ -46,6 +59,12 @@
 //! let mut out = [0u8; 8];
 //! file.read_into("w", Some(&[SliceArg::Index(2)]), &mut out)?;
 //! assert_eq!(out, data[16..24]);
+//! // As an iterator, which shares the file while it reads ahead.
+//! let file = std::sync::Arc::new(file);
+//! for t in file.clone().read_plan_iter(&ReadPlan::all().with_budget(1 << 20))? {
+//!     let t = t?;
+//!     assert_eq!((t.name.as_str(), t.data.len()), ("w", 64));
+//! }
 //! # Ok(()) }
 //! ```
 
