@@ -4,6 +4,7 @@
 //!
 //! ```text
 //! cargo run --release -p tensorfile-bench -- [--quick] [--rounds N] [GROUP...]
+//! cargo run --release -p tensorfile-bench -- stream --size 4G --budget 256M
 //! ```
 
 mod alloc;
@@ -12,6 +13,7 @@ mod measure;
 mod plans;
 mod reader;
 mod report;
+mod stream;
 mod writer;
 
 use std::path::PathBuf;
@@ -26,7 +28,7 @@ static ALLOC: alloc::Counting = alloc::Counting;
 #[derive(Parser, Debug)]
 #[command(name = "tensorfile-bench")]
 struct Cli {
-    /// Groups to run (default: all).
+    /// Groups to run (default: all but stream).
     #[arg(value_enum)]
     groups: Vec<Group>,
     /// Small sizes and few rounds: finishes in seconds, for CI.
@@ -47,6 +49,35 @@ struct Cli {
     /// (default 7500000, a 96 MB header, or 100000 with --quick).
     #[arg(long)]
     fields: Option<usize>,
+    /// Bytes of data in the stream group's set, as 4G, 256M, 64K or bytes
+    /// (default 4G, or 64M with --quick).
+    #[arg(long, value_parser = parse_size)]
+    size: Option<u64>,
+    /// The stream group's plan budget, written as --size is (default 256M,
+    /// or 8M with --quick).
+    #[arg(long, value_parser = parse_size)]
+    budget: Option<u64>,
+}
+
+/// `4G`, `256M`, `64K` (powers of 1024, `iB` or `B` after them allowed)
+/// or a plain number of bytes.
+fn parse_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let t = t
+        .strip_suffix("iB")
+        .or_else(|| t.strip_suffix('B'))
+        .unwrap_or(t);
+    let (digits, shift) = match t.char_indices().last() {
+        Some((i, 'K' | 'k')) => (&t[..i], 10),
+        Some((i, 'M' | 'm')) => (&t[..i], 20),
+        Some((i, 'G' | 'g')) => (&t[..i], 30),
+        _ => (t, 0),
+    };
+    digits
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(1 << shift))
+        .ok_or_else(|| format!("{text:?} is not a size (4G, 256M, 64K or bytes)"))
 }
 
 /// A benchmark group.
@@ -68,8 +99,12 @@ enum Group {
     ///    the known-field path on a header of the same size.
     Unknown,
     /// 8. Read plans: every tensor against half of every tensor's rows, 1
-    ///    and 2 threads, fresh and caller-touched memory.
+    ///    and 2 threads, fresh and caller-touched memory, beside the C
+    ///    `pread` baseline.
     Plans,
+    /// A set of --size bytes streamed through a plan's --budget: peak
+    /// anonymous memory. Not in the default run (it writes --size bytes).
+    Stream,
 }
 
 /// What every group needs to know.
@@ -84,6 +119,10 @@ pub struct Config {
     pub tensors: Vec<usize>,
     /// Unknown fields for the unknown-fields group, if not the default.
     pub fields: Option<usize>,
+    /// The stream group's set size, if not the default.
+    pub size: Option<u64>,
+    /// The stream group's budget, if not the default.
+    pub budget: Option<u64>,
 }
 
 impl Config {
@@ -102,6 +141,18 @@ impl Config {
     pub fn unknown_fields(&self) -> usize {
         self.fields
             .unwrap_or(if self.quick { 100_000 } else { 7_500_000 })
+    }
+
+    /// Bytes of data in the stream group's set.
+    pub fn stream_size(&self) -> u64 {
+        self.size
+            .unwrap_or(if self.quick { 64 << 20 } else { 4 << 30 })
+    }
+
+    /// The stream group's plan budget.
+    pub fn stream_budget(&self) -> u64 {
+        self.budget
+            .unwrap_or(if self.quick { 8 << 20 } else { 256 << 20 })
     }
 
     /// Size of the large file.
@@ -137,7 +188,9 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<(), BenchError> {
     let groups = if cli.groups.is_empty() {
-        Group::value_variants().to_vec()
+        let mut all = Group::value_variants().to_vec();
+        all.retain(|g| *g != Group::Stream);
+        all
     } else {
         cli.groups
     };
@@ -151,6 +204,8 @@ fn run(cli: Cli) -> Result<(), BenchError> {
         dir: temp.path().to_path_buf(),
         tensors: cli.tensors,
         fields: cli.fields,
+        size: cli.size,
+        budget: cli.budget,
     };
     println!(
         "## tensorfile-bench{}: {} timed rounds per case, interleaved, warm page cache\n",
@@ -168,6 +223,7 @@ fn run(cli: Cli) -> Result<(), BenchError> {
             Group::Serialize => writer::serialize_header(&cfg)?,
             Group::Unknown => reader::unknown_fields(&cfg)?,
             Group::Plans => plans::plans(&cfg, big_file(&cfg, &mut big)?)?,
+            Group::Stream => stream::stream(&cfg)?,
         };
         println!("{section}");
     }

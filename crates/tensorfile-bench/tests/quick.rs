@@ -66,3 +66,33 @@ fn unknown_group_is_a_usage_error() {
         .expect("run tensorfile-bench");
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn the_stream_group_reports_its_peak_and_cleans_up() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = Command::new(env!("CARGO_BIN_EXE_tensorfile-bench"))
+        .args([
+            "--quick", "stream", "--size", "16M", "--budget", "2M", "--dir",
+        ])
+        .arg(dir.path())
+        .output()
+        .expect("run tensorfile-bench");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("### Streamed plan"), "{stdout}");
+    assert!(stdout.contains("16.0 MiB in 4 shards"), "{stdout}");
+    assert!(stdout.contains("under a budget of 2.0 MiB"), "{stdout}");
+    assert!(stdout.contains("peak anonymous memory under twice the budget"));
+    let left: Vec<_> = std::fs::read_dir(dir.path()).expect("read dir").collect();
+    assert!(left.is_empty(), "files left behind: {left:?}");
+    // A size that is not one is a usage error.
+    let out = Command::new(env!("CARGO_BIN_EXE_tensorfile-bench"))
+        .args(["stream", "--size", "4X"])
+        .output()
+        .expect("run tensorfile-bench");
+    assert_eq!(out.status.code(), Some(2));
+}

@@ -102,15 +102,33 @@ pub fn install<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     }
 }
 
+/// The pool, unless this thread is one of its own: work a pool thread
+/// queues on the pool and then blocks on may wait forever (on a pool of
+/// one thread, it waits behind itself), so such a thread runs it here.
+fn pool_from_outside() -> Option<&'static rayon::ThreadPool> {
+    pool().filter(|pool| pool.current_thread_index().is_none())
+}
+
 /// Runs `f` on this thread with a scope whose spawned jobs run on the
-/// pool's threads (`None` without a pool: the caller then runs each job
-/// itself). Returns once `f` and every job it spawned have finished. `f`
-/// itself stays on the caller's thread, so it need not be `Send` and may
-/// block without taking a thread from the pool.
+/// pool's threads (`None` without a pool, or on one of its threads: the
+/// caller then runs each job itself). Returns once `f` and every job it
+/// spawned have finished. `f` itself stays on the caller's thread, so it
+/// need not be `Send` and may block without taking a thread from the pool.
 pub(crate) fn in_place_scope<'scope, R>(f: impl FnOnce(Option<&rayon::Scope<'scope>>) -> R) -> R {
-    match pool() {
+    match pool_from_outside() {
         Some(pool) => pool.in_place_scope(|scope| f(Some(scope))),
         None => f(None),
+    }
+}
+
+/// Runs `f` on one of the pool's threads, in the background; here, before
+/// returning, without a pool or on one of its threads (see
+/// [`in_place_scope`]). Whoever waits for `f` must learn of its end from
+/// `f` itself.
+pub(crate) fn spawn(f: impl FnOnce() + Send + 'static) {
+    match pool_from_outside() {
+        Some(pool) => pool.spawn(f),
+        None => f(),
     }
 }
 

@@ -22,8 +22,21 @@
 //! offset order, whatever the order of the plan. A plan larger than memory
 //! therefore streams: the budget bounds what is held.
 //!
+//! Two forms hand them over, on one engine: a callback
+//! ([`SafeTensors::read_plan`], returning once all is read) or an iterator
+//! ([`SafeTensors::read_plan_iter`], a [`ReadPlanIter`]) that reads ahead
+//! in the background while the caller works on what it was handed. The
+//! budget counts every byte read and not yet handed over: in the callback
+//! form until the callback is called, in the iterator form until `next`
+//! returns the tensor (complete tensors the caller has not taken count).
+//! A tensor over the budget is read alone. Dropping the iterator stops the
+//! reads; it returns once those in flight (a chunk per thread at most) are
+//! done.
+//!
 //! [`SafeTensors::read_into`] and [`ShardedTensors::read_into`] read one
 //! tensor or slice into the caller's buffer instead, split across the pool.
+//! A set's [`ShardedTensors::load`] and [`ShardedTensors::load_each`] read
+//! on the same engine, results in the order asked.
 //!
 //! ```
 //! # fn main() -> tensorfile_core::Result<()> {
@@ -46,19 +59,26 @@
 //! let mut out = [0u8; 8];
 //! file.read_into("w", Some(&[SliceArg::Index(2)]), &mut out)?;
 //! assert_eq!(out, data[16..24]);
+//! // As an iterator, which shares the file while it reads ahead.
+//! let file = std::sync::Arc::new(file);
+//! for t in file.clone().read_plan_iter(&ReadPlan::all().with_budget(1 << 20))? {
+//!     let t = t?;
+//!     assert_eq!((t.name.as_str(), t.data.len()), ("w", 64));
+//! }
 //! # Ok(()) }
 //! ```
 
 use std::collections::VecDeque;
 use std::io;
 use std::ops::{Deref, DerefMut, Range};
+use std::panic::AssertUnwindSafe;
 use std::path::Path;
-use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
 use crate::error::{Error, Result};
 use crate::file::SafeTensors;
 use crate::header::Header;
-use crate::set::{ShardedTensors, Want};
+use crate::set::{Loaded, ShardedTensors, Want};
 use crate::slice::{SliceArg, TensorSlice};
 use crate::source::ByteSource;
 use crate::Dtype;
@@ -296,10 +316,17 @@ impl FileRef<'_> {
         }
     }
 
+    /// Whether the file is at a URL: a request costs a round trip, so runs
+    /// further apart are merged, and reads of consecutive bytes go to its
+    /// source together, which runs its requests at once.
+    fn is_remote(&self) -> bool {
+        self.path.and_then(crate::kind::url_of).is_some()
+    }
+
     fn default_gap(&self) -> u64 {
-        match self.path.and_then(crate::kind::url_of) {
-            Some(_) => DEFAULT_GAP_REMOTE,
-            None => DEFAULT_GAP_LOCAL,
+        match self.is_remote() {
+            true => DEFAULT_GAP_REMOTE,
+            false => DEFAULT_GAP_LOCAL,
         }
     }
 }
@@ -531,171 +558,433 @@ impl Job {
         jobs
     }
 
-    /// Reads into `out`: straight into place when the read is one piece,
-    /// else through a buffer of its own.
-    fn run(&self, source: &dyn ByteSource, out: Out) -> io::Result<()> {
-        let fits = self.pieces.iter().all(|p| {
+    /// Whether every piece of this read lands inside `out`.
+    fn fits(&self, out: Out) -> bool {
+        self.pieces.iter().all(|p| {
             p.at + p.len <= self.len
                 && p.dest
                     .checked_add(p.len)
                     .is_some_and(|e| e <= out.len as u64)
-        });
-        if !fits {
-            return Err(io::Error::other(
-                "a read plan's piece lies outside its buffer (a bug)",
-            ));
-        }
-        // SAFETY (both blocks): the range is inside `out` (checked just
-        // now), which is alive and written by no one else (see `Out`).
-        match self.pieces.as_slice() {
-            [p] if p.at == 0 && p.len == self.len => {
-                let dest = unsafe {
-                    std::slice::from_raw_parts_mut(out.ptr.add(p.dest as usize), p.len as usize)
-                };
-                source.read_exact_at(self.offset, dest)
-            }
-            pieces => {
-                let mut staging = vec![0u8; self.len as usize];
-                source.read_exact_at(self.offset, &mut staging)?;
-                for p in pieces {
-                    let dest = unsafe {
-                        std::slice::from_raw_parts_mut(out.ptr.add(p.dest as usize), p.len as usize)
-                    };
-                    dest.copy_from_slice(&staging[p.at as usize..(p.at + p.len) as usize]);
-                }
-                Ok(())
-            }
-        }
+        })
+    }
+
+    /// Whether the read is one piece, landing straight in place.
+    fn is_direct(&self) -> bool {
+        matches!(self.pieces.as_slice(), [p] if p.at == 0 && p.len == self.len)
     }
 }
 
+/// Reads `jobs`, all of one file, in one call to its source (so that a
+/// source where requests are expensive runs them at once): each straight
+/// into place when it is one piece, else through a buffer of its own
+/// whose pieces are then copied into place.
+fn read_jobs(jobs: &[(Job, Out)], source: &dyn ByteSource) -> io::Result<()> {
+    if !jobs.iter().all(|(job, out)| job.fits(*out)) {
+        return Err(io::Error::other(
+            "a read plan's piece lies outside its buffer (a bug)",
+        ));
+    }
+    /// Where piece `p` lands in `out`.
+    ///
+    /// # Safety
+    /// The range is inside `out`, which is alive and written by no one
+    /// else while the slice lives.
+    unsafe fn place<'a>(out: Out, p: &Piece) -> &'a mut [u8] {
+        // SAFETY: as the caller promises.
+        unsafe { std::slice::from_raw_parts_mut(out.ptr.add(p.dest as usize), p.len as usize) }
+    }
+    // SAFETY (both calls of `place` below): every range is inside its
+    // `out` (checked just now), which is alive and written by no one else
+    // (see `Out`); the jobs of one tensor write disjoint ranges of it.
+    let mut staging: Vec<Vec<u8>> = jobs
+        .iter()
+        .map(|(job, _)| match job.is_direct() {
+            true => Vec::new(),
+            false => vec![0u8; job.len as usize],
+        })
+        .collect();
+    let mut requests: Vec<(u64, &mut [u8])> = jobs
+        .iter()
+        .zip(staging.iter_mut())
+        .map(|((job, out), stage)| match job.is_direct() {
+            true => (job.offset, unsafe { place(*out, &job.pieces[0]) }),
+            false => (job.offset, &mut stage[..]),
+        })
+        .collect();
+    source.read_ranges(&mut requests)?;
+    drop(requests);
+    for ((job, out), stage) in jobs.iter().zip(&staging) {
+        if job.is_direct() {
+            continue;
+        }
+        for p in &job.pieces {
+            let dest = unsafe { place(*out, p) };
+            dest.copy_from_slice(&stage[p.at as usize..(p.at + p.len) as usize]);
+        }
+    }
+    Ok(())
+}
+
 /// A tensor admitted under the budget: its buffer (when the library
-/// allocated it) and its reads.
-struct Slot {
-    tensor: usize,
-    buffer: Option<AlignedBuffer>,
+/// allocated it), where its bytes land, and its reads.
+struct Slot<B> {
+    buffer: Option<B>,
     out: Out,
+    /// Reads not yet started.
     jobs: VecDeque<Job>,
+    /// Reads not yet finished (started or not).
     pending: usize,
     cost: u64,
 }
 
-/// Reads `tensors` (in read order) from `files`: at most `threads` reads at
-/// once on the pool, at most `budget` bytes read and not handed over
-/// (a tensor over it alone). `dest` gives each tensor its memory (a new
-/// buffer, or the caller's); `hand` receives each completed tensor, in
-/// order, on this thread.
-fn run(
-    files: &[FileRef<'_>],
-    tensors: Vec<Resolved>,
+/// What gives an admitted tensor its memory: a buffer of its own (kept
+/// until it is handed over) and where its bytes land, or the caller's.
+type Dest<'a, B> = dyn FnMut(&Resolved) -> Result<(Option<B>, Out)> + 'a;
+
+/// How a plan's reads stand: what is admitted under the budget, read,
+/// started, failed. Shared, under [`Reads`]'s lock, by the thread that
+/// hands tensors over and the readers on the pool.
+struct State<B> {
+    /// The plan's tensors in hand-over order, each taken when handed over.
+    tensors: Vec<Option<Resolved>>,
+    /// Per file: whether its reads go to its source together (see
+    /// [`FileRef::is_remote`]).
+    together: Vec<bool>,
     chunk: u64,
     threads: usize,
     budget: u64,
-    mut dest: impl FnMut(&Resolved) -> Result<(Option<AlignedBuffer>, Out)>,
-    mut hand: impl FnMut(Resolved, Option<AlignedBuffer>) -> Result<()>,
-) -> Result<ReadStats> {
-    let threads = match threads {
-        0 => crate::parallel::threads(),
-        n => n,
-    };
-    let mut stats = ReadStats::default();
-    let mut tensors: Vec<Option<Resolved>> = tensors.into_iter().map(Some).collect();
-    // Declared before the scope so that every buffer outlives every read
-    // into it: the scope waits for the reads it started, even on an error.
-    let mut admitted: VecDeque<Slot> = VecDeque::new();
-    let (tx, rx) = mpsc::channel::<(usize, io::Result<()>)>();
-    crate::parallel::in_place_scope(|scope| -> Result<()> {
-        let mut next = 0usize;
-        let mut held = 0u64;
-        let mut running = 0usize;
-        loop {
-            // Admit tensors in order while the budget allows (one alone
-            // when it is over the budget).
-            while let Some(Some(r)) = tensors.get(next) {
-                let cost = r.cost();
-                if !admitted.is_empty() && held.saturating_add(cost) > budget {
-                    break;
-                }
-                let (buffer, out) = dest(r)?;
-                let jobs = Job::of(next, r, chunk);
-                admitted.push_back(Slot {
-                    tensor: next,
-                    buffer,
-                    out,
-                    pending: jobs.len(),
-                    jobs,
-                    cost,
-                });
-                held += cost;
-                stats.peak_held = stats.peak_held.max(held);
-                next += 1;
+    /// The next tensor to admit.
+    next: usize,
+    /// The tensors admitted and not yet handed over, in order (the last
+    /// is `next - 1`).
+    admitted: VecDeque<Slot<B>>,
+    /// How many slots at the front of `admitted` have no read left to
+    /// start (a cursor, so that taking a read does not scan them).
+    started: usize,
+    /// Reads admitted and not yet started.
+    unstarted: usize,
+    /// Bytes admitted and not yet handed over.
+    held: u64,
+    /// Readers started and not yet finished.
+    readers: usize,
+    /// Readers take no more reads: the plan failed or its consumer left.
+    stop: bool,
+    /// The first failure, for the consumer.
+    failed: Option<Error>,
+    /// Nothing more is handed over.
+    finished: bool,
+    stats: ReadStats,
+}
+
+impl<B> State<B> {
+    /// Nothing admitted yet.
+    fn new(together: Vec<bool>, tensors: Vec<Resolved>, plan: &ReadPlan) -> State<B> {
+        State {
+            tensors: tensors.into_iter().map(Some).collect(),
+            together,
+            chunk: plan.chunk,
+            threads: match plan.threads {
+                0 => crate::parallel::threads(),
+                n => n,
+            },
+            budget: plan.budget,
+            next: 0,
+            admitted: VecDeque::new(),
+            started: 0,
+            unstarted: 0,
+            held: 0,
+            readers: 0,
+            stop: false,
+            failed: None,
+            finished: false,
+            stats: ReadStats::default(),
+        }
+    }
+
+    /// Admits tensors in order while the budget allows (one alone when it
+    /// is over the budget), `dest` giving each its memory.
+    fn admit(&mut self, dest: &mut Dest<'_, B>) -> Result<()> {
+        while let Some(Some(r)) = self.tensors.get(self.next) {
+            let cost = r.cost();
+            if !self.admitted.is_empty() && self.held.saturating_add(cost) > self.budget {
+                break;
             }
-            // Start reads, in order, while threads are free.
-            for slot in admitted.iter_mut() {
-                while running < threads {
-                    let Some(job) = slot.jobs.pop_front() else {
-                        break;
-                    };
-                    let (out, source, tx) = (slot.out, files[job.file].source, tx.clone());
-                    stats.reads += 1;
-                    stats.bytes_read += job.len;
-                    let work = move || {
-                        let result = job.run(source, out);
-                        // The receiver lives until every read has reported.
-                        let _ = tx.send((job.tensor, result));
-                    };
-                    running += 1;
-                    match scope {
-                        Some(scope) => scope.spawn(move |_| work()),
-                        None => work(),
-                    }
-                }
-            }
-            // Hand over what is complete, in order.
-            while admitted.front().is_some_and(|s| s.pending == 0) {
-                let Some(slot) = admitted.pop_front() else {
-                    break;
-                };
-                let Some(r) = tensors[slot.tensor].take() else {
-                    break;
-                };
-                held -= slot.cost;
-                stats.tensors += 1;
-                hand(r, slot.buffer)?;
-            }
-            if running == 0 {
-                if admitted.is_empty() && next == tensors.len() {
-                    return Ok(());
-                }
-                // Nothing runs, so every admitted read is done and handed
-                // over: admit the next tensors.
-                if !admitted.is_empty() {
-                    return Err(Error::Stream(io::Error::other(
-                        "a read plan stalled with reads pending (a bug)",
-                    )));
-                }
+            let (buffer, out) = dest(r)?;
+            let jobs = Job::of(self.next, r, self.chunk);
+            self.unstarted += jobs.len();
+            self.admitted.push_back(Slot {
+                buffer,
+                out,
+                pending: jobs.len(),
+                jobs,
+                cost,
+            });
+            self.held += cost;
+            self.stats.peak_held = self.stats.peak_held.max(self.held);
+            self.next += 1;
+        }
+        Ok(())
+    }
+
+    /// The next reads in order: one, or for a file read together, the
+    /// reads that continue it in that file too (the next bytes), up to
+    /// `budget / threads` bytes. Empty when every admitted read has
+    /// started.
+    fn take(&mut self) -> Vec<(Job, Out)> {
+        let most = (self.budget / self.threads.max(1) as u64).max(1);
+        let mut batch: Vec<(Job, Out)> = Vec::new();
+        let mut bytes = 0u64;
+        while let Some(slot) = self.admitted.get_mut(self.started) {
+            let Some(job) = slot.jobs.front() else {
+                self.started += 1;
                 continue;
-            }
-            let Ok((tensor, result)) = rx.recv() else {
-                return Err(Error::Stream(io::Error::other(
-                    "a read of a plan vanished (a bug)",
-                )));
             };
-            running -= 1;
-            let r = tensors[tensor].as_ref();
-            result.map_err(|e| match r {
-                Some(r) => files[r.file].error(Error::Stream(io::Error::new(
-                    e.kind(),
-                    format!("tensor {:?}: {e}", r.name),
-                ))),
-                None => Error::Stream(e),
-            })?;
-            if let Some(slot) = admitted.iter_mut().find(|s| s.tensor == tensor) {
+            if let Some((last, _)) = batch.last() {
+                // Only the next bytes: a source merges ranges across small
+                // gaps, which would read bytes the plan does not.
+                let joins = self.together[last.file]
+                    && job.file == last.file
+                    && job.offset == last.offset + last.len
+                    && bytes.saturating_add(job.len) <= most;
+                if !joins {
+                    break;
+                }
+            }
+            let Some(job) = slot.jobs.pop_front() else {
+                break;
+            };
+            bytes += job.len;
+            self.unstarted -= 1;
+            self.stats.reads += 1;
+            self.stats.bytes_read += job.len;
+            batch.push((job, slot.out));
+        }
+        batch
+    }
+
+    /// Records the end of `batch`'s reads; a failure stops the plan.
+    fn finish(&mut self, batch: &[(Job, Out)], result: io::Result<()>, files: &[FileRef<'_>]) {
+        let front = self.next - self.admitted.len();
+        for (job, _) in batch {
+            let slot = job
+                .tensor
+                .checked_sub(front)
+                .and_then(|i| self.admitted.get_mut(i));
+            if let Some(slot) = slot {
                 slot.pending -= 1;
             }
         }
+        let (Err(e), Some((job, _))) = (result, batch.first()) else {
+            return;
+        };
+        self.stop = true;
+        if self.failed.is_some() {
+            return;
+        }
+        let error = Error::Stream(match self.tensors.get(job.tensor) {
+            Some(Some(r)) => io::Error::new(e.kind(), format!("tensor {:?}: {e}", r.name)),
+            _ => e,
+        });
+        self.failed = Some(match files.get(job.file) {
+            Some(file) => file.error(error),
+            None => error,
+        });
+    }
+
+    /// The front tensor, when its reads are done, with its buffer.
+    fn hand_over(&mut self) -> Option<(Resolved, Option<B>)> {
+        if self.admitted.front().is_none_or(|s| s.pending != 0) {
+            return None;
+        }
+        let index = self.next - self.admitted.len();
+        let slot = self.admitted.pop_front()?;
+        self.started = self.started.saturating_sub(1);
+        self.held -= slot.cost;
+        self.stats.tensors += 1;
+        Some((self.tensors[index].take()?, slot.buffer))
+    }
+}
+
+/// The one engine of read plans: tensors admitted in order under the
+/// budget by the consumer's thread (the one handing them over), read by up
+/// to `threads` readers on the pool, each taking the next read in order
+/// until none is left, then ending; the consumer starts readers again as
+/// it admits more. The callback form ([`run`]) and the iterator form
+/// ([`ReadPlanIter`]) differ only in how readers are started and borrow
+/// the files.
+struct Reads<B> {
+    state: Mutex<State<B>>,
+    /// Signalled when a read ends or a reader finishes.
+    changed: Condvar,
+}
+
+impl<B> Reads<B> {
+    fn new(files: &[FileRef<'_>], tensors: Vec<Resolved>, plan: &ReadPlan) -> Reads<B> {
+        let together = files.iter().map(FileRef::is_remote).collect();
+        Reads {
+            state: Mutex::new(State::new(together, tensors, plan)),
+            changed: Condvar::new(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State<B>> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn wait<'a>(&self, state: MutexGuard<'a, State<B>>) -> MutexGuard<'a, State<B>> {
+        self.changed
+            .wait(state)
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The next tensor in order, once read, with its buffer; `None` once
+    /// every tensor is handed over. Admits what the budget allows (`dest`
+    /// giving each tensor its memory) and starts readers (`spawn`, called
+    /// once per reader, without the lock held) before it returns, so that
+    /// reads go on while the caller works.
+    ///
+    /// # Errors
+    /// The first failed read or allocation; nothing is handed over after.
+    fn next_tensor(
+        &self,
+        dest: &mut Dest<'_, B>,
+        spawn: &mut dyn FnMut(),
+    ) -> Result<Option<(Resolved, Option<B>)>> {
+        let mut state = self.lock();
+        loop {
+            if state.finished {
+                return Ok(None);
+            }
+            if let Some(e) = state.failed.take() {
+                state.finished = true;
+                state.stop = true;
+                return Err(e);
+            }
+            if state.admitted.is_empty() && state.next == state.tensors.len() {
+                state.finished = true;
+                return Ok(None);
+            }
+            // Admitted while the next tensor, even complete, still counts:
+            // the budget holds until the caller has it.
+            if !state.stop {
+                if let Err(e) = state.admit(dest) {
+                    state.failed = Some(e);
+                    state.stop = true;
+                }
+            }
+            let wanted = match state.stop {
+                true => 0,
+                false => (state.threads.saturating_sub(state.readers)).min(state.unstarted),
+            };
+            if wanted > 0 {
+                state.readers += wanted;
+                drop(state);
+                for _ in 0..wanted {
+                    spawn();
+                }
+                state = self.lock();
+            }
+            if let Some(ready) = state.hand_over() {
+                return Ok(Some(ready));
+            }
+            // Look again when readers ran (or ran here) or something failed.
+            if wanted > 0 || state.failed.is_some() {
+                continue;
+            }
+            if state.readers == 0 {
+                state.finished = true;
+                return Err(Error::Stream(io::Error::other(
+                    "a read plan stalled with reads pending (a bug)",
+                )));
+            }
+            state = self.wait(state);
+        }
+    }
+
+    /// Stops the reads and waits for those in flight: they write into
+    /// buffers that may be freed once this returns.
+    fn stop(&self) {
+        let mut state = self.lock();
+        state.stop = true;
+        state.finished = true;
+        while state.readers > 0 {
+            state = self.wait(state);
+        }
+    }
+
+    fn stats(&self) -> ReadStats {
+        self.lock().stats.clone()
+    }
+
+    /// A reader has ended: [`Reads::stop`] waits for every one.
+    fn reader_done(&self) {
+        let mut state = self.lock();
+        state.readers = state.readers.saturating_sub(1);
+        drop(state);
+        self.changed.notify_all();
+    }
+}
+
+/// A reader: takes the next reads in order and reads them, until none is
+/// left or the plan stops. A panic of a source is a failed read. Whoever
+/// runs it calls [`Reads::reader_done`] after, once it holds nothing of
+/// the files.
+fn read_loop<B>(reads: &Reads<B>, files: &[FileRef<'_>]) {
+    let mut state = reads.lock();
+    while !state.stop {
+        let batch = state.take();
+        let Some(file) = batch.first().map(|(job, _)| job.file) else {
+            break;
+        };
+        drop(state);
+        let result = match files.get(file) {
+            Some(f) => std::panic::catch_unwind(AssertUnwindSafe(|| read_jobs(&batch, f.source)))
+                .unwrap_or_else(|_| Err(io::Error::other("the byte source panicked"))),
+            None => Err(io::Error::other("a read plan's file is missing (a bug)")),
+        };
+        state = reads.lock();
+        state.finish(&batch, result, files);
+        reads.changed.notify_all();
+    }
+}
+
+/// Reads `tensors` (in hand-over order) from `files` as `plan` says, on
+/// the pool, handing each to `hand` on this thread as it completes, in
+/// order: the callback form of [`Reads`]. `dest` gives each tensor its
+/// memory (a new buffer, or the caller's).
+fn run<B: Send>(
+    files: &[FileRef<'_>],
+    tensors: Vec<Resolved>,
+    plan: &ReadPlan,
+    mut dest: impl FnMut(&Resolved) -> Result<(Option<B>, Out)>,
+    mut hand: impl FnMut(Resolved, Option<B>) -> Result<()>,
+) -> Result<ReadStats> {
+    let reads = Reads::new(files, tensors, plan);
+    crate::parallel::in_place_scope(|scope| {
+        let reads = &reads;
+        let reader = move || {
+            read_loop(reads, files);
+            reads.reader_done();
+        };
+        let mut spawn = || match scope {
+            Some(scope) => scope.spawn(move |_| reader()),
+            None => reader(),
+        };
+        let handed = loop {
+            match reads.next_tensor(&mut dest, &mut spawn) {
+                Ok(Some((r, buffer))) => {
+                    if let Err(e) = hand(r, buffer) {
+                        break Err(e);
+                    }
+                }
+                Ok(None) => break Ok(()),
+                Err(e) => break Err(e),
+            }
+        };
+        reads.stop();
+        handed
     })?;
-    Ok(stats)
+    Ok(reads.stats())
 }
 
 /// A new buffer for a tensor of a plan, and where its bytes land.
@@ -722,6 +1011,19 @@ fn allocate(r: &Resolved, files: &[FileRef<'_>]) -> Result<(Option<AlignedBuffer
     Ok((Some(buffer), out))
 }
 
+/// What a plan hands over: the tensor and the buffer read for it (none
+/// for an empty tensor).
+fn tensor_bytes(r: Resolved, buffer: Option<AlignedBuffer>) -> TensorBytes {
+    TensorBytes {
+        name: r.name,
+        dtype: r.dtype,
+        shape: r.shape,
+        data: buffer.unwrap_or(AlignedBuffer {
+            memory: Memory::Small(Vec::new(), 0),
+        }),
+    }
+}
+
 /// Reads a plan over `files`, handing each tensor to `f`.
 fn read_plan_over(
     files: &[FileRef<'_>],
@@ -733,20 +1035,9 @@ fn read_plan_over(
     run(
         files,
         tensors,
-        plan.chunk,
-        plan.threads,
-        plan.budget,
+        plan,
         |r| allocate(r, files),
-        |r, buffer| {
-            f(TensorBytes {
-                name: r.name,
-                dtype: r.dtype,
-                shape: r.shape,
-                data: buffer.unwrap_or(AlignedBuffer {
-                    memory: Memory::Small(Vec::new(), 0),
-                }),
-            })
-        },
+        |r, buffer| f(tensor_bytes(r, buffer)),
     )
 }
 
@@ -781,16 +1072,109 @@ fn read_into_over(
         len: out.len(),
     };
     // The caller's memory: nothing is allocated, so no budget applies.
-    run(
-        files,
-        vec![r],
-        chunk,
-        threads,
-        u64::MAX,
-        |_| Ok((None, dest)),
-        |_, _| Ok(()),
-    )?;
+    let plan = ReadPlan::all()
+        .with_chunk(chunk)
+        .with_threads(threads)
+        .with_budget(u64::MAX);
+    run::<()>(files, vec![r], &plan, |_| Ok((None, dest)), |_, _| Ok(()))?;
     Ok(())
+}
+
+/// What a plan is read from, shared by a [`ReadPlanIter`] with its readers.
+trait PlanFiles: Send + Sync {
+    /// The files, in the order plans resolved against them number them.
+    fn plan_files(&self) -> Vec<FileRef<'_>>;
+}
+
+impl<S: ByteSource> PlanFiles for SafeTensors<S> {
+    fn plan_files(&self) -> Vec<FileRef<'_>> {
+        vec![self.file_ref()]
+    }
+}
+
+impl PlanFiles for ShardedTensors {
+    fn plan_files(&self) -> Vec<FileRef<'_>> {
+        self.file_refs()
+    }
+}
+
+/// The iterator form of a read plan ([`SafeTensors::read_plan_iter`],
+/// [`ShardedTensors::read_plan_iter`]): each tensor in read order, once
+/// read, as [`SafeTensors::read_plan`] hands them to its callback.
+///
+/// Reads go on in the library's pool while the caller works on what it
+/// was handed, within the plan's budget, which counts every byte read and
+/// not yet returned by [`Iterator::next`] (tensors complete but not taken
+/// included). Dropping the iterator stops the reads: it returns once the
+/// reads in flight (at most one chunk per thread) are done, and leaves no
+/// work behind in the pool. It shares ownership of the file or set, so
+/// that no read can outlive what it reads.
+///
+/// After an error (a failed read or allocation), nothing more is handed
+/// over: the iterator ends.
+pub struct ReadPlanIter {
+    reads: Arc<Reads<AlignedBuffer>>,
+    files: Arc<dyn PlanFiles>,
+}
+
+impl std::fmt::Debug for ReadPlanIter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReadPlanIter")
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ReadPlanIter {
+    /// Resolves `plan` against `files` (nothing is read yet).
+    fn new(
+        files: Arc<dyn PlanFiles>,
+        plan: &ReadPlan,
+        locate: impl Fn(&str) -> Result<usize>,
+    ) -> Result<ReadPlanIter> {
+        let refs = files.plan_files();
+        let tensors = resolve_plan(&refs, plan, locate)?;
+        let reads = Arc::new(Reads::new(&refs, tensors, plan));
+        drop(refs);
+        Ok(ReadPlanIter { reads, files })
+    }
+
+    /// What the reads have done so far (all of it once the iterator has
+    /// ended).
+    pub fn stats(&self) -> ReadStats {
+        self.reads.stats()
+    }
+}
+
+impl Iterator for ReadPlanIter {
+    type Item = Result<TensorBytes>;
+
+    fn next(&mut self) -> Option<Result<TensorBytes>> {
+        let refs = self.files.plan_files();
+        let (reads, files) = (&self.reads, &self.files);
+        let mut spawn = || {
+            let (reads, files) = (Arc::clone(reads), Arc::clone(files));
+            crate::parallel::spawn(move || {
+                read_loop(&reads, &files.plan_files());
+                // Let go of the file or set before the reader counts as
+                // done: once dropped, the iterator holds the last share.
+                drop(files);
+                reads.reader_done();
+            });
+        };
+        let got = self
+            .reads
+            .next_tensor(&mut |r| allocate(r, &refs), &mut spawn);
+        got.transpose().map(|t| t.map(|(r, b)| tensor_bytes(r, b)))
+    }
+}
+
+impl std::iter::FusedIterator for ReadPlanIter {}
+
+impl Drop for ReadPlanIter {
+    fn drop(&mut self) {
+        self.reads.stop();
+    }
 }
 
 impl<S: ByteSource> SafeTensors<S> {
@@ -812,6 +1196,21 @@ impl<S: ByteSource> SafeTensors<S> {
     ) -> Result<ReadStats> {
         let files = [self.file_ref()];
         read_plan_over(&files, plan, |_| Ok(0), f)
+    }
+
+    /// Reads a plan as an iterator (see [`ReadPlanIter`]): the tensors
+    /// [`SafeTensors::read_plan`] would hand to its callback, in the same
+    /// order, read in the background within the same budget. The iterator
+    /// shares the file (hence `Arc`: clone it to keep using it here).
+    ///
+    /// # Errors
+    /// A plan that does not resolve, as [`SafeTensors::read_plan`]
+    /// (nothing is read); the iterator yields read and allocation errors.
+    pub fn read_plan_iter(self: Arc<Self>, plan: &ReadPlan) -> Result<ReadPlanIter>
+    where
+        S: 'static,
+    {
+        ReadPlanIter::new(self, plan, |_| Ok(0))
     }
 
     /// Reads a tensor, or a slice of it (`slice`, as
@@ -875,6 +1274,17 @@ impl ShardedTensors {
         read_plan_over(&self.file_refs(), plan, |n| self.shard_index(n), f)
     }
 
+    /// Reads a plan over the whole set as an iterator (see
+    /// [`SafeTensors::read_plan_iter`] and [`ShardedTensors::read_plan`]).
+    ///
+    /// # Errors
+    /// As [`ShardedTensors::read_plan`], before anything is read; the
+    /// iterator yields read and allocation errors.
+    pub fn read_plan_iter(self: Arc<Self>, plan: &ReadPlan) -> Result<ReadPlanIter> {
+        let set = Arc::clone(&self);
+        ReadPlanIter::new(self, plan, |n| set.shard_index(n))
+    }
+
     /// Reads a tensor or a slice of it into `out` (see
     /// [`SafeTensors::read_into`]).
     ///
@@ -883,6 +1293,46 @@ impl ShardedTensors {
     pub fn read_into(&self, name: &str, slice: Option<&[SliceArg]>, out: &mut [u8]) -> Result<()> {
         let index = self.shard_index(name)?;
         read_into_over(&self.file_refs(), index, name, slice, out)
+    }
+
+    /// Reads `wants` in their own order (not read order), each into a
+    /// vector of its own, with at most `budget` bytes read and not handed
+    /// to `hand`, once `refuse` has seen their names and sizes and let them
+    /// through: what [`ShardedTensors::load`] and
+    /// [`ShardedTensors::load_each`] are made of.
+    pub(crate) fn load_wants(
+        &self,
+        wants: &[Want],
+        budget: u64,
+        refuse: impl FnOnce(&[(&str, u64)]) -> Result<()>,
+        mut hand: impl FnMut(Loaded) -> Result<()>,
+    ) -> Result<()> {
+        let files = self.file_refs();
+        let tensors = wants
+            .iter()
+            .map(|w| resolve_in(&files, self.shard_index(&w.name)?, w, None))
+            .collect::<Result<Vec<_>>>()?;
+        let sizes: Vec<(&str, u64)> = tensors.iter().map(|r| (&r.name[..], r.nbytes)).collect();
+        refuse(&sizes)?;
+        let plan = ReadPlan::all().with_budget(budget);
+        let dest = |r: &Resolved| {
+            let mut bytes = crate::file::zeroed_buffer(&r.name, r.nbytes)
+                .map_err(|e| files[r.file].error(e))?;
+            let out = Out {
+                ptr: bytes.as_mut_ptr(),
+                len: bytes.len(),
+            };
+            Ok((Some(bytes), out))
+        };
+        run(&files, tensors, &plan, dest, |r, bytes| {
+            hand(Loaded {
+                name: r.name,
+                dtype: r.dtype,
+                shape: r.shape,
+                bytes: bytes.unwrap_or_default(),
+            })
+        })?;
+        Ok(())
     }
 }
 
@@ -968,6 +1418,89 @@ mod tests {
                 (124, 1, vec![piece(0, 19, 1)]),
             ]
         );
+    }
+
+    /// A tensor of `u8`s read from bytes `run` of file 0.
+    fn resolved(name: &str, run: Range<u64>) -> Resolved {
+        let nbytes = run.end - run.start;
+        Resolved {
+            file: 0,
+            first: run.start,
+            name: name.into(),
+            dtype: Dtype::U8,
+            shape: vec![nbytes],
+            nbytes,
+            spans: coalesce(std::iter::once(run), 0),
+        }
+    }
+
+    /// The offsets and lengths of the reads `take` hands out, call by call,
+    /// until it has none: `remote` says whether the file's reads go
+    /// together.
+    fn batches(remote: bool, plan: &ReadPlan) -> Vec<Vec<(u64, u64)>> {
+        // Bytes 100..132 and 132..148 (consecutive), then 200..208.
+        let tensors = vec![
+            resolved("a", 100..132),
+            resolved("b", 132..148),
+            resolved("c", 200..208),
+        ];
+        let mut state: State<()> = State::new(vec![remote], tensors, plan);
+        let nowhere = Out {
+            ptr: std::ptr::null_mut(),
+            len: 0,
+        };
+        state.admit(&mut |_| Ok((None, nowhere))).unwrap();
+        let mut got = Vec::new();
+        loop {
+            let batch = state.take();
+            if batch.is_empty() {
+                return got;
+            }
+            got.push(batch.iter().map(|(j, _)| (j.offset, j.len)).collect());
+        }
+    }
+
+    #[test]
+    fn a_remote_files_consecutive_reads_go_together_and_a_local_ones_alone() {
+        let plan = ReadPlan::all().with_chunk(8).with_threads(1);
+        let consecutive: Vec<(u64, u64)> = (100..148).step_by(8).map(|o| (o, 8)).collect();
+        assert_eq!(batches(true, &plan), [consecutive.clone(), vec![(200, 8)]]);
+        let alone: Vec<Vec<(u64, u64)>> = consecutive
+            .into_iter()
+            .chain([(200, 8)])
+            .map(|r| vec![r])
+            .collect();
+        assert_eq!(batches(false, &plan), alone);
+        // At most budget / threads bytes at once (a budget that admits
+        // "a" and "b" only).
+        let plan = plan.with_budget(48).with_threads(2);
+        let sizes: Vec<usize> = batches(true, &plan).iter().map(Vec::len).collect();
+        assert_eq!(sizes, [3, 3]);
+    }
+
+    #[test]
+    fn a_stopped_plan_starts_no_read() {
+        let data: Vec<u8> = (0..64u8).collect();
+        let t = crate::TensorRef {
+            name: "w",
+            dtype: Dtype::U8,
+            shape: &[64],
+            data: &data,
+        };
+        let bytes = crate::serialize([t], None).unwrap();
+        let file = SafeTensors::from_source(bytes, &Default::default()).unwrap();
+        let files = [file.file_ref()];
+        let plan = ReadPlan::all().with_chunk(8);
+        let tensors = resolve_plan(&files, &plan, |_| Ok(0)).unwrap();
+        let reads: Reads<AlignedBuffer> = Reads::new(&files, tensors, &plan);
+        reads.lock().admit(&mut |r| allocate(r, &files)).unwrap();
+        reads.stop();
+        read_loop(&reads, &files);
+        assert_eq!(reads.stats().reads, 0);
+        let next = reads.next_tensor(&mut |r| allocate(r, &files), &mut || {
+            panic!("no reader starts after a stop")
+        });
+        assert!(next.unwrap().is_none());
     }
 
     #[test]

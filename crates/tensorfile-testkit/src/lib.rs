@@ -51,6 +51,22 @@ pub fn entries(dir: &Path) -> Vec<String> {
     names
 }
 
+/// This process's anonymous resident memory in bytes (`RssAnon` of
+/// `/proc/self/status`: the resident set less file-backed and shared
+/// pages), or `None` where the kernel does not say (not Linux).
+pub fn rss_anon() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kib = status
+        .lines()
+        .find_map(|l| l.strip_prefix("RssAnon:"))?
+        .trim()
+        .strip_suffix("kB")?
+        .trim()
+        .parse::<u64>()
+        .ok()?;
+    Some(kib * 1024)
+}
+
 /// Little-endian F32 bytes as values (a trailing partial word is dropped).
 pub fn f32s(bytes: &[u8]) -> Vec<f32> {
     bytes

@@ -1,13 +1,12 @@
 //! Loading many tensors, or slices of them, from a set at once: what a
 //! tensor-parallel rank does at start-up.
 //!
-//! Each shard is asked for all the byte ranges it holds in one
-//! [`ByteSource::read_ranges`] call, so that a remote shard coalesces
-//! neighbouring ranges and runs its requests concurrently; the shards are
-//! read at once too. Nothing beyond the results is held: a memory budget
-//! bounds them, checked before anything is read, and
-//! [`ShardedTensors::load_each`] goes through a long list in batches that
-//! fit it.
+//! The wants are read by the read-plan engine ([`crate::read`]): in the
+//! wants' order, with parallel positional reads on the library's pool
+//! (consecutive reads of a remote shard go to its source together, which
+//! runs their requests concurrently). Nothing beyond the results is held:
+//! a memory budget bounds them, checked before anything is read, and
+//! [`ShardedTensors::load_each`] streams a long list through it.
 //!
 //! ```
 //! # fn main() -> tensorfile_core::Result<()> {
@@ -27,9 +26,8 @@
 //! ```
 
 use crate::error::{Error, Result};
-use crate::set::{Shard, ShardedTensors};
-use crate::source::ByteSource;
-use crate::{Dtype, SliceArg, TensorSlice};
+use crate::set::ShardedTensors;
+use crate::{Dtype, SliceArg};
 
 /// What to load: a whole tensor, or a slice of one.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,113 +69,57 @@ pub struct Loaded {
     pub bytes: Vec<u8>,
 }
 
-/// One want, planned: its shard, the result's shape and size, and the byte
-/// ranges of the shard (absolute offsets) whose concatenation it is.
-struct Planned<'a> {
-    shard: &'a Shard,
-    name: String,
-    dtype: Dtype,
-    shape: Vec<u64>,
-    nbytes: u64,
-    ranges: Vec<std::ops::Range<u64>>,
-}
-
-/// The most shards read at once (each runs its own requests concurrently).
-const SHARDS_AT_ONCE: usize = 16;
-
 impl ShardedTensors {
-    fn plan_want(&self, want: &Want) -> Result<Planned<'_>> {
-        let shard = self
-            .shard_of(&want.name)
-            .ok_or_else(|| Error::NotFound(want.name.clone()))?;
-        let info = shard.file.info(&want.name)?;
-        let start = shard.header().data_start() + info.data_offsets.0;
-        let (shape, nbytes, ranges) = match &want.slice {
-            None => (
-                info.shape.to_vec(),
-                info.nbytes(),
-                std::iter::once(start..start + info.nbytes()).collect(),
-            ),
-            Some(args) => {
-                let slice = TensorSlice::new(info, args)?;
-                let ranges = slice
-                    .merged_byte_ranges()
-                    .map(|r| start + r.start..start + r.end)
-                    .collect();
-                (slice.shape().to_vec(), slice.nbytes(), ranges)
-            }
-        };
-        Ok(Planned {
-            shard,
-            name: want.name.clone(),
-            dtype: info.dtype,
-            shape,
-            nbytes,
-            ranges,
-        })
-    }
-
-    /// Loads every want at once: each shard's ranges in one
-    /// [`ByteSource::read_ranges`] call (coalesced and concurrent on a
-    /// remote source), the shards at once. The results, in the wants'
-    /// order, may hold at most `budget` bytes together.
+    /// Loads every want at once, in parallel positional reads (see
+    /// [`crate::read`]). The results, in the wants' order, may hold at most
+    /// `budget` bytes together.
     ///
     /// # Errors
     /// No such tensor, slice arguments that do not fit, results over the
     /// budget (before anything is read), or a read that fails (naming the
     /// shard).
     pub fn load(&self, wants: &[Want], budget: u64) -> Result<Vec<Loaded>> {
-        let planned = wants
-            .iter()
-            .map(|w| self.plan_want(w))
-            .collect::<Result<Vec<_>>>()?;
-        let total = planned.iter().fold(0u64, |n, p| n.saturating_add(p.nbytes));
-        if total > budget {
-            return Err(over_budget(total, budget));
-        }
-        read_batch(planned)
+        let mut loaded = Vec::with_capacity(wants.len());
+        let refuse = |sizes: &[(&str, u64)]| {
+            let total = sizes
+                .iter()
+                .fold(0u64, |n, (_, len)| n.saturating_add(*len));
+            match total > budget {
+                true => Err(over_budget(total, budget)),
+                false => Ok(()),
+            }
+        };
+        // Checked as a whole just now: every result is held at once.
+        self.load_wants(wants, u64::MAX, refuse, |l| {
+            loaded.push(l);
+            Ok(())
+        })?;
+        Ok(loaded)
     }
 
-    /// Loads the wants in batches of at most `budget` bytes of results,
-    /// handing each result to `f` in the wants' order and dropping it
-    /// before the next batch is read: a whole model goes through a fixed
-    /// amount of memory.
+    /// Loads the wants with at most `budget` bytes of results read and not
+    /// yet handed over, handing each result to `f` in the wants' order,
+    /// while the next ones are read: a whole model streams through a fixed
+    /// amount of memory (what `f` keeps aside).
     ///
     /// # Errors
     /// As [`ShardedTensors::load`] (a single result larger than the budget
-    /// is refused, naming it), or the first error `f` returns.
+    /// is refused, naming it, before anything is read), or the first error
+    /// `f` returns.
     pub fn load_each(
         &self,
         wants: &[Want],
         budget: u64,
-        mut f: impl FnMut(Loaded) -> Result<()>,
+        f: impl FnMut(Loaded) -> Result<()>,
     ) -> Result<()> {
-        let planned = wants
-            .iter()
-            .map(|w| self.plan_want(w))
-            .collect::<Result<Vec<_>>>()?;
-        if let Some(big) = planned.iter().find(|p| p.nbytes > budget) {
-            return Err(Error::Stream(std::io::Error::new(
+        let refuse = |sizes: &[(&str, u64)]| match sizes.iter().find(|(_, len)| *len > budget) {
+            Some((name, len)) => Err(Error::Stream(std::io::Error::new(
                 std::io::ErrorKind::OutOfMemory,
-                format!(
-                    "tensor {:?}: {} bytes, over the memory budget of {budget} bytes",
-                    big.name, big.nbytes
-                ),
-            )));
-        }
-        let mut batch = Vec::new();
-        let mut held = 0u64;
-        for p in planned {
-            if held + p.nbytes > budget {
-                read_batch(std::mem::take(&mut batch))?
-                    .into_iter()
-                    .try_for_each(&mut f)?;
-                held = 0;
-            }
-            held += p.nbytes;
-            batch.push(p);
-        }
-        read_batch(batch)?.into_iter().try_for_each(&mut f)
+                format!("tensor {name:?}: {len} bytes, over the memory budget of {budget} bytes"),
+            ))),
+            None => Ok(()),
+        };
+        self.load_wants(wants, budget, refuse, f)
     }
 }
 
@@ -188,83 +130,4 @@ fn over_budget(total: u64, budget: u64) -> Error {
             "the tensors asked for hold {total} bytes, over the memory budget of {budget} bytes"
         ),
     ))
-}
-
-/// Byte ranges of a shard (absolute offsets) and the buffers they fill.
-type Requests<'a> = Vec<(u64, &'a mut [u8])>;
-
-/// Reads a batch: buffers for every result, then each shard's ranges in
-/// one call, shards at once.
-fn read_batch(planned: Vec<Planned<'_>>) -> Result<Vec<Loaded>> {
-    let mut outs: Vec<Vec<u8>> = Vec::with_capacity(planned.len());
-    for p in &planned {
-        outs.push(crate::file::zeroed_buffer(&p.name, p.nbytes)?);
-    }
-    // Shard -> its requests, pointing into the result buffers.
-    let mut by_shard: Vec<(&Shard, Requests<'_>)> = Vec::new();
-    for (p, out) in planned.iter().zip(outs.iter_mut()) {
-        let at = match by_shard.iter().position(|(s, _)| std::ptr::eq(*s, p.shard)) {
-            Some(i) => i,
-            None => {
-                by_shard.push((p.shard, Vec::new()));
-                by_shard.len() - 1
-            }
-        };
-        let mut rest: &mut [u8] = out;
-        for r in &p.ranges {
-            let (piece, tail) = rest.split_at_mut((r.end - r.start) as usize);
-            rest = tail;
-            by_shard[at].1.push((r.start, piece));
-        }
-    }
-    let read = |(shard, mut requests): (&Shard, Requests<'_>)| -> Result<()> {
-        // A mapped shard lends its bytes: copies, no reads.
-        if let Some(all) = shard.lent()? {
-            for (offset, buf) in requests.iter_mut() {
-                let start = *offset as usize;
-                buf.copy_from_slice(&all[start..start + buf.len()]);
-            }
-            return Ok(());
-        }
-        shard
-            .file
-            .source()
-            .read_ranges(&mut requests)
-            .map_err(|e| Error::io(shard.path(), e))
-    };
-    if by_shard.len() <= 1 {
-        by_shard.into_iter().try_for_each(read)?;
-    } else {
-        let workers = by_shard.len().min(SHARDS_AT_ONCE);
-        let queue = std::sync::Mutex::new(by_shard.into_iter());
-        let first_error = std::sync::Mutex::new(None);
-        std::thread::scope(|scope| {
-            for _ in 0..workers {
-                scope.spawn(|| loop {
-                    let next = queue.lock().unwrap_or_else(|e| e.into_inner()).next();
-                    let Some(job) = next else { return };
-                    if let Err(e) = read(job) {
-                        first_error
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .get_or_insert(e);
-                        return;
-                    }
-                });
-            }
-        });
-        if let Some(e) = first_error.into_inner().unwrap_or_else(|e| e.into_inner()) {
-            return Err(e);
-        }
-    }
-    Ok(planned
-        .into_iter()
-        .zip(outs)
-        .map(|(p, bytes)| Loaded {
-            name: p.name,
-            dtype: p.dtype,
-            shape: p.shape,
-            bytes,
-        })
-        .collect())
 }

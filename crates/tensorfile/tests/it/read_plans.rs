@@ -317,6 +317,7 @@ fn errors_are_typed_and_name_the_file() {
     std::fs::write(&path, rows_file(2, 16, 64)).unwrap();
     let file = SafeTensors::from_source(FileSource::open(&path).unwrap(), &ReadOptions::default())
         .unwrap();
+    let file = Arc::new(file);
     let shown = path.display().to_string();
     let nothing =
         |_: TensorBytes| -> tensorfile_core::Result<()> { panic!("nothing is handed over") };
@@ -330,6 +331,11 @@ fn errors_are_typed_and_name_the_file() {
     assert_eq!(err.kind(), ErrorKind::NotFound);
     assert!(matches!(err.detail(), Error::NotFound(n) if n == "nope"));
     assert!(err.to_string().starts_with(&shown), "{err}");
+    // The iterator resolves its plan up front, as the callback form does.
+    let err = Arc::clone(&file)
+        .read_plan_iter(&ReadPlan::of([Want::tensor("nope")]))
+        .unwrap_err();
+    assert!(matches!(err.detail(), Error::NotFound(n) if n == "nope"));
 
     let bad = Want::slice("t001", vec![SliceArg::range(0, 99)]);
     let err = file.read_plan(&ReadPlan::of([bad]), nothing).unwrap_err();
@@ -364,6 +370,12 @@ fn errors_are_typed_and_name_the_file() {
     let err = file.read_plan(&ReadPlan::all(), |_| Ok(())).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Io);
     assert!(err.to_string().starts_with(&shown), "{err}");
+    // The iterator yields the error, then ends.
+    let mut iter = Arc::clone(&file).read_plan_iter(&ReadPlan::all()).unwrap();
+    let err = iter.find_map(Result::err).unwrap();
+    assert_eq!(err.kind(), ErrorKind::Io);
+    assert!(err.to_string().starts_with(&shown), "{err}");
+    assert!(iter.next().is_none());
     let mut out = vec![0u8; 64 * 1024];
     let err = file.read_into("big", None, &mut out).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Io);
@@ -397,4 +409,117 @@ fn a_set_names_the_index_for_a_tensor_no_shard_holds() {
     assert_eq!(err.kind(), ErrorKind::NotFound);
     let index = set.index_path().map(Path::display).unwrap().to_string();
     assert!(err.to_string().starts_with(&index), "{err}");
+}
+
+#[test]
+fn the_iterator_hands_over_what_the_callback_does() {
+    for path in valid_files() {
+        let source = FileSource::open(&path).unwrap();
+        let file = Arc::new(SafeTensors::from_source(source, &ReadOptions::default()).unwrap());
+        for plan in [
+            ReadPlan::all()
+                .with_chunk(7)
+                .with_budget(64)
+                .with_threads(1),
+            ReadPlan::all()
+                .with_chunk(64)
+                .with_budget(0)
+                .with_threads(3),
+            ReadPlan::all(),
+        ] {
+            let (called, stats) = collect(|f| file.read_plan(&plan, f));
+            let mut iter = Arc::clone(&file).read_plan_iter(&plan).unwrap();
+            let got: Vec<TensorBytes> = iter.by_ref().map(Result::unwrap).collect();
+            assert_eq!(got.len(), called.len(), "{}", path.display());
+            for (a, b) in got.iter().zip(&called) {
+                assert_eq!((&a.name, a.dtype, &a.shape), (&b.name, b.dtype, &b.shape));
+                assert_eq!(&a.data[..], &b.data[..], "{}: {}", path.display(), a.name);
+            }
+            let iterated = iter.stats();
+            assert_eq!(
+                (iterated.tensors, iterated.reads, iterated.bytes_read),
+                (stats.tensors, stats.reads, stats.bytes_read)
+            );
+            assert!(iter.next().is_none(), "an ended iterator stays ended");
+        }
+    }
+    // A set, shard by shard, with slices.
+    let dir = common::fixtures().join("real/sharded/unet_sharded_safetensors");
+    let set = Arc::new(ShardedTensors::open_pread(&dir, &ReadOptions::default()).unwrap());
+    let wants: Vec<Want> = set
+        .infos()
+        .map(|(_, t)| Want::slice(t.name, half_rows(t.shape)))
+        .collect();
+    let plan = ReadPlan::of(wants.clone()).with_budget(1 << 16);
+    let (called, _) = collect(|f| set.read_plan(&plan, f));
+    let got: Vec<TensorBytes> = Arc::clone(&set)
+        .read_plan_iter(&plan)
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(got.len(), wants.len());
+    for (a, b) in got.iter().zip(&called) {
+        assert_eq!((&a.name, &a.data[..]), (&b.name, &b.data[..]));
+    }
+}
+
+#[test]
+fn the_iterators_budget_counts_what_the_caller_has_not_taken() {
+    // 41 tensors of 16 KiB, taken one by one while the reads go on: what
+    // is read and not yet returned by `next` stays within the budget.
+    let bytes = rows_file(40, 16, 16);
+    for threads in [1, 2, 4] {
+        for budget in [0u64, 40 << 10, 100 << 10] {
+            let file = Arc::new(Recording::open(bytes.clone()));
+            let handed = file.source().handed.clone();
+            let plan = ReadPlan::all()
+                .with_budget(budget)
+                .with_chunk(4 << 10)
+                .with_threads(threads);
+            let mut iter = Arc::clone(&file).read_plan_iter(&plan).unwrap();
+            let mut names = Vec::new();
+            for t in iter.by_ref() {
+                let t = t.unwrap();
+                handed.fetch_add(t.data.len() as u64, Ordering::SeqCst);
+                names.push(t.name);
+            }
+            assert_eq!(names.len(), 41);
+            // A budget below one tensor reads one at a time.
+            let allowed = budget.max(16 << 10);
+            let peak = file.source().peak.load(Ordering::SeqCst);
+            assert!(
+                peak <= allowed,
+                "{threads} threads, budget {budget}: {peak}"
+            );
+            assert!(iter.stats().peak_held <= allowed);
+        }
+    }
+}
+
+#[test]
+fn dropping_the_iterator_stops_its_reads_and_lets_go_of_the_file() {
+    // 41 tensors of 16 KiB; a budget of 4 of them.
+    let bytes = rows_file(40, 16, 16);
+    let budget = 64 << 10;
+    for threads in [1, 2, 4] {
+        let file = Arc::new(Recording::open(bytes.clone()));
+        let plan = ReadPlan::all()
+            .with_budget(budget)
+            .with_chunk(4 << 10)
+            .with_threads(threads);
+        let mut iter = Arc::clone(&file).read_plan_iter(&plan).unwrap();
+        let first = iter.next().unwrap().unwrap();
+        assert_eq!(first.name, "t000");
+        drop(iter);
+        // No reader holds the file any more, so none can read it: the
+        // pool has nothing of the plan left.
+        assert_eq!(Arc::strong_count(&file), 1, "{threads} threads");
+        // What was read: the first tensor and at most the budget after it
+        // (the reads in flight at the drop lie within it).
+        let read = file.source().read.load(Ordering::SeqCst);
+        assert!(read <= (16 << 10) + budget, "{threads} threads: {read}");
+        assert!(read < file.header().data_len());
+        // The tensor handed over is the caller's, whole.
+        assert_eq!(first.data.len(), 16 << 10);
+    }
 }
