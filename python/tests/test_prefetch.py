@@ -241,6 +241,20 @@ def test_prefetch_follows_the_frameworks_slicing_rules(sample):
         assert len(f._held) == 0
 
 
+def test_a_file_object_without_a_descriptor_prefetches(sample):
+    """Its reads go through the object's own seek and read, from the pool's
+    threads, the interpreter taken for each."""
+    import io
+
+    path, tensors = sample
+    f = tensorfile._safe_open_handle(io.BytesIO(path.read_bytes()), "np")
+    f.prefetch(PrefetchPlan().add("a").add("b", np.s_[2]))
+    np.testing.assert_array_equal(f.get_tensor("a"), tensors["a"])
+    np.testing.assert_array_equal(f.get_slice("b")[2], tensors["b"][2])
+    out = np.empty(10, dtype=np.float64)
+    np.testing.assert_array_equal(f.read_into("c", out), tensors["c"])
+
+
 def test_prefetched_memory_is_the_librarys_own(sample):
     path, _ = sample
     with safe_open(path, "np") as f:
