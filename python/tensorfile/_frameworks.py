@@ -109,7 +109,7 @@ def is_cpu(device: Any) -> bool:
     return device is None or device == "cpu" or str(device) == "cpu"
 
 
-def _torch_device(device: Any) -> Any:
+def torch_device(device: Any) -> Any:
     """A device as torch takes it: an int is a CUDA device index."""
     if isinstance(device, int) and not isinstance(device, bool):
         return f"cuda:{device}"
@@ -121,13 +121,8 @@ def is_cuda(device: Any) -> bool:
     string, an int, a torch device) names a CUDA device."""
     if is_cpu(device):
         return False
-    device = _torch_device(device)
+    device = torch_device(device)
     return str(device).split(":", 1)[0] == "cuda"
-
-
-def torch_device(device: Any) -> Any:
-    """A device as torch takes it: an int is a CUDA device index."""
-    return _torch_device(device)
 
 
 def as_torch(buffer: Any, device: Any = "cpu") -> Any:
@@ -146,7 +141,7 @@ def as_torch(buffer: Any, device: Any = "cpu") -> Any:
     if tensor.dtype != dtype:
         tensor = tensor.view(dtype)
     if not is_cpu(device):
-        tensor = tensor.to(_torch_device(device))
+        tensor = tensor.to(torch_device(device))
     return tensor
 
 
@@ -188,7 +183,7 @@ def _numpy_empty(code: str, shape: Tuple[int, ...], device: Any) -> Any:
 def _torch_empty(code: str, shape: Tuple[int, ...], device: Any) -> Any:
     import torch
 
-    device = "cpu" if is_cpu(device) else _torch_device(device)
+    device = "cpu" if is_cpu(device) else torch_device(device)
     return torch.empty(shape, dtype=torch_dtype(torch, code), device=device)
 
 

@@ -171,10 +171,12 @@ class safe_open:
         raises before anything is read.
         """
         torch_rules = self._framework.name == "pt"
-        entries = _prefetch.resolve(plan, self._handle, torch_rules)
+        cuda = torch_rules and _frameworks.is_cuda(self._device)
+        # Checked before anything held is let go or anything read.
+        entries = _prefetch.resolve(plan, self._handle, torch_rules) if plan is not None or cuda else []
         self._held.clear()
         held: Dict[Tuple[str, _prefetch.Key], Any] = {}
-        if torch_rules and _frameworks.is_cuda(self._device):
+        if cuda:
             held = self._to_device(entries)
         elif plan is None:
             pairs, _ = self._handle.read_plan(None)
