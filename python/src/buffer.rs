@@ -3,11 +3,10 @@
 //! makes an array viewing it with the buffer as its `base`: the memory lives
 //! as long as any array over it does.
 
-use std::sync::Arc;
-
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
-use tensorfile::{Dtype, SafeTensors};
+use tensorfile::Dtype;
+use tensorfile_core::read::{AlignedBuffer, TensorBytes};
 use tensorfile_core::PrivateMap;
 
 /// Where a buffer's bytes live.
@@ -17,9 +16,11 @@ pub enum Memory {
     Mapped(PrivateMap),
     /// Memory of its own (read with `pread`, sliced, cast, copied).
     Owned(Vec<u8>),
-    /// A part of a file loaded into memory, shared by the tensors of one
-    /// load (`load_file`, `load`): freed when the last of them goes.
-    Loaded(Arc<SafeTensors>),
+    /// Memory the library allocated for this one tensor and read it into
+    /// with a read plan (`load_file`, `load`, `get_tensors`, `prefetch`):
+    /// 64-byte aligned, huge pages from 2 MiB, freed when its last array
+    /// goes (each tensor's own, so one kept does not keep the others).
+    Aligned(AlignedBuffer),
 }
 
 /// Bytes of one tensor (or slice) with their numpy description.
@@ -96,6 +97,24 @@ impl Buffer {
         Buffer::new(Memory::Owned(bytes), ptr, len, dtype, shape)
     }
 
+    /// A buffer over a tensor a read plan read, in the memory it read it
+    /// into.
+    pub fn read(tensor: TensorBytes) -> Buffer {
+        let TensorBytes {
+            dtype,
+            shape,
+            mut data,
+            ..
+        } = tensor;
+        let len = data.len();
+        let ptr = if len == 0 {
+            std::ptr::NonNull::<u64>::dangling().as_ptr().cast()
+        } else {
+            data.as_mut_ptr()
+        };
+        Buffer::new(Memory::Aligned(data), ptr, len, dtype, &shape)
+    }
+
     /// A buffer over a private map of the tensor's bytes.
     pub fn mapped(mut map: PrivateMap, dtype: Dtype, shape: &[u64]) -> Buffer {
         let ptr = map.as_mut_ptr();
@@ -136,11 +155,11 @@ impl Buffer {
         matches!(self.memory, Memory::Mapped(_))
     }
 
-    /// Whether the bytes are a part of a whole file loaded into memory
-    /// (shared by the tensors of one load).
+    /// Whether the bytes were read by a read plan (a whole load, a
+    /// prefetch) into memory the library allocated for this tensor alone.
     #[getter]
     fn is_loaded(&self) -> bool {
-        matches!(self.memory, Memory::Loaded(_))
+        matches!(self.memory, Memory::Aligned(_))
     }
 
     fn __len__(&self) -> usize {

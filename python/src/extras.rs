@@ -115,6 +115,27 @@ pub fn is_float(code: &str) -> bool {
     Dtype::from_name(code).is_some_and(Dtype::is_float)
 }
 
+/// The bits of one value of the format's dtype `code` (4 for F4, 16 for
+/// BF16); SafetensorError for an unknown code.
+#[pyfunction]
+pub fn dtype_bits(code: &str) -> PyResult<u32> {
+    Ok(crate::handle::parse_dtype(code)?.bits())
+}
+
+/// The numpy carrier of a tensor of dtype `code` and `shape`, as buffers
+/// describe their bytes: `(typestr, shape)` (F4's last dimension halved,
+/// the F6 types as flat bytes; see `buffer::carrier`).
+#[pyfunction]
+pub fn carrier(code: &str, shape: Vec<u64>) -> PyResult<(&'static str, Vec<u64>)> {
+    let dtype = crate::handle::parse_dtype(code)?;
+    let len = dtype
+        .tensor_bytes(&shape)
+        .map_err(|e| errors::msg(format!("{code} {shape:?}: no byte length ({e:?})")))?;
+    let len = usize::try_from(len)
+        .map_err(|_| errors::msg(format!("{code} {shape:?}: too large for this machine")))?;
+    Ok(crate::buffer::carrier(dtype, &shape, len))
+}
+
 /// What `tensorfile inspect --json` says about `path` (a safetensors file,
 /// a set, or a PyTorch checkpoint), as a JSON text (the library's
 /// `tensorfile_ops::inspect`; text, not a dict, because `parameters` may exceed 64

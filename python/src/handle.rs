@@ -11,8 +11,15 @@
 //! nothing done to the file later can hurt it. A remote file or set
 //! (`s3://`, `http(s)://`, `hf://`) is read as `pread` reads: each tensor
 //! with range requests of exactly its bytes, into memory of its own.
+//!
+//! Whole loads (`load_file`, `load`, `get_tensors` where nothing is mapped)
+//! and prefetches go through the library's read plans
+//! ([`tensorfile_core::read`]): parallel positional reads (range requests
+//! for a URL) on the library's pool, each tensor into memory allocated for
+//! it alone, so that dropping every tensor but one frees the others.
 
 use std::borrow::Cow;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
@@ -25,10 +32,12 @@ use tensorfile::InputKind as Kind;
 use tensorfile::{
     ByteSource, Dtype, FileSource, Metadata, ReadOptions, SafeTensors, SliceArg, TensorInfo,
 };
+use tensorfile_core::read::{ReadPlan, ReadStats, TensorBytes};
+use tensorfile_core::set::Want;
 use tensorfile_core::{PrivateMap, ShardedTensors, TensorSlice};
 use tensorfile_remote::Client;
 
-use crate::buffer::{Buffer, Memory};
+use crate::buffer::Buffer;
 use crate::errors;
 use crate::pyfile::PyFile;
 use crate::remote;
@@ -285,6 +294,50 @@ impl Source {
         Ok(Buffer::owned(bytes, info.dtype, plan.shape()))
     }
 
+    /// Reads `plan` (see [`tensorfile_core::read`]), handing each tensor
+    /// to `f` as it completes, in read order.
+    fn read_plan(
+        &self,
+        plan: &ReadPlan,
+        f: impl FnMut(TensorBytes) -> tensorfile_core::Result<()>,
+    ) -> tensorfile::Result<ReadStats> {
+        Ok(match self {
+            Source::File { file, .. } => file.read_plan(plan, f)?,
+            Source::Stream(s) => s.read_plan(plan, f)?,
+            Source::Bytes(s) => s.read_plan(plan, f)?,
+            Source::Remote(s) => s.read_plan(plan, f)?,
+            Source::Set { set, .. } => set.read_plan(plan, f)?,
+        })
+    }
+
+    /// Reads a tensor, or a slice of it, into `out` (exactly its bytes),
+    /// split across the library's pool.
+    fn read_into(
+        &self,
+        name: &str,
+        slice: Option<&[SliceArg]>,
+        out: &mut [u8],
+    ) -> tensorfile::Result<()> {
+        match self {
+            Source::File { file, .. } => file.read_into(name, slice, out)?,
+            Source::Stream(s) => s.read_into(name, slice, out)?,
+            Source::Bytes(s) => s.read_into(name, slice, out)?,
+            Source::Remote(s) => s.read_into(name, slice, out)?,
+            Source::Set { set, .. } => set.read_into(name, slice, out)?,
+        }
+        Ok(())
+    }
+
+    /// Whether tensors are handed out as private maps of the file (the
+    /// `mmap` backend, local): then nothing needs reading up front.
+    fn maps(&self) -> bool {
+        match self {
+            Source::File { map, .. } => *map,
+            Source::Set { files, .. } => !files.is_empty(),
+            _ => false,
+        }
+    }
+
     /// The length in bytes of what is open (the sum of the shards' for a set).
     fn len(&self) -> u64 {
         match self {
@@ -352,6 +405,30 @@ pub enum PySliceArg {
     Index(i64),
     /// A range.
     Range(Option<i64>, Option<i64>, u64),
+}
+
+/// Slice arguments from Python as the library takes them.
+fn slice_args(args: Vec<PySliceArg>) -> Vec<SliceArg> {
+    args.into_iter()
+        .map(|a| match a {
+            PySliceArg::Index(i) => SliceArg::Index(i),
+            PySliceArg::Range(start, stop, step) => SliceArg::Range { start, stop, step },
+        })
+        .collect()
+}
+
+/// Reads `plan` from `source`: `(name, buffer)` in read order, and what the
+/// reads did.
+fn read_by_name(
+    source: &Source,
+    plan: &ReadPlan,
+) -> tensorfile::Result<(Vec<(String, Buffer)>, ReadStats)> {
+    let mut read = Vec::new();
+    let stats = source.read_plan(plan, |t| {
+        read.push((t.name.clone(), Buffer::read(t)));
+        Ok(())
+    })?;
+    Ok((read, stats))
 }
 
 #[pymethods]
@@ -514,14 +591,112 @@ impl Handle {
         py.detach(|| source.get(name)).map_err(errors::error)
     }
 
-    /// Several tensors' buffers, with the interpreter released once.
+    /// Several tensors' buffers, with the interpreter released once: maps
+    /// where `get` maps (the `mmap` backend), else read with one read plan
+    /// (parallel reads, each tensor into memory of its own).
     fn get_many(&self, py: Python<'_>, names: Vec<String>) -> PyResult<Vec<Buffer>> {
         let source = self.source()?;
-        py.detach(|| {
+        py.detach(|| -> tensorfile::Result<Vec<Buffer>> {
+            if source.maps() {
+                return names.iter().map(|n| source.get(n)).collect();
+            }
+            let unique: HashSet<&str> = names.iter().map(String::as_str).collect();
+            let plan = ReadPlan::of(unique.into_iter().map(Want::tensor));
+            let (read, _) = read_by_name(&source, &plan)?;
+            let mut read: HashMap<String, Buffer> = read.into_iter().collect();
+            // A name asked for twice is read again for the second (each
+            // buffer is handed out once).
             names
                 .iter()
-                .map(|n| source.get(n))
-                .collect::<tensorfile::Result<Vec<_>>>()
+                .map(|n| read.remove(n).map_or_else(|| source.get(n), Ok))
+                .collect()
+        })
+        .map_err(errors::error)
+    }
+
+    /// Reads tensors, or one slice of each (`wants`: `(name, args)`, the
+    /// arguments as `slice` takes them, or `None` for the whole tensor;
+    /// every tensor whole without `wants`), with one read plan: parallel
+    /// positional reads (range requests for a URL) on the library's pool,
+    /// the interpreter released, each tensor into memory allocated for it
+    /// alone. Returns `(name, buffer)` in read order (shard by shard, each
+    /// in offset order) and what the reads did (`tensors`, `reads`,
+    /// `bytes_read`, `peak_held`). A name given twice is an error (a
+    /// caller wanting two slices of one tensor makes two plans).
+    #[pyo3(signature = (wants = None))]
+    #[allow(clippy::type_complexity)]
+    fn read_plan<'py>(
+        &self,
+        py: Python<'py>,
+        wants: Option<Vec<(String, Option<Vec<PySliceArg>>)>>,
+    ) -> PyResult<(Vec<(String, Buffer)>, Bound<'py, PyDict>)> {
+        let plan = match wants {
+            None => ReadPlan::all(),
+            Some(wants) => {
+                let mut seen = HashSet::new();
+                let mut list = Vec::with_capacity(wants.len());
+                for (name, args) in wants {
+                    if !seen.insert(name.clone()) {
+                        return Err(errors::msg(format!(
+                            "read_plan: tensor {name:?} is asked for twice; read its slices with one plan each"
+                        )));
+                    }
+                    list.push(Want {
+                        name,
+                        slice: args.map(slice_args),
+                    });
+                }
+                ReadPlan::of(list)
+            }
+        };
+        let source = self.source()?;
+        let (read, stats) = py
+            .detach(|| read_by_name(&source, &plan))
+            .map_err(errors::error)?;
+        let counts = PyDict::new(py);
+        counts.set_item("tensors", stats.tensors)?;
+        counts.set_item("reads", stats.reads)?;
+        counts.set_item("bytes_read", stats.bytes_read)?;
+        counts.set_item("peak_held", stats.peak_held)?;
+        Ok((read, counts))
+    }
+
+    /// Reads the tensor `name`, or a slice of it (`args` as `slice` takes
+    /// them), into the `length` bytes at `address`, which must be exactly
+    /// its bytes (C order); one read split across the library's pool, the
+    /// interpreter released.
+    ///
+    /// The caller (tensorfile's Python layer, never users) keeps `length`
+    /// writable bytes at `address` alive, and touches them not, until this
+    /// returns: the address of an array it holds, checked writable and
+    /// C-contiguous.
+    #[pyo3(signature = (name, args, address, length))]
+    fn read_into(
+        &self,
+        py: Python<'_>,
+        name: &str,
+        args: Option<Vec<PySliceArg>>,
+        address: usize,
+        length: usize,
+    ) -> PyResult<()> {
+        if address == 0 && length > 0 {
+            return Err(errors::msg(format!(
+                "read_into: tensor {name:?}: no memory at address 0 for {length} bytes"
+            )));
+        }
+        let args = args.map(slice_args);
+        let source = self.source()?;
+        py.detach(|| {
+            let ptr = if length == 0 {
+                std::ptr::NonNull::<u8>::dangling().as_ptr()
+            } else {
+                address as *mut u8
+            };
+            // SAFETY: `length` writable bytes at `address`, alive and
+            // untouched by anyone else during this call (see above); a
+            // dangling, aligned pointer for no bytes.
+            let out = unsafe { std::slice::from_raw_parts_mut(ptr, length) };
+            source.read_into(name, args.as_deref(), out)
         })
         .map_err(errors::error)
     }
@@ -562,13 +737,7 @@ impl Handle {
     /// index or `(start, stop, step)` within bounds), reading only the
     /// bytes it covers, into memory of its own.
     fn slice(&self, py: Python<'_>, name: &str, args: Vec<PySliceArg>) -> PyResult<Buffer> {
-        let args: Vec<SliceArg> = args
-            .into_iter()
-            .map(|a| match a {
-                PySliceArg::Index(i) => SliceArg::Index(i),
-                PySliceArg::Range(start, stop, step) => SliceArg::Range { start, stop, step },
-            })
-            .collect();
+        let args = slice_args(args);
         let source = self.source()?;
         py.detach(|| source.slice(name, &args))
             .map_err(errors::error)
@@ -591,11 +760,13 @@ impl Handle {
     }
 }
 
-/// Tensors of a whole file read into memory at once (huge pages where the
-/// system grants them, several threads for large files), as `(name,
-/// buffer)` in ascending order of names. Every buffer views the one
-/// allocation, which lives while any of them does; nothing done to the file
-/// later affects them. A URL's reads end within `timeout` seconds.
+/// Tensors of a whole file, each read into memory allocated for it alone
+/// with a read plan (parallel positional reads on the library's pool, or
+/// parallel range requests for a URL; huge pages from 2 MiB), as `(name,
+/// buffer)` in ascending order of names. Per tensor, not one allocation for
+/// the file: dropping every tensor but one frees the others. Nothing done
+/// to the file later affects them. A URL's reads end within `timeout`
+/// seconds.
 #[pyfunction]
 #[pyo3(signature = (path, timeout = None))]
 pub fn load_file(
@@ -604,108 +775,46 @@ pub fn load_file(
     timeout: Option<f64>,
 ) -> PyResult<Vec<(String, Buffer)>> {
     let timeout = remote::timeout(timeout)?;
-    if let Some(url) = remote::url(&path) {
-        return py
-            .detach(|| load_remote(url, &remote::client(timeout)))
-            .map(buffers_of)
-            .map_err(errors::error);
-    }
-    let file = py
-        .detach(|| {
-            SafeTensors::open_with(
-                &path,
-                &ReadOptions::default().backend(tensorfile::Backend::Load),
-            )
-        })
-        .map_err(|e| errors::error(e.into()))?;
-    Ok(buffers_of(file))
+    py.detach(|| -> tensorfile::Result<Vec<(String, Buffer)>> {
+        let source = match remote::url(&path) {
+            Some(url) => Source::Remote(Box::new(remote::single_file(
+                url,
+                &remote::client(timeout),
+                &ReadOptions::default(),
+            )?)),
+            None => Source::File {
+                file: FileSource::open(&path)
+                    .map_err(|e| tensorfile_core::Error::io(&path, e))
+                    .and_then(|s| SafeTensors::from_source(s, &ReadOptions::default()))?,
+                map: false,
+            },
+        };
+        load_all(&source)
+    })
+    .map_err(errors::error)
 }
 
-/// A remote file read whole into memory: its header first (validated
-/// before anything else is asked for), then the rest with parallel range
-/// requests, validated again as bytes of the process's own.
-fn load_remote(url: &str, client: &Arc<Client>) -> tensorfile::Result<SafeTensors> {
-    let file = remote::single_file(url, client, &ReadOptions::default())?;
-    let too_big = |e: std::io::Error| remote::io_error(url, e);
-    let len = usize::try_from(ByteSource::len(file.source())).map_err(|_| {
-        too_big(std::io::Error::new(
-            std::io::ErrorKind::OutOfMemory,
-            "is larger than this machine's address space",
-        ))
-    })?;
-    let mut bytes = Vec::new();
-    bytes
-        .try_reserve_exact(len)
-        .map_err(|e| too_big(std::io::Error::new(std::io::ErrorKind::OutOfMemory, e)))?;
-    bytes.resize(len, 0);
-    file.source()
-        .read_exact_at(0, &mut bytes)
-        .map_err(|e| remote::io_error(url, e))?;
-    let name = file
-        .path()
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| tensorfile_remote::public_name(url).into());
-    SafeTensors::from_source(
-        tensorfile_core::file::Backing::Owned(bytes),
-        &ReadOptions::default(),
-    )
-    .map_err(|e| tensorfile::Error::from(e.at(name)))
+/// Every tensor of `source`, read with one plan, in ascending order of names.
+fn load_all(source: &Source) -> tensorfile::Result<Vec<(String, Buffer)>> {
+    let (mut read, _) = read_by_name(source, &ReadPlan::all())?;
+    read.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    Ok(read)
 }
 
-/// Tensors of a file held in `data` (copied once into memory of their own),
-/// as `(name, buffer)` in ascending order of names.
+/// Tensors of a file held in `data`, as `(name, buffer)` in ascending order
+/// of names: each copied once, straight from `data`, into memory allocated
+/// for it alone (as `load_file` reads them).
 #[pyfunction]
 pub fn load_bytes(py: Python<'_>, data: &[u8]) -> PyResult<Vec<(String, Buffer)>> {
-    let bytes = data.to_vec();
-    let file = py
-        .detach(|| {
-            SafeTensors::from_source(
-                tensorfile_core::file::Backing::Owned(bytes),
-                &ReadOptions::default(),
-            )
-        })
-        .map_err(|e| errors::error(e.into()))?;
-    Ok(buffers_of(file))
-}
-
-/// Buffers over each tensor of a file held in memory of the process's own.
-fn buffers_of(mut file: SafeTensors) -> Vec<(String, Buffer)> {
-    let base: *mut u8 = match file.source_mut() {
-        tensorfile_core::file::Backing::Loaded(l) => l.as_mut_slice().as_mut_ptr(),
-        tensorfile_core::file::Backing::Owned(v) => v.as_mut_ptr(),
-        // Not made here (load and from_bytes own their bytes); a map would
-        // be read-only, so its tensors are copied.
-        tensorfile_core::file::Backing::Mapped(_) => std::ptr::null_mut(),
-    };
-    let data_start = file.header().data_start() as usize;
-    let described: Vec<(String, Dtype, Vec<u64>, usize, usize)> = file
-        .header()
-        .tensors_by_name()
-        .into_iter()
-        .map(|i| {
-            (
-                i.name.to_string(),
-                i.dtype,
-                i.shape.to_vec(),
-                data_start + i.data_offsets.0 as usize,
-                i.nbytes() as usize,
-            )
-        })
-        .collect();
-    let file = Arc::new(file);
-    described
-        .into_iter()
-        .map(|(name, dtype, shape, at, len)| {
-            let buffer = if base.is_null() {
-                Buffer::owned(file.as_bytes()[at..at + len].to_vec(), dtype, &shape)
-            } else if len == 0 {
-                Buffer::owned(Vec::new(), dtype, &shape)
-            } else {
-                // In bounds: rule 5 checked that the tensors tile the data.
-                let ptr = base.wrapping_add(at);
-                Buffer::new(Memory::Loaded(file.clone()), ptr, len, dtype, &shape)
-            };
-            (name, buffer)
-        })
-        .collect()
+    py.detach(|| -> tensorfile::Result<Vec<(String, Buffer)>> {
+        let file = SafeTensors::from_source(data, &ReadOptions::default())?;
+        let mut read = Vec::new();
+        file.read_plan(&ReadPlan::all(), |t| {
+            read.push((t.name.clone(), Buffer::read(t)));
+            Ok(())
+        })?;
+        read.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        Ok(read)
+    })
+    .map_err(errors::error)
 }

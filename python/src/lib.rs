@@ -37,6 +37,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(extras::load_pytorch, m)?)?;
     m.add_function(wrap_pyfunction!(extras::dtype_names, m)?)?;
     m.add_function(wrap_pyfunction!(extras::is_float, m)?)?;
+    m.add_function(wrap_pyfunction!(extras::dtype_bits, m)?)?;
+    m.add_function(wrap_pyfunction!(extras::carrier, m)?)?;
     m.add_function(wrap_pyfunction!(extras::framework_dtype_names, m)?)?;
     m.add_function(wrap_pyfunction!(extras::inspect_json, m)?)?;
     m.add_function(wrap_pyfunction!(transforms::convert, m)?)?;

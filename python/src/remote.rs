@@ -64,13 +64,3 @@ pub fn timeout(seconds: Option<f64>) -> PyResult<Option<Duration>> {
 pub fn url(path: &Path) -> Option<&str> {
     url_of(path)
 }
-
-/// An I/O error of reading `url` as a library error naming the object once:
-/// by the name a remote error carries (public: never a signature or a
-/// token), else by the URL's public name.
-pub fn io_error(url: &str, e: std::io::Error) -> tensorfile::Error {
-    match tensorfile_remote::RemoteError::of_io(&e) {
-        Some(r) => tensorfile::Error::io(r.url.clone(), r.clone().into_io_unnamed()),
-        None => tensorfile::Error::io(tensorfile_remote::public_name(url), e),
-    }
-}

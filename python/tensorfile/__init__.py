@@ -10,6 +10,7 @@ without running pickle, casts on load, conversion, quantization.
 
 from ._native import SafetensorError, TensorSpec, __version__, deserialize, serialize, serialize_file
 from ._open import _safe_open_handle, safe_open
+from ._prefetch import PrefetchPlan
 from ._extras import convert, dequantize, inspect, load_pytorch, quantize, validate
 
 __all__ = [
@@ -20,6 +21,7 @@ __all__ = [
     "serialize",
     "serialize_file",
     "safe_open",
+    "PrefetchPlan",
     "validate",
     "load_pytorch",
     "convert",

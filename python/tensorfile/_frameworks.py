@@ -12,11 +12,12 @@ are imported only when asked for.
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import Any, Callable, Dict, Optional, Tuple
 
 import numpy as np
 
-from ._native import SafetensorError, framework_dtype_names
+from ._native import SafetensorError, carrier, framework_dtype_names
 
 # The names frameworks give the format's dtype codes, from the core's dtype
 # table (one table for Rust and Python).
@@ -108,11 +109,20 @@ def is_cpu(device: Any) -> bool:
     return device is None or device == "cpu" or str(device) == "cpu"
 
 
-def _torch_device(device: Any) -> Any:
+def torch_device(device: Any) -> Any:
     """A device as torch takes it: an int is a CUDA device index."""
     if isinstance(device, int) and not isinstance(device, bool):
         return f"cuda:{device}"
     return device
+
+
+def is_cuda(device: Any) -> bool:
+    """Whether ``device`` (as ``safe_open`` and ``load_file`` take it: a
+    string, an int, a torch device) names a CUDA device."""
+    if is_cpu(device):
+        return False
+    device = torch_device(device)
+    return str(device).split(":", 1)[0] == "cuda"
 
 
 def as_torch(buffer: Any, device: Any = "cpu") -> Any:
@@ -131,7 +141,7 @@ def as_torch(buffer: Any, device: Any = "cpu") -> Any:
     if tensor.dtype != dtype:
         tensor = tensor.view(dtype)
     if not is_cpu(device):
-        tensor = tensor.to(_torch_device(device))
+        tensor = tensor.to(torch_device(device))
     return tensor
 
 
@@ -173,7 +183,7 @@ def _numpy_empty(code: str, shape: Tuple[int, ...], device: Any) -> Any:
 def _torch_empty(code: str, shape: Tuple[int, ...], device: Any) -> Any:
     import torch
 
-    device = "cpu" if is_cpu(device) else _torch_device(device)
+    device = "cpu" if is_cpu(device) else torch_device(device)
     return torch.empty(shape, dtype=torch_dtype(torch, code), device=device)
 
 
@@ -244,3 +254,51 @@ def dtype_code(dtype: Optional[str]) -> Optional[str]:
         if dtype == name:
             return code
     return dtype
+
+
+class Destination:
+    """Memory a caller gives ``read_into``: a numpy array or a torch tensor
+    on the CPU, described by the address and length of its bytes (read
+    straight into, with no copy between)."""
+
+    def __init__(self, out: Any) -> None:
+        torch = sys.modules.get("torch")
+        if isinstance(out, np.ndarray):
+            self.address = int(out.__array_interface__["data"][0])
+            self.nbytes = int(out.nbytes)
+            self.writeable = bool(out.flags.writeable)
+            self.contiguous = bool(out.flags.c_contiguous)
+            self.device = "cpu"
+            self.dtype: Any = out.dtype
+            self.is_bytes = out.dtype == np.uint8
+        elif torch is not None and isinstance(out, torch.Tensor):
+            self.address = int(out.data_ptr())
+            self.nbytes = out.numel() * out.element_size()
+            self.writeable = True
+            self.contiguous = bool(out.is_contiguous())
+            self.device = str(out.device)
+            self.dtype = out.dtype
+            self.is_bytes = out.dtype == torch.uint8
+        else:
+            raise TypeError(
+                f"read_into: out is a numpy array or a torch tensor, not {type(out).__name__}"
+            )
+        self.shape = tuple(int(n) for n in out.shape)
+        self._torch = torch if not isinstance(out, np.ndarray) else None
+
+    def describe(self) -> str:
+        dtype = str(self.dtype).rsplit(".", 1)[-1]
+        return f"{dtype} {list(self.shape)}"
+
+    def holds(self, code: str, shape: Tuple[int, ...]) -> bool:
+        """Whether it is an array of the format's dtype ``code`` and shape
+        ``shape`` (in the carrier numpy or torch gives that dtype)."""
+        _, stored = carrier(code, list(shape))
+        if self.shape != tuple(stored):
+            return False
+        try:
+            if self._torch is not None:
+                return self.dtype == torch_dtype(self._torch, code)
+            return self.dtype == numpy_dtype(code)
+        except SafetensorError:
+            return False

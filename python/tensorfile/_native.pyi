@@ -36,7 +36,8 @@ class Buffer:
         """Whether the bytes are a private copy-on-write map of the file."""
     @property
     def is_loaded(self) -> bool:
-        """Whether the bytes are part of a whole file read into memory."""
+        """Whether a read plan (a whole load, a prefetch) read the bytes into
+        memory the library allocated for this tensor alone."""
     def __len__(self) -> int: ...
 
 class Handle:
@@ -79,6 +80,26 @@ class Handle:
     def slice(
         self, name: str, args: Sequence[Union[int, Tuple[Optional[int], Optional[int], int]]]
     ) -> Buffer: ...
+    def read_plan(
+        self,
+        wants: Optional[
+            Sequence[
+                Tuple[str, Optional[Sequence[Union[int, Tuple[Optional[int], Optional[int], int]]]]]
+            ]
+        ] = None,
+    ) -> Tuple[List[Tuple[str, Buffer]], Dict[str, int]]:
+        """Tensors (or one slice of each) read with one read plan: ``(name,
+        buffer)`` in read order, and ``tensors``, ``reads``, ``bytes_read``,
+        ``peak_held``."""
+    def read_into(
+        self,
+        name: str,
+        args: Optional[Sequence[Union[int, Tuple[Optional[int], Optional[int], int]]]],
+        address: int,
+        length: int,
+    ) -> None:
+        """Reads the tensor (or slice) into ``length`` bytes at ``address``,
+        which the caller keeps alive and writable during the call."""
     def __len__(self) -> int: ...
     def __contains__(self, name: str) -> bool: ...
 
@@ -131,6 +152,8 @@ def load_pytorch(
 ) -> List[Tuple[str, Buffer]]: ...
 def dtype_names() -> List[str]: ...
 def is_float(code: str) -> bool: ...
+def dtype_bits(code: str) -> int: ...
+def carrier(code: str, shape: Sequence[int]) -> Tuple[str, List[int]]: ...
 def framework_dtype_names() -> Dict[str, Dict[str, str]]: ...
 def inspect_json(
     path: PathLike, hash: bool = False, timeout: Optional[float] = None

@@ -4,11 +4,13 @@ opened lazily, its tensors handed out as they are asked for."""
 from __future__ import annotations
 
 import io
+import math
 import os
 from typing import Any, Dict, List, Optional, Tuple, Union
 
-from . import _frameworks, _index
-from ._native import Handle, SafetensorError, is_float
+from . import _frameworks, _index, _prefetch, _staging
+from ._native import Buffer, Handle, SafetensorError, dtype_bits, is_float
+from ._prefetch import PrefetchPlan
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -39,6 +41,11 @@ class safe_open:
     map, it dies with SIGBUS if the file is truncated underneath; the
     ``"pread"`` backend reads every tensor into memory of its own instead.
 
+    ``prefetch(plan)`` reads the tensors (or slices) of a
+    :class:`PrefetchPlan` ahead, in parallel, and holds them until
+    ``get_tensor`` or ``get_slice`` asks for them; ``read_into`` reads a
+    tensor into memory the caller owns.
+
     Usable as a context manager (closed on exit; arrays handed out live on)
     or as a plain object, and from several threads at once.
     """
@@ -55,6 +62,7 @@ class safe_open:
         self._framework = _frameworks.framework(framework, device)
         self._device = device
         self._handle = Handle(os.fspath(filename), backend, timeout)
+        self._held = _prefetch.Held()
 
     @classmethod
     def _of_handle(cls, handle: Handle, framework: str, device: Any) -> "safe_open":
@@ -62,6 +70,7 @@ class safe_open:
         opened._framework = _frameworks.framework(framework, device)
         opened._device = device
         opened._handle = handle
+        opened._held = _prefetch.Held()
         return opened
 
     def __enter__(self) -> "safe_open":
@@ -71,7 +80,9 @@ class safe_open:
         self.close()
 
     def close(self) -> None:
-        """Closes the file; later calls raise SafetensorError."""
+        """Closes the file (and frees what a prefetch holds that was not
+        asked for); later calls raise SafetensorError."""
+        self._held.clear()
         self._handle.close()
 
     def keys(self) -> List[str]:
@@ -92,10 +103,17 @@ class safe_open:
         """The tensor ``name`` in the framework asked for.
 
         With ``dtype`` (a float dtype: ``"bf16"``, ``"F32"``, ``"float16"``,
-        ``torch.bfloat16``, ...) the tensor is cast on load, in memory of its own.
+        ``torch.bfloat16``, ...) the tensor is cast on load, in memory of its own
+        (read from the file, whatever a prefetch holds).
+
+        A tensor a prefetch holds whole is handed over (the handle keeps it
+        no longer) without reading the file; asked for again, it is read.
         """
         code = _frameworks.dtype_code(dtype)
         if code is None:
+            held = self._held.take(name, None)
+            if held is not None:
+                return self._tensor_of(held)
             buffer = self._handle.get(name)
         else:
             buffer = self._handle.get_cast(name, code)
@@ -103,19 +121,159 @@ class safe_open:
 
     def get_tensors(self, dtype: Any = None) -> Dict[str, Any]:
         """Every tensor, by name, in the order of their bytes. With ``dtype``,
-        the float tensors are cast to it (integers and booleans stay)."""
+        the float tensors are cast to it (integers and booleans stay).
+
+        With the ``mmap`` backend the tensors are maps of the file, as
+        ``get_tensor`` gives them; otherwise they are read with one read plan
+        (parallel reads, each tensor into memory of its own). Tensors a
+        prefetch holds whole are handed over without reading."""
         names = self._handle.offset_keys()
         code = _frameworks.dtype_code(dtype)
-        if code is None:
-            buffers = self._handle.get_many(names)
-        else:
+        convert = self._framework.convert
+        device = self._device
+        if code is not None:
             buffers = [
                 self._handle.get_cast(n, code) if is_float(self._handle.info(n)[0]) else self._handle.get(n)
                 for n in names
             ]
-        convert = self._framework.convert
-        device = self._device
-        return {n: convert(b, device) for n, b in zip(names, buffers)}
+            return {n: convert(b, device) for n, b in zip(names, buffers)}
+        held = {}
+        for n in names:
+            h = self._held.take(n, None)
+            if h is not None:
+                held[n] = h
+        rest = [n for n in names if n not in held]
+        read = dict(zip(rest, self._handle.get_many(rest)))
+        return {
+            n: self._tensor_of(held[n]) if n in held else convert(read[n], device) for n in names
+        }
+
+    def prefetch(self, plan: Optional[PrefetchPlan] = None) -> None:
+        """Reads the tensors, or slices, of ``plan`` ahead (every tensor
+        whole without one) and holds them until asked for: ``get_tensor``
+        hands over a tensor held whole, ``get_slice(name)[index]`` a slice
+        the plan names with the same values (and cuts any slice, in memory
+        of its own, from a tensor held whole), without reading the file
+        again; anything else is read as usual. A held tensor or slice is
+        handed over once, and the handle keeps it no longer: it is freed
+        when the caller's last tensor over it goes. What was never asked
+        for is freed by the next ``prefetch``, by ``close`` (or leaving a
+        ``with`` block), or when the handle goes.
+
+        The reads are one read plan on the library's pool (parallel
+        positional reads for a file or a set, range requests merged across
+        gaps below 1 MiB for a URL), the interpreter released, each tensor
+        into memory allocated for it alone (huge pages from 2 MiB). With
+        ``framework="pt"`` on a CUDA device each tensor goes to the device
+        through pinned staging buffers reused in a ring, read into while
+        earlier copies run; on another device it is held on the host and
+        moved when asked for. An unknown name or a slice that does not fit
+        raises before anything is read.
+        """
+        torch_rules = self._framework.name == "pt"
+        cuda = torch_rules and _frameworks.is_cuda(self._device)
+        # Checked before anything held is let go or anything read.
+        entries = _prefetch.resolve(plan, self._handle, torch_rules) if plan is not None or cuda else []
+        self._held.clear()
+        held: Dict[Tuple[str, _prefetch.Key], Any] = {}
+        if cuda:
+            held = self._to_device(entries)
+        elif plan is None:
+            pairs, _ = self._handle.read_plan(None)
+            held = {(name, None): buffer for name, buffer in pairs}
+        else:
+            for entries_of_round in _prefetch.rounds(entries):
+                by_name = {e.name: e for e in entries_of_round}
+                pairs, _ = self._handle.read_plan([(e.name, e.args) for e in entries_of_round])
+                for name, buffer in pairs:
+                    held[(name, by_name[name].key)] = buffer
+        self._held.replace(held)
+
+    def _to_device(self, entries: List[_prefetch.Resolved]) -> Dict[Tuple[str, _prefetch.Key], Any]:
+        """``entries`` read into the CUDA device through the staging ring."""
+        import torch
+
+        items = [_staging.Item((e.name, e.key), e.name, e.args, e.code, e.shape) for e in entries]
+        shapes = {e.name: self._handle.info(e.name)[1] for e in entries}
+        ops = _staging.TorchOps(torch, _frameworks.torch_device(self._device))
+
+        def read(name: str, args: Any, out: Any) -> None:
+            self._read_native(name, args, out, None)
+
+        return _staging.load(ops, read, items, shapes)
+
+    def _tensor_of(self, held: Any) -> Any:
+        """A held entry as the framework's tensor (a device tensor as it is)."""
+        if isinstance(held, (Buffer, _prefetch.Carrier)):
+            return self._framework.convert(held, self._device)
+        return held
+
+    def _held_slice(self, name: str, code: str, shape: List[int], args: List[Any]) -> Any:
+        """The slice ``args`` of ``name`` from what a prefetch holds (taken
+        when held as that slice, cut from the tensor held whole), as the
+        framework's tensor; None when nothing held has it."""
+        key = _prefetch.key_of(args, shape)
+        held = self._held.take(name, key)
+        if held is not None:
+            return self._tensor_of(held)
+        whole = self._held.whole(name)
+        if whole is None:
+            return None
+        part = _prefetch.cut(whole, code, shape, key)
+        return None if part is None else self._tensor_of(part)
+
+    def read_into(self, name: str, out: Any, index: Any = None) -> Any:
+        """Reads the tensor ``name``, or its slice ``index`` (integers,
+        slices and ``...``, as ``get_slice(name)[index]`` takes them), into
+        ``out``, with no copy between: the bytes land in C order, the read
+        split over the library's pool, the interpreter released. Returns
+        ``out``.
+
+        ``out`` is a writeable, C-contiguous numpy array or CPU torch tensor
+        of the tensor's (or slice's) dtype and shape, or of uint8 holding
+        exactly its bytes (what staging buffers are); anything else is a
+        ValueError naming the tensor and both sizes. A prefetch's held
+        tensors are not used: the file is read.
+        """
+        code, shape = self._handle.info(name)
+        if index is None:
+            args, result = None, tuple(shape)
+        else:
+            _prefetch.check_basic(index, f"read_into({name!r})")
+            args, result = _prefetch.parse(index, shape, self._framework.name == "pt")
+        self._read_native(name, args, out, (code, result))
+        return out
+
+    def _read_native(self, name: str, args: Any, out: Any, typed: Optional[Tuple[str, Tuple[int, ...]]]) -> None:
+        """Checks ``out`` and reads into it. ``typed``: the dtype code and
+        shape of what is read, which ``out`` may have instead of being
+        bytes; None for staging buffers (bytes, sized by the caller)."""
+        dest = _frameworks.Destination(out)
+        if typed is None:
+            expected = dest.nbytes
+            what = f"tensor {name!r}"
+        else:
+            code, result = typed
+            expected = math.prod(result) * dtype_bits(code) // 8
+            what = f"tensor {name!r}" + ("" if args is None else f" slice {_slice_text(args)}")
+            what += f" ({code} {list(result)}, {expected} bytes)"
+        if dest.device != "cpu":
+            raise ValueError(
+                f"read_into: {what}: out ({dest.nbytes} bytes) is on {dest.device}; "
+                "read_into fills CPU memory (read into pinned memory, then copy)"
+            )
+        if dest.nbytes != expected:
+            raise ValueError(f"read_into: {what}: out holds {dest.nbytes} bytes, not {expected}")
+        if not dest.contiguous:
+            raise ValueError(f"read_into: {what}: out ({dest.nbytes} bytes) is not C-contiguous")
+        if not dest.writeable:
+            raise ValueError(f"read_into: {what}: out ({dest.nbytes} bytes) is read-only")
+        if typed is not None and not dest.is_bytes and not dest.holds(*typed):
+            raise ValueError(
+                f"read_into: {what}: out is {dest.describe()} ({dest.nbytes} bytes): give an array "
+                f"of the tensor's dtype and shape, or uint8 of {expected} bytes"
+            )
+        self._handle.read_into(name, args, dest.address, dest.nbytes)
 
     def get_slice(self, name: str) -> "TensorSlice":
         """A slice object for ``name``: ``get_shape()``, ``get_dtype()``, and
@@ -175,7 +333,11 @@ class TensorSlice:
             plan = _index.plan_torch(index, self._shape, rules)
             if plan.advanced is not None and _frameworks.is_cpu(self._owner._device):
                 # torch itself over the whole tensor, which is mapped where
-                # the file is: only the pages the index selects are read.
+                # the file is (or held by a prefetch, then left held): only
+                # the pages the index selects are read.
+                whole = self._owner._held.whole(self._name)
+                if whole is not None:
+                    return self._owner._tensor_of(whole)[index]
                 return self._owner.get_tensor(self._name)[index]
             return self._by_torch_rules(index, fw, rules)
         plan = _index.plan(index, self._shape)
@@ -198,8 +360,10 @@ class TensorSlice:
     def _read(self, args: List[Any], shape: Tuple[int, ...], fw: Any) -> Any:
         """The native slice of ``args``, in ``fw``'s tensor of ``shape``."""
         owner = self._owner
-        buffer = owner._handle.slice(self._name, args)
-        tensor = fw.convert(buffer, owner._device)
+        tensor = owner._held_slice(self._name, self._dtype, self._shape, args)
+        if tensor is None:
+            buffer = owner._handle.slice(self._name, args)
+            tensor = fw.convert(buffer, owner._device)
         if self._dtype == "F4" and shape:
             # The carrier holds a byte per pair of values.
             shape = shape[:-1] + (shape[-1] // 2,)
@@ -209,6 +373,18 @@ class TensorSlice:
 
     def __repr__(self) -> str:
         return f"<tensorfile slice {self._name!r} {self._dtype} {self._shape}>"
+
+
+def _slice_text(args: List[Any]) -> str:
+    """Native slice arguments as numpy writes the index: ``[0:4, 2]``."""
+    parts = []
+    for arg in args:
+        if isinstance(arg, int):
+            parts.append(str(arg))
+        else:
+            start, stop, step = arg
+            parts.append(f"{start}:{stop}" + ("" if step == 1 else f":{step}"))
+    return "[" + ", ".join(parts) + "]"
 
 
 def _descriptor(f: Any) -> Optional[int]:

@@ -84,8 +84,8 @@ def _arrays(pairs: List[Any]) -> Dict[str, np.ndarray]:
 
 
 def load(data: bytes) -> Dict[str, np.ndarray]:
-    """The arrays of a safetensors file held in ``data`` (copied once; the
-    arrays share that copy and are writeable).
+    """The arrays of a safetensors file held in ``data``, each copied once
+    into memory of its own (writeable; one kept does not keep the others).
 
     >>> from tensorfile.numpy import load
     >>> arrays = load(open("model.safetensors", "rb").read())
@@ -96,9 +96,10 @@ def load(data: bytes) -> Dict[str, np.ndarray]:
 def load_file(
     filename: PathLike, *, dtype: Any = None, timeout: Optional[float] = None
 ) -> Dict[str, np.ndarray]:
-    """The arrays of the safetensors file ``filename``, read into memory of
-    their own (one read of the whole file, which nothing done to the file later
-    can affect; the arrays share it and are writeable). With ``dtype``, every
+    """The arrays of the safetensors file ``filename``, each read into memory
+    of its own (parallel reads on the library's pool, huge pages from 2 MiB;
+    writeable; nothing done to the file later affects them, and one array
+    kept does not keep the others). With ``dtype``, every
     float tensor is cast to it (integers and booleans stay as they are).
     ``filename`` may be a URL (``s3://``, ``http(s)://``, ``hf://``): the file
     is fetched with parallel range requests, all within ``timeout`` seconds

@@ -240,12 +240,16 @@ def load_file(
     dtype: Any = None,
     timeout: Optional[float] = None,
 ) -> Dict[str, torch.Tensor]:
-    """The tensors of ``filename`` on ``device``, read into memory of their own
-    with one read of the whole file (nothing done to the file later can affect
-    them; on the CPU they share that memory). Both backends read this way.
-    With ``dtype``, float tensors are cast to it on load. ``filename`` may be
-    a URL (``s3://``, ``http(s)://``, ``hf://``): the file is fetched with
-    parallel range requests, all within ``timeout`` seconds when given (see
+    """The tensors of ``filename`` on ``device``, each read into memory of its
+    own with parallel reads (nothing done to the file later affects them, and
+    one tensor kept does not keep the others). Both backends read this way.
+    On a CUDA device (``"cuda:N"``, or ``N``) the tensors go through pinned
+    staging buffers reused in a ring, copied without blocking while the next
+    are read (see :meth:`tensorfile.safe_open.prefetch`); on another device
+    they are read on the host, then moved. With ``dtype``, float tensors are
+    cast to it on load. ``filename`` may be a URL (``s3://``,
+    ``http(s)://``, ``hf://``): the file is fetched with parallel range
+    requests, all within ``timeout`` seconds when given (see
     :class:`tensorfile.safe_open`).
 
     >>> from tensorfile.torch import load_file
@@ -255,13 +259,17 @@ def load_file(
     if dtype is not None:
         with safe_open(filename, "pt", device, backend="pread", timeout=timeout) as f:
             return f.get_tensors(dtype=dtype)
+    if _frameworks.is_cuda(device):
+        with safe_open(filename, "pt", device, backend="pread", timeout=timeout) as f:
+            f.prefetch()
+            return {name: f.get_tensor(name) for name in f.keys()}
     pairs = _native.load_file(os.fspath(filename), timeout=timeout)
     return {name: _frameworks.as_torch(buffer, device) for name, buffer in pairs}
 
 
 def load(data: bytes) -> Dict[str, torch.Tensor]:
-    """The tensors of a safetensors file held in ``data``, on the CPU (copied
-    once; the tensors share that copy)."""
+    """The tensors of a safetensors file held in ``data``, on the CPU, each
+    copied once into memory of its own."""
     return {name: _frameworks.as_torch(buffer) for name, buffer in _native.load_bytes(data)}
 
 
