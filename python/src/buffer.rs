@@ -18,7 +18,7 @@ pub enum Memory {
     Owned(Vec<u8>),
     /// Memory the library allocated for this one tensor and read it into
     /// with a read plan (`load_file`, `load`, `get_tensors`, `prefetch`):
-    /// 64-byte aligned, huge pages from 2 MiB, freed when its last array
+    /// 64-byte aligned, huge pages from 2 MiB where they help, freed when its last array
     /// goes (each tensor's own, so one kept does not keep the others).
     Aligned(AlignedBuffer),
 }

@@ -762,7 +762,7 @@ impl Handle {
 
 /// Tensors of a whole file, each read into memory allocated for it alone
 /// with a read plan (parallel positional reads on the library's pool, or
-/// parallel range requests for a URL; huge pages from 2 MiB), as `(name,
+/// parallel range requests for a URL; huge pages from 2 MiB where they help), as `(name,
 /// buffer)` in ascending order of names. Per tensor, not one allocation for
 /// the file: dropping every tensor but one frees the others. Nothing done
 /// to the file later affects them. A URL's reads end within `timeout`

@@ -163,7 +163,8 @@ class safe_open:
         The reads are one read plan on the library's pool (parallel
         positional reads for a file or a set, range requests merged across
         gaps below 1 MiB for a URL), the interpreter released, each tensor
-        into memory allocated for it alone (huge pages from 2 MiB). With
+        into memory allocated for it alone (huge pages from 2 MiB where they
+        help). With
         ``framework="pt"`` on a CUDA device each tensor goes to the device
         through pinned staging buffers reused in a ring, read into while
         earlier copies run; on another device it is held on the host and

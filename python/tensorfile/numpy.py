@@ -97,7 +97,7 @@ def load_file(
     filename: PathLike, *, dtype: Any = None, timeout: Optional[float] = None
 ) -> Dict[str, np.ndarray]:
     """The arrays of the safetensors file ``filename``, each read into memory
-    of its own (parallel reads on the library's pool, huge pages from 2 MiB;
+    of its own (parallel reads on the library's pool, huge pages from 2 MiB where they help;
     writeable; nothing done to the file later affects them, and one array
     kept does not keep the others). With ``dtype``, every
     float tensor is cast to it (integers and booleans stay as they are).

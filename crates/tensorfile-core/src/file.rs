@@ -142,8 +142,9 @@ impl SafeTensors {
     }
 
     /// Reads the whole file into memory the process owns. The destination
-    /// is anonymous memory advised to use huge pages, which saves most of
-    /// the page faults a fresh `Vec` would take; the file is read with plain
+    /// is anonymous memory advised to use huge pages where the kernel gives
+    /// them without stalling, which saves most of the page faults a fresh
+    /// `Vec` would take; the file is read with plain
     /// `read` calls, so it is not mapped at all and nothing done to it later
     /// affects what was read. Tensors are aligned as in the file, relative
     /// to a page-aligned base.

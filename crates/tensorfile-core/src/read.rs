@@ -195,10 +195,12 @@ impl ReadPlan {
 }
 
 /// Zero-initialised memory aligned to 64 bytes (a cache line, and what
-/// every SIMD load wants). From 2 MiB on it is mapped anonymous memory
+/// every SIMD load wants). From 2 MiB on it is mapped anonymous memory,
 /// advised to use transparent huge pages (`madvise(MADV_HUGEPAGE)` on
-/// Linux): fewer page faults when it is first written. The advice is only
-/// advice: where the kernel refuses it, the memory uses ordinary pages.
+/// Linux) where the kernel's THP defrag setting (`defer` or `never`) lets
+/// a page fault take one without waiting for memory to be compacted:
+/// fewer page faults when it is first written. The advice is only advice:
+/// where it is not given or refused, the memory uses ordinary pages.
 pub struct AlignedBuffer {
     memory: Memory,
 }

@@ -592,16 +592,45 @@ impl LoadedFile {
 }
 
 /// `len` zero bytes of anonymous, page-aligned memory, advised to use
-/// transparent huge pages (`madvise(MADV_HUGEPAGE)` on Linux): fewer page
+/// transparent huge pages (`madvise(MADV_HUGEPAGE)` on Linux) where that
+/// cannot make a page fault wait (see [`huge_pages_help`]): fewer page
 /// faults when it is first written. Advice only: where the kernel refuses
 /// it, the memory is the same with ordinary pages.
 pub(crate) fn huge_page_memory(len: usize) -> io::Result<MmapMut> {
     let memory = MmapOptions::new().len(len).map_anon()?;
     #[cfg(target_os = "linux")]
-    {
+    if huge_pages_help() {
         let _ = memory.advise(memmap2::Advice::HugePage);
     }
     Ok(memory)
+}
+
+/// Whether advising huge pages speeds first writes up, decided once per
+/// process from the kernel's THP defrag setting. With `madvise`,
+/// `defer+madvise` or `always`, a fault in an advised region compacts
+/// memory until a 2 MiB page is free, and with most memory in page cache
+/// that stall costs more than the faults it saves: measured here (defrag
+/// `madvise`), 1 GiB into fresh memory took 3-4x longer advised than not,
+/// in the C baseline and in `load_file` alike (BENCHMARKS.md, read plans).
+/// With `defer` or `never` a fault takes a huge page only if one is free,
+/// so the advice can only help.
+#[cfg(target_os = "linux")]
+fn huge_pages_help() -> bool {
+    static HELP: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HELP.get_or_init(|| {
+        std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/defrag")
+            .ok()
+            .and_then(|text| selected_thp_mode(&text).map(|mode| matches!(mode, "defer" | "never")))
+            .unwrap_or(false)
+    })
+}
+
+/// The bracketed choice of a THP setting (`always defer [madvise] never`).
+#[cfg(target_os = "linux")]
+fn selected_thp_mode(text: &str) -> Option<&str> {
+    let start = text.find('[')? + 1;
+    let len = text[start..].find(']')?;
+    Some(&text[start..start + len])
 }
 
 /// Fills `out` from the start of `file` (`len` bytes long), in pieces read
@@ -649,6 +678,18 @@ impl Deref for LoadedFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_selected_thp_mode_is_the_bracketed_one() {
+        assert_eq!(
+            selected_thp_mode("always defer defer+madvise [madvise] never\n"),
+            Some("madvise")
+        );
+        assert_eq!(selected_thp_mode("always [defer] never"), Some("defer"));
+        assert_eq!(selected_thp_mode("always defer never"), None);
+        assert_eq!(selected_thp_mode("[unclosed"), None);
+    }
 
     #[test]
     fn slices_read_in_bounds_and_refuse_past_the_end() {

@@ -2,15 +2,16 @@
 //!
 //! A file's tensors sit back to back with no padding, so their offsets can
 //! be anything. The header is read and validated first; then the data is
-//! read once, sequentially, straight into one page-aligned anonymous
-//! mapping in which each tensor gets a slot starting at a multiple of 64.
+//! read once, sequentially, straight into one 64-byte aligned allocation
+//! (the core's `AlignedBuffer`: huge pages where they help) in which each
+//! tensor gets a slot starting at a multiple of 64.
 //! The file is never mapped, and no byte is copied twice.
 
 use std::fs::File;
 use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::path::Path;
 
-use memmap2::{MmapMut, MmapOptions};
+use tensorfile_core::read::AlignedBuffer;
 use tensorfile_core::{read_header, Error, Header, ReadOptions};
 
 use crate::error::{io_code, Failure};
@@ -28,7 +29,7 @@ pub(crate) struct AlignedFile {
     /// The validated header.
     pub(crate) header: Header,
     /// The slots (`None` when the tensors hold no bytes at all).
-    memory: Option<MmapMut>,
+    memory: Option<AlignedBuffer>,
     /// Offset of each tensor's slot in `memory`, in data order.
     slots: Vec<usize>,
 }
@@ -69,17 +70,12 @@ impl AlignedFile {
                 slots,
             });
         }
-        let mut memory = MmapOptions::new().len(total).map_anon().map_err(|e| {
+        let mut memory = AlignedBuffer::new(total).map_err(|e| {
             Failure::new(
                 io_code(&e),
                 format!("{}: cannot allocate {total} bytes: {e}", path.display()),
             )
         })?;
-        #[cfg(target_os = "linux")]
-        {
-            // Advice only: fewer page faults for large files when granted.
-            let _ = memory.advise(memmap2::Advice::HugePage);
-        }
 
         file.seek(SeekFrom::Start(header.data_start()))
             .map_err(with_path)?;
