@@ -14,6 +14,7 @@ pub mod convert_pytorch;
 pub mod dequantize;
 pub mod diff;
 pub mod fetch;
+pub mod generate;
 pub mod gguf;
 pub mod hash;
 pub mod inspect;
