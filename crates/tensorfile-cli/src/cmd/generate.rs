@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::CommandFactory;
-use clap_complete::Shell;
+use clap_complete::{Generator, Shell};
 
 use super::Failure;
 
