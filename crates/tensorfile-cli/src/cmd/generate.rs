@@ -48,21 +48,22 @@ impl Args {
 /// Writes the completions or the pages, each file replaced atomically;
 /// prints the path of each file written.
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
-    let mut command = crate::Cli::command();
-    // Built once so that each subcommand has its display name
-    // (`tensorfile-inspect`) and its inherited global options.
-    command.build();
     match args.what {
         What::Completions { dir } => {
             std::fs::create_dir_all(&dir)?;
+            let mut shown = visible(&crate::Cli::command());
             for shell in [Shell::Bash, Shell::Zsh, Shell::Fish] {
                 let mut text = Vec::new();
-                clap_complete::generate(shell, &mut command, "tensorfile", &mut text);
+                clap_complete::generate(shell, &mut shown, "tensorfile", &mut text);
                 write(&dir.join(shell.file_name("tensorfile")), &text)?;
             }
         }
         What::Man { dir } => {
             std::fs::create_dir_all(&dir)?;
+            let mut command = crate::Cli::command();
+            // Built so that each subcommand has its display name
+            // (`tensorfile-inspect`) and its inherited global options.
+            command.build();
             // The top page, then a page per visible command (this one is
             // hidden, and so is clap's `help`).
             let pages = std::iter::once(command.clone()).chain(
@@ -80,6 +81,21 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `command` (not yet built) less its hidden subcommands, which
+/// clap_complete would offer as completions: its own arguments and the
+/// visible subcommands, all that completions are made of.
+fn visible(command: &clap::Command) -> clap::Command {
+    clap::Command::new(command.get_name())
+        .version(env!("CARGO_PKG_VERSION"))
+        .args(command.get_arguments().cloned())
+        .subcommands(
+            command
+                .get_subcommands()
+                .filter(|c| !c.is_hide_set())
+                .cloned(),
+        )
 }
 
 /// Replaces `path` with `bytes` atomically, and says so on stdout.
