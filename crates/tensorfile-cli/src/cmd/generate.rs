@@ -87,7 +87,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
 /// clap_complete would offer as completions: its own arguments and the
 /// visible subcommands, all that completions are made of.
 fn visible(command: &clap::Command) -> clap::Command {
-    clap::Command::new(command.get_name())
+    clap::Command::new("tensorfile")
         .version(env!("CARGO_PKG_VERSION"))
         .args(command.get_arguments().cloned())
         .subcommands(
