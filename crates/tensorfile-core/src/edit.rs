@@ -417,3 +417,56 @@ impl TensorData for Renamed<'_> {
         TensorData::<Error>::read_at(&self.inner, offset, buf)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::writer::{Align, PlacedWriter};
+
+    /// A 4096-aligned file of one tensor, with `k` = `v`.
+    fn aligned(path: &Path) {
+        let specs = [TensorSpec::new("w", Dtype::U8, [4])];
+        let metadata = Metadata::from([("k".to_string(), "v".to_string())]);
+        let options = WriteOptions::default().with_align(Align::Bytes4096);
+        let mut w = PlacedWriter::create(path, &specs, Some(&metadata), &options).unwrap();
+        w.write("w", Dtype::U8, &[4], &[1, 2, 3, 4]).unwrap();
+        w.commit().unwrap();
+    }
+
+    #[test]
+    fn a_mapped_reader_sees_the_new_header_and_the_same_data() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f.safetensors");
+        aligned(&path);
+        let file = File::open(&path).unwrap();
+        // SAFETY: the test owns the file; nothing truncates it.
+        let map = unsafe { memmap2::Mmap::map(&file) }.unwrap();
+        let set = vec![("k".to_string(), "w2".to_string())];
+        let done = edit(&path, &Edit::default().with_set(set)).unwrap();
+        assert!(done.in_place, "{done:?}");
+        assert_eq!(&map[..], &std::fs::read(&path).unwrap()[..]);
+        assert_eq!(&map[4096..], &[1, 2, 3, 4]);
+        let opened = SafeTensors::open(&path).unwrap();
+        assert_eq!(opened.metadata().unwrap()["k"], "w2");
+    }
+
+    #[test]
+    fn a_second_edit_of_a_file_being_edited_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f.safetensors");
+        aligned(&path);
+        let before = std::fs::read(&path).unwrap();
+        let holder = File::open(&path).unwrap();
+        holder.lock().unwrap();
+        let set = vec![("k".to_string(), "x".to_string())];
+        let e = edit(&path, &Edit::default().with_set(set.clone())).unwrap_err();
+        assert!(e.to_string().contains("another edit"), "{e}");
+        assert_eq!(std::fs::read(&path).unwrap(), before);
+        holder.unlock().unwrap();
+        assert!(
+            edit(&path, &Edit::default().with_set(set))
+                .unwrap()
+                .in_place
+        );
+    }
+}
