@@ -215,8 +215,19 @@ pub fn serialize_file(
 ) -> PyResult<()> {
     let specs = Specs::from(tensor_dict)?;
     let options = WriteOptions::default().with_sync(sync);
-    py.detach(|| tensorfile::save(&filename, specs.refs(), metadata.as_ref(), &options))
-        .map_err(|e| errors::error(e.into()))
+    // Through the streaming writer (`Writer`'s): declared from the dict,
+    // then every tensor at its place, small neighbours in one write.
+    py.detach(|| {
+        let refs = specs.refs();
+        let declared: Vec<CoreSpec> = refs
+            .iter()
+            .map(|t| CoreSpec::new(t.name, t.dtype, t.shape))
+            .collect();
+        let mut writer = PlacedWriter::create(&filename, &declared, metadata.as_ref(), &options)?;
+        writer.write_all(&refs)?;
+        writer.commit()
+    })
+    .map_err(|e| errors::error(e.into()))
 }
 
 /// The tensors of a file held in `data`, as `[(name, {"dtype": code,

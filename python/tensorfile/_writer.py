@@ -49,19 +49,6 @@ def _spec(name: str, tensor: Any, keep_alive: List[Any]) -> _native.TensorSpec:
     return _numpy._specs({name: tensor}, keep_alive)[name]
 
 
-def save_specs(specs: Dict[str, _native.TensorSpec], filename: PathLike, metadata: Any, sync: bool) -> None:
-    """Saves tensors through the streaming writer (tensorfile.Writer's): the
-    declaration from their specs, then each written at its place."""
-    declaration = [(name, spec.dtype, spec.shape) for name, spec in specs.items()]
-    writer = _native.Writer(os.fspath(filename), declaration, metadata, sync=sync)
-    try:
-        for name, spec in specs.items():
-            writer.write(name, spec)
-        writer.commit()
-    finally:
-        writer.abort()
-
-
 class Writer:
     """A safetensors file written tensor by tensor, in any order.
 

@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Optional, Union
 
 import numpy as np
 
-from . import _frameworks, _native, _writer
+from . import _frameworks, _native
 from ._native import TensorSpec
 
 __all__ = ["save", "save_file", "load", "load_file"]
@@ -74,7 +74,9 @@ def save_file(
     >>> save_file({"embedding": np.zeros((512, 1024))}, "model.safetensors")
     """
     keep_alive: List[Any] = []
-    _writer.save_specs(_specs(tensor_dict, keep_alive), filename, metadata, sync)
+    _native.serialize_file(
+        _specs(tensor_dict, keep_alive), os.fspath(filename), metadata=metadata, sync=sync
+    )
 
 
 def _arrays(pairs: List[Any]) -> Dict[str, np.ndarray]:

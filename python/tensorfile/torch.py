@@ -16,7 +16,7 @@ from typing import Any, Dict, Iterable, List, Optional, Set, Tuple, Union
 
 import torch
 
-from . import _frameworks, _native, _writer
+from . import _frameworks, _native
 from ._native import TensorSpec
 from ._open import safe_open
 
@@ -220,7 +220,9 @@ def save_file(
     >>> save_file({"embedding": torch.zeros((512, 1024))}, "model.safetensors")
     """
     keep_alive: List[Any] = []
-    _writer.save_specs(_specs(tensors, keep_alive), filename, metadata, sync)
+    _native.serialize_file(
+        _specs(tensors, keep_alive), os.fspath(filename), metadata=metadata, sync=sync
+    )
 
 
 def _check_backend(backend: str) -> None:

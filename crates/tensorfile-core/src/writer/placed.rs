@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use super::{Layout, TensorSpec, WriteOptions};
+use super::{Layout, TensorRef, TensorSpec, WriteOptions};
 use crate::atomic::AtomicFile;
 use crate::error::WriteError;
 use crate::{Dtype, Error, Metadata, Result};
@@ -104,6 +104,48 @@ impl PlacedWriter {
         let (index, at) = self.claim(name, dtype, shape, bytes.len() as u64)?;
         self.file.write_all_at(bytes, at)?;
         self.written[index] = true;
+        Ok(())
+    }
+
+    /// Writes several tensors at once, as [`PlacedWriter::write`] would one
+    /// by one, but with tensors under 1 MiB that lie side by side in the
+    /// file gathered into one write (a dict of many small tensors would
+    /// otherwise cost a system call each).
+    ///
+    /// # Errors
+    /// As [`PlacedWriter::write`]; after an error the writer should be
+    /// dropped (some of the tensors may be written).
+    pub fn write_all(&mut self, tensors: &[TensorRef<'_>]) -> Result<()> {
+        const SMALL: usize = 1 << 20;
+        let mut placed = Vec::with_capacity(tensors.len());
+        for t in tensors {
+            let (index, at) = self.claim(t.name, t.dtype, t.shape, t.data.len() as u64)?;
+            // Marked now, so that a tensor twice in `tensors` is refused.
+            self.written[index] = true;
+            placed.push((at, t.data));
+        }
+        placed.sort_unstable_by_key(|&(at, _)| at);
+        let mut run: Vec<u8> = Vec::new();
+        let mut run_at = 0;
+        for (at, data) in placed {
+            if !run.is_empty()
+                && (run_at + run.len() as u64 != at || run.len() + data.len() > SMALL)
+            {
+                self.file.write_all_at(&run, run_at)?;
+                run.clear();
+            }
+            if data.len() >= SMALL {
+                self.file.write_all_at(data, at)?;
+                continue;
+            }
+            if run.is_empty() {
+                run_at = at;
+            }
+            run.extend_from_slice(data);
+        }
+        if !run.is_empty() {
+            self.file.write_all_at(&run, run_at)?;
+        }
         Ok(())
     }
 
@@ -304,7 +346,7 @@ fn read_exact_at(file: &File, buf: &mut [u8], at: u64) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::writer::{serialize, TensorRef};
+    use crate::writer::serialize;
 
     fn specs() -> Vec<(&'static str, Dtype, Vec<u64>, Vec<u8>)> {
         vec![
@@ -360,6 +402,28 @@ mod tests {
             w.commit().unwrap();
             assert_eq!(std::fs::read(&path).unwrap(), canonical(&metadata));
         }
+        // All at once: the small ones side by side in one write.
+        let all = specs();
+        let refs: Vec<TensorRef<'_>> = all
+            .iter()
+            .map(|(n, d, s, b)| TensorRef {
+                name: n,
+                dtype: *d,
+                shape: s,
+                data: b,
+            })
+            .collect();
+        let mut w =
+            PlacedWriter::create(&path, &declared(), Some(&metadata), &Default::default()).unwrap();
+        let twice = [refs[1], refs[1]];
+        let e = w.write_all(&twice).unwrap_err();
+        assert!(e.to_string().contains("already written"), "{e}");
+        drop(w);
+        let mut w =
+            PlacedWriter::create(&path, &declared(), Some(&metadata), &Default::default()).unwrap();
+        w.write_all(&refs).unwrap();
+        w.commit().unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), canonical(&metadata));
         // Through a spool, in any order too.
         let mut spool = Spool::create(&path).unwrap();
         for (n, d, s, b) in specs().iter().rev() {
