@@ -3,6 +3,7 @@
 
 mod convert;
 mod digests;
+mod edit;
 mod gguf;
 mod gguf_raw;
 mod gguf_tf5;
