@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The Python package's tests: its pytest suite (python/tests), then the
-# reference's own torch-free tests (python/tests/reference/run.sh), against
-# one of two installs:
+# reference's own torch-free tests and its flax tests
+# (python/tests/reference/run.sh), against one of two installs:
 #
 # - TENSORFILE_WHEEL=PATH (CI: a wheel scripts/wheel.sh built): the wheel
 #   installed with its test extra ("tensorfile[test]": numpy, ml_dtypes,
-#   fsspec, pytest) into target/python-wheel-venv, made anew on each run, so
-#   the tests see the package as a user's pip installs it.
+#   fsspec, pytest) and the packages compared with
+#   (python/tests/requirements-compare.txt) into target/python-wheel-venv,
+#   made anew on each run, so the tests see the package as pip installs it.
 # - otherwise (a developer's run): the package built and installed from
 #   ./python (pip install ./python, maturin from PyPI) into
 #   target/python-venv, made on the first run and reused later.
@@ -25,7 +26,7 @@ if [ -n "${TENSORFILE_WHEEL:-}" ]; then
     mkdir -p target
     "${PYTHON:-python3}" -m venv "$venv"
     "$venv/bin/python" -m pip install --quiet --upgrade pip
-    "$venv/bin/python" -m pip install --quiet "$wheel[test]"
+    "$venv/bin/python" -m pip install --quiet "$wheel[test]" -r python/tests/requirements-compare.txt
     py="$PWD/$venv/bin/python"
     # The tests must import the installed package, not python/tensorfile.
     (cd / && "$py" -c 'import sys, tensorfile; assert tensorfile.__file__.startswith(sys.prefix), tensorfile.__file__')
@@ -36,6 +37,12 @@ else
         "${PYTHON:-python3}" -m venv "$venv"
         "$venv/bin/python" -m pip install --quiet --upgrade pip
         "$venv/bin/python" -m pip install --quiet maturin numpy ml_dtypes fsspec pytest
+    fi
+    # The reference (safetensors 0.8.0, compared with, never a dependency)
+    # and jax[cpu] with flax for the flax module's tests: about 75 s more on
+    # a fresh venv, installed into older venvs too.
+    if ! "$venv/bin/python" -c "import safetensors, jax, flax" 2>/dev/null; then
+        "$venv/bin/python" -m pip install --quiet -r python/tests/requirements-compare.txt
     fi
     py="$PWD/$venv/bin/python"
     # The build backend runs the maturin executable from PATH.

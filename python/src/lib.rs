@@ -28,6 +28,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<buffer::Buffer>()?;
     m.add_class::<handle::Handle>()?;
     m.add_class::<write::TensorSpec>()?;
+    m.add_class::<write::Writer>()?;
+    m.add_class::<write::Spool>()?;
     m.add_function(wrap_pyfunction!(write::serialize, m)?)?;
     m.add_function(wrap_pyfunction!(write::serialize_file, m)?)?;
     m.add_function(wrap_pyfunction!(write::deserialize, m)?)?;
@@ -44,6 +46,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(transforms::convert, m)?)?;
     m.add_function(wrap_pyfunction!(transforms::quantize, m)?)?;
     m.add_function(wrap_pyfunction!(transforms::dequantize, m)?)?;
+    m.add_function(wrap_pyfunction!(transforms::edit_metadata, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

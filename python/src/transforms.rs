@@ -91,6 +91,36 @@ pub fn quantize<'py>(
     Ok(pythonize::pythonize(py, &report)?)
 }
 
+/// Edits the metadata and tensor names of the safetensors file at `path`
+/// as `tensorfile edit` does: in place when only the header changes and
+/// it fits, else an atomic rewrite; the report says which.
+#[pyfunction]
+#[pyo3(signature = (path, *, set = std::collections::BTreeMap::new(), unset = Vec::new(),
+    rename = std::collections::BTreeMap::new(), rewrite = false, sync = true))]
+pub fn edit_metadata<'py>(
+    py: Python<'py>,
+    path: PathBuf,
+    set: std::collections::BTreeMap<String, String>,
+    unset: Vec<String>,
+    rename: std::collections::BTreeMap<String, String>,
+    rewrite: bool,
+    sync: bool,
+) -> PyResult<Bound<'py, PyAny>> {
+    let request = tensorfile_ops::edit::EditRequest {
+        file: path,
+        set,
+        unset,
+        rename,
+        rewrite,
+        sync,
+        ..tensorfile_ops::edit::EditRequest::default()
+    };
+    let report = py
+        .detach(|| tensorfile_ops::edit::edit(&request))
+        .map_err(errors::error)?;
+    Ok(pythonize::pythonize(py, &report)?)
+}
+
 /// The files of a transform, and how they are written.
 fn in_out(input: PathBuf, output: PathBuf, sync: bool, max_shard_size: Option<u64>) -> InOut {
     InOut {

@@ -1,5 +1,6 @@
 //! Writing: `TensorSpec`, `serialize`, `serialize_file`, and `deserialize`
-//! (the reference's low-level API), over the library's canonical writer.
+//! (the reference's low-level API), over the library's canonical writer;
+//! `Writer` and `Spool`, the streaming saves.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -7,6 +8,8 @@ use std::path::PathBuf;
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes, PyDict};
 use tensorfile::{Dtype, Metadata, SafeTensors, TensorRef, WriteOptions};
+use tensorfile_core::writer::{Align, PlacedWriter, Spool as CoreSpool};
+use tensorfile_core::TensorSpec as CoreSpec;
 
 use crate::errors;
 
@@ -212,8 +215,19 @@ pub fn serialize_file(
 ) -> PyResult<()> {
     let specs = Specs::from(tensor_dict)?;
     let options = WriteOptions::default().with_sync(sync);
-    py.detach(|| tensorfile::save(&filename, specs.refs(), metadata.as_ref(), &options))
-        .map_err(|e| errors::error(e.into()))
+    // Through the streaming writer (`Writer`'s): declared from the dict,
+    // then every tensor at its place, small neighbours in one write.
+    py.detach(|| {
+        let refs = specs.refs();
+        let declared: Vec<CoreSpec> = refs
+            .iter()
+            .map(|t| CoreSpec::new(t.name, t.dtype, t.shape))
+            .collect();
+        let mut writer = PlacedWriter::create(&filename, &declared, metadata.as_ref(), &options)?;
+        writer.write_all(&refs)?;
+        writer.commit()
+    })
+    .map_err(|e| errors::error(e.into()))
 }
 
 /// The tensors of a file held in `data`, as `[(name, {"dtype": code,
@@ -241,4 +255,154 @@ pub fn deserialize<'py>(
         out.push((info.name.to_string(), d));
     }
     Ok(out)
+}
+
+/// The bytes a spec points at (see [`TensorSpec`]'s contract).
+fn spec_bytes<'a>(name: &str, spec: &'a TensorSpec) -> PyResult<&'a [u8]> {
+    if spec.data_len == 0 {
+        return Ok(&[]);
+    }
+    if spec.data_ptr == 0 {
+        return Err(errors::msg(format!(
+            "tensor {name:?}: data_ptr is null but data_len is {}",
+            spec.data_len
+        )));
+    }
+    // SAFETY: the caller vouches, as TensorSpec's contract says, that
+    // `data_len` bytes at `data_ptr` are alive and unchanged for this call
+    // (the slice is used only within it); the null address is refused above.
+    Ok(unsafe { std::slice::from_raw_parts(spec.data_ptr as *const u8, spec.data_len) })
+}
+
+/// The write options of a streaming save.
+fn write_options(sync: bool, align: u64) -> PyResult<WriteOptions> {
+    let align = Align::from_bytes(align).ok_or_else(|| {
+        errors::msg(format!(
+            "`{align}` is not an alignment; expected 8, 64 or 4096"
+        ))
+    })?;
+    Ok(WriteOptions::default().with_sync(sync).with_align(align))
+}
+
+/// A file declared first (names, dtypes, shapes) and then written tensor
+/// by tensor in any order, each at its place as it comes (the library's
+/// `PlacedWriter`): memory one tensor, the file atomic at `commit`.
+#[pyclass(module = "tensorfile")]
+pub struct Writer {
+    inner: Option<PlacedWriter>,
+}
+
+#[pymethods]
+impl Writer {
+    #[new]
+    #[pyo3(signature = (filename, declaration, metadata = None, *, sync = false, align = 8))]
+    fn new(
+        py: Python<'_>,
+        filename: PathBuf,
+        declaration: Vec<(String, String, Vec<u64>)>,
+        metadata: Option<BTreeMap<String, String>>,
+        sync: bool,
+        align: u64,
+    ) -> PyResult<Writer> {
+        let mut specs = Vec::with_capacity(declaration.len());
+        for (name, dtype, shape) in declaration {
+            let spec = TensorSpec::new(&dtype, shape, 0, 0)?;
+            specs.push(CoreSpec::new(name, spec.dtype, spec.shape));
+        }
+        let options = write_options(sync, align)?;
+        let inner = py
+            .detach(|| PlacedWriter::create(&filename, &specs, metadata.as_ref(), &options))
+            .map_err(|e| errors::error(e.into()))?;
+        Ok(Writer { inner: Some(inner) })
+    }
+
+    /// Writes the tensor `name` (its bytes described by `spec`) at its
+    /// place; refuses one not declared, of another dtype or shape, or
+    /// written before.
+    fn write(&mut self, py: Python<'_>, name: &str, spec: PyRef<'_, TensorSpec>) -> PyResult<()> {
+        let bytes = spec_bytes(name, &spec)?;
+        let (dtype, shape) = (spec.dtype, spec.shape.clone());
+        let inner = self.open()?;
+        py.detach(|| inner.write(name, dtype, &shape, bytes))
+            .map_err(|e| errors::error(e.into()))
+    }
+
+    /// Checks every declared tensor was written and puts the file in place.
+    fn commit(&mut self, py: Python<'_>) -> PyResult<()> {
+        let inner = self.inner.take().ok_or_else(closed)?;
+        py.detach(|| inner.commit())
+            .map_err(|e| errors::error(e.into()))
+    }
+
+    /// Drops the file being written: nothing is left of it.
+    fn abort(&mut self) {
+        self.inner = None;
+    }
+
+    /// The declared tensors not written yet, in file order.
+    #[getter]
+    fn missing(&self) -> Vec<String> {
+        self.inner
+            .as_ref()
+            .map(|w| w.missing().map(str::to_string).collect())
+            .unwrap_or_default()
+    }
+}
+
+impl Writer {
+    fn open(&mut self) -> PyResult<&mut PlacedWriter> {
+        self.inner.as_mut().ok_or_else(closed)
+    }
+}
+
+fn closed() -> PyErr {
+    errors::msg("the writer is closed (committed or aborted)")
+}
+
+/// Tensors that come without a declaration, kept in an unnamed spool file
+/// beside the target until `save` lays them out (the library's `Spool`).
+#[pyclass(module = "tensorfile")]
+pub struct Spool {
+    inner: Option<CoreSpool>,
+}
+
+#[pymethods]
+impl Spool {
+    #[new]
+    fn new(py: Python<'_>, filename: PathBuf) -> PyResult<Spool> {
+        let inner = py
+            .detach(|| CoreSpool::create(&filename))
+            .map_err(|e| errors::error(e.into()))?;
+        Ok(Spool { inner: Some(inner) })
+    }
+
+    /// Adds the tensor `name`, its bytes described by `spec`, to the spool.
+    fn add(&mut self, py: Python<'_>, name: &str, spec: PyRef<'_, TensorSpec>) -> PyResult<()> {
+        let bytes = spec_bytes(name, &spec)?;
+        let (dtype, shape) = (spec.dtype, spec.shape.clone());
+        let inner = self.inner.as_mut().ok_or_else(closed)?;
+        py.detach(|| inner.add(name, dtype, &shape, bytes))
+            .map_err(|e| errors::error(e.into()))
+    }
+
+    /// Saves the spooled tensors and `metadata` atomically; the spool is
+    /// gone afterwards.
+    #[pyo3(signature = (metadata = None, *, sync = false, align = 8))]
+    fn save(
+        &mut self,
+        py: Python<'_>,
+        metadata: Option<BTreeMap<String, String>>,
+        sync: bool,
+        align: u64,
+    ) -> PyResult<()> {
+        let options = write_options(sync, align)?;
+        let inner = self.inner.take().ok_or_else(closed)?;
+        py.detach(|| inner.save(metadata.as_ref(), &options))
+            .map_err(|e| errors::error(e.into()))
+    }
+
+    /// Drops the spool: nothing is left of it.
+    fn abort(&mut self) {
+        self.inner = None;
+    }
 }

@@ -11,7 +11,8 @@ without running pickle, casts on load, conversion, quantization.
 from ._native import SafetensorError, TensorSpec, __version__, deserialize, serialize, serialize_file
 from ._open import _safe_open_handle, safe_open
 from ._prefetch import PrefetchPlan
-from ._extras import convert, dequantize, inspect, load_pytorch, quantize, validate
+from ._writer import Writer, save_stream
+from ._extras import convert, dequantize, edit_metadata, inspect, load_pytorch, quantize, validate
 
 __all__ = [
     "SafetensorError",
@@ -27,6 +28,9 @@ __all__ = [
     "convert",
     "quantize",
     "dequantize",
+    "edit_metadata",
+    "Writer",
+    "save_stream",
     "inspect",
 ]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict, Optional, Sequence, Union
+from typing import Any, Dict, Mapping, Optional, Sequence, Union
 
 from . import _frameworks, _native
 
@@ -105,6 +105,42 @@ def convert(
         max_shard_size=max_shard_size,
         key=key,
         name=name,
+    )
+
+
+def edit_metadata(
+    path: PathLike,
+    *,
+    set: Optional[Mapping[str, str]] = None,
+    unset: Sequence[str] = (),
+    rename: Optional[Mapping[str, str]] = None,
+    rewrite: bool = False,
+    sync: bool = True,
+) -> Dict[str, Any]:
+    """``tensorfile edit``: sets (``set``) and removes (``unset``) metadata
+    keys and renames tensors (``rename``, old name to new, all at once) of the
+    safetensors file at ``path``. When the file is canonical for its alignment,
+    the new header pads to the old one's length within the first 4096 bytes and
+    no tensor moves, only the header is written, in place (one write, synced);
+    otherwise, or with ``rewrite=True``, the file is rewritten atomically. The
+    result is the same file either way: what ``tensorfile rewrite --align A``
+    gives for the edited header. Returns the summary ``tensorfile edit --json``
+    prints (``in_place``, and ``reason`` when not).
+
+    An in-place edit is the one exception to "readers keep the old file's
+    bytes": a process that has the file open or mapped (a ``safe_open``) sees
+    the new header, never changed data. A symbolic link is never edited in
+    place: the file it leads to is rewritten.
+
+    >>> tensorfile.edit_metadata("model.safetensors", set={"format": "pt"})
+    """
+    return _native.edit_metadata(
+        os.fspath(path),
+        set=dict(set or {}),
+        unset=list(unset),
+        rename=dict(rename or {}),
+        rewrite=rewrite,
+        sync=sync,
     )
 
 

@@ -5,8 +5,10 @@ A native ``Buffer`` describes its bytes through the numpy array interface in a
 *carrier* dtype numpy always has (``uint16`` for BF16, ``uint8`` for the
 float8 types and for packed F4). ``numpy.asarray`` views it, keeping the
 buffer (and so the memory map or allocation) alive as the array's base; the
-carrier is then viewed as ml_dtypes' type (numpy) or torch's (torch). Frameworks
-are imported only when asked for.
+carrier is then viewed as ml_dtypes' type (numpy) or torch's (torch). JAX,
+TensorFlow and Paddle take the carrier through DLPack, which views it too (JAX
+and TensorFlow only when it is 64-byte aligned; they copy otherwise). MLX
+copies. Frameworks are imported only when asked for.
 """
 
 from __future__ import annotations
@@ -160,6 +162,126 @@ def as_mlx(buffer: Any) -> Any:
     return mx.array(carrier)
 
 
+def _shareable(carrier: np.ndarray) -> np.ndarray:
+    """The carrier as DLPack exports it: numpy refuses to export read-only
+    memory, so such an array is copied first."""
+    return carrier if carrier.flags.writeable else carrier.copy()
+
+
+def as_jax(buffer: Any, device: Any = "cpu") -> Any:
+    """A JAX array of a native buffer's tensor on the CPU: the buffer's memory
+    itself when it is 64-byte aligned (as ``load_file``'s reads are), a copy
+    otherwise (JAX's own rule). As ``jnp.array`` does, 64-bit types become
+    32-bit unless ``jax_enable_x64`` is set."""
+    import jax
+
+    return jax.device_put(as_numpy(buffer))
+
+
+# The format's dtype codes TensorFlow has no dtype for.
+_NO_TF = {"F8_E4M3", "F8_E5M2", "F8_E8M0", "F4"}
+
+
+# TensorFlow takes memory of any alignment through DLPack, then aborts the
+# process in the first operation on it unless it is 64-byte aligned
+# (EIGEN_MAX_ALIGN_BYTES): other memory is copied.
+_TF_ALIGN = 64
+
+
+def as_tf(buffer: Any, device: Any = "cpu") -> Any:
+    """A TensorFlow tensor viewing a native buffer's tensor when its memory is
+    64-byte aligned (DLPack, no copy; BF16 is bit-cast from its uint16
+    carrier, also without a copy), else a copy (as a map of the file at an
+    unaligned offset may be)."""
+    import tensorflow as tf
+
+    code = buffer.dtype
+    if code in _NO_TF:
+        raise SafetensorError(
+            f"{code} has no TensorFlow dtype: read it cast with get_tensor(name, dtype='F32')"
+        )
+    carrier = as_numpy(buffer) if code in _NO_CARRIER else np.asarray(buffer)
+    tensor = None
+    if carrier.ctypes.data % _TF_ALIGN == 0:
+        try:
+            tensor = tf.experimental.dlpack.from_dlpack(_shareable(carrier).__dlpack__())
+        except (BufferError, TypeError, tf.errors.InvalidArgumentError):
+            pass  # a type this TensorFlow's DLPack does not take
+    if tensor is None:
+        tensor = tf.convert_to_tensor(carrier)
+    if code == "BF16":
+        tensor = tf.bitcast(tensor, tf.bfloat16)
+    return tensor
+
+
+# Paddle's names of the format's dtypes (those Paddle has).
+_PADDLE_NAMES: Dict[str, str] = {
+    "F64": "float64",
+    "F32": "float32",
+    "F16": "float16",
+    "BF16": "bfloat16",
+    "I64": "int64",
+    "I32": "int32",
+    "I16": "int16",
+    "I8": "int8",
+    "U8": "uint8",
+    "BOOL": "bool",
+    "F8_E4M3": "float8_e4m3fn",
+    "F8_E5M2": "float8_e5m2",
+    "C64": "complex64",
+}
+
+
+def paddle_dtype(paddle: Any, code: str) -> Any:
+    """Paddle's dtype for a format dtype code; SafetensorError when Paddle
+    has none."""
+    name = _PADDLE_NAMES.get(code)
+    dtype = getattr(paddle, name, None) if name is not None else None
+    if dtype is None:
+        raise SafetensorError(
+            f"{code} has no dtype in paddle {paddle.__version__}: "
+            f"read it cast with get_tensor(name, dtype='F32')"
+        )
+    return dtype
+
+
+def paddle_device(device: Any) -> Any:
+    """A device as Paddle names it: CUDA devices (``"cuda:N"``, ``N``) are
+    ``"gpu:N"``."""
+    if isinstance(device, int) and not isinstance(device, bool):
+        return f"gpu:{device}"
+    text = str(device)
+    if text == "cuda":
+        return "gpu:0"
+    if text.startswith("cuda:"):
+        return "gpu:" + text[len("cuda:") :]
+    return device
+
+
+def as_paddle(buffer: Any, device: Any = "cpu") -> Any:
+    """A Paddle tensor viewing a native buffer's tensor on the CPU (DLPack,
+    no copy; BF16 and float8 are views of their integer carriers); on another
+    device, a copy there."""
+    import paddle
+
+    code = buffer.dtype
+    dtype = paddle_dtype(paddle, code)
+    carrier = np.asarray(buffer)
+    if carrier.dtype == np.uint16:
+        # Paddle's DLPack reads uint16 as a type it cannot view as bfloat16;
+        # int16 it can (the same bytes).
+        carrier = carrier.view(np.int16)
+    if carrier.size == 0:
+        tensor = paddle.empty(list(carrier.shape), dtype=dtype)
+    else:
+        tensor = paddle.utils.dlpack.from_dlpack(_shareable(carrier))
+        if tensor.dtype != dtype:
+            tensor = tensor.view(dtype)
+    if not is_cpu(device):
+        tensor = tensor.to(paddle_device(device))
+    return tensor
+
+
 class Framework:
     """How one framework's tensors are made from buffers."""
 
@@ -193,6 +315,33 @@ def _mlx_empty(code: str, shape: Tuple[int, ...], device: Any) -> Any:
     return mx.array(np.empty(shape, dtype=numpy_dtype(code)))
 
 
+def _jax_empty(code: str, shape: Tuple[int, ...], device: Any) -> Any:
+    import jax.numpy as jnp
+
+    return jnp.zeros(shape, dtype=numpy_dtype(code))
+
+
+def _tf_empty(code: str, shape: Tuple[int, ...], device: Any) -> Any:
+    import tensorflow as tf
+
+    if code in _NO_TF:
+        raise SafetensorError(f"{code} has no TensorFlow dtype")
+    return tf.convert_to_tensor(np.empty(shape, dtype=numpy_dtype(code)))
+
+
+def _paddle_empty(code: str, shape: Tuple[int, ...], device: Any) -> Any:
+    import paddle
+
+    tensor = paddle.empty(list(shape), dtype=paddle_dtype(paddle, code))
+    return tensor if is_cpu(device) else tensor.to(paddle_device(device))
+
+
+def _tf_reshape(tensor: Any, shape: Tuple[int, ...]) -> Any:
+    import tensorflow as tf
+
+    return tf.reshape(tensor, shape)
+
+
 def _numpy_convert(buffer: Any, device: Any) -> Any:
     return as_numpy(buffer)
 
@@ -208,6 +357,9 @@ def _reshape(tensor: Any, shape: Tuple[int, ...]) -> Any:
 _NUMPY = Framework("numpy", _numpy_convert, _numpy_empty, _reshape)
 _TORCH = Framework("pt", as_torch, _torch_empty, _reshape)
 _MLX = Framework("mlx", _mlx_convert, _mlx_empty, _reshape)
+_JAX = Framework("flax", as_jax, _jax_empty, _reshape)
+_TF = Framework("tensorflow", as_tf, _tf_empty, _tf_reshape)
+_PADDLE = Framework("paddle", as_paddle, _paddle_empty, _reshape)
 
 _NAMES: Dict[str, Framework] = {
     "np": _NUMPY,
@@ -216,7 +368,15 @@ _NAMES: Dict[str, Framework] = {
     "torch": _TORCH,
     "pytorch": _TORCH,
     "mlx": _MLX,
+    "flax": _JAX,
+    "jax": _JAX,
+    "tf": _TF,
+    "tensorflow": _TF,
+    "paddle": _PADDLE,
 }
+
+# The module each framework needs, imported when the framework is asked for.
+_MODULES = {_TORCH: "torch", _MLX: "mlx.core", _JAX: "jax", _TF: "tensorflow", _PADDLE: "paddle"}
 
 
 def framework(name: Any, device: Any) -> Framework:
@@ -226,16 +386,54 @@ def framework(name: Any, device: Any) -> Framework:
         supported = ", ".join(sorted(_NAMES))
         raise SafetensorError(f"framework {name} is invalid: use one of {supported}")
     chosen = _NAMES[name]
+    module = _MODULES.get(chosen)
     if chosen is _TORCH:
         importlib.import_module("torch")
-    elif chosen is _MLX:
+    elif module is not None:
         try:
-            importlib.import_module("mlx.core")
+            importlib.import_module(module)
         except ImportError as e:
-            raise SafetensorError(f"framework mlx needs mlx installed: {e}") from e
-    if chosen is not _TORCH and not is_cpu(device):
+            raise SafetensorError(f"framework {name} needs {module} installed: {e}") from e
+    if chosen not in (_TORCH, _PADDLE) and not is_cpu(device):
         raise SafetensorError(f"Device {device} is not supported for framework {chosen.name}")
     return chosen
+
+
+def check_backend(backend: str) -> None:
+    """Refuses a ``backend`` other than the two ``safe_open`` knows."""
+    if backend not in ("mmap", "pread"):
+        raise SafetensorError(
+            f"backend {backend!r} is not supported: use \"mmap\" (the default) or \"pread\""
+        )
+
+
+def load_file_as(
+    name: str, filename: Any, device: Any, backend: str, dtype: Any, timeout: Optional[float]
+) -> Dict[str, Any]:
+    """``load_file`` of the framework ``name``: every tensor read into memory
+    of its own (both backends read this way), then handed to the framework as
+    its ``convert`` does; with ``dtype``, float tensors cast on load."""
+    import os
+
+    from . import _native
+    from ._open import safe_open
+
+    check_backend(backend)
+    chosen = framework(name, device)
+    if dtype is not None:
+        with safe_open(filename, name, device, backend="pread", timeout=timeout) as f:
+            return f.get_tensors(dtype=dtype)
+    pairs = _native.load_file(os.fspath(filename), timeout=timeout)
+    return {key: chosen.convert(buffer, device) for key, buffer in pairs}
+
+
+def load_bytes_as(name: str, data: bytes, device: Any = "cpu") -> Dict[str, Any]:
+    """``load`` of the framework ``name``: the tensors of a file held in
+    ``data``, each copied once into memory of its own, then handed over."""
+    from . import _native
+
+    chosen = framework(name, device)
+    return {key: chosen.convert(buffer, device) for key, buffer in _native.load_bytes(data)}
 
 
 def dtype_code(dtype: Optional[str]) -> Optional[str]:

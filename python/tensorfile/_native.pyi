@@ -126,6 +126,36 @@ class TensorSpec:
     @property
     def data_len(self) -> int: ...
 
+class Writer:
+    """A file declared first (``(name, dtype, shape)`` triples) and then written
+    tensor by tensor in any order, each at its place; atomic at ``commit``."""
+
+    def __init__(
+        self,
+        filename: str,
+        declaration: Sequence[Tuple[str, str, Sequence[int]]],
+        metadata: Optional[Mapping[str, str]] = None,
+        *,
+        sync: bool = False,
+        align: int = 8,
+    ) -> None: ...
+    def write(self, name: str, spec: TensorSpec) -> None: ...
+    def commit(self) -> None: ...
+    def abort(self) -> None: ...
+    @property
+    def missing(self) -> List[str]: ...
+
+class Spool:
+    """Tensors without a declaration, spooled beside ``filename`` until
+    ``save`` lays them out in the canonical file, atomically."""
+
+    def __init__(self, filename: str) -> None: ...
+    def add(self, name: str, spec: TensorSpec) -> None: ...
+    def save(
+        self, metadata: Optional[Mapping[str, str]] = None, *, sync: bool = False, align: int = 8
+    ) -> None: ...
+    def abort(self) -> None: ...
+
 def serialize(
     tensor_dict: Mapping[str, TensorSpec], metadata: Optional[Mapping[str, str]] = None
 ) -> bytes:
@@ -170,6 +200,15 @@ def convert(
     max_shard_size: Optional[int] = None,
     key: Optional[str] = None,
     name: Optional[str] = None,
+) -> Dict[str, Any]: ...
+def edit_metadata(
+    path: PathLike,
+    *,
+    set: Mapping[str, str] = ...,
+    unset: Sequence[str] = ...,
+    rename: Mapping[str, str] = ...,
+    rewrite: bool = False,
+    sync: bool = True,
 ) -> Dict[str, Any]: ...
 def quantize(
     input: PathLike,

@@ -33,8 +33,12 @@ class safe_open:
     than 1 KiB/s over 30 s). A value that is not a positive number of seconds
     is a ``ValueError``.
 
-    ``framework`` is ``"np"``/``"numpy"``, ``"pt"``/``"torch"``/``"pytorch"`` or
-    ``"mlx"`` (the framework is imported when asked for, never before). With the
+    ``framework`` is ``"np"``/``"numpy"``, ``"pt"``/``"torch"``/``"pytorch"``,
+    ``"flax"``/``"jax"``, ``"tf"``/``"tensorflow"``, ``"paddle"`` or ``"mlx"``
+    (the framework is imported when asked for, never before; ``device`` other
+    than the CPU is for torch and Paddle). JAX, TensorFlow and Paddle view the
+    bytes through DLPack (JAX copies what is not 64-byte aligned); MLX
+    copies. With the
     ``"mmap"`` backend (the default) a tensor of 64 KiB or more is a private,
     copy-on-write map of its bytes in the file: no copy, writeable (writes
     never reach the file), freed when the last array over it goes. Like any

@@ -15,7 +15,10 @@ from typing import Any, Dict, List, Optional, Union
 import numpy as np
 
 from . import _frameworks, _native
-from ._native import TensorSpec
+# Also names of this module as the reference's has them (Paddle imports
+# safe_open from safetensors.numpy).
+from ._native import TensorSpec, deserialize, serialize, serialize_file  # noqa: F401
+from ._open import safe_open  # noqa: F401
 
 __all__ = ["save", "save_file", "load", "load_file"]
 
@@ -109,8 +112,6 @@ def load_file(
     >>> arrays = load_file("model.safetensors")
     """
     if dtype is not None:
-        from ._open import safe_open
-
         with safe_open(filename, "np", backend="pread", timeout=timeout) as f:
             return f.get_tensors(dtype=dtype)
     return _arrays(_native.load_file(os.fspath(filename), timeout=timeout))

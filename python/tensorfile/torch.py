@@ -225,13 +225,6 @@ def save_file(
     )
 
 
-def _check_backend(backend: str) -> None:
-    if backend not in ("mmap", "pread"):
-        raise _native.SafetensorError(
-            f"backend {backend!r} is not supported: use \"mmap\" (the default) or \"pread\""
-        )
-
-
 def load_file(
     filename: PathLike,
     device: Any = "cpu",
@@ -255,7 +248,7 @@ def load_file(
     >>> from tensorfile.torch import load_file
     >>> state_dict = load_file("model.safetensors")
     """
-    _check_backend(backend)
+    _frameworks.check_backend(backend)
     if dtype is not None:
         with safe_open(filename, "pt", device, backend="pread", timeout=timeout) as f:
             return f.get_tensors(dtype=dtype)

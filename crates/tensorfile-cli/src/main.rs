@@ -55,6 +55,22 @@ enum Command {
     Inspect(cmd::inspect::Args),
     /// Write the canonical file with the same tensors and metadata.
     Rewrite(cmd::rewrite::Args),
+    /// Set or remove metadata and rename tensors, in place when it fits.
+    ///
+    /// The result is the file `rewrite --align A` gives for the edited
+    /// metadata and names (A: the file's alignment, 8, 64 or 4096). When
+    /// FILE is already that canonical file, the new header pads to the old
+    /// one's length within the first 4096 bytes and no tensor moves (a
+    /// rename keeping the order), only the header is written: one write at
+    /// offset 0, then synced. Otherwise, or with --rewrite, FILE is
+    /// rewritten atomically; --json says which and why.
+    ///
+    /// An in-place edit is the one exception to "readers keep the old
+    /// file's bytes": a process that has FILE open or mapped sees the new
+    /// header from then on (never changed data), and one reading the header
+    /// at the very instant of the write may see a mix of old and new. A
+    /// symbolic link is never edited in place: its file is rewritten.
+    Edit(cmd::edit::Args),
     /// Check a model directory's files and tensors against its config.
     ///
     /// The files a model directory needs, and every tensor against the
@@ -147,6 +163,7 @@ impl Command {
             Command::Validate(a) => a.report_to(),
             Command::Inspect(a) => a.report_to(),
             Command::Rewrite(a) => a.report_to(),
+            Command::Edit(a) => a.report_to(),
             Command::Check(a) => a.report_to(),
             Command::Shard(a) => a.report_to(),
             Command::Merge(a) => a.report_to(),
@@ -186,6 +203,7 @@ fn main() -> ExitCode {
         Command::Validate(args) => cmd::validate::run(args),
         Command::Inspect(args) => cmd::inspect::run(args),
         Command::Rewrite(args) => cmd::rewrite::run(args),
+        Command::Edit(args) => cmd::edit::run(args),
         Command::Check(args) => cmd::check::run(args),
         Command::Shard(args) => cmd::shard::run(args),
         Command::Merge(args) => cmd::merge::run(args),

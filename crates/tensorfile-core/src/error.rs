@@ -455,6 +455,24 @@ pub enum WriteError {
     /// An earlier error left the output incomplete; the writer takes no more.
     #[error("an earlier error stopped this writer")]
     Poisoned,
+    /// [`PlacedWriter`](crate::writer::PlacedWriter): a tensor that was
+    /// not declared.
+    #[error("tensor {tensor:?} was not declared")]
+    Undeclared {
+        /// The tensor name.
+        tensor: String,
+    },
+    /// [`PlacedWriter`](crate::writer::PlacedWriter): a tensor of another
+    /// dtype or shape than declared.
+    #[error("tensor {tensor:?} was declared {declared}, but is {given}")]
+    NotAsDeclared {
+        /// The tensor name.
+        tensor: String,
+        /// Its declared dtype and shape, as `F32 [2, 3]`.
+        declared: String,
+        /// Those given.
+        given: String,
+    },
 }
 
 /// Why a path cannot be written to ([`Error::Output`]): what is at the
@@ -594,6 +612,8 @@ impl WriteError {
             | TooLong { .. }
             | TooShort { .. }
             | Trailing { .. }
+            | Undeclared { .. }
+            | NotAsDeclared { .. }
             | Poisoned => ErrorKind::InvalidArgument,
             DataTooLarge { .. } | HeaderTooLarge { .. } => ErrorKind::Limit,
             Input { source, .. } | Output(source) => ErrorKind::of_io(source),

@@ -43,6 +43,7 @@ compile_error!("tensorfile assumes a little-endian host: safetensors data is lit
 pub mod accept;
 pub mod atomic;
 pub mod dtype;
+pub mod edit;
 pub mod error;
 pub mod file;
 pub mod header;

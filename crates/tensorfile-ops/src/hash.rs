@@ -247,7 +247,8 @@ fn write_manifest(
 /// # Errors
 ///
 /// `write_manifest` with other than one directory
-/// ([`Error::Request`](tensorfile::Error::Request)); an input that cannot be
+/// ([`Error::Request`](tensorfile::Error::Request)); without it, a directory
+/// holding no files (an I/O error on it); an input that cannot be
 /// read; a manifest that cannot be written. An invalid `*.safetensors`
 /// file is not an error: its entry says why ([`HashedFile::invalid`]).
 pub fn hash(request: &HashRequest, progress: &dyn Progress) -> Result<HashReport> {
@@ -265,7 +266,20 @@ pub fn hash(request: &HashRequest, progress: &dyn Progress) -> Result<HashReport
             .and_then(|m| inside(path, m))
             .into_iter()
             .collect();
-        found.extend(entries(path, &skip)?.into_iter().map(|e| (path, e)));
+        let listed = entries(path, &skip)?;
+        // An empty directory is a mistake more often than a model: say so
+        // rather than print nothing and succeed. (A manifest of nothing is
+        // asked for on purpose: `verify` then says it verified nothing.)
+        if listed.is_empty() && request.write_manifest.is_none() {
+            return Err(tensorfile::Error::io(
+                path,
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    "this is a directory holding no files to hash",
+                ),
+            ));
+        }
+        found.extend(listed.into_iter().map(|e| (path, e)));
     }
     let files: Vec<DirFile> = found.iter().map(|(_, e)| e.clone()).collect();
     let starts = data_starts(&files, !request.file_only)?;

@@ -4,7 +4,7 @@
 //! [tensorfile] calls (the `tensorfile` command, the Python
 //! package), above the format library.
 //!
-//! One module per operation (`validate`, `inspect`, `convert`, `rewrite`,
+//! One module per operation (`validate`, `inspect`, `convert`, `rewrite`, `edit`,
 //! `quantize`, `dequantize`, `shard`, `merge`, `diff`, `stats`, `hash`,
 //! `verify`, `check`, `fetch`), each holding a request, a report and a
 //! function from the one to the other:
@@ -46,6 +46,7 @@ pub mod check;
 pub mod convert;
 pub mod dequantize;
 pub mod diff;
+pub mod edit;
 #[cfg(feature = "remote")]
 pub mod fetch;
 #[cfg(feature = "digest")]

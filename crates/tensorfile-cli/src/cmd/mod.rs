@@ -13,6 +13,7 @@ pub mod convert;
 pub mod convert_pytorch;
 pub mod dequantize;
 pub mod diff;
+pub mod edit;
 pub mod fetch;
 pub mod generate;
 pub mod gguf;

@@ -205,6 +205,13 @@ fn a_manifest_that_checks_nothing_verifies_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let model = dir.path().join("model");
     fs::create_dir(&model).unwrap();
+    // Hashing the empty directory alone is refused: nothing to hash is
+    // more likely a wrong path than a model.
+    let o = run(&[&"hash", &model]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("holding no files to hash"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
     let manifest = dir.path().join("m.json");
     let o = run(&[&"hash", &"--write-manifest", &manifest, &model]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));

@@ -3,6 +3,7 @@
 
 mod convert;
 mod digests;
+mod edit;
 mod generate;
 mod gguf;
 mod gguf_raw;

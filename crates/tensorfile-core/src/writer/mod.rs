@@ -23,9 +23,11 @@
 //! ```
 
 mod layout;
+mod placed;
 mod stream;
 
 pub use layout::{Layout, Slot, Slots};
+pub use placed::{PlacedWriter, Spool};
 pub use stream::StreamWriter;
 
 use crate::dtype::ByteLenError;

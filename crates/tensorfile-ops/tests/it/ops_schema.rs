@@ -11,6 +11,7 @@ use serde_json::Value;
 use tensorfile::Dtype;
 use tensorfile_ops::convert::{convert, ConvertReport, ConvertRequest};
 use tensorfile_ops::dequantize::{dequantize, DequantizeRequest};
+use tensorfile_ops::edit::{edit, EditRequest};
 use tensorfile_ops::merge::{merge, MergeRequest};
 use tensorfile_ops::quantize::{quantize, QuantizeRequest};
 use tensorfile_ops::rewrite::{rewrite, RewriteRequest};
@@ -474,6 +475,35 @@ fn rewrite_report_matches_its_page() {
         ..request
     };
     let e = rewrite(&bad, &()).unwrap_err();
+    assert!(matches!(e, tensorfile::Error::Request { .. }), "{e}");
+}
+
+#[test]
+fn edit_reports_match_their_page() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("f.safetensors");
+    std::fs::copy(fixtures().join("valid/worked_example.safetensors"), &file).unwrap();
+    let page = documented("edit");
+    let mut request = EditRequest {
+        file,
+        ..EditRequest::default()
+    };
+    request.set.insert("k".into(), "v".into());
+    // 8 + 96 bytes: the padded header has no room for k=v, so a rewrite
+    // (reason a string), then in place (reason null).
+    for in_place in [false, true] {
+        request
+            .set
+            .insert("k".into(), if in_place { "w" } else { "v" }.into());
+        let report = edit(&request).unwrap();
+        assert_eq!(report.in_place, in_place, "{report:?}");
+        assert_eq!(printed(&report, &page), page);
+    }
+    let bad = EditRequest {
+        unset: vec!["k".into()],
+        ..request
+    };
+    let e = edit(&bad).unwrap_err();
     assert!(matches!(e, tensorfile::Error::Request { .. }), "{e}");
 }
 
