@@ -32,6 +32,7 @@ have pkg-config || apt_install pkg-config
 have readelf || apt_install binutils
 have unshare || apt_install util-linux
 have valgrind || apt_install valgrind
+have cmake || apt_install cmake
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 asan_probe() { echo 'int main(void) { return 0; }' | cc -fsanitize=address -x c - -o "$work/probe" && "$work/probe"; }
@@ -152,6 +153,24 @@ for exe in print_tensors print_tensors_static; do
     fi
 done
 unset PKG_CONFIG_PATH
+
+echo "c-tests: a CMake project against that prefix (find_package, both targets)"
+cmake_build="$work/cmake-build"
+cmake -S crates/tensorfile-ffi/tests/cmake -B "$cmake_build" -DCMAKE_PREFIX_PATH="$work/home/.local" \
+    -DCMAKE_BUILD_TYPE=Release >"$work/cmake.log" 2>&1 || { cat "$work/cmake.log" >&2; exit 1; }
+cmake --build "$cmake_build" >>"$work/cmake.log" 2>&1 || { cat "$work/cmake.log" >&2; exit 1; }
+for exe in print_tensors print_tensors_static; do
+    out="$(bare "$cmake_build/$exe" "$fixture")"
+    grep -qx 'w F32 \[2, 2\] 16 bytes, 64-byte aligned' <<<"$out" || { echo "cmake $exe printed: $out" >&2; exit 1; }
+done
+# The shared one loads the installed library (CMake's rpath), the static
+# one none.
+readelf -d "$cmake_build/print_tensors" | grep -q 'NEEDED.*\[libtensorfile.so.0\]' ||
+    { echo "c-tests: the CMake program does not load libtensorfile.so.0" >&2; exit 1; }
+if readelf -d "$cmake_build/print_tensors_static" | grep -q 'libtensorfile'; then
+    echo "c-tests: the static CMake program needs libtensorfile.so" >&2
+    exit 1
+fi
 
 echo "c-tests: the C tests under valgrind"
 TENSORFILE_C_RUNNER="valgrind -q --leak-check=full --errors-for-leak-kinds=definite,possible --error-exitcode=1 --suppressions=$PWD/crates/tensorfile-ffi/tests/c/valgrind.supp" \

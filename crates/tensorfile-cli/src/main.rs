@@ -148,6 +148,11 @@ enum Command {
     /// From s3://, hf:// or https:// URLs: parallel range requests,
     /// resumable, each file verified.
     Fetch(cmd::fetch::Args),
+    /// Write the shell completions or the manual pages into a directory.
+    ///
+    /// For packagers (scripts/release.sh runs it); hidden from --help.
+    #[command(hide = true)]
+    Generate(cmd::generate::Args),
 }
 
 impl Command {
@@ -170,6 +175,7 @@ impl Command {
             Command::Diff(a) => a.report_to(),
             Command::Stats(a) => a.report_to(),
             Command::Fetch(a) => a.report_to(),
+            Command::Generate(a) => a.report_to(),
         };
         (file.map(|f| f.to_path_buf()), json)
     }
@@ -209,6 +215,7 @@ fn main() -> ExitCode {
         Command::Diff(args) => cmd::diff::run(args),
         Command::Stats(args) => cmd::stats::run(args),
         Command::Fetch(args) => cmd::fetch::run(args),
+        Command::Generate(args) => cmd::generate::run(args),
     };
     match result {
         Ok(code) => code,

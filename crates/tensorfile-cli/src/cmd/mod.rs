@@ -15,6 +15,7 @@ pub mod dequantize;
 pub mod diff;
 pub mod edit;
 pub mod fetch;
+pub mod generate;
 pub mod gguf;
 pub mod hash;
 pub mod inspect;

@@ -4,6 +4,7 @@
 mod convert;
 mod digests;
 mod edit;
+mod generate;
 mod gguf;
 mod gguf_raw;
 mod gguf_tf5;
