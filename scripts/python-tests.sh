@@ -15,18 +15,43 @@
 #   what `cargo test` already compiled.
 #
 # PYTHON picks the interpreter that makes the environment (default python3).
+#
+# `scripts/python-tests.sh --prepare-wheel-venv` only makes
+# target/python-wheel-venv anew with those packages, for a wheel to come:
+# CI runs it in the background while cargo builds, and the next wheel run
+# takes the prepared environment (once) instead of making its own.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# A fresh environment for a wheel: the test extra's packages (as
+# python/pyproject.toml lists them, with numpy, the package's one
+# dependency) and those compared with; nothing else.
+wheel_venv="target/python-wheel-venv"
+prepare_wheel_venv() {
+    rm -rf "$wheel_venv"
+    mkdir -p target
+    "${PYTHON:-python3}" -m venv "$wheel_venv"
+    "$wheel_venv/bin/python" -m pip install --quiet --upgrade pip
+    "$wheel_venv/bin/python" -m pip install --quiet numpy pytest ml_dtypes fsspec \
+        -r python/tests/requirements-compare.txt
+}
+if [ "${1:-}" = --prepare-wheel-venv ]; then
+    prepare_wheel_venv
+    touch "$wheel_venv/.prepared"
+    exit 0
+fi
 
 if [ -n "${TENSORFILE_WHEEL:-}" ]; then
     wheel="$(cd "$(dirname "$TENSORFILE_WHEEL")" && pwd)/$(basename "$TENSORFILE_WHEEL")"
     [ -f "$wheel" ] || { echo "python-tests: no wheel $TENSORFILE_WHEEL" >&2; exit 1; }
-    venv="target/python-wheel-venv"
-    rm -rf "$venv"
-    mkdir -p target
-    "${PYTHON:-python3}" -m venv "$venv"
-    "$venv/bin/python" -m pip install --quiet --upgrade pip
-    "$venv/bin/python" -m pip install --quiet "$wheel[test]" -r python/tests/requirements-compare.txt
+    venv="$wheel_venv"
+    # A prepared environment serves one run; otherwise make it now.
+    if [ -f "$venv/.prepared" ]; then
+        rm "$venv/.prepared"
+    else
+        prepare_wheel_venv
+    fi
+    "$venv/bin/python" -m pip install --quiet "$wheel[test]"
     py="$PWD/$venv/bin/python"
     # The tests must import the installed package, not python/tensorfile.
     (cd / && "$py" -c 'import sys, tensorfile; assert tensorfile.__file__.startswith(sys.prefix), tensorfile.__file__')

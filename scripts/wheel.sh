@@ -6,19 +6,24 @@
 # dev for CI's tests (unoptimized: the tests check behaviour, not speed).
 #
 #   scripts/wheel.sh PROFILE OUTDIR
+#   scripts/wheel.sh --tools        (only the tools below; CI, ahead of time)
 #
 # maturin and zig (the ziglang package) come from PyPI, at the versions
 # below, into a private environment, target/release-tools. The build goes
 # to target/x86_64-unknown-linux-gnu/PROFILE (maturin names the target to
 # link with zig), apart from cargo's own builds.
 set -euo pipefail
-if [ $# -ne 2 ] || [ -z "$1" ] || [ -z "$2" ]; then
-    echo "usage: $0 PROFILE OUTDIR" >&2
+tools_only=false
+if [ $# -eq 1 ] && [ "$1" = --tools ]; then
+    tools_only=true
+elif [ $# -ne 2 ] || [ -z "$1" ] || [ -z "$2" ]; then
+    echo "usage: $0 PROFILE OUTDIR | $0 --tools" >&2
     exit 2
+else
+    profile="$1"
+    mkdir -p "$2"
+    out="$(cd "$2" && pwd)"
 fi
-profile="$1"
-mkdir -p "$2"
-out="$(cd "$2" && pwd)"
 cd "$(dirname "$0")/.."
 
 maturin_version=1.16.0
@@ -30,6 +35,9 @@ if [ "$("$tools/bin/maturin" --version 2>/dev/null)" != "maturin $maturin_versio
     rm -rf "$tools"
     "${PYTHON:-python3}" -m venv "$tools"
     "$tools/bin/python" -m pip install --quiet "maturin==$maturin_version" "ziglang==$ziglang_version"
+fi
+if $tools_only; then
+    exit 0
 fi
 # maturin runs zig as `python -m ziglang`, with the first python on PATH.
 PATH="$tools/bin:$PATH" maturin build --locked --profile "$profile" --zig --compatibility manylinux2014 \
