@@ -91,3 +91,131 @@ pub fn shard(request: &ShardRequest, progress: &dyn Progress) -> Result<ShardRep
         total_size: summary.total_size,
     })
 }
+
+/// A step of writing one set from several processes (see
+/// [`tensorfile::set::StagedSet`]): plan it once, write its parts from
+/// each writer, commit from one, or abort.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SetStep {
+    /// Stage the plan: the input's tensors split by `max_shard_size`, the
+    /// files dealt to this many writers round-robin.
+    Plan {
+        /// How many writers.
+        writers: usize,
+    },
+    /// Write the parts the plan gives this writer (0-based), taking the
+    /// tensors from the input.
+    WritePart {
+        /// The writer.
+        writer: usize,
+    },
+    /// Check every part, publish them and write the index last.
+    Commit,
+    /// Remove what is staged.
+    Abort,
+}
+
+/// What a step did: `tensorfile shard --plan/--write-part/--commit/--abort
+/// --json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SetStepReport {
+    /// The step.
+    pub step: SetStep,
+    /// The plan's id (its staging folder is `OUTDIR/.tensorfile-set-<id>`).
+    pub plan_id: String,
+    /// The staging folder.
+    pub staging: PathBuf,
+    /// The files the step wrote: the parts (staged, for `write-part`;
+    /// published, for `commit`), or the plan's files (for `plan`); none
+    /// for `abort`.
+    pub files: Vec<PathBuf>,
+    /// The index, written by `commit` when there are several files.
+    pub index: Option<PathBuf>,
+    /// How many writers the plan names.
+    pub writers: usize,
+    /// The set's data bytes.
+    pub total_size: u64,
+}
+
+/// Runs one step of writing the set `request.out_dir` from several
+/// processes: `request.input` is the source of the tensors for `Plan` and
+/// `WritePart` (unused otherwise); `max_shard_size` and `prefix` as for
+/// [`shard`].
+///
+/// # Errors
+/// A prefix that is not a file name's or no writers ([`Error::Request`]);
+/// an input that cannot be read; a step the staged set refuses (another
+/// plan staged, nothing staged, a part missing or wrong, a writer still
+/// writing); a failed write.
+pub fn shard_step(request: &ShardRequest, step: SetStep) -> Result<SetStepReport> {
+    use tensorfile::set::{SetPlan, Sharding, StagedSet};
+    check_prefix(&request.prefix)?;
+    let options = WriteOptions::default().with_sync(request.sync);
+    let set = match step {
+        SetStep::Plan { writers } => {
+            if writers == 0 {
+                return Err(Error::request("a set needs at least one writer"));
+            }
+            let source = super::merge::open_source(&request.input, request.timeout)?;
+            let specs: Vec<tensorfile::TensorSpec> = source
+                .tensor_data()
+                .iter()
+                .map(|t| tensorfile::TensorSpec::new(t.name(), t.dtype(), t.shape()))
+                .collect();
+            let metadata = source.metadata()?;
+            let plan = SetPlan::new(
+                &request.prefix,
+                &specs,
+                Some(&metadata),
+                &Sharding::MaxSize(request.max_shard_size),
+                writers,
+                &options,
+            )?;
+            StagedSet::prepare(&request.out_dir, plan)?
+        }
+        _ => StagedSet::open(&request.out_dir, &request.prefix)?,
+    };
+    let plan = set.plan();
+    let mut report = SetStepReport {
+        step,
+        plan_id: plan.id(),
+        staging: set.stage().staging().to_path_buf(),
+        files: Vec::new(),
+        index: None,
+        writers: plan.writers(),
+        total_size: plan.total_size(),
+    };
+    match step {
+        SetStep::Plan { .. } => {
+            report.files = plan
+                .parts()
+                .iter()
+                .map(|p| request.out_dir.join(&p.file))
+                .collect();
+        }
+        SetStep::WritePart { writer } => {
+            if writer >= plan.writers() {
+                return Err(Error::request(format!(
+                    "the plan has {} writers (0 to {}), not writer {writer}",
+                    plan.writers(),
+                    plan.writers() - 1
+                )));
+            }
+            let source = super::merge::open_source(&request.input, request.timeout)?;
+            let tensors = source.tensor_data();
+            let written = set.write_parts_of(writer, &tensors, request.sync)?;
+            report.files = written
+                .iter()
+                .map(|&k| report.staging.join(&plan.parts()[k].file))
+                .collect();
+        }
+        SetStep::Commit => {
+            let summary = set.commit(request.sync)?;
+            report.files = summary.files;
+            report.index = summary.index;
+        }
+        SetStep::Abort => set.abort()?,
+    }
+    Ok(report)
+}
