@@ -12,6 +12,7 @@ from ._native import SafetensorError, TensorSpec, __version__, deserialize, seri
 from ._open import _safe_open_handle, safe_open
 from ._prefetch import PrefetchPlan
 from ._extras import convert, dequantize, inspect, load_pytorch, quantize, validate
+from ._sets import abort_set, commit_set, plan_set, write_set_parts
 
 __all__ = [
     "SafetensorError",
@@ -28,5 +29,9 @@ __all__ = [
     "quantize",
     "dequantize",
     "inspect",
+    "plan_set",
+    "write_set_parts",
+    "commit_set",
+    "abort_set",
 ]
 
