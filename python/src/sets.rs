@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use tensorfile::set::{SetPlan, Sharding, SplitSummary, StagedSet};
+use tensorfile::set::{Sharding, SplitSummary, StagedPlan, StagedSet};
 use tensorfile::{Dtype, Metadata, TensorRef, TensorSpec, WriteOptions};
 
 use crate::errors;
@@ -69,7 +69,7 @@ pub fn plan_set<'py>(
     let set = py
         .detach(|| {
             let plan = if groups.len() == 1 && writers > 1 {
-                SetPlan::new(
+                StagedPlan::new(
                     &prefix,
                     &groups[0],
                     metadata.as_ref(),
@@ -78,7 +78,7 @@ pub fn plan_set<'py>(
                     &options,
                 )?
             } else {
-                SetPlan::per_writer(
+                StagedPlan::per_writer(
                     &prefix,
                     &groups,
                     max_shard_size,

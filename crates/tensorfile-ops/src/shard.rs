@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use tensorfile::set::{split, SplitOptions};
+use tensorfile::set::{split, SetStep, Sharding, SplitOptions, StagedPlan, StagedSet};
 use tensorfile::{Error, Progress, Result, WriteOptions};
 
 /// What to split, and how.
@@ -28,6 +28,11 @@ pub struct ShardRequest {
     pub sync: bool,
     /// One deadline, in seconds, for all of the input's remote reads.
     pub timeout: Option<f64>,
+    /// A step of writing the set from several processes instead of
+    /// splitting at once (see [`tensorfile::set::StagedSet`]): `input` is
+    /// the source of the tensors for `plan` and `write-part`, unused for
+    /// `commit` and `abort`.
+    pub step: Option<SetStep>,
 }
 
 impl Default for ShardRequest {
@@ -39,6 +44,7 @@ impl Default for ShardRequest {
             prefix: "model".into(),
             sync: true,
             timeout: None,
+            step: None,
         }
     }
 }
@@ -53,11 +59,25 @@ pub struct ShardReport {
     pub index: Option<PathBuf>,
     /// The input, as given.
     pub input: PathBuf,
+    /// For a step: the plan's id.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub plan_id: Option<String>,
+    /// For a step: the staging folder (`OUTDIR/.tensorfile-set-<id>`).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub staging: Option<PathBuf>,
+    /// The step run, if one was. `files` are then the plan's files
+    /// (`plan`), the staged ones written (`write-part`), the published
+    /// ones (`commit`), or none (`abort`).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub step: Option<SetStep>,
     /// Tensors written (the text's count; not a `--json` key).
     #[serde(skip)]
     pub tensors: usize,
     /// The data bytes across all shards.
     pub total_size: u64,
+    /// For a step: how many writers the plan names.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub writers: Option<usize>,
 }
 
 /// Whether `prefix` can begin a file name in the output directory.
@@ -78,6 +98,9 @@ pub(crate) fn check_prefix(prefix: &str) -> Result<()> {
 /// is not safetensors or cannot be read, a failed write.
 pub fn shard(request: &ShardRequest, progress: &dyn Progress) -> Result<ShardReport> {
     check_prefix(&request.prefix)?;
+    if let Some(step) = request.step {
+        return shard_step(request, step);
+    }
     let source = super::merge::open_source(&request.input, request.timeout)?;
     let options = SplitOptions::new(request.max_shard_size, request.prefix.clone())
         .with_write(WriteOptions::default().with_sync(request.sync));
@@ -87,71 +110,20 @@ pub fn shard(request: &ShardRequest, progress: &dyn Progress) -> Result<ShardRep
         files: summary.files,
         index: summary.index,
         input: request.input.clone(),
+        plan_id: None,
+        staging: None,
+        step: None,
         tensors: source.len(),
         total_size: summary.total_size,
+        writers: None,
     })
 }
 
-/// A step of writing one set from several processes (see
-/// [`tensorfile::set::StagedSet`]): plan it once, write its parts from
-/// each writer, commit from one, or abort.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum SetStep {
-    /// Stage the plan: the input's tensors split by `max_shard_size`, the
-    /// files dealt to this many writers round-robin.
-    Plan {
-        /// How many writers.
-        writers: usize,
-    },
-    /// Write the parts the plan gives this writer (0-based), taking the
-    /// tensors from the input.
-    WritePart {
-        /// The writer.
-        writer: usize,
-    },
-    /// Check every part, publish them and write the index last.
-    Commit,
-    /// Remove what is staged.
-    Abort,
-}
-
-/// What a step did: `tensorfile shard --plan/--write-part/--commit/--abort
-/// --json`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SetStepReport {
-    /// The step.
-    pub step: SetStep,
-    /// The plan's id (its staging folder is `OUTDIR/.tensorfile-set-<id>`).
-    pub plan_id: String,
-    /// The staging folder.
-    pub staging: PathBuf,
-    /// The files the step wrote: the parts (staged, for `write-part`;
-    /// published, for `commit`), or the plan's files (for `plan`); none
-    /// for `abort`.
-    pub files: Vec<PathBuf>,
-    /// The index, written by `commit` when there are several files.
-    pub index: Option<PathBuf>,
-    /// How many writers the plan names.
-    pub writers: usize,
-    /// The set's data bytes.
-    pub total_size: u64,
-}
-
 /// Runs one step of writing the set `request.out_dir` from several
-/// processes: `request.input` is the source of the tensors for `Plan` and
-/// `WritePart` (unused otherwise); `max_shard_size` and `prefix` as for
-/// [`shard`].
-///
-/// # Errors
-/// A prefix that is not a file name's or no writers ([`Error::Request`]);
-/// an input that cannot be read; a step the staged set refuses (another
-/// plan staged, nothing staged, a part missing or wrong, a writer still
-/// writing); a failed write.
-pub fn shard_step(request: &ShardRequest, step: SetStep) -> Result<SetStepReport> {
-    use tensorfile::set::{SetPlan, Sharding, StagedSet};
-    check_prefix(&request.prefix)?;
+/// processes.
+fn shard_step(request: &ShardRequest, step: SetStep) -> Result<ShardReport> {
     let options = WriteOptions::default().with_sync(request.sync);
+    let mut tensors = 0;
     let set = match step {
         SetStep::Plan { writers } => {
             if writers == 0 {
@@ -163,8 +135,9 @@ pub fn shard_step(request: &ShardRequest, step: SetStep) -> Result<SetStepReport
                 .iter()
                 .map(|t| tensorfile::TensorSpec::new(t.name(), t.dtype(), t.shape()))
                 .collect();
+            tensors = specs.len();
             let metadata = source.metadata()?;
-            let plan = SetPlan::new(
+            let plan = StagedPlan::new(
                 &request.prefix,
                 &specs,
                 Some(&metadata),
@@ -177,14 +150,17 @@ pub fn shard_step(request: &ShardRequest, step: SetStep) -> Result<SetStepReport
         _ => StagedSet::open(&request.out_dir, &request.prefix)?,
     };
     let plan = set.plan();
-    let mut report = SetStepReport {
-        step,
-        plan_id: plan.id(),
-        staging: set.stage().staging().to_path_buf(),
+    let staging = set.stage().staging().to_path_buf();
+    let mut report = ShardReport {
         files: Vec::new(),
         index: None,
-        writers: plan.writers(),
+        input: request.input.clone(),
+        plan_id: Some(plan.id()),
+        staging: Some(staging.clone()),
+        step: Some(step),
+        tensors,
         total_size: plan.total_size(),
+        writers: Some(plan.writers()),
     };
     match step {
         SetStep::Plan { .. } => {
@@ -207,7 +183,7 @@ pub fn shard_step(request: &ShardRequest, step: SetStep) -> Result<SetStepReport
             let written = set.write_parts_of(writer, &tensors, request.sync)?;
             report.files = written
                 .iter()
-                .map(|&k| report.staging.join(&plan.parts()[k].file))
+                .map(|&k| staging.join(&plan.parts()[k].file))
                 .collect();
         }
         SetStep::Commit => {

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use tensorfile_core::set::{SetPlan, Sharding, StagedSet};
+use tensorfile_core::set::{Sharding, StagedPlan, StagedSet};
 use tensorfile_core::{save, Dtype, TensorRef, TensorSpec, WriteOptions};
 
 /// Bytes per tensor: 64 MiB.
@@ -196,7 +196,7 @@ fn main() {
                 single.push(t);
             } else {
                 let out = base.join("set");
-                let plan = SetPlan::new(
+                let plan = StagedPlan::new(
                     "model",
                     &all,
                     None,

@@ -7,7 +7,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use super::size::parse_size;
-use tensorfile_ops::shard::{shard, shard_step, SetStep, SetStepReport, ShardRequest};
+use tensorfile::set::SetStep;
+use tensorfile_ops::shard::{shard, ShardReport, ShardRequest};
 
 use super::words::{bytes, plural};
 use super::{out, Failure};
@@ -117,6 +118,7 @@ impl Args {
             prefix: self.prefix.clone(),
             sync: !self.no_sync,
             timeout: super::remote::timeout_seconds(),
+            step: self.step(),
         })
     }
 }
@@ -125,9 +127,9 @@ impl Args {
 /// processes.
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
     let request = args.request()?;
-    if let Some(step) = args.step() {
-        let report = shard_step(&request, step)?;
-        print_step(&report, args.json)?;
+    if let Some(step) = request.step {
+        let report = shard(&request, &())?;
+        print_step(&report, step, args.json)?;
         return Ok(ExitCode::SUCCESS);
     }
     let bar = Bar::bytes_when_told("shard", |message| super::warn(message));
@@ -153,7 +155,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
 }
 
 /// Prints what a step did: its files, then a line saying what it was.
-fn print_step(report: &SetStepReport, json: bool) -> Result<(), Failure> {
+fn print_step(report: &ShardReport, step: SetStep, json: bool) -> Result<(), Failure> {
     if json {
         return super::out_json(report);
     }
@@ -163,12 +165,13 @@ fn print_step(report: &SetStepReport, json: bool) -> Result<(), Failure> {
     if let Some(index) = &report.index {
         out(index.display());
     }
-    let what = match report.step {
+    let staging = report.staging.clone().unwrap_or_default();
+    let what = match step {
         SetStep::Plan { .. } => format!(
             "planned {} for {}, staged in {}",
             plural(report.files.len() as u64, "shard"),
-            plural(report.writers as u64, "writer"),
-            report.staging.display()
+            plural(report.writers.unwrap_or(1) as u64, "writer"),
+            staging.display()
         ),
         SetStep::WritePart { writer } => format!(
             "writer {writer} staged {}",
@@ -179,7 +182,7 @@ fn print_step(report: &SetStepReport, json: bool) -> Result<(), Failure> {
             plural(report.files.len() as u64, "shard"),
             bytes(report.total_size)
         ),
-        SetStep::Abort => format!("removed {}", report.staging.display()),
+        SetStep::Abort => format!("removed {}", staging.display()),
     };
     out(what);
     Ok(())

@@ -57,7 +57,8 @@ pub use crate::error::ShardError;
 pub use load::{Loaded, Want};
 pub use names::{DIFFUSERS_INDEX_NAME, DIFFUSERS_SINGLE_NAME, DIR_NAMES, INDEX_NAME, SINGLE_NAME};
 pub use staged::{
-    LocalStage, PartHead, PlanPart, SetPlan, SetStage, StageLock, StagedSet, STAGING_PREFIX,
+    LocalStage, PartHead, PlanPart, SetStage, SetStep, StageLock, StagedPlan, StagedSet,
+    STAGING_PREFIX,
 };
 pub use write::{merge, save_set, split, Sharding, SplitOptions, SplitSummary};
 

@@ -4,7 +4,7 @@
 //!
 //! The processes share nothing but the file system:
 //!
-//! 1. **Plan.** [`SetPlan`] says which tensor goes to which file, and which
+//! 1. **Plan.** [`StagedPlan`] says which tensor goes to which file, and which
 //!    writer writes each file. [`StagedSet::prepare`] stages it as
 //!    `OUTDIR/.tensorfile-set-<id>/plan.json`, where `<id>` is a hash of
 //!    the plan's text: every process computing the same plan agrees on the
@@ -70,6 +70,28 @@ const PLAN_FORMAT: &str = "tensorfile-set-plan";
 /// The largest plan file read, in bytes (names and shapes only).
 const MAX_PLAN_LEN: u64 = 256 << 20;
 
+/// A step of writing a staged set, as a program running one step per
+/// process names it (the command's `shard --plan/--write-part/--commit/
+/// --abort`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SetStep {
+    /// Stage the plan, its files dealt to this many writers.
+    Plan {
+        /// How many writers.
+        writers: usize,
+    },
+    /// Write the files the plan gives this writer (0-based).
+    WritePart {
+        /// The writer.
+        writer: usize,
+    },
+    /// Check every file, publish them and write the index last.
+    Commit,
+    /// Remove what is staged.
+    Abort,
+}
+
 /// One file of a planned set.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlanPart {
@@ -84,10 +106,10 @@ pub struct PlanPart {
 
 /// A set planned for several writers: its files, the tensors of each and
 /// which writer writes it, and the metadata every file carries. Its text
-/// ([`SetPlan::to_json`]) is the same for the same plan in every process,
-/// and [`SetPlan::id`] is a hash of it.
+/// ([`StagedPlan::to_json`]) is the same for the same plan in every process,
+/// and [`StagedPlan::id`] is a hash of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SetPlan {
+pub struct StagedPlan {
     prefix: String,
     align: Align,
     metadata: Option<Metadata>,
@@ -114,13 +136,13 @@ struct PartJson {
     tensors: Vec<(String, String, Vec<u64>)>,
 }
 
-impl SetPlan {
+impl StagedPlan {
     /// A plan of the set of `specs` split by `sharding` (huggingface_hub's
     /// greedy rule over sizes, or given files), with the files dealt to
     /// `writers` writers round-robin (file `k` to writer `k % writers`).
     ///
     /// # Errors
-    /// As [`SetPlan::from_parts`].
+    /// As [`StagedPlan::from_parts`].
     pub fn new(
         prefix: &str,
         specs: &[TensorSpec],
@@ -128,7 +150,7 @@ impl SetPlan {
         sharding: &Sharding,
         writers: usize,
         options: &WriteOptions,
-    ) -> Result<SetPlan> {
+    ) -> Result<StagedPlan> {
         let (part_of, count) = sharding.resolve_specs(specs)?;
         if part_of.len() != specs.len() || part_of.iter().any(|&k| k >= count) {
             return Err(staging(format!(
@@ -147,7 +169,7 @@ impl SetPlan {
             .enumerate()
             .map(|(k, g)| (k % writers, g))
             .collect();
-        SetPlan::from_parts(prefix, groups, metadata, options)
+        StagedPlan::from_parts(prefix, groups, metadata, options)
     }
 
     /// A plan where each writer's own tensors (`per_writer[r]` for writer
@@ -156,14 +178,14 @@ impl SetPlan {
     /// huggingface_hub's rule; the files are numbered writer by writer.
     ///
     /// # Errors
-    /// As [`SetPlan::from_parts`].
+    /// As [`StagedPlan::from_parts`].
     pub fn per_writer(
         prefix: &str,
         per_writer: &[Vec<TensorSpec>],
         max_shard_size: u64,
         metadata: Option<&Metadata>,
         options: &WriteOptions,
-    ) -> Result<SetPlan> {
+    ) -> Result<StagedPlan> {
         let mut groups = Vec::new();
         for (writer, specs) in per_writer.iter().enumerate() {
             let (part_of, count) = Sharding::MaxSize(max_shard_size).resolve_specs(specs)?;
@@ -179,7 +201,7 @@ impl SetPlan {
         if groups.is_empty() {
             groups.push((0, Vec::new()));
         }
-        SetPlan::from_parts(prefix, groups, metadata, options)
+        StagedPlan::from_parts(prefix, groups, metadata, options)
     }
 
     /// A plan of explicit files: `(writer, tensors)` for each, in file
@@ -195,9 +217,9 @@ impl SetPlan {
         parts: Vec<(usize, Vec<TensorSpec>)>,
         metadata: Option<&Metadata>,
         options: &WriteOptions,
-    ) -> Result<SetPlan> {
+    ) -> Result<StagedPlan> {
         let count = parts.len();
-        let plan = SetPlan {
+        let plan = StagedPlan {
             prefix: prefix.to_string(),
             align: options.align,
             metadata: metadata.filter(|m| !m.is_empty()).cloned(),
@@ -215,7 +237,7 @@ impl SetPlan {
         Ok(plan)
     }
 
-    /// Checks what [`SetPlan::from_parts`] promises (also of a plan read
+    /// Checks what [`StagedPlan::from_parts`] promises (also of a plan read
     /// from a file).
     fn check(&self) -> Result<()> {
         let prefix = &self.prefix;
@@ -359,12 +381,12 @@ impl SetPlan {
         text
     }
 
-    /// Reads a plan's text back, checking it as [`SetPlan::from_parts`]
+    /// Reads a plan's text back, checking it as [`StagedPlan::from_parts`]
     /// does.
     ///
     /// # Errors
     /// [`Error::Output`] ([`OutputError::Staging`]) saying what is wrong.
-    pub fn from_json(text: &[u8]) -> Result<SetPlan> {
+    pub fn from_json(text: &[u8]) -> Result<StagedPlan> {
         let json: PlanJson =
             serde_json::from_slice(text).map_err(|e| staging(format!("not a set plan: {e}")))?;
         if json.format != PLAN_FORMAT || json.version != 1 {
@@ -390,7 +412,7 @@ impl SetPlan {
                 tensors,
             });
         }
-        let plan = SetPlan {
+        let plan = StagedPlan {
             prefix: json.prefix,
             align,
             metadata: json.metadata.filter(|m| !m.is_empty()),
@@ -462,7 +484,7 @@ pub trait SetStage {
     ///
     /// # Errors
     /// As said, or the store fails.
-    fn put_plan(&self, plan: &SetPlan) -> Result<()>;
+    fn put_plan(&self, plan: &StagedPlan) -> Result<()>;
 
     /// The staged plan's text, `None` when nothing is staged.
     ///
@@ -535,7 +557,7 @@ pub struct LocalStage {
 
 impl LocalStage {
     /// The staging folder of `plan` in `out_dir`.
-    pub fn new(out_dir: impl Into<PathBuf>, plan: &SetPlan) -> LocalStage {
+    pub fn new(out_dir: impl Into<PathBuf>, plan: &StagedPlan) -> LocalStage {
         let out_dir = out_dir.into();
         let staging = out_dir.join(format!("{STAGING_PREFIX}{}", plan.id()));
         LocalStage {
@@ -555,7 +577,7 @@ impl LocalStage {
     ///
     /// # Errors
     /// `out_dir` cannot be listed, or a staged plan cannot be read.
-    pub fn find(out_dir: &Path, prefix: &str) -> Result<Vec<(PathBuf, SetPlan)>> {
+    pub fn find(out_dir: &Path, prefix: &str) -> Result<Vec<(PathBuf, StagedPlan)>> {
         let entries = match fs::read_dir(out_dir) {
             Ok(entries) => entries,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -573,7 +595,7 @@ impl LocalStage {
             let Some(text) = read_plan(&dir.join(PLAN_FILE))? else {
                 continue; // being made, or being removed
             };
-            let plan = SetPlan::from_json(&text).map_err(|e| at(&dir.join(PLAN_FILE), e))?;
+            let plan = StagedPlan::from_json(&text).map_err(|e| at(&dir.join(PLAN_FILE), e))?;
             if plan.prefix() == prefix {
                 found.push((dir, plan));
             }
@@ -670,7 +692,7 @@ impl SetStage for LocalStage {
     type Sink = FileSink;
     type Lock = StageLock;
 
-    fn put_plan(&self, plan: &SetPlan) -> Result<()> {
+    fn put_plan(&self, plan: &StagedPlan) -> Result<()> {
         let text = plan.to_json();
         let plan_path = self.staging.join(PLAN_FILE);
         let fresh = !self.staging.exists();
@@ -834,13 +856,13 @@ fn same_file(_a: &fs::Metadata, _b: &fs::Metadata) -> bool {
 /// guarantees.
 ///
 /// ```
-/// use tensorfile_core::set::{Sharding, SetPlan, StagedSet};
+/// use tensorfile_core::set::{Sharding, StagedPlan, StagedSet};
 /// use tensorfile_core::{Dtype, TensorRef, TensorSpec, WriteOptions};
 /// let dir = tempfile::tempdir()?;
 /// let out = dir.path().join("out");
 /// let specs = [TensorSpec::new("a", Dtype::U8, [4]), TensorSpec::new("b", Dtype::U8, [4])];
 /// let options = WriteOptions::default().with_sync(false);
-/// let plan = SetPlan::new("model", &specs, None, &Sharding::MaxSize(4), 2, &options)?;
+/// let plan = StagedPlan::new("model", &specs, None, &Sharding::MaxSize(4), 2, &options)?;
 /// // Every process prepares the same plan; each writer writes its parts.
 /// let set = StagedSet::prepare(&out, plan)?;
 /// for (rank, name) in [(0, "a"), (1, "b")] {
@@ -855,7 +877,7 @@ fn same_file(_a: &fs::Metadata, _b: &fs::Metadata) -> bool {
 /// ```
 #[derive(Debug, Clone)]
 pub struct StagedSet<S: SetStage = LocalStage> {
-    plan: SetPlan,
+    plan: StagedPlan,
     stage: S,
 }
 
@@ -867,7 +889,7 @@ impl StagedSet<LocalStage> {
     /// # Errors
     /// Another plan for these files is staged; `out_dir` already holds
     /// files with the set's names; the plan cannot be written.
-    pub fn prepare(out_dir: impl Into<PathBuf>, plan: SetPlan) -> Result<Self> {
+    pub fn prepare(out_dir: impl Into<PathBuf>, plan: StagedPlan) -> Result<Self> {
         let stage = LocalStage::new(out_dir, &plan);
         StagedSet::with_stage(stage, plan)
     }
@@ -904,13 +926,13 @@ impl<S: SetStage> StagedSet<S> {
     ///
     /// # Errors
     /// As [`SetStage::put_plan`].
-    pub fn with_stage(stage: S, plan: SetPlan) -> Result<Self> {
+    pub fn with_stage(stage: S, plan: StagedPlan) -> Result<Self> {
         stage.put_plan(&plan)?;
         Ok(StagedSet { plan, stage })
     }
 
     /// The plan.
-    pub fn plan(&self) -> &SetPlan {
+    pub fn plan(&self) -> &StagedPlan {
         &self.plan
     }
 
@@ -1132,10 +1154,10 @@ mod tests {
             .collect()
     }
 
-    fn plan(specs: &[TensorSpec], writers: usize) -> SetPlan {
+    fn plan(specs: &[TensorSpec], writers: usize) -> StagedPlan {
         let mut meta = Metadata::new();
         meta.insert("format".into(), "pt".into());
-        SetPlan::new(
+        StagedPlan::new(
             "model",
             specs,
             Some(&meta),
@@ -1164,7 +1186,7 @@ mod tests {
         assert_eq!(p.parts_of(0), [0]);
         assert_eq!(p.parts_of(1), [1]);
         assert_eq!(p.parts()[1].file, "model-00002-of-00002.safetensors");
-        let back = SetPlan::from_json(p.to_json().as_bytes()).unwrap();
+        let back = StagedPlan::from_json(p.to_json().as_bytes()).unwrap();
         assert_eq!(back, p);
         assert_eq!(back.id(), p.id());
         assert_ne!(plan(&specs[..3], 2).id(), p.id());
@@ -1173,7 +1195,7 @@ mod tests {
         assert_eq!(index.total_size().unwrap(), Some(64));
         assert_eq!(index.weight_map["t3"], "model-00002-of-00002.safetensors");
         // Each writer's own tensors, split by size: files numbered by writer.
-        let per = SetPlan::per_writer(
+        let per = StagedPlan::per_writer(
             "model",
             &[specs[..3].to_vec(), vec![], specs[3..].to_vec()],
             32,
@@ -1193,7 +1215,7 @@ mod tests {
             br#"{"format":"tensorfile-set-plan","version":1,"prefix":"m","align":8,"metadata":null,"parts":[]}"#,
             br#"{"format":"tensorfile-set-plan","version":1,"prefix":"m","align":8,"metadata":null,"parts":[{"file":"m-00001-of-00002.safetensors","writer":0,"tensors":[["a","U8",[1]]]},{"file":"m-00002-of-00002.safetensors","writer":0,"tensors":[["a","U8",[1]]]}]}"#,
         ] {
-            assert!(SetPlan::from_json(bad).is_err(), "{}", String::from_utf8_lossy(bad));
+            assert!(StagedPlan::from_json(bad).is_err(), "{}", String::from_utf8_lossy(bad));
         }
     }
 
@@ -1269,6 +1291,33 @@ mod tests {
     }
 
     #[test]
+    fn a_set_of_one_file_has_no_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let (specs, data) = tensors();
+        let one = StagedPlan::new(
+            "model",
+            &specs,
+            None,
+            &Sharding::MaxSize(1 << 20),
+            3,
+            &WriteOptions::default(),
+        )
+        .unwrap();
+        assert_eq!(one.parts().len(), 1);
+        assert_eq!(one.index().unwrap(), None);
+        let set = StagedSet::prepare(dir.path(), one).unwrap();
+        // Writers with nothing to write write nothing.
+        assert!(set
+            .write_parts_of(2, &refs(&specs, &data), false)
+            .unwrap()
+            .is_empty());
+        set.write_parts_of(0, &refs(&specs, &data), false).unwrap();
+        let summary = set.commit(false).unwrap();
+        assert_eq!(summary.index, None);
+        assert_eq!(entries(dir.path()), ["model.safetensors"]);
+    }
+
+    #[test]
     fn an_interrupted_commit_is_finished_by_another() {
         let dir = tempfile::tempdir().unwrap();
         let (specs, data) = tensors();
@@ -1292,7 +1341,7 @@ mod tests {
         let err = StagedSet::prepare(dir.path(), other.clone()).unwrap_err();
         assert!(problem(err).contains("another plan"));
         // Another prefix is another set.
-        let mine = SetPlan::new(
+        let mine = StagedPlan::new(
             "other",
             &specs,
             None,
