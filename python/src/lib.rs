@@ -15,6 +15,7 @@ mod extras;
 mod handle;
 mod pyfile;
 mod remote;
+mod sets;
 mod transforms;
 mod write;
 
@@ -47,6 +48,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(transforms::quantize, m)?)?;
     m.add_function(wrap_pyfunction!(transforms::dequantize, m)?)?;
     m.add_function(wrap_pyfunction!(transforms::edit_metadata, m)?)?;
+    m.add_function(wrap_pyfunction!(sets::plan_set, m)?)?;
+    m.add_function(wrap_pyfunction!(sets::write_set_parts, m)?)?;
+    m.add_function(wrap_pyfunction!(sets::commit_set, m)?)?;
+    m.add_function(wrap_pyfunction!(sets::abort_set, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -13,6 +13,7 @@ from ._open import _safe_open_handle, safe_open
 from ._prefetch import PrefetchPlan
 from ._writer import Writer, save_stream
 from ._extras import convert, dequantize, edit_metadata, inspect, load_pytorch, quantize, validate
+from ._sets import abort_set, commit_set, plan_set, write_set_parts
 
 __all__ = [
     "SafetensorError",
@@ -32,5 +33,9 @@ __all__ = [
     "Writer",
     "save_stream",
     "inspect",
+    "plan_set",
+    "write_set_parts",
+    "commit_set",
+    "abort_set",
 ]
 

@@ -235,3 +235,22 @@ def dequantize(
     sync: bool = True,
     max_shard_size: Optional[int] = None,
 ) -> Dict[str, Any]: ...
+def plan_set(
+    out_dir: PathLike,
+    groups: Sequence[Sequence[Tuple[str, str, Sequence[int]]]],
+    *,
+    max_shard_size: int,
+    prefix: str,
+    metadata: Optional[Dict[str, str]] = None,
+    writers: int = 1,
+) -> Dict[str, Any]: ...
+def write_set_parts(
+    out_dir: PathLike,
+    tensors: Sequence[Tuple[str, str, Sequence[int], int, int]],
+    writer: int,
+    *,
+    prefix: str,
+    sync: bool = True,
+) -> List[str]: ...
+def commit_set(out_dir: PathLike, *, prefix: str, sync: bool = True) -> Dict[str, Any]: ...
+def abort_set(out_dir: PathLike, *, prefix: str) -> None: ...

@@ -20,7 +20,7 @@ from . import _frameworks, _native
 from ._native import TensorSpec, deserialize, serialize, serialize_file  # noqa: F401
 from ._open import safe_open  # noqa: F401
 
-__all__ = ["save", "save_file", "load", "load_file"]
+__all__ = ["save", "save_file", "load", "load_file", "save_set_parts"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -116,3 +116,31 @@ def load_file(
             return f.get_tensors(dtype=dtype)
     return _arrays(_native.load_file(os.fspath(filename), timeout=timeout))
 
+
+
+def save_set_parts(
+    tensor_dict: Dict[str, np.ndarray],
+    outdir: PathLike,
+    writer: int,
+    *,
+    prefix: str = "model",
+    sync: bool = True,
+) -> List[str]:
+    """Writes the shards a staged set's plan (:func:`tensorfile.plan_set`)
+    gives ``writer``, from ``tensor_dict``, into the set's staging folder;
+    :func:`tensorfile.commit_set` then publishes the set. Returns the
+    staged paths.
+
+    >>> import tensorfile
+    >>> from tensorfile.numpy import save_set_parts
+    >>> tensors = {"a": np.zeros(4), "b": np.ones(4)}
+    >>> _ = tensorfile.plan_set("out", {"a": ("F64", [4]), "b": ("F64", [4])},
+    ...                         writers=2, max_shard_size=32)
+    >>> _ = save_set_parts({"a": tensors["a"]}, "out", 0)  # in writer 0
+    >>> _ = save_set_parts({"b": tensors["b"]}, "out", 1)  # in writer 1
+    >>> _ = tensorfile.commit_set("out")  # in one process, after both
+    """
+    from ._sets import write_set_parts
+
+    keep_alive: List[Any] = []
+    return write_set_parts(_specs(tensor_dict, keep_alive), outdir, writer, prefix=prefix, sync=sync)

@@ -20,7 +20,16 @@ from . import _frameworks, _native
 from ._native import TensorSpec
 from ._open import safe_open
 
-__all__ = ["save", "save_file", "load", "load_file", "save_model", "load_model"]
+__all__ = [
+    "save",
+    "save_file",
+    "load",
+    "load_file",
+    "save_model",
+    "load_model",
+    "save_set_parts",
+    "save_distributed",
+]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -330,3 +339,64 @@ def load_model(
             lines.append(f"    Unexpected key(s) in state_dict: {listed}")
         raise RuntimeError("\n".join(lines))
     return sorted(missing), unexpected
+
+
+def save_set_parts(
+    tensors: Dict[str, torch.Tensor],
+    outdir: PathLike,
+    writer: int,
+    *,
+    prefix: str = "model",
+    sync: bool = True,
+) -> List[str]:
+    """Writes the shards a staged set's plan (:func:`tensorfile.plan_set`)
+    gives ``writer``, from ``tensors``, into the set's staging folder;
+    :func:`tensorfile.commit_set` then publishes the set."""
+    from ._sets import write_set_parts
+
+    keep_alive: List[Any] = []
+    return write_set_parts(_specs(tensors, keep_alive), outdir, writer, prefix=prefix, sync=sync)
+
+
+def save_distributed(
+    state_dict: Dict[str, torch.Tensor],
+    outdir: PathLike,
+    *,
+    max_shard_size: int = 5_000_000_000,
+    prefix: str = "model",
+    metadata: Optional[Dict[str, str]] = None,
+    group: Any = None,
+    sync: bool = True,
+) -> Dict[str, Any]:
+    """Saves one sharded set from every rank of ``torch.distributed`` (or
+    ``group``): each rank passes its own tensors and writes its own shards
+    (split by ``max_shard_size``); rank 0 stages the plan, and commits once
+    every rank has written (the index last). Nothing appears under
+    ``outdir``'s names until then; if any rank fails, the set is aborted
+    and every rank raises ``SafetensorError``. Returns ``{"files", "index",
+    "total_size"}`` on every rank. The process group must be initialized;
+    ``outdir`` must be on a file system every rank sees.
+
+    >>> # in each rank, after torch.distributed.init_process_group(...)
+    >>> save_distributed(my_part_of_the_state_dict, "checkpoint/")
+    """
+    import torch.distributed as dist
+
+    from ._sets import run_distributed
+
+    keep_alive: List[Any] = []
+    specs: Any
+    try:
+        specs = _specs(state_dict, keep_alive)
+    except Exception as e:  # shared with the other ranks, which would wait
+        specs = e
+    return run_distributed(
+        dist,
+        specs,
+        outdir,
+        group=group,
+        max_shard_size=max_shard_size,
+        prefix=prefix,
+        metadata=metadata,
+        sync=sync,
+    )

@@ -515,6 +515,14 @@ pub enum OutputError {
         /// The input as it was named.
         input: PathBuf,
     },
+    /// A set written by several processes ([`crate::set::StagedSet`]) is
+    /// not in a state for this step: no plan staged, another plan staged,
+    /// a part missing or not the plan's.
+    #[error("{problem}")]
+    Staging {
+        /// What is wrong, and what to do.
+        problem: String,
+    },
 }
 
 /// What kind of failure an error is: what to decide on (report a bad

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use tensorfile::set::{split, SplitOptions};
+use tensorfile::set::{split, SetStep, Sharding, SplitOptions, StagedPlan, StagedSet};
 use tensorfile::{Error, Progress, Result, WriteOptions};
 
 /// What to split, and how.
@@ -28,6 +28,11 @@ pub struct ShardRequest {
     pub sync: bool,
     /// One deadline, in seconds, for all of the input's remote reads.
     pub timeout: Option<f64>,
+    /// A step of writing the set from several processes instead of
+    /// splitting at once (see [`tensorfile::set::StagedSet`]): `input` is
+    /// the source of the tensors for `plan` and `write-part`, unused for
+    /// `commit` and `abort`.
+    pub step: Option<SetStep>,
 }
 
 impl Default for ShardRequest {
@@ -39,6 +44,7 @@ impl Default for ShardRequest {
             prefix: "model".into(),
             sync: true,
             timeout: None,
+            step: None,
         }
     }
 }
@@ -53,11 +59,25 @@ pub struct ShardReport {
     pub index: Option<PathBuf>,
     /// The input, as given.
     pub input: PathBuf,
+    /// For a step: the plan's id.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub plan_id: Option<String>,
+    /// For a step: the staging folder (`OUTDIR/.tensorfile-set-<id>`).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub staging: Option<PathBuf>,
+    /// The step run, if one was. `files` are then the plan's files
+    /// (`plan`), the staged ones written (`write-part`), the published
+    /// ones (`commit`), or none (`abort`).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub step: Option<SetStep>,
     /// Tensors written (the text's count; not a `--json` key).
     #[serde(skip)]
     pub tensors: usize,
     /// The data bytes across all shards.
     pub total_size: u64,
+    /// For a step: how many writers the plan names.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub writers: Option<usize>,
 }
 
 /// Whether `prefix` can begin a file name in the output directory.
@@ -78,6 +98,9 @@ pub(crate) fn check_prefix(prefix: &str) -> Result<()> {
 /// is not safetensors or cannot be read, a failed write.
 pub fn shard(request: &ShardRequest, progress: &dyn Progress) -> Result<ShardReport> {
     check_prefix(&request.prefix)?;
+    if let Some(step) = request.step {
+        return shard_step(request, step);
+    }
     let source = super::merge::open_source(&request.input, request.timeout)?;
     let options = SplitOptions::new(request.max_shard_size, request.prefix.clone())
         .with_write(WriteOptions::default().with_sync(request.sync));
@@ -87,7 +110,88 @@ pub fn shard(request: &ShardRequest, progress: &dyn Progress) -> Result<ShardRep
         files: summary.files,
         index: summary.index,
         input: request.input.clone(),
+        plan_id: None,
+        staging: None,
+        step: None,
         tensors: source.len(),
         total_size: summary.total_size,
+        writers: None,
     })
+}
+
+/// Runs one step of writing the set `request.out_dir` from several
+/// processes.
+fn shard_step(request: &ShardRequest, step: SetStep) -> Result<ShardReport> {
+    let options = WriteOptions::default().with_sync(request.sync);
+    let mut tensors = 0;
+    let set = match step {
+        SetStep::Plan { writers } => {
+            if writers == 0 {
+                return Err(Error::request("a set needs at least one writer"));
+            }
+            let source = super::merge::open_source(&request.input, request.timeout)?;
+            let specs: Vec<tensorfile::TensorSpec> = source
+                .tensor_data()
+                .iter()
+                .map(|t| tensorfile::TensorSpec::new(t.name(), t.dtype(), t.shape()))
+                .collect();
+            tensors = specs.len();
+            let metadata = source.metadata()?;
+            let plan = StagedPlan::new(
+                &request.prefix,
+                &specs,
+                Some(&metadata),
+                &Sharding::MaxSize(request.max_shard_size),
+                writers,
+                &options,
+            )?;
+            StagedSet::prepare(&request.out_dir, plan)?
+        }
+        _ => StagedSet::open(&request.out_dir, &request.prefix)?,
+    };
+    let plan = set.plan();
+    let staging = set.stage().staging().to_path_buf();
+    let mut report = ShardReport {
+        files: Vec::new(),
+        index: None,
+        input: request.input.clone(),
+        plan_id: Some(plan.id()),
+        staging: Some(staging.clone()),
+        step: Some(step),
+        tensors,
+        total_size: plan.total_size(),
+        writers: Some(plan.writers()),
+    };
+    match step {
+        SetStep::Plan { .. } => {
+            report.files = plan
+                .parts()
+                .iter()
+                .map(|p| request.out_dir.join(&p.file))
+                .collect();
+        }
+        SetStep::WritePart { writer } => {
+            if writer >= plan.writers() {
+                return Err(Error::request(format!(
+                    "the plan has {} writers (0 to {}), not writer {writer}",
+                    plan.writers(),
+                    plan.writers() - 1
+                )));
+            }
+            let source = super::merge::open_source(&request.input, request.timeout)?;
+            let tensors = source.tensor_data();
+            let written = set.write_parts_of(writer, &tensors, request.sync)?;
+            report.files = written
+                .iter()
+                .map(|&k| staging.join(&plan.parts()[k].file))
+                .collect();
+        }
+        SetStep::Commit => {
+            let summary = set.commit(request.sync)?;
+            report.files = summary.files;
+            report.index = summary.index;
+        }
+        SetStep::Abort => set.abort()?,
+    }
+    Ok(report)
 }

@@ -1,11 +1,14 @@
 //! `tensorfile shard IN OUTDIR --max-shard-size 5GB [--prefix model]`:
-//! split a file into shards the way huggingface_hub does.
+//! split a file into shards the way huggingface_hub does; with `--plan`,
+//! `--write-part`, `--commit` and `--abort`, write one set from several
+//! processes.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use super::size::parse_size;
-use tensorfile_ops::shard::{shard, ShardRequest};
+use tensorfile::set::SetStep;
+use tensorfile_ops::shard::{shard, ShardReport, ShardRequest};
 
 use super::words::{bytes, plural};
 use super::{out, Failure};
@@ -15,12 +18,36 @@ use crate::progress::Bar;
 #[derive(clap::Args)]
 pub struct Args {
     /// The file to split (or a directory or index, to re-shard a set).
+    /// With --commit or --abort, give OUTDIR alone.
     #[arg(value_name = "IN")]
     input: PathBuf,
     /// The directory to write the shards and index to (created if needed;
     /// must not already hold weights with this prefix).
     #[arg(value_name = "OUTDIR")]
-    out_dir: PathBuf,
+    out_dir: Option<PathBuf>,
+    /// Write the set from several processes, step 1: stage a plan (which
+    /// tensor goes to which shard, which writer writes each shard) in
+    /// OUTDIR/.tensorfile-set-<id>/. Nothing appears under OUTDIR's own
+    /// names until --commit.
+    #[arg(long, group = "step")]
+    plan: bool,
+    /// With --plan: how many writers the shards are dealt to, round-robin.
+    #[arg(long, value_name = "N", default_value_t = 1, requires = "plan")]
+    writers: usize,
+    /// Step 2, in each writer: write the shards the plan gives writer
+    /// RANK (0-based) into the staging folder, each atomically, taking the
+    /// tensors from IN. A rerun replaces only that writer's shards.
+    #[arg(long, value_name = "RANK", group = "step")]
+    write_part: Option<usize>,
+    /// Step 3, once every writer is done, in one process: check every
+    /// shard against the plan, move them into OUTDIR, write the index
+    /// last and remove the staging folder. Rerun it after an interrupted
+    /// commit.
+    #[arg(long, group = "step")]
+    commit: bool,
+    /// Remove the staged set (its plan and shards) instead.
+    #[arg(long, group = "step")]
+    abort: bool,
     /// Largest data size of a shard: bytes, or decimal KB, MB, GB, TB
     /// (5GB = 5,000,000,000 bytes). A larger tensor gets a shard alone.
     #[arg(long, value_name = "SIZE", default_value = "5GB", value_parser = parse_size)]
@@ -53,23 +80,60 @@ fn parse_prefix(s: &str) -> Result<String, String> {
 }
 
 impl Args {
-    /// The operation's request.
-    pub fn request(&self) -> ShardRequest {
-        ShardRequest {
-            input: self.input.clone(),
-            out_dir: self.out_dir.clone(),
+    /// The step of a set written by several processes, if one is asked.
+    fn step(&self) -> Option<SetStep> {
+        if self.plan {
+            Some(SetStep::Plan {
+                writers: self.writers,
+            })
+        } else if let Some(writer) = self.write_part {
+            Some(SetStep::WritePart { writer })
+        } else if self.commit {
+            Some(SetStep::Commit)
+        } else if self.abort {
+            Some(SetStep::Abort)
+        } else {
+            None
+        }
+    }
+
+    /// The operation's request: IN and OUTDIR, or OUTDIR alone for
+    /// --commit and --abort.
+    pub fn request(&self) -> Result<ShardRequest, Failure> {
+        let alone = matches!(self.step(), Some(SetStep::Commit | SetStep::Abort));
+        let (input, out_dir) = match (&self.out_dir, alone) {
+            (Some(out_dir), false) => (self.input.clone(), out_dir.clone()),
+            (None, true) => (PathBuf::new(), self.input.clone()),
+            (None, false) => return Err(super::Usage::failure("give IN and OUTDIR")),
+            (Some(_), true) => {
+                return Err(super::Usage::failure(
+                    "--commit and --abort take OUTDIR alone",
+                ))
+            }
+        };
+        Ok(ShardRequest {
+            input,
+            out_dir,
             max_shard_size: self.max_shard_size,
             prefix: self.prefix.clone(),
             sync: !self.no_sync,
             timeout: super::remote::timeout_seconds(),
-        }
+            step: self.step(),
+        })
     }
 }
 
-/// Splits IN into OUTDIR.
+/// Splits IN into OUTDIR, or runs a step of a set written by several
+/// processes.
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
+    let request = args.request()?;
+    if let Some(step) = request.step {
+        let report = shard(&request, &())?;
+        print_step(&report, step, args.json)?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let bar = Bar::bytes_when_told("shard", |message| super::warn(message));
-    let report = shard(&args.request(), &bar)?;
+    let report = shard(&request, &bar)?;
     drop(bar);
     if args.json {
         super::out_json(&report)?;
@@ -88,4 +152,38 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         ));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Prints what a step did: its files, then a line saying what it was.
+fn print_step(report: &ShardReport, step: SetStep, json: bool) -> Result<(), Failure> {
+    if json {
+        return super::out_json(report);
+    }
+    for file in &report.files {
+        out(file.display());
+    }
+    if let Some(index) = &report.index {
+        out(index.display());
+    }
+    let staging = report.staging.clone().unwrap_or_default();
+    let what = match step {
+        SetStep::Plan { .. } => format!(
+            "planned {} for {}, staged in {}",
+            plural(report.files.len() as u64, "shard"),
+            plural(report.writers.unwrap_or(1) as u64, "writer"),
+            staging.display()
+        ),
+        SetStep::WritePart { writer } => format!(
+            "writer {writer} staged {}",
+            plural(report.files.len() as u64, "shard")
+        ),
+        SetStep::Commit => format!(
+            "committed {}, {} of data",
+            plural(report.files.len() as u64, "shard"),
+            bytes(report.total_size)
+        ),
+        SetStep::Abort => format!("removed {}", staging.display()),
+    };
+    out(what);
+    Ok(())
 }

@@ -22,6 +22,7 @@ mod quant;
 mod remote;
 mod rewrite;
 mod saves;
+mod staged;
 mod truncated;
 mod truthful;
 mod validate_inspect;

@@ -61,6 +61,8 @@ pub use file::AtomicFile;
 pub use partial::{PartialFile, PARTIAL_SUFFIX};
 pub use set::AtomicSet;
 pub use target::check_not_input;
+#[cfg(test)]
+pub(crate) use temp::temp_name;
 pub use temp::{remove_temporaries, remove_temporaries_on_signal};
 
 use crate::error::WriteError;

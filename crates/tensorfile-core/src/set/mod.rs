@@ -50,11 +50,16 @@ use crate::Metadata;
 
 mod load;
 pub(crate) mod names;
+mod staged;
 mod write;
 
 pub use crate::error::ShardError;
 pub use load::{Loaded, Want};
 pub use names::{DIFFUSERS_INDEX_NAME, DIFFUSERS_SINGLE_NAME, DIR_NAMES, INDEX_NAME, SINGLE_NAME};
+pub use staged::{
+    LocalStage, PartHead, PlanPart, SetStage, SetStep, StageLock, StagedPlan, StagedSet,
+    STAGING_PREFIX,
+};
 pub use write::{merge, save_set, split, Sharding, SplitOptions, SplitSummary};
 
 /// The largest index file read, in bytes: an index lists names only, so

@@ -26,7 +26,7 @@ use crate::plan::Plan;
 use crate::progress::Progress;
 use crate::save_plan;
 use crate::set::{SetTensor, ShardIndex, ShardedTensors};
-use crate::writer::WriteOptions;
+use crate::writer::{TensorSpec, WriteOptions};
 
 /// Groups tensor sizes (in source order) into shards the way huggingface_hub
 /// does; each shard lists positions into `sizes` (`[3, 3, 9, 4, 2]` within
@@ -96,8 +96,36 @@ pub struct SplitSummary {
     pub total_size: u64,
 }
 
+/// The index of a set: each tensor's file (`(spec, k)`: file `k` of
+/// `count`), `total_size` and `total_parameters` (as transformers writes
+/// it).
+pub(crate) fn set_index<'s>(
+    tensors: impl Iterator<Item = (&'s TensorSpec, &'s usize)>,
+    prefix: &str,
+    count: usize,
+) -> Result<ShardIndex> {
+    let mut weight_map = BTreeMap::new();
+    let (mut total_size, mut total_parameters) = (0u64, 0u128);
+    for (spec, &k) in tensors {
+        total_size = total_size.saturating_add(spec.byte_len().map_err(Error::from)?);
+        total_parameters += u128::from(crate::dtype::numel(&spec.shape).unwrap_or(0));
+        weight_map.insert(spec.name.clone(), shard_name(prefix, k, count));
+    }
+    let mut index = ShardIndex::new(total_size, weight_map);
+    index.metadata.insert_u64(
+        "total_parameters",
+        u64::try_from(total_parameters).unwrap_or(u64::MAX),
+    );
+    Ok(index)
+}
+
+/// The index's file name for `prefix`.
+pub(crate) fn index_name(prefix: &str) -> String {
+    format!("{prefix}.safetensors.index.json")
+}
+
 /// The file names a split into `count` shards uses.
-fn shard_name(prefix: &str, i: usize, count: usize) -> String {
+pub(crate) fn shard_name(prefix: &str, i: usize, count: usize) -> String {
     if count == 1 {
         format!("{prefix}.safetensors")
     } else {
@@ -107,7 +135,7 @@ fn shard_name(prefix: &str, i: usize, count: usize) -> String {
 
 /// Refuses an output directory already holding weights under this prefix:
 /// leftovers would make the result ambiguous or mix two models.
-fn check_out_dir(dir: &Path, prefix: &str) -> Result<()> {
+pub(crate) fn check_out_dir(dir: &Path, prefix: &str) -> Result<()> {
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
@@ -193,11 +221,15 @@ impl Sharding {
 
     /// The file of each tensor and the number of files.
     fn resolve<E: From<Error> + Send>(&self, plan: &Plan<'_, E>) -> Result<(Vec<usize>, usize)> {
+        self.resolve_specs(plan.specs())
+    }
+
+    /// The file of each of `specs` and the number of files.
+    pub(crate) fn resolve_specs(&self, specs: &[TensorSpec]) -> Result<(Vec<usize>, usize)> {
         match self {
             Sharding::Given { parts, count } => Ok((parts.clone(), (*count).max(1))),
             Sharding::MaxSize(max) => {
-                let sizes = plan
-                    .specs()
+                let sizes = specs
                     .iter()
                     .map(|s| s.byte_len())
                     .collect::<Result<Vec<u64>, _>>()?;
@@ -250,20 +282,10 @@ pub fn save_set<E: From<Error> + Send>(
     for file in temps {
         set.add(file)?;
     }
-    let mut weight_map = BTreeMap::new();
-    let (mut total_size, mut total_parameters) = (0u64, 0u128);
-    for (spec, &k) in plan.specs().iter().zip(&parts) {
-        total_size = total_size.saturating_add(spec.byte_len().map_err(Error::from)?);
-        total_parameters += u128::from(crate::dtype::numel(&spec.shape).unwrap_or(0));
-        weight_map.insert(spec.name.clone(), shard_name(prefix, k, count));
-    }
+    let index = set_index(plan.specs().iter().zip(&parts), prefix, count)?;
+    let total_size = index.total_size().ok().flatten().unwrap_or(0);
     let index = if count > 1 {
-        let path = out_dir.join(format!("{prefix}.safetensors.index.json"));
-        let mut index = ShardIndex::new(total_size, weight_map);
-        index.metadata.insert_u64(
-            "total_parameters",
-            u64::try_from(total_parameters).unwrap_or(u64::MAX),
-        );
+        let path = out_dir.join(index_name(prefix));
         let file = set.create(&path)?;
         file.write_all_at(index.to_json().as_bytes(), 0)?;
         set.add(file)?;
