@@ -11,6 +11,8 @@ without running pickle, casts on load, conversion, quantization.
 from ._native import SafetensorError, TensorSpec, __version__, deserialize, serialize, serialize_file
 from ._open import _safe_open_handle, safe_open
 from ._prefetch import PrefetchPlan
+from ._alias import patch_safetensors
+from ._ranks import CooperativePlan, Share, cooperative_plan, rank_plan, read_cooperative_share
 from ._extras import convert, dequantize, inspect, load_pytorch, quantize, validate
 
 __all__ = [
@@ -28,5 +30,11 @@ __all__ = [
     "quantize",
     "dequantize",
     "inspect",
+    "patch_safetensors",
+    "rank_plan",
+    "Share",
+    "cooperative_plan",
+    "CooperativePlan",
+    "read_cooperative_share",
 ]
 

@@ -115,3 +115,13 @@ def load_file(
             return f.get_tensors(dtype=dtype)
     return _arrays(_native.load_file(os.fspath(filename), timeout=timeout))
 
+
+
+def load_rank_share(path: Union[str, "os.PathLike[str]"], rules: str, world_size: int, rank: int) -> Dict[str, np.ndarray]:
+    """Rank ``rank``'s tensor-parallel share of ``path`` under ``rules``
+    with ``world_size`` ranks, as numpy arrays (see
+    :func:`tensorfile.torch.load_rank_share`): only the shares' bytes are
+    read."""
+    from ._ranks import load_rank_share as load
+
+    return load(path, rules, world_size, rank, "numpy", "cpu")

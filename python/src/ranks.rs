@@ -1,0 +1,139 @@
+//! Loading across processes (`tensorfile_core::ranks`): each rank's share
+//! of a tensor-parallel layout, and cooperative loads' segments, planned
+//! and read here; the collectives are the Python layer's (torch's).
+
+use pyo3::prelude::*;
+use tensorfile_core::ranks::{rank_plan as plan_ranks, Cooperative, RankRules, Share};
+
+use crate::errors;
+use crate::handle::Handle;
+
+/// One share as Python sees it: name, dtype code, share shape, full shape,
+/// the dimension split (None: whole) and the parts along it.
+type PyShare = (
+    String,
+    &'static str,
+    Vec<u64>,
+    Vec<u64>,
+    Option<usize>,
+    Vec<(u64, u64)>,
+);
+
+/// Rules from their text, or a preset's name (a word without `=`).
+fn rules(text: &str) -> tensorfile_core::Result<RankRules> {
+    let word = text.trim();
+    if !word.contains('=') && !word.is_empty() && !word.contains(char::is_whitespace) {
+        RankRules::preset(word)
+    } else {
+        RankRules::parse(text)
+    }
+}
+
+fn shares(handle: &Handle, text: &str, world: usize, rank: usize) -> PyResult<Vec<Share>> {
+    let source = handle.source()?;
+    let rules = rules(text).map_err(|e| errors::error(e.into()))?;
+    plan_ranks(source.infos(), &rules, world, rank).map_err(|e| errors::error(e.into()))
+}
+
+/// Rank `rank`'s shares of the tensors open in `handle` under `rules`
+/// (rule text or a preset's name) with `world` ranks, in data order.
+#[pyfunction]
+pub fn rank_plan(
+    handle: &Handle,
+    rules: &str,
+    world: usize,
+    rank: usize,
+) -> PyResult<Vec<PyShare>> {
+    Ok(shares(handle, rules, world, rank)?
+        .into_iter()
+        .map(|s| {
+            let parts = s.parts.iter().map(|p| (p.start, p.end)).collect();
+            (s.name, s.dtype.name(), s.shape, s.full_shape, s.dim, parts)
+        })
+        .collect())
+}
+
+/// Reads rank `rank`'s shares named in `outs` (name, address, length: the
+/// Python layer's checked, C-contiguous, writable memory of each share's
+/// size, alive and untouched until this returns), the interpreter released.
+#[pyfunction]
+pub fn read_rank_shares(
+    py: Python<'_>,
+    handle: &Handle,
+    rules: &str,
+    world: usize,
+    rank: usize,
+    outs: Vec<(String, usize, usize)>,
+) -> PyResult<()> {
+    let plan = shares(handle, rules, world, rank)?;
+    let source = handle.source()?;
+    py.detach(|| -> tensorfile_core::Result<()> {
+        for (name, address, length) in &outs {
+            let share = plan.iter().find(|s| &s.name == name).ok_or_else(|| {
+                tensorfile_core::Error::NotFound(format!("{name} (in rank {rank}'s plan)"))
+            })?;
+            let ptr = if *length == 0 {
+                std::ptr::NonNull::<u8>::dangling().as_ptr()
+            } else {
+                *address as *mut u8
+            };
+            // SAFETY: `length` writable bytes at `address`, alive and
+            // untouched by anyone else during this call (see above); a
+            // dangling, aligned pointer for no bytes.
+            let out = unsafe { std::slice::from_raw_parts_mut(ptr, *length) };
+            share.read_into(&*source, out)?;
+        }
+        Ok(())
+    })
+    .map_err(|e| errors::error(e.into()))
+}
+
+/// The cooperative layout of every tensor open in `handle` for `world`
+/// ranks: the flat buffer's length and each tensor's (name, dtype code,
+/// shape, offset in the buffer, bytes), in data order.
+#[pyfunction]
+pub fn cooperative_plan(
+    handle: &Handle,
+    world: usize,
+) -> PyResult<(u64, Vec<(String, &'static str, Vec<u64>, u64, u64)>)> {
+    let source = handle.source()?;
+    let coop = Cooperative::new(source.infos(), world).map_err(|e| errors::error(e.into()))?;
+    let tensors = coop
+        .tensors
+        .into_iter()
+        .map(|t| (t.name, t.dtype.name(), t.shape, t.at, t.nbytes))
+        .collect();
+    Ok((coop.len, tensors))
+}
+
+/// Reads rank `rank`'s segment of the cooperative layout for `world`
+/// ranks into the flat buffer of `length` bytes at `address` (held as
+/// [`read_rank_shares`] says); returns the bytes read.
+#[pyfunction]
+pub fn read_cooperative(
+    py: Python<'_>,
+    handle: &Handle,
+    world: usize,
+    rank: usize,
+    address: usize,
+    length: usize,
+) -> PyResult<u64> {
+    let source = handle.source()?;
+    let coop = Cooperative::new(source.infos(), world).map_err(|e| errors::error(e.into()))?;
+    if rank >= world {
+        return Err(errors::msg(format!(
+            "rank {rank} is outside a world of {world}"
+        )));
+    }
+    py.detach(|| {
+        let ptr = if length == 0 {
+            std::ptr::NonNull::<u8>::dangling().as_ptr()
+        } else {
+            address as *mut u8
+        };
+        // SAFETY: as in `read_rank_shares`.
+        let buf = unsafe { std::slice::from_raw_parts_mut(ptr, length) };
+        coop.read_share(rank, &*source, buf)
+    })
+    .map_err(|e| errors::error(e.into()))
+}
