@@ -430,6 +430,11 @@ impl Handle {
         }
     }
 
+    /// The path (or URL) opened, when there is one: errors name it.
+    pub(crate) fn opened(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
     pub(crate) fn source(&self) -> PyResult<Arc<Source>> {
         let guard = self
             .source

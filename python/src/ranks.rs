@@ -29,10 +29,19 @@ fn rules(text: &str) -> tensorfile_core::Result<RankRules> {
     }
 }
 
+/// The error, naming the file or set opened (rule text errors name their
+/// line instead).
+fn named(handle: &Handle, e: tensorfile_core::Error) -> PyErr {
+    match (handle.opened(), &e) {
+        (_, tensorfile_core::Error::RankRules { .. }) | (None, _) => errors::error(e.into()),
+        (Some(path), _) => errors::error(e.at(path).into()),
+    }
+}
+
 fn shares(handle: &Handle, text: &str, world: usize, rank: usize) -> PyResult<Vec<Share>> {
     let source = handle.source()?;
-    let rules = rules(text).map_err(|e| errors::error(e.into()))?;
-    plan_ranks(source.infos(), &rules, world, rank).map_err(|e| errors::error(e.into()))
+    let rules = rules(text).map_err(|e| named(handle, e))?;
+    plan_ranks(source.infos(), &rules, world, rank).map_err(|e| named(handle, e))
 }
 
 /// Rank `rank`'s shares of the tensors open in `handle` under `rules`
