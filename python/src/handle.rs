@@ -32,7 +32,6 @@ use tensorfile::InputKind as Kind;
 use tensorfile::{
     ByteSource, Dtype, FileSource, Metadata, ReadOptions, SafeTensors, SliceArg, TensorInfo,
 };
-use tensorfile_core::ranks::ReadTensor;
 use tensorfile_core::read::{ReadPlan, ReadStats, TensorBytes};
 use tensorfile_core::set::Want;
 use tensorfile_core::{PrivateMap, ShardedTensors, TensorSlice};

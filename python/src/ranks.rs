@@ -19,6 +19,10 @@ type PyShare = (
     Vec<(u64, u64)>,
 );
 
+/// A tensor of a cooperative layout as Python sees it: name, dtype code,
+/// shape, offset in the flat buffer, bytes.
+type PyPlaced = (String, &'static str, Vec<u64>, u64, u64);
+
 /// Rules from their text, or a preset's name (a word without `=`).
 fn rules(text: &str) -> tensorfile_core::Result<RankRules> {
     let word = text.trim();
@@ -101,10 +105,7 @@ pub fn read_rank_shares(
 /// ranks: the flat buffer's length and each tensor's (name, dtype code,
 /// shape, offset in the buffer, bytes), in data order.
 #[pyfunction]
-pub fn cooperative_plan(
-    handle: &Handle,
-    world: usize,
-) -> PyResult<(u64, Vec<(String, &'static str, Vec<u64>, u64, u64)>)> {
+pub fn cooperative_plan(handle: &Handle, world: usize) -> PyResult<(u64, Vec<PyPlaced>)> {
     let source = handle.source()?;
     let coop = Cooperative::new(source.infos(), world).map_err(|e| errors::error(e.into()))?;
     let tensors = coop
