@@ -101,13 +101,46 @@ pub fn read_rank_shares(
     .map_err(|e| errors::error(e.into()))
 }
 
-/// The cooperative layout of every tensor open in `handle` for `world`
-/// ranks: the flat buffer's length and each tensor's (name, dtype code,
-/// shape, offset in the buffer, bytes), in data order.
-#[pyfunction]
-pub fn cooperative_plan(handle: &Handle, world: usize) -> PyResult<(u64, Vec<PyPlaced>)> {
+/// The layout of the tensors named (all when `names` is None), in data
+/// order; a name the file does not hold is an error naming it.
+fn layout(handle: &Handle, world: usize, names: Option<&[String]>) -> PyResult<Cooperative> {
     let source = handle.source()?;
-    let coop = Cooperative::new(source.infos(), world).map_err(|e| errors::error(e.into()))?;
+    let infos = source.infos();
+    let chosen = match names {
+        None => infos,
+        Some(names) => {
+            let wanted: std::collections::HashSet<&str> =
+                names.iter().map(String::as_str).collect();
+            if let Some(missing) = names
+                .iter()
+                .find(|n| !infos.iter().any(|i| i.name == n.as_str()))
+            {
+                return Err(named(
+                    handle,
+                    tensorfile_core::Error::NotFound(missing.clone()),
+                ));
+            }
+            infos
+                .into_iter()
+                .filter(|i| wanted.contains(i.name))
+                .collect()
+        }
+    };
+    Cooperative::new(chosen, world).map_err(|e| named(handle, e))
+}
+
+/// The cooperative layout of the tensors open in `handle` (those in
+/// `names`, or all) for `world` ranks: the flat buffer's length and each
+/// tensor's (name, dtype code, shape, offset in the buffer, bytes), in data
+/// order.
+#[pyfunction]
+#[pyo3(signature = (handle, world, names = None))]
+pub fn cooperative_plan(
+    handle: &Handle,
+    world: usize,
+    names: Option<Vec<String>>,
+) -> PyResult<(u64, Vec<PyPlaced>)> {
+    let coop = layout(handle, world, names.as_deref())?;
     let tensors = coop
         .tensors
         .into_iter()
@@ -117,9 +150,11 @@ pub fn cooperative_plan(handle: &Handle, world: usize) -> PyResult<(u64, Vec<PyP
 }
 
 /// Reads rank `rank`'s segment of the cooperative layout for `world`
-/// ranks into the flat buffer of `length` bytes at `address` (held as
+/// ranks (of the tensors in `names`, or all) into the flat buffer of
+/// `length` bytes at `address`, or its segment alone (held as
 /// [`read_rank_shares`] says); returns the bytes read.
 #[pyfunction]
+#[pyo3(signature = (handle, world, rank, address, length, names = None))]
 pub fn read_cooperative(
     py: Python<'_>,
     handle: &Handle,
@@ -127,9 +162,10 @@ pub fn read_cooperative(
     rank: usize,
     address: usize,
     length: usize,
+    names: Option<Vec<String>>,
 ) -> PyResult<u64> {
     let source = handle.source()?;
-    let coop = Cooperative::new(source.infos(), world).map_err(|e| errors::error(e.into()))?;
+    let coop = layout(handle, world, names.as_deref())?;
     if rank >= world {
         return Err(errors::msg(format!(
             "rank {rank} is outside a world of {world}"

@@ -108,20 +108,24 @@ def load_rank_share(
     return out
 
 
-def cooperative_plan(path: PathLike, world_size: int) -> CooperativePlan:
-    """The cooperative layout of every tensor in ``path`` for ``world_size``
-    ranks (see :class:`CooperativePlan`)."""
+def cooperative_plan(path: PathLike, world_size: int, names: Optional[List[str]] = None) -> CooperativePlan:
+    """The cooperative layout of the tensors in ``path`` (those in
+    ``names``, in data order, or all) for ``world_size`` ranks (see
+    :class:`CooperativePlan`)."""
     _check_world(world_size)
-    nbytes, tensors = _native.cooperative_plan(_handle(path), world_size)
+    nbytes, tensors = _native.cooperative_plan(_handle(path), world_size, _names(names))
     placed = tuple(Placed(n, c, tuple(s), at, size) for n, c, s, at, size in tensors)
     return CooperativePlan(nbytes, world_size, placed)
 
 
-def read_cooperative_share(path: PathLike, world_size: int, rank: int, out: Any) -> int:
+def read_cooperative_share(
+    path: PathLike, world_size: int, rank: int, out: Any, names: Optional[List[str]] = None
+) -> int:
     """Reads rank ``rank``'s segment of the cooperative layout of ``path``
-    into ``out``, the whole flat buffer (a writeable, C-contiguous uint8
-    numpy array or CPU torch tensor of the plan's ``nbytes``; only the
-    segment is written). Returns the bytes read."""
+    (of the tensors in ``names``, or all) into ``out``: the whole flat
+    buffer (a writeable, C-contiguous uint8 numpy array or CPU torch tensor
+    of the plan's ``nbytes``; only the segment is written) or the segment
+    alone. Returns the bytes read."""
     _check_world(world_size, rank)
     dest = _frameworks.Destination(out)
     if dest.device != "cpu" or not dest.contiguous or not dest.writeable or not dest.is_bytes:
@@ -129,7 +133,15 @@ def read_cooperative_share(path: PathLike, world_size: int, rank: int, out: Any)
             f"read_cooperative_share: out ({dest.describe()} on {dest.device}) must be a writeable, "
             "C-contiguous uint8 array on the CPU"
         )
-    return _native.read_cooperative(_handle(path), world_size, rank, dest.address, dest.nbytes)
+    return _native.read_cooperative(_handle(path), world_size, rank, dest.address, dest.nbytes, _names(names))
+
+
+def _names(names: Optional[List[str]]) -> Optional[List[str]]:
+    if names is None:
+        return None
+    if isinstance(names, str):
+        raise TypeError("names is a list of tensor names, not a str")
+    return list(names)
 
 
 def view_tensors(plan: CooperativePlan, buffer: Any, framework: str = "numpy") -> Dict[str, Any]:

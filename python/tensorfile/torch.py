@@ -358,8 +358,11 @@ def load_rank_share(
     return load(path, rules, world_size, rank, "pt", device)
 
 
-def load_cooperative(path: PathLike, group: Any = None, device: Any = "cpu") -> Dict[str, torch.Tensor]:
-    """Every tensor of ``path`` in every rank of ``torch.distributed``'s
+def load_cooperative(
+    path: PathLike, group: Any = None, device: Any = "cpu", names: Optional[List[str]] = None
+) -> Dict[str, torch.Tensor]:
+    """Every tensor of ``path`` (or those in ``names``: the replicated ones
+    beside a rank plan, say) in every rank of ``torch.distributed``'s
     ``group`` (the default group when None), each byte read from storage
     once in all: each rank reads a disjoint, balanced segment of one flat
     buffer (cut at byte level, across tensors and files), then the ranks
@@ -380,15 +383,15 @@ def load_cooperative(path: PathLike, group: Any = None, device: Any = "cpu") -> 
     world = dist.get_world_size(group)
     rank = dist.get_rank(group)
     handle = _handle(path)
-    plan = cooperative_plan(handle, world)
+    plan = cooperative_plan(handle, world, names)
     start, stop = plan.segment(rank)
     if _frameworks.is_cpu(device):
         buffer = torch.empty(plan.nbytes, dtype=torch.uint8)
-        read_cooperative_share(handle, world, rank, buffer)
+        read_cooperative_share(handle, world, rank, buffer, names)
     else:
         buffer = torch.empty(plan.nbytes, dtype=torch.uint8, device=_frameworks.torch_device(device))
         staging = torch.empty(stop - start, dtype=torch.uint8, pin_memory=torch.cuda.is_available())
-        read_cooperative_share(handle, world, rank, staging)
+        read_cooperative_share(handle, world, rank, staging, names)
         buffer[start:stop].copy_(staging)
     if world > 1:
         if dist.get_backend(group) == "nccl":

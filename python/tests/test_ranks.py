@@ -186,3 +186,19 @@ def test_remote_reads_count_each_byte_once(tmp_path):
         np.testing.assert_array_equal(got["w3"], t["w3"][128:])
     finally:
         server.stop()
+
+
+def test_cooperative_loads_of_some_tensors(model_dir):
+    path, tensors = model_dir
+    # The replicated tensors beside a rank plan, say.
+    names = ["layers.1.norm.weight", "layers.0.norm.weight"]
+    plan = cooperative_plan(str(path), 2, names)
+    assert [t.name for t in plan.tensors] == sorted(names)
+    buffer = np.zeros(plan.nbytes, dtype=np.uint8)
+    read = sum(read_cooperative_share(str(path), 2, r, buffer, names) for r in range(2))
+    assert read == sum(tensors[n].nbytes for n in names)
+    views = tensorfile._ranks.view_tensors(plan, buffer)
+    for n in names:
+        np.testing.assert_array_equal(views[n], tensors[n])
+    with pytest.raises(SafetensorError, match="no tensor named \"nope\""):
+        cooperative_plan(str(path), 2, ["nope"])
