@@ -68,7 +68,7 @@ impl Backend {
 }
 
 /// What is open.
-enum Source {
+pub(crate) enum Source {
     /// One safetensors file, its header read with positional reads; with
     /// `map`, large tensors are mapped from it.
     File {
@@ -89,6 +89,48 @@ enum Source {
         set: ShardedTensors,
         files: Vec<File>,
     },
+}
+
+/// Rank plans and cooperative loads read any source.
+impl tensorfile_core::ranks::ReadTensor for Source {
+    fn read_tensor_into(
+        &self,
+        name: &str,
+        slice: Option<&[SliceArg]>,
+        out: &mut [u8],
+    ) -> tensorfile_core::Result<()> {
+        match self {
+            Source::File { file, .. } => file.read_tensor_into(name, slice, out),
+            Source::Stream(s) => s.read_tensor_into(name, slice, out),
+            Source::Bytes(s) => s.read_tensor_into(name, slice, out),
+            Source::Remote(s) => s.read_tensor_into(name, slice, out),
+            Source::Set { set, .. } => set.read_tensor_into(name, slice, out),
+        }
+    }
+
+    fn read_data_at(&self, name: &str, start: u64, out: &mut [u8]) -> tensorfile_core::Result<()> {
+        match self {
+            Source::File { file, .. } => file.read_data_at(name, start, out),
+            Source::Stream(s) => s.read_data_at(name, start, out),
+            Source::Bytes(s) => s.read_data_at(name, start, out),
+            Source::Remote(s) => s.read_data_at(name, start, out),
+            Source::Set { set, .. } => set.read_data_at(name, start, out),
+        }
+    }
+
+    fn read_data_ranges(
+        &self,
+        name: &str,
+        ranges: &mut [(u64, &mut [u8])],
+    ) -> tensorfile_core::Result<()> {
+        match self {
+            Source::File { file, .. } => file.read_data_ranges(name, ranges),
+            Source::Stream(s) => s.read_data_ranges(name, ranges),
+            Source::Bytes(s) => s.read_data_ranges(name, ranges),
+            Source::Remote(s) => s.read_data_ranges(name, ranges),
+            Source::Set { set, .. } => set.read_data_ranges(name, ranges),
+        }
+    }
 }
 
 /// A tensor's bytes in a buffer of their own: a private map of `file`'s
@@ -206,7 +248,7 @@ impl Source {
     }
 
     /// Every tensor's description, in data order (shard by shard for a set).
-    fn infos(&self) -> Vec<TensorInfo<'_>> {
+    pub(crate) fn infos(&self) -> Vec<TensorInfo<'_>> {
         match self {
             Source::File { file, .. } => file.header().tensors().collect(),
             Source::Stream(f) => f.header().tensors().collect(),
@@ -387,7 +429,12 @@ impl Handle {
         }
     }
 
-    fn source(&self) -> PyResult<Arc<Source>> {
+    /// The path (or URL) opened, when there is one: errors name it.
+    pub(crate) fn opened(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    pub(crate) fn source(&self) -> PyResult<Arc<Source>> {
         let guard = self
             .source
             .read()

@@ -14,6 +14,7 @@ mod errors;
 mod extras;
 mod handle;
 mod pyfile;
+mod ranks;
 mod remote;
 mod sets;
 mod transforms;
@@ -44,6 +45,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(extras::carrier, m)?)?;
     m.add_function(wrap_pyfunction!(extras::framework_dtype_names, m)?)?;
     m.add_function(wrap_pyfunction!(extras::inspect_json, m)?)?;
+    m.add_function(wrap_pyfunction!(ranks::rank_plan, m)?)?;
+    m.add_function(wrap_pyfunction!(ranks::read_rank_shares, m)?)?;
+    m.add_function(wrap_pyfunction!(ranks::cooperative_plan, m)?)?;
+    m.add_function(wrap_pyfunction!(ranks::read_cooperative, m)?)?;
     m.add_function(wrap_pyfunction!(transforms::convert, m)?)?;
     m.add_function(wrap_pyfunction!(transforms::quantize, m)?)?;
     m.add_function(wrap_pyfunction!(transforms::dequantize, m)?)?;

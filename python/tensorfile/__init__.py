@@ -14,6 +14,8 @@ from ._prefetch import PrefetchPlan
 from ._writer import Writer, save_stream
 from ._extras import convert, dequantize, edit_metadata, inspect, load_pytorch, quantize, validate
 from ._sets import abort_set, commit_set, plan_set, write_set_parts
+from ._alias import patch_safetensors
+from ._ranks import CooperativePlan, Share, cooperative_plan, rank_plan, read_cooperative_share
 
 __all__ = [
     "SafetensorError",
@@ -37,5 +39,11 @@ __all__ = [
     "write_set_parts",
     "commit_set",
     "abort_set",
+    "patch_safetensors",
+    "rank_plan",
+    "Share",
+    "cooperative_plan",
+    "CooperativePlan",
+    "read_cooperative_share",
 ]
 

@@ -117,7 +117,6 @@ def load_file(
     return _arrays(_native.load_file(os.fspath(filename), timeout=timeout))
 
 
-
 def save_set_parts(
     tensor_dict: Dict[str, np.ndarray],
     outdir: PathLike,
@@ -144,3 +143,13 @@ def save_set_parts(
 
     keep_alive: List[Any] = []
     return write_set_parts(_specs(tensor_dict, keep_alive), outdir, writer, prefix=prefix, sync=sync)
+
+
+def load_rank_share(path: Union[str, "os.PathLike[str]"], rules: str, world_size: int, rank: int) -> Dict[str, np.ndarray]:
+    """Rank ``rank``'s tensor-parallel share of ``path`` under ``rules``
+    with ``world_size`` ranks, as numpy arrays (see
+    :func:`tensorfile.torch.load_rank_share`): only the shares' bytes are
+    read."""
+    from ._ranks import load_rank_share as load
+
+    return load(path, rules, world_size, rank, "numpy", "cpu")

@@ -400,3 +400,69 @@ def save_distributed(
         metadata=metadata,
         sync=sync,
     )
+
+
+def load_rank_share(
+    path: PathLike, rules: str, world_size: int, rank: int, device: Any = "cpu"
+) -> Dict[str, torch.Tensor]:
+    """Rank ``rank``'s tensor-parallel share of ``path`` (a file, a sharded
+    set's directory or index, or a URL) under ``rules`` (rule text or a
+    preset's name, ``"llama"``; see :func:`tensorfile.rank_plan`), with
+    ``world_size`` ranks: each tensor this rank reads, sliced as the rules
+    say, on ``device``. Only the shares' bytes are read. The rank and world
+    are given, not asked of ``torch.distributed``: any process can load any
+    rank's share.
+
+    >>> from tensorfile.torch import load_rank_share
+    >>> shard = load_rank_share("model/", "llama", world_size=2, rank=0)
+    """
+    from ._ranks import load_rank_share as load
+
+    return load(path, rules, world_size, rank, "pt", device)
+
+
+def load_cooperative(
+    path: PathLike, group: Any = None, device: Any = "cpu", names: Optional[List[str]] = None
+) -> Dict[str, torch.Tensor]:
+    """Every tensor of ``path`` (or those in ``names``: the replicated ones
+    beside a rank plan, say) in every rank of ``torch.distributed``'s
+    ``group`` (the default group when None), each byte read from storage
+    once in all: each rank reads a disjoint, balanced segment of one flat
+    buffer (cut at byte level, across tensors and files), then the ranks
+    exchange their segments, with one ``all_gather_into_tensor`` on NCCL
+    and a ``broadcast`` per segment on other backends (gloo). Collective:
+    every rank of the group must call it with the same ``path``. Returns
+    views of the flat buffer, on ``device`` (``"cuda:N"`` with NCCL: the
+    segment is read into host memory, then copied to the device).
+
+    >>> import torch.distributed as dist
+    >>> dist.init_process_group("gloo")
+    >>> state_dict = load_cooperative("model.safetensors")
+    """
+    import torch.distributed as dist
+
+    from ._ranks import _handle, cooperative_plan, read_cooperative_share, view_tensors
+
+    world = dist.get_world_size(group)
+    rank = dist.get_rank(group)
+    handle = _handle(path)
+    plan = cooperative_plan(handle, world, names)
+    start, stop = plan.segment(rank)
+    if _frameworks.is_cpu(device):
+        buffer = torch.empty(plan.nbytes, dtype=torch.uint8)
+        read_cooperative_share(handle, world, rank, buffer, names)
+    else:
+        buffer = torch.empty(plan.nbytes, dtype=torch.uint8, device=_frameworks.torch_device(device))
+        staging = torch.empty(stop - start, dtype=torch.uint8, pin_memory=torch.cuda.is_available())
+        read_cooperative_share(handle, world, rank, staging, names)
+        buffer[start:stop].copy_(staging)
+    if world > 1:
+        if dist.get_backend(group) == "nccl":
+            # In place: this rank's segment is its input.
+            dist.all_gather_into_tensor(buffer, buffer[start:stop], group=group)
+        else:
+            size = plan.nbytes // world
+            for src in range(world):
+                source = src if group is None else dist.get_global_rank(group, src)
+                dist.broadcast(buffer[src * size : (src + 1) * size], source, group=group)
+    return view_tensors(plan, buffer, "pt")

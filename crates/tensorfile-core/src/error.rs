@@ -700,6 +700,15 @@ pub enum Error {
         /// Bytes the buffer holds.
         actual: u64,
     },
+    /// Rank rules ([`crate::ranks`]) that do not parse, or a world or rank
+    /// they cannot serve (`line` 0: not about a line).
+    #[error("rank rules{}: {problem}", if *line > 0 { format!(" line {line}") } else { String::new() })]
+    RankRules {
+        /// The line of the rules text (from 1), or 0.
+        line: usize,
+        /// What is wrong.
+        problem: String,
+    },
     /// A well-formed file holds a dtype the reader does not accept
     /// ([`crate::ReadOptions::accept`]): an unsupported format, not a
     /// malformed one.
@@ -790,9 +799,10 @@ impl Error {
             Error::Io { source, .. } | Error::Stream(source) => ErrorKind::of_io(source),
             Error::File { source, .. } | Error::Set { source, .. } => source.kind(),
             Error::NotFound(_) => ErrorKind::NotFound,
-            Error::DtypeMismatch { .. } | Error::Slice { .. } | Error::DestinationLength { .. } => {
-                ErrorKind::InvalidArgument
-            }
+            Error::DtypeMismatch { .. }
+            | Error::Slice { .. }
+            | Error::DestinationLength { .. }
+            | Error::RankRules { .. } => ErrorKind::InvalidArgument,
             Error::UnsupportedDtype { .. } | Error::UnsupportedFormat { .. } => {
                 ErrorKind::Unsupported
             }

@@ -18,6 +18,8 @@
 //!   transforms produce and writers consume.
 //! - [`read`]: read plans: tensors and slices read at once with parallel
 //!   positional reads under a memory budget, into new or the caller's memory.
+//! - [`ranks`]: loading across processes: each rank's share of tensor-parallel
+//!   layouts, and cooperative loads where each rank reads a disjoint part.
 //! - [`progress`]: the one trait long work reports its progress through.
 //! - [`set`]: sharded sets (an index and its shards, local or at any
 //!   [`Location`](set::Location)), read and written.
@@ -53,6 +55,7 @@ mod kind;
 pub mod parallel;
 pub mod plan;
 pub mod progress;
+pub mod ranks;
 pub mod read;
 pub mod set;
 pub mod slice;

@@ -23,6 +23,7 @@ mod pytorch_convert;
 mod pytorch_hostile;
 mod pytorch_real;
 mod quant;
+mod ranks;
 mod read_plans;
 mod reader;
 mod reference_verdicts;
