@@ -852,8 +852,8 @@ fn same_file(_a: &fs::Metadata, _b: &fs::Metadata) -> bool {
 }
 
 /// A set being written by several processes: its plan and where it is
-/// staged. See the [module docs](self) for the protocol and its
-/// guarantees.
+/// staged. The protocol and its guarantees: `docs/saves.md`, "One set,
+/// many writers".
 ///
 /// ```
 /// use tensorfile_core::set::{Sharding, StagedPlan, StagedSet};
@@ -1013,7 +1013,7 @@ impl<S: SetStage> StagedSet<S> {
     }
 
     /// Checks the parts, publishes them, writes the index and removes the
-    /// staging area; see the [module docs](self). Run by one process,
+    /// staging area (`docs/saves.md`, "One set, many writers"). Run by one process,
     /// after every writer is done. Committing again after an interrupted
     /// commit finishes it.
     ///
