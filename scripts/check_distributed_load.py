@@ -17,6 +17,11 @@ torch.distributed (gloo) on this machine, for 2 and 4 processes:
   with short rows whole).
 
     /work/venvs/torch/bin/python scripts/check_distributed_load.py [--worlds 2 4]
+    python scripts/check_distributed_load.py --backend nccl --worlds 2   # one GPU a rank
+
+With `--backend nccl` each rank loads onto its own CUDA device (`cuda:RANK`),
+through the NCCL branch of `load_cooperative` (one all-gather); the checks
+compare on the CPU. Untested here (no GPU on the machine it was written on).
 
 Prints one line per measurement; exit 0 when every check holds."""
 
@@ -77,7 +82,7 @@ def make_model(path: Path) -> int:
     return sum(v.numel() * v.element_size() for v in t.values())
 
 
-def worker(rank: int, world: int, tmp: str, url: str) -> None:
+def worker(rank: int, world: int, tmp: str, url: str, backend: str = "gloo") -> None:
     import torch
     import torch.distributed as dist
 
@@ -85,7 +90,11 @@ def worker(rank: int, world: int, tmp: str, url: str) -> None:
     from safetensors.torch import load_file
     from tensorfile.torch import load_cooperative, load_rank_share
 
-    dist.init_process_group("gloo", init_method=f"file://{tmp}/init-{world}", rank=rank, world_size=world)
+    device = "cpu"
+    if backend == "nccl":
+        device = f"cuda:{rank}"
+        torch.cuda.set_device(rank)
+    dist.init_process_group(backend, init_method=f"file://{tmp}/init-{world}", rank=rank, world_size=world)
     model = Path(tmp) / "model"
     plain = {}
     for shard in sorted(model.glob("*.safetensors")):
@@ -93,22 +102,24 @@ def worker(rank: int, world: int, tmp: str, url: str) -> None:
     result = {}
 
     def same(got) -> bool:
-        return got.keys() == plain.keys() and all(bits_equal(got[k], plain[k]) for k in plain)
+        return got.keys() == plain.keys() and all(bits_equal(got[k].cpu(), plain[k]) for k in plain)
 
     dist.barrier()
     before = rchar()
-    got = load_cooperative(str(model))
+    got = load_cooperative(str(model), device=device)
     result["coop_local_read"] = rchar() - before
     result["coop_local_same"] = same(got)
     dist.barrier()
-    got = load_cooperative(f"{url}/coop{rank}/model.safetensors.index.json")
+    got = load_cooperative(f"{url}/coop{rank}/model.safetensors.index.json", device=device)
     result["coop_http_same"] = same(got)
     dist.barrier()
 
     before = rchar()
-    share = load_rank_share(str(model), "llama", world, rank)
+    share = load_rank_share(str(model), "llama", world, rank, device=device)
     result["plan_local_read"] = rchar() - before
-    got_http = load_rank_share(f"{url}/plan{rank}/model.safetensors.index.json", "llama", world, rank)
+    got_http = load_rank_share(f"{url}/plan{rank}/model.safetensors.index.json", "llama", world, rank, device=device)
+    share = {k: v.cpu() for k, v in share.items()}
+    got_http = {k: v.cpu() for k, v in got_http.items()}
     result["plan_http_same_as_local"] = got_http.keys() == share.keys() and all(
         bits_equal(got_http[k], share[k]) for k in share
     )
@@ -156,6 +167,7 @@ def main() -> int:
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--worlds", type=int, nargs="+", default=[2, 4])
+    parser.add_argument("--backend", choices=["gloo", "nccl"], default="gloo")
     args = parser.parse_args()
     bad = 0
     with tempfile.TemporaryDirectory() as tmp:
@@ -171,7 +183,7 @@ def main() -> int:
                     for kind in ("coop", "plan"):
                         for n, b in files.items():
                             server.put(f"/{kind}{r}/{n}", b)
-                mp.spawn(worker, args=(world, tmp, server.url), nprocs=world, join=True)
+                mp.spawn(worker, args=(world, tmp, server.url, args.backend), nprocs=world, join=True)
                 results = [json.loads((Path(tmp) / f"result-{world}-{r}.json").read_text()) for r in range(world)]
                 coop_http = sum(served_bytes(server.served, f"/coop{r}", sizes) for r in range(world))
                 plan_http = [served_bytes(server.served, f"/plan{r}", sizes) for r in range(world)]
