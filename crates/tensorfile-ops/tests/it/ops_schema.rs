@@ -508,6 +508,50 @@ fn edit_reports_match_their_page() {
 }
 
 #[test]
+fn many_writer_steps_report_the_keys_their_page_adds() {
+    // The page's first table (a split's keys) and the many-writer table
+    // after it: a step's report has both.
+    let path = fixtures().join("../../docs/commands/shard.md");
+    let page = std::fs::read_to_string(&path).unwrap();
+    let section = page.split("## One set, many writers").nth(1).unwrap();
+    let mut keys = documented("shard");
+    keys.extend(
+        section
+            .lines()
+            .skip_while(|l| !l.starts_with('|'))
+            .take_while(|l| l.starts_with('|'))
+            .filter_map(|line| {
+                let key = line.split('|').nth(1)?.trim();
+                (key != "key" && !key.starts_with("---")).then(|| key.trim_matches('`').to_string())
+            }),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let mut request = ShardRequest {
+        input: fixtures().join("models/llama_tiny"),
+        out_dir: dir.path().join("set"),
+        max_shard_size: 1000,
+        sync: false,
+        ..ShardRequest::default()
+    };
+    for step in [
+        tensorfile::set::SetStep::Plan { writers: 1 },
+        tensorfile::set::SetStep::WritePart { writer: 0 },
+        tensorfile::set::SetStep::Commit,
+    ] {
+        request.step = Some(step);
+        let report = shard(&request, &()).unwrap();
+        // `step` is an object for the first two steps: its inner keys are
+        // the table's `step` row.
+        let printed: BTreeSet<String> = printed(&report, &keys)
+            .into_iter()
+            .map(|k| k.split('.').next().unwrap().to_string())
+            .collect();
+        assert_eq!(printed, keys, "{:?}", request.step);
+    }
+    assert!(dir.path().join("set/model.safetensors.index.json").exists());
+}
+
+#[test]
 fn shard_and_merge_reports_match_their_pages() {
     let dir = tempfile::tempdir().unwrap();
     let request = ShardRequest {
