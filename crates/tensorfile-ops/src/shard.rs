@@ -57,8 +57,9 @@ pub struct ShardReport {
     pub files: Vec<PathBuf>,
     /// The index, when there are several shards.
     pub index: Option<PathBuf>,
-    /// The input, as given.
-    pub input: PathBuf,
+    /// The input, as given; none for the steps that read no input
+    /// (`commit`, `abort`).
+    pub input: Option<PathBuf>,
     /// For a step: the plan's id.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub plan_id: Option<String>,
@@ -109,7 +110,7 @@ pub fn shard(request: &ShardRequest, progress: &dyn Progress) -> Result<ShardRep
     Ok(ShardReport {
         files: summary.files,
         index: summary.index,
-        input: request.input.clone(),
+        input: Some(request.input.clone()),
         plan_id: None,
         staging: None,
         step: None,
@@ -154,7 +155,8 @@ fn shard_step(request: &ShardRequest, step: SetStep) -> Result<ShardReport> {
     let mut report = ShardReport {
         files: Vec::new(),
         index: None,
-        input: request.input.clone(),
+        input: matches!(step, SetStep::Plan { .. } | SetStep::WritePart { .. })
+            .then(|| request.input.clone()),
         plan_id: Some(plan.id()),
         staging: Some(staging.clone()),
         step: Some(step),

@@ -540,6 +540,9 @@ fn many_writer_steps_report_the_keys_their_page_adds() {
     ] {
         request.step = Some(step);
         let report = shard(&request, &()).unwrap();
+        // The commit reads no input: none is reported.
+        let commit = matches!(request.step, Some(tensorfile::set::SetStep::Commit));
+        assert_eq!(report.input.is_none(), commit);
         // `step` is an object for the first two steps: its inner keys are
         // the table's `step` row.
         let printed: BTreeSet<String> = printed(&report, &keys)
