@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 use tensorfile_ops::edit::{edit, EditRequest};
 
+use super::looking::shown;
 use super::{out, Failure, Usage};
 
 /// Arguments of `edit`.
@@ -94,13 +95,10 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
         match &report.reason {
             None => out(format_args!(
                 "{}: edited in place ({} header bytes)",
-                report.file.display(),
+                shown(&report.file),
                 report.header_len + 8
             )),
-            Some(reason) => out(format_args!(
-                "{}: rewritten: {reason}",
-                report.file.display()
-            )),
+            Some(reason) => out(format_args!("{}: rewritten: {reason}", shown(&report.file))),
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -10,6 +10,7 @@ use super::size::parse_size;
 use tensorfile::set::SetStep;
 use tensorfile_ops::shard::{shard, ShardReport, ShardRequest};
 
+use super::looking::shown;
 use super::words::{bytes, plural};
 use super::{out, Failure};
 use crate::progress::Bar;
@@ -138,12 +139,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     if args.json {
         super::out_json(&report)?;
     } else {
-        for file in &report.files {
-            out(file.display());
-        }
-        if let Some(index) = &report.index {
-            out(index.display());
-        }
+        print_files(&report);
         out(format_args!(
             "{}, {}, {} of data",
             plural(report.files.len() as u64, "shard"),
@@ -154,24 +150,27 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Prints a report's files, one a line (escaped: a staged plan names
+/// them), the index last.
+fn print_files(report: &ShardReport) {
+    for file in report.files.iter().chain(&report.index) {
+        out(shown(file));
+    }
+}
+
 /// Prints what a step did: its files, then a line saying what it was.
 fn print_step(report: &ShardReport, step: SetStep, json: bool) -> Result<(), Failure> {
     if json {
         return super::out_json(report);
     }
-    for file in &report.files {
-        out(file.display());
-    }
-    if let Some(index) = &report.index {
-        out(index.display());
-    }
+    print_files(report);
     let staging = report.staging.clone().unwrap_or_default();
     let what = match step {
         SetStep::Plan { .. } => format!(
             "planned {} for {}, staged in {}",
             plural(report.files.len() as u64, "shard"),
             plural(report.writers.unwrap_or(1) as u64, "writer"),
-            staging.display()
+            shown(&staging)
         ),
         SetStep::WritePart { writer } => format!(
             "writer {writer} staged {}",
@@ -182,7 +181,7 @@ fn print_step(report: &ShardReport, step: SetStep, json: bool) -> Result<(), Fai
             plural(report.files.len() as u64, "shard"),
             bytes(report.total_size)
         ),
-        SetStep::Abort => format!("removed {}", staging.display()),
+        SetStep::Abort => format!("removed {}", shown(&staging)),
     };
     out(what);
     Ok(())
