@@ -737,6 +737,7 @@ fn check_pieces(t: &mut DcpTensor, files: &[RankFile]) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{serialize, TensorRef, WriteOptions};
 
     #[test]
     fn rank_file_names() {
@@ -744,10 +745,7 @@ mod tests {
             parse_name("shard-00002-model-00001-of-00003.safetensors"),
             Some((2, 1, 3))
         );
-        assert_eq!(
-            parse_name("shard-1-model-1-of-1.safetensors"),
-            Some((1, 1, 1))
-        );
+        assert_eq!(parse_name("shard-1-model-1-of-1.safetensors"), Some((1, 1, 1)));
         for bad in [
             "model-00001-of-00002.safetensors",
             "shard--model-1-of-1.safetensors",
@@ -757,5 +755,308 @@ mod tests {
         ] {
             assert_eq!(parse_name(bad), None, "{bad}");
         }
+    }
+
+    /// A full tensor: name, dtype, shape, C-order bytes.
+    struct Full {
+        name: &'static str,
+        dtype: Dtype,
+        shape: Vec<u64>,
+        data: Vec<u8>,
+    }
+
+    fn full(name: &'static str, dtype: Dtype, shape: &[u64], seed: u32) -> Full {
+        let len = shape.iter().product::<u64>() * dtype.size().unwrap() as u64;
+        let mut x = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
+        let data = (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                x as u8
+            })
+            .collect();
+        Full {
+            name,
+            dtype,
+            shape: shape.to_vec(),
+            data,
+        }
+    }
+
+    /// The box `offsets`/`shape` of `t`, in C order.
+    fn cut(t: &Full, offsets: &[u64], shape: &[u64]) -> Vec<u8> {
+        let e = t.dtype.size().unwrap() as u64;
+        let n = shape.len();
+        let numel: u64 = shape.iter().product();
+        let mut out = Vec::new();
+        for i in 0..numel {
+            let (mut rest, mut at) = (i, 0u64);
+            let mut idx = vec![0; n];
+            for d in (0..n).rev() {
+                idx[d] = rest % shape[d];
+                rest /= shape[d];
+            }
+            for d in 0..n {
+                at = at * t.shape[d] + idx[d] + offsets[d];
+            }
+            out.extend_from_slice(&t.data[(at * e) as usize..((at + 1) * e) as usize]);
+        }
+        out
+    }
+
+    /// Cuts `t` into `parts` even pieces along `dim` (None: whole, held by
+    /// rank 1), one per rank: `(rank, offsets, shape, bytes)`.
+    fn split(t: &Full, dim: Option<usize>, parts: u64) -> Vec<(usize, Vec<u64>, Vec<u64>, Vec<u8>)> {
+        let Some(dim) = dim else {
+            let zero = vec![0; t.shape.len()];
+            return vec![(1, zero.clone(), t.shape.clone(), t.data.clone())];
+        };
+        let per = t.shape[dim].div_ceil(parts);
+        (0..parts)
+            .map(|r| {
+                let mut offsets = vec![0; t.shape.len()];
+                let mut shape = t.shape.clone();
+                offsets[dim] = (r * per).min(t.shape[dim]);
+                shape[dim] = per.min(t.shape[dim] - offsets[dim]);
+                let bytes = cut(t, &offsets, &shape);
+                (r as usize + 1, offsets, shape, bytes)
+            })
+            .collect()
+    }
+
+    type RankPieces = Vec<(String, Dtype, Vec<u64>, Vec<u64>, Vec<u8>)>;
+
+    /// Writes rank files as torch's writer does: `ranks[r][k]` is what rank
+    /// r + 1 holds for output file k + 1 of `n`.
+    fn write_ranks(dir: &Path, ranks: &[Vec<RankPieces>], n: usize) {
+        for (r, outputs) in ranks.iter().enumerate() {
+            for (k, pieces) in outputs.iter().enumerate() {
+                if pieces.is_empty() {
+                    continue;
+                }
+                let info: serde_json::Map<String, serde_json::Value> = pieces
+                    .iter()
+                    .map(|(name, _, offsets, _, _)| {
+                        (name.clone(), serde_json::json!({ "saved_offsets": offsets }))
+                    })
+                    .collect();
+                let metadata = Metadata::from([
+                    ("format".to_string(), "pt".to_string()),
+                    (VERSION_KEY.to_string(), VERSION.to_string()),
+                    (
+                        SHARDING_INFO_KEY.to_string(),
+                        serde_json::Value::Object(info).to_string(),
+                    ),
+                ]);
+                let refs = pieces.iter().map(|(name, dtype, _, shape, data)| TensorRef {
+                    name,
+                    dtype: *dtype,
+                    shape,
+                    data,
+                });
+                let bytes = serialize(refs, Some(&metadata)).unwrap();
+                let name = format!(
+                    "shard-{:05}-model-{:05}-of-{n:05}.safetensors",
+                    r + 1,
+                    k + 1
+                );
+                std::fs::write(dir.join(name), bytes).unwrap();
+            }
+        }
+    }
+
+    /// A checkpoint of `tensors`, each cut along its dim over `world`
+    /// ranks, all in output file 1.
+    fn checkpoint(dir: &Path, tensors: &[(&Full, Option<usize>)], world: usize) {
+        let mut ranks: Vec<Vec<RankPieces>> = vec![vec![Vec::new()]; world];
+        for (t, dim) in tensors {
+            for (r, offsets, shape, bytes) in split(t, *dim, world as u64) {
+                ranks[r - 1][0].push((t.name.to_string(), t.dtype, offsets, shape, bytes));
+            }
+        }
+        write_ranks(dir, &ranks, 1);
+    }
+
+    fn consolidated(dir: &Path) -> Result<Vec<u8>> {
+        let c = DcpCheckpoint::open(dir, &ReadOptions::default())?;
+        let bytes = c.plan().to_bytes(&WriteOptions::default());
+        bytes
+    }
+
+    fn expected(tensors: &[&Full]) -> Vec<u8> {
+        let refs = tensors.iter().map(|t| TensorRef {
+            name: t.name,
+            dtype: t.dtype,
+            shape: &t.shape,
+            data: &t.data,
+        });
+        let metadata = Metadata::from([("format".to_string(), "pt".to_string())]);
+        serialize(refs, Some(&metadata)).unwrap()
+    }
+
+    #[test]
+    fn pieces_in_every_direction_make_the_full_tensors() {
+        // Tensors over PIECE bytes, so that they are cut into several
+        // slabs, along the first, a middle and the last dimension.
+        let rows = full("rows", Dtype::F32, &[1500, 1000], 1);
+        let cols = full("cols", Dtype::BF16, &[1300, 2100], 2);
+        let mid = full("mid", Dtype::F16, &[3, 1100, 700], 3);
+        let last = full("last", Dtype::I64, &[2, 300, 1500], 4);
+        let wide = full("wide", Dtype::U8, &[1, 5 << 20], 5);
+        let whole = full("whole", Dtype::F64, &[7, 3], 6);
+        let scalar = full("scalar", Dtype::F32, &[], 7);
+        let empty = full("empty", Dtype::F32, &[0, 4], 8);
+        for world in [2, 3] {
+            let dir = tempfile::tempdir().unwrap();
+            checkpoint(
+                dir.path(),
+                &[
+                    (&rows, Some(0)),
+                    (&cols, Some(1)),
+                    (&mid, Some(1)),
+                    (&last, Some(2)),
+                    (&wide, Some(1)),
+                    (&whole, None),
+                    (&scalar, None),
+                    (&empty, Some(0)),
+                ],
+                world,
+            );
+            assert!(DcpCheckpoint::is_checkpoint(dir.path()));
+            let got = consolidated(dir.path()).unwrap();
+            let want = expected(&[&rows, &cols, &mid, &last, &wide, &whole, &scalar, &empty]);
+            assert!(got == want, "{world} ranks: the consolidated file differs");
+        }
+    }
+
+    #[test]
+    fn blocks_of_a_two_dimensional_mesh() {
+        // Four ranks holding the four quarters (uneven) of a matrix.
+        let t = full("w", Dtype::F32, &[1025, 1537], 9);
+        let mut ranks: Vec<Vec<RankPieces>> = Vec::new();
+        for (r0, r1) in [(0, 600), (600, 1025)] {
+            for (c0, c1) in [(0, 1000), (1000, 1537)] {
+                let (o, s) = (vec![r0, c0], vec![r1 - r0, c1 - c0]);
+                let bytes = cut(&t, &o, &s);
+                ranks.push(vec![vec![("w".to_string(), t.dtype, o, s, bytes)]]);
+            }
+        }
+        let dir = tempfile::tempdir().unwrap();
+        write_ranks(dir.path(), &ranks, 1);
+        assert!(consolidated(dir.path()).unwrap() == expected(&[&t]));
+    }
+
+    /// A two-rank checkpoint of one [4, 6] F32 tensor cut in rows, whose
+    /// second piece is `second` (offsets, shape, dtype).
+    fn two_pieces(dir: &Path, second: (Vec<u64>, Vec<u64>, Dtype)) {
+        let t = full("w", Dtype::F32, &[4, 6], 10);
+        let (o, s, d) = second;
+        let len = s.iter().product::<u64>() as usize * d.size().unwrap();
+        let ranks = vec![
+            vec![vec![(
+                "w".to_string(),
+                Dtype::F32,
+                vec![0, 0],
+                vec![2, 6],
+                cut(&t, &[0, 0], &[2, 6]),
+            )]],
+            vec![vec![("w".to_string(), d, o, s, vec![1; len])]],
+        ];
+        write_ranks(dir, &ranks, 1);
+    }
+
+    #[test]
+    fn pieces_that_do_not_tile_are_refused() {
+        let open = |second| {
+            let dir = tempfile::tempdir().unwrap();
+            two_pieces(dir.path(), second);
+            DcpCheckpoint::open(dir.path(), &ReadOptions::default()).unwrap_err()
+        };
+        let e = open((vec![1, 0], vec![2, 6], Dtype::F32));
+        assert!(e.file().is_some_and(|f| f.starts_with(std::env::temp_dir())), "{e}");
+        assert!(
+            matches!(e.shard(), Some(ShardError::DcpOverlap { tensor, .. }) if tensor == "w"),
+            "{e}"
+        );
+        assert!(e.to_string().contains("at offsets [1, 0] (shape [2, 6])"), "{e}");
+        let e = open((vec![3, 0], vec![1, 6], Dtype::F32));
+        assert!(
+            matches!(e.shard(), Some(ShardError::DcpNotCovered { covered: 18, numel: 24, .. })),
+            "{e}"
+        );
+        // An offset past the end shows as a gap: nothing records the shape.
+        let e = open((vec![2, 6], vec![2, 6], Dtype::F32));
+        assert!(matches!(e.shard(), Some(ShardError::DcpNotCovered { .. })), "{e}");
+        let e = open((vec![2, 0], vec![2, 6], Dtype::F16));
+        assert!(
+            matches!(e.shard(), Some(ShardError::DcpDisagree { problem, .. }) if problem == "dtype F32 or F16"),
+            "{e}"
+        );
+        let e = open((vec![2, 0, 0], vec![2, 6, 1], Dtype::F32));
+        assert!(matches!(e.shard(), Some(ShardError::DcpDisagree { .. })), "{e}");
+        // Offsets whose extent overflows the format's caps.
+        let e = open((vec![u64::MAX / 4, 0], vec![2, 6], Dtype::F32));
+        assert!(
+            matches!(e.detail(), Error::Write(crate::WriteError::ShapeOverflow { .. })),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn rank_files_that_are_not_what_torch_writes_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = full("w", Dtype::F32, &[4, 6], 11);
+        checkpoint(dir.path(), &[(&t, Some(0))], 2);
+        let path = |r: usize| dir.path().join(format!("shard-{r:05}-model-00001-of-00001.safetensors"));
+        let original = std::fs::read(path(2)).unwrap();
+        let rewrite = |metadata: Option<Metadata>| {
+            let f = SafeTensors::from_slice(&original).unwrap();
+            let v = f.tensor("w").unwrap();
+            let bytes = serialize(
+                [TensorRef { name: "w", dtype: v.dtype(), shape: v.shape(), data: v.data() }],
+                metadata.as_ref(),
+            )
+            .unwrap();
+            std::fs::write(path(2), bytes).unwrap();
+        };
+        let problem = |e: Error| match e.shard() {
+            Some(ShardError::DcpFile { problem }) => problem.clone(),
+            _ => panic!("{e}"),
+        };
+        let open = || DcpCheckpoint::open(dir.path(), &ReadOptions::default());
+        rewrite(None);
+        let e = open().unwrap_err();
+        assert_eq!(e.file(), Some(path(2).as_path()));
+        assert!(problem(e).contains("no DCP_SHARDING_INFO"));
+        let with = |info: &str| {
+            Some(Metadata::from([(SHARDING_INFO_KEY.to_string(), info.to_string())]))
+        };
+        for (info, says) in [
+            ("[1]", "not a JSON object"),
+            ("{", "not JSON"),
+            (r#"{"w": {"saved_offsets": [2]}}"#, "1 saved_offsets"),
+            (r#"{"w": {"saved_offsets": [2, -1]}}"#, "non-negative"),
+            (r#"{"w": {}}"#, "no saved_offsets"),
+            (r#"{"w": {"saved_offsets": [2, 0]}, "v": {"saved_offsets": [0]}}"#, "\"v\""),
+        ] {
+            rewrite(with(info));
+            assert!(problem(open().unwrap_err()).contains(says), "{info}");
+        }
+        std::fs::write(&path(2), &original).unwrap();
+        // A truncated rank file is refused by the reader, naming it.
+        std::fs::write(&path(2), &original[..original.len() - 3]).unwrap();
+        let e = open().unwrap_err();
+        assert_eq!(e.file(), Some(path(2).as_path()), "{e}");
+        assert_eq!(e.rule(), Some(5), "{e}");
+        std::fs::write(&path(2), &original).unwrap();
+        // A stray safetensors file, a rank missing in the middle.
+        std::fs::write(dir.path().join("model.safetensors"), &original).unwrap();
+        assert!(problem(open().unwrap_err()).contains("shard-R-model-K-of-N"));
+        std::fs::remove_file(dir.path().join("model.safetensors")).unwrap();
+        std::fs::rename(path(2), path(3)).unwrap();
+        assert!(problem(open().unwrap_err()).contains("rank 2 has no file"));
+        std::fs::rename(path(3), path(2)).unwrap();
+        assert_eq!(open().unwrap().ranks(), 2);
     }
 }
