@@ -745,7 +745,10 @@ mod tests {
             parse_name("shard-00002-model-00001-of-00003.safetensors"),
             Some((2, 1, 3))
         );
-        assert_eq!(parse_name("shard-1-model-1-of-1.safetensors"), Some((1, 1, 1)));
+        assert_eq!(
+            parse_name("shard-1-model-1-of-1.safetensors"),
+            Some((1, 1, 1))
+        );
         for bad in [
             "model-00001-of-00002.safetensors",
             "shard--model-1-of-1.safetensors",
@@ -807,7 +810,11 @@ mod tests {
 
     /// Cuts `t` into `parts` even pieces along `dim` (None: whole, held by
     /// rank 1), one per rank: `(rank, offsets, shape, bytes)`.
-    fn split(t: &Full, dim: Option<usize>, parts: u64) -> Vec<(usize, Vec<u64>, Vec<u64>, Vec<u8>)> {
+    fn split(
+        t: &Full,
+        dim: Option<usize>,
+        parts: u64,
+    ) -> Vec<(usize, Vec<u64>, Vec<u64>, Vec<u8>)> {
         let Some(dim) = dim else {
             let zero = vec![0; t.shape.len()];
             return vec![(1, zero.clone(), t.shape.clone(), t.data.clone())];
@@ -838,7 +845,10 @@ mod tests {
                 let info: serde_json::Map<String, serde_json::Value> = pieces
                     .iter()
                     .map(|(name, _, offsets, _, _)| {
-                        (name.clone(), serde_json::json!({ "saved_offsets": offsets }))
+                        (
+                            name.clone(),
+                            serde_json::json!({ "saved_offsets": offsets }),
+                        )
                     })
                     .collect();
                 let metadata = Metadata::from([
@@ -849,12 +859,14 @@ mod tests {
                         serde_json::Value::Object(info).to_string(),
                     ),
                 ]);
-                let refs = pieces.iter().map(|(name, dtype, _, shape, data)| TensorRef {
-                    name,
-                    dtype: *dtype,
-                    shape,
-                    data,
-                });
+                let refs = pieces
+                    .iter()
+                    .map(|(name, dtype, _, shape, data)| TensorRef {
+                        name,
+                        dtype: *dtype,
+                        shape,
+                        data,
+                    });
                 let bytes = serialize(refs, Some(&metadata)).unwrap();
                 let name = format!(
                     "shard-{:05}-model-{:05}-of-{n:05}.safetensors",
@@ -974,31 +986,54 @@ mod tests {
             DcpCheckpoint::open(dir.path(), &ReadOptions::default()).unwrap_err()
         };
         let e = open((vec![1, 0], vec![2, 6], Dtype::F32));
-        assert!(e.file().is_some_and(|f| f.starts_with(std::env::temp_dir())), "{e}");
+        assert!(
+            e.file()
+                .is_some_and(|f| f.starts_with(std::env::temp_dir())),
+            "{e}"
+        );
         assert!(
             matches!(e.shard(), Some(ShardError::DcpOverlap { tensor, .. }) if tensor == "w"),
             "{e}"
         );
-        assert!(e.to_string().contains("at offsets [1, 0] (shape [2, 6])"), "{e}");
+        assert!(
+            e.to_string().contains("at offsets [1, 0] (shape [2, 6])"),
+            "{e}"
+        );
         let e = open((vec![3, 0], vec![1, 6], Dtype::F32));
         assert!(
-            matches!(e.shard(), Some(ShardError::DcpNotCovered { covered: 18, numel: 24, .. })),
+            matches!(
+                e.shard(),
+                Some(ShardError::DcpNotCovered {
+                    covered: 18,
+                    numel: 24,
+                    ..
+                })
+            ),
             "{e}"
         );
         // An offset past the end shows as a gap: nothing records the shape.
         let e = open((vec![2, 6], vec![2, 6], Dtype::F32));
-        assert!(matches!(e.shard(), Some(ShardError::DcpNotCovered { .. })), "{e}");
+        assert!(
+            matches!(e.shard(), Some(ShardError::DcpNotCovered { .. })),
+            "{e}"
+        );
         let e = open((vec![2, 0], vec![2, 6], Dtype::F16));
         assert!(
             matches!(e.shard(), Some(ShardError::DcpDisagree { problem, .. }) if problem == "dtype F32 or F16"),
             "{e}"
         );
         let e = open((vec![2, 0, 0], vec![2, 6, 1], Dtype::F32));
-        assert!(matches!(e.shard(), Some(ShardError::DcpDisagree { .. })), "{e}");
+        assert!(
+            matches!(e.shard(), Some(ShardError::DcpDisagree { .. })),
+            "{e}"
+        );
         // Offsets whose extent overflows the format's caps.
         let e = open((vec![u64::MAX / 4, 0], vec![2, 6], Dtype::F32));
         assert!(
-            matches!(e.detail(), Error::Write(crate::WriteError::ShapeOverflow { .. })),
+            matches!(
+                e.detail(),
+                Error::Write(crate::WriteError::ShapeOverflow { .. })
+            ),
             "{e}"
         );
     }
@@ -1008,13 +1043,21 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let t = full("w", Dtype::F32, &[4, 6], 11);
         checkpoint(dir.path(), &[(&t, Some(0))], 2);
-        let path = |r: usize| dir.path().join(format!("shard-{r:05}-model-00001-of-00001.safetensors"));
+        let path = |r: usize| {
+            dir.path()
+                .join(format!("shard-{r:05}-model-00001-of-00001.safetensors"))
+        };
         let original = std::fs::read(path(2)).unwrap();
         let rewrite = |metadata: Option<Metadata>| {
             let f = SafeTensors::from_slice(&original).unwrap();
             let v = f.tensor("w").unwrap();
             let bytes = serialize(
-                [TensorRef { name: "w", dtype: v.dtype(), shape: v.shape(), data: v.data() }],
+                [TensorRef {
+                    name: "w",
+                    dtype: v.dtype(),
+                    shape: v.shape(),
+                    data: v.data(),
+                }],
                 metadata.as_ref(),
             )
             .unwrap();
@@ -1030,7 +1073,10 @@ mod tests {
         assert_eq!(e.file(), Some(path(2).as_path()));
         assert!(problem(e).contains("no DCP_SHARDING_INFO"));
         let with = |info: &str| {
-            Some(Metadata::from([(SHARDING_INFO_KEY.to_string(), info.to_string())]))
+            Some(Metadata::from([(
+                SHARDING_INFO_KEY.to_string(),
+                info.to_string(),
+            )]))
         };
         for (info, says) in [
             ("[1]", "not a JSON object"),
@@ -1038,7 +1084,10 @@ mod tests {
             (r#"{"w": {"saved_offsets": [2]}}"#, "1 saved_offsets"),
             (r#"{"w": {"saved_offsets": [2, -1]}}"#, "non-negative"),
             (r#"{"w": {}}"#, "no saved_offsets"),
-            (r#"{"w": {"saved_offsets": [2, 0]}, "v": {"saved_offsets": [0]}}"#, "\"v\""),
+            (
+                r#"{"w": {"saved_offsets": [2, 0]}, "v": {"saved_offsets": [0]}}"#,
+                "\"v\"",
+            ),
         ] {
             rewrite(with(info));
             assert!(problem(open().unwrap_err()).contains(says), "{info}");
