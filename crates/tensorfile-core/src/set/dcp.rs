@@ -98,6 +98,8 @@ pub struct DcpCheckpoint {
     outputs: usize,
     ranks: usize,
     metadata: Metadata,
+    /// Slab buffers (a slab, a piece's rows) reused from job to job.
+    buffers: std::sync::Mutex<Vec<(Vec<u8>, Vec<u8>)>>,
 }
 
 impl DcpCheckpoint {
@@ -199,6 +201,7 @@ impl DcpCheckpoint {
             outputs: used.len(),
             ranks: places.iter().map(|p| p.0).max().unwrap_or(0) as usize,
             metadata,
+            buffers: Default::default(),
         })
     }
 
@@ -286,12 +289,35 @@ impl DcpCheckpoint {
     ) -> Result<()> {
         let full = &t.spec.shape;
         let e = t.spec.dtype.size().unwrap_or(1) as u64;
-        let s = slabs.dim;
         let (prefix, a, b) = slabs.slab(full, k);
         let inner = slabs.inner;
         let len = ((b - a) * inner * e) as usize;
-        let mut buf = vec![0u8; len];
-        let mut scratch = Vec::new();
+        // Buffers go back to the checkpoint's pool for the next job (as
+        // many pairs as jobs ran at once; freed with the checkpoint).
+        let (mut buf, mut scratch) = crate::plan::lock(&self.buffers).pop().unwrap_or_default();
+        buf.resize(len, 0);
+        let done = self
+            .fill_slab(t, slabs, (&prefix, a, b), &mut buf[..len], &mut scratch)
+            .and_then(|()| sink.write(out, slabs.offset(full, &prefix, a) * e, &buf[..len]));
+        crate::plan::lock(&self.buffers).push((buf, scratch));
+        done
+    }
+
+    /// Fills `buf` with the slab `(prefix, a, b)` of `t`: every piece
+    /// meeting it read into its place (through `scratch` when its rows are
+    /// not whole in the slab).
+    fn fill_slab(
+        &self,
+        t: &DcpTensor,
+        slabs: &Slabs,
+        (prefix, a, b): (&[u64], u64, u64),
+        buf: &mut [u8],
+        scratch: &mut Vec<u8>,
+    ) -> Result<()> {
+        let full = &t.spec.shape;
+        let e = t.spec.dtype.size().unwrap_or(1) as u64;
+        let s = slabs.dim;
+        let inner = slabs.inner;
         for p in &t.pieces {
             if p.shape.contains(&0) {
                 continue;
@@ -330,11 +356,10 @@ impl DcpCheckpoint {
                 continue;
             }
             scratch.resize(count, 0);
-            read(&mut scratch)?;
-            scatter(&scratch, &mut buf, full, p, s, lo - a, hi - lo, e);
+            read(&mut scratch[..count])?;
+            scatter(&scratch[..count], buf, full, p, s, lo - a, hi - lo, e);
         }
-        let offset = slabs.offset(full, &prefix, a) * e;
-        sink.write(out, offset, &buf)
+        Ok(())
     }
 }
 
