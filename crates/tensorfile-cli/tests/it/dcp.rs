@@ -108,7 +108,10 @@ fn the_fixture_consolidates_to_torchs_tensors() {
         "{}",
         stdout(&o)
     );
-    for ours in [tensors(&safetensors_in(&set)), tensors(&[one.clone()])] {
+    for ours in [
+        tensors(&safetensors_in(&set)),
+        tensors(std::slice::from_ref(&one)),
+    ] {
         assert_eq!(ours.len(), 11);
         for (name, entry) in m["tensors"].as_object().unwrap() {
             let (dtype, shape, data) = &ours[name];
@@ -165,18 +168,12 @@ fn broken(dir: &Path, change: impl FnOnce(&Path)) -> PathBuf {
     input
 }
 
-/// Rewrites a rank file's sharding info with `edit` applied to its text.
-fn edit_info(path: &Path, edit: impl FnOnce(&str) -> String) {
+/// Rewrites a rank file's header with `edit` applied to its JSON text.
+fn edit_header(path: &Path, edit: impl FnOnce(&str) -> String) {
     let bytes = fs::read(path).unwrap();
     let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
-    let mut header: Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
-    let info = header["__metadata__"]["DCP_SHARDING_INFO"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    header["__metadata__"]["DCP_SHARDING_INFO"] = Value::String(edit(&info));
-    let mut text = serde_json::to_vec(&header).unwrap();
-    while text.len() % 8 != 0 {
+    let mut text = edit(std::str::from_utf8(&bytes[8..8 + n]).unwrap()).into_bytes();
+    while !text.len().is_multiple_of(8) {
         text.push(b' ');
     }
     let mut out = (text.len() as u64).to_le_bytes().to_vec();
@@ -185,18 +182,17 @@ fn edit_info(path: &Path, edit: impl FnOnce(&str) -> String) {
     fs::write(path, out).unwrap();
 }
 
-/// Rewrites a rank file's header with `edit` applied to its JSON text.
-fn edit_header(path: &Path, edit: impl FnOnce(&str) -> String) {
-    let bytes = fs::read(path).unwrap();
-    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
-    let mut text = edit(std::str::from_utf8(&bytes[8..8 + n]).unwrap()).into_bytes();
-    while text.len() % 8 != 0 {
-        text.push(b' ');
-    }
-    let mut out = (text.len() as u64).to_le_bytes().to_vec();
-    out.extend_from_slice(&text);
-    out.extend_from_slice(&bytes[8 + n..]);
-    fs::write(path, out).unwrap();
+/// Rewrites a rank file's sharding info with `edit` applied to its text.
+fn edit_info(path: &Path, edit: impl FnOnce(&str) -> String) {
+    edit_header(path, |text| {
+        let mut header: Value = serde_json::from_str(text).unwrap();
+        let info = header["__metadata__"]["DCP_SHARDING_INFO"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        header["__metadata__"]["DCP_SHARDING_INFO"] = Value::String(edit(&info));
+        header.to_string()
+    });
 }
 
 #[test]

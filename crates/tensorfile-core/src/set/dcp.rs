@@ -835,11 +835,7 @@ mod tests {
 
     /// Cuts `t` into `parts` even pieces along `dim` (None: whole, held by
     /// rank 1), one per rank: `(rank, offsets, shape, bytes)`.
-    fn split(
-        t: &Full,
-        dim: Option<usize>,
-        parts: u64,
-    ) -> Vec<(usize, Vec<u64>, Vec<u64>, Vec<u8>)> {
+    fn split(t: &Full, dim: Option<usize>, parts: u64) -> Vec<RankPiece> {
         let Some(dim) = dim else {
             let zero = vec![0; t.shape.len()];
             return vec![(1, zero.clone(), t.shape.clone(), t.data.clone())];
@@ -858,6 +854,8 @@ mod tests {
     }
 
     type RankPieces = Vec<(String, Dtype, Vec<u64>, Vec<u64>, Vec<u8>)>;
+    /// A piece for a rank: rank (from 1), offsets, shape, bytes.
+    type RankPiece = (usize, Vec<u64>, Vec<u64>, Vec<u8>);
 
     /// Writes rank files as torch's writer does: `ranks[r][k]` is what rank
     /// r + 1 holds for output file k + 1 of `n`.
@@ -1117,13 +1115,13 @@ mod tests {
             rewrite(with(info));
             assert!(problem(open().unwrap_err()).contains(says), "{info}");
         }
-        std::fs::write(&path(2), &original).unwrap();
+        std::fs::write(path(2), &original).unwrap();
         // A truncated rank file is refused by the reader, naming it.
-        std::fs::write(&path(2), &original[..original.len() - 3]).unwrap();
+        std::fs::write(path(2), &original[..original.len() - 3]).unwrap();
         let e = open().unwrap_err();
         assert_eq!(e.file(), Some(path(2).as_path()), "{e}");
         assert_eq!(e.rule(), Some(5), "{e}");
-        std::fs::write(&path(2), &original).unwrap();
+        std::fs::write(path(2), &original).unwrap();
         // A stray safetensors file, a rank missing in the middle.
         std::fs::write(dir.path().join("model.safetensors"), &original).unwrap();
         assert!(problem(open().unwrap_err()).contains("shard-R-model-K-of-N"));
