@@ -1,29 +1,5 @@
 //! Torch distributed checkpoints (DCP) saved with the Hugging Face storage
-//! writer, and their consolidation into canonical files.
-//!
-//! `torch.distributed.checkpoint.HuggingFaceStorageWriter(save_distributed=True)`
-//! has every rank write the pieces it holds of each tensor (row slices,
-//! column slices, whole tensors) into its own safetensors files,
-//! `shard-0000R-model-0000K-of-0000N.safetensors` (rank R from 1, output
-//! file K of N from the writer's `fqn_to_index_mapping`), whose metadata
-//! holds `DCP_SHARDING_INFO`: the JSON text of an object from tensor name
-//! to `{"saved_offsets": [...]}`, where the piece starts in the full
-//! tensor. Nothing records the full shape: as torch's own consolidation
-//! does, it is the pieces' extent (the largest offset plus size in each
-//! dimension).
-//!
-//! [`DcpCheckpoint::open`] reads every rank file's header and checks the
-//! checkpoint before anything is written: the pieces of each tensor agree
-//! on dtype and dimensions, do not overlap and cover the whole tensor, and
-//! each tensor goes to one output file. [`DcpCheckpoint::plan`] is then a
-//! [`Plan`] whose jobs copy the pieces into their places: each job makes
-//! one slab of at most [`PIECE`] bytes of one tensor (a run of rows), read
-//! from the pieces with positional reads and written with one positional
-//! write, so that no whole tensor is held and a column slice (not
-//! contiguous in the full tensor) costs a copy in memory, not a write per
-//! row. The set writer ([`save_set`](super::save_set), with
-//! [`DcpCheckpoint::sharding`]) or [`save_plan`](crate::save_plan) writes
-//! it atomically.
+//! writer, and their consolidation into canonical files: [`DcpCheckpoint`].
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -87,8 +63,32 @@ struct DcpTensor {
     pieces: Vec<Piece>,
 }
 
-/// The rank files of a torch DCP checkpoint (Hugging Face storage), read
-/// and checked: see the [module](self).
+/// The rank files of a torch distributed checkpoint (DCP) saved with the
+/// Hugging Face storage writer, read and checked.
+///
+/// `torch.distributed.checkpoint.HuggingFaceStorageWriter(save_distributed=True)`
+/// has every rank write the pieces it holds of each tensor (row slices,
+/// column slices, whole tensors) into its own safetensors files,
+/// `shard-0000R-model-0000K-of-0000N.safetensors` (rank R from 1, output
+/// file K of N from the writer's `fqn_to_index_mapping`), whose metadata
+/// holds `DCP_SHARDING_INFO`: the JSON text of an object from tensor name
+/// to `{"saved_offsets": [...]}`, where the piece starts in the full
+/// tensor. Nothing records the full shape: as torch's own consolidation
+/// does, it is the pieces' extent (the largest offset plus size in each
+/// dimension).
+///
+/// [`DcpCheckpoint::open`] reads every rank file's header and checks the
+/// checkpoint before anything is written: the pieces of each tensor agree
+/// on dtype and dimensions, do not overlap and cover the whole tensor, and
+/// each tensor goes to one output file. [`DcpCheckpoint::plan`] is then a
+/// [`Plan`] whose jobs copy the pieces into their places: each job makes
+/// one slab of at most [`PIECE`] bytes of one tensor (a run of rows), read
+/// from the pieces with positional reads and written with one positional
+/// write, so that no whole tensor is held and a column slice (not
+/// contiguous in the full tensor) costs a copy in memory, not a write per
+/// row. The set writer ([`save_set`](crate::set::save_set), with
+/// [`DcpCheckpoint::sharding`]) or [`save_plan`](crate::save_plan) writes
+/// it atomically.
 #[derive(Debug)]
 pub struct DcpCheckpoint {
     dir: PathBuf,
@@ -118,7 +118,7 @@ impl DcpCheckpoint {
     }
 
     /// Reads the header of every rank file in `dir` and checks the
-    /// checkpoint (see the [module](self)). Files are read with positional
+    /// checkpoint (see [`DcpCheckpoint`]). Files are read with positional
     /// reads, never mapped, so a file truncated later is an error, not a
     /// signal. Every `*.safetensors` file in `dir` must be a rank file;
     /// other files are ignored.
@@ -257,7 +257,7 @@ impl DcpCheckpoint {
 
     /// A plan making every full tensor (in [`DcpCheckpoint::specs`]
     /// order) from its pieces, with [`DcpCheckpoint::metadata`]: one job
-    /// per slab of at most [`PIECE`] bytes (see the [module](self)).
+    /// per slab of at most [`PIECE`] bytes (see [`DcpCheckpoint`]).
     pub fn plan(&self) -> Plan<'_> {
         let metadata = (!self.metadata.is_empty()).then(|| self.metadata.clone());
         let mut plan = Plan::new(metadata);
