@@ -3,8 +3,9 @@
 # 2 ranks (scripts/make_dcp_bench.py: half the tensors cut in rows, half in
 # columns, two output files) with `tensorfile merge` into a set, against
 # copying the same bytes with `cp -r`; interleaved, warm page cache (the
-# input read once first; the page cache is not dropped), medians, and the
-# peak RSS of the merge (/usr/bin/time -v).
+# input read once first; the page cache is not dropped), medians of wall and
+# CPU (user + sys) time and their ratios pair by pair, and the peak RSS of
+# the merge (/usr/bin/time).
 #
 #   scripts/bench-dcp.sh [DIR] [RUNS] [sync|nosync]
 #
@@ -23,28 +24,37 @@ trap 'rm -rf "$dir"' EXIT
 [ -d "$dir/in" ] || python3 scripts/make_dcp_bench.py "$dir/in" 2
 cat "$dir"/in/* >/dev/null
 
-now() { date +%s.%N; }
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
-since() { echo "$(now) - $1" | bc -l; }
 flag=--no-sync
 [ "$mode" = sync ] && flag=
+# One timed run: appends "wall cpu peak_kib" to $1.
+timed() {
+  local into=$1; shift
+  /usr/bin/time -f "%e %U %S %M" -o "$dir/t" "$@" >/dev/null
+  awk '{printf "%s %.3f %s\n", $1, $2 + $3, $4}' "$dir/t" >>"$into"
+}
 
-: >"$dir/merge.times"; : >"$dir/cp.times"; : >"$dir/ratios"
-for i in $(seq "$runs"); do
+: >"$dir/merge.runs"; : >"$dir/cp.runs"
+for _ in $(seq "$runs"); do
   rm -rf "$dir/out" "$dir/copy"
-  t0=$(now); "$bin" merge $flag "$dir/in" "$dir/out" >/dev/null; m=$(since "$t0")
-  t0=$(now); cp -r "$dir/in" "$dir/copy"; [ "$mode" = sync ] && sync -f "$dir/copy"; c=$(since "$t0")
-  echo "$m" >>"$dir/merge.times"; echo "$c" >>"$dir/cp.times"
-  echo "scale=3; $m / $c" | bc -l >>"$dir/ratios"
+  timed "$dir/merge.runs" "$bin" merge $flag "$dir/in" "$dir/out"
+  if [ "$mode" = sync ]; then
+    timed "$dir/cp.runs" sh -c 'cp -r "$1" "$2" && sync -f "$2"' sh "$dir/in" "$dir/copy"
+  else
+    timed "$dir/cp.runs" cp -r "$dir/in" "$dir/copy"
+  fi
 done
-rm -rf "$dir/out"
-/usr/bin/time -v "$bin" merge $flag "$dir/in" "$dir/out" 2>"$dir/time.txt" >/dev/null
-rss=$(awk -F: '/Maximum resident/ {print $2}' "$dir/time.txt" | tr -d ' ')
+rm -rf "$dir/out" "$dir/copy"
+col() { cut -d' ' -f"$2" "$dir/$1.runs"; }
+ratios() { paste -d' ' <(col merge "$1") <(col cp "$1") | awk '{printf "%.3f\n", $1 / $2}'; }
+row() { local v; v=$(cat); printf '| %s | %s | %s | %s |\n' "$1" "$(median <<<"$v")" "$(sort -g <<<"$v" | head -1)" "$(sort -g <<<"$v" | tail -1)"; }
 bytes=$(du -cb "$dir"/in/* | tail -1 | cut -f1)
-echo "cores: $(nproc); load before: $(cut -d' ' -f1-3 /proc/loadavg); runs: $runs; mode: $mode; input: $bytes bytes"
-printf '| %s | median | min | max |\n|---|---:|---:|---:|\n' "$dir (warm cache)"
-for f in merge cp; do
-  printf '| %s | %.3f s | %.3f s | %.3f s |\n' "$f" "$(median <"$dir/$f.times")" "$(sort -g "$dir/$f.times" | head -1)" "$(sort -g "$dir/$f.times" | tail -1)"
-done
-printf '| ratio merge/cp, pair by pair | %s | %s | %s |\n' "$(median <"$dir/ratios")" "$(sort -g "$dir/ratios" | head -1)" "$(sort -g "$dir/ratios" | tail -1)"
-echo "peak RSS of merge: $rss KiB"
+echo "cores: $(nproc); load before: $(cut -d' ' -f1-3 /proc/loadavg); runs: $runs; mode: $mode; input: $bytes bytes in $dir (warm cache)"
+printf '| %s | median | min | max |\n|---|---:|---:|---:|\n' "figure"
+col merge 1 | row "merge, wall s"
+col cp 1 | row "cp, wall s"
+ratios 1 | row "ratio merge/cp, wall, pair by pair"
+col merge 2 | row "merge, CPU s"
+col cp 2 | row "cp, CPU s"
+ratios 2 | row "ratio merge/cp, CPU, pair by pair"
+col merge 3 | row "merge, peak RSS KiB"
