@@ -79,7 +79,7 @@ enum Command {
     Check(cmd::check::Args),
     /// Split a file into shards with an index, as huggingface_hub does.
     Shard(cmd::shard::Args),
-    /// Join a sharded checkpoint into one canonical file; consolidate a torch DCP checkpoint
+    /// Join a sharded checkpoint into one file; consolidate torch DCP
     ///
     /// A directory holding the rank files of a torch distributed checkpoint
     /// (torch.distributed.checkpoint's HuggingFaceStorageWriter with

@@ -104,7 +104,7 @@ fn the_fixture_consolidates_to_torchs_tensors() {
     let o = tensorfile(&["merge", input.to_str().unwrap(), one.to_str().unwrap()]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(
-        stdout(&o).contains("11 tensors from 4 shards"),
+        stdout(&o).contains("11 tensors consolidated from a DCP checkpoint of 2 ranks (4 files)"),
         "{}",
         stdout(&o)
     );
