@@ -292,15 +292,47 @@ impl DcpCheckpoint {
         let (prefix, a, b) = slabs.slab(full, k);
         let inner = slabs.inner;
         let len = ((b - a) * inner * e) as usize;
+        let offset = slabs.offset(full, &prefix, a) * e;
+        if let Some((p, src)) = self.whole_in_one(t, slabs, (&prefix, a, b)) {
+            let file = self.files[p.file].file.source();
+            return sink.copy_file(out, offset, file, src, len as u64);
+        }
         // Buffers go back to the checkpoint's pool for the next job (as
         // many pairs as jobs ran at once; freed with the checkpoint).
         let (mut buf, mut scratch) = crate::plan::lock(&self.buffers).pop().unwrap_or_default();
         buf.resize(len, 0);
         let done = self
             .fill_slab(t, slabs, (&prefix, a, b), &mut buf[..len], &mut scratch)
-            .and_then(|()| sink.write(out, slabs.offset(full, &prefix, a) * e, &buf[..len]));
+            .and_then(|()| sink.write(out, offset, &buf[..len]));
         crate::plan::lock(&self.buffers).push((buf, scratch));
         done
+    }
+
+    /// The piece holding all of a slab when it is one contiguous range of
+    /// its file (a row piece), and where that range starts.
+    fn whole_in_one<'t>(
+        &self,
+        t: &'t DcpTensor,
+        slabs: &Slabs,
+        (prefix, a, b): (&[u64], u64, u64),
+    ) -> Option<(&'t Piece, u64)> {
+        let full = &t.spec.shape;
+        let s = slabs.dim;
+        if full.is_empty() {
+            return t.pieces.first().map(|p| (p, p.start));
+        }
+        let e = t.spec.dtype.size().unwrap_or(1) as u64;
+        let p = t.pieces.iter().find(|p| {
+            (0..s).all(|d| p.offsets[d] <= prefix[d] && prefix[d] < p.offsets[d] + p.shape[d])
+                && p.offsets[s] <= a
+                && b <= p.offsets[s] + p.shape[s]
+        })?;
+        if !(s + 1..full.len()).all(|d| p.shape[d] == full[d]) {
+            return None;
+        }
+        let first = (0..s).fold(0u64, |at, d| at * p.shape[d] + (prefix[d] - p.offsets[d]));
+        let row = first * p.shape[s] + (a - p.offsets[s]);
+        Some((p, p.start + row * slabs.inner * e))
     }
 
     /// Fills `buf` with the slab `(prefix, a, b)` of `t`: every piece
@@ -962,6 +994,31 @@ mod tests {
             let got = consolidated(dir.path()).unwrap();
             let want = expected(&[&rows, &cols, &mid, &last, &wide, &whole, &scalar, &empty]);
             assert!(got == want, "{world} ranks: the consolidated file differs");
+            // Saved to a file: row slabs copied within the kernel.
+            let out = tempfile::tempdir().unwrap();
+            let path = out.path().join("out.safetensors");
+            let c = DcpCheckpoint::open(dir.path(), &ReadOptions::default()).unwrap();
+            crate::save_plan(&path, &c.plan(), &WriteOptions::default(), &()).unwrap();
+            assert!(
+                std::fs::read(&path).unwrap() == want,
+                "{world} ranks: the saved file differs"
+            );
+            // A rank file cut short after it was opened: an error naming
+            // it, and no output.
+            let rank2 = dir
+                .path()
+                .join("shard-00002-model-00001-of-00001.safetensors");
+            let len = std::fs::metadata(&rank2).unwrap().len();
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(&rank2)
+                .unwrap()
+                .set_len(len / 2)
+                .unwrap();
+            let again = out.path().join("again.safetensors");
+            let e = crate::save_plan(&again, &c.plan(), &WriteOptions::default(), &()).unwrap_err();
+            assert_eq!(e.file(), Some(rank2.as_path()), "{e}");
+            assert!(!again.exists());
         }
     }
 
