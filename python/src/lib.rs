@@ -53,6 +53,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(transforms::quantize, m)?)?;
     m.add_function(wrap_pyfunction!(transforms::dequantize, m)?)?;
     m.add_function(wrap_pyfunction!(transforms::edit_metadata, m)?)?;
+    m.add_function(wrap_pyfunction!(transforms::consolidate_dcp, m)?)?;
     m.add_function(wrap_pyfunction!(sets::plan_set, m)?)?;
     m.add_function(wrap_pyfunction!(sets::write_set_parts, m)?)?;
     m.add_function(wrap_pyfunction!(sets::commit_set, m)?)?;

@@ -121,6 +121,37 @@ pub fn edit_metadata<'py>(
     Ok(pythonize::pythonize(py, &report)?)
 }
 
+/// Consolidates the torch distributed checkpoint (DCP, Hugging Face
+/// storage) in the directory `input` as `tensorfile merge` does: into one
+/// file when `output` ends in `.safetensors`, else into the set torch's
+/// `fqn_to_index_mapping` says, in the directory `output`. Refuses an
+/// input that is not such a checkpoint.
+#[pyfunction]
+#[pyo3(signature = (input, output, *, sync = true))]
+pub fn consolidate_dcp<'py>(
+    py: Python<'py>,
+    input: PathBuf,
+    output: PathBuf,
+    sync: bool,
+) -> PyResult<Bound<'py, PyAny>> {
+    if !(input.is_dir() && tensorfile::set::DcpCheckpoint::is_checkpoint(&input)) {
+        return Err(errors::error(tensorfile::Error::request(format!(
+            "{}: not a directory holding a torch DCP checkpoint's shard-R-model-K-of-N.safetensors files",
+            input.display()
+        ))));
+    }
+    let request = tensorfile_ops::merge::MergeRequest {
+        input,
+        output,
+        sync,
+        ..tensorfile_ops::merge::MergeRequest::default()
+    };
+    let report = py
+        .detach(|| tensorfile_ops::merge::merge(&request, &()))
+        .map_err(errors::error)?;
+    Ok(pythonize::pythonize(py, &report)?)
+}
+
 /// The files of a transform, and how they are written.
 fn in_out(input: PathBuf, output: PathBuf, sync: bool, max_shard_size: Option<u64>) -> InOut {
     InOut {

@@ -12,7 +12,7 @@ from ._native import SafetensorError, TensorSpec, __version__, deserialize, seri
 from ._open import _safe_open_handle, safe_open
 from ._prefetch import PrefetchPlan
 from ._writer import Writer, save_stream
-from ._extras import convert, dequantize, edit_metadata, inspect, load_pytorch, quantize, validate
+from ._extras import consolidate_dcp, convert, dequantize, edit_metadata, inspect, load_pytorch, quantize, validate
 from ._sets import abort_set, commit_set, plan_set, write_set_parts
 from ._alias import patch_safetensors
 from ._ranks import CooperativePlan, Share, cooperative_plan, rank_plan, read_cooperative_share
@@ -32,6 +32,7 @@ __all__ = [
     "quantize",
     "dequantize",
     "edit_metadata",
+    "consolidate_dcp",
     "Writer",
     "save_stream",
     "inspect",

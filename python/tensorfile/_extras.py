@@ -144,6 +144,28 @@ def edit_metadata(
     )
 
 
+def consolidate_dcp(input: PathLike, output: PathLike, *, sync: bool = True) -> Dict[str, Any]:
+    """``tensorfile merge`` of a torch distributed checkpoint: the directory
+    ``input`` holding the per-rank files ``torch.distributed.checkpoint``
+    writes with ``HuggingFaceStorageWriter(save_distributed=True)``
+    (``shard-R-model-K-of-N.safetensors``, pieces of tensors with their
+    offsets in ``DCP_SHARDING_INFO``) is checked whole (pieces agree on
+    dtype, do not overlap, cover every tensor), then each tensor is assembled
+    from its pieces with positional reads and writes, never held whole, the
+    GIL released. ``output`` ending in ``.safetensors`` gets one canonical
+    file; otherwise it is a directory that gets the set torch's
+    ``fqn_to_index_mapping`` says (``model-0000K-of-0000N.safetensors`` and
+    ``model.safetensors.index.json``), all files or none. The tensors are
+    those torch's own consolidation writes, byte for byte. Returns the
+    summary ``tensorfile merge --json`` prints (``dcp_ranks``, ``files``,
+    ``tensors``, ...); raises ``SafetensorError`` for anything else than
+    such a checkpoint, and for a broken one (nothing is written then).
+
+    >>> tensorfile.consolidate_dcp("ckpt/sharded", "ckpt/model")
+    """
+    return _native.consolidate_dcp(os.fspath(input), os.fspath(output), sync=sync)
+
+
 def quantize(
     input: PathLike,
     output: PathLike,

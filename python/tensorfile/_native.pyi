@@ -218,6 +218,12 @@ def edit_metadata(
     rewrite: bool = False,
     sync: bool = True,
 ) -> Dict[str, Any]: ...
+def consolidate_dcp(
+    input: PathLike,
+    output: PathLike,
+    *,
+    sync: bool = True,
+) -> Dict[str, Any]: ...
 def quantize(
     input: PathLike,
     output: PathLike,

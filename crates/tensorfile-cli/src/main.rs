@@ -79,7 +79,16 @@ enum Command {
     Check(cmd::check::Args),
     /// Split a file into shards with an index, as huggingface_hub does.
     Shard(cmd::shard::Args),
-    /// Join a sharded checkpoint into one canonical file.
+    /// Join a sharded checkpoint into one file; consolidate torch DCP
+    ///
+    /// A directory holding the rank files of a torch distributed checkpoint
+    /// (torch.distributed.checkpoint's HuggingFaceStorageWriter with
+    /// save_distributed=True: shard-R-model-K-of-N.safetensors, pieces of
+    /// tensors with their offsets in DCP_SHARDING_INFO) is recognised and
+    /// consolidated: checked whole first (pieces agree on dtype, do not
+    /// overlap, cover every tensor), then each tensor is assembled from its
+    /// pieces with positional reads and writes, never held whole. The
+    /// tensors are those torch's own consolidation writes, byte for byte.
     Merge(cmd::merge::Args),
     /// Convert between safetensors, PyTorch, GGUF and numpy files
     ///

@@ -923,6 +923,28 @@ impl ParseError {
     }
 }
 
+/// A piece of a tensor in a torch DCP checkpoint: where it is in the full
+/// tensor, and the rank file holding it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DcpPiece {
+    /// The rank file's name.
+    pub file: String,
+    /// Where the piece starts in the full tensor (`saved_offsets`).
+    pub offsets: Vec<u64>,
+    /// Its shape.
+    pub shape: Vec<u64>,
+}
+
+impl std::fmt::Display for DcpPiece {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "at offsets {:?} (shape {:?}) in {:?}",
+            self.offsets, self.shape, self.file
+        )
+    }
+}
+
 /// A problem with a sharded set: the index, a shard, or how they agree.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -1029,6 +1051,51 @@ pub enum ShardError {
         /// The shard giving the other value.
         second_shard: String,
     },
+    /// A file of a torch distributed checkpoint (DCP, Hugging Face
+    /// storage) is not what its writer writes: a name other than
+    /// `shard-R-model-K-of-N.safetensors`, sharding info
+    /// (`DCP_SHARDING_INFO`) missing or malformed, a tensor without its
+    /// offsets. The error around it names the file.
+    #[error("not a torch DCP rank file: {problem}")]
+    DcpFile {
+        /// What is wrong.
+        problem: String,
+    },
+    /// Two pieces of a DCP tensor overlap.
+    #[error("tensor {tensor:?}: its piece {} overlaps its piece {}", pieces[0], pieces[1])]
+    DcpOverlap {
+        /// The tensor.
+        tensor: String,
+        /// The two pieces.
+        pieces: Box<[DcpPiece; 2]>,
+    },
+    /// The pieces of a DCP tensor leave part of it uncovered (a rank's
+    /// file missing, or an offset past where the tensor ends).
+    #[error("tensor {tensor:?}: its pieces cover {covered} of the {numel} elements of its full shape {shape:?} (the pieces' extent)")]
+    DcpNotCovered {
+        /// The tensor.
+        tensor: String,
+        /// The full shape (the pieces' bounding box, as torch computes it).
+        shape: Vec<u64>,
+        /// Elements the pieces hold.
+        covered: u64,
+        /// Elements of the full shape.
+        numel: u64,
+    },
+    /// The files of a DCP checkpoint disagree about a tensor (its dtype,
+    /// its number of dimensions, its output file), or about the
+    /// checkpoint (ranks missing, counts of output files).
+    #[error("{}{first:?} and {second:?} disagree: {problem}", match tensor { Some(t) => format!("tensor {t:?}: "), None => String::new() })]
+    DcpDisagree {
+        /// The tensor, when the disagreement is about one.
+        tensor: Option<String>,
+        /// One file.
+        first: String,
+        /// The other.
+        second: String,
+        /// About what.
+        problem: String,
+    },
     /// The index's `metadata.total_size` is not a non-negative integer
     /// ([`ShardIndex::total_size`](crate::set::ShardIndex::total_size); opening
     /// a set only warns of it, since Hub indexes are not always exact).
@@ -1047,7 +1114,10 @@ impl ShardError {
             | ShardError::MissingShard { tensor, .. }
             | ShardError::NotInShard { tensor, .. }
             | ShardError::InTwoShards { tensor, .. }
-            | ShardError::NotInMap { tensor, .. } => Some(tensor),
+            | ShardError::NotInMap { tensor, .. }
+            | ShardError::DcpOverlap { tensor, .. }
+            | ShardError::DcpNotCovered { tensor, .. } => Some(tensor),
+            ShardError::DcpDisagree { tensor, .. } => tensor.as_deref(),
             ShardError::InvalidShard { source, .. } => source.tensor(),
             _ => None,
         }
@@ -1069,7 +1139,11 @@ impl ShardError {
             | ShardError::Ambiguous { .. }
             | ShardError::NoWeights { .. }
             | ShardError::MetadataConflict { .. }
-            | ShardError::BadTotalSize { .. } => ErrorKind::Format,
+            | ShardError::BadTotalSize { .. }
+            | ShardError::DcpFile { .. }
+            | ShardError::DcpOverlap { .. }
+            | ShardError::DcpNotCovered { .. }
+            | ShardError::DcpDisagree { .. } => ErrorKind::Format,
         }
     }
 }

@@ -48,6 +48,41 @@ pub trait Sink<E = Error>: Sync {
     /// The range is outside the tensor or overlaps bytes already written,
     /// or the output fails.
     fn write(&self, tensor: usize, offset: u64, bytes: &[u8]) -> Result<(), E>;
+
+    /// Copies `len` bytes of `source` from byte `at` into output tensor
+    /// `tensor`, starting `offset` bytes into it: what [`Sink::write`] of
+    /// those bytes does. A sink writing a file copies within the kernel
+    /// where it can (`copy_file_range` on Linux: no copy through this
+    /// process); the default reads pieces of [`PIECE`] bytes and writes
+    /// them.
+    ///
+    /// # Errors
+    /// As [`Sink::write`]; a read of `source` that fails or ends early
+    /// (naming its file).
+    fn copy_file(
+        &self,
+        tensor: usize,
+        offset: u64,
+        source: &crate::source::FileSource,
+        at: u64,
+        len: u64,
+    ) -> Result<(), E>
+    where
+        E: From<Error>,
+    {
+        use crate::source::ByteSource;
+        let mut buf = vec![0u8; (len as usize).min(PIECE)];
+        let mut done = 0u64;
+        while done < len {
+            let n = ((len - done) as usize).min(buf.len());
+            source
+                .read_exact_at(at + done, &mut buf[..n])
+                .map_err(|e| Error::io(source.path(), e))?;
+            self.write(tensor, offset + done, &buf[..n])?;
+            done += n as u64;
+        }
+        Ok(())
+    }
 }
 
 /// Makes the bytes of some of a plan's tensors. `E` is the error its
@@ -441,6 +476,22 @@ impl<E> Sink<E> for Counted<'_, E> {
     fn write(&self, tensor: usize, offset: u64, bytes: &[u8]) -> Result<(), E> {
         self.sink.write(tensor, offset, bytes)?;
         self.progress.advance(bytes.len() as u64);
+        Ok(())
+    }
+
+    fn copy_file(
+        &self,
+        tensor: usize,
+        offset: u64,
+        source: &crate::source::FileSource,
+        at: u64,
+        len: u64,
+    ) -> Result<(), E>
+    where
+        E: From<Error>,
+    {
+        self.sink.copy_file(tensor, offset, source, at, len)?;
+        self.progress.advance(len);
         Ok(())
     }
 }

@@ -83,9 +83,10 @@ pub use tensorfile_pytorch::Error as PytorchError;
 /// set into one file).
 pub mod set {
     pub use tensorfile_core::set::{
-        save_set, split, LocalStage, Location, PartHead, PlanPart, SetStage, SetStep, SetTensor,
-        ShardError, ShardIndex, ShardedTensors, Sharding, SplitOptions, SplitSummary, StageLock,
-        StagedPlan, StagedSet, Want, INDEX_NAME, SINGLE_NAME, STAGING_PREFIX,
+        save_set, split, DcpCheckpoint, LocalStage, Location, PartHead, PlanPart, SetStage,
+        SetStep, SetTensor, ShardError, ShardIndex, ShardedTensors, Sharding, SplitOptions,
+        SplitSummary, StageLock, StagedPlan, StagedSet, Want, INDEX_NAME, SINGLE_NAME,
+        STAGING_PREFIX,
     };
 }
 

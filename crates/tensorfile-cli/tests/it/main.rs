@@ -2,6 +2,7 @@
 //! each file is a module.
 
 mod convert;
+mod dcp;
 mod digests;
 mod edit;
 mod generate;

@@ -227,6 +227,34 @@ impl PositionalWriter<'_> {
         Ok(())
     }
 
+    /// Copies `len` bytes of `source` from byte `at` into the tensor at
+    /// `index` in file order, `offset` bytes into it, as
+    /// [`PositionalWriter::write`] of them would, within the kernel where
+    /// it can (`copy_file_range` on Linux).
+    ///
+    /// # Errors
+    /// As [`PositionalWriter::write`]; a read of `source` that fails or
+    /// ends early (naming its file).
+    pub fn copy_file(
+        &self,
+        index: usize,
+        offset: u64,
+        source: &crate::source::FileSource,
+        at: u64,
+        len: u64,
+    ) -> Result<()> {
+        let Ok(n) = usize::try_from(len) else {
+            return Err(WriteError::DataTooLarge {
+                tensor: String::new(),
+            }
+            .into());
+        };
+        match claim(self.layout, &self.written, index, offset, n)? {
+            Some(to) => copy_range(source, at, self.file, to, len),
+            None => Ok(()),
+        }
+    }
+
     /// Checks every tensor is complete.
     fn finish(&self) -> Result<()> {
         for (slot, written) in self.layout.slots().zip(&self.written) {
@@ -461,6 +489,78 @@ impl<E: From<Error>> Sink<E> for PartsSink<'_, '_> {
             .write(index, offset, bytes)
             .map_err(|e| at_path(self.files[k].path(), e).into())
     }
+
+    fn copy_file(
+        &self,
+        tensor: usize,
+        offset: u64,
+        source: &crate::source::FileSource,
+        at: u64,
+        len: u64,
+    ) -> Result<(), E> {
+        let trailing = || Error::from(WriteError::Trailing { extra: len });
+        let k = *self.part_of.get(tensor).ok_or_else(trailing)?;
+        let j = *self.local.get(tensor).ok_or_else(trailing)?;
+        let index = self.slot_maps[k].slot(j).ok_or_else(trailing)?;
+        self.writers[k]
+            .copy_file(index, offset, source, at, len)
+            .map_err(|e| at_path(self.files[k].path(), e).into())
+    }
+}
+
+/// Copies `len` bytes of `source` at `at` to `out` at `to`: in the kernel
+/// with `copy_file_range` on Linux, falling back to reads and writes where
+/// the file systems refuse it.
+fn copy_range(
+    source: &crate::source::FileSource,
+    mut at: u64,
+    out: &File,
+    mut to: u64,
+    mut len: u64,
+) -> Result<()> {
+    use crate::source::ByteSource;
+    let named = |e| Error::io(source.path(), e);
+    #[cfg(target_os = "linux")]
+    while len > 0 {
+        use std::os::fd::AsRawFd;
+        let (mut off_in, mut off_out) = (at as libc::loff_t, to as libc::loff_t);
+        // SAFETY: two open descriptors and two offsets of ours; the call
+        // reads and writes no memory of this process.
+        let n = unsafe {
+            libc::copy_file_range(
+                source.file().as_raw_fd(),
+                &mut off_in,
+                out.as_raw_fd(),
+                &mut off_out,
+                len.min(1 << 30) as usize,
+                0,
+            )
+        };
+        if n > 0 {
+            (at, to, len) = (at + n as u64, to + n as u64, len - n as u64);
+            continue;
+        }
+        if n == 0 {
+            return Err(named(crate::source::truncated(at, len as usize, at)));
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EINTR) => continue,
+            // Not between these files: the copy below.
+            Some(libc::EXDEV | libc::ENOSYS | libc::EOPNOTSUPP | libc::EINVAL | libc::EPERM) => {
+                break
+            }
+            _ => return Err(WriteError::Output(e).into()),
+        }
+    }
+    let mut buf = vec![0u8; (len as usize).min(crate::writer::PIECE)];
+    while len > 0 {
+        let n = (len as usize).min(buf.len());
+        source.read_exact_at(at, &mut buf[..n]).map_err(named)?;
+        write_all_at(out, &buf[..n], to).map_err(WriteError::Output)?;
+        (at, to, len) = (at + n as u64, to + n as u64, len - n as u64);
+    }
+    Ok(())
 }
 
 /// Maps a plan's tensor indices to the positional writer's slots; a
@@ -481,6 +581,23 @@ impl<E: From<Error>> Sink<E> for PlanSink<'_, '_> {
             }))?;
         self.w
             .write(index, offset, bytes)
+            .map_err(|e| at_path(self.path, e).into())
+    }
+
+    fn copy_file(
+        &self,
+        tensor: usize,
+        offset: u64,
+        source: &crate::source::FileSource,
+        at: u64,
+        len: u64,
+    ) -> Result<(), E> {
+        let index = self
+            .slots
+            .slot(tensor)
+            .ok_or(Error::from(WriteError::Trailing { extra: len }))?;
+        self.w
+            .copy_file(index, offset, source, at, len)
             .map_err(|e| at_path(self.path, e).into())
     }
 }

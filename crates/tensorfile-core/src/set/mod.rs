@@ -48,12 +48,14 @@ use crate::view::TensorView;
 use crate::writer::TensorData;
 use crate::Metadata;
 
+mod dcp;
 mod load;
 pub(crate) mod names;
 mod staged;
 mod write;
 
 pub use crate::error::ShardError;
+pub use dcp::DcpCheckpoint;
 pub use load::{Loaded, Want};
 pub use names::{DIFFUSERS_INDEX_NAME, DIFFUSERS_SINGLE_NAME, DIR_NAMES, INDEX_NAME, SINGLE_NAME};
 pub use staged::{

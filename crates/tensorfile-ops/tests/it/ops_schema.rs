@@ -592,6 +592,17 @@ fn shard_and_merge_reports_match_their_pages() {
     };
     let merged = merge(&request, &()).unwrap();
     assert_eq!(merged.shards, report.files.len());
-    let page = documented("merge");
+    let page = documented_shape("merge", Some("A set"));
+    assert_eq!(printed(&merged, &page), page);
+
+    // A torch DCP checkpoint, consolidated into a set.
+    let request = MergeRequest {
+        input: fixtures().join("dcp/two_ranks"),
+        output: dir.path().join("dcp"),
+        ..MergeRequest::default()
+    };
+    let merged = merge(&request, &()).unwrap();
+    assert_eq!((merged.dcp_ranks, merged.files.len()), (Some(2), 3));
+    let page = documented_shape("merge", Some("A DCP checkpoint"));
     assert_eq!(printed(&merged, &page), page);
 }
