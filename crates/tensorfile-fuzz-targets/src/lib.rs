@@ -17,6 +17,7 @@
 #![warn(missing_docs)]
 
 mod cast;
+mod dcp;
 mod formats;
 mod gguf;
 mod gguf_convert;
@@ -29,6 +30,7 @@ mod slice;
 mod writer;
 
 pub use cast::cast;
+pub use dcp::dcp;
 pub use formats::{checkpoint, header, pickle, zip};
 pub use gguf::gguf;
 pub use gguf_convert::gguf_convert;
@@ -44,7 +46,7 @@ pub type Target = fn(&[u8]);
 
 /// Every target by name, as `fuzz/fuzz_targets/` and the corpus folders
 /// name them.
-pub const TARGETS: [(&str, Target); 13] = [
+pub const TARGETS: [(&str, Target); 14] = [
     ("header", header),
     ("pickle", pickle),
     ("zip", zip),
@@ -58,4 +60,5 @@ pub const TARGETS: [(&str, Target); 13] = [
     ("gguf", gguf),
     ("gguf_convert", gguf_convert),
     ("npz", npz),
+    ("dcp", dcp),
 ];

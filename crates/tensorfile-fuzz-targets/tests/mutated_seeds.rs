@@ -1,6 +1,6 @@
-//! A bounded random run of the `gguf_convert` target, for machines
-//! without cargo-fuzz: the corpus seeds, each mutated many times (bytes
-//! replaced, inserted, removed), through the target's body.
+//! Bounded random runs of the `gguf_convert` and `dcp` targets, for
+//! machines without cargo-fuzz: the corpus seeds, each mutated many times
+//! (bytes replaced, inserted, removed), through the target's body.
 
 use std::path::Path;
 
@@ -19,19 +19,19 @@ impl Rng {
     }
 }
 
-#[test]
-fn mutated_seeds_of_gguf_convert_pass() {
-    let dir = Path::new(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../fuzz/corpus/gguf_convert"
-    ));
-    let mut seeds: Vec<Vec<u8>> = std::fs::read_dir(dir)
-        .expect("the gguf_convert corpus")
+/// `runs` inputs (the variable `env` can raise it) made by mutating the
+/// seeds of `fuzz/corpus/<name>/`, each through `target`: none may panic.
+fn mutated_seeds_pass(name: &str, target: fn(&[u8]), env: &str) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fuzz/corpus")
+        .join(name);
+    let mut seeds: Vec<Vec<u8>> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("the {name} corpus: {e}"))
         .map(|e| std::fs::read(e.unwrap().path()).unwrap())
         .collect();
     seeds.sort();
     assert!(!seeds.is_empty());
-    let runs: usize = std::env::var("GGUF_CONVERT_RUNS")
+    let runs: usize = std::env::var(env)
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(300);
@@ -49,7 +49,21 @@ fn mutated_seeds_of_gguf_convert_pass() {
                 _ => input.push(rng.next() as u8),
             }
         }
-        let result = std::panic::catch_unwind(|| tensorfile_fuzz_targets::gguf_convert(&input));
-        assert!(result.is_ok(), "input {input:?} panicked");
+        let result = std::panic::catch_unwind(|| target(&input));
+        assert!(result.is_ok(), "{name}: input {input:?} panicked");
     }
+}
+
+#[test]
+fn mutated_seeds_of_gguf_convert_pass() {
+    mutated_seeds_pass(
+        "gguf_convert",
+        tensorfile_fuzz_targets::gguf_convert,
+        "GGUF_CONVERT_RUNS",
+    );
+}
+
+#[test]
+fn mutated_seeds_of_dcp_pass() {
+    mutated_seeds_pass("dcp", tensorfile_fuzz_targets::dcp, "DCP_RUNS");
 }
