@@ -116,7 +116,7 @@ pub fn edit_metadata<'py>(
         ..tensorfile_ops::edit::EditRequest::default()
     };
     let report = py
-        .detach(|| tensorfile_ops::edit::edit(&request))
+        .detach(|| tensorfile_ops::edit::edit(&request, &()))
         .map_err(errors::error)?;
     Ok(pythonize::pythonize(py, &report)?)
 }

@@ -44,6 +44,8 @@ use std::io;
 use std::path::Path;
 
 use crate::error::WriteError;
+use crate::plan::Plan;
+use crate::progress::Progress;
 use crate::writer::{Align, Layout, TensorData, TensorSpec, WriteOptions};
 use crate::{Dtype, Error, FileSource, FileTensor, Metadata, ReadOptions, Result, SafeTensors};
 
@@ -120,7 +122,7 @@ pub struct Edited {
 /// the edit would make two tensors of one name or a header over the cap
 /// ([`Error::Write`]); another edit holds the file's lock, or a write
 /// fails ([`Error::Io`]). On any error the file is as it was.
-pub fn edit(path: impl AsRef<Path>, edit: &Edit) -> Result<Edited> {
+pub fn edit(path: impl AsRef<Path>, edit: &Edit, progress: &dyn Progress) -> Result<Edited> {
     let path = path.as_ref();
     let options = ReadOptions::default().max_header_len(edit.max_header_len);
     let (file, link) = match open_no_follow(path) {
@@ -209,7 +211,14 @@ pub fn edit(path: impl AsRef<Path>, edit: &Edit) -> Result<Edited> {
             name: &spec.name,
         })
         .collect();
-    crate::atomic::save(path, tensors_in, Some(&metadata), &write_options)?;
+    // A rewrite copies every byte: through a plan, so the copies run in
+    // parallel and `progress` hears of them.
+    progress.total(new_layout.data_len());
+    let mut plan = Plan::new(Some(metadata));
+    for t in &tensors_in {
+        plan.copy(t);
+    }
+    crate::atomic::save_plan(path, &plan, &write_options, progress)?;
     Ok(Edited {
         in_place: false,
         rewritten_because: why_not,
@@ -442,7 +451,7 @@ mod tests {
         // SAFETY: the test owns the file; nothing truncates it.
         let map = unsafe { memmap2::Mmap::map(&file) }.unwrap();
         let set = vec![("k".to_string(), "w2".to_string())];
-        let done = edit(&path, &Edit::default().with_set(set)).unwrap();
+        let done = edit(&path, &Edit::default().with_set(set), &()).unwrap();
         assert!(done.in_place, "{done:?}");
         assert_eq!(&map[..], &std::fs::read(&path).unwrap()[..]);
         assert_eq!(&map[4096..], &[1, 2, 3, 4]);
@@ -459,12 +468,12 @@ mod tests {
         let holder = File::open(&path).unwrap();
         holder.lock().unwrap();
         let set = vec![("k".to_string(), "x".to_string())];
-        let e = edit(&path, &Edit::default().with_set(set.clone())).unwrap_err();
+        let e = edit(&path, &Edit::default().with_set(set.clone()), &()).unwrap_err();
         assert!(e.to_string().contains("another edit"), "{e}");
         assert_eq!(std::fs::read(&path).unwrap(), before);
         holder.unlock().unwrap();
         assert!(
-            edit(&path, &Edit::default().with_set(set))
+            edit(&path, &Edit::default().with_set(set), &())
                 .unwrap()
                 .in_place
         );

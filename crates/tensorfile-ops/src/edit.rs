@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
-use tensorfile::{Error, Result};
+use tensorfile::{Error, Progress, Result};
 use tensorfile_core::edit::Edit;
 
 /// What to change in which file.
@@ -66,13 +66,14 @@ pub struct EditReport {
 /// Applies the request's edits: in place when the file is canonical (as
 /// `rewrite --align A` writes it), the new header pads to the old one's
 /// length within the first page and no tensor moves; otherwise an atomic
-/// rewrite. The result is the same file either way.
+/// rewrite (`progress` counts its data bytes). The result is the same
+/// file either way.
 ///
 /// # Errors
 /// A key both set and removed ([`Error::Request`]), an input that is not
 /// a valid safetensors file, a renamed tensor that does not exist, two
 /// tensors of one name, a write that fails (the file is then as it was).
-pub fn edit(request: &EditRequest) -> Result<EditReport> {
+pub fn edit(request: &EditRequest, progress: &dyn Progress) -> Result<EditReport> {
     if let Some(key) = request.unset.iter().find(|k| request.set.contains_key(*k)) {
         return Err(Error::request(format!(
             "metadata key {key:?} is both set and removed"
@@ -85,7 +86,7 @@ pub fn edit(request: &EditRequest) -> Result<EditReport> {
         .with_rewrite(request.rewrite)
         .with_sync(request.sync)
         .with_max_header_len(request.max_header_len);
-    let done = tensorfile_core::edit::edit(&request.file, &edit)?;
+    let done = tensorfile_core::edit::edit(&request.file, &edit, progress)?;
     Ok(EditReport {
         align: done.align,
         bytes: done.bytes,

@@ -9,6 +9,7 @@ use tensorfile_ops::edit::{edit, EditRequest};
 
 use super::looking::shown;
 use super::{out, Failure, Usage};
+use crate::progress::Bar;
 
 /// Arguments of `edit`.
 #[derive(clap::Args)]
@@ -88,7 +89,10 @@ impl Args {
 
 /// Edits FILE and says how.
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
-    let report = edit(&args.request()?)?;
+    // Silent in place (one block); a bar on a terminal for a rewrite.
+    let bar = Bar::bytes_when_told("edit", |message| super::warn(message));
+    let report = edit(&args.request()?, &bar)?;
+    drop(bar);
     if args.json {
         super::out_json(&report)?;
     } else {

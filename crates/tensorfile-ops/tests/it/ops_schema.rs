@@ -495,15 +495,26 @@ fn edit_reports_match_their_page() {
         request
             .set
             .insert("k".into(), if in_place { "w" } else { "v" }.into());
-        let report = edit(&request).unwrap();
+        let written = std::sync::atomic::AtomicU64::new(0);
+        let count = |n: u64| {
+            written.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+        };
+        let report = edit(&request, &count).unwrap();
         assert_eq!(report.in_place, in_place, "{report:?}");
+        // A rewrite tells its progress every data byte; in place, none.
+        let data = if in_place {
+            0
+        } else {
+            report.bytes - report.header_len - 8
+        };
+        assert_eq!(written.into_inner(), data, "{report:?}");
         assert_eq!(printed(&report, &page), page);
     }
     let bad = EditRequest {
         unset: vec!["k".into()],
         ..request
     };
-    let e = edit(&bad).unwrap_err();
+    let e = edit(&bad, &()).unwrap_err();
     assert!(matches!(e, tensorfile::Error::Request { .. }), "{e}");
 }
 
