@@ -329,9 +329,19 @@ fn fingerprint(env: &Chain) -> String {
 /// object_store's client limits from ours: connect and read limits (a
 /// read that sends nothing for `read_timeout` fails), no limit on a whole
 /// request (a long range that keeps coming is fine), our retries and
-/// backoff.
+/// backoff; and the root certificates ureq trusts (webpki's, Mozilla's
+/// set), not the system's, so that every URL is checked against the same
+/// roots.
 fn client_options(options: &RemoteOptions, allow_http: bool) -> (ClientOptions, RetryConfig) {
-    let client = ClientOptions::new()
+    tls_provider();
+    let mut client = ClientOptions::new();
+    for cert in webpki_root_certs::TLS_SERVER_ROOT_CERTS {
+        if let Ok(c) = object_store::Certificate::from_der(cert) {
+            client = client.with_root_certificate(c);
+        }
+    }
+    let client = client
+        .with_no_system_certificates(true)
         .with_allow_http(allow_http)
         .with_connect_timeout(options.connect_timeout)
         .with_read_timeout(options.read_timeout)
@@ -353,6 +363,18 @@ fn client_options(options: &RemoteOptions, allow_http: bool) -> (ClientOptions, 
             .max(Duration::from_secs(30)),
     };
     (client, retry)
+}
+
+/// Installs ring as the process's rustls crypto provider, unless one is
+/// there already: object_store's client (reqwest, built without a
+/// provider of its own so that aws-lc-rs stays out) takes the installed
+/// one. ureq's client is given ring directly.
+fn tls_provider() {
+    static DONE: OnceLock<()> = OnceLock::new();
+    DONE.get_or_init(|| {
+        // Err: another provider was installed first; reqwest uses that one.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
 }
 
 fn is_http(url: &str) -> bool {
