@@ -10,6 +10,8 @@ mod creds;
 mod faults;
 mod fetch;
 mod fixtures_remote;
+#[cfg(feature = "gcs")]
+mod gcs;
 mod hfcache;
 mod hub;
 mod plain_servers;
