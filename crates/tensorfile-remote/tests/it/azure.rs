@@ -18,10 +18,7 @@ use tensorfile_remote::creds::Chain;
 use tensorfile_remote::store::{self, Store, StoreUrl};
 use tensorfile_remote::Problem;
 
-/// Azurite's well-known account and key (public: its documentation's).
-const ACCOUNT: &str = "devstoreaccount1";
-const KEY: &str =
-    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
+use tensorfile_testkit::azure::{hmac_sha256 as hmac, ACCOUNT, KEY};
 
 fn endpoint() -> Option<String> {
     match std::env::var("TENSORFILE_TEST_AZURE") {
@@ -36,74 +33,9 @@ fn endpoint() -> Option<String> {
     }
 }
 
-fn hmac(key: &[u8], data: &[u8]) -> Vec<u8> {
-    use sha2::{Digest, Sha256};
-    let mut k = [0u8; 64];
-    k[..key.len()].copy_from_slice(key);
-    let mut inner = Sha256::new();
-    inner.update(k.map(|b| b ^ 0x36));
-    inner.update(data);
-    let mut outer = Sha256::new();
-    outer.update(k.map(|b| b ^ 0x5c));
-    outer.update(inner.finalize());
-    outer.finalize().to_vec()
-}
-
 /// Makes a container (ignoring "already exists"), signed with the key.
 fn create_container(endpoint: &str, name: &str) {
-    use base64::Engine;
-    let b64 = base64::engine::general_purpose::STANDARD;
-    let date = httpdate_now();
-    let version = "2021-08-06";
-    let to_sign = format!(
-        "PUT\n\n\n\n\n\n\n\n\n\n\n\nx-ms-date:{date}\nx-ms-version:{version}\n/{ACCOUNT}/{ACCOUNT}/{name}\nrestype:container"
-    );
-    let sig = b64.encode(hmac(&b64.decode(KEY).unwrap(), to_sign.as_bytes()));
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .build()
-        .into();
-    let answer = agent
-        .put(format!("{endpoint}/{ACCOUNT}/{name}?restype=container"))
-        .header("x-ms-date", &date)
-        .header("x-ms-version", version)
-        .header("authorization", format!("SharedKey {ACCOUNT}:{sig}"))
-        .send_empty()
-        .unwrap();
-    let status = answer.status().as_u16();
-    assert!(
-        status == 201 || status == 409,
-        "create container: HTTP {status}"
-    );
-}
-
-fn httpdate_now() -> String {
-    // RFC 1123, as x-ms-date wants.
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64;
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    let weekday = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"][(days.rem_euclid(7)) as usize];
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    let month = [
-        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-    ][(m - 1) as usize];
-    format!(
-        "{weekday}, {d:02} {month} {y} {:02}:{:02}:{:02} GMT",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    tensorfile_testkit::azure::create_container(endpoint, name).unwrap();
 }
 
 fn set_env(endpoint: &str) {
@@ -233,4 +165,78 @@ fn the_account_key_signs_and_a_wrong_one_is_refused() {
         "{e}"
     );
     assert!(!e.to_string().contains(wrong), "{e}");
+}
+
+/// An account SAS for the blob service (`ss=b`), every resource type,
+/// read and list, over HTTP or HTTPS, made with the account key as Azure
+/// (and Azurite, which checks it) computes it for version 2020-12-06 on.
+fn account_sas(key: &str) -> String {
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let (sp, ss, srt, se, spr, sv) = (
+        "rl",
+        "b",
+        "sco",
+        "2099-01-01T00:00:00Z",
+        "https,http",
+        "2021-08-06",
+    );
+    let to_sign = format!("{ACCOUNT}\n{sp}\n{ss}\n{srt}\n\n{se}\n\n{spr}\n{sv}\n\n");
+    let sig = b64.encode(hmac(&b64.decode(key).unwrap(), to_sign.as_bytes()));
+    let enc = |s: &str| {
+        s.bytes()
+            .map(|b| match b {
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                    (b as char).to_string()
+                }
+                _ => format!("%{b:02X}"),
+            })
+            .collect::<String>()
+    };
+    format!(
+        "sv={sv}&ss={ss}&srt={srt}&sp={sp}&se={}&spr={}&sig={}",
+        enc(se),
+        enc(spr),
+        enc(&sig)
+    )
+}
+
+#[test]
+fn a_sas_token_reads_and_a_forged_one_is_refused() {
+    let _env = tensorfile_testkit::env_lock();
+    let Some(endpoint) = endpoint() else { return };
+    create_container(&endpoint, "tf-sas");
+    set_env(&endpoint);
+    put("az://tf-sas/k.bin", b"0123456789".to_vec());
+    let read = |sas: &str| {
+        let vars: Vec<(&str, String)> = vec![
+            ("AZURE_STORAGE_ACCOUNT_NAME", ACCOUNT.into()),
+            ("AZURE_STORAGE_SAS_TOKEN", sas.into()),
+            ("AZURE_STORAGE_ENDPOINT", format!("{endpoint}/{ACCOUNT}")),
+        ];
+        let env =
+            Chain::with_vars(move |n| vars.iter().find(|(k, _)| *k == n).map(|(_, v)| v.clone()));
+        let url = StoreUrl::parse("az://tf-sas/k.bin").unwrap();
+        // Not the emulator's settings: the SAS alone authorizes.
+        std::env::remove_var("AZURE_STORAGE_USE_EMULATOR");
+        let s = Store::with_env(&url, &common::fast(), &env).unwrap();
+        set_env(&endpoint);
+        let inner: Arc<dyn object_store::ObjectStore> = s.store.clone();
+        let path = url.path().unwrap();
+        store::block_on(async move { inner.get_range(&path, 3..7).await }, None)
+            .unwrap()
+            .map(|b| b.to_vec())
+            .map_err(|e| store::error(&url.display(), &s.denied_hint, e))
+    };
+    assert_eq!(read(&account_sas(KEY)).unwrap(), b"3456");
+    // The same token signed with another key: Azurite checks the signature.
+    let forged =
+        account_sas("d3Jvbmcta2V5LXdyb25nLWtleS13cm9uZy1rZXktd3Jvbmcta2V5LXdyb25nLWtleQ==");
+    let e = read(&forged).unwrap_err();
+    assert!(
+        matches!(e.problem, Problem::Denied { status: 403, .. }),
+        "{e}"
+    );
+    let sig = forged.rsplit("sig=").next().unwrap();
+    assert!(!e.to_string().contains(sig), "{e}");
 }
