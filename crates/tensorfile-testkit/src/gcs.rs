@@ -451,6 +451,8 @@ fn read_request(reader: &mut BufReader<TcpStream>) -> std::io::Result<Option<Req
 
 fn serve(stream: TcpStream, state: &Mutex<State>, stop: &AtomicBool) -> std::io::Result<()> {
     stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+    // Answers go out whole, in one write each: no Nagle wait between them.
+    stream.set_nodelay(true)?;
     let mut reader = BufReader::new(stream.try_clone()?);
     let mut writer = stream;
     while let Some(req) = read_request(&mut reader)? {
@@ -475,10 +477,11 @@ fn serve(stream: TcpStream, state: &Mutex<State>, stop: &AtomicBool) -> std::io:
             head.push_str(&format!("Content-Length: {}\r\n", answer.body.len()));
         }
         head.push_str("\r\n");
-        writer.write_all(head.as_bytes())?;
+        let mut out = head.into_bytes();
         if !answer.head && req.method != "HEAD" {
-            writer.write_all(&answer.body)?;
+            out.extend_from_slice(&answer.body);
         }
+        writer.write_all(&out)?;
         writer.flush()?;
     }
     Ok(())
