@@ -308,16 +308,16 @@ def azure_put(endpoint: str, path: str, data: bytes | None = None) -> None:
 
     version = "2021-08-06"
     date = email.utils.formatdate(usegmt=True)
-    headers = {"x-ms-date": date, "x-ms-version": version}
+    # A Content-Type of our own (signed): urllib would add its form type.
+    headers = {"x-ms-date": date, "x-ms-version": version, "Content-Type": "application/octet-stream"}
     query, resource_query = "", ""
     if data is None:
         query, resource_query = "?restype=container", "\nrestype:container"
         data = b""
     else:
         headers["x-ms-blob-type"] = "BlockBlob"
-        headers["Content-Type"] = "application/octet-stream"
     length = str(len(data)) if data else ""
-    content_type = headers.get("Content-Type", "")
+    content_type = headers["Content-Type"]
     canonical_headers = "".join(f"{k}:{v}\n" for k, v in sorted(headers.items()) if k.startswith("x-ms-"))
     to_sign = (
         f"PUT\n\n\n{length}\n\n{content_type}\n\n\n\n\n\n\n{canonical_headers}"

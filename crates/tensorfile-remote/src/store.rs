@@ -565,7 +565,15 @@ fn gcs(url: &StoreUrl, options: &RemoteOptions, env: &Chain) -> Result<Store, ob
         builder = builder.with_base_url(base);
     }
     if anonymous {
-        builder = builder.with_skip_signature(true);
+        // Skipping signatures is not enough: object_store's PUTs (and
+        // multipart uploads) still ask the credential provider, the
+        // metadata server by default, for a token. An empty one is never
+        // sent on reads, and on writes is `Bearer ` with nothing.
+        builder = builder.with_skip_signature(true).with_credentials(Arc::new(
+            object_store::StaticCredentialProvider::new(object_store::gcp::GcpCredential {
+                bearer: String::new(),
+            }),
+        ));
     }
     let hint = if anonymous {
         "the request was anonymous (no GOOGLE_APPLICATION_CREDENTIALS, no gcloud application default credentials, no metadata server): the bucket is not public"

@@ -243,3 +243,126 @@ fn a_public_bucket_reads_anonymously_without_a_metadata_server() {
     assert_eq!(got, b"56789");
     assert_eq!(auths(&server, "GET"), vec![Auth::Anonymous]);
 }
+
+/// What writes to GCS will ask of the stand-in, through object_store's
+/// client as our store layer makes it: a put, a multipart upload
+/// completed and one aborted (no pending upload left), a copy, a
+/// conditional put refused, a delete.
+#[test]
+fn object_store_writes_land_in_the_stand_in() {
+    use object_store::{MultipartUpload, PutMode, PutOptions};
+    let _env = tensorfile_testkit::env_lock();
+    let server = GcsServer::start();
+    server.create_bucket("tf-write", false);
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("key.json");
+    std::fs::write(&key, server.service_account_key()).unwrap();
+    let vars = [
+        ("GOOGLE_APPLICATION_CREDENTIALS", key.display().to_string()),
+        ("GOOGLE_BASE_URL", server.url()),
+    ];
+    let env = Chain::with_vars(move |n| vars.iter().find(|(k, _)| *k == n).map(|(_, v)| v.clone()));
+    let url = StoreUrl::parse("gs://tf-write/").unwrap();
+    let s = Store::with_env(&url, &common::fast(), &env).unwrap();
+    let os: Arc<dyn object_store::ObjectStore> = s.store.clone();
+    let run = |f: std::pin::Pin<
+        Box<dyn std::future::Future<Output = object_store::Result<()>> + Send>,
+    >| { store::block_on(f, None).unwrap() };
+    let p = |k: &str| object_store::path::Path::from(k);
+    // A put.
+    let o = os.clone();
+    run(Box::pin(async move {
+        o.put(&p("a.bin"), b"hello".to_vec().into())
+            .await
+            .map(|_| ())
+    }))
+    .unwrap();
+    assert_eq!(server.get("tf-write", "a.bin").unwrap(), b"hello");
+    // A multipart upload: two parts, in order.
+    let o = os.clone();
+    let (one, two) = (vec![1u8; 5 << 20], vec![2u8; 1000]);
+    let whole: Vec<u8> = one.iter().chain(two.iter()).copied().collect();
+    run(Box::pin(async move {
+        let mut up = o.put_multipart(&p("m.bin")).await?;
+        up.put_part(one.into()).await?;
+        up.put_part(two.into()).await?;
+        up.complete().await.map(|_| ())
+    }))
+    .unwrap();
+    assert_eq!(server.get("tf-write", "m.bin").unwrap(), whole);
+    // One aborted: no object, no pending upload.
+    let o = os.clone();
+    run(Box::pin(async move {
+        let mut up = o.put_multipart(&p("gone.bin")).await?;
+        up.put_part(vec![3u8; 10].into()).await?;
+        up.abort().await
+    }))
+    .unwrap();
+    assert!(server.get("tf-write", "gone.bin").is_none());
+    assert!(server.pending_uploads("tf-write").is_empty());
+    // A copy, a put that must create refused, a delete.
+    let o = os.clone();
+    run(Box::pin(
+        async move { o.copy(&p("a.bin"), &p("b.bin")).await },
+    ))
+    .unwrap();
+    assert_eq!(server.get("tf-write", "b.bin").unwrap(), b"hello");
+    let o = os.clone();
+    let e = run(Box::pin(async move {
+        let create = PutOptions {
+            mode: PutMode::Create,
+            ..Default::default()
+        };
+        o.put_opts(&p("b.bin"), b"x".to_vec().into(), create)
+            .await
+            .map(|_| ())
+    }))
+    .unwrap_err();
+    assert!(
+        matches!(e, object_store::Error::AlreadyExists { .. }),
+        "{e}"
+    );
+    let o = os.clone();
+    run(Box::pin(async move { o.delete(&p("a.bin")).await })).unwrap();
+    assert_eq!(server.keys("tf-write"), vec!["b.bin", "m.bin"]);
+    // Every request carried the service account's JWT.
+    assert!(server.seen().iter().all(|s| s.auth == Auth::SelfSignedJwt));
+}
+
+/// A multipart upload neither completed nor aborted is listed as pending,
+/// by the stand-in and by the XML API's `GET /BUCKET?uploads`.
+#[test]
+fn a_pending_upload_is_listed() {
+    let _env = tensorfile_testkit::env_lock();
+    let server = GcsServer::start();
+    server.create_bucket("tf-pending", true);
+    set_env(&server);
+    let located = store::locate("gs://tf-pending/left.bin", &common::fast()).unwrap();
+    let os = located.store.store.clone();
+    store::block_on(
+        async move {
+            use object_store::MultipartUpload;
+            let mut up = os.put_multipart(&located.path).await?;
+            up.put_part(object_store::PutPayload::from(vec![1u8; 10]))
+                .await?;
+            // Dropped unfinished.
+            Ok::<(), object_store::Error>(())
+        },
+        None,
+    )
+    .unwrap()
+    .unwrap();
+    unset_env();
+    let pending = server.pending_uploads("tf-pending");
+    assert_eq!(pending.len(), 1);
+    assert_eq!(pending[0].0, "left.bin");
+    let mut answer = ureq::get(format!("{}/tf-pending?uploads", server.url()))
+        .call()
+        .unwrap();
+    let xml = answer.body_mut().read_to_string().unwrap();
+    assert!(
+        xml.contains("<Key>left.bin</Key>") && xml.contains(&pending[0].1),
+        "{xml}"
+    );
+    assert!(server.get("tf-pending", "left.bin").is_none());
+}
