@@ -122,6 +122,16 @@ impl AwsCredentials {
             .is_some_and(|e| e <= SystemTime::now() + REFRESH_BEFORE)
     }
 
+    /// As object_store's S3 client signs with them.
+    #[cfg(feature = "s3-store")]
+    pub(crate) fn for_store(&self) -> object_store::aws::AwsCredential {
+        object_store::aws::AwsCredential {
+            key_id: self.access_key_id.clone(),
+            secret_key: self.secret_access_key.expose().to_string(),
+            token: self.session_token.as_ref().map(|t| t.expose().to_string()),
+        }
+    }
+
     /// As `rusty-s3` signs with them.
     pub(crate) fn for_signing(&self) -> rusty_s3::Credentials {
         match &self.session_token {
@@ -1011,6 +1021,19 @@ impl Provider {
             }
         }
         current.clone()
+    }
+
+    /// The credentials now when they need no refresh (`Some(None)`:
+    /// anonymous), without blocking; `None`: they must be fetched again
+    /// ([`Provider::current`], which may block on STS or a metadata
+    /// service).
+    #[cfg(feature = "s3-store")]
+    pub(crate) fn fresh(&self) -> Option<Option<AwsCredentials>> {
+        let current = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        if current.as_ref().is_some_and(AwsCredentials::expiring) {
+            return None;
+        }
+        Some(current.clone())
     }
 
     /// Where the credentials come from (`None`: anonymous).

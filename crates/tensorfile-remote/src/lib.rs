@@ -59,6 +59,8 @@ mod object;
 mod profile;
 pub mod s3;
 mod secret;
+#[cfg(any(feature = "gcs", feature = "azure", feature = "s3-store"))]
+pub mod store;
 
 pub use error::{Problem, RemoteError};
 pub use http::{Client, Counts, RemoteOptions, Validator};

@@ -99,6 +99,19 @@ impl S3Store {
         Ok(S3Store { bucket, provider })
     }
 
+    /// The credential provider (`None`: anonymous by
+    /// `AWS_NO_SIGN_REQUEST`).
+    #[cfg(feature = "s3-store")]
+    pub(crate) fn provider(&self) -> Option<&Arc<Provider>> {
+        self.provider.as_ref()
+    }
+
+    /// The bucket as rusty-s3 addresses it (endpoint, style, region).
+    #[cfg(feature = "s3-store")]
+    pub(crate) fn bucket(&self) -> &Bucket {
+        &self.bucket
+    }
+
     /// Where its credentials come from (`None`: anonymous).
     pub fn credential_source(&self) -> Option<Source> {
         self.provider.as_ref().and_then(|p| p.source())

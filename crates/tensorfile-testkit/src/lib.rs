@@ -15,6 +15,8 @@
 #![warn(missing_docs)]
 
 pub mod aws;
+pub mod azure;
+pub mod gcs;
 pub mod hostile;
 pub mod serve;
 

@@ -20,6 +20,8 @@ mod alloc;
 #[path = "../measure.rs"]
 #[allow(dead_code)]
 mod measure;
+#[path = "../stores.rs"]
+mod stores;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -57,6 +59,18 @@ struct Cli {
     /// Where the files go (a fresh temporary directory inside it).
     #[arg(long)]
     dir: Option<PathBuf>,
+    /// Only the figures on every store (issue 34): S3 (`--s3`), Azure
+    /// (`--azure`), GCS (the testkit's stand-in, always), and S3 reads by
+    /// our reader against object_store's; 7 rounds unless `--rounds`.
+    #[arg(long)]
+    stores: bool,
+    /// Azurite's blob endpoint (default: TENSORFILE_TEST_AZURE); without it
+    /// the Azure rows are skipped.
+    #[arg(long)]
+    azure: Option<String>,
+    /// Bytes of the file fetched from every store (default 64 MiB: moto is slow).
+    #[arg(long)]
+    store_fetch_size: Option<u64>,
 }
 
 /// A safetensors file of one U8 tensor of `shape`, its data left as a hole
@@ -136,6 +150,36 @@ fn main() {
     }
     .unwrap();
     let options = ReadOptions::default();
+    if cli.stores {
+        let azure = cli
+            .azure
+            .clone()
+            .or_else(|| std::env::var("TENSORFILE_TEST_AZURE").ok())
+            .filter(|s| !s.is_empty());
+        if let Some(endpoint) = &s3 {
+            s3_env(endpoint);
+        }
+        let rounds = cli.rounds.unwrap_or(7);
+        let size = cli.store_fetch_size.unwrap_or(64 << 20);
+        let path = tmp.path().join("store-big.safetensors");
+        let cols = 1u64 << 20;
+        sparse_file(&path, "t", &[size / cols, cols]);
+        let big = std::fs::read(&path).unwrap();
+        let _ = std::fs::remove_file(&path);
+        println!("## Remote checkpoints on every store (loopback)\n");
+        println!("rounds: {rounds}; medians, interleaved\n");
+        stores::run(
+            &stores::Stores {
+                s3: s3.as_deref(),
+                azure: azure.as_deref(),
+            },
+            rounds,
+            &hundred_shards(),
+            &big,
+            tmp.path(),
+        );
+        return;
+    }
     println!("## Remote checkpoints (loopback)\n");
     println!("rounds: {rounds}; medians, interleaved\n");
 

@@ -3,11 +3,15 @@
 //! Tests that set environment variables (`HF_*`, `AWS_*`) hold
 //! `tensorfile_testkit::env_lock()` while they run.
 
+#[cfg(feature = "azure")]
+mod azure;
 mod common;
 mod creds;
 mod faults;
 mod fetch;
 mod fixtures_remote;
+#[cfg(feature = "gcs")]
+mod gcs;
 mod hfcache;
 mod hub;
 mod plain_servers;
