@@ -219,11 +219,7 @@ pub fn serialize_file(
     // then every tensor at its place, small neighbours in one write.
     py.detach(|| {
         let refs = specs.refs();
-        let declared: Vec<CoreSpec> = refs
-            .iter()
-            .map(|t| CoreSpec::new(t.name, t.dtype, t.shape))
-            .collect();
-        let mut writer = PlacedWriter::create(&filename, &declared, metadata.as_ref(), &options)?;
+        let mut writer = PlacedWriter::declaring(&filename, &refs, metadata.as_ref(), &options)?;
         writer.write_all(&refs)?;
         writer.commit()
     })

@@ -31,8 +31,9 @@
 //! does: a set's index never names a shard that is not there. A commit
 //! interrupted midway (a crash, a kill) leaves some shards in place, no
 //! index and the staging folder; committing again finishes it (a shard
-//! already in place is checked there), and aborting removes what is staged
-//! (not the shards already renamed: remove those by hand, or commit).
+//! already in place is checked there), and aborting takes it back: what is
+//! staged and the shards already renamed (found with the plan's length and
+//! header) are removed, leaving `OUTDIR` as it was.
 //!
 //! Commit and abort take an exclusive lock (`flock`) on the staged plan,
 //! and refuse at once while a writer holds it shared (a writer is still
@@ -536,6 +537,13 @@ pub trait SetStage {
     /// The store fails.
     fn publish_index(&self, name: &str, bytes: &[u8], sync: bool) -> Result<()>;
 
+    /// Removes the published file `name` (a part an interrupted commit
+    /// published, taken back by an abort); no such file is not an error.
+    ///
+    /// # Errors
+    /// The store fails.
+    fn remove_published(&self, name: &str) -> Result<()>;
+
     /// Removes the staging area and all it holds.
     ///
     /// # Errors
@@ -824,6 +832,15 @@ impl SetStage for LocalStage {
         file.commit(sync)
     }
 
+    fn remove_published(&self, name: &str) -> Result<()> {
+        let path = self.out_dir.join(name);
+        match fs::remove_file(&path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(Error::io(&path, e)),
+        }
+    }
+
     fn remove_staging(&self) -> Result<()> {
         // Only files are expected inside; the folder itself is never a
         // link (checked when staged), and remove_dir_all does not follow
@@ -1103,16 +1120,43 @@ impl<S: SetStage> StagedSet<S> {
         ))
     }
 
-    /// Removes the staging area and everything staged (parts an
-    /// interrupted commit already published stay).
+    /// Removes the staging area and everything staged. A commit that was
+    /// interrupted after publishing some parts but before the index is
+    /// taken back too: those parts (found under their final names with
+    /// the plan's length and header) are removed, so that the output is
+    /// left as it was before the plan. Once the index is published the set
+    /// is complete and stays; only the staging area goes.
     ///
     /// # Errors
     /// A writer still holds the lock, or the removal fails.
     pub fn abort(&self) -> Result<()> {
         let lock = self.stage.lock(true)?;
+        if self.plan.index()?.is_some() {
+            let name = index_name(&self.plan.prefix);
+            if self.stage.part_head(&name, true, 0)?.is_none() {
+                for k in 0..self.plan.parts.len() {
+                    if self.published_by_plan(k)? {
+                        self.stage.remove_published(&self.plan.parts[k].file)?;
+                    }
+                }
+            }
+        }
         self.stage.remove_staging()?;
         drop(lock);
         Ok(())
+    }
+
+    /// Whether file `k` is under its final name with the plan's length
+    /// and header: published by a commit of this plan (a file of that
+    /// name that was there before is refused when the plan is staged).
+    fn published_by_plan(&self, k: usize) -> Result<bool> {
+        let part = &self.plan.parts[k];
+        let layout = self.plan.layout(k)?;
+        let header = layout.header();
+        Ok(self
+            .stage
+            .part_head(&part.file, true, header.len())?
+            .is_some_and(|found| found.len == layout.file_len() && found.head == header))
     }
 }
 
@@ -1329,6 +1373,41 @@ mod tests {
         assert!(!dir.path().join("model.safetensors.index.json").exists());
         set.commit(true).unwrap();
         assert_eq!(ShardedTensors::open(dir.path()).unwrap().len(), 4);
+    }
+
+    #[test]
+    fn an_abort_takes_back_an_interrupted_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let (specs, data) = tensors();
+        // A file of the outdir that is not the plan's stays.
+        fs::write(dir.path().join("notes.txt"), b"mine").unwrap();
+        let set = StagedSet::prepare(dir.path(), plan(&specs, 1)).unwrap();
+        set.write_parts_of(0, &refs(&specs, &data), true).unwrap();
+        let first = &set.plan().parts()[0].file;
+        set.stage().publish_part(first, false).unwrap();
+        assert!(dir.path().join(first).exists());
+        set.abort().unwrap();
+        assert_eq!(entries(dir.path()), ["notes.txt"]);
+        // Once the index is published the set is complete: an abort then
+        // removes only what is left of the staging folder.
+        let set = StagedSet::prepare(dir.path(), plan(&specs, 1)).unwrap();
+        set.write_parts_of(0, &refs(&specs, &data), true).unwrap();
+        for part in set.plan().parts() {
+            set.stage().publish_part(&part.file, false).unwrap();
+        }
+        let index = set.plan().index().unwrap().unwrap();
+        set.stage()
+            .publish_index(
+                "model.safetensors.index.json",
+                index.to_json().as_bytes(),
+                false,
+            )
+            .unwrap();
+        set.abort().unwrap();
+        assert_eq!(ShardedTensors::open(dir.path()).unwrap().len(), 4);
+        assert!(!entries(dir.path())
+            .iter()
+            .any(|n| n.starts_with(STAGING_PREFIX)));
     }
 
     #[test]

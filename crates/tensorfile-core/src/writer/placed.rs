@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use super::{Layout, TensorRef, TensorSpec, WriteOptions};
+use super::{plan_tensors, Layout, TensorData, TensorRef, TensorSpec, WriteOptions};
 use crate::atomic::AtomicFile;
 use crate::error::WriteError;
 use crate::{Dtype, Error, Metadata, Result};
@@ -40,8 +40,9 @@ use crate::{Dtype, Error, Metadata, Result};
 pub struct PlacedWriter {
     file: AtomicFile,
     layout: Layout,
-    /// Name to index in file order.
-    index: HashMap<String, usize>,
+    /// Name to index in file order: made at the first lookup by name (a
+    /// dict written whole with [`PlacedWriter::write_all`] needs none).
+    index: Option<HashMap<String, usize>>,
     written: Vec<bool>,
     sync: bool,
 }
@@ -61,22 +62,38 @@ impl PlacedWriter {
         metadata: Option<&Metadata>,
         options: &WriteOptions,
     ) -> Result<PlacedWriter> {
-        let path = path.as_ref();
         let layout = Layout::new(specs, metadata, options)?;
+        PlacedWriter::start(path.as_ref(), layout, options)
+    }
+
+    /// [`PlacedWriter::create`] declaring `tensors` themselves (their
+    /// names, dtypes and shapes, borrowed: nothing is copied), checking
+    /// each one's byte length: the way to save a whole dict, followed by
+    /// [`PlacedWriter::write_all`] of the same tensors.
+    ///
+    /// # Errors
+    /// As [`PlacedWriter::create`], and [`WriteError::LengthMismatch`]
+    /// for a tensor whose bytes do not match its dtype and shape.
+    pub fn declaring<T: TensorData>(
+        path: impl AsRef<Path>,
+        tensors: &[T],
+        metadata: Option<&Metadata>,
+        options: &WriteOptions,
+    ) -> Result<PlacedWriter> {
+        let layout = plan_tensors(tensors, metadata, options)?;
+        PlacedWriter::start(path.as_ref(), layout, options)
+    }
+
+    fn start(path: &Path, layout: Layout, options: &WriteOptions) -> Result<PlacedWriter> {
         let file = AtomicFile::create(path)?;
         file.write_all_at(layout.header(), 0)?;
         file.set_len(layout.file_len())?;
         file.reserve(layout.file_len())?;
-        let index = layout
-            .slots()
-            .enumerate()
-            .map(|(i, s)| (s.name().to_string(), i))
-            .collect();
         Ok(PlacedWriter {
             written: vec![false; layout.len()],
             file,
             layout,
-            index,
+            index: None,
             sync: options.sync,
         })
     }
@@ -118,13 +135,30 @@ impl PlacedWriter {
     pub fn write_all(&mut self, tensors: &[TensorRef<'_>]) -> Result<()> {
         const SMALL: usize = 1 << 20;
         let mut placed = Vec::with_capacity(tensors.len());
-        for t in tensors {
-            let (index, at) = self.claim(t.name, t.dtype, t.shape, t.data.len() as u64)?;
-            // Marked now, so that a tensor twice in `tensors` is refused.
-            self.written[index] = true;
-            placed.push((at, t.data));
+        if self.declared_as(tensors) {
+            // The tensors the layout was planned from, in that order: each
+            // slot knows its tensor, so no lookup by name, and file order
+            // is the slots' order (no sort).
+            for index in 0..self.layout.len() {
+                let Some(slot) = self.layout.slot(index) else {
+                    continue;
+                };
+                let Some(t) = tensors.get(slot.declared()) else {
+                    continue;
+                };
+                let at = self.check(index, t.name, t.dtype, t.shape, t.data.len() as u64)?;
+                self.written[index] = true;
+                placed.push((at, t.data));
+            }
+        } else {
+            for t in tensors {
+                let (index, at) = self.claim(t.name, t.dtype, t.shape, t.data.len() as u64)?;
+                // Marked now, so that a tensor twice in `tensors` is refused.
+                self.written[index] = true;
+                placed.push((at, t.data));
+            }
+            placed.sort_unstable_by_key(|&(at, _)| at);
         }
-        placed.sort_unstable_by_key(|&(at, _)| at);
         let mut run: Vec<u8> = Vec::new();
         let mut run_at = 0;
         for (at, data) in placed {
@@ -179,10 +213,43 @@ impl PlacedWriter {
 
     /// Checks a tensor to be written: its index in file order and where its
     /// bytes go in the file.
-    fn claim(&self, name: &str, dtype: Dtype, shape: &[u64], len: u64) -> Result<(usize, u64)> {
-        let &index = self.index.get(name).ok_or_else(|| WriteError::Undeclared {
+    fn claim(&mut self, name: &str, dtype: Dtype, shape: &[u64], len: u64) -> Result<(usize, u64)> {
+        let layout = &self.layout;
+        let names = self.index.get_or_insert_with(|| {
+            layout
+                .slots()
+                .enumerate()
+                .map(|(i, s)| (s.name().to_string(), i))
+                .collect()
+        });
+        let &index = names.get(name).ok_or_else(|| WriteError::Undeclared {
             tensor: name.to_string(),
         })?;
+        let at = self.check(index, name, dtype, shape, len)?;
+        Ok((index, at))
+    }
+
+    /// Whether `tensors` are, in order, the declarations the layout was
+    /// planned from (see [`PlacedWriter::declaring`]).
+    fn declared_as(&self, tensors: &[TensorRef<'_>]) -> bool {
+        tensors.len() == self.layout.len()
+            && self.layout.slots().all(|s| {
+                tensors
+                    .get(s.declared())
+                    .is_some_and(|t| t.name == s.name())
+            })
+    }
+
+    /// Checks a tensor to be written at slot `index` (in file order):
+    /// where its bytes go in the file.
+    fn check(
+        &self,
+        index: usize,
+        name: &str,
+        dtype: Dtype,
+        shape: &[u64],
+        len: u64,
+    ) -> Result<u64> {
         let slot = self.layout.slot(index).ok_or(WriteError::Poisoned)?;
         if slot.dtype() != dtype || slot.shape() != shape {
             return Err(WriteError::NotAsDeclared {
@@ -209,8 +276,7 @@ impl PlacedWriter {
             }
             .into());
         }
-        let at = 8 + self.layout.header_len() + slot.data_offsets().0;
-        Ok((index, at))
+        Ok(8 + self.layout.header_len() + slot.data_offsets().0)
     }
 
     /// The declared tensors not written yet, in file order.
@@ -424,6 +490,34 @@ mod tests {
         w.write_all(&refs).unwrap();
         w.commit().unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), canonical(&metadata));
+        // Declared by the tensors themselves (the fast path: no lookup by
+        // name), and in another order than declared (looked up by name).
+        let mut w =
+            PlacedWriter::declaring(&path, &refs, Some(&metadata), &Default::default()).unwrap();
+        w.write_all(&refs).unwrap();
+        w.commit().unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), canonical(&metadata));
+        let reversed: Vec<TensorRef<'_>> = refs.iter().rev().copied().collect();
+        let mut w =
+            PlacedWriter::declaring(&path, &refs, Some(&metadata), &Default::default()).unwrap();
+        w.write_all(&reversed).unwrap();
+        w.commit().unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), canonical(&metadata));
+        // Same names in the declared places, but another dtype: refused.
+        let mut other = refs.clone();
+        other[0].dtype = Dtype::I32;
+        let mut w =
+            PlacedWriter::declaring(&path, &refs, Some(&metadata), &Default::default()).unwrap();
+        let e = w.write_all(&other).unwrap_err();
+        assert!(e.to_string().contains("was declared F32 [2]"), "{e}");
+        drop(w);
+        let mut short = refs.clone();
+        short[1].data = &[2, 3];
+        let e = PlacedWriter::declaring(&path, &short, None, &Default::default()).unwrap_err();
+        assert!(
+            matches!(e, Error::Write(WriteError::LengthMismatch { .. })),
+            "{e}"
+        );
         // Through a spool, in any order too.
         let mut spool = Spool::create(&path).unwrap();
         for (n, d, s, b) in specs().iter().rev() {
