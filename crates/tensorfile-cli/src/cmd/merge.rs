@@ -16,9 +16,15 @@ pub struct Args {
     /// The index, or a directory holding one.
     #[arg(value_name = "INDEX|DIR")]
     input: PathBuf,
-    /// The file to write (replaced atomically).
+    /// The file to write (replaced atomically), or an object store URL
+    /// (s3://, gs://, az://): made in a temporary directory (TMPDIR), then
+    /// uploaded.
     #[arg(value_name = "OUT")]
     output: PathBuf,
+    /// With OUT at a store URL: replace an object already there (else
+    /// refused). Not atomic for concurrent readers.
+    #[arg(long)]
+    replace: bool,
     /// Do not sync OUT to disk (faster; still atomic).
     #[arg(long)]
     no_sync: bool,
@@ -42,6 +48,7 @@ impl Args {
             output: self.output.clone(),
             sync: !self.no_sync,
             timeout: super::remote::timeout_seconds(),
+            replace: self.replace,
         }
     }
 }
