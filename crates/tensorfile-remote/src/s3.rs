@@ -352,6 +352,9 @@ fn unescape(text: &str) -> String {
     out
 }
 
+/// The most pages of a listing read.
+const MAX_PAGES: usize = 10_000;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -376,6 +379,3 @@ mod tests {
         assert_eq!(unescape("a & b &bogus; c"), "a & b &bogus; c");
     }
 }
-
-/// The most pages of a listing read.
-const MAX_PAGES: usize = 10_000;

@@ -65,6 +65,9 @@ pub struct BucketStage {
     upload: UploadOptions,
 }
 
+/// The objects (names and sizes) and sub-prefixes (names) under a prefix.
+type Listing = (Vec<(String, u64)>, Vec<String>);
+
 /// A held commit lock (removed when dropped), or a writer's check.
 #[derive(Debug)]
 pub struct BucketLock {
@@ -193,7 +196,7 @@ impl BucketStage {
 
     /// The objects (names and sizes) and sub-prefixes (names) directly
     /// under `key`.
-    fn list(&self, key: &str) -> Result<(Vec<(String, u64)>, Vec<String>)> {
+    fn list(&self, key: &str) -> Result<Listing> {
         let s = self.store.store.clone();
         let prefix = if key.is_empty() {
             None

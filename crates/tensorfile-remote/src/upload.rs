@@ -238,6 +238,8 @@ impl Upload {
             ));
         };
         let part = upload.put_part(PutPayload::from(data));
+        // Spawned (not awaited): it runs while the next part is filled.
+        #[allow(clippy::async_yields_async)]
         let spawned = store::block_on(async move { tokio::spawn(part) }, deadline);
         match spawned {
             Ok(handle) => {

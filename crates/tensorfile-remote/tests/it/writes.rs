@@ -167,8 +167,7 @@ fn sets_staged_in_a_bucket_by_several_writers() {
     let remote = RemoteOptions::default();
     let (specs, data) = tensors();
     let options = WriteOptions::default();
-    let plan =
-        StagedPlan::new("model", &specs, None, &Sharding::MaxSize(32), 2, &options).unwrap();
+    let plan = StagedPlan::new("model", &specs, None, &Sharding::MaxSize(32), 2, &options).unwrap();
     let out = "s3://tf-sets/out/";
 
     // Each writer (a process of its own in real use) stages the plan and
@@ -186,7 +185,7 @@ fn sets_staged_in_a_bucket_by_several_writers() {
     );
     assert_eq!(staged.len(), 3, "{staged:?}"); // the plan and two parts
     let plans = BucketStage::find(out, "model", &remote).unwrap();
-    assert_eq!(plans, [plan.clone()]);
+    assert_eq!(plans, std::slice::from_ref(&plan));
 
     let stage = BucketStage::new(out, &plan, &remote).unwrap();
     let set = StagedSet::with_stage(stage, plan.clone()).unwrap();
