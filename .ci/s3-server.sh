@@ -2,7 +2,7 @@
 # Sourced by .ci/run: a real S3 implementation for tensorfile-remote's
 # tests (tests/s3.rs), moto's server, installed into a fresh venv and
 # started on 127.0.0.1; TENSORFILE_TEST_S3 names it. An EXIT trap stops it
-# and removes the venv, whatever fails.
+# and removes the venv, whatever fails (chained with the trap before).
 
 s3_dir="$(mktemp -d)"
 s3_pid=""
@@ -13,7 +13,8 @@ stop_s3_server() {
     fi
     rm -rf "$s3_dir"
 }
-trap stop_s3_server EXIT
+s3_prev_trap="$(trap -p EXIT | sed -E "s/^trap -- '(.*)' EXIT$/\1/")"
+trap "stop_s3_server; ${s3_prev_trap}" EXIT
 
 python3 -m venv "$s3_dir/venv"
 "$s3_dir/venv/bin/pip" install --quiet --disable-pip-version-check "moto[server]==5.2.5"

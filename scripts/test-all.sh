@@ -7,8 +7,11 @@
 # and AddressSanitizer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# moto's S3 server on 127.0.0.1 for tensorfile-remote's S3 tests, stopped
-# on exit (it sets TENSORFILE_TEST_S3).
+# moto's S3 server and Azurite on 127.0.0.1 for tensorfile-remote's S3 and
+# Azure tests, stopped on exit (they set TENSORFILE_TEST_S3 and
+# TENSORFILE_TEST_AZURE); Azurite's npm install runs while moto's installs.
+source .ci/azure-server.sh
 source .ci/s3-server.sh
+start_azure_server
 cargo test --workspace
 scripts/python-tests.sh

@@ -145,7 +145,7 @@ enum Command {
     Stats(cmd::stats::Args),
     /// Copy a remote file, set or model directory to local disk.
     ///
-    /// From s3://, hf:// or https:// URLs: parallel range requests,
+    /// From s3://, gs://, az://, hf:// or https:// URLs: parallel range requests,
     /// resumable, each file verified.
     Fetch(cmd::fetch::Args),
     /// Write the shell completions or the manual pages into a directory.

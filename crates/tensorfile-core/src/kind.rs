@@ -71,14 +71,16 @@ impl fmt::Display for Kind {
     }
 }
 
-/// Whether an input names a URL this project reads (`s3://`, `hf://`,
-/// `http://`, `https://`, any case) rather than a local path: the one
-/// table of schemes, which builds without remote support use to refuse a
-/// URL by name.
+/// Whether an input names a URL this project reads (`s3://`, `gs://`,
+/// `az://`, `abfs://`, `abfss://`, `hf://`, `http://`, `https://`, any
+/// case) rather than a local path: the one table of schemes, which builds
+/// without remote support use to refuse a URL by name.
 pub fn is_url(input: &str) -> bool {
-    ["s3://", "hf://", "http://", "https://"]
-        .iter()
-        .any(|p| input.len() > p.len() && input[..p.len()].eq_ignore_ascii_case(p))
+    [
+        "s3://", "gs://", "az://", "abfs://", "abfss://", "hf://", "http://", "https://",
+    ]
+    .iter()
+    .any(|p| input.len() > p.len() && input[..p.len()].eq_ignore_ascii_case(p))
 }
 
 /// The URL a path argument holds, if it holds one (see [`is_url`]): how a

@@ -121,7 +121,7 @@ pub struct SetCount {
 pub fn fetch(request: &FetchRequest, progress: &dyn Progress) -> Result<FetchReport> {
     if !tensorfile_remote::is_url(&request.source) {
         return Err(tensorfile::Error::request(format!(
-            "{}: not a URL (s3://, hf://, http:// or https://)",
+            "{}: not a URL (s3://, gs://, az://, abfss://, hf://, http:// or https://)",
             request.source
         )));
     }

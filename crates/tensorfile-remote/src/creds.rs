@@ -1027,6 +1027,7 @@ impl Provider {
     /// anonymous), without blocking; `None`: they must be fetched again
     /// ([`Provider::current`], which may block on STS or a metadata
     /// service).
+    #[cfg(feature = "s3-store")]
     pub(crate) fn fresh(&self) -> Option<Option<AwsCredentials>> {
         let current = self.current.lock().unwrap_or_else(|e| e.into_inner());
         if current.as_ref().is_some_and(AwsCredentials::expiring) {

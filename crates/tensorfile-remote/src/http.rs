@@ -138,25 +138,42 @@ pub(crate) enum Endpoint {
     },
     /// An S3 object: every request gets a freshly signed URL.
     S3 { store: Arc<S3Store>, key: String },
+    /// An object of an object store (`gs://`, `az://`), read through
+    /// object_store ([`crate::store`]).
+    #[cfg(any(feature = "gcs", feature = "azure", feature = "s3-store"))]
+    Store {
+        store: crate::store::Store,
+        path: object_store::path::Path,
+    },
 }
 
 impl Endpoint {
     /// The URL to send to and the headers that go with it (`x-amz-*`
     /// headers are signed into S3 URLs).
-    fn prepare(&self, head: bool, amz: &[(&'static str, &'static str)]) -> (Url, Option<String>) {
-        match self {
+    fn prepare(
+        &self,
+        head: bool,
+        amz: &[(&'static str, &'static str)],
+    ) -> Option<(Url, Option<String>)> {
+        Some(match self {
             Endpoint::Http { url, token, .. } => (
                 url.clone(),
                 token.as_ref().map(|t| format!("Bearer {}", t.expose())),
             ),
             Endpoint::S3 { store, key } => (store.signed_url(key, head, amz), None),
-        }
+            // Never sent as HTTP: `get_range` and `head` hand it to the
+            // store first.
+            #[cfg(any(feature = "gcs", feature = "azure", feature = "s3-store"))]
+            Endpoint::Store { .. } => return None,
+        })
     }
 
     fn denied_hint(&self) -> &'static str {
         match self {
             Endpoint::Http { denied_hint, .. } => denied_hint,
             Endpoint::S3 { store, .. } => store.denied_hint(),
+            #[cfg(any(feature = "gcs", feature = "azure", feature = "s3-store"))]
+            Endpoint::Store { .. } => "the store's credentials lack access to it",
         }
     }
 }
@@ -317,6 +334,31 @@ impl Client {
         None
     }
 
+    /// One of the requests in flight (held until dropped), the budget
+    /// checked and the request counted: for requests this client does not
+    /// send itself (an object store's).
+    #[cfg(any(feature = "gcs", feature = "azure", feature = "s3-store"))]
+    pub(crate) fn start_request(&self, bytes: u64) -> Result<impl Drop + '_, Problem> {
+        if let Some(p) = self.over_budget(bytes) {
+            return Err(p);
+        }
+        let slot = self.slots.acquire();
+        self.stats.requests.fetch_add(1, Ordering::Relaxed);
+        Ok(slot)
+    }
+
+    /// Counts body bytes received by a request this client did not send.
+    #[cfg(any(feature = "gcs", feature = "azure", feature = "s3-store"))]
+    pub(crate) fn count_bytes(&self, n: u64) {
+        self.stats.body_bytes.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// When the time budget runs out (`None`: no budget).
+    #[cfg(any(feature = "gcs", feature = "azure", feature = "s3-store"))]
+    pub(crate) fn deadline(&self) -> Option<Instant> {
+        self.deadline
+    }
+
     /// The time left before the time budget runs out (`None`: no budget).
     fn remaining(&self) -> Option<Duration> {
         self.deadline
@@ -324,7 +366,7 @@ impl Client {
     }
 
     /// The time budget as used up, naming the attempt before, if any.
-    fn out_of_time(&self, last: Option<Problem>) -> Problem {
+    pub(crate) fn out_of_time(&self, last: Option<Problem>) -> Problem {
         Problem::Budget {
             what: "time",
             limit: format!("{:?}", self.options.time_budget.unwrap_or_default()),
@@ -415,7 +457,11 @@ impl Client {
         amz: &[(&'static str, &'static str)],
         bytes: u64,
     ) -> Result<ureq::http::Response<ureq::Body>, Failure> {
-        let (mut url, mut auth) = endpoint.prepare(head, amz);
+        let Some((mut url, mut auth)) = endpoint.prepare(head, amz) else {
+            return Err(Failure::Fatal(Problem::BadUrl(
+                "an object store's object is not read over plain HTTP".into(),
+            )));
+        };
         // Kept headers of redirects (the Hub's X-Linked-Etag and
         // X-Repo-Commit come with its redirect to the CDN).
         let mut hops: Vec<(&'static str, ureq::http::HeaderValue)> = Vec::new();
@@ -606,6 +652,10 @@ impl Client {
         known: Option<&Meta>,
         sink: &mut dyn FnMut(u64, &[u8]),
     ) -> Result<Meta, RemoteError> {
+        #[cfg(any(feature = "gcs", feature = "azure", feature = "s3-store"))]
+        if let Endpoint::Store { store, path } = endpoint {
+            return crate::store::get_range(self, name, store, path, start, end, known, sink);
+        }
         let mut pos = start;
         let mut learned: Option<Meta> = known.cloned();
         let mut piece = vec![0u8; PIECE];
@@ -812,6 +862,8 @@ impl Client {
         let amz: &[(&'static str, &'static str)] = match endpoint {
             Endpoint::S3 { .. } => &[("x-amz-checksum-mode", "ENABLED")],
             Endpoint::Http { .. } => &[],
+            #[cfg(any(feature = "gcs", feature = "azure", feature = "s3-store"))]
+            Endpoint::Store { store, path } => return crate::store::head(self, name, store, path),
         };
         self.retrying(name, || {
             let response = self.send(endpoint, true, None, amz, 0)?;
@@ -967,7 +1019,7 @@ fn with_attempts(p: Problem, tries: u32) -> Problem {
 }
 
 /// Whether the object changed since `before` was recorded.
-fn changed(before: &Meta, now: &Meta, total: u64) -> Option<Problem> {
+pub(crate) fn changed(before: &Meta, now: &Meta, total: u64) -> Option<Problem> {
     if total != before.len {
         return Some(Problem::Changed {
             what: "the length",

@@ -39,6 +39,13 @@ enum Base {
     S3 { store: Arc<S3Store>, prefix: String },
     /// An HTTP(S) directory URL (ending in `/`).
     Http { url: Url },
+    /// A prefix of an object store (`gs://`, `az://`), read through
+    /// object_store: its URL (the key `""` or ending in `/`).
+    #[cfg(any(feature = "gcs", feature = "azure", feature = "s3-store"))]
+    Store {
+        store: crate::store::Store,
+        url: crate::store::StoreUrl,
+    },
     /// A directory of a Hub repository (`""` or ending in `/`), and the
     /// shared Hugging Face cache.
     Hub {
@@ -116,6 +123,11 @@ pub fn resolve(input: &str, client: &Arc<Client>) -> Result<Resolved, RemoteErro
         let store = Arc::new(S3Store::from_env(bucket)?);
         let display = format!("s3://{bucket}/{prefix}");
         (Base::S3 { store, prefix }, display, file)
+    } else if ["gs://", "az://", "abfs://", "abfss://"]
+        .iter()
+        .any(|p| lower.starts_with(p))
+    {
+        store_dir(input, client)?
     } else if lower.starts_with("hf://") {
         let (repo, path) = parse_hf(input)?;
         let (dir, file) = split_path(&path);
@@ -153,12 +165,43 @@ pub fn resolve(input: &str, client: &Arc<Client>) -> Result<Resolved, RemoteErro
         }
         (Base::Http { url: dir_url }, display, file)
     } else {
-        return Err(bad("not an s3://, hf://, http:// or https:// URL"));
+        return Err(bad(
+            "not an s3://, gs://, az://, abfss://, hf://, http:// or https:// URL",
+        ));
     };
     Ok(Resolved {
         dir: RemoteDir::new(client, base, display),
         file,
     })
+}
+
+/// A store URL's directory and file: `gs://` and `az://` (`abfss://`)
+/// through object_store (S3 is read by our own client, above).
+#[cfg(any(feature = "gcs", feature = "azure", feature = "s3-store"))]
+fn store_dir(
+    input: &str,
+    client: &Arc<Client>,
+) -> Result<(Base, String, Option<String>), RemoteError> {
+    let url = crate::store::StoreUrl::parse(input)?;
+    let (prefix, file) = split_path(&url.key);
+    let url = url.with_key(&prefix);
+    let store = crate::store::Store::for_url(&url, client.options())?;
+    let display = url.display();
+    Ok((Base::Store { store, url }, display, file))
+}
+
+/// Without an object store, a `gs://` or `az://` URL is refused by name.
+#[cfg(not(any(feature = "gcs", feature = "azure", feature = "s3-store")))]
+fn store_dir(
+    input: &str,
+    _client: &Arc<Client>,
+) -> Result<(Base, String, Option<String>), RemoteError> {
+    Err(RemoteError::new(
+        crate::public_name(input),
+        Problem::BadUrl(
+            "this build has no object stores (features gcs, azure of tensorfile-remote)".into(),
+        ),
+    ))
 }
 
 impl RemoteDir {
@@ -217,6 +260,15 @@ impl RemoteDir {
                 denied_hint: HTTP_DENIED,
             },
             Base::Hub { hub, repo, dir, .. } => hub.file(repo, &format!("{dir}{file}")),
+            #[cfg(any(feature = "gcs", feature = "azure", feature = "s3-store"))]
+            Base::Store { store, url } => {
+                let key = format!("{}{file}", url.key);
+                Endpoint::Store {
+                    store: store.clone(),
+                    path: object_store::path::Path::parse(&key)
+                        .unwrap_or_else(|_| object_store::path::Path::from(key.as_str())),
+                }
+            }
         }
     }
 
@@ -392,6 +444,10 @@ impl RemoteDir {
             }
             Base::Hub { hub, repo, dir, .. } => hub.list(&self.client, repo, dir).map(Some),
             Base::Http { .. } => Ok(None),
+            #[cfg(any(feature = "gcs", feature = "azure", feature = "s3-store"))]
+            Base::Store { store, url } => {
+                crate::store::list(&self.client, &self.display, store, &url.path()?).map(Some)
+            }
         }
     }
 

@@ -33,7 +33,7 @@ use object_store::{BackoffConfig, ClientOptions, ObjectStore, RetryConfig};
 
 use crate::creds::Chain;
 use crate::error::{Problem, RemoteError};
-use crate::http::RemoteOptions;
+use crate::http::{Client, Meta, RemoteOptions, Validator};
 
 /// The connect limit of a metadata service's probe (as for AWS's, part a).
 pub const METADATA_CONNECT_LIMIT: Duration = Duration::from_secs(1);
@@ -559,6 +559,7 @@ fn gcs(url: &StoreUrl, options: &RemoteOptions, env: &Chain) -> Result<Store, ob
     })
 }
 
+#[cfg(any(feature = "gcs", feature = "azure"))]
 fn truthy(v: &str) -> bool {
     matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "yes")
 }
@@ -767,6 +768,240 @@ where
         task.abort();
     }
     got
+}
+
+/// What the store says of an object, as the HTTP layer keeps it: the
+/// length, the `ETag` and the modification time.
+fn meta_of(m: &object_store::ObjectMeta) -> Meta {
+    Meta {
+        len: m.size,
+        validator: Validator {
+            etag: m.e_tag.clone(),
+            last_modified: Some(m.last_modified.to_rfc3339()),
+        },
+        ..Meta::default()
+    }
+}
+
+/// What the task reading a range hands to the caller's thread.
+enum Piece {
+    /// The answer's object and range, first.
+    Start(Meta, std::ops::Range<u64>),
+    /// Bytes, in order.
+    Bytes(bytes::Bytes),
+    /// The request or the body failed.
+    Failed(object_store::Error),
+}
+
+/// Reads `start..end` of an object through its store, handing the bytes to
+/// `sink` in order with their offsets, with the checks of HTTP reads: the
+/// answer is exactly the range asked for (clipped to the object's end on
+/// the first read, when `known` is `None`), the body exactly that long,
+/// and the length and `ETag` those of `known`. The request takes one of
+/// the client's slots and counts against its budgets; its deadline is the
+/// client's time budget. Retries are object_store's (a body cut short is
+/// asked for again from where it stopped, with the same `ETag`).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn get_range(
+    client: &Client,
+    name: &str,
+    store: &Store,
+    path: &Path,
+    start: u64,
+    end: u64,
+    known: Option<&Meta>,
+    sink: &mut dyn FnMut(u64, &[u8]),
+) -> Result<Meta, RemoteError> {
+    use futures_util::StreamExt;
+    let fail = |p: Problem| RemoteError::new(name, p);
+    let _slot = client.start_request(end - start).map_err(fail)?;
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Piece>(8);
+    let (inner, located) = (store.store.clone(), path.clone());
+    let read = async move {
+        let options = object_store::GetOptions {
+            range: Some((start..end).into()),
+            ..Default::default()
+        };
+        let answer = match inner.get_opts(&located, options).await {
+            Ok(a) => a,
+            Err(e) => {
+                let _ = tx.send(Piece::Failed(e)).await;
+                return;
+            }
+        };
+        let first = Piece::Start(meta_of(&answer.meta), answer.range.clone());
+        if tx.send(first).await.is_err() {
+            return;
+        }
+        let mut body = answer.into_stream();
+        while let Some(piece) = body.next().await {
+            let piece = match piece {
+                Ok(b) => Piece::Bytes(b),
+                Err(e) => Piece::Failed(e),
+            };
+            if tx.send(piece).await.is_err() {
+                return;
+            }
+        }
+    };
+    let deadline = client.deadline();
+    let task = runtime().spawn(async move {
+        match deadline {
+            Some(d) => {
+                let _ = tokio::time::timeout_at(d.into(), read).await;
+            }
+            None => read.await,
+        }
+    });
+    // Ends the task if this returns early (a check failed).
+    struct Abort(tokio::task::JoinHandle<()>);
+    impl Drop for Abort {
+        fn drop(&mut self) {
+            self.0.abort();
+        }
+    }
+    let _abort = Abort(task);
+    let asked = format!("bytes {start}-{}", end.saturating_sub(1));
+    let mut meta: Option<Meta> = None;
+    let mut at = start;
+    let mut stop = end;
+    let window = client.options().rate_window.max(Duration::from_millis(1));
+    let (mut window_start, mut window_bytes) = (Instant::now(), 0u64);
+    while let Some(piece) = rx.blocking_recv() {
+        match piece {
+            Piece::Start(m, range) => {
+                if let Some(before) = known {
+                    if let Some(p) = crate::http::changed(before, &m, m.len) {
+                        return Err(fail(p));
+                    }
+                }
+                // The whole range, or (first read) up to the object's end.
+                let expected = match known {
+                    Some(_) => start..end,
+                    None => start..end.min(m.len),
+                };
+                if range != expected {
+                    return Err(fail(Problem::BadContentRange {
+                        asked,
+                        got: Some(format!(
+                            "bytes {}-{}/{}",
+                            range.start,
+                            range.end.saturating_sub(1),
+                            m.len
+                        )),
+                    }));
+                }
+                stop = range.end;
+                meta = Some(m);
+            }
+            Piece::Bytes(b) => {
+                let n = b.len() as u64;
+                if meta.is_none() || at + n > stop {
+                    return Err(fail(Problem::LongBody {
+                        expected: stop - start,
+                    }));
+                }
+                client.count_bytes(n);
+                sink(at, &b);
+                at += n;
+                window_bytes += n;
+                let min_rate = client.options().min_rate;
+                if min_rate > 0 && window_start.elapsed() >= window {
+                    let floor = (min_rate as f64 * window_start.elapsed().as_secs_f64()) as u64;
+                    if window_bytes < floor {
+                        return Err(fail(Problem::TooSlow {
+                            min_rate,
+                            window,
+                            got: window_bytes,
+                        }));
+                    }
+                    (window_start, window_bytes) = (Instant::now(), 0);
+                }
+            }
+            Piece::Failed(e) => {
+                // The first read of an empty object: no range to give.
+                if known.is_none() && start == 0 && meta.is_none() {
+                    if let Ok(m) = head(client, name, store, path) {
+                        if m.len == 0 {
+                            return Ok(m);
+                        }
+                    }
+                }
+                return Err(error(name, &store.denied_hint, e));
+            }
+        }
+    }
+    match meta {
+        Some(m) if at == stop => Ok(m),
+        Some(_) => Err(fail(Problem::ShortBody {
+            expected: stop - start,
+            got: at - start,
+        })),
+        // The task ended without a word: the deadline.
+        None => Err(fail(client.out_of_time(None))),
+    }
+}
+
+/// The object's length and validator, from the store.
+///
+/// # Errors
+/// The request fails, or the client's deadline passes.
+pub(crate) fn head(
+    client: &Client,
+    name: &str,
+    store: &Store,
+    path: &Path,
+) -> Result<Meta, RemoteError> {
+    let _slot = client
+        .start_request(0)
+        .map_err(|p| RemoteError::new(name, p))?;
+    let (inner, located) = (store.store.clone(), path.clone());
+    use object_store::ObjectStoreExt;
+    let answer = block_on(async move { inner.head(&located).await }, client.deadline())
+        .map_err(|_| RemoteError::new(name, client.out_of_time(None)))?;
+    answer
+        .map(|m| meta_of(&m))
+        .map_err(|e| error(name, &store.denied_hint, e))
+}
+
+/// The objects directly below `prefix` (a directory's path), through
+/// `list_with_delimiter`: their names below it and sizes.
+///
+/// # Errors
+/// The listing fails, or the client's deadline passes.
+pub(crate) fn list(
+    client: &Client,
+    display: &str,
+    store: &Store,
+    prefix: &Path,
+) -> Result<Vec<crate::s3::Listed>, RemoteError> {
+    let _slot = client
+        .start_request(0)
+        .map_err(|p| RemoteError::new(display, p))?;
+    let (inner, located) = (store.store.clone(), prefix.clone());
+    let root = prefix.as_ref().is_empty();
+    let answer = block_on(
+        async move {
+            inner
+                .list_with_delimiter(if root { None } else { Some(&located) })
+                .await
+        },
+        client.deadline(),
+    )
+    .map_err(|_| RemoteError::new(display, client.out_of_time(None)))?
+    .map_err(|e| error(display, &store.denied_hint, e))?;
+    Ok(answer
+        .objects
+        .into_iter()
+        .filter_map(|o| {
+            let name = o.location.filename()?.to_string();
+            Some(crate::s3::Listed {
+                name,
+                size: o.size,
+                sha256: None,
+            })
+        })
+        .collect())
 }
 
 /// An object_store error as ours, naming `url` (object_store's messages

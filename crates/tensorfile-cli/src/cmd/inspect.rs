@@ -31,7 +31,7 @@ pub struct Args {
     #[arg(long)]
     hash: bool,
     /// The file to describe, or a model directory or sharded index; an
-    /// s3://, hf:// or http(s):// URL is read with range requests (the
+    /// s3://, gs://, az://, hf:// or http(s):// URL is read with range requests (the
     /// header only, unless --hash).
     #[arg(value_name = "FILE")]
     file: PathBuf,

@@ -18,7 +18,7 @@ pub struct Args {
     #[arg(long, value_name = "BYTES", default_value_t = tensorfile_core::DEFAULT_MAX_HEADER_LEN)]
     max_header_len: u64,
     /// The files to check (a directory or an index checks a whole set);
-    /// s3://, hf:// and http(s):// URLs read only the headers.
+    /// s3://, gs://, az://, hf:// and http(s):// URLs read only the headers.
     #[arg(required = true, value_name = "FILE")]
     files: Vec<PathBuf>,
 }

@@ -3,6 +3,8 @@
 //! Tests that set environment variables (`HF_*`, `AWS_*`) hold
 //! `tensorfile_testkit::env_lock()` while they run.
 
+#[cfg(feature = "azure")]
+mod azure;
 mod common;
 mod creds;
 mod faults;
