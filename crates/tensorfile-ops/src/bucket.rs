@@ -10,8 +10,9 @@
 //! The local space needed is the output's size. Without `replace`, an
 //! output whose object (or any of the set's names) is already in the
 //! bucket is refused before anything is uploaded. With it, a set's old
-//! index is removed first, then the shards are replaced and the new index
-//! put last: a reader during the replacement finds no index, never an
+//! index is read and removed first, then the shards are replaced, the new
+//! index put last, and the old set's shards the new one does not name
+//! removed: a reader during the replacement finds no index, never an
 //! index naming shards of two sets. A replacement is not atomic for
 //! concurrent readers.
 
@@ -69,15 +70,29 @@ mod imp {
 mod imp {
     use super::*;
     use std::time::Duration;
+    use tensorfile_core::OutputError;
     use tensorfile_remote::upload::{self, UploadOptions};
     use tensorfile_remote::{Problem, RemoteError, RemoteOptions};
 
     /// The longest any one request of the upload waits.
     const WAIT: Duration = Duration::from_secs(600);
 
+    /// A store's error as ours; an object already there (refused without
+    /// `replace`) as [`OutputError::Exists`], which names the flag.
     fn remote_error(e: RemoteError) -> Error {
         let url = e.url.clone();
+        if e.problem == Problem::Exists {
+            return exists(&url);
+        }
         tensorfile_core::Error::io(PathBuf::from(url), e.into_io_unnamed()).into()
+    }
+
+    fn exists(url: &str) -> Error {
+        tensorfile_core::Error::Output {
+            path: PathBuf::from(url),
+            problem: OutputError::Exists,
+        }
+        .into()
     }
 
     fn io_error(path: &Path, e: std::io::Error) -> Error {
@@ -124,10 +139,10 @@ mod imp {
         Ok(report)
     }
 
-    /// [`Problem::Exists`] when `url` is an object.
+    /// [`OutputError::Exists`] when `url` is an object.
     fn refuse_existing(url: &str, remote: &RemoteOptions) -> Result<()> {
         if upload::exists(url, remote, WAIT).map_err(remote_error)? {
-            return Err(remote_error(RemoteError::new(url, Problem::Exists)));
+            return Err(exists(url));
         }
         Ok(())
     }
@@ -167,12 +182,39 @@ mod imp {
     /// documentation); on a failure, the objects this run put are removed.
     fn publish(local: &Path, base: &str, replace: bool, remote: &RemoteOptions) -> Result<()> {
         let files = files_of(local, base)?;
+        let is_set = std::fs::symlink_metadata(local).is_ok_and(|m| m.is_dir());
+        // The indexes a set already there may have: the new one's, or
+        // where a set cut into one file had one.
+        let new_indexes: Vec<String> = files
+            .iter()
+            .filter(|(_, u)| is_index(u))
+            .map(|(_, u)| u.clone())
+            .collect();
+        let indexes: Vec<String> = if !is_set {
+            Vec::new()
+        } else if new_indexes.is_empty() {
+            files
+                .iter()
+                .filter(|(_, u)| u.ends_with(".safetensors"))
+                .map(|(_, u)| format!("{u}.index.json"))
+                .collect()
+        } else {
+            new_indexes
+        };
+        // With `replace`, the old set's shards the new one does not
+        // overwrite: removed once the new index is in place.
+        let mut stale: Vec<String> = Vec::new();
         if !replace {
-            for (_, url) in &files {
+            for url in files.iter().map(|(_, u)| u).chain(&indexes) {
                 refuse_existing(url, remote)?;
             }
         } else {
-            for (_, url) in files.iter().filter(|(_, u)| is_index(u)) {
+            for url in &indexes {
+                let old =
+                    upload::read_small(url, remote, WAIT, MAX_INDEX_LEN).map_err(remote_error)?;
+                if let (Some(old), Some((dir, _))) = (old, url.rsplit_once('/')) {
+                    stale.extend(shards_of(&old).map(|name| format!("{dir}/{name}")));
+                }
                 upload::remove(url, remote, WAIT).map_err(remote_error)?;
             }
         }
@@ -186,9 +228,15 @@ mod imp {
                     .map_err(|e| io_error(path, e))
             });
             if let Err(e) = done {
-                let exists = matches!(&e, Error::Core(tensorfile_core::Error::Io { source, .. })
-                    if source.kind() == std::io::ErrorKind::AlreadyExists);
-                if !exists {
+                // A writer that raced in keeps what it put; ours go.
+                let raced = matches!(
+                    &e,
+                    Error::Core(tensorfile_core::Error::Output {
+                        problem: OutputError::Exists,
+                        ..
+                    })
+                );
+                if !raced {
                     for url in put.iter().rev() {
                         let _ = upload::remove(url, remote, WAIT);
                     }
@@ -197,6 +245,39 @@ mod imp {
             }
             put.push(url);
         }
+        stale.sort();
+        stale.dedup();
+        for url in stale.iter().filter(|u| !put.contains(&u.as_str())) {
+            upload::remove(url, remote, WAIT).map_err(remote_error)?;
+        }
         Ok(())
+    }
+
+    /// The longest old index read to find its shards (the Hub's largest
+    /// are a few MB).
+    const MAX_INDEX_LEN: u64 = 64 << 20;
+
+    /// The shard file names an index's `weight_map` gives: plain names of
+    /// `.safetensors` files in the index's directory (anything else, in an
+    /// index not ours, is left alone).
+    fn shards_of(index: &[u8]) -> impl Iterator<Item = String> {
+        let parsed: Option<serde_json::Value> = serde_json::from_slice(index).ok();
+        let names: Vec<String> = parsed
+            .as_ref()
+            .and_then(|v| v.get("weight_map"))
+            .and_then(|m| m.as_object())
+            .map(|m| {
+                m.values()
+                    .filter_map(|v| v.as_str())
+                    .filter(|n| {
+                        n.ends_with(".safetensors")
+                            && !n.contains(['/', '\\'])
+                            && !n.starts_with('.')
+                    })
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default();
+        names.into_iter()
     }
 }

@@ -33,6 +33,11 @@ pub struct ShardRequest {
     /// the source of the tensors for `plan` and `write-part`, unused for
     /// `commit` and `abort`.
     pub step: Option<SetStep>,
+    /// For an `out_dir` in a store (`s3://`, `gs://`, `az://`), without
+    /// `step`: replace a set already there (its old index removed first,
+    /// the new one put last); without it, one is refused. Not atomic for
+    /// concurrent readers.
+    pub replace: bool,
 }
 
 impl Default for ShardRequest {
@@ -45,6 +50,7 @@ impl Default for ShardRequest {
             sync: true,
             timeout: None,
             step: None,
+            replace: false,
         }
     }
 }
@@ -108,7 +114,7 @@ pub fn shard(request: &ShardRequest, progress: &dyn Progress) -> Result<ShardRep
     progress.total(source.data_len());
     let summary = crate::bucket::via_local(
         &request.out_dir,
-        false,
+        request.replace,
         |out| Ok(split(&source, out, &options, progress)?),
         |s, map| {
             s.files = s.files.iter().map(|f| map(f)).collect();

@@ -441,6 +441,49 @@ pub fn exists(url: &str, remote: &RemoteOptions, wait: Duration) -> Result<bool,
     }
 }
 
+/// The bytes of the object at `url` if it is there and at most `limit`
+/// bytes long; `None` otherwise (a small object read whole, such as a
+/// set's index, one request).
+///
+/// # Errors
+/// The store refuses, or the wait runs out.
+pub fn read_small(
+    url: &str,
+    remote: &RemoteOptions,
+    wait: Duration,
+    limit: u64,
+) -> Result<Option<Vec<u8>>, RemoteError> {
+    let located = store::locate(url, remote)?;
+    let (s, p) = (located.store.store.clone(), located.path.clone());
+    let got = store::block_on(
+        async move {
+            let answer = s.get(&p).await?;
+            if answer.meta.size > limit {
+                return Ok(None);
+            }
+            Ok(Some(answer.bytes().await?.to_vec()))
+        },
+        Some(Instant::now() + wait),
+    );
+    match got {
+        Ok(Ok(bytes)) => Ok(bytes),
+        Ok(Err(object_store::Error::NotFound { .. })) => Ok(None),
+        Ok(Err(e)) => Err(store::error(
+            &located.display,
+            &located.store.denied_hint,
+            e,
+        )),
+        Err(store::DeadlinePassed) => Err(RemoteError::new(
+            &located.display,
+            Problem::Timeout {
+                what: "a read",
+                limit: wait,
+                attempts: 1,
+            },
+        )),
+    }
+}
+
 /// Removes the object at `url`; one that is not there is not an error.
 ///
 /// # Errors

@@ -658,7 +658,7 @@ fn outputs_at_s3_urls() {
     assert_eq!(o.status.code(), Some(1));
     assert_eq!(
         stderr(&o),
-        format!("tensorfile: {url}: already exists (not replaced unless asked to)\n")
+        format!("tensorfile: {url}: already exists: give --replace to replace it\n")
     );
     let o = tensorfile(
         &["convert", input, url, "--dtype", "F32", "--replace"],
