@@ -1512,6 +1512,30 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_proxy_forwards_records_and_fails_what_it_is_told() {
+        let server = Server::start().unwrap();
+        server.put("/a", b"0123456789".to_vec());
+        server.put("/b", b"b".to_vec());
+        let proxy = Proxy::start(&server.url()).unwrap();
+        proxy.fault("/b", ProxyFault::Status(503));
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .into();
+        for _ in 0..2 {
+            let mut r = agent.get(format!("{}/a", proxy.url())).call().unwrap();
+            assert_eq!(r.status().as_u16(), 200);
+            assert_eq!(r.body_mut().read_to_vec().unwrap(), b"0123456789");
+        }
+        let r = agent.get(format!("{}/b", proxy.url())).call().unwrap();
+        assert_eq!(r.status().as_u16(), 503);
+        let lines = proxy.requests();
+        assert_eq!(lines.len(), 3, "{lines:?}");
+        assert!(lines[2].starts_with("GET /b "), "{lines:?}");
+        assert!(Proxy::start("https://example.com/x").is_err());
+    }
+
+    #[test]
     fn ranges_as_s3_reads_them() {
         assert!(matches!(parse_range("bytes=0-9", 100), Parsed::Span(0, 10)));
         assert!(matches!(

@@ -620,8 +620,9 @@ fn outputs_at_s3_urls() {
             return;
         }
     };
-    tensorfile_testkit::serve::S3Bucket::create(&endpoint, "tf-cli-out", "cli", "cli-secret")
-        .unwrap();
+    // A bucket of this run's: the server may outlive one.
+    let bucket = format!("tf-cli-out-{}", std::process::id());
+    tensorfile_testkit::serve::S3Bucket::create(&endpoint, &bucket, "cli", "cli-secret").unwrap();
     let scratch = tempfile::tempdir().unwrap();
     let env = [
         ("AWS_ENDPOINT_URL", endpoint.as_str()),
@@ -640,7 +641,8 @@ fn outputs_at_s3_urls() {
     };
 
     // A file: the same bytes as the local output.
-    let url = "s3://tf-cli-out/m/model.safetensors";
+    let url = format!("s3://{bucket}/m/model.safetensors");
+    let url = url.as_str();
     let o = tensorfile(&["rewrite", input, url, "--json"], &env);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let report: Value = serde_json::from_str(&stdout(&o)).unwrap();
@@ -671,7 +673,7 @@ fn outputs_at_s3_urls() {
         &[
             "rewrite",
             input,
-            "s3://tf-cli-out/set/",
+            &format!("s3://{bucket}/set/"),
             "--max-shard-size",
             "50KB",
             "--json",
@@ -682,7 +684,7 @@ fn outputs_at_s3_urls() {
     let report: Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert_eq!(
         report["index"],
-        "s3://tf-cli-out/set/llama_two_layers_bf16.safetensors.index.json"
+        format!("s3://{bucket}/set/llama_two_layers_bf16.safetensors.index.json")
     );
     let o = tensorfile(
         &["rewrite", input, &at("set"), "--max-shard-size", "50KB"],
@@ -705,7 +707,7 @@ fn outputs_at_s3_urls() {
         &[
             "rewrite",
             input,
-            "s3://tf-cli-out/set/",
+            &format!("s3://{bucket}/set/"),
             "--max-shard-size",
             "50KB",
         ],
@@ -715,7 +717,8 @@ fn outputs_at_s3_urls() {
 
     // Several writers into a bucket: nothing under OUTDIR's names before
     // the commit (the listing shows the staging prefix alone).
-    let out = "s3://tf-cli-out/multi/";
+    let out = format!("s3://{bucket}/multi/");
+    let out = out.as_str();
     let step = |args: &[&str]| {
         let mut all = vec!["shard"];
         all.extend_from_slice(args);
@@ -749,12 +752,13 @@ fn outputs_at_s3_urls() {
     let done = step(&[out, "--commit", "--json"]);
     assert_eq!(
         done["index"],
-        "s3://tf-cli-out/multi/model.safetensors.index.json"
+        format!("s3://{bucket}/multi/model.safetensors.index.json")
     );
     let o = tensorfile(&["validate", out], &env);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     // Planned and aborted: nothing is left to commit.
-    let out = "s3://tf-cli-out/aborted/";
+    let out = format!("s3://{bucket}/aborted/");
+    let out = out.as_str();
     step(&[
         input,
         out,

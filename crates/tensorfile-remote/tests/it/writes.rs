@@ -81,12 +81,14 @@ fn uploads_are_whole_or_absent() {
         return;
     };
     set_env(&endpoint);
-    S3Bucket::create(&endpoint, "tf-writes", "testing", "testing-secret-key").unwrap();
+    // A bucket of this run's: the server may outlive one.
+    let bucket = format!("tf-writes-{}", std::process::id());
+    S3Bucket::create(&endpoint, &bucket, "testing", "testing-secret-key").unwrap();
     let remote = RemoteOptions::default();
 
     // One put, and a multipart upload of three parts (the last short).
     for (name, len) in [("small", 1000), ("large", (12 << 20) + 7)] {
-        let url = format!("s3://tf-writes/up/{name}");
+        let url = format!("s3://{bucket}/up/{name}");
         let data = bytes(len);
         let mut upload = Upload::to_url(&url, &remote, parts().with_if_absent(true)).unwrap();
         for piece in data.chunks(1 << 20) {
@@ -105,7 +107,8 @@ fn uploads_are_whole_or_absent() {
     }
     // The conditional put itself refuses an object that appeared after
     // the upload began.
-    let url = "s3://tf-writes/up/raced";
+    let url = format!("s3://{bucket}/up/raced");
+    let url = url.as_str();
     let mut upload = Upload::to_url(url, &remote, parts().with_if_absent(true)).unwrap();
     upload.write_all(b"mine").unwrap();
     let mut other = Upload::to_url(url, &remote, parts()).unwrap();
@@ -117,21 +120,32 @@ fn uploads_are_whole_or_absent() {
 
     // A body that fails midway (the writer gives up after a part was
     // sent): dropped, the upload is aborted. No object, nothing pending.
-    let url = "s3://tf-writes/up/failed";
+    let url = format!("s3://{bucket}/up/failed");
+    let url = url.as_str();
     let mut upload = Upload::to_url(url, &remote, parts()).unwrap();
     upload.write_all(&bytes(7 << 20)).unwrap();
     drop(upload);
     assert_eq!(get(url), None);
-    assert_eq!(remove_pending("s3://tf-writes/up/", WAIT).unwrap(), 0);
+    assert_eq!(
+        remove_pending(&format!("s3://{bucket}/up/"), WAIT).unwrap(),
+        0
+    );
 
     // A writer killed midway cannot abort (forgotten here, as a killed
     // process forgets): its upload is pending until the sweep.
-    let url = "s3://tf-writes/up/killed";
+    let url = format!("s3://{bucket}/up/killed");
+    let url = url.as_str();
     let mut upload = Upload::to_url(url, &remote, parts()).unwrap();
     upload.write_all(&bytes(6 << 20)).unwrap();
     std::mem::forget(upload);
-    assert_eq!(remove_pending("s3://tf-writes/up/", WAIT).unwrap(), 1);
-    assert_eq!(remove_pending("s3://tf-writes/up/", WAIT).unwrap(), 0);
+    assert_eq!(
+        remove_pending(&format!("s3://{bucket}/up/"), WAIT).unwrap(),
+        1
+    );
+    assert_eq!(
+        remove_pending(&format!("s3://{bucket}/up/"), WAIT).unwrap(),
+        0
+    );
     assert_eq!(get(url), None);
 }
 
@@ -163,12 +177,15 @@ fn sets_staged_in_a_bucket_by_several_writers() {
         return;
     };
     set_env(&endpoint);
-    S3Bucket::create(&endpoint, "tf-sets", "testing", "testing-secret-key").unwrap();
+    // A bucket of this run's: the server may outlive one.
+    let bucket = format!("tf-sets-{}", std::process::id());
+    S3Bucket::create(&endpoint, &bucket, "testing", "testing-secret-key").unwrap();
     let remote = RemoteOptions::default();
     let (specs, data) = tensors();
     let options = WriteOptions::default();
     let plan = StagedPlan::new("model", &specs, None, &Sharding::MaxSize(32), 2, &options).unwrap();
-    let out = "s3://tf-sets/out/";
+    let out = format!("s3://{bucket}/out/");
+    let out = out.as_str();
 
     // Each writer (a process of its own in real use) stages the plan and
     // writes its parts; nothing has the set's names before the commit.
@@ -200,7 +217,7 @@ fn sets_staged_in_a_bucket_by_several_writers() {
     );
     assert_eq!(
         summary.index.unwrap().to_str().unwrap(),
-        "s3://tf-sets/out/model.safetensors.index.json"
+        &format!("s3://{bucket}/out/model.safetensors.index.json")
     );
     // Byte for byte what the local stage gives.
     let dir = tempfile::tempdir().unwrap();
@@ -230,7 +247,8 @@ fn sets_staged_in_a_bucket_by_several_writers() {
     // Abort: a part written, a multipart upload left pending in the
     // staging prefix (a writer killed midway), then the abort leaves
     // nothing at all.
-    let out = "s3://tf-sets/aborted/";
+    let out = format!("s3://{bucket}/aborted/");
+    let out = out.as_str();
     let stage = BucketStage::new(out, &plan, &remote).unwrap();
     let staging = stage.staging();
     let set = StagedSet::with_stage(stage, plan.clone()).unwrap();
