@@ -638,9 +638,14 @@ fn outputs_at_azure_urls() {
         .unwrap();
     wait_for_request(&proxy, &mut child, "blockid=");
     kill(&mut child, libc::SIGKILL);
-    let o = tensorfile(&["inspect", url], &env);
-    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
-    assert!(stderr(&o).contains(url), "{}", stderr(&o));
+    let not_there = |o: &Output| {
+        assert_eq!(o.status.code(), Some(1), "{}", stdout(o));
+        assert_eq!(
+            stderr(o),
+            format!("tensorfile: {url}: not found (HTTP 404)\n")
+        );
+    };
+    not_there(&tensorfile(&["inspect", url], &env));
     let failing_proxy = Proxy::start(&endpoint).unwrap();
     failing_proxy.fault("blockid=", ProxyFault::Status(500));
     let owned_failing = env_at(failing_proxy.url());
@@ -650,8 +655,12 @@ fn outputs_at_azure_urls() {
         .collect();
     let o = tensorfile(&["rewrite", big, url], &failing);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
-    let o = tensorfile(&["inspect", url], &env);
-    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    assert!(
+        stderr(&o).starts_with(&format!("tensorfile: {url}: ")),
+        "{}",
+        stderr(&o)
+    );
+    not_there(&tensorfile(&["inspect", url], &env));
     // And the next run puts it whole.
     let o = tensorfile(&["rewrite", big, url], &env);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
