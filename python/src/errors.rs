@@ -86,6 +86,18 @@ pub fn error(e: tensorfile::Error) -> PyErr {
     if let tensorfile::Error::Request { message } = e.detail() {
         return safetensor_error(keywords(message), None, e.path());
     }
+    if let Some(tensorfile_core::Error::Output {
+        path,
+        problem: tensorfile_core::OutputError::Exists,
+    }) = e.core()
+    {
+        // The command line's wording names its flag: this is the keyword.
+        let message = format!(
+            "{}: already exists: give replace=True to replace it",
+            path.display()
+        );
+        return safetensor_error(message, None, Some(path));
+    }
     safetensor_error(e.to_string(), e.rule(), e.path())
 }
 

@@ -19,7 +19,8 @@ use crate::handle::parse_dtype;
 /// conversions the library's `convert` operation makes (GGUF, numpy).
 #[pyfunction]
 #[pyo3(signature = (input, output, dtype = None, *, saturate = false, allow_int = false,
-    strict = false, sync = true, max_shard_size = None, key = None, name = None))]
+    strict = false, sync = true, max_shard_size = None, key = None, name = None,
+    replace = false))]
 #[allow(clippy::too_many_arguments)]
 pub fn convert<'py>(
     py: Python<'py>,
@@ -33,9 +34,10 @@ pub fn convert<'py>(
     max_shard_size: Option<u64>,
     key: Option<String>,
     name: Option<String>,
+    replace: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
     let request = ConvertRequest {
-        files: in_out(input, output, sync, max_shard_size),
+        files: in_out(input, output, sync, max_shard_size, replace),
         dtype: dtype.map(parse_dtype).transpose()?,
         saturate,
         allow_int,
@@ -60,7 +62,7 @@ pub fn convert<'py>(
 #[pyfunction]
 #[pyo3(signature = (input, output, scheme, *, bits = None, group_size = None,
     global_scale = false, include = Vec::new(), exclude = Vec::new(), sync = true,
-    max_shard_size = None))]
+    max_shard_size = None, replace = false))]
 #[allow(clippy::too_many_arguments)]
 pub fn quantize<'py>(
     py: Python<'py>,
@@ -74,9 +76,10 @@ pub fn quantize<'py>(
     exclude: Vec<String>,
     sync: bool,
     max_shard_size: Option<u64>,
+    replace: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
     let request = QuantizeRequest {
-        files: in_out(input, output, sync, max_shard_size),
+        files: in_out(input, output, sync, max_shard_size, replace),
         scheme,
         bits,
         group_size,
@@ -152,11 +155,19 @@ pub fn consolidate_dcp<'py>(
     Ok(pythonize::pythonize(py, &report)?)
 }
 
-/// The files of a transform, and how they are written.
-fn in_out(input: PathBuf, output: PathBuf, sync: bool, max_shard_size: Option<u64>) -> InOut {
+/// The files of a transform, and how they are written (`replace`: an
+/// output in a store replaces what is there).
+fn in_out(
+    input: PathBuf,
+    output: PathBuf,
+    sync: bool,
+    max_shard_size: Option<u64>,
+    replace: bool,
+) -> InOut {
     InOut {
         sync,
         max_shard_size,
+        replace,
         ..InOut::new(input, output)
     }
 }
@@ -166,7 +177,7 @@ fn in_out(input: PathBuf, output: PathBuf, sync: bool, max_shard_size: Option<u6
 /// operation.
 #[pyfunction]
 #[pyo3(signature = (input, output, dtype = None, *, config = None, bits = None,
-    group_size = None, mode = None, sync = true, max_shard_size = None))]
+    group_size = None, mode = None, sync = true, max_shard_size = None, replace = false))]
 #[allow(clippy::too_many_arguments)]
 pub fn dequantize<'py>(
     py: Python<'py>,
@@ -179,6 +190,7 @@ pub fn dequantize<'py>(
     mode: Option<&str>,
     sync: bool,
     max_shard_size: Option<u64>,
+    replace: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
     let mode = mode
         .map(|m| {
@@ -187,7 +199,7 @@ pub fn dequantize<'py>(
         })
         .transpose()?;
     let request = DequantizeRequest {
-        files: in_out(input, output, sync, max_shard_size),
+        files: in_out(input, output, sync, max_shard_size, replace),
         dtype: dtype.map(parse_dtype).transpose()?,
         config,
         bits,

@@ -76,6 +76,7 @@ def convert(
     max_shard_size: Optional[int] = None,
     key: Optional[str] = None,
     name: Optional[str] = None,
+    replace: bool = False,
 ) -> Dict[str, Any]:
     """``tensorfile convert``: casts the float tensors of ``input`` to
     ``dtype`` (``"bf16"``, ``"F32"``, ``"f8_e4m3"``, ...; the companions of
@@ -92,6 +93,10 @@ def convert(
     (``losses`` counts, per tensor, the values that overflowed, became NaN,
     saturated or flushed to zero).
 
+    ``output`` may be at ``s3://``, ``gs://`` or ``az://``: made in a private
+    temporary directory, then uploaded (a set's index last); one already
+    there is refused unless ``replace=True``.
+
     >>> tensorfile.convert("model.safetensors", "model-bf16.safetensors", "bf16")["cast"]
     """
     return _native.convert(
@@ -105,6 +110,7 @@ def convert(
         max_shard_size=max_shard_size,
         key=key,
         name=name,
+        replace=replace,
     )
 
 
@@ -130,7 +136,9 @@ def edit_metadata(
     An in-place edit is the one exception to "readers keep the old file's
     bytes": a process that has the file open or mapped (a ``safe_open``) sees
     the new header, never changed data. A symbolic link is never edited in
-    place: the file it leads to is rewritten.
+    place: the file it leads to is rewritten. ``path`` may be an object at
+    ``s3://``, ``gs://`` or ``az://``: it is fetched, edited and put back
+    whole, replacing it.
 
     >>> tensorfile.edit_metadata("model.safetensors", set={"format": "pt"})
     """
@@ -178,6 +186,7 @@ def quantize(
     exclude: Sequence[str] = (),
     sync: bool = True,
     max_shard_size: Optional[int] = None,
+    replace: bool = False,
 ) -> Dict[str, Any]:
     """``tensorfile quantize``: quantizes the weights of ``input`` (a
     safetensors file or set) into ``output`` with ``scheme``:
@@ -186,6 +195,7 @@ def quantize(
     ``"mlx-mxfp4"``, ``"mlx-mxfp8"``, ``"mlx-nvfp4"`` (``global_scale`` adds
     nvfp4's per-tensor scale). ``include``/``exclude`` are globs over tensor
     names. Returns the summary ``tensorfile quantize --json`` prints.
+    ``output`` may be in a store, as for :func:`convert` (``replace``).
 
     >>> tensorfile.quantize("model.safetensors", "q.safetensors", "mlx-affine", bits=4, group_size=64)
     """
@@ -200,6 +210,7 @@ def quantize(
         exclude=list(exclude),
         sync=sync,
         max_shard_size=max_shard_size,
+        replace=replace,
     )
 
 
@@ -214,6 +225,7 @@ def dequantize(
     mode: Optional[str] = None,
     sync: bool = True,
     max_shard_size: Optional[int] = None,
+    replace: bool = False,
 ) -> Dict[str, Any]:
     """``tensorfile dequantize``: turns the quantized weights of ``input``
     back into floats (``dtype``, default the scales' dtype) in ``output``.
@@ -221,7 +233,8 @@ def dequantize(
     ``config`` (a config.json's ``quantization``), from ``bits``,
     ``group_size`` and ``mode``, from the config.json of ``input``'s model, or
     from the metadata of a file tensorfile quantized; never guessed. Returns
-    the summary ``tensorfile dequantize --json`` prints."""
+    the summary ``tensorfile dequantize --json`` prints. ``output`` may be in
+    a store, as for :func:`convert` (``replace``)."""
     return _native.dequantize(
         os.fspath(input),
         os.fspath(output),
@@ -232,6 +245,7 @@ def dequantize(
         mode=mode,
         sync=sync,
         max_shard_size=max_shard_size,
+        replace=replace,
     )
 
 

@@ -208,6 +208,7 @@ def convert(
     max_shard_size: Optional[int] = None,
     key: Optional[str] = None,
     name: Optional[str] = None,
+    replace: bool = False,
 ) -> Dict[str, Any]: ...
 def edit_metadata(
     path: PathLike,
@@ -236,6 +237,7 @@ def quantize(
     exclude: Sequence[str] = ...,
     sync: bool = True,
     max_shard_size: Optional[int] = None,
+    replace: bool = False,
 ) -> Dict[str, Any]: ...
 def dequantize(
     input: PathLike,
@@ -248,6 +250,7 @@ def dequantize(
     mode: Optional[str] = None,
     sync: bool = True,
     max_shard_size: Optional[int] = None,
+    replace: bool = False,
 ) -> Dict[str, Any]: ...
 def plan_set(
     out_dir: PathLike,

@@ -365,3 +365,56 @@ def test_azure_blobs_and_sets(monkeypatch):
     missing = f"az://{container}/none.safetensors"
     with pytest.raises(FileNotFoundError, match=re.escape(missing)):
         safe_open(missing, "np")
+
+
+def test_s3_outputs_and_replace(monkeypatch, tmp_path):
+    endpoint = s3_endpoint()
+    bucket = "tf-python-out-" + hashlib.sha256(os.urandom(8)).hexdigest()[:12]
+    s3_put(endpoint, bucket, acl="private")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing-secret-key")
+    monkeypatch.delenv("AWS_NO_SIGN_REQUEST", raising=False)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    single = FIXTURES / "valid" / "llama_two_layers_bf16.safetensors"
+
+    # A file: the same tensors as the local output.
+    url = f"s3://{bucket}/m/model.safetensors"
+    report = tensorfile.convert(single, url, "F32")
+    assert report["files"] == [url], report
+    local = tmp_path / "local.safetensors"
+    tensorfile.convert(single, local, "F32")
+    with safe_open(local, "np") as a, safe_open(url, "np") as b:
+        same_tensors(a, b, url)
+    # Refused unless replace=True, naming the object and the keyword.
+    with pytest.raises(SafetensorError) as refused:
+        tensorfile.convert(single, url, "bf16")
+    assert str(refused.value) == f"{url}: already exists: give replace=True to replace it"
+    assert refused.value.path == url
+    tensorfile.convert(single, url, "bf16", replace=True)
+    with safe_open(single, "np") as a, safe_open(url, "np") as b:
+        same_tensors(a, b, url)
+
+    # A set, shards first and the index last; quantize and dequantize
+    # take replace= too.
+    report = tensorfile.convert(single, f"s3://{bucket}/set/", max_shard_size=50_000)
+    assert report["index"].startswith(f"s3://{bucket}/set/"), report
+    with safe_open(single, "np") as a, safe_open(report["index"], "np") as b:
+        same_tensors(a, b, report["index"])
+    q = f"s3://{bucket}/q.safetensors"
+    tensorfile.quantize(single, q, "int4-g32-sym")
+    with pytest.raises(SafetensorError, match="replace=True"):
+        tensorfile.quantize(single, q, "int4-g32-sym")
+    tensorfile.quantize(single, q, "int4-g32-sym", replace=True)
+    d = f"s3://{bucket}/d.safetensors"
+    tensorfile.dequantize(q, d, "F32")
+    with pytest.raises(SafetensorError, match="replace=True"):
+        tensorfile.dequantize(q, d, "F32")
+    tensorfile.dequantize(q, d, "F32", replace=True)
+
+    # edit_metadata of an object: rewritten whole, in its place.
+    report = tensorfile.edit_metadata(url, set={"owner": "tensorfile"})
+    assert report["file"] == url and not report["in_place"], report
+    with safe_open(url, "np") as b:
+        assert b.metadata()["owner"] == "tensorfile"

@@ -523,6 +523,11 @@ pub enum OutputError {
         /// What is wrong, and what to do.
         problem: String,
     },
+    /// An object is already at an output in an object store (or one of a
+    /// set's names is), and replacing it was not asked for (the command
+    /// line's `--replace`, Python's `replace=True`).
+    #[error("already exists: give --replace to replace it")]
+    Exists,
 }
 
 /// What kind of failure an error is: what to decide on (report a bad

@@ -469,6 +469,41 @@ impl GgufOptions {
 /// cannot be read or is the output; a cast refused (`strict`); a failed
 /// write (nothing is left behind).
 pub fn convert(request: &ConvertRequest, progress: &dyn Progress) -> Result<ConvertReport> {
+    let output = request.files.output.clone();
+    request.files.via_local(
+        |io| {
+            let mut local = request.clone();
+            local.files = io.clone();
+            convert_here(&local, progress)
+        },
+        |report, map| {
+            let (files, index, out) = match report {
+                ConvertReport::Safetensors(r) => {
+                    (Some(&mut r.files), Some(&mut r.index), &mut r.output)
+                }
+                ConvertReport::Pytorch(r) => {
+                    (Some(&mut r.files), Some(&mut r.index), &mut r.output)
+                }
+                ConvertReport::FromNumpy(r) => {
+                    (Some(&mut r.files), Some(&mut r.index), &mut r.output)
+                }
+                ConvertReport::GgufRaw(r) => (None, None, &mut r.output),
+                ConvertReport::GgufToHf(r) => (None, None, &mut r.output),
+                ConvertReport::HfToGguf(r) => (None, None, &mut r.output),
+                ConvertReport::ToNumpy(r) => (None, None, &mut r.output),
+            };
+            if let Some(files) = files {
+                *files = files.iter().map(|f| map(f)).collect();
+            }
+            if let Some(index) = index {
+                *index = index.as_deref().map(map);
+            }
+            *out = output;
+        },
+    )
+}
+
+fn convert_here(request: &ConvertRequest, progress: &dyn Progress) -> Result<ConvertReport> {
     let r = request;
     let io = &r.files;
     if let Some(d) = r.dtype.filter(|d| d.is_int() && !r.allow_int) {

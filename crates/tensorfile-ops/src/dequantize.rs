@@ -170,6 +170,24 @@ pub fn dequantize(
     request: &DequantizeRequest,
     progress: &dyn Progress,
 ) -> Result<DequantizeReport> {
+    request.files.via_local(
+        |io| {
+            let mut local = request.clone();
+            local.files = io.clone();
+            dequantize_here(&local, progress)
+        },
+        |r, map| {
+            r.files = r.files.iter().map(|f| map(f)).collect();
+            r.index = r.index.as_deref().map(map);
+            r.output = request.files.output.clone();
+        },
+    )
+}
+
+fn dequantize_here(
+    request: &DequantizeRequest,
+    progress: &dyn Progress,
+) -> Result<DequantizeReport> {
     if let Some(dtype) = request
         .dtype
         .filter(|&d| !DequantizeOptions::accepts_dtype(d))

@@ -13,7 +13,10 @@ use tensorfile_core::edit::Edit;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct EditRequest {
-    /// The safetensors file to edit (a local file).
+    /// The safetensors file to edit: a local file, or an object at a store
+    /// URL (`s3://`, `gs://`, `az://`), which is rewritten whole: copied
+    /// to a private temporary directory, edited, and put back in its
+    /// place (not atomic for a concurrent writer of the same object).
     pub file: PathBuf,
     /// Metadata keys to set, with their values.
     pub set: BTreeMap<String, String>,
@@ -79,6 +82,35 @@ pub fn edit(request: &EditRequest, progress: &dyn Progress) -> Result<EditReport
             "metadata key {key:?} is both set and removed"
         )));
     }
+    if crate::bucket::store_url(&request.file).is_none() {
+        return edit_here(request);
+    }
+    // An object cannot be written in part: it is copied here, edited and
+    // put back whole (replacing it is what an edit asks for).
+    crate::bucket::via_local(
+        &request.file,
+        true,
+        |local| {
+            let source = request.file.to_string_lossy().into_owned();
+            let mut copy = crate::fetch::FetchRequest::new(source, Some(local.to_path_buf()));
+            copy.sync = false;
+            crate::fetch::fetch(&copy, &())?;
+            let here = EditRequest {
+                file: local.to_path_buf(),
+                rewrite: true,
+                sync: false,
+                ..request.clone()
+            };
+            let mut report = edit_here(&here)?;
+            report.reason = Some("an object in a store is rewritten whole".into());
+            Ok(report)
+        },
+        |report, _| report.file = request.file.clone(),
+    )
+}
+
+/// [`edit`] of a local file.
+fn edit_here(request: &EditRequest) -> Result<EditReport> {
     let edit = Edit::default()
         .with_set(request.set.clone().into_iter().collect())
         .with_unset(request.unset.clone())

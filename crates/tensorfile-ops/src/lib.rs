@@ -42,6 +42,7 @@
 
 use std::path::Path;
 
+mod bucket;
 pub mod check;
 pub mod convert;
 pub mod dequantize;

@@ -27,6 +27,9 @@ pub struct MergeRequest {
     pub sync: bool,
     /// One deadline, in seconds, for all of the input's remote reads.
     pub timeout: Option<f64>,
+    /// For an output at a store URL: replace an object already there
+    /// (else refused). Not atomic for concurrent readers.
+    pub replace: bool,
 }
 
 impl Default for MergeRequest {
@@ -36,6 +39,7 @@ impl Default for MergeRequest {
             output: PathBuf::new(),
             sync: true,
             timeout: None,
+            replace: false,
         }
     }
 }
@@ -92,7 +96,16 @@ pub fn merge(request: &MergeRequest, progress: &dyn Progress) -> Result<MergeRep
     let source = open_source(&request.input, request.timeout)?;
     let options = WriteOptions::default().with_sync(request.sync);
     progress.total(source.data_len());
-    tensorfile_core::set::merge(&source, &request.output, &options, progress)?;
+    crate::bucket::via_local(
+        &request.output,
+        request.replace,
+        |out| {
+            Ok(tensorfile_core::set::merge(
+                &source, out, &options, progress,
+            )?)
+        },
+        |_, _| {},
+    )?;
     Ok(MergeReport {
         data_bytes: source.data_len(),
         dcp_ranks: None,

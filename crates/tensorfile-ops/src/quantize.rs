@@ -98,6 +98,21 @@ impl QuantizeRequest {
 /// is the output, a weight that cannot be quantized, a failed write
 /// (nothing is left behind).
 pub fn quantize(request: &QuantizeRequest, progress: &dyn Progress) -> Result<QuantizeReport> {
+    request.files.via_local(
+        |io| {
+            let mut local = request.clone();
+            local.files = io.clone();
+            quantize_here(&local, progress)
+        },
+        |r, map| {
+            r.files = r.files.iter().map(|f| map(f)).collect();
+            r.index = r.index.as_deref().map(map);
+            r.output = request.files.output.clone();
+        },
+    )
+}
+
+fn quantize_here(request: &QuantizeRequest, progress: &dyn Progress) -> Result<QuantizeReport> {
     let scheme = request.scheme()?;
     #[cfg(not(feature = "digest"))]
     if request.embed_hash {

@@ -64,6 +64,21 @@ pub struct RewriteReport {
 /// that is not safetensors or cannot be read, a failed write (nothing is
 /// left behind).
 pub fn rewrite(request: &RewriteRequest, progress: &dyn Progress) -> Result<RewriteReport> {
+    request.files.via_local(
+        |io| {
+            let mut local = request.clone();
+            local.files = io.clone();
+            rewrite_here(&local, progress)
+        },
+        |r, map| {
+            r.files = r.files.iter().map(|f| map(f)).collect();
+            r.index = r.index.as_deref().map(map);
+            r.output = request.files.output.clone();
+        },
+    )
+}
+
+fn rewrite_here(request: &RewriteRequest, progress: &dyn Progress) -> Result<RewriteReport> {
     let align = Align::from_bytes(request.align).ok_or_else(|| {
         Error::request(format!(
             "`{}` is not an alignment; expected 8, 64 or 4096",

@@ -33,6 +33,11 @@ pub struct ShardRequest {
     /// the source of the tensors for `plan` and `write-part`, unused for
     /// `commit` and `abort`.
     pub step: Option<SetStep>,
+    /// For an `out_dir` in a store (`s3://`, `gs://`, `az://`), without
+    /// `step`: replace a set already there (its old index removed first,
+    /// the new one put last); without it, one is refused. Not atomic for
+    /// concurrent readers.
+    pub replace: bool,
 }
 
 impl Default for ShardRequest {
@@ -45,6 +50,7 @@ impl Default for ShardRequest {
             sync: true,
             timeout: None,
             step: None,
+            replace: false,
         }
     }
 }
@@ -106,7 +112,15 @@ pub fn shard(request: &ShardRequest, progress: &dyn Progress) -> Result<ShardRep
     let options = SplitOptions::new(request.max_shard_size, request.prefix.clone())
         .with_write(WriteOptions::default().with_sync(request.sync));
     progress.total(source.data_len());
-    let summary = split(&source, &request.out_dir, &options, progress)?;
+    let summary = crate::bucket::via_local(
+        &request.out_dir,
+        request.replace,
+        |out| Ok(split(&source, out, &options, progress)?),
+        |s, map| {
+            s.files = s.files.iter().map(|f| map(f)).collect();
+            s.index = s.index.as_deref().map(map);
+        },
+    )?;
     Ok(ShardReport {
         files: summary.files,
         index: summary.index,
@@ -121,11 +135,11 @@ pub fn shard(request: &ShardRequest, progress: &dyn Progress) -> Result<ShardRep
 }
 
 /// Runs one step of writing the set `request.out_dir` from several
-/// processes.
+/// processes: in a local directory, or under a bucket's prefix.
 fn shard_step(request: &ShardRequest, step: SetStep) -> Result<ShardReport> {
     let options = WriteOptions::default().with_sync(request.sync);
     let mut tensors = 0;
-    let set = match step {
+    let planned = match step {
         SetStep::Plan { writers } => {
             if writers == 0 {
                 return Err(Error::request("a set needs at least one writer"));
@@ -138,20 +152,101 @@ fn shard_step(request: &ShardRequest, step: SetStep) -> Result<ShardReport> {
                 .collect();
             tensors = specs.len();
             let metadata = source.metadata()?;
-            let plan = StagedPlan::new(
+            Some(StagedPlan::new(
                 &request.prefix,
                 &specs,
                 Some(&metadata),
                 &Sharding::MaxSize(request.max_shard_size),
                 writers,
                 &options,
-            )?;
-            StagedSet::prepare(&request.out_dir, plan)?
+            )?)
         }
-        _ => StagedSet::open(&request.out_dir, &request.prefix)?,
+        _ => None,
     };
-    let plan = set.plan();
+    if let Some(url) = crate::bucket::store_url(&request.out_dir) {
+        return bucket_step(request, step, planned, tensors, url);
+    }
+    let set = match planned {
+        Some(plan) => StagedSet::prepare(&request.out_dir, plan)?,
+        None => StagedSet::open(&request.out_dir, &request.prefix)?,
+    };
     let staging = set.stage().staging().to_path_buf();
+    run_step(request, step, &set, staging, tensors)
+}
+
+/// [`shard_step`] for an `OUTDIR` in a bucket
+/// ([`tensorfile_remote::stage::BucketStage`]).
+#[cfg(any(feature = "gcs", feature = "azure", feature = "s3-store"))]
+fn bucket_step(
+    request: &ShardRequest,
+    step: SetStep,
+    planned: Option<StagedPlan>,
+    tensors: usize,
+    url: &str,
+) -> Result<ShardReport> {
+    use tensorfile_remote::stage::BucketStage;
+    let remote = tensorfile_remote::RemoteOptions::default();
+    let plan = match planned {
+        Some(plan) => plan,
+        None => {
+            let mut found = BucketStage::find(url, &request.prefix, &remote)?;
+            match found.len() {
+                1 => found.remove(0),
+                0 => {
+                    return Err(tensorfile_core::Error::Output {
+                        path: request.out_dir.clone(),
+                        problem: tensorfile_core::OutputError::Staging {
+                            problem: format!(
+                                "no set is staged here for files named {:?} (never planned, or already committed or aborted)",
+                                request.prefix
+                            ),
+                        },
+                    }
+                    .into())
+                }
+                n => {
+                    return Err(tensorfile_core::Error::Output {
+                        path: request.out_dir.clone(),
+                        problem: tensorfile_core::OutputError::Staging {
+                            problem: format!(
+                                "{n} plans are staged here for files named {:?}: abort all but one",
+                                request.prefix
+                            ),
+                        },
+                    }
+                    .into())
+                }
+            }
+        }
+    };
+    let stage = BucketStage::new(url, &plan, &remote)?;
+    let staging = stage.staging();
+    let set = StagedSet::with_stage(stage, plan)?;
+    run_step(request, step, &set, staging, tensors)
+}
+
+#[cfg(not(any(feature = "gcs", feature = "azure", feature = "s3-store")))]
+fn bucket_step(
+    _request: &ShardRequest,
+    _step: SetStep,
+    _planned: Option<StagedPlan>,
+    _tensors: usize,
+    url: &str,
+) -> Result<ShardReport> {
+    Err(Error::request(format!(
+        "{url}: this build cannot write to object stores (tensorfile-ops' features `s3-store`, `gcs`, `azure`)"
+    )))
+}
+
+/// Runs `step` on the staged `set` (its staging area `staging`).
+fn run_step<S: tensorfile_core::set::SetStage>(
+    request: &ShardRequest,
+    step: SetStep,
+    set: &StagedSet<S>,
+    staging: PathBuf,
+    tensors: usize,
+) -> Result<ShardReport> {
+    let plan = set.plan();
     let mut report = ShardReport {
         files: Vec::new(),
         index: None,

@@ -234,6 +234,10 @@ pub struct InOut {
     /// One deadline, in seconds, for all of the input's remote reads,
     /// retries and waits included; `None`: none.
     pub timeout: Option<f64>,
+    /// For an output at a store URL (`s3://`, `gs://`, `az://`): replace
+    /// an object (or a set's index or shards) already there; without it
+    /// they are refused. Not atomic for concurrent readers.
+    pub replace: bool,
 }
 
 impl Default for InOut {
@@ -245,11 +249,32 @@ impl Default for InOut {
             max_header_len: tensorfile_core::DEFAULT_MAX_HEADER_LEN,
             sync: true,
             timeout: None,
+            replace: false,
         }
     }
 }
 
 impl InOut {
+    /// Runs `run` with this request's output made local: itself, or for
+    /// a store URL a temporary path uploaded when `run` succeeds (see
+    /// `bucket.rs`); `remap` gives the report the URLs back.
+    pub(crate) fn via_local<R>(
+        &self,
+        run: impl FnOnce(&InOut) -> Result<R>,
+        remap: impl FnOnce(&mut R, &dyn Fn(&Path) -> PathBuf),
+    ) -> Result<R> {
+        crate::bucket::via_local(
+            &self.output,
+            self.replace,
+            |local| {
+                let mut io = self.clone();
+                io.output = local.to_path_buf();
+                run(&io)
+            },
+            remap,
+        )
+    }
+
     /// `input` read into `output`, with the default options.
     pub fn new(input: impl Into<PathBuf>, output: impl Into<PathBuf>) -> InOut {
         InOut {

@@ -130,6 +130,9 @@ pub enum Problem {
     /// The Hugging Face cache holds something it should not (a snapshot
     /// link out of its repository's blobs), named by its path.
     Cache(String),
+    /// The object to write is already there, and replacing it was not
+    /// asked for.
+    Exists,
     /// The bytes do not have the digest the source gives.
     Checksum {
         /// Which digest (`sha256`, the Hub's LFS oid, S3's checksum).
@@ -162,6 +165,7 @@ impl RemoteError {
             Problem::BadUrl(_) => io::ErrorKind::InvalidInput,
             Problem::Credentials(_) => io::ErrorKind::PermissionDenied,
             Problem::Offline(_) => io::ErrorKind::NotFound,
+            Problem::Exists => io::ErrorKind::AlreadyExists,
             _ => io::ErrorKind::InvalidData,
         }
     }
@@ -274,6 +278,7 @@ impl fmt::Display for Problem {
             Problem::Credentials(what) => write!(f, "no usable AWS credentials: {what}"),
             Problem::Offline(what) => write!(f, "{what}"),
             Problem::Cache(what) => write!(f, "the Hugging Face cache: {what}"),
+            Problem::Exists => f.write_str("already exists (not replaced unless asked to)"),
             Problem::Checksum {
                 what,
                 expected,

@@ -58,9 +58,14 @@ mod location;
 mod object;
 mod profile;
 pub mod s3;
+pub mod scratch;
 mod secret;
 #[cfg(any(feature = "gcs", feature = "azure", feature = "s3-store"))]
+pub mod stage;
+#[cfg(any(feature = "gcs", feature = "azure", feature = "s3-store"))]
 pub mod store;
+#[cfg(any(feature = "gcs", feature = "azure", feature = "s3-store"))]
+pub mod upload;
 
 pub use error::{Problem, RemoteError};
 pub use http::{Client, Counts, RemoteOptions, Validator};

@@ -218,5 +218,164 @@ impl S3Store {
     }
 }
 
+/// A multipart upload begun and neither completed nor aborted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingUpload {
+    /// The object's key.
+    pub key: String,
+    /// The upload's id.
+    pub upload_id: String,
+}
+
+impl S3Store {
+    /// The multipart uploads pending under `prefix` (every key that begins
+    /// with it), through `ListMultipartUploads`, every page; `get` fetches
+    /// a signed URL's answer.
+    ///
+    /// # Errors
+    /// The requests fail, or the answer is not a listing.
+    pub(crate) fn pending_uploads(
+        &self,
+        prefix: &str,
+        get: impl Fn(Url) -> Result<Vec<u8>, RemoteError>,
+    ) -> Result<Vec<PendingUpload>, RemoteError> {
+        let display = format!("s3://{}/{prefix}", self.name());
+        let bad = |what: String| RemoteError::new(&display, Problem::Listing(what));
+        let mut out = Vec::new();
+        let mut markers: Option<(String, String)> = None;
+        for _page in 0..MAX_PAGES {
+            let creds = self.credentials();
+            // rusty-s3 has no ListMultipartUploads: ListObjectsV2's
+            // request (GET on the bucket) with the other action's query.
+            let mut action = self.bucket.list_objects_v2(creds.as_ref());
+            let query = action.query_mut();
+            query.remove("list-type");
+            query.remove("encoding-type");
+            query.insert("uploads", "");
+            query.insert("prefix", prefix.to_string());
+            if let Some((key, id)) = &markers {
+                query.insert("key-marker", key.clone());
+                query.insert("upload-id-marker", id.clone());
+            }
+            let body = get(action.sign(SIGNED_FOR))?;
+            let text = String::from_utf8_lossy(&body);
+            if !text.contains("ListMultipartUploadsResult") {
+                return Err(bad("not a ListMultipartUploads answer".into()));
+            }
+            for upload in elements(&text, "Upload") {
+                let (Some(key), Some(id)) = (element(upload, "Key"), element(upload, "UploadId"))
+                else {
+                    return Err(bad("an upload without a key or an id".into()));
+                };
+                if key.starts_with(prefix) {
+                    out.push(PendingUpload { key, upload_id: id });
+                }
+            }
+            let truncated = element(&text, "IsTruncated").is_some_and(|t| t == "true");
+            let next = (
+                element(&text, "NextKeyMarker").unwrap_or_default(),
+                element(&text, "NextUploadIdMarker").unwrap_or_default(),
+            );
+            if !truncated {
+                return Ok(out);
+            }
+            if next.0.is_empty() || markers.as_ref() == Some(&next) {
+                return Err(bad("a truncated listing without new markers".into()));
+            }
+            markers = Some(next);
+        }
+        Err(bad(format!("more than {MAX_PAGES} pages")))
+    }
+
+    /// A freshly signed URL for the `DELETE` that aborts `upload`.
+    pub(crate) fn abort_url(&self, upload: &PendingUpload) -> Url {
+        let creds = self.credentials();
+        self.bucket
+            .abort_multipart_upload(creds.as_ref(), &upload.key, &upload.upload_id)
+            .sign(SIGNED_FOR)
+    }
+}
+
+/// The texts of the elements `<name>` in `xml`, in order (no nesting of
+/// the same name, as in S3's answers).
+fn elements<'a>(xml: &'a str, name: &str) -> Vec<&'a str> {
+    let (open, close) = (format!("<{name}>"), format!("</{name}>"));
+    let mut out = Vec::new();
+    let mut rest = xml;
+    while let Some(start) = rest.find(&open) {
+        let after = &rest[start + open.len()..];
+        let Some(end) = after.find(&close) else { break };
+        out.push(&after[..end]);
+        rest = &after[end + close.len()..];
+    }
+    out
+}
+
+/// The first element `<name>`'s text in `xml`, its entities decoded.
+fn element(xml: &str, name: &str) -> Option<String> {
+    elements(xml, name).first().map(|t| unescape(t))
+}
+
+/// XML's five entities and numeric references decoded.
+fn unescape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(amp) = rest.find('&') {
+        out.push_str(&rest[..amp]);
+        let after = &rest[amp..];
+        let Some(semi) = after.find(';') else { break };
+        let entity = &after[1..semi];
+        let decoded = match entity {
+            "amp" => Some('&'),
+            "lt" => Some('<'),
+            "gt" => Some('>'),
+            "quot" => Some('"'),
+            "apos" => Some('\''),
+            _ => entity
+                .strip_prefix("#x")
+                .and_then(|h| u32::from_str_radix(h, 16).ok())
+                .or_else(|| entity.strip_prefix('#').and_then(|d| d.parse().ok()))
+                .and_then(char::from_u32),
+        };
+        match decoded {
+            Some(c) => {
+                out.push(c);
+                rest = &after[semi + 1..];
+            }
+            None => {
+                out.push('&');
+                rest = &after[1..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
 /// The most pages of a listing read.
 const MAX_PAGES: usize = 10_000;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pending_uploads_are_read_from_the_answer() {
+        let xml = "<ListMultipartUploadsResult><Bucket>b</Bucket><IsTruncated>false</IsTruncated>\
+            <Upload><Key>m/a&amp;b.safetensors</Key><UploadId>X1</UploadId></Upload>\
+            <Upload><Key>m/c</Key><UploadId>Y&#x32;</UploadId></Upload></ListMultipartUploadsResult>";
+        let uploads: Vec<(String, String)> = elements(xml, "Upload")
+            .into_iter()
+            .map(|u| (element(u, "Key").unwrap(), element(u, "UploadId").unwrap()))
+            .collect();
+        assert_eq!(
+            uploads,
+            [
+                ("m/a&b.safetensors".to_string(), "X1".to_string()),
+                ("m/c".to_string(), "Y2".to_string())
+            ]
+        );
+        assert_eq!(element(xml, "IsTruncated").as_deref(), Some("false"));
+        assert_eq!(unescape("a & b &bogus; c"), "a & b &bogus; c");
+    }
+}

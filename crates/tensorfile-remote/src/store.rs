@@ -1041,6 +1041,7 @@ pub fn error(url: &str, hint: &str, e: object_store::Error) -> RemoteError {
     use object_store::Error as E;
     let problem = match &e {
         E::NotFound { .. } => Problem::NotFound,
+        E::AlreadyExists { .. } => Problem::Exists,
         E::PermissionDenied { .. } => Problem::Denied {
             status: 403,
             hint: hint.to_string(),

@@ -6,8 +6,10 @@
 //! faults; it records every request it answered and counts the bytes.
 //!
 //! Not a product server: no TLS, one thread per connection, bodies of
-//! requests ignored. [`S3Bucket`] makes and fills buckets of a real S3
-//! server (moto's) for the `s3://` tests.
+//! requests ignored. [`S3Bucket`] makes, fills and lists buckets of a real
+//! S3 server (moto's) for the `s3://` tests, [`azurite_container`] makes
+//! Azurite's containers, and [`Proxy`] stands in front of either to fail
+//! or stall chosen requests.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
@@ -1148,9 +1150,390 @@ impl S3Bucket {
     }
 }
 
+impl S3Bucket {
+    /// The keys of the objects under `prefix`, sorted (one page of up to
+    /// 1000: enough for a test).
+    ///
+    /// # Errors
+    /// The server refuses, or the answer is not a listing.
+    pub fn keys(&self, prefix: &str) -> Result<Vec<String>, String> {
+        use rusty_s3::S3Action;
+        let mut action = self.bucket.list_objects_v2(Some(&self.credentials));
+        action.with_prefix(prefix);
+        let url = action.sign(Duration::from_secs(3600));
+        let text = self.get_text(url.as_str())?;
+        let listed = rusty_s3::actions::ListObjectsV2::parse_response(&text)
+            .map_err(|e| format!("list {prefix}: {e}"))?;
+        let mut keys: Vec<String> = listed.contents.into_iter().map(|c| c.key).collect();
+        keys.sort();
+        Ok(keys)
+    }
+
+    /// The keys of the multipart uploads pending (started, neither
+    /// completed nor aborted) under `prefix`, sorted.
+    ///
+    /// # Errors
+    /// The server refuses, or the answer is not a listing.
+    pub fn pending_uploads(&self, prefix: &str) -> Result<Vec<String>, String> {
+        use rusty_s3::S3Action;
+        // rusty-s3 has no ListMultipartUploads: ListObjectsV2's request
+        // (a GET of the bucket) with that action's query.
+        let mut action = self.bucket.list_objects_v2(Some(&self.credentials));
+        let query = action.query_mut();
+        query.remove("list-type");
+        query.remove("encoding-type");
+        query.insert("uploads", "");
+        query.insert("prefix", prefix.to_string());
+        let url = action.sign(Duration::from_secs(3600));
+        let text = self.get_text(url.as_str())?;
+        if !text.contains("ListMultipartUploadsResult") {
+            return Err(format!("not a ListMultipartUploads answer: {text}"));
+        }
+        let mut keys = Vec::new();
+        for upload in text.split("<Upload>").skip(1) {
+            let key = upload
+                .split_once("<Key>")
+                .and_then(|(_, rest)| rest.split_once("</Key>"))
+                .map(|(key, _)| key.to_string())
+                .ok_or_else(|| format!("an upload without a key: {upload}"))?;
+            keys.push(key);
+        }
+        keys.sort();
+        Ok(keys)
+    }
+
+    fn get_text(&self, url: &str) -> Result<String, String> {
+        let mut r = self.agent.get(url).call().map_err(|e| e.to_string())?;
+        let status = r.status();
+        let text = r
+            .body_mut()
+            .read_to_string()
+            .map_err(|e| format!("{url}: {e}"))?;
+        if !status.is_success() {
+            return Err(format!("GET {url}: HTTP {status}: {text}"));
+        }
+        Ok(text)
+    }
+}
+
+/// Azurite's well-known account (public: its documentation's).
+pub const AZURITE_ACCOUNT: &str = "devstoreaccount1";
+/// Azurite's well-known account key (public: its documentation's).
+pub const AZURITE_KEY: &str =
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
+
+/// Makes the container `name` at Azurite's blob `endpoint`
+/// (`http://127.0.0.1:PORT`), signed with its account key (object stores
+/// cannot make containers); one already there is not an error.
+///
+/// # Errors
+/// The server refuses.
+pub fn azurite_container(endpoint: &str, name: &str) -> Result<(), String> {
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let endpoint = endpoint.trim_end_matches('/');
+    let date = http_date(std::time::SystemTime::now());
+    let version = "2021-08-06";
+    let to_sign = format!(
+        "PUT\n\n\n\n\n\n\n\n\n\n\n\nx-ms-date:{date}\nx-ms-version:{version}\n/{AZURITE_ACCOUNT}/{AZURITE_ACCOUNT}/{name}\nrestype:container"
+    );
+    let key = b64.decode(AZURITE_KEY).map_err(|e| e.to_string())?;
+    let sig = b64.encode(hmac_sha256(&key, to_sign.as_bytes()));
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let answer = agent
+        .put(format!(
+            "{endpoint}/{AZURITE_ACCOUNT}/{name}?restype=container"
+        ))
+        .header("x-ms-date", &date)
+        .header("x-ms-version", version)
+        .header(
+            "authorization",
+            format!("SharedKey {AZURITE_ACCOUNT}:{sig}"),
+        )
+        .send_empty()
+        .map_err(|e| e.to_string())?;
+    match answer.status().as_u16() {
+        201 | 409 => Ok(()),
+        status => Err(format!("create container {name}: HTTP {status}")),
+    }
+}
+
+fn hmac_sha256(key: &[u8], data: &[u8]) -> Vec<u8> {
+    let mut k = [0u8; 64];
+    if key.len() > 64 {
+        k[..32].copy_from_slice(&Sha256::digest(key));
+    } else {
+        k[..key.len()].copy_from_slice(key);
+    }
+    let mut inner = Sha256::new();
+    inner.update(k.map(|b| b ^ 0x36));
+    inner.update(data);
+    let mut outer = Sha256::new();
+    outer.update(k.map(|b| b ^ 0x5c));
+    outer.update(inner.finalize());
+    outer.finalize().to_vec()
+}
+
+/// `t` as an HTTP date (RFC 1123, GMT).
+fn http_date(t: std::time::SystemTime) -> String {
+    let secs = t
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs()) as i64;
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    let weekday = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"][days.rem_euclid(7) as usize];
+    // Days to a civil date (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    let month = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ][(m - 1) as usize];
+    format!(
+        "{weekday}, {d:02} {month} {y} {:02}:{:02}:{:02} GMT",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// What a [`Proxy`] does with a request whose request line contains a
+/// given text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProxyFault {
+    /// Read whole, never forwarded nor answered: the connection stays
+    /// open until the proxy stops (a writer stuck mid-upload, to be
+    /// killed).
+    Hold,
+    /// Read whole and answered with this status, not forwarded (a server
+    /// failing a step).
+    Status(u16),
+}
+
+type ProxyRules = Arc<Mutex<Vec<(String, ProxyFault)>>>;
+
+/// An HTTP proxy on 127.0.0.1 in front of a real server (moto's S3, say),
+/// one request a connection (each answer says `Connection: close`), that
+/// records the request lines and applies [`ProxyFault`]s: a server that
+/// fails or stalls a chosen request of a real protocol.
+#[derive(Debug)]
+pub struct Proxy {
+    addr: std::net::SocketAddr,
+    stop: Arc<AtomicBool>,
+    rules: ProxyRules,
+    seen: Arc<Mutex<Vec<String>>>,
+    accept: Option<JoinHandle<()>>,
+}
+
+impl Proxy {
+    /// A proxy to `upstream` (`http://HOST:PORT`).
+    ///
+    /// # Errors
+    /// `upstream` is not `http://HOST:PORT`, or no port can be bound.
+    pub fn start(upstream: &str) -> std::io::Result<Proxy> {
+        let target = upstream
+            .strip_prefix("http://")
+            .map(|rest| rest.trim_end_matches('/').to_string())
+            .filter(|hp| !hp.is_empty() && !hp.contains('/'))
+            .ok_or_else(|| {
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!("{upstream}: not http://HOST:PORT"),
+                )
+            })?;
+        let listener = TcpListener::bind("127.0.0.1:0")?;
+        let addr = listener.local_addr()?;
+        listener.set_nonblocking(true)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let rules: ProxyRules = Arc::default();
+        let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+        let accept = {
+            let (stop, rules, seen) = (stop.clone(), rules.clone(), seen.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::SeqCst) {
+                    match listener.accept() {
+                        Ok((client, _)) => {
+                            let (stop, rules, seen) = (stop.clone(), rules.clone(), seen.clone());
+                            let target = target.clone();
+                            std::thread::spawn(move || {
+                                let _ = proxy_one(client, &target, &stop, &rules, &seen);
+                            });
+                        }
+                        Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                    }
+                }
+            })
+        };
+        Ok(Proxy {
+            addr,
+            stop,
+            rules,
+            seen,
+            accept: Some(accept),
+        })
+    }
+
+    /// Its URL, `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// From now on, requests whose request line contains `text` get
+    /// `fault` (the first rule that matches counts).
+    pub fn fault(&self, text: &str, fault: ProxyFault) {
+        lock(&self.rules).push((text.to_string(), fault));
+    }
+
+    /// The request lines received so far (`PUT /b/k?partNumber=2&... HTTP/1.1`).
+    pub fn requests(&self) -> Vec<String> {
+        lock(&self.seen).clone()
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.accept.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Reads an HTTP message's head (through the blank line) and the value of
+/// its `Content-Length`; `None` at a clean end of the stream. A request's
+/// body must have a length (an answer's runs to the close).
+fn read_head(r: &mut impl BufRead, request: bool) -> std::io::Result<Option<(Vec<String>, u64)>> {
+    let mut lines = Vec::new();
+    let mut length = 0;
+    loop {
+        let mut line = String::new();
+        if r.read_line(&mut line)? == 0 {
+            return Ok(None);
+        }
+        let line = line.trim_end_matches(['\r', '\n']).to_string();
+        if line.is_empty() {
+            return Ok(Some((lines, length)));
+        }
+        if let Some((name, value)) = line.split_once(':') {
+            if name.eq_ignore_ascii_case("content-length") {
+                length = value.trim().parse().unwrap_or(0);
+            }
+            if request && name.eq_ignore_ascii_case("transfer-encoding") {
+                return Err(std::io::Error::other("the proxy takes no chunked bodies"));
+            }
+        }
+        lines.push(line);
+    }
+}
+
+/// Writes a head with its `Connection` header made `close`.
+fn write_head(w: &mut impl Write, lines: &[String]) -> std::io::Result<()> {
+    let mut out = String::new();
+    for line in lines {
+        let connection = line
+            .split_once(':')
+            .is_some_and(|(n, _)| n.eq_ignore_ascii_case("connection"));
+        if !connection {
+            out.push_str(line);
+            out.push_str("\r\n");
+        }
+    }
+    out.push_str("Connection: close\r\n\r\n");
+    w.write_all(out.as_bytes())
+}
+
+fn proxy_one(
+    client: TcpStream,
+    target: &str,
+    stop: &AtomicBool,
+    rules: &Mutex<Vec<(String, ProxyFault)>>,
+    seen: &Mutex<Vec<String>>,
+) -> std::io::Result<()> {
+    client.set_nonblocking(false)?;
+    let mut reader = BufReader::new(client.try_clone()?);
+    let mut client = client;
+    let Some((head, length)) = read_head(&mut reader, true)? else {
+        return Ok(());
+    };
+    let mut body = Vec::new();
+    (&mut reader).take(length).read_to_end(&mut body)?;
+    let line = head.first().cloned().unwrap_or_default();
+    lock(seen).push(line.clone());
+    let fault = lock(rules)
+        .iter()
+        .find(|(text, _)| line.contains(text.as_str()))
+        .map(|(_, f)| f.clone());
+    match fault {
+        Some(ProxyFault::Hold) => {
+            while !stop.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Ok(())
+        }
+        Some(ProxyFault::Status(code)) => {
+            let answer = format!(
+                "HTTP/1.1 {code} Injected\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            );
+            client.write_all(answer.as_bytes())
+        }
+        None => {
+            let upstream = TcpStream::connect(target)?;
+            let mut up_writer = upstream.try_clone()?;
+            write_head(&mut up_writer, &head)?;
+            up_writer.write_all(&body)?;
+            let mut up_reader = BufReader::new(upstream);
+            let Some((answer, _)) = read_head(&mut up_reader, false)? else {
+                return Ok(());
+            };
+            write_head(&mut client, &answer)?;
+            // The body runs to the close the upstream was asked for.
+            std::io::copy(&mut up_reader, &mut client)?;
+            client.flush()?;
+            client.shutdown(Shutdown::Write)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_proxy_forwards_records_and_fails_what_it_is_told() {
+        let server = Server::start().unwrap();
+        server.put("/a", b"0123456789".to_vec());
+        server.put("/b", b"b".to_vec());
+        let proxy = Proxy::start(&server.url()).unwrap();
+        proxy.fault("/b", ProxyFault::Status(503));
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .into();
+        for _ in 0..2 {
+            let mut r = agent.get(format!("{}/a", proxy.url())).call().unwrap();
+            assert_eq!(r.status().as_u16(), 200);
+            assert_eq!(r.body_mut().read_to_vec().unwrap(), b"0123456789");
+        }
+        let r = agent.get(format!("{}/b", proxy.url())).call().unwrap();
+        assert_eq!(r.status().as_u16(), 503);
+        let lines = proxy.requests();
+        assert_eq!(lines.len(), 3, "{lines:?}");
+        assert!(lines[2].starts_with("GET /b "), "{lines:?}");
+        assert!(Proxy::start("https://example.com/x").is_err());
+    }
 
     #[test]
     fn ranges_as_s3_reads_them() {

@@ -14,7 +14,9 @@ use crate::progress::Bar;
 /// Arguments of `edit`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// The safetensors file to edit.
+    /// The safetensors file to edit, or an object at a store URL (s3://,
+    /// gs://, az://): copied to a temporary directory (TMPDIR), edited
+    /// and put back whole in its place.
     #[arg(value_name = "FILE")]
     file: PathBuf,
     /// Set metadata key K to the string V (repeatable).

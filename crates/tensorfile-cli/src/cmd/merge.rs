@@ -19,12 +19,17 @@ pub struct Args {
     /// which is consolidated.
     #[arg(value_name = "INDEX|DIR")]
     input: PathBuf,
-    /// The file to write (replaced atomically). For a DCP checkpoint, OUT not
-    /// ending in .safetensors is a directory that gets the set torch's
-    /// fqn_to_index_mapping says (model-0000K-of-0000N.safetensors and the
-    /// index; all or none).
+    /// The file to write (replaced atomically), or an object store URL
+    /// (s3://, gs://, az://): made in a temporary directory (TMPDIR), then
+    /// uploaded. For a DCP checkpoint, OUT not ending in .safetensors is a
+    /// directory that gets the set torch's fqn_to_index_mapping says
+    /// (model-0000K-of-0000N.safetensors and the index; all or none).
     #[arg(value_name = "OUT")]
     output: PathBuf,
+    /// With OUT at a store URL: replace an object already there (else
+    /// refused). Not atomic for concurrent readers.
+    #[arg(long)]
+    replace: bool,
     /// Do not sync OUT to disk (faster; still atomic).
     #[arg(long)]
     no_sync: bool,
@@ -48,6 +53,7 @@ impl Args {
             output: self.output.clone(),
             sync: !self.no_sync,
             timeout: super::remote::timeout_seconds(),
+            replace: self.replace,
         }
     }
 }

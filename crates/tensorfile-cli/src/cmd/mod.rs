@@ -42,8 +42,16 @@ pub struct FileArgs {
     /// The file to write (replaced atomically; it may be IN itself only for
     /// a canonical rewrite), or the directory to write a set into when IN
     /// is a set (a directory or an index) or --max-shard-size is given.
+    /// OUT may be an object store URL (s3://BUCKET/KEY, gs://, az://): the
+    /// output is made in a temporary directory (TMPDIR, its size free
+    /// there) and uploaded, a set's shards first and its index last.
     #[arg(value_name = "OUT")]
     pub output: PathBuf,
+    /// With OUT at a store URL: replace the object (or a set's index and
+    /// shards) already there, which is otherwise refused. Not atomic for
+    /// concurrent readers: during the replacement a set has no index.
+    #[arg(long)]
+    pub replace: bool,
     /// Write OUT as a set cut into shards of at most this many data bytes
     /// (bytes, or decimal KB, MB, GB, TB, as huggingface_hub counts).
     /// Default for a set: one output shard per input shard, holding the
@@ -79,6 +87,7 @@ impl FileArgs {
             max_header_len: self.max_header_len,
             sync: !self.no_sync,
             timeout: remote::timeout_seconds(),
+            replace: self.replace,
         }
     }
 }

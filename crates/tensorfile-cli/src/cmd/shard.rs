@@ -23,9 +23,18 @@ pub struct Args {
     #[arg(value_name = "IN")]
     input: PathBuf,
     /// The directory to write the shards and index to (created if needed;
-    /// must not already hold weights with this prefix).
+    /// must not already hold weights with this prefix), or an object store
+    /// prefix (s3://BUCKET/KEY/, gs://, az://): made in a temporary
+    /// directory (TMPDIR), then uploaded, the shards first and the index
+    /// last.
     #[arg(value_name = "OUTDIR")]
     out_dir: Option<PathBuf>,
+    /// With OUTDIR in a store: replace a set already there (its index is
+    /// removed first, then the shards replaced and the new index put
+    /// last), which is otherwise refused. Not atomic for concurrent
+    /// readers: during the replacement the set has no index.
+    #[arg(long, conflicts_with = "step")]
+    replace: bool,
     /// Write the set from several processes, step 1: stage a plan (which
     /// tensor goes to which shard, which writer writes each shard) in
     /// OUTDIR/.tensorfile-set-<id>/. Nothing appears under OUTDIR's own
@@ -120,6 +129,7 @@ impl Args {
             sync: !self.no_sync,
             timeout: super::remote::timeout_seconds(),
             step: self.step(),
+            replace: self.replace,
         })
     }
 }

@@ -604,3 +604,188 @@ fn the_shared_blob_store_reads_offline_and_needs_its_marker() {
     assert!(e.contains(".huggingface-shared-blobs"), "{e}");
     assert!(e.contains("model.safetensors"), "{e}");
 }
+
+#[test]
+fn outputs_at_s3_urls() {
+    // moto's server, as in s3_urls_on_the_command_line.
+    let endpoint = match std::env::var("TENSORFILE_TEST_S3") {
+        Ok(url) if !url.is_empty() => url,
+        _ if std::env::var_os("CI").is_some() => {
+            panic!(
+                "CI must run the S3 tests: .ci/run starts moto_server and sets TENSORFILE_TEST_S3"
+            )
+        }
+        _ => {
+            eprintln!("skipped: no S3 server (set TENSORFILE_TEST_S3 to a moto_server URL)");
+            return;
+        }
+    };
+    // A bucket of this run's: the server may outlive one.
+    let bucket = format!("tf-cli-out-{}", std::process::id());
+    tensorfile_testkit::serve::S3Bucket::create(&endpoint, &bucket, "cli", "cli-secret").unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    let env = [
+        ("AWS_ENDPOINT_URL", endpoint.as_str()),
+        ("AWS_ACCESS_KEY_ID", "cli"),
+        ("AWS_SECRET_ACCESS_KEY", "cli-secret"),
+        ("AWS_REGION", "us-east-1"),
+        ("TMPDIR", scratch.path().to_str().unwrap()),
+    ];
+    let input = fixtures().join("valid/llama_two_layers_bf16.safetensors");
+    let input = input.to_str().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let at = |name: &str| dir.path().join(name).to_str().unwrap().to_string();
+    let fetched = |url: &str, to: &str| {
+        let o = tensorfile(&["fetch", url, &at(to)], &env);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    };
+
+    // A file: the same bytes as the local output.
+    let url = format!("s3://{bucket}/m/model.safetensors");
+    let url = url.as_str();
+    let o = tensorfile(&["rewrite", input, url, "--json"], &env);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let report: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(report["files"][0], url);
+    let o = tensorfile(&["rewrite", input, &at("local.safetensors")], &env);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    fetched(url, "back.safetensors");
+    assert_eq!(
+        std::fs::read(at("back.safetensors")).unwrap(),
+        std::fs::read(at("local.safetensors")).unwrap()
+    );
+    // Refused without --replace, in one line naming the object; replaced
+    // with it.
+    let o = tensorfile(&["convert", input, url, "--dtype", "F32"], &env);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(
+        stderr(&o),
+        format!("tensorfile: {url}: already exists: give --replace to replace it\n")
+    );
+    let o = tensorfile(
+        &["convert", input, url, "--dtype", "F32", "--replace"],
+        &env,
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+
+    // A set: shards, then the index; read back equal to the local set.
+    let o = tensorfile(
+        &[
+            "rewrite",
+            input,
+            &format!("s3://{bucket}/set/"),
+            "--max-shard-size",
+            "50KB",
+            "--json",
+        ],
+        &env,
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let report: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(
+        report["index"],
+        format!("s3://{bucket}/set/llama_two_layers_bf16.safetensors.index.json")
+    );
+    let o = tensorfile(
+        &["rewrite", input, &at("set"), "--max-shard-size", "50KB"],
+        &env,
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let files = report["files"].as_array().unwrap();
+    assert_eq!(files.len(), 5);
+    for f in files {
+        let url = f.as_str().unwrap();
+        let name = url.rsplit('/').next().unwrap();
+        fetched(url, name);
+        assert_eq!(
+            std::fs::read(at(name)).unwrap(),
+            std::fs::read(dir.path().join("set").join(name)).unwrap(),
+            "{name}"
+        );
+    }
+    let o = tensorfile(
+        &[
+            "rewrite",
+            input,
+            &format!("s3://{bucket}/set/"),
+            "--max-shard-size",
+            "50KB",
+        ],
+        &env,
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+
+    // Several writers into a bucket: nothing under OUTDIR's names before
+    // the commit (the listing shows the staging prefix alone).
+    let out = format!("s3://{bucket}/multi/");
+    let out = out.as_str();
+    let step = |args: &[&str]| {
+        let mut all = vec!["shard"];
+        all.extend_from_slice(args);
+        let o = tensorfile(&all, &env);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        serde_json::from_str::<Value>(&stdout(&o)).unwrap()
+    };
+    step(&[
+        input,
+        out,
+        "--max-shard-size",
+        "50KB",
+        "--plan",
+        "--writers",
+        "2",
+        "--json",
+    ]);
+    for k in ["0", "1"] {
+        step(&[
+            input,
+            out,
+            "--max-shard-size",
+            "50KB",
+            "--write-part",
+            k,
+            "--json",
+        ]);
+    }
+    let o = tensorfile(&["validate", out], &env);
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    let done = step(&[out, "--commit", "--json"]);
+    assert_eq!(
+        done["index"],
+        format!("s3://{bucket}/multi/model.safetensors.index.json")
+    );
+    let o = tensorfile(&["validate", out], &env);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    // Planned and aborted: nothing is left to commit.
+    let out = format!("s3://{bucket}/aborted/");
+    let out = out.as_str();
+    step(&[
+        input,
+        out,
+        "--max-shard-size",
+        "50KB",
+        "--plan",
+        "--writers",
+        "2",
+        "--json",
+    ]);
+    step(&[
+        input,
+        out,
+        "--max-shard-size",
+        "50KB",
+        "--write-part",
+        "0",
+        "--json",
+    ]);
+    step(&[out, "--abort", "--json"]);
+    let o = tensorfile(&["shard", out, "--commit"], &env);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("no set is staged here"),
+        "{}",
+        stderr(&o)
+    );
+    // The scratch directories are gone.
+    assert_eq!(std::fs::read_dir(scratch.path()).unwrap().count(), 0);
+}

@@ -19,3 +19,4 @@ mod reads;
 mod s3;
 mod s3_anonymous;
 mod s3_creds;
+mod writes;
