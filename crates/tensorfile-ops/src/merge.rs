@@ -128,31 +128,43 @@ fn consolidate(request: &MergeRequest, progress: &dyn Progress) -> Result<MergeR
         .output
         .extension()
         .is_some_and(|e| e == "safetensors");
-    let mut files = Vec::new();
-    if one_file {
-        tensorfile_core::atomic::check_not_input(&request.output, checkpoint.files())?;
-        tensorfile_core::save_plan(&request.output, &plan, &options, progress)?;
-    } else {
-        if same_dir(&request.output, &request.input) {
-            return Err(tensorfile_core::Error::Output {
-                path: request.output.clone(),
-                problem: tensorfile_core::OutputError::IsInput {
-                    input: request.input.clone(),
-                },
+    // A store URL: made locally, then uploaded (crate::bucket).
+    let files = crate::bucket::via_local(
+        &request.output,
+        request.replace,
+        |out| {
+            if one_file {
+                tensorfile_core::atomic::check_not_input(out, checkpoint.files())?;
+                tensorfile_core::save_plan(out, &plan, &options, progress)?;
+                return Ok(Vec::new());
             }
-            .into());
-        }
-        let summary = tensorfile_core::set::save_set(
-            &request.output,
-            "model",
-            &plan,
-            &checkpoint.sharding(),
-            &options,
-            progress,
-        )?;
-        files = summary.files;
-        files.extend(summary.index);
-    }
+            if same_dir(out, &request.input) {
+                return Err(tensorfile_core::Error::Output {
+                    path: out.to_path_buf(),
+                    problem: tensorfile_core::OutputError::IsInput {
+                        input: request.input.clone(),
+                    },
+                }
+                .into());
+            }
+            let summary = tensorfile_core::set::save_set(
+                out,
+                "model",
+                &plan,
+                &checkpoint.sharding(),
+                &options,
+                progress,
+            )?;
+            let mut files = summary.files;
+            files.extend(summary.index);
+            Ok(files)
+        },
+        |files, map| {
+            for f in files.iter_mut() {
+                *f = map(f);
+            }
+        },
+    )?;
     let tensors = checkpoint.specs().len();
     Ok(MergeReport {
         data_bytes: checkpoint.data_len(),

@@ -673,3 +673,53 @@ fn outputs_at_azure_urls() {
     // The killed run's scratch directory was removed by a later one.
     assert_eq!(std::fs::read_dir(scratch.path()).unwrap().count(), 0);
 }
+
+#[test]
+fn a_dcp_checkpoint_consolidates_into_a_bucket() {
+    let Some(s3) = S3::new("tf-dcp") else {
+        return;
+    };
+    let env = s3.env(&s3.endpoint);
+    let input = fixtures().join("dcp/two_ranks");
+    let input = input.to_str().unwrap();
+    let local = tempfile::tempdir().unwrap();
+    let expected = local.path().join("set");
+    let o = tensorfile(&["merge", input, expected.to_str().unwrap()], &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = format!("s3://{}/dcp/", s3.name);
+    let o = tensorfile(&["merge", input, &out, "--json"], &env);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let report: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(report["dcp_ranks"], 2);
+    // The same files as the local consolidation, byte for byte, at URLs.
+    let mut names: Vec<String> = std::fs::read_dir(&expected)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    let files: Vec<&str> = report["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f.as_str().unwrap())
+        .collect();
+    assert_eq!(files.len(), names.len(), "{files:?}");
+    for f in &files {
+        assert!(f.starts_with(&out), "{f}");
+    }
+    assert_eq!(
+        s3.under("dcp/"),
+        (names.iter().map(|n| format!("dcp/{n}")).collect(), vec![])
+    );
+    let fetched = local.path().join("fetched");
+    let o = tensorfile(&["fetch", &out, fetched.to_str().unwrap()], &env);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    for name in &names {
+        let got = std::fs::read(fetched.join(name)).unwrap();
+        assert_eq!(got, std::fs::read(expected.join(name)).unwrap(), "{name}");
+    }
+    // Refused without --replace, as every output at a URL.
+    let o = tensorfile(&["merge", input, &out], &env);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("give --replace"), "{}", stderr(&o));
+}
