@@ -83,7 +83,7 @@ pub fn edit(request: &EditRequest, progress: &dyn Progress) -> Result<EditReport
         )));
     }
     if crate::bucket::store_url(&request.file).is_none() {
-        return edit_here(request);
+        return edit_here(request, progress);
     }
     // An object cannot be written in part: it is copied here, edited and
     // put back whole (replacing it is what an edit asks for).
@@ -101,7 +101,7 @@ pub fn edit(request: &EditRequest, progress: &dyn Progress) -> Result<EditReport
                 sync: false,
                 ..request.clone()
             };
-            let mut report = edit_here(&here)?;
+            let mut report = edit_here(&here, progress)?;
             report.reason = Some("an object in a store is rewritten whole".into());
             Ok(report)
         },
@@ -110,7 +110,7 @@ pub fn edit(request: &EditRequest, progress: &dyn Progress) -> Result<EditReport
 }
 
 /// [`edit`] of a local file.
-fn edit_here(request: &EditRequest) -> Result<EditReport> {
+fn edit_here(request: &EditRequest, progress: &dyn Progress) -> Result<EditReport> {
     let edit = Edit::default()
         .with_set(request.set.clone().into_iter().collect())
         .with_unset(request.unset.clone())
