@@ -85,8 +85,14 @@ pub fn edit(request: &EditRequest, progress: &dyn Progress) -> Result<EditReport
     if crate::bucket::store_url(&request.file).is_none() {
         return edit_here(request, progress);
     }
-    // An object cannot be written in part: it is copied here, edited and
-    // put back whole (replacing it is what an edit asks for).
+    edit_object(request, progress)
+}
+
+/// [`edit`] of an object in a store: an object cannot be written in part,
+/// so it is copied here, edited and put back whole (replacing it is what an
+/// edit asks for).
+#[cfg(feature = "remote")]
+fn edit_object(request: &EditRequest, progress: &dyn Progress) -> Result<EditReport> {
     crate::bucket::via_local(
         &request.file,
         true,
@@ -107,6 +113,15 @@ pub fn edit(request: &EditRequest, progress: &dyn Progress) -> Result<EditReport
         },
         |report, _| report.file = request.file.clone(),
     )
+}
+
+/// Without the `remote` feature an object cannot be fetched to edit.
+#[cfg(not(feature = "remote"))]
+fn edit_object(request: &EditRequest, _progress: &dyn Progress) -> Result<EditReport> {
+    Err(Error::request(format!(
+        "{}: this build cannot edit objects in stores (tensorfile-ops' feature `remote`)",
+        request.file.display()
+    )))
 }
 
 /// [`edit`] of a local file.

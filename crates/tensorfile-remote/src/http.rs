@@ -139,12 +139,36 @@ pub(crate) enum Endpoint {
     /// An S3 object: every request gets a freshly signed URL.
     S3 { store: Arc<S3Store>, key: String },
     /// An object of an object store (`gs://`, `az://`), read through
-    /// object_store ([`crate::store`]).
+    /// another client: the store layer's, which sits above this one.
     #[cfg(any(feature = "gcs", feature = "azure", feature = "s3-store"))]
-    Store {
-        store: crate::store::Store,
-        path: object_store::path::Path,
-    },
+    Store { object: Arc<dyn ObjectBackend> },
+}
+
+/// An object read through another client than this module's (an object
+/// store's): what [`Client::get_range`] and [`Client::head`] hand its reads
+/// to. Implemented by the layer above (so that this one does not depend
+/// on it), with the same checks and the client's bounds.
+#[cfg(any(feature = "gcs", feature = "azure", feature = "s3-store"))]
+pub(crate) trait ObjectBackend: Send + Sync + std::fmt::Debug {
+    /// [`Client::get_range`] of this object.
+    ///
+    /// # Errors
+    /// As [`Client::get_range`].
+    fn get_range(
+        &self,
+        client: &Client,
+        name: &str,
+        start: u64,
+        end: u64,
+        known: Option<&Meta>,
+        sink: &mut dyn FnMut(u64, &[u8]),
+    ) -> Result<Meta, RemoteError>;
+
+    /// [`Client::head`] of this object.
+    ///
+    /// # Errors
+    /// As [`Client::head`].
+    fn head(&self, client: &Client, name: &str) -> Result<Meta, RemoteError>;
 }
 
 impl Endpoint {
@@ -653,8 +677,8 @@ impl Client {
         sink: &mut dyn FnMut(u64, &[u8]),
     ) -> Result<Meta, RemoteError> {
         #[cfg(any(feature = "gcs", feature = "azure", feature = "s3-store"))]
-        if let Endpoint::Store { store, path } = endpoint {
-            return crate::store::get_range(self, name, store, path, start, end, known, sink);
+        if let Endpoint::Store { object } = endpoint {
+            return object.get_range(self, name, start, end, known, sink);
         }
         let mut pos = start;
         let mut learned: Option<Meta> = known.cloned();
@@ -863,7 +887,7 @@ impl Client {
             Endpoint::S3 { .. } => &[("x-amz-checksum-mode", "ENABLED")],
             Endpoint::Http { .. } => &[],
             #[cfg(any(feature = "gcs", feature = "azure", feature = "s3-store"))]
-            Endpoint::Store { store, path } => return crate::store::head(self, name, store, path),
+            Endpoint::Store { object } => return object.head(self, name),
         };
         self.retrying(name, || {
             let response = self.send(endpoint, true, None, amz, 0)?;

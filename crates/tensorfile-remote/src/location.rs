@@ -264,9 +264,11 @@ impl RemoteDir {
             Base::Store { store, url } => {
                 let key = format!("{}{file}", url.key);
                 Endpoint::Store {
-                    store: store.clone(),
-                    path: object_store::path::Path::parse(&key)
-                        .unwrap_or_else(|_| object_store::path::Path::from(key.as_str())),
+                    object: Arc::new(crate::store::StoreObject {
+                        store: store.clone(),
+                        path: object_store::path::Path::parse(&key)
+                            .unwrap_or_else(|_| object_store::path::Path::from(key.as_str())),
+                    }),
                 }
             }
         }

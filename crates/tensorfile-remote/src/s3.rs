@@ -234,6 +234,7 @@ impl S3Store {
     ///
     /// # Errors
     /// The requests fail, or the answer is not a listing.
+    #[cfg(any(feature = "gcs", feature = "azure", feature = "s3-store"))]
     pub(crate) fn pending_uploads(
         &self,
         prefix: &str,
@@ -288,6 +289,7 @@ impl S3Store {
     }
 
     /// A freshly signed URL for the `DELETE` that aborts `upload`.
+    #[cfg(any(feature = "gcs", feature = "azure", feature = "s3-store"))]
     pub(crate) fn abort_url(&self, upload: &PendingUpload) -> Url {
         let creds = self.credentials();
         self.bucket
@@ -298,6 +300,7 @@ impl S3Store {
 
 /// The texts of the elements `<name>` in `xml`, in order (no nesting of
 /// the same name, as in S3's answers).
+#[cfg(any(feature = "gcs", feature = "azure", feature = "s3-store"))]
 fn elements<'a>(xml: &'a str, name: &str) -> Vec<&'a str> {
     let (open, close) = (format!("<{name}>"), format!("</{name}>"));
     let mut out = Vec::new();
@@ -312,11 +315,13 @@ fn elements<'a>(xml: &'a str, name: &str) -> Vec<&'a str> {
 }
 
 /// The first element `<name>`'s text in `xml`, its entities decoded.
+#[cfg(any(feature = "gcs", feature = "azure", feature = "s3-store"))]
 fn element(xml: &str, name: &str) -> Option<String> {
     elements(xml, name).first().map(|t| unescape(t))
 }
 
 /// XML's five entities and numeric references decoded.
+#[cfg(any(feature = "gcs", feature = "azure", feature = "s3-store"))]
 fn unescape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
@@ -360,6 +365,7 @@ mod tests {
     use super::*;
 
     #[test]
+    #[cfg(any(feature = "gcs", feature = "azure", feature = "s3-store"))]
     fn pending_uploads_are_read_from_the_answer() {
         let xml = "<ListMultipartUploadsResult><Bucket>b</Bucket><IsTruncated>false</IsTruncated>\
             <Upload><Key>m/a&amp;b.safetensors</Key><UploadId>X1</UploadId></Upload>\

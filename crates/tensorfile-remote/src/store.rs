@@ -209,6 +209,42 @@ pub fn locate(input: &str, options: &RemoteOptions) -> Result<Located, RemoteErr
     })
 }
 
+/// One object of a store, as the HTTP layer's [`Client`] reads it (an
+/// [`ObjectBackend`](crate::http::ObjectBackend): [`get_range`] and
+/// [`head`] below).
+#[derive(Debug)]
+pub(crate) struct StoreObject {
+    pub(crate) store: Store,
+    pub(crate) path: Path,
+}
+
+impl crate::http::ObjectBackend for StoreObject {
+    fn get_range(
+        &self,
+        client: &Client,
+        name: &str,
+        start: u64,
+        end: u64,
+        known: Option<&Meta>,
+        sink: &mut dyn FnMut(u64, &[u8]),
+    ) -> Result<Meta, RemoteError> {
+        get_range(
+            client,
+            name,
+            &self.store,
+            &self.path,
+            start,
+            end,
+            known,
+            sink,
+        )
+    }
+
+    fn head(&self, client: &Client, name: &str) -> Result<Meta, RemoteError> {
+        head(client, name, &self.store, &self.path)
+    }
+}
+
 /// An object store, with what its errors say about credentials.
 #[derive(Clone)]
 pub struct Store {

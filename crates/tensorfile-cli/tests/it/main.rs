@@ -1,7 +1,6 @@
 //! The `tensorfile` command's tests (each runs the built binary): one binary, so that the library is linked once;
 //! each file is a module.
 
-mod buckets;
 mod convert;
 mod dcp;
 mod digests;

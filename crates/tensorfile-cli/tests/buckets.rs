@@ -5,14 +5,20 @@
 //! (`TENSORFILE_TEST_S3`) and Azurite behind `tensorfile_testkit`'s
 //! [`Proxy`], which stalls or fails the requests chosen. Without the
 //! servers the tests say so and pass, except in CI (`CI` set).
+//!
+//! A test binary of its own, not a module of `it`: its uploads hold tens
+//! of MiB in this process (the input, the proxy's request bodies), and a
+//! child forked meanwhile by another test inherits that as its starting
+//! peak RSS (`ru_maxrss`), which `it`'s memory-bounded tests measure.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use tensorfile_testkit::azure::create_container as azurite_container;
 use tensorfile_testkit::fixtures;
-use tensorfile_testkit::serve::{azurite_container, Proxy, ProxyFault, S3Bucket};
+use tensorfile_testkit::serve::{Proxy, ProxyFault, S3Bucket};
 
 fn command(args: &[&str], env: &[(&str, &str)]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_tensorfile"));
