@@ -42,7 +42,7 @@ use tensorfile_core::{Error, OutputError, Result};
 use crate::error::{Problem, RemoteError};
 use crate::http::RemoteOptions;
 use crate::store::{self, Store, StoreUrl};
-use crate::upload::{Upload, UploadOptions};
+use crate::upload::{get_small, Small, Upload, UploadOptions};
 
 /// The staged plan's name inside the staging prefix.
 const PLAN_FILE: &str = "plan.json";
@@ -224,20 +224,13 @@ impl BucketStage {
     /// is not there.
     fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
         let (s, p) = (self.store.store.clone(), self.path(key)?);
-        let got = self.wait(key, async move {
-            match s.head(&p).await {
-                Ok(meta) if meta.size > MAX_PLAN_LEN => Ok(Some(None)),
-                Ok(_) => Ok(Some(Some(s.get(&p).await?.bytes().await?.to_vec()))),
-                Err(object_store::Error::NotFound { .. }) => Ok(None),
-                Err(e) => Err(e),
-            }
-        })?;
-        match got {
-            None => Ok(None),
-            Some(Some(bytes)) => Ok(Some(bytes)),
-            Some(None) => Err(staging_at(
+        // One request: the length is checked before the body is read.
+        match self.wait(key, get_small(s, p, MAX_PLAN_LEN))? {
+            Small::Missing => Ok(None),
+            Small::Bytes(bytes) => Ok(Some(bytes)),
+            Small::TooLarge(len) => Err(staging_at(
                 &self.url(key),
-                format!("longer than {MAX_PLAN_LEN} bytes: not a plan"),
+                format!("is {len} bytes, longer than {MAX_PLAN_LEN}: not a plan"),
             )),
         }
     }

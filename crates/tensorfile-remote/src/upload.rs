@@ -441,6 +441,34 @@ pub fn exists(url: &str, remote: &RemoteOptions, wait: Duration) -> Result<bool,
     }
 }
 
+/// What a bounded read of a whole object found ([`get_small`]).
+pub(crate) enum Small {
+    /// No object there.
+    Missing,
+    /// Longer than the limit: its length (the body is not read).
+    TooLarge(u64),
+    /// Its bytes.
+    Bytes(Vec<u8>),
+}
+
+/// Reads the object at `path` whole in one request, refusing one longer
+/// than `limit` by its answer's length before its body is read.
+pub(crate) async fn get_small(
+    store: std::sync::Arc<dyn object_store::ObjectStore>,
+    path: object_store::path::Path,
+    limit: u64,
+) -> object_store::Result<Small> {
+    let answer = match store.get(&path).await {
+        Ok(answer) => answer,
+        Err(object_store::Error::NotFound { .. }) => return Ok(Small::Missing),
+        Err(e) => return Err(e),
+    };
+    if answer.meta.size > limit {
+        return Ok(Small::TooLarge(answer.meta.size));
+    }
+    Ok(Small::Bytes(answer.bytes().await?.to_vec()))
+}
+
 /// The bytes of the object at `url` if it is there and at most `limit`
 /// bytes long; `None` otherwise (a small object read whole, such as a
 /// set's index, one request).
@@ -455,19 +483,10 @@ pub fn read_small(
 ) -> Result<Option<Vec<u8>>, RemoteError> {
     let located = store::locate(url, remote)?;
     let (s, p) = (located.store.store.clone(), located.path.clone());
-    let got = store::block_on(
-        async move {
-            let answer = s.get(&p).await?;
-            if answer.meta.size > limit {
-                return Ok(None);
-            }
-            Ok(Some(answer.bytes().await?.to_vec()))
-        },
-        Some(Instant::now() + wait),
-    );
+    let got = store::block_on(get_small(s, p, limit), Some(Instant::now() + wait));
     match got {
-        Ok(Ok(bytes)) => Ok(bytes),
-        Ok(Err(object_store::Error::NotFound { .. })) => Ok(None),
+        Ok(Ok(Small::Bytes(bytes))) => Ok(Some(bytes)),
+        Ok(Ok(Small::Missing | Small::TooLarge(_))) => Ok(None),
         Ok(Err(e)) => Err(store::error(
             &located.display,
             &located.store.denied_hint,
