@@ -133,6 +133,9 @@ pub enum Problem {
     /// The object to write is already there, and replacing it was not
     /// asked for.
     Exists,
+    /// The process is being stopped ([`crate::interrupt`]): the request
+    /// was given up.
+    Interrupted,
     /// The bytes do not have the digest the source gives.
     Checksum {
         /// Which digest (`sha256`, the Hub's LFS oid, S3's checksum).
@@ -166,6 +169,8 @@ impl RemoteError {
             Problem::Credentials(_) => io::ErrorKind::PermissionDenied,
             Problem::Offline(_) => io::ErrorKind::NotFound,
             Problem::Exists => io::ErrorKind::AlreadyExists,
+            // Not `Interrupted`: `write_all` and `io::copy` retry that.
+            Problem::Interrupted => io::ErrorKind::Other,
             _ => io::ErrorKind::InvalidData,
         }
     }
@@ -279,6 +284,7 @@ impl fmt::Display for Problem {
             Problem::Offline(what) => write!(f, "{what}"),
             Problem::Cache(what) => write!(f, "the Hugging Face cache: {what}"),
             Problem::Exists => f.write_str("already exists (not replaced unless asked to)"),
+            Problem::Interrupted => f.write_str("interrupted: the process is being stopped"),
             Problem::Checksum {
                 what,
                 expected,

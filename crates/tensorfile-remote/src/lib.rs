@@ -54,6 +54,8 @@ pub mod fetch;
 pub mod hfcache;
 mod http;
 pub mod hub;
+#[cfg(any(feature = "gcs", feature = "azure", feature = "s3-store"))]
+pub mod interrupt;
 mod location;
 mod object;
 mod profile;

@@ -241,10 +241,7 @@ impl S3Store {
         get: impl Fn(Url) -> Result<Vec<u8>, RemoteError>,
     ) -> Result<Vec<PendingUpload>, RemoteError> {
         let display = format!("s3://{}/{prefix}", self.name());
-        let bad = |what: String| RemoteError::new(&display, Problem::Listing(what));
-        let mut out = Vec::new();
-        let mut markers: Option<(String, String)> = None;
-        for _page in 0..MAX_PAGES {
+        pending_pages(&display, prefix, |markers| {
             let creds = self.credentials();
             // rusty-s3 has no ListMultipartUploads: ListObjectsV2's
             // request (GET on the bucket) with the other action's query.
@@ -254,38 +251,12 @@ impl S3Store {
             query.remove("encoding-type");
             query.insert("uploads", "");
             query.insert("prefix", prefix.to_string());
-            if let Some((key, id)) = &markers {
+            if let Some((key, id)) = markers {
                 query.insert("key-marker", key.clone());
                 query.insert("upload-id-marker", id.clone());
             }
-            let body = get(action.sign(SIGNED_FOR))?;
-            let text = String::from_utf8_lossy(&body);
-            if !text.contains("ListMultipartUploadsResult") {
-                return Err(bad("not a ListMultipartUploads answer".into()));
-            }
-            for upload in elements(&text, "Upload") {
-                let (Some(key), Some(id)) = (element(upload, "Key"), element(upload, "UploadId"))
-                else {
-                    return Err(bad("an upload without a key or an id".into()));
-                };
-                if key.starts_with(prefix) {
-                    out.push(PendingUpload { key, upload_id: id });
-                }
-            }
-            let truncated = element(&text, "IsTruncated").is_some_and(|t| t == "true");
-            let next = (
-                element(&text, "NextKeyMarker").unwrap_or_default(),
-                element(&text, "NextUploadIdMarker").unwrap_or_default(),
-            );
-            if !truncated {
-                return Ok(out);
-            }
-            if next.0.is_empty() || markers.as_ref() == Some(&next) {
-                return Err(bad("a truncated listing without new markers".into()));
-            }
-            markers = Some(next);
-        }
-        Err(bad(format!("more than {MAX_PAGES} pages")))
+            get(action.sign(SIGNED_FOR))
+        })
     }
 
     /// A freshly signed URL for the `DELETE` that aborts `upload`.
@@ -298,63 +269,81 @@ impl S3Store {
     }
 }
 
-/// The texts of the elements `<name>` in `xml`, in order (no nesting of
-/// the same name, as in S3's answers).
+/// Every page of a `ListMultipartUploads` listing (S3's, and GCS's XML
+/// API's, which answers the same): `page` fetches the page after the
+/// markers given (`None`: the first). The uploads whose key begins with
+/// `prefix`.
+///
+/// # Errors
+/// `page` fails, an answer is not a listing, or its markers do not move.
 #[cfg(any(feature = "gcs", feature = "azure", feature = "s3-store"))]
-fn elements<'a>(xml: &'a str, name: &str) -> Vec<&'a str> {
-    let (open, close) = (format!("<{name}>"), format!("</{name}>"));
+pub(crate) fn pending_pages(
+    display: &str,
+    prefix: &str,
+    page: impl Fn(Option<&(String, String)>) -> Result<Vec<u8>, RemoteError>,
+) -> Result<Vec<PendingUpload>, RemoteError> {
+    let bad = |what: String| RemoteError::new(display, Problem::Listing(what));
     let mut out = Vec::new();
-    let mut rest = xml;
-    while let Some(start) = rest.find(&open) {
-        let after = &rest[start + open.len()..];
-        let Some(end) = after.find(&close) else { break };
-        out.push(&after[..end]);
-        rest = &after[end + close.len()..];
-    }
-    out
-}
-
-/// The first element `<name>`'s text in `xml`, its entities decoded.
-#[cfg(any(feature = "gcs", feature = "azure", feature = "s3-store"))]
-fn element(xml: &str, name: &str) -> Option<String> {
-    elements(xml, name).first().map(|t| unescape(t))
-}
-
-/// XML's five entities and numeric references decoded.
-#[cfg(any(feature = "gcs", feature = "azure", feature = "s3-store"))]
-fn unescape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(amp) = rest.find('&') {
-        out.push_str(&rest[..amp]);
-        let after = &rest[amp..];
-        let Some(semi) = after.find(';') else { break };
-        let entity = &after[1..semi];
-        let decoded = match entity {
-            "amp" => Some('&'),
-            "lt" => Some('<'),
-            "gt" => Some('>'),
-            "quot" => Some('"'),
-            "apos" => Some('\''),
-            _ => entity
-                .strip_prefix("#x")
-                .and_then(|h| u32::from_str_radix(h, 16).ok())
-                .or_else(|| entity.strip_prefix('#').and_then(|d| d.parse().ok()))
-                .and_then(char::from_u32),
-        };
-        match decoded {
-            Some(c) => {
-                out.push(c);
-                rest = &after[semi + 1..];
-            }
-            None => {
-                out.push('&');
-                rest = &after[1..];
-            }
+    let mut markers: Option<(String, String)> = None;
+    for _page in 0..MAX_PAGES {
+        let body = page(markers.as_ref())?;
+        let text = String::from_utf8_lossy(&body);
+        let listed = parse_pending(&text).map_err(bad)?;
+        out.extend(
+            listed
+                .upload
+                .into_iter()
+                .filter(|u| u.key.starts_with(prefix))
+                .map(|u| PendingUpload {
+                    key: u.key,
+                    upload_id: u.upload_id,
+                }),
+        );
+        if !listed.is_truncated {
+            return Ok(out);
         }
+        let next = (
+            listed.next_key_marker.unwrap_or_default(),
+            listed.next_upload_id_marker.unwrap_or_default(),
+        );
+        if next.0.is_empty() || markers.as_ref() == Some(&next) {
+            return Err(bad("a truncated listing without new markers".into()));
+        }
+        markers = Some(next);
     }
-    out.push_str(rest);
-    out
+    Err(bad(format!("more than {MAX_PAGES} pages")))
+}
+
+/// One page of a `ListMultipartUploads` answer (the elements read; the
+/// others, such as `<Initiator>` and `<Owner>`, are skipped).
+#[cfg(any(feature = "gcs", feature = "azure", feature = "s3-store"))]
+#[derive(Debug, serde::Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct PendingPage {
+    #[serde(default)]
+    upload: Vec<PendingEntry>,
+    #[serde(default)]
+    is_truncated: bool,
+    next_key_marker: Option<String>,
+    next_upload_id_marker: Option<String>,
+}
+
+#[cfg(any(feature = "gcs", feature = "azure", feature = "s3-store"))]
+#[derive(Debug, serde::Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct PendingEntry {
+    key: String,
+    upload_id: String,
+}
+
+/// Reads a `ListMultipartUploadsResult` (quick-xml: entities, CDATA and
+/// namespaces as XML has them).
+#[cfg(any(feature = "gcs", feature = "azure", feature = "s3-store"))]
+fn parse_pending(text: &str) -> Result<PendingPage, String> {
+    if !text.contains("ListMultipartUploadsResult") {
+        return Err("not a ListMultipartUploads answer".into());
+    }
+    quick_xml::de::from_str(text).map_err(|e| format!("not a ListMultipartUploads answer: {e}"))
 }
 
 /// The most pages of a listing read.
@@ -367,21 +356,40 @@ mod tests {
     #[test]
     #[cfg(any(feature = "gcs", feature = "azure", feature = "s3-store"))]
     fn pending_uploads_are_read_from_the_answer() {
-        let xml = "<ListMultipartUploadsResult><Bucket>b</Bucket><IsTruncated>false</IsTruncated>\
-            <Upload><Key>m/a&amp;b.safetensors</Key><UploadId>X1</UploadId></Upload>\
-            <Upload><Key>m/c</Key><UploadId>Y&#x32;</UploadId></Upload></ListMultipartUploadsResult>";
-        let uploads: Vec<(String, String)> = elements(xml, "Upload")
-            .into_iter()
-            .map(|u| (element(u, "Key").unwrap(), element(u, "UploadId").unwrap()))
+        let xml = "<?xml version='1.0' encoding='UTF-8'?>\
+            <ListMultipartUploadsResult xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">\
+            <Bucket>b</Bucket><KeyMarker></KeyMarker><IsTruncated>true</IsTruncated>\
+            <NextKeyMarker>m/c</NextKeyMarker><NextUploadIdMarker>Y2</NextUploadIdMarker>\
+            <Upload><Key>m/a&amp;b.safetensors</Key><UploadId>X1</UploadId>\
+            <Initiator><ID>i</ID></Initiator><StorageClass>STANDARD</StorageClass></Upload>\
+            <Upload><Key><![CDATA[m/c]]></Key><UploadId>Y&#x32;</UploadId></Upload>\
+            </ListMultipartUploadsResult>";
+        let page = parse_pending(xml).unwrap();
+        let uploads: Vec<(&str, &str)> = page
+            .upload
+            .iter()
+            .map(|u| (u.key.as_str(), u.upload_id.as_str()))
             .collect();
-        assert_eq!(
-            uploads,
-            [
-                ("m/a&b.safetensors".to_string(), "X1".to_string()),
-                ("m/c".to_string(), "Y2".to_string())
-            ]
-        );
-        assert_eq!(element(xml, "IsTruncated").as_deref(), Some("false"));
-        assert_eq!(unescape("a & b &bogus; c"), "a & b &bogus; c");
+        assert_eq!(uploads, [("m/a&b.safetensors", "X1"), ("m/c", "Y2")]);
+        assert!(page.is_truncated);
+        assert_eq!(page.next_key_marker.as_deref(), Some("m/c"));
+        // None, and one alone (GCS and S3 leave out what is empty).
+        let none = parse_pending("<ListMultipartUploadsResult><Bucket>b</Bucket></ListMultipartUploadsResult>").unwrap();
+        assert!(none.upload.is_empty() && !none.is_truncated);
+        assert!(parse_pending("<Error><Code>AccessDenied</Code></Error>").is_err());
+        // Pages are followed by their markers; markers that do not move
+        // are refused.
+        let pages = [
+            "<ListMultipartUploadsResult><IsTruncated>true</IsTruncated><NextKeyMarker>p/a</NextKeyMarker><NextUploadIdMarker>1</NextUploadIdMarker><Upload><Key>p/a</Key><UploadId>1</UploadId></Upload><Upload><Key>q</Key><UploadId>9</UploadId></Upload></ListMultipartUploadsResult>",
+            "<ListMultipartUploadsResult><IsTruncated>false</IsTruncated><Upload><Key>p/b</Key><UploadId>2</UploadId></Upload></ListMultipartUploadsResult>",
+        ];
+        let got = pending_pages("s3://b/p/", "p/", |m| {
+            Ok(pages[usize::from(m.is_some())].as_bytes().to_vec())
+        })
+        .unwrap();
+        let keys: Vec<&str> = got.iter().map(|u| u.key.as_str()).collect();
+        assert_eq!(keys, ["p/a", "p/b"]);
+        let e = pending_pages("s3://b/p/", "p/", |_| Ok(pages[0].as_bytes().to_vec())).unwrap_err();
+        assert!(matches!(e.problem, Problem::Listing(_)), "{e}");
     }
 }

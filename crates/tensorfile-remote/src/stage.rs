@@ -71,13 +71,15 @@ type Listing = (Vec<(String, u64)>, Vec<String>);
 /// A held commit lock (removed when dropped), or a writer's check.
 #[derive(Debug)]
 pub struct BucketLock {
-    held: Option<(Store, Path, Duration)>,
+    /// The lock's store, key and wait; a write under way while held (a
+    /// signal lets the commit or abort fail and the lock go first).
+    held: Option<(Store, Path, Duration, crate::interrupt::Busy)>,
 }
 
 impl Drop for BucketLock {
     fn drop(&mut self) {
-        if let Some((s, p, wait)) = self.held.take() {
-            let _ = store::block_on(
+        if let Some((s, p, wait, _busy)) = self.held.take() {
+            let _ = store::cleanup(
                 async move { s.store.delete(&p).await },
                 Some(Instant::now() + wait),
             );
@@ -179,13 +181,9 @@ impl BucketStage {
                 &self.store.denied_hint,
                 e,
             ))),
-            Err(store::DeadlinePassed) => Err(core(RemoteError::new(
+            Err(why) => Err(core(RemoteError::new(
                 self.url(key),
-                Problem::Timeout {
-                    what: "a request",
-                    limit: wait,
-                    attempts: 1,
-                },
+                why.problem("a request", wait),
             ))),
         }
     }
@@ -407,7 +405,12 @@ impl SetStage for BucketStage {
             return Err(held());
         }
         Ok(BucketLock {
-            held: Some((self.store.clone(), self.path(&key)?, self.upload.wait)),
+            held: Some((
+                self.store.clone(),
+                self.path(&key)?,
+                self.upload.wait,
+                crate::interrupt::Busy::new(),
+            )),
         })
     }
 

@@ -254,6 +254,21 @@ pub struct Store {
     pub denied_hint: Arc<str>,
     /// The store.
     pub scheme: Scheme,
+    /// GCS: what the sweep of pending uploads needs.
+    #[cfg(feature = "gcs")]
+    pub(crate) gcs: Option<GcsXml>,
+}
+
+/// What the sweep of a GCS bucket's pending multipart uploads needs
+/// (object_store does not list them): the XML API's base URL and the
+/// store's own credentials.
+#[cfg(feature = "gcs")]
+#[derive(Clone)]
+pub(crate) struct GcsXml {
+    /// `https://storage.googleapis.com`, or the configured endpoint.
+    pub(crate) base: String,
+    /// The store's credential provider (an empty bearer: anonymous).
+    pub(crate) credentials: object_store::gcp::GcpCredentialProvider,
 }
 
 impl fmt::Debug for Store {
@@ -505,6 +520,8 @@ fn s3(
         store: Arc::new(builder.build()?),
         denied_hint: ours.denied_hint().into(),
         scheme: Scheme::S3,
+        #[cfg(feature = "gcs")]
+        gcs: None,
     })
 }
 
@@ -618,10 +635,19 @@ fn gcs(url: &StoreUrl, options: &RemoteOptions, env: &Chain) -> Result<Store, ob
     } else {
         "the instance's service account (from the metadata server) lacks access to it"
     };
+    let built = builder.build()?;
+    let gcs = GcsXml {
+        base: base
+            .unwrap_or_else(|| "https://storage.googleapis.com".into())
+            .trim_end_matches('/')
+            .to_string(),
+        credentials: built.credentials().clone(),
+    };
     Ok(Store {
-        store: Arc::new(builder.build()?),
+        store: Arc::new(built),
         denied_hint: hint.into(),
         scheme: Scheme::Gcs,
+        gcs: Some(gcs),
     })
 }
 
@@ -743,6 +769,8 @@ fn azure(
         store: Arc::new(builder.build()?),
         denied_hint: hint.into(),
         scheme: Scheme::Azure,
+        #[cfg(feature = "gcs")]
+        gcs: None,
     })
 }
 
@@ -805,35 +833,67 @@ fn runtime() -> &'static tokio::runtime::Handle {
     })
 }
 
-/// The deadline passed before the future finished (it is cancelled).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DeadlinePassed;
+pub use crate::interrupt::Unfinished;
 
 /// Runs `future` on the stores' runtime and waits for it, at most until
-/// `deadline` (`None`: for as long as it takes); a future still running
-/// then is cancelled (dropped where it stands).
+/// `deadline` (`None`: for as long as it takes) or until the process is
+/// interrupted ([`crate::interrupt`]); a future still running then is
+/// cancelled (dropped where it stands).
 ///
 /// # Errors
-/// The deadline passed.
-pub fn block_on<F>(future: F, deadline: Option<Instant>) -> Result<F::Output, DeadlinePassed>
+/// The deadline passed, or the process was interrupted.
+pub fn block_on<F>(future: F, deadline: Option<Instant>) -> Result<F::Output, Unfinished>
 where
     F: Future + Send + 'static,
     F::Output: Send + 'static,
 {
+    run(future, deadline, false)
+}
+
+/// [`block_on`] for a cleanup (an abort, a removal): an interruption does
+/// not stop it, but limits it to [`crate::interrupt::CLEANUP_LIMIT`] more.
+///
+/// # Errors
+/// The deadline (or that limit) passed.
+pub(crate) fn cleanup<F>(future: F, deadline: Option<Instant>) -> Result<F::Output, Unfinished>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    run(future, deadline, true)
+}
+
+fn run<F>(future: F, deadline: Option<Instant>, cleanup: bool) -> Result<F::Output, Unfinished>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    use futures_util::future::{select, Either};
     let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    let stop = async move {
+        crate::interrupt::until_interrupted().await;
+        if cleanup {
+            tokio::time::sleep(crate::interrupt::CLEANUP_LIMIT).await;
+        }
+    };
     let task = runtime().spawn(async move {
-        let _ = tx.send(future.await);
+        let got = match select(Box::pin(future), Box::pin(stop)).await {
+            Either::Left((v, _)) => Ok(v),
+            Either::Right(_) if cleanup => Err(Unfinished::DeadlinePassed),
+            Either::Right(_) => Err(Unfinished::Interrupted),
+        };
+        let _ = tx.send(got);
     });
     let got = match deadline {
-        None => rx.recv().map_err(|_| DeadlinePassed),
+        None => rx.recv().map_err(|_| Unfinished::DeadlinePassed),
         Some(d) => rx
             .recv_timeout(d.saturating_duration_since(Instant::now()))
-            .map_err(|_| DeadlinePassed),
+            .map_err(|_| Unfinished::DeadlinePassed),
     };
     if got.is_err() {
         task.abort();
     }
-    got
+    got.and_then(|g| g)
 }
 
 /// What the store says of an object, as the HTTP layer keeps it: the
@@ -1024,7 +1084,7 @@ pub(crate) fn head(
     let (inner, located) = (store.store.clone(), path.clone());
     use object_store::ObjectStoreExt;
     let answer = block_on(async move { inner.head(&located).await }, client.deadline())
-        .map_err(|_| RemoteError::new(name, client.out_of_time(None)))?;
+        .map_err(|u| RemoteError::new(name, stopped(client, u)))?;
     answer
         .map(|m| meta_of(&m))
         .map_err(|e| error(name, &store.denied_hint, e))
@@ -1054,7 +1114,7 @@ pub(crate) fn list(
         },
         client.deadline(),
     )
-    .map_err(|_| RemoteError::new(display, client.out_of_time(None)))?
+    .map_err(|u| RemoteError::new(display, stopped(client, u)))?
     .map_err(|e| error(display, &store.denied_hint, e))?;
     Ok(answer
         .objects
@@ -1068,6 +1128,14 @@ pub(crate) fn list(
             })
         })
         .collect())
+}
+
+/// Why a read was given up: the client's time, or an interruption.
+fn stopped(client: &Client, why: Unfinished) -> Problem {
+    match why {
+        Unfinished::Interrupted => Problem::Interrupted,
+        Unfinished::DeadlinePassed => client.out_of_time(None),
+    }
 }
 
 /// An object_store error as ours, naming `url` (object_store's messages
@@ -1233,7 +1301,7 @@ mod tests {
         let soon = Instant::now() + Duration::from_millis(50);
         assert_eq!(
             block_on(std::future::pending::<()>(), Some(soon)),
-            Err(DeadlinePassed)
+            Err(Unfinished::DeadlinePassed)
         );
     }
 }

@@ -99,6 +99,8 @@ pub struct Upload {
     failed: bool,
     /// Completed (or aborted after an error): nothing to do on drop.
     done: bool,
+    /// Counted as a write under way until dropped (its abort included).
+    _busy: crate::interrupt::Busy,
 }
 
 impl std::fmt::Debug for Upload {
@@ -145,6 +147,7 @@ impl Upload {
             failed: false,
             done: false,
             options,
+            _busy: crate::interrupt::Busy::new(),
         };
         if upload.options.if_absent {
             upload.refuse_if_there()?;
@@ -170,15 +173,9 @@ impl Upload {
         store::error(&self.located.display, &self.located.store.denied_hint, e)
     }
 
-    fn timed_out(&self, what: &'static str) -> RemoteError {
-        RemoteError::new(
-            &self.located.display,
-            Problem::Timeout {
-                what,
-                limit: self.options.wait,
-                attempts: 1,
-            },
-        )
+    /// A wait given up: its deadline passed, or the process is stopping.
+    fn stopped(&self, what: &'static str, why: store::Unfinished) -> RemoteError {
+        RemoteError::new(&self.located.display, why.problem(what, self.options.wait))
     }
 
     /// [`store::block_on`] with this upload's wait, its errors ours.
@@ -190,7 +187,7 @@ impl Upload {
         match store::block_on(future, self.deadline()) {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => Err(self.error(e)),
-            Err(store::DeadlinePassed) => Err(self.timed_out(what)),
+            Err(why) => Err(self.stopped(what, why)),
         }
     }
 
@@ -246,7 +243,7 @@ impl Upload {
                 m.parts.push_back(handle);
                 Ok(())
             }
-            Err(_) => Err(self.timed_out("a part's start")),
+            Err(why) => Err(self.stopped("a part's start", why)),
         }
     }
 
@@ -266,9 +263,9 @@ impl Upload {
                     attempts: 1,
                 },
             )),
-            Err(store::DeadlinePassed) => {
+            Err(why) => {
                 abort.abort();
-                Err(self.timed_out("a part"))
+                Err(self.stopped("a part", why))
             }
         }
     }
@@ -347,7 +344,7 @@ impl Upload {
             part.abort();
         }
         if let Some(mut upload) = m.upload.take() {
-            let _ = store::block_on(async move { upload.abort().await }, self.deadline());
+            let _ = store::cleanup(async move { upload.abort().await }, self.deadline());
         }
     }
 
@@ -430,13 +427,9 @@ pub fn exists(url: &str, remote: &RemoteOptions, wait: Duration) -> Result<bool,
             &located.store.denied_hint,
             e,
         )),
-        Err(store::DeadlinePassed) => Err(RemoteError::new(
+        Err(why) => Err(RemoteError::new(
             &located.display,
-            Problem::Timeout {
-                what: "an existence check",
-                limit: wait,
-                attempts: 1,
-            },
+            why.problem("an existence check", wait),
         )),
     }
 }
@@ -492,25 +485,24 @@ pub fn read_small(
             &located.store.denied_hint,
             e,
         )),
-        Err(store::DeadlinePassed) => Err(RemoteError::new(
+        Err(why) => Err(RemoteError::new(
             &located.display,
-            Problem::Timeout {
-                what: "a read",
-                limit: wait,
-                attempts: 1,
-            },
+            why.problem("a read", wait),
         )),
     }
 }
 
-/// Removes the object at `url`; one that is not there is not an error.
+/// Removes the object at `url`; one that is not there is not an error. A
+/// cleanup: an interruption ([`crate::interrupt`]) limits it, but does not
+/// stop it.
 ///
 /// # Errors
 /// The store refuses, or the wait runs out.
 pub fn remove(url: &str, remote: &RemoteOptions, wait: Duration) -> Result<(), RemoteError> {
     let located = store::locate(url, remote)?;
     let (s, p) = (located.store.store.clone(), located.path.clone());
-    match store::block_on(
+    let wait = crate::interrupt::cleanup_wait(wait);
+    match store::cleanup(
         async move { s.delete(&p).await },
         Some(Instant::now() + wait),
     ) {
@@ -521,84 +513,189 @@ pub fn remove(url: &str, remote: &RemoteOptions, wait: Duration) -> Result<(), R
             &located.store.denied_hint,
             e,
         )),
-        Err(store::DeadlinePassed) => Err(RemoteError::new(
+        Err(why) => Err(RemoteError::new(
             &located.display,
-            Problem::Timeout {
-                what: "a removal",
-                limit: wait,
-                attempts: 1,
-            },
+            why.problem("a removal", wait),
         )),
     }
 }
 
 /// Aborts every multipart upload pending under the prefix `url` (every key
 /// that begins with its key): what a process killed during an upload
-/// left. Returns how many were aborted. S3 only: for GCS a bucket
-/// lifecycle rule does it, and Azure discards uncommitted blocks itself
-/// (see the module's documentation); both give 0.
+/// left. Returns how many were aborted.
+///
+/// - S3: `ListMultipartUploads`, then `AbortMultipartUpload` of each,
+///   signed by our credential chain;
+/// - GCS: the XML API's same two requests (`GET /BUCKET?uploads&prefix=`,
+///   `DELETE /BUCKET/KEY?uploadId=`), with the store's own token
+///   (object_store cannot list them);
+/// - Azure: 0, always. Blocks never committed are never part of a blob,
+///   and the service discards them after seven days; there is nothing to
+///   list or abort.
 ///
 /// Only for a prefix no other process is writing to: their uploads are
-/// aborted too.
+/// aborted too. Each request waits at most `wait` (once the process is
+/// interrupted, [`crate::interrupt::CLEANUP_LIMIT`]).
 ///
 /// # Errors
 /// The listing or an abort fails.
 pub fn remove_pending(url: &str, wait: Duration) -> Result<usize, RemoteError> {
     let parsed = StoreUrl::parse(url)?;
-    if parsed.scheme != Scheme::S3 {
-        return Ok(0);
+    let wait = crate::interrupt::cleanup_wait(wait);
+    match parsed.scheme {
+        Scheme::S3 => remove_pending_s3(&parsed, wait),
+        #[cfg(feature = "gcs")]
+        Scheme::Gcs => remove_pending_gcs(&parsed, wait),
+        // Azure (see above), and GCS in a build without it (which cannot
+        // have started an upload there).
+        _ => Ok(0),
     }
-    let s3 = crate::s3::S3Store::from_env(&parsed.bucket)?;
-    let display = parsed.display();
-    let agent: ureq::Agent = ureq::Agent::config_builder()
+}
+
+/// The sweep's HTTP client: one attempt, no redirect, `wait` for the
+/// whole request.
+fn sweep_agent(wait: Duration) -> ureq::Agent {
+    ureq::Agent::config_builder()
         .http_status_as_error(false)
         .max_redirects(0)
         .timeout_global(Some(wait))
         .build()
-        .into();
-    let status = |code: u16, body: &[u8]| {
-        RemoteError::new(
-            &display,
-            Problem::Status {
-                status: code,
-                attempts: 1,
-                detail: String::from_utf8_lossy(body).chars().take(200).collect(),
-            },
-        )
-    };
+        .into()
+}
+
+/// Sends a request of the sweep: its status and body (at most 64 MiB),
+/// or the transport's failure naming `display`.
+fn sweep_call(
+    display: &str,
+    request: ureq::RequestBuilder<ureq::typestate::WithoutBody>,
+) -> Result<(u16, Vec<u8>), RemoteError> {
     let transport = |e: ureq::Error| {
         RemoteError::new(
-            &display,
+            display,
             Problem::Transport {
                 message: crate::http::scrub(&e.to_string()),
                 attempts: 1,
             },
         )
     };
+    let mut answer = request.call().map_err(transport)?;
+    let code = answer.status().as_u16();
+    let body = answer
+        .body_mut()
+        .with_config()
+        .limit(64 << 20)
+        .read_to_vec()
+        .map_err(transport)?;
+    Ok((code, body))
+}
+
+/// A failed status of the sweep as an error: 401 and 403 as denied (with
+/// where the credentials came from), others with the server's words.
+fn sweep_status(display: &str, hint: &str, code: u16, body: &[u8]) -> RemoteError {
+    let problem = match code {
+        401 | 403 => Problem::Denied {
+            status: code,
+            hint: hint.to_string(),
+        },
+        _ => Problem::Status {
+            status: code,
+            attempts: 1,
+            detail: String::from_utf8_lossy(body).chars().take(200).collect(),
+        },
+    };
+    RemoteError::new(display, problem)
+}
+
+fn remove_pending_s3(parsed: &StoreUrl, wait: Duration) -> Result<usize, RemoteError> {
+    let s3 = crate::s3::S3Store::from_env(&parsed.bucket)?;
+    let display = parsed.display();
+    let hint = s3.denied_hint();
+    let agent = sweep_agent(wait);
     let pending = s3.pending_uploads(&parsed.key, |signed| {
-        let mut answer = agent.get(signed.as_str()).call().map_err(transport)?;
-        let code = answer.status().as_u16();
-        let body = answer
-            .body_mut()
-            .with_config()
-            .limit(64 << 20)
-            .read_to_vec()
-            .map_err(transport)?;
+        let (code, body) = sweep_call(&display, agent.get(signed.as_str()))?;
         if code / 100 != 2 {
-            return Err(status(code, &body));
+            return Err(sweep_status(&display, hint, code, &body));
         }
         Ok(body)
     })?;
     for upload in &pending {
-        let answer = agent
-            .delete(s3.abort_url(upload).as_str())
-            .call()
-            .map_err(transport)?;
-        let code = answer.status().as_u16();
+        let (code, body) = sweep_call(&display, agent.delete(s3.abort_url(upload).as_str()))?;
         // 404: completed or aborted meanwhile.
         if code / 100 != 2 && code != 404 {
-            return Err(status(code, b""));
+            return Err(sweep_status(&display, hint, code, &body));
         }
     }
     Ok(pending.len())
+}
+
+#[cfg(feature = "gcs")]
+fn remove_pending_gcs(parsed: &StoreUrl, wait: Duration) -> Result<usize, RemoteError> {
+    let display = parsed.display();
+    let store = store::Store::for_url(parsed, &RemoteOptions::default())?;
+    let Some(xml) = store.gcs.clone() else {
+        return Ok(0);
+    };
+    let hint = store.denied_hint.clone();
+    let credentials = xml.credentials.clone();
+    let token = match store::cleanup(
+        async move { credentials.get_credential().await },
+        Some(Instant::now() + wait),
+    ) {
+        Ok(Ok(c)) => c.bearer.clone(),
+        Ok(Err(e)) => return Err(store::error(&display, &hint, e)),
+        Err(u) => return Err(RemoteError::new(&display, u.problem("a token", wait))),
+    };
+    // An empty bearer: anonymous (a public bucket, an emulator).
+    let authorized = |r: ureq::RequestBuilder<ureq::typestate::WithoutBody>| {
+        if token.is_empty() {
+            r
+        } else {
+            r.header("Authorization", format!("Bearer {token}"))
+        }
+    };
+    let agent = sweep_agent(wait);
+    let bucket = format!("{}/{}", xml.base, encode(&parsed.bucket));
+    let pending = crate::s3::pending_pages(&display, &parsed.key, |markers| {
+        let mut url = format!("{bucket}?uploads&prefix={}", encode(&parsed.key));
+        if let Some((key, id)) = markers {
+            url.push_str(&format!(
+                "&key-marker={}&upload-id-marker={}",
+                encode(key),
+                encode(id)
+            ));
+        }
+        let (code, body) = sweep_call(&display, authorized(agent.get(&url)))?;
+        if code / 100 != 2 {
+            return Err(sweep_status(&display, &hint, code, &body));
+        }
+        Ok(body)
+    })?;
+    for upload in &pending {
+        let url = format!(
+            "{bucket}/{}?uploadId={}",
+            encode(&upload.key),
+            encode(&upload.upload_id)
+        );
+        let (code, body) = sweep_call(&display, authorized(agent.delete(&url)))?;
+        // 404: completed or aborted meanwhile.
+        if code / 100 != 2 && code != 404 {
+            return Err(sweep_status(&display, &hint, code, &body));
+        }
+    }
+    Ok(pending.len())
+}
+
+/// Every byte but ASCII letters and digits percent-encoded (as
+/// object_store encodes GCS's object names, `/` included).
+#[cfg(feature = "gcs")]
+fn encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }

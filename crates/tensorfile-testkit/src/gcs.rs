@@ -11,7 +11,8 @@
 //!   `continuation-token`);
 //! - XML multipart uploads: `POST ?uploads`, `PUT ?partNumber=&uploadId=`,
 //!   `POST ?uploadId=` to complete, `DELETE ?uploadId=` to abort,
-//!   `GET /BUCKET?uploads` to list the pending ones;
+//!   `GET /BUCKET?uploads` to list the pending ones (with `prefix`,
+//!   `key-marker`, `upload-id-marker`, `max-uploads`, paged);
 //! - credentials: a private bucket wants `Authorization: Bearer` with a
 //!   token the stand-in issued (its OAuth token endpoint `POST /token`
 //!   takes a JWT signed with [`GcsServer::service_account_key`]'s key) or a
@@ -236,7 +237,7 @@ impl GcsServer {
             .unwrap_or_default()
     }
 
-    /// How many keys a listing page holds at most.
+    /// How many keys (or pending uploads) a listing page holds at most.
     pub fn set_page_size(&self, n: usize) {
         self.lock().page_size = n.max(1);
     }
@@ -594,7 +595,7 @@ fn answer(s: &mut State, req: &Request, auth: &Auth) -> Answer {
         _ => {}
     }
     match (req.method.as_str(), key) {
-        ("GET", None) if req.query("uploads").is_some() => list_uploads(s, &bucket),
+        ("GET", None) if req.query("uploads").is_some() => list_uploads(s, &bucket, req),
         ("GET", None) if req.query("list-type") == Some("2") => list(s, &bucket, req),
         ("GET", None) => Answer::error(400, "InvalidArgument", "only list-type=2 listings"),
         ("GET" | "HEAD", Some(key)) => get(s, &bucket, &key, req),
@@ -949,14 +950,50 @@ fn abort(s: &mut State, bucket: &str, key: &str, req: &Request) -> Answer {
     Answer::new(204)
 }
 
-fn list_uploads(s: &State, bucket: &str) -> Answer {
+/// `GET /BUCKET?uploads`: the pending uploads whose key begins with
+/// `prefix`, in (key, id) order, after `key-marker` (and, for that key,
+/// `upload-id-marker`), a page of at most `max-uploads` (and the page
+/// size), with `IsTruncated` and the next markers.
+fn list_uploads(s: &State, bucket: &str, req: &Request) -> Answer {
+    let prefix = req.query("prefix").unwrap_or_default();
+    let key_marker = req.query("key-marker").unwrap_or_default();
+    let id_marker = req.query("upload-id-marker").unwrap_or_default();
+    let max = req
+        .query("max-uploads")
+        .and_then(|m| m.parse::<usize>().ok())
+        .unwrap_or(1000)
+        .min(s.page_size);
+    let mut all: Vec<(&str, &str)> = s.buckets[bucket]
+        .uploads
+        .iter()
+        .map(|(id, (key, _))| (key.as_str(), id.as_str()))
+        .filter(|(key, _)| key.starts_with(prefix))
+        .filter(|&(key, id)| {
+            key_marker.is_empty()
+                || key > key_marker
+                || (key == key_marker && !id_marker.is_empty() && id > id_marker)
+        })
+        .collect();
+    all.sort_unstable();
+    let truncated = all.len() > max;
+    all.truncate(max);
     let mut xml = format!(
-        "<?xml version='1.0' encoding='UTF-8'?><ListMultipartUploadsResult><Bucket>{}</Bucket>",
-        escape(bucket)
+        "<?xml version='1.0' encoding='UTF-8'?><ListMultipartUploadsResult><Bucket>{}</Bucket><Prefix>{}</Prefix><KeyMarker>{}</KeyMarker><UploadIdMarker>{}</UploadIdMarker><MaxUploads>{max}</MaxUploads><IsTruncated>{truncated}</IsTruncated>",
+        escape(bucket),
+        escape(prefix),
+        escape(key_marker),
+        escape(id_marker)
     );
-    for (id, (key, _)) in &s.buckets[bucket].uploads {
+    if let (true, Some((key, id))) = (truncated, all.last()) {
         xml.push_str(&format!(
-            "<Upload><Key>{}</Key><UploadId>{}</UploadId></Upload>",
+            "<NextKeyMarker>{}</NextKeyMarker><NextUploadIdMarker>{}</NextUploadIdMarker>",
+            escape(key),
+            escape(id)
+        ));
+    }
+    for (key, id) in &all {
+        xml.push_str(&format!(
+            "<Upload><Key>{}</Key><UploadId>{}</UploadId><StorageClass>STANDARD</StorageClass></Upload>",
             escape(key),
             escape(id)
         ));

@@ -366,3 +366,67 @@ fn a_pending_upload_is_listed() {
     );
     assert!(server.get("tf-pending", "left.bin").is_none());
 }
+
+/// Uploads left pending by writers that could not abort (forgotten here,
+/// as a killed process forgets) are listed and aborted by
+/// `remove_pending`, with the store's own token, page by page; one outside
+/// the prefix stays.
+#[test]
+fn pending_uploads_are_swept_under_the_prefix() {
+    use std::io::Write;
+    use tensorfile_remote::upload::{remove_pending, Upload, UploadOptions};
+    let _env = tensorfile_testkit::env_lock();
+    let server = GcsServer::start();
+    server.create_bucket("tf-sweep", false);
+    server.set_page_size(1);
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("key.json");
+    std::fs::write(&key, server.service_account_key()).unwrap();
+    std::env::set_var("GOOGLE_APPLICATION_CREDENTIALS", &key);
+    std::env::set_var("GOOGLE_BASE_URL", server.url());
+    let remote = tensorfile_remote::RemoteOptions::default();
+    let options = UploadOptions::default().with_part_size(5 << 20);
+    for name in ["m/a b+c.safetensors", "m/sub/d.safetensors", "mx/e", "other/f"] {
+        let mut upload = Upload::to_url(&format!("gs://tf-sweep/{name}"), &remote, options.clone())
+            .unwrap();
+        upload.write_all(&vec![7u8; (5 << 20) + 1]).unwrap();
+        std::mem::forget(upload);
+    }
+    let keys = |server: &GcsServer| {
+        let mut k: Vec<String> = server
+            .pending_uploads("tf-sweep")
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
+        k.sort();
+        k
+    };
+    assert_eq!(keys(&server).len(), 4);
+    server.clear_seen();
+    let wait = std::time::Duration::from_secs(30);
+    assert_eq!(remove_pending("gs://tf-sweep/m/", wait).unwrap(), 2);
+    assert_eq!(keys(&server), ["mx/e", "other/f"]);
+    // Signed with the key file's token, the listing paged by its markers.
+    let seen = server.seen();
+    assert!(seen.iter().all(|s| s.auth == Auth::SelfSignedJwt), "{seen:?}");
+    let listings = seen.iter().filter(|s| s.target.contains("uploads")).count();
+    assert!(listings >= 2, "{seen:?}");
+    assert_eq!(remove_pending("gs://tf-sweep/m/", wait).unwrap(), 0);
+    // A prefix that is not a directory takes every key beginning with it.
+    assert_eq!(remove_pending("gs://tf-sweep/m", wait).unwrap(), 1);
+    assert_eq!(keys(&server), ["other/f"]);
+    assert!(server.keys("tf-sweep").is_empty());
+    // Refused without credentials: an error naming the prefix.
+    std::env::remove_var("GOOGLE_APPLICATION_CREDENTIALS");
+    server.set_metadata(false);
+    std::env::set_var("GCE_METADATA_HOST", server.host());
+    let e = remove_pending("gs://tf-sweep/other/", wait).unwrap_err();
+    assert!(
+        matches!(e.problem, Problem::Denied { status: 401, .. }),
+        "{e}"
+    );
+    assert!(e.to_string().contains("gs://tf-sweep/other/"), "{e}");
+    std::env::remove_var("GCE_METADATA_HOST");
+    std::env::remove_var("GOOGLE_BASE_URL");
+    assert_eq!(keys(&server), ["other/f"]);
+}
