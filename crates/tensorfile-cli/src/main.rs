@@ -16,6 +16,7 @@ mod cmd;
 #[cfg(feature = "plot")]
 mod plot;
 mod progress;
+mod signals;
 
 /// The top of the help: what the tool does, in lines of 80 columns (as
 /// each command's summary, the first paragraph of its doc comment, fits
@@ -191,11 +192,9 @@ impl Command {
 }
 
 fn main() -> ExitCode {
-    // SIGINT, SIGTERM, SIGHUP during a save whose temporary has a name (no
-    // O_TMPFILE here): remove it, then end by the signal.
-    if let Err(e) = tensorfile_core::atomic::remove_temporaries_on_signal() {
-        eprintln!("tensorfile: warning: cannot install signal handlers: {e}");
-    }
+    // SIGINT, SIGTERM, SIGHUP: uploads aborted, temporaries removed, then
+    // the end by the signal (signals.rs). First: before any thread.
+    signals::install();
     let cli = Cli::parse();
     if let Some(n) = cli.threads {
         if let Err(e) = tensorfile_core::parallel::set_threads(n) {
@@ -226,6 +225,7 @@ fn main() -> ExitCode {
         Command::Fetch(args) => cmd::fetch::run(args),
         Command::Generate(args) => cmd::generate::run(args),
     };
+    signals::settle();
     match result {
         Ok(code) => code,
         Err(err) => {

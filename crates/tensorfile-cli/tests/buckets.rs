@@ -166,7 +166,14 @@ impl S3 {
     }
 
     fn scratch_entries(&self) -> usize {
-        std::fs::read_dir(self.scratch.path()).unwrap().count()
+        let entries: Vec<_> = std::fs::read_dir(self.scratch.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        if !entries.is_empty() {
+            eprintln!("in TMPDIR: {entries:?}");
+        }
+        entries.len()
     }
 }
 
@@ -208,47 +215,6 @@ fn a_writer_killed_mid_upload_leaves_no_object_and_the_next_run_sweeps() {
         (vec!["file/big.safetensors".to_string()], vec![])
     );
     assert_eq!(s3.scratch_entries(), 0);
-
-    // SIGTERM (and SIGINT, handled alike) during a set's first shard: the
-    // handler removes the save temporaries and ends the process by the
-    // signal; no shard and no index appear; the next run sweeps.
-    for (signal, prefix) in [(libc::SIGTERM, "term/"), (libc::SIGINT, "int/")] {
-        let set = format!("s3://{}/{prefix}", s3.name);
-        let set = set.as_str();
-        let args = ["rewrite", input, set, "--max-shard-size", "25MB"];
-        let seen = proxy
-            .requests()
-            .iter()
-            .filter(|l| l.contains("partNumber=2"))
-            .count();
-        let mut child = command(&args, &stalled)
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let start = Instant::now();
-        while proxy
-            .requests()
-            .iter()
-            .filter(|l| l.contains("partNumber=2"))
-            .count()
-            == seen
-        {
-            assert!(start.elapsed() < Duration::from_secs(60), "no second part");
-            assert!(child.try_wait().unwrap().is_none(), "the writer ended");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        kill(&mut child, signal);
-        let (objects, pending) = s3.under(prefix);
-        assert_eq!(objects, Vec::<String>::new(), "{signal}");
-        assert_eq!(pending.len(), 1, "{signal}: {pending:?}");
-        let o = tensorfile(&args, &direct);
-        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-        let (objects, pending) = s3.under(prefix);
-        assert_eq!(objects.len(), 3, "{objects:?}");
-        assert!(objects.iter().any(|k| k.ends_with(".index.json")));
-        assert_eq!(pending, Vec::<String>::new());
-        assert_eq!(s3.scratch_entries(), 0);
-    }
 
     // A writer of a staged set killed mid-part: `--abort` removes its
     // staging prefix and the upload pending there.
@@ -296,6 +262,239 @@ fn a_writer_killed_mid_upload_leaves_no_object_and_the_next_run_sweeps() {
     let o = tensorfile(&["shard", out, "--abort"], &direct);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert_eq!(s3.under("staged/"), (vec![], vec![]));
+}
+
+/// Starts `args` with `env`, waits until the proxy holds a request
+/// containing `held` (a part that never gets an answer), sends `signal`,
+/// and checks that the writer ended by it, within the cleanup's bounds.
+fn signal_mid_upload(
+    proxy: &Proxy,
+    args: &[&str],
+    env: &[(&str, &str)],
+    held: &str,
+    signal: libc::c_int,
+) {
+    let seen = proxy.requests().len();
+    let mut child = command(args, env).stderr(Stdio::piped()).spawn().unwrap();
+    let start = Instant::now();
+    while !proxy.requests()[seen..].iter().any(|l| l.contains(held)) {
+        if let Some(status) = child.try_wait().unwrap() {
+            let mut err = String::new();
+            std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+            panic!("the writer ended ({status}) before the request {held:?}: {err}");
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "no request {held:?} in a minute: {:?}",
+            proxy.requests()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let start = Instant::now();
+    kill(&mut child, signal);
+    // The held part is given up at once; the abort and removals are quick
+    // here (the proxy forwards them): far less than the 30 s bound.
+    assert!(
+        start.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        start.elapsed()
+    );
+    let mut err = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+    // The interruption's own error is not reported: the signal is.
+    assert_eq!(err, "", "{signal}");
+}
+
+/// SIGTERM, SIGINT or SIGHUP during an upload: the multipart upload is
+/// aborted, the objects this run put for a set not yet published are
+/// removed, the scratch directory goes, and the command ends by the
+/// signal: nothing in the bucket, nothing pending, nothing in `TMPDIR`.
+#[test]
+fn a_signal_mid_upload_aborts_it_and_removes_what_the_run_put() {
+    let Some(s3) = S3::new("tf-signal") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let input = big_input(dir.path());
+    let input = input.to_str().unwrap();
+    let proxy = Proxy::start(&s3.endpoint).unwrap();
+    // A file's second part, and the second shard's (the first shard is
+    // then already put): never answered.
+    proxy.fault("big.safetensors?partNumber=2", ProxyFault::Hold);
+    proxy.fault("00002-of-00002.safetensors?partNumber=2", ProxyFault::Hold);
+    let proxy_url = proxy.url();
+    let stalled = s3.env(&proxy_url);
+    for (signal, prefix) in [
+        (libc::SIGTERM, "term"),
+        (libc::SIGINT, "int"),
+        (libc::SIGHUP, "hup"),
+    ] {
+        let url = format!("s3://{}/{prefix}/big.safetensors", s3.name);
+        let held = "big.safetensors?partNumber=2";
+        signal_mid_upload(&proxy, &["rewrite", input, &url], &stalled, held, signal);
+        assert_eq!(
+            s3.under(&format!("{prefix}/")),
+            (vec![], vec![]),
+            "{signal}"
+        );
+        assert_eq!(s3.scratch_entries(), 0, "{signal}");
+        assert!(
+            proxy.requests().iter().any(|l| l.starts_with("DELETE ")
+                && l.contains(&format!("/{prefix}/big.safetensors?uploadId="))),
+            "{signal}: no abort: {:?}",
+            proxy.requests()
+        );
+
+        let set = format!("s3://{}/{prefix}-set/", s3.name);
+        let args = ["rewrite", input, &set, "--max-shard-size", "25MB"];
+        signal_mid_upload(
+            &proxy,
+            &args,
+            &stalled,
+            "00002-of-00002.safetensors?partNumber=2",
+            signal,
+        );
+        let first = format!("/{prefix}-set/big-00001-of-00002.safetensors");
+        let requests = proxy.requests();
+        // The first shard was put (its upload completed); it is removed
+        // again below.
+        assert!(
+            requests
+                .iter()
+                .any(|l| l.starts_with("POST ") && l.contains(&first) && l.contains("uploadId=")),
+            "{signal}: {requests:?}"
+        );
+        assert_eq!(
+            s3.under(&format!("{prefix}-set/")),
+            (vec![], vec![]),
+            "{signal}"
+        );
+        assert_eq!(s3.scratch_entries(), 0, "{signal}");
+    }
+}
+
+/// The same against GCS (the testkit's stand-in, in this process): a
+/// signal leaves nothing; a SIGKILL leaves the pending upload, which the
+/// next run to the same object sweeps, and `shard --abort` sweeps a staged
+/// set's.
+#[test]
+fn gcs_uploads_stopped_by_a_signal_or_killed() {
+    let server = tensorfile_testkit::gcs::GcsServer::start();
+    server.create_bucket("tf-gcs-signal", true);
+    let dir = tempfile::tempdir().unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    let input = big_input(dir.path());
+    let input = input.to_str().unwrap();
+    let proxy = Proxy::start(&server.url()).unwrap();
+    proxy.fault("partNumber=2", ProxyFault::Hold);
+    let env = |host: &str| {
+        vec![
+            ("STORAGE_EMULATOR_HOST", host.to_string()),
+            ("TMPDIR", scratch.path().to_str().unwrap().to_string()),
+        ]
+    };
+    let stalled_env = env(&proxy.url());
+    let direct_env = env(&server.url());
+    let stalled: Vec<(&str, &str)> = stalled_env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let direct: Vec<(&str, &str)> = direct_env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let entries = || std::fs::read_dir(scratch.path()).unwrap().count();
+    let url = "gs://tf-gcs-signal/m/big.safetensors";
+
+    signal_mid_upload(
+        &proxy,
+        &["rewrite", input, url],
+        &stalled,
+        "partNumber=2",
+        libc::SIGTERM,
+    );
+    assert_eq!(server.keys("tf-gcs-signal"), Vec::<String>::new());
+    assert_eq!(server.pending_uploads("tf-gcs-signal"), vec![]);
+    assert_eq!(entries(), 0);
+
+    // SIGKILL: the upload stays pending until the next run's sweep.
+    let seen = proxy
+        .requests()
+        .iter()
+        .filter(|l| l.contains("partNumber=2"))
+        .count();
+    let mut child = command(&["rewrite", input, url], &stalled)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while proxy
+        .requests()
+        .iter()
+        .filter(|l| l.contains("partNumber=2"))
+        .count()
+        == seen
+    {
+        assert!(start.elapsed() < Duration::from_secs(60), "no second part");
+        assert!(child.try_wait().unwrap().is_none(), "the writer ended");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    kill(&mut child, libc::SIGKILL);
+    let pending: Vec<String> = server
+        .pending_uploads("tf-gcs-signal")
+        .into_iter()
+        .map(|(k, _)| k)
+        .collect();
+    assert_eq!(pending, ["m/big.safetensors"]);
+    let o = tensorfile(&["rewrite", input, url], &direct);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(server.keys("tf-gcs-signal"), ["m/big.safetensors"]);
+    assert_eq!(server.pending_uploads("tf-gcs-signal"), vec![]);
+    assert_eq!(entries(), 0);
+
+    // A staged set's writer killed mid-part: `--abort` sweeps its upload.
+    let out = "gs://tf-gcs-signal/staged/";
+    let plan = [
+        "shard",
+        input,
+        out,
+        "--max-shard-size",
+        "25MB",
+        "--plan",
+        "--writers",
+        "1",
+    ];
+    let o = tensorfile(&plan, &direct);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let write = [
+        "shard",
+        input,
+        out,
+        "--max-shard-size",
+        "25MB",
+        "--write-part",
+        "0",
+    ];
+    let seen = proxy
+        .requests()
+        .iter()
+        .filter(|l| l.contains("partNumber=2"))
+        .count();
+    let mut child = command(&write, &stalled)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while proxy
+        .requests()
+        .iter()
+        .filter(|l| l.contains("partNumber=2"))
+        .count()
+        == seen
+    {
+        assert!(start.elapsed() < Duration::from_secs(60), "no second part");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    kill(&mut child, libc::SIGKILL);
+    assert_eq!(server.pending_uploads("tf-gcs-signal").len(), 1);
+    let o = tensorfile(&["shard", out, "--abort"], &direct);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(server.pending_uploads("tf-gcs-signal"), vec![]);
+    assert_eq!(server.keys("tf-gcs-signal"), ["m/big.safetensors"]);
 }
 
 #[test]

@@ -3,9 +3,14 @@
 //! `TMPDIR`, as it would be anywhere else, and then uploaded: a file as one
 //! object, a set's shards first and its index last, so that a reader never
 //! sees an index whose shards are missing. Each object is complete or
-//! absent ([`tensorfile_remote::upload`]); the temporary directory is
-//! removed whatever happens (a run killed by a signal leaves it, and the
-//! next run on this machine removes it).
+//! absent ([`tensorfile_remote::upload`]); on a failure the objects this
+//! run put are removed; the temporary directory is removed whatever
+//! happens. A process stopping on a signal through
+//! [`tensorfile_remote::interrupt`] (the CLI) takes this same error path
+//! (see [`tensorfile_remote::upload`]); one killed outright leaves the
+//! temporary directory, which the next run on this machine removes, and
+//! its pending multipart upload, which the next upload to the same object
+//! sweeps.
 //!
 //! The local space needed is the output's size. Without `replace`, an
 //! output whose object (or any of the set's names) is already in the
@@ -181,6 +186,9 @@ mod imp {
     /// Uploads the local output to `base` (see the module's
     /// documentation); on a failure, the objects this run put are removed.
     fn publish(local: &Path, base: &str, replace: bool, remote: &RemoteOptions) -> Result<()> {
+        // A write under way until the objects put are removed on a
+        // failure: a signal (the CLI's) waits for that.
+        let _busy = tensorfile_remote::interrupt::Busy::new();
         let files = files_of(local, base)?;
         let is_set = std::fs::symlink_metadata(local).is_ok_and(|m| m.is_dir());
         // The indexes a set already there may have: the new one's, or

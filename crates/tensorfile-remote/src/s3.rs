@@ -374,7 +374,10 @@ mod tests {
         assert!(page.is_truncated);
         assert_eq!(page.next_key_marker.as_deref(), Some("m/c"));
         // None, and one alone (GCS and S3 leave out what is empty).
-        let none = parse_pending("<ListMultipartUploadsResult><Bucket>b</Bucket></ListMultipartUploadsResult>").unwrap();
+        let none = parse_pending(
+            "<ListMultipartUploadsResult><Bucket>b</Bucket></ListMultipartUploadsResult>",
+        )
+        .unwrap();
         assert!(none.upload.is_empty() && !none.is_truncated);
         assert!(parse_pending("<Error><Code>AccessDenied</Code></Error>").is_err());
         // Pages are followed by their markers; markers that do not move

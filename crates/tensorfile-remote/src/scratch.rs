@@ -1,11 +1,29 @@
 //! A private local directory for an output that is made here and then
 //! uploaded: `TMPDIR/tensorfile-upload-<host>-<pid>-<n>/`, mode 0700,
-//! removed when dropped. A process killed meanwhile leaves it; the next
-//! [`Scratch::new`] on the same machine removes those whose process is
-//! gone.
+//! removed when dropped. A process that handles its own signals removes
+//! the process's with [`remove_all`] before it ends; one killed otherwise
+//! leaves it, and the next [`Scratch::new`] on the same machine removes
+//! those whose process is gone.
 
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// The scratch directories of this process that exist now.
+static LIVE: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+fn live() -> std::sync::MutexGuard<'static, Vec<PathBuf>> {
+    LIVE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Removes every scratch directory of this process (a process being
+/// stopped by a signal, from a thread of its own: not async-signal-safe).
+/// The [`Scratch`]es stay valid objects; their directories are gone.
+pub fn remove_all() {
+    for path in live().drain(..) {
+        let _ = std::fs::remove_dir_all(&path);
+    }
+}
 
 /// The start of a scratch directory's name, before host and PID.
 const PREFIX: &str = "tensorfile-upload-";
@@ -39,7 +57,10 @@ impl Scratch {
                 builder.mode(0o700);
             }
             match builder.create(&path) {
-                Ok(()) => return Ok(Scratch { path }),
+                Ok(()) => {
+                    live().push(path.clone());
+                    return Ok(Scratch { path });
+                }
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
                 Err(e) => return Err(io::Error::new(e.kind(), format!("{}: {e}", path.display()))),
             }
@@ -58,7 +79,12 @@ impl Scratch {
 
 impl Drop for Scratch {
     fn drop(&mut self) {
+        // Removed while the list is held: a `remove_all` meanwhile (a
+        // signal's thread, which ends the process next) waits for it
+        // rather than the process ending with it half done.
+        let mut live = live();
         let _ = std::fs::remove_dir_all(&self.path);
+        live.retain(|p| *p != self.path);
     }
 }
 

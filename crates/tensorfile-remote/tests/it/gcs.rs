@@ -386,9 +386,14 @@ fn pending_uploads_are_swept_under_the_prefix() {
     std::env::set_var("GOOGLE_BASE_URL", server.url());
     let remote = tensorfile_remote::RemoteOptions::default();
     let options = UploadOptions::default().with_part_size(5 << 20);
-    for name in ["m/a b+c.safetensors", "m/sub/d.safetensors", "mx/e", "other/f"] {
-        let mut upload = Upload::to_url(&format!("gs://tf-sweep/{name}"), &remote, options.clone())
-            .unwrap();
+    for name in [
+        "m/a b+c.safetensors",
+        "m/sub/d.safetensors",
+        "mx/e",
+        "other/f",
+    ] {
+        let mut upload =
+            Upload::to_url(&format!("gs://tf-sweep/{name}"), &remote, options.clone()).unwrap();
         upload.write_all(&vec![7u8; (5 << 20) + 1]).unwrap();
         std::mem::forget(upload);
     }
@@ -408,7 +413,10 @@ fn pending_uploads_are_swept_under_the_prefix() {
     assert_eq!(keys(&server), ["mx/e", "other/f"]);
     // Signed with the key file's token, the listing paged by its markers.
     let seen = server.seen();
-    assert!(seen.iter().all(|s| s.auth == Auth::SelfSignedJwt), "{seen:?}");
+    assert!(
+        seen.iter().all(|s| s.auth == Auth::SelfSignedJwt),
+        "{seen:?}"
+    );
     let listings = seen.iter().filter(|s| s.target.contains("uploads")).count();
     assert!(listings >= 2, "{seen:?}");
     assert_eq!(remove_pending("gs://tf-sweep/m/", wait).unwrap(), 0);
