@@ -228,17 +228,25 @@ impl Bounded {
 /// SIGTERM, SIGHUP and SIGPIPE, whatever the test run inherited: a shell
 /// starts a background job (`cmd &`, `( trap '' INT; ... )`) with SIGINT
 /// ignored, and an ignored signal stays ignored across `exec`, so a test
-/// that signals its child would otherwise see it carry on. Unix only.
+/// that signals its child would otherwise see it carry on. No signal is
+/// blocked in it either (a signal mask is inherited across `exec` too).
+/// Unix only.
 pub fn default_signals(command: &mut Command) -> &mut Command {
     use std::os::unix::process::CommandExt;
-    // SAFETY: signal(2) is async-signal-safe, the only call between fork
-    // and exec.
+    // SAFETY: signal(2), sigemptyset(3) and sigprocmask(2) are
+    // async-signal-safe, the only calls between fork and exec.
     unsafe {
         command.pre_exec(|| {
             for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGPIPE] {
                 if libc::signal(sig, libc::SIG_DFL) == libc::SIG_ERR {
                     return Err(std::io::Error::last_os_error());
                 }
+            }
+            // Nor blocked: a mask is inherited across exec too.
+            let mut none = std::mem::zeroed::<libc::sigset_t>();
+            libc::sigemptyset(&mut none);
+            if libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut()) != 0 {
+                return Err(std::io::Error::last_os_error());
             }
             Ok(())
         })

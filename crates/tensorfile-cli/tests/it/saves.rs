@@ -282,6 +282,58 @@ fn an_interrupted_shard_leaves_no_shard() {
     }
 }
 
+/// A signal ignored when the command started (as `nohup` ignores SIGHUP,
+/// a background job SIGINT) stays ignored: the save carries on and
+/// completes; another signal still ends it.
+#[test]
+fn signals_ignored_at_the_start_stay_ignored() {
+    use std::os::unix::process::CommandExt;
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.safetensors");
+    big_four(&input);
+    for (ignored, then) in [(libc::SIGINT, None), (libc::SIGHUP, Some(libc::SIGTERM))] {
+        let out_dir = dir.path().join(format!("out-{ignored}"));
+        fs::create_dir(&out_dir).unwrap();
+        let mut cmd = Command::new(bin());
+        default_signals(&mut cmd);
+        // SAFETY: signal(2) is async-signal-safe, the only call between
+        // fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                libc::signal(ignored, libc::SIG_IGN);
+                Ok(())
+            });
+        }
+        cmd.args([
+            "shard".as_ref(),
+            "--max-shard-size".as_ref(),
+            "300MB".as_ref(),
+            input.as_os_str(),
+            out_dir.as_os_str(),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .stdin(Stdio::null());
+        let mut child = Running(Some(cmd.spawn().unwrap()));
+        wait_mid_save(&mut child, &out_dir, &[]);
+        child.signal(ignored);
+        std::thread::sleep(Duration::from_millis(100));
+        match then {
+            None => {
+                let out = child.wait();
+                assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+                assert_eq!(entries(&out_dir).len(), 5, "{:?}", entries(&out_dir));
+            }
+            Some(sig) => {
+                child.signal(sig);
+                let out = child.wait();
+                assert_eq!(out.status.signal(), Some(sig), "{}", stderr(&out));
+                assert_eq!(entries(&out_dir), Vec::<String>::new());
+            }
+        }
+    }
+}
+
 /// Runs `tensorfile ARGS` through `sh` with `prelude` first (a umask, a
 /// file size limit).
 fn with_shell(prelude: &str, args: &[&OsStr]) -> Output {
