@@ -1,10 +1,12 @@
 //! Outputs in object stores, from the command line: Azure (Azurite,
 //! `TENSORFILE_TEST_AZURE`) as S3 is in `remote.rs`; `edit` of an object;
-//! and what an upload interrupted midway leaves (a writer killed or
-//! stopped by a signal, a server failing a part), with moto's S3
-//! (`TENSORFILE_TEST_S3`) and Azurite behind `tensorfile_testkit`'s
-//! [`Proxy`], which stalls or fails the requests chosen. Without the
-//! servers the tests say so and pass, except in CI (`CI` set).
+//! and what an upload interrupted midway leaves (a writer stopped by a
+//! signal: nothing; killed: a pending upload the next run sweeps; a
+//! server failing a part: nothing), with moto's S3 (`TENSORFILE_TEST_S3`),
+//! Azurite and the GCS stand-in (in this process) behind
+//! `tensorfile_testkit`'s [`Proxy`], which stalls or fails the requests
+//! chosen. Without moto or Azurite their tests say so and pass, except in
+//! CI (`CI` set).
 //!
 //! A test binary of its own, not a module of `it`: its uploads hold tens
 //! of MiB in this process (the input, the proxy's request bodies), and a

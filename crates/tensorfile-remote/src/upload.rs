@@ -18,11 +18,18 @@
 //! starts and again before it completes (a writer racing in between may
 //! still be replaced).
 //!
-//! A process killed during a multipart upload cannot abort it: its parts
-//! stay, invisible, until [`remove_pending`] sweeps the prefix (S3:
-//! `ListMultipartUploads`, then `AbortMultipartUpload` of each). GCS keeps
-//! such parts too; object_store cannot list them, so a bucket lifecycle
-//! rule (`AbortIncompleteMultipartUpload`) removes them. Azure needs
+//! A process stopping on a signal takes the error path: once
+//! [`crate::interrupt::interrupt`] is called (the `tensorfile` command does
+//! on SIGINT, SIGTERM and SIGHUP), every wait of an upload ends at once
+//! and the upload is aborted, the abort given
+//! [`crate::interrupt::CLEANUP_LIMIT`]. An [`Upload`] counts as a write
+//! under way ([`crate::interrupt::Busy`]) until it is dropped, so the one
+//! stopping the process knows when the abort is done.
+//!
+//! A process killed outright during a multipart upload cannot abort it:
+//! its parts stay, invisible, until [`remove_pending`] sweeps the prefix
+//! (S3: `ListMultipartUploads`, then `AbortMultipartUpload` of each; GCS:
+//! the XML API's same requests, with the store's own token). Azure needs
 //! neither: blocks never committed are discarded by the service after
 //! seven days, and are never part of a blob.
 
