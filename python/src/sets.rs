@@ -1,14 +1,18 @@
 //! One set, many writers: `plan_set`, `write_set_parts`, `commit_set` and
-//! `abort_set` over the library's `StagedSet` (the protocol and its
-//! guarantees are documented there and in docs/saves.md).
+//! `abort_set`, each a step of tensorfile-ops' `shard` run with Python's
+//! plan and tensors (`ShardRequest::run_step`), in a directory or under a
+//! store's prefix, as `tensorfile shard --plan/--write-part/--commit/--abort`
+//! (the protocol and its guarantees are documented at the library's
+//! `StagedSet` and in docs/saves.md).
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use tensorfile::set::{Sharding, SplitSummary, StagedPlan, StagedSet};
+use tensorfile::set::{SetStep, Sharding, StagedPlan};
 use tensorfile::{Dtype, Metadata, TensorRef, TensorSpec, WriteOptions};
+use tensorfile_ops::shard::{ShardReport, ShardRequest};
 
 use crate::errors;
 
@@ -26,23 +30,30 @@ fn specs(decls: Vec<Decl>) -> PyResult<Vec<TensorSpec>> {
         .collect()
 }
 
-/// What `plan_set` returns: the plan's id, its staging folder, its files
-/// (their final paths) and each file's writer.
-fn planned<'py>(py: Python<'py>, set: &StagedSet, out_dir: &Path) -> PyResult<Bound<'py, PyDict>> {
-    let plan = set.plan();
-    let d = PyDict::new(py);
-    d.set_item("plan_id", plan.id())?;
-    d.set_item("staging", set.stage().staging().display().to_string())?;
-    let files: Vec<String> = plan
-        .parts()
-        .iter()
-        .map(|p| out_dir.join(&p.file).display().to_string())
-        .collect();
-    d.set_item("files", files)?;
-    let writers: Vec<usize> = plan.parts().iter().map(|p| p.writer).collect();
-    d.set_item("writers", writers)?;
-    d.set_item("total_size", plan.total_size())?;
-    Ok(d)
+/// The request of `step` on the set `prefix` at `out_dir`.
+fn request(out_dir: PathBuf, prefix: String, sync: bool, step: SetStep) -> ShardRequest {
+    ShardRequest {
+        out_dir,
+        prefix,
+        sync,
+        step: Some(step),
+        ..ShardRequest::default()
+    }
+}
+
+/// Runs `step` without the GIL, with the plan and tensors given.
+fn run<T: tensorfile::TensorData>(
+    py: Python<'_>,
+    request: &ShardRequest,
+    plan: Option<StagedPlan>,
+    tensors: &[T],
+) -> PyResult<ShardReport> {
+    py.detach(|| request.run_step(plan, tensors))
+        .map_err(errors::error)
+}
+
+fn paths(files: &[PathBuf]) -> Vec<String> {
+    files.iter().map(|f| f.display().to_string()).collect()
 }
 
 /// Stages a plan in `out_dir`: `groups` is a list, per writer, of
@@ -66,9 +77,9 @@ pub fn plan_set<'py>(
         .map(specs)
         .collect::<PyResult<Vec<_>>>()?;
     let options = WriteOptions::default();
-    let set = py
+    let plan = py
         .detach(|| {
-            let plan = if groups.len() == 1 && writers > 1 {
+            if groups.len() == 1 && writers > 1 {
                 StagedPlan::new(
                     &prefix,
                     &groups[0],
@@ -76,7 +87,7 @@ pub fn plan_set<'py>(
                     &Sharding::MaxSize(max_shard_size),
                     writers,
                     &options,
-                )?
+                )
             } else {
                 StagedPlan::per_writer(
                     &prefix,
@@ -84,12 +95,22 @@ pub fn plan_set<'py>(
                     max_shard_size,
                     metadata.as_ref(),
                     &options,
-                )?
-            };
-            StagedSet::prepare(&out_dir, plan)
+                )
+            }
         })
         .map_err(|e| errors::error(e.into()))?;
-    planned(py, &set, &out_dir)
+    let file_writers: Vec<usize> = plan.parts().iter().map(|p| p.writer).collect();
+    let step = SetStep::Plan {
+        writers: plan.writers(),
+    };
+    let report = run::<TensorRef<'_>>(py, &request(out_dir, prefix, true, step), Some(plan), &[])?;
+    let d = PyDict::new(py);
+    d.set_item("plan_id", report.plan_id)?;
+    d.set_item("staging", report.staging.map(|p| p.display().to_string()))?;
+    d.set_item("files", paths(&report.files))?;
+    d.set_item("writers", file_writers)?;
+    d.set_item("total_size", report.total_size)?;
+    Ok(d)
 }
 
 /// Writes the files the staged plan gives `writer`, from `tensors`: a list
@@ -116,48 +137,25 @@ pub fn write_set_parts(
         }
         items.push((name, dtype, shape, ptr, len));
     }
-    py.detach(|| {
-        let refs: Vec<TensorRef<'_>> = items
-            .iter()
-            .map(|(name, dtype, shape, ptr, len)| TensorRef {
-                name,
-                dtype: *dtype,
-                shape,
-                data: if *len == 0 {
-                    &[]
-                } else {
-                    // SAFETY: the caller keeps `len` bytes at `ptr` alive and
-                    // unchanged for this call (as TensorSpec's contract
-                    // says); the null address was refused above.
-                    unsafe { std::slice::from_raw_parts(*ptr as *const u8, *len) }
-                },
-            })
-            .collect();
-        let set = StagedSet::open(&out_dir, &prefix)?;
-        let written = set.write_parts_of(writer, &refs, sync)?;
-        let staging = set.stage().staging();
-        Ok::<_, tensorfile::CoreError>(
-            written
-                .iter()
-                .map(|&k| {
-                    staging
-                        .join(&set.plan().parts()[k].file)
-                        .display()
-                        .to_string()
-                })
-                .collect(),
-        )
-    })
-    .map_err(|e| errors::error(e.into()))
-}
-
-fn summary<'py>(py: Python<'py>, s: &SplitSummary) -> PyResult<Bound<'py, PyDict>> {
-    let d = PyDict::new(py);
-    let files: Vec<String> = s.files.iter().map(|f| f.display().to_string()).collect();
-    d.set_item("files", files)?;
-    d.set_item("index", s.index.as_ref().map(|i| i.display().to_string()))?;
-    d.set_item("total_size", s.total_size)?;
-    Ok(d)
+    let refs: Vec<TensorRef<'_>> = items
+        .iter()
+        .map(|(name, dtype, shape, ptr, len)| TensorRef {
+            name,
+            dtype: *dtype,
+            shape,
+            data: if *len == 0 {
+                &[]
+            } else {
+                // SAFETY: the caller keeps `len` bytes at `ptr` alive and
+                // unchanged for this call (as TensorSpec's contract
+                // says); the null address was refused above.
+                unsafe { std::slice::from_raw_parts(*ptr as *const u8, *len) }
+            },
+        })
+        .collect();
+    let step = SetStep::WritePart { writer };
+    let report = run(py, &request(out_dir, prefix, sync, step), None, &refs)?;
+    Ok(paths(&report.files))
 }
 
 /// Checks every staged part, publishes them, writes the index last and
@@ -170,16 +168,24 @@ pub fn commit_set<'py>(
     prefix: String,
     sync: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let s = py
-        .detach(|| StagedSet::open(&out_dir, &prefix)?.commit(sync))
-        .map_err(|e| errors::error(e.into()))?;
-    summary(py, &s)
+    let request = request(out_dir, prefix, sync, SetStep::Commit);
+    let report = run::<TensorRef<'_>>(py, &request, None, &[])?;
+    let d = PyDict::new(py);
+    d.set_item("files", paths(&report.files))?;
+    d.set_item("index", report.index.map(|i| i.display().to_string()))?;
+    d.set_item("total_size", report.total_size)?;
+    Ok(d)
 }
 
 /// Removes the staged set for `prefix` in `out_dir`.
 #[pyfunction]
 #[pyo3(signature = (out_dir, *, prefix))]
 pub fn abort_set(py: Python<'_>, out_dir: PathBuf, prefix: String) -> PyResult<()> {
-    py.detach(|| StagedSet::open(&out_dir, &prefix)?.abort())
-        .map_err(|e| errors::error(e.into()))
+    run::<TensorRef<'_>>(
+        py,
+        &request(out_dir, prefix, true, SetStep::Abort),
+        None,
+        &[],
+    )
+    .map(drop)
 }

@@ -260,7 +260,10 @@ def plan_set(
     prefix: str,
     metadata: Optional[Dict[str, str]] = None,
     writers: int = 1,
-) -> Dict[str, Any]: ...
+) -> Dict[str, Any]:
+    """Stages the plan of a set in ``out_dir``, a directory or a store's
+    prefix (``s3://``, ``gs://``, ``az://``, ``abfss://``): ``{"plan_id",
+    "staging", "files", "writers", "total_size"}``."""
 def write_set_parts(
     out_dir: PathLike,
     tensors: Sequence[Tuple[str, str, Sequence[int], int, int]],
@@ -268,6 +271,11 @@ def write_set_parts(
     *,
     prefix: str,
     sync: bool = True,
-) -> List[str]: ...
-def commit_set(out_dir: PathLike, *, prefix: str, sync: bool = True) -> Dict[str, Any]: ...
-def abort_set(out_dir: PathLike, *, prefix: str) -> None: ...
+) -> List[str]:
+    """Writes the staged files of ``writer`` from ``(name, dtype, shape,
+    address, length)`` tensors; the staged paths (URLs for a store)."""
+def commit_set(out_dir: PathLike, *, prefix: str, sync: bool = True) -> Dict[str, Any]:
+    """Checks and publishes the staged set, the index last: ``{"files",
+    "index", "total_size"}``."""
+def abort_set(out_dir: PathLike, *, prefix: str) -> None:
+    """Removes the staged set (its staging folder or prefix)."""

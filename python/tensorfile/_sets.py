@@ -1,11 +1,16 @@
 """One set, many writers: a sharded set planned once, written by several
 processes (each its own shards), committed by one.
 
-The processes share nothing but the file system. The plan is staged in
+The processes share nothing but the file system, or a bucket: ``OUTDIR``
+is a directory or a store's prefix (``s3://bucket/out/``, ``gs://``,
+``az://``, ``abfss://``). The plan is staged in
 ``OUTDIR/.tensorfile-set-<id>/plan.json``; each writer writes its shards
-there, each atomically; the commit checks every shard against the plan,
-moves them into ``OUTDIR`` and writes the index last. Until the commit
-nothing appears under ``OUTDIR``'s own names. See docs/saves.md.
+there, each atomically (in a bucket, each an upload, complete or absent);
+the commit checks every shard against the plan, moves them into ``OUTDIR``
+(in a bucket, a server-side copy) and writes the index last. Until the
+commit nothing appears under ``OUTDIR``'s own names. These are the steps of
+``tensorfile shard --plan/--write-part/--commit/--abort``, run by the same
+code (tensorfile-ops). See docs/saves.md and docs/remote.md.
 
 These functions take tensors as :class:`tensorfile.TensorSpec` dicts; the
 framework modules (``tensorfile.numpy``, ``tensorfile.torch``) take arrays.
@@ -49,9 +54,10 @@ def plan_set(
     prefix: str = "model",
     metadata: Optional[Dict[str, str]] = None,
 ) -> Dict[str, Any]:
-    """Stages the plan of a set in ``outdir`` (created if needed) and returns
-    ``{"plan_id", "staging", "files", "writers", "total_size"}`` (``writers``:
-    each file's writer).
+    """Stages the plan of a set in ``outdir`` (a directory, created if
+    needed, or a store's prefix) and returns ``{"plan_id", "staging",
+    "files", "writers", "total_size"}`` (``writers``: each file's writer;
+    ``staging`` and ``files`` are URLs for a store).
 
     ``specs`` is either one dict of the whole set's tensors (name to
     :class:`TensorSpec` or ``(dtype code, shape)``), split by
@@ -62,7 +68,8 @@ def plan_set(
     Every process may call it with the same arguments, at once; a different
     plan for the same ``prefix`` while one is staged raises
     ``SafetensorError``, as does a ``outdir`` already holding a set with
-    this prefix.
+    this prefix (``...: already exists``): as the CLI's ``--plan``, there is
+    no ``replace``; remove the old set first.
     """
     if isinstance(specs, Mapping):
         groups = [_decls(specs)]
@@ -107,7 +114,8 @@ def commit_set(outdir: PathLike, *, prefix: str = "model", sync: bool = True) ->
 
 
 def abort_set(outdir: PathLike, *, prefix: str = "model") -> None:
-    """Removes the staged set (its plan and shards)."""
+    """Removes the staged set (its plan and shards; in a bucket, everything
+    under the staging prefix, pending uploads included)."""
     _native.abort_set(os.fspath(outdir), prefix=prefix)
 
 
@@ -141,6 +149,8 @@ def run_distributed(
     Returns the commit's summary on every rank. Raises ``SafetensorError``
     on every rank when any rank failed (naming the ranks and their errors);
     the set is then aborted, and nothing appears under ``outdir``'s names.
+    ``outdir`` may be a store's prefix (``s3://``, ``gs://``, ``az://``):
+    every rank then needs the store's credentials.
     """
     write = write or write_set_parts
     rank = dist.get_rank(group) if group is not None else dist.get_rank()

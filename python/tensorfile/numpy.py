@@ -140,7 +140,8 @@ def save_set_parts(
     sync: bool = True,
 ) -> List[str]:
     """Writes the shards a staged set's plan (:func:`tensorfile.plan_set`)
-    gives ``writer``, from ``tensor_dict``, into the set's staging folder;
+    gives ``writer``, from ``tensor_dict``, into the set's staging folder
+    (or prefix, for a store's ``outdir``: ``s3://``, ``gs://``, ``az://``);
     :func:`tensorfile.commit_set` then publishes the set. Returns the
     staged paths.
 

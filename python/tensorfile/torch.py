@@ -350,8 +350,9 @@ def save_set_parts(
     sync: bool = True,
 ) -> List[str]:
     """Writes the shards a staged set's plan (:func:`tensorfile.plan_set`)
-    gives ``writer``, from ``tensors``, into the set's staging folder;
-    :func:`tensorfile.commit_set` then publishes the set."""
+    gives ``writer``, from ``tensors``, into the set's staging folder (or
+    prefix, for a store's ``outdir``); :func:`tensorfile.commit_set` then
+    publishes the set."""
     from ._sets import write_set_parts
 
     keep_alive: List[Any] = []
@@ -375,7 +376,10 @@ def save_distributed(
     ``outdir``'s names until then; if any rank fails, the set is aborted
     and every rank raises ``SafetensorError``. Returns ``{"files", "index",
     "total_size"}`` on every rank. The process group must be initialized;
-    ``outdir`` must be on a file system every rank sees.
+    ``outdir`` must be on a file system every rank sees, or a store's
+    prefix (``s3://bucket/checkpoint/``, ``gs://``, ``az://``), written as
+    ``tensorfile shard --plan/--write-part/--commit`` writes one. A set
+    already at ``outdir`` is refused (there is no ``replace``).
 
     >>> # in each rank, after torch.distributed.init_process_group(...)
     >>> save_distributed(my_part_of_the_state_dict, "checkpoint/")

@@ -21,7 +21,7 @@ WORKER = textwrap.dedent(
     import json, sys
     import torch, torch.distributed as dist
     from tensorfile.torch import save_distributed
-    rank, world, init, out, fail = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
+    rank, world, init, out, fail, ref = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6]
     dist.init_process_group("gloo", init_method="file://" + init, rank=rank, world_size=world)
     torch.manual_seed(rank)
     mine = {f"layer{rank}.w{i}": torch.randn(64, 8 + i) for i in range(3)}
@@ -30,7 +30,7 @@ WORKER = textwrap.dedent(
         # A tensor the writer cannot take: this rank fails while the
         # others go on; every rank must raise and nothing be published.
         mine["bad"] = torch.zeros(4)[::2]
-    torch.save(mine, out + f".rank{rank}.pt")
+    torch.save(mine, ref + f".rank{rank}.pt")
     try:
         summary = save_distributed(mine, out, max_shard_size=4096)
         print(json.dumps({"ok": True, "files": len(summary["files"]), "index": summary["index"] is not None}))
@@ -41,15 +41,18 @@ WORKER = textwrap.dedent(
 )
 
 
-def run(tmp_path, world, fail=-1):
+def run(tmp_path, world, fail=-1, out=None):
+    """Runs ``world`` ranks saving into ``out`` (default: ``tmp_path/out``);
+    each rank's tensors are kept beside ``tmp_path/out`` too."""
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
-    out = tmp_path / "out"
+    ref = tmp_path / "out"
+    out = out or ref
     init = tmp_path / f"init-{world}-{fail}"
     env = dict(os.environ, OMP_NUM_THREADS="1")
     procs = [
         subprocess.Popen(
-            [sys.executable, str(script), str(r), str(world), str(init), str(out), str(fail)],
+            [sys.executable, str(script), str(r), str(world), str(init), str(out), str(fail), str(ref)],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -91,3 +94,22 @@ def test_a_failing_rank_fails_every_rank_and_publishes_nothing(tmp_path):
     assert not any(r["ok"] for r in results), results
     assert all("rank 1" in r["error"] for r in results), results
     assert not out.exists() or os.listdir(out) == []
+
+
+def test_save_distributed_into_a_bucket(tmp_path, monkeypatch):
+    from test_sets_buckets import S3
+
+    from tensorfile import safe_open
+
+    store = S3(monkeypatch)
+    url = f"s3://{store.bucket}/ckpt"
+    _, results = run(tmp_path, 2, out=url)
+    assert all(r["ok"] for r in results), results
+    with safe_open(f"{url}/model.safetensors.index.json", "pt") as f:
+        for r in range(2):
+            mine = torch.load(str(tmp_path / "out") + f".rank{r}.pt")
+            for name, t in mine.items():
+                assert torch.equal(f.get_tensor(name), t), name
+    keys = store.keys("ckpt/")
+    assert "ckpt/model.safetensors.index.json" in keys
+    assert not [k for k in keys if ".tensorfile-set-" in k], keys

@@ -135,11 +135,10 @@ pub fn shard(request: &ShardRequest, progress: &dyn Progress) -> Result<ShardRep
 }
 
 /// Runs one step of writing the set `request.out_dir` from several
-/// processes: in a local directory, or under a bucket's prefix.
+/// processes, the plan and the tensors read from `request.input`.
 fn shard_step(request: &ShardRequest, step: SetStep) -> Result<ShardReport> {
     let options = WriteOptions::default().with_sync(request.sync);
-    let mut tensors = 0;
-    let planned = match step {
+    match step {
         SetStep::Plan { writers } => {
             if writers == 0 {
                 return Err(Error::request("a set needs at least one writer"));
@@ -150,38 +149,91 @@ fn shard_step(request: &ShardRequest, step: SetStep) -> Result<ShardReport> {
                 .iter()
                 .map(|t| tensorfile::TensorSpec::new(t.name(), t.dtype(), t.shape()))
                 .collect();
-            tensors = specs.len();
             let metadata = source.metadata()?;
-            Some(StagedPlan::new(
+            let plan = StagedPlan::new(
                 &request.prefix,
                 &specs,
                 Some(&metadata),
                 &Sharding::MaxSize(request.max_shard_size),
                 writers,
                 &options,
-            )?)
+            )?;
+            request.run_step::<tensorfile::TensorRef<'_>>(Some(plan), &[])
         }
-        _ => None,
-    };
-    if let Some(url) = crate::bucket::store_url(&request.out_dir) {
-        return bucket_step(request, step, planned, tensors, url);
+        SetStep::WritePart { writer } => {
+            let source = super::merge::open_source(&request.input, request.timeout)?;
+            let report = request.run_step(None, &source.tensor_data())?;
+            // A writer past the plan's wrote nothing: a slip, said so.
+            let writers = report.writers.unwrap_or(1);
+            if writer >= writers {
+                return Err(Error::request(format!(
+                    "the plan has {writers} writers (0 to {}), not writer {writer}",
+                    writers - 1
+                )));
+            }
+            Ok(report)
+        }
+        SetStep::Commit | SetStep::Abort => {
+            request.run_step::<tensorfile::TensorRef<'_>>(None, &[])
+        }
     }
-    let set = match planned {
-        Some(plan) => StagedSet::prepare(&request.out_dir, plan)?,
-        None => StagedSet::open(&request.out_dir, &request.prefix)?,
-    };
-    let staging = set.stage().staging().to_path_buf();
-    run_step(request, step, &set, staging, tensors)
 }
 
-/// [`shard_step`] for an `OUTDIR` in a bucket
+impl ShardRequest {
+    /// Runs the request's `step` on the set at `out_dir` (a directory, or
+    /// a store's prefix: `s3://`, `gs://`, `az://`, staged by
+    /// `tensorfile_remote::stage::BucketStage`) with the plan and the
+    /// tensors given rather than read from `input`: the one way every
+    /// front end runs a step ([`shard`] after reading `input`, the Python
+    /// package with its own tensors).
+    ///
+    /// `plan` is the plan to stage, for [`SetStep::Plan`] only (its own
+    /// writers count; the step's is not used); `tensors` hold the tensors
+    /// of the files of the writer, for [`SetStep::WritePart`] (others are
+    /// ignored; a writer the plan gives no file writes nothing). As the CLI's steps, a set already at `out_dir` is refused
+    /// by the plan (`replace` is for the one-shot split only).
+    ///
+    /// # Errors
+    /// No `step`, or a plan missing for [`SetStep::Plan`] or given for
+    /// another step ([`Error::Request`]); otherwise [`StagedSet`]'s errors for the step (another plan staged,
+    /// the set's names taken, nothing staged, a part that fails the
+    /// commit's checks) or the store's.
+    pub fn run_step<T: tensorfile::TensorData>(
+        &self,
+        plan: Option<StagedPlan>,
+        tensors: &[T],
+    ) -> Result<ShardReport> {
+        check_prefix(&self.prefix)?;
+        let Some(step) = self.step else {
+            return Err(Error::request("no step of a set to run"));
+        };
+        match (&step, &plan) {
+            (SetStep::Plan { .. }, None) => {
+                return Err(Error::request("the plan step needs a plan to stage"))
+            }
+            (SetStep::Plan { .. }, Some(_)) | (_, None) => {}
+            (_, Some(_)) => return Err(Error::request("only the plan step takes a plan")),
+        }
+        if let Some(url) = crate::bucket::store_url(&self.out_dir) {
+            return bucket_step(self, step, plan, tensors, url);
+        }
+        let set = match plan {
+            Some(plan) => StagedSet::prepare(&self.out_dir, plan)?,
+            None => StagedSet::open(&self.out_dir, &self.prefix)?,
+        };
+        let staging = set.stage().staging().to_path_buf();
+        run_step(self, step, &set, staging, tensors)
+    }
+}
+
+/// [`ShardRequest::run_step`] for an `OUTDIR` in a bucket
 /// ([`tensorfile_remote::stage::BucketStage`]).
 #[cfg(any(feature = "gcs", feature = "azure", feature = "s3-store"))]
-fn bucket_step(
+fn bucket_step<T: tensorfile::TensorData>(
     request: &ShardRequest,
     step: SetStep,
     planned: Option<StagedPlan>,
-    tensors: usize,
+    tensors: &[T],
     url: &str,
 ) -> Result<ShardReport> {
     use tensorfile_remote::stage::BucketStage;
@@ -226,11 +278,11 @@ fn bucket_step(
 }
 
 #[cfg(not(any(feature = "gcs", feature = "azure", feature = "s3-store")))]
-fn bucket_step(
+fn bucket_step<T: tensorfile::TensorData>(
     _request: &ShardRequest,
     _step: SetStep,
     _planned: Option<StagedPlan>,
-    _tensors: usize,
+    _tensors: &[T],
     url: &str,
 ) -> Result<ShardReport> {
     Err(Error::request(format!(
@@ -239,14 +291,19 @@ fn bucket_step(
 }
 
 /// Runs `step` on the staged `set` (its staging area `staging`).
-fn run_step<S: tensorfile_core::set::SetStage>(
+fn run_step<S: tensorfile_core::set::SetStage, T: tensorfile::TensorData>(
     request: &ShardRequest,
     step: SetStep,
     set: &StagedSet<S>,
     staging: PathBuf,
-    tensors: usize,
+    tensors: &[T],
 ) -> Result<ShardReport> {
     let plan = set.plan();
+    // The plan's tensors count, as `tensorfile shard --plan` says.
+    let planned = match step {
+        SetStep::Plan { .. } => plan.parts().iter().map(|p| p.tensors.len()).sum(),
+        _ => 0,
+    };
     let mut report = ShardReport {
         files: Vec::new(),
         index: None,
@@ -255,7 +312,7 @@ fn run_step<S: tensorfile_core::set::SetStage>(
         plan_id: Some(plan.id()),
         staging: Some(staging.clone()),
         step: Some(step),
-        tensors,
+        tensors: planned,
         total_size: plan.total_size(),
         writers: Some(plan.writers()),
     };
@@ -268,16 +325,7 @@ fn run_step<S: tensorfile_core::set::SetStage>(
                 .collect();
         }
         SetStep::WritePart { writer } => {
-            if writer >= plan.writers() {
-                return Err(Error::request(format!(
-                    "the plan has {} writers (0 to {}), not writer {writer}",
-                    plan.writers(),
-                    plan.writers() - 1
-                )));
-            }
-            let source = super::merge::open_source(&request.input, request.timeout)?;
-            let tensors = source.tensor_data();
-            let written = set.write_parts_of(writer, &tensors, request.sync)?;
+            let written = set.write_parts_of(writer, tensors, request.sync)?;
             report.files = written
                 .iter()
                 .map(|&k| staging.join(&plan.parts()[k].file))

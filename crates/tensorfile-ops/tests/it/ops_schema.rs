@@ -566,6 +566,63 @@ fn many_writer_steps_report_the_keys_their_page_adds() {
 }
 
 #[test]
+fn a_step_runs_with_the_callers_plan_and_tensors() {
+    use tensorfile::set::{SetStep, StagedPlan};
+    use tensorfile::{TensorRef, TensorSpec, WriteOptions};
+    let dir = tempfile::tempdir().unwrap();
+    let shape = [4u64];
+    let data: Vec<Vec<u8>> = (0..3u8).map(|i| vec![i; 16]).collect();
+    let names = ["a", "b", "c"];
+    let refs: Vec<TensorRef<'_>> = names
+        .iter()
+        .zip(&data)
+        .map(|(name, data)| TensorRef {
+            name,
+            dtype: Dtype::F32,
+            shape: &shape,
+            data,
+        })
+        .collect();
+    // Writer 0 holds a and b, writer 1 c, writer 2 nothing.
+    let spec = |n: &str| TensorSpec::new(n, Dtype::F32, shape.to_vec());
+    let groups = vec![vec![spec("a"), spec("b")], vec![spec("c")], vec![]];
+    let plan =
+        StagedPlan::per_writer("model", &groups, 16, None, &WriteOptions::default()).unwrap();
+    let step = |step| ShardRequest {
+        out_dir: dir.path().join("set"),
+        sync: false,
+        step: Some(step),
+        ..ShardRequest::default()
+    };
+    let none: &[TensorRef<'_>] = &[];
+    // A plan for a step that takes none, none for the plan, no step.
+    for (request, plan) in [
+        (step(SetStep::Commit), Some(plan.clone())),
+        (step(SetStep::Plan { writers: 3 }), None),
+        (ShardRequest::default(), None),
+    ] {
+        let e = request.run_step(plan, none).unwrap_err();
+        assert!(matches!(e, tensorfile::Error::Request { .. }), "{e}");
+    }
+    let planned = step(SetStep::Plan { writers: 3 })
+        .run_step(Some(plan), none)
+        .unwrap();
+    assert_eq!((planned.files.len(), planned.tensors), (3, 3));
+    for writer in 0..3 {
+        let written = step(SetStep::WritePart { writer })
+            .run_step(None, &refs)
+            .unwrap();
+        // The writer with no tensors has no files, and writes none.
+        assert_eq!(written.files.len(), [2, 1, 0][writer]);
+    }
+    let committed = step(SetStep::Commit).run_step(None, none).unwrap();
+    assert_eq!(committed.files, planned.files);
+    let index: Value =
+        serde_json::from_slice(&std::fs::read(committed.index.unwrap()).unwrap()).unwrap();
+    assert_eq!(index["weight_map"].as_object().unwrap().len(), 3);
+}
+
+#[test]
 fn shard_and_merge_reports_match_their_pages() {
     let dir = tempfile::tempdir().unwrap();
     let request = ShardRequest {
