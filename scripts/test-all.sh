@@ -14,4 +14,7 @@ source .ci/azure-server.sh
 source .ci/s3-server.sh
 start_azure_server
 cargo test --workspace
+# The GCS stand-in for the Python tests (the Rust tests run it in-process).
+source .ci/gcs-server.sh
+start_gcs_server
 scripts/python-tests.sh

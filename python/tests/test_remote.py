@@ -418,3 +418,74 @@ def test_s3_outputs_and_replace(monkeypatch, tmp_path):
     assert report["file"] == url and not report["in_place"], report
     with safe_open(url, "np") as b:
         assert b.metadata()["owner"] == "tensorfile"
+
+
+def gcs_endpoint():
+    """The GCS stand-in scripts/test-all.sh starts (tensorfile-testkit's
+    ``gcs-stand-in``, with buckets ``tf-python`` (private) and
+    ``tf-python-public``) and its service account's key file."""
+    url, key = os.environ.get("TENSORFILE_TEST_GCS"), os.environ.get("TENSORFILE_TEST_GCS_KEY")
+    if url and key:
+        return url.rstrip("/"), key
+    if os.environ.get("CI"):
+        pytest.fail("CI must run the GCS tests: scripts/test-all.sh starts the stand-in and sets TENSORFILE_TEST_GCS")
+    pytest.skip("no GCS stand-in (scripts/test-all.sh starts one and sets TENSORFILE_TEST_GCS and TENSORFILE_TEST_GCS_KEY)")
+
+
+def gcs_put(endpoint: str, path: str, data: bytes) -> None:
+    """An object put anonymously (the public bucket takes it)."""
+    request = urllib.request.Request(f"{endpoint}/{path}", data=data, method="PUT")
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        assert answer.status == 200, answer.status
+
+
+def test_gcs_objects_sets_and_outputs(monkeypatch, tmp_path):
+    endpoint, key = gcs_endpoint()
+    prefix = "t-" + hashlib.sha256(os.urandom(8)).hexdigest()[:12]
+    single = FIXTURES / "valid" / "llama_two_layers_bf16.safetensors"
+    directory = FIXTURES / "real" / "sharded" / "unet_sharded_safetensors"
+    gcs_put(endpoint, f"tf-python-public/{prefix}/one.safetensors", single.read_bytes())
+    for p in directory.iterdir():
+        gcs_put(endpoint, f"tf-python-public/{prefix}/unet/{p.name}", p.read_bytes())
+    monkeypatch.setenv("GOOGLE_BASE_URL", endpoint)
+    monkeypatch.setenv("GCE_METADATA_HOST", "127.0.0.1:9")
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+
+    # Reads: anonymously from the public bucket, then with the service
+    # account's key file as application default credentials.
+    for credentials in (None, key):
+        if credentials:
+            monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", credentials)
+        url = f"gs://tf-python-public/{prefix}/one.safetensors"
+        with safe_open(single, "np") as local, safe_open(url, "np") as remote:
+            same_tensors(local, remote, url)
+        loaded, expected = load_file(url), load_file(single)
+        assert loaded.keys() == expected.keys()
+        for name in expected:
+            assert loaded[name].tobytes() == expected[name].tobytes(), name
+        assert tensorfile.validate(url)["valid"]
+        with safe_open(directory, "np") as local, safe_open(f"gs://tf-python-public/{prefix}/unet/", "np") as remote:
+            same_tensors(local, remote, "unet")
+    missing = f"gs://tf-python-public/{prefix}/none.safetensors"
+    with pytest.raises(FileNotFoundError, match=re.escape(missing)):
+        safe_open(missing, "np")
+
+    # Outputs into the private bucket: a file, refused unless replace=True,
+    # and a set, each read back as the local output.
+    url = f"gs://tf-python/{prefix}/m.safetensors"
+    assert tensorfile.convert(single, url, "F32")["files"] == [url]
+    tensorfile.convert(single, tmp_path / "local.safetensors", "F32")
+    with safe_open(tmp_path / "local.safetensors", "np") as a, safe_open(url, "np") as b:
+        same_tensors(a, b, url)
+    with pytest.raises(SafetensorError) as refused:
+        tensorfile.convert(single, url, "bf16")
+    assert str(refused.value) == f"{url}: already exists: give replace=True to replace it"
+    tensorfile.convert(single, url, "bf16", replace=True)
+    report = tensorfile.convert(single, f"gs://tf-python/{prefix}/set/", max_shard_size=50_000)
+    assert report["index"] == f"gs://tf-python/{prefix}/set/llama_two_layers_bf16.safetensors.index.json", report
+    with safe_open(single, "np") as a, safe_open(report["index"], "np") as b:
+        same_tensors(a, b, report["index"])
+    # Without credentials the private bucket refuses, naming the object.
+    monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS")
+    with pytest.raises(SafetensorError, match=re.escape(url)):
+        safe_open(url, "np")

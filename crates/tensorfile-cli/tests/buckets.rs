@@ -930,3 +930,125 @@ fn a_dcp_checkpoint_consolidates_into_a_bucket() {
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(stderr(&o).contains("give --replace"), "{}", stderr(&o));
 }
+
+#[test]
+fn inspect_convert_into_and_fetch_from_gcs() {
+    // The GCS stand-in in this process, a private bucket, the service
+    // account's key file as application default credentials.
+    let gcs = tensorfile_testkit::gcs::GcsServer::start();
+    gcs.create_bucket("tf-cli-gs", false);
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("key.json");
+    std::fs::write(&key, gcs.service_account_key()).unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    let (base, key) = (gcs.url(), key.to_str().unwrap().to_string());
+    let env = [
+        ("GOOGLE_BASE_URL", base.as_str()),
+        ("GOOGLE_APPLICATION_CREDENTIALS", key.as_str()),
+        // Never the machine's metadata server.
+        ("GCE_METADATA_HOST", "127.0.0.1:9"),
+        ("TMPDIR", scratch.path().to_str().unwrap()),
+    ];
+    let input = fixtures().join("valid/llama_two_layers_bf16.safetensors");
+    let input = input.to_str().unwrap();
+    let at = |name: &str| dir.path().join(name).to_str().unwrap().to_string();
+    let ok = |args: &[&str]| {
+        let o = tensorfile(args, &env);
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", stderr(&o));
+        o
+    };
+
+    // Converted into the bucket: the object is byte for byte the local
+    // output; inspect and fetch read it back.
+    let url = "gs://tf-cli-gs/m/model.safetensors";
+    let report: Value = serde_json::from_str(&stdout(&ok(&[
+        "convert", input, url, "--dtype", "F32", "--json",
+    ])))
+    .unwrap();
+    assert_eq!(report["files"][0], url);
+    ok(&["convert", input, &at("local.safetensors"), "--dtype", "F32"]);
+    let local = std::fs::read(at("local.safetensors")).unwrap();
+    assert_eq!(gcs.get("tf-cli-gs", "m/model.safetensors").unwrap(), local);
+    let remote: Value = serde_json::from_str(&stdout(&ok(&["inspect", url, "--json"]))).unwrap();
+    let here: Value = serde_json::from_str(&stdout(&ok(&[
+        "inspect",
+        &at("local.safetensors"),
+        "--json",
+    ])))
+    .unwrap();
+    assert_eq!(remote["tensors"], here["tensors"]);
+    ok(&["fetch", url, &at("back.safetensors")]);
+    assert_eq!(std::fs::read(at("back.safetensors")).unwrap(), local);
+
+    // Refused without --replace, naming the object and the flag.
+    let o = tensorfile(&["convert", input, url, "--dtype", "F16"], &env);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(
+        stderr(&o),
+        format!("tensorfile: {url}: already exists: give --replace to replace it\n")
+    );
+    ok(&["convert", input, url, "--dtype", "F16", "--replace"]);
+
+    // A set: shards first, index last; validated and fetched whole.
+    let report: Value = serde_json::from_str(&stdout(&ok(&[
+        "rewrite",
+        input,
+        "gs://tf-cli-gs/set/",
+        "--max-shard-size",
+        "50KB",
+        "--json",
+    ])))
+    .unwrap();
+    let index = report["index"].as_str().unwrap();
+    assert_eq!(
+        index,
+        "gs://tf-cli-gs/set/llama_two_layers_bf16.safetensors.index.json"
+    );
+    ok(&["validate", index]);
+    ok(&["fetch", "gs://tf-cli-gs/set/", &at("set")]);
+    ok(&[
+        "rewrite",
+        input,
+        &at("set-local"),
+        "--max-shard-size",
+        "50KB",
+    ]);
+    for f in report["files"].as_array().unwrap() {
+        let name = f.as_str().unwrap().rsplit('/').next().unwrap();
+        assert_eq!(
+            std::fs::read(dir.path().join("set").join(name)).unwrap(),
+            std::fs::read(dir.path().join("set-local").join(name)).unwrap(),
+            "{name}"
+        );
+    }
+
+    // The staged steps: nothing under the set's names before the commit.
+    let out = "gs://tf-cli-gs/multi/";
+    let size = ["--max-shard-size", "50KB"];
+    ok(&[
+        "shard",
+        input,
+        out,
+        size[0],
+        size[1],
+        "--plan",
+        "--writers",
+        "2",
+    ]);
+    ok(&["shard", input, out, size[0], size[1], "--write-part", "0"]);
+    ok(&["shard", input, out, size[0], size[1], "--write-part", "1"]);
+    let published = |k: &String| k.starts_with("multi/model");
+    assert!(!gcs.keys("tf-cli-gs").iter().any(published));
+    ok(&["shard", out, "--commit"]);
+    ok(&["validate", out]);
+    assert!(gcs.keys("tf-cli-gs").iter().any(published));
+    assert!(
+        !gcs.keys("tf-cli-gs")
+            .iter()
+            .any(|k| k.contains(".tensorfile-set-")),
+        "{:?}",
+        gcs.keys("tf-cli-gs")
+    );
+    assert!(gcs.pending_uploads("tf-cli-gs").is_empty());
+    assert_eq!(std::fs::read_dir(scratch.path()).unwrap().count(), 0);
+}
