@@ -111,7 +111,14 @@ fn make(total: u64, template: &str, what: &str) -> Option<ProgressBar> {
         return None;
     }
     let bar = ProgressBar::new(total);
-    let style = ProgressStyle::with_template(template)
+    bar.set_style(style(template));
+    bar.set_message(what.to_string());
+    Some(bar)
+}
+
+/// The bars' style, with the figures of `template`.
+fn style(template: &str) -> ProgressStyle {
+    ProgressStyle::with_template(template)
         .unwrap_or_else(|_| ProgressStyle::default_bar())
         .with_key(
             "rate",
@@ -119,10 +126,7 @@ fn make(total: u64, template: &str, what: &str) -> Option<ProgressBar> {
                 let _ = w.write_str(&rate(state.per_sec()));
             },
         )
-        .progress_chars("=> ");
-    bar.set_style(style);
-    bar.set_message(what.to_string());
-    Some(bar)
+        .progress_chars("=> ")
 }
 
 impl Progress for Bar {
@@ -146,6 +150,25 @@ impl Progress for Bar {
         if let Some(warn) = self.warn {
             self.suspend(|| warn(message));
         }
+    }
+
+    /// The bar starts over, counting this stage's bytes: one made already
+    /// (or shown once its total is told) is restyled; a hidden one stays
+    /// hidden. `what` may hold a URL as given: escaped for the terminal.
+    fn stage(&self, what: &str, total: u64) {
+        let what = &crate::cmd::escape_text(what);
+        let bar = match (self.bar.get(), &self.later) {
+            (Some(bar), _) => bar,
+            (None, Some(_)) => match make(total, BYTES, what) {
+                Some(made) => self.bar.get_or_init(|| made),
+                None => return,
+            },
+            (None, None) => return,
+        };
+        bar.set_style(style(BYTES));
+        bar.set_length(total);
+        bar.set_message(what.to_string());
+        bar.reset();
     }
 }
 

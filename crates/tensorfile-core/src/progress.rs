@@ -37,13 +37,18 @@ pub trait Progress: Sync {
     /// Something worth a line that is not an error (a copy that starts
     /// over instead of resuming).
     fn note(&self, _message: &str) {}
+
+    /// A further stage of the work begins, called `what`, of `total`
+    /// units (an output made locally, now uploaded to a bucket): what
+    /// [`advance`](Progress::advance) counts from here on is this stage's.
+    fn stage(&self, _what: &str, _total: u64) {}
 }
 
 /// No progress: every report is dropped.
 impl Progress for () {}
 
-/// A closure told of each step done (`advance`); totals and notes are
-/// dropped.
+/// A closure told of each step done (`advance`, the steps of every stage
+/// alike); totals, notes and stages are dropped.
 impl<F: Fn(u64) + Sync> Progress for F {
     fn advance(&self, units: u64) {
         self(units);

@@ -23,7 +23,7 @@
 
 use std::path::{Path, PathBuf};
 
-use tensorfile::{Error, Result};
+use tensorfile::{Error, Progress, Result};
 
 /// Whether `output` names an object in a store.
 pub(crate) fn store_url(output: &Path) -> Option<&str> {
@@ -38,21 +38,23 @@ pub(crate) fn store_url(output: &Path) -> Option<&str> {
 
 /// Runs `run` with the output it is to write: `output` itself when it is
 /// local; for a store URL, a path in a private temporary directory, whose
-/// result is then uploaded to `output` (see the module's documentation)
-/// and the paths of the report mapped back by `remap`.
+/// result is then uploaded to `output` (see the module's documentation),
+/// a further stage of `progress` counting its bytes, and the paths of the
+/// report mapped back by `remap`.
 ///
 /// # Errors
 /// `run`'s error, or the upload's (naming the object).
 pub(crate) fn via_local<R>(
     output: &Path,
     replace: bool,
+    progress: &dyn Progress,
     run: impl FnOnce(&Path) -> Result<R>,
     remap: impl FnOnce(&mut R, &dyn Fn(&Path) -> PathBuf),
 ) -> Result<R> {
     let Some(url) = store_url(output) else {
         return run(output);
     };
-    imp::via_local(url, replace, run, remap)
+    imp::via_local(url, replace, progress, run, remap)
 }
 
 #[cfg(not(any(feature = "gcs", feature = "azure", feature = "s3-store")))]
@@ -62,6 +64,7 @@ mod imp {
     pub(super) fn via_local<R>(
         url: &str,
         _replace: bool,
+        _progress: &dyn Progress,
         _run: impl FnOnce(&Path) -> Result<R>,
         _remap: impl FnOnce(&mut R, &dyn Fn(&Path) -> PathBuf),
     ) -> Result<R> {
@@ -110,6 +113,7 @@ mod imp {
     pub(super) fn via_local<R>(
         url: &str,
         replace: bool,
+        progress: &dyn Progress,
         run: impl FnOnce(&Path) -> Result<R>,
         remap: impl FnOnce(&mut R, &dyn Fn(&Path) -> PathBuf),
     ) -> Result<R> {
@@ -133,7 +137,7 @@ mod imp {
             .map_err(|e| io_error(&std::env::temp_dir(), e))?;
         let local = tmp.path().join(&name);
         let mut report = run(&local)?;
-        publish(&local, &base, replace, &remote)?;
+        publish(&local, &base, replace, &remote, progress)?;
         let local_root = local.clone();
         remap(&mut report, &|p: &Path| match p.strip_prefix(&local_root) {
             Ok(rest) if rest.as_os_str().is_empty() => PathBuf::from(&base),
@@ -185,7 +189,13 @@ mod imp {
 
     /// Uploads the local output to `base` (see the module's
     /// documentation); on a failure, the objects this run put are removed.
-    fn publish(local: &Path, base: &str, replace: bool, remote: &RemoteOptions) -> Result<()> {
+    fn publish(
+        local: &Path,
+        base: &str,
+        replace: bool,
+        remote: &RemoteOptions,
+        progress: &dyn Progress,
+    ) -> Result<()> {
         // A write under way until the objects put are removed on a
         // failure: a signal (the CLI's) waits for that.
         let _busy = tensorfile_remote::interrupt::Busy::new();
@@ -227,12 +237,17 @@ mod imp {
             }
         }
         let options = UploadOptions::default().with_if_absent(!replace);
+        let total = files
+            .iter()
+            .map(|(p, _)| std::fs::metadata(p).map_or(0, |m| m.len()))
+            .sum();
+        progress.stage(&format!("uploading to {base}"), total);
         let mut put: Vec<&str> = Vec::new();
         for (path, url) in &files {
             // What a run killed during this object's upload left.
             let swept = upload::remove_pending(url, WAIT).map_err(remote_error);
             let done = swept.and_then(|_| {
-                upload::upload_file(path, url, remote, options.clone())
+                upload::upload_file(path, url, remote, options.clone(), progress)
                     .map_err(|e| io_error(path, e))
             });
             if let Err(e) = done {

@@ -471,6 +471,7 @@ impl GgufOptions {
 pub fn convert(request: &ConvertRequest, progress: &dyn Progress) -> Result<ConvertReport> {
     let output = request.files.output.clone();
     request.files.via_local(
+        progress,
         |io| {
             let mut local = request.clone();
             local.files = io.clone();

@@ -171,6 +171,7 @@ pub fn dequantize(
     progress: &dyn Progress,
 ) -> Result<DequantizeReport> {
     request.files.via_local(
+        progress,
         |io| {
             let mut local = request.clone();
             local.files = io.clone();

@@ -96,6 +96,7 @@ fn edit_object(request: &EditRequest, progress: &dyn Progress) -> Result<EditRep
     crate::bucket::via_local(
         &request.file,
         true,
+        progress,
         |local| {
             let source = request.file.to_string_lossy().into_owned();
             let mut copy = crate::fetch::FetchRequest::new(source, Some(local.to_path_buf()));

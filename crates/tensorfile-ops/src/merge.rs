@@ -99,6 +99,7 @@ pub fn merge(request: &MergeRequest, progress: &dyn Progress) -> Result<MergeRep
     crate::bucket::via_local(
         &request.output,
         request.replace,
+        progress,
         |out| {
             Ok(tensorfile_core::set::merge(
                 &source, out, &options, progress,
@@ -132,6 +133,7 @@ fn consolidate(request: &MergeRequest, progress: &dyn Progress) -> Result<MergeR
     let files = crate::bucket::via_local(
         &request.output,
         request.replace,
+        progress,
         |out| {
             if one_file {
                 tensorfile_core::atomic::check_not_input(out, checkpoint.files())?;

@@ -99,6 +99,7 @@ impl QuantizeRequest {
 /// (nothing is left behind).
 pub fn quantize(request: &QuantizeRequest, progress: &dyn Progress) -> Result<QuantizeReport> {
     request.files.via_local(
+        progress,
         |io| {
             let mut local = request.clone();
             local.files = io.clone();

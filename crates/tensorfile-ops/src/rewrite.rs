@@ -65,6 +65,7 @@ pub struct RewriteReport {
 /// left behind).
 pub fn rewrite(request: &RewriteRequest, progress: &dyn Progress) -> Result<RewriteReport> {
     request.files.via_local(
+        progress,
         |io| {
             let mut local = request.clone();
             local.files = io.clone();

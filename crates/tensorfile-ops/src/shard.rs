@@ -115,6 +115,7 @@ pub fn shard(request: &ShardRequest, progress: &dyn Progress) -> Result<ShardRep
     let summary = crate::bucket::via_local(
         &request.out_dir,
         request.replace,
+        progress,
         |out| Ok(split(&source, out, &options, progress)?),
         |s, map| {
             s.files = s.files.iter().map(|f| map(f)).collect();

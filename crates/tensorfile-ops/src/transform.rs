@@ -257,15 +257,18 @@ impl Default for InOut {
 impl InOut {
     /// Runs `run` with this request's output made local: itself, or for
     /// a store URL a temporary path uploaded when `run` succeeds (see
-    /// `bucket.rs`); `remap` gives the report the URLs back.
+    /// `bucket.rs`, its bytes a further stage of `progress`); `remap` gives
+    /// the report the URLs back.
     pub(crate) fn via_local<R>(
         &self,
+        progress: &dyn Progress,
         run: impl FnOnce(&InOut) -> Result<R>,
         remap: impl FnOnce(&mut R, &dyn Fn(&Path) -> PathBuf),
     ) -> Result<R> {
         crate::bucket::via_local(
             &self.output,
             self.replace,
+            progress,
             |local| {
                 let mut io = self.clone();
                 io.output = local.to_path_buf();

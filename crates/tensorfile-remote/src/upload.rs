@@ -401,7 +401,7 @@ impl Drop for Upload {
 }
 
 /// Uploads the local file `path` to `url` (see [`Upload`]); returns its
-/// length.
+/// length. `progress` counts the bytes handed to the upload.
 ///
 /// # Errors
 /// The file cannot be read (an I/O error naming it), or as
@@ -411,12 +411,33 @@ pub fn upload_file(
     url: &str,
     remote: &RemoteOptions,
     options: UploadOptions,
+    progress: &dyn tensorfile_core::Progress,
 ) -> io::Result<u64> {
     let mut upload = Upload::to_url(url, remote, options)?;
-    let mut file = std::fs::File::open(path)
+    let file = std::fs::File::open(path)
         .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
-    io::copy(&mut file, &mut upload)?;
+    io::copy(
+        &mut Counted {
+            inner: file,
+            progress,
+        },
+        &mut upload,
+    )?;
     Ok(upload.finish()?)
+}
+
+/// A reader telling `progress` of each read.
+struct Counted<'a, R> {
+    inner: R,
+    progress: &'a dyn tensorfile_core::Progress,
+}
+
+impl<R: io::Read> io::Read for Counted<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.progress.advance(n as u64);
+        Ok(n)
+    }
 }
 
 /// Whether the object at `url` is there.

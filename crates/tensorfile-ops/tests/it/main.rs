@@ -3,3 +3,4 @@
 
 mod describe_schema;
 mod ops_schema;
+mod uploads;
