@@ -27,8 +27,10 @@
 //! A lock left by a killed commit is named in the refusal: remove it once
 //! no commit runs.
 //!
-//! A server-side copy of S3 is one `CopyObject`, at most 5 GiB: a part
-//! larger than that cannot be published this way (S3 refuses it).
+//! A server-side copy of S3 is one `CopyObject`, at most 5 GiB (object_store
+//! has no multipart copy): a larger part (a tensor over 5 GiB has a shard
+//! of its own) is published by reading it back in ranges into an
+//! [`Upload`] of its final name, the data passing through this process.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -63,7 +65,15 @@ pub struct BucketStage {
     staging: String,
     prefix: String,
     upload: UploadOptions,
+    /// The largest part published by a server-side copy; larger ones are
+    /// read back and uploaded (S3's `CopyObject` limit; none elsewhere).
+    copy_limit: u64,
 }
+
+/// S3's largest `CopyObject`.
+const S3_COPY_LIMIT: u64 = 5 << 30;
+/// The bytes of one ranged read of a part published by reading it back.
+const COPY_CHUNK: u64 = 16 << 20;
 
 /// The objects (names and sizes) and sub-prefixes (names) under a prefix.
 type Listing = (Vec<(String, u64)>, Vec<String>);
@@ -122,6 +132,10 @@ impl BucketStage {
         let store = Store::for_url(&out, remote).map_err(core)?;
         let base = out.key.trim_end_matches('/').to_string();
         let staging = join(&base, &format!("{STAGING_PREFIX}{id}/"));
+        let copy_limit = match out.scheme {
+            store::Scheme::S3 => S3_COPY_LIMIT,
+            _ => u64::MAX,
+        };
         Ok(BucketStage {
             store,
             out,
@@ -129,7 +143,49 @@ impl BucketStage {
             staging,
             prefix: prefix.to_string(),
             upload: UploadOptions::default(),
+            copy_limit,
         })
+    }
+
+    /// This stage with parts larger than `bytes` published by reading
+    /// them back instead of a server-side copy (for tests: S3's limit,
+    /// 5 GiB, is too large to reach in one).
+    #[doc(hidden)]
+    pub fn with_copy_limit(mut self, bytes: u64) -> BucketStage {
+        self.copy_limit = bytes;
+        self
+    }
+
+    /// Publishes the staged `from` as `to` by reading it back in ranges
+    /// into an upload: complete or absent, as every upload.
+    fn copy_through(&self, from: &str, to: &str, len: u64) -> Result<()> {
+        let located = store::Located {
+            store: self.store.clone(),
+            path: self.path(to)?,
+            display: self.url(to),
+        };
+        let mut upload = Upload::new(located, self.upload.clone()).map_err(core)?;
+        let mut at = 0;
+        while at < len {
+            let end = len.min(at + COPY_CHUNK);
+            let (s, p) = (self.store.store.clone(), self.path(from)?);
+            let bytes = self.wait(from, async move { s.get_range(&p, at..end).await })?;
+            if bytes.len() as u64 != end - at {
+                return Err(staging_at(
+                    &self.url(from),
+                    format!(
+                        "changed while published: {} bytes at {at}, not {}",
+                        bytes.len(),
+                        end - at
+                    ),
+                ));
+            }
+            std::io::Write::write_all(&mut upload, &bytes)
+                .map_err(|e| Error::io(self.url(to), e))?;
+            at = end;
+        }
+        upload.finish().map_err(core)?;
+        Ok(())
     }
 
     /// The staging prefix, as a URL.
@@ -467,7 +523,17 @@ impl SetStage for BucketStage {
     fn publish_part(&self, name: &str, _sync: bool) -> Result<()> {
         let (from, to) = (self.staged(name), self.published(name));
         let (s, f, t) = (self.store.store.clone(), self.path(&from)?, self.path(&to)?);
-        self.wait(&to, async move { s.copy(&f, &t).await })?;
+        let len = if self.copy_limit == u64::MAX {
+            0
+        } else {
+            let (s, f) = (s.clone(), f.clone());
+            self.wait(&from, async move { s.head(&f).await })?.size
+        };
+        if len > self.copy_limit {
+            self.copy_through(&from, &to, len)?;
+        } else {
+            self.wait(&to, async move { s.copy(&f, &t).await })?;
+        }
         self.delete(&from)
     }
 

@@ -244,6 +244,36 @@ fn sets_staged_in_a_bucket_by_several_writers() {
         .unwrap_err();
     assert!(e.to_string().contains("already exists"), "{e}");
 
+    // Parts over the server-side copy's limit (S3's is 5 GiB) are read
+    // back and uploaded under their names: the same bytes.
+    let through = format!("s3://{bucket}/through/");
+    let through = through.as_str();
+    for writer in 0..2 {
+        let stage = BucketStage::new(through, &plan, &remote).unwrap();
+        let set = StagedSet::with_stage(stage, plan.clone()).unwrap();
+        set.write_parts_of(writer, &refs(&specs, &data), false)
+            .unwrap();
+    }
+    let stage = BucketStage::new(through, &plan, &remote)
+        .unwrap()
+        .with_copy_limit(20);
+    StagedSet::with_stage(stage, plan.clone())
+        .unwrap()
+        .commit(false)
+        .unwrap();
+    for name in [
+        "model-00001-of-00002.safetensors",
+        "model-00002-of-00002.safetensors",
+        "model.safetensors.index.json",
+    ] {
+        assert_eq!(
+            get(&format!("{through}{name}")).unwrap(),
+            std::fs::read(dir.path().join(name)).unwrap(),
+            "{name}"
+        );
+    }
+    assert_eq!(keys(through).len(), 3, "{:?}", keys(through));
+
     // Abort: a part written, a multipart upload left pending in the
     // staging prefix (a writer killed midway), then the abort leaves
     // nothing at all.
