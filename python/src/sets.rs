@@ -126,33 +126,8 @@ pub fn write_set_parts(
     prefix: String,
     sync: bool,
 ) -> PyResult<Vec<String>> {
-    let mut items = Vec::with_capacity(tensors.len());
-    for (name, dtype, shape, ptr, len) in tensors {
-        let dtype = Dtype::from_name(&dtype)
-            .ok_or_else(|| errors::msg(format!("tensor {name:?}: unknown dtype {dtype:?}")))?;
-        if len > 0 && ptr == 0 {
-            return Err(errors::msg(format!(
-                "tensor {name:?}: data_ptr is null but data_len is {len}"
-            )));
-        }
-        items.push((name, dtype, shape, ptr, len));
-    }
-    let refs: Vec<TensorRef<'_>> = items
-        .iter()
-        .map(|(name, dtype, shape, ptr, len)| TensorRef {
-            name,
-            dtype: *dtype,
-            shape,
-            data: if *len == 0 {
-                &[]
-            } else {
-                // SAFETY: the caller keeps `len` bytes at `ptr` alive and
-                // unchanged for this call (as TensorSpec's contract
-                // says); the null address was refused above.
-                unsafe { std::slice::from_raw_parts(*ptr as *const u8, *len) }
-            },
-        })
-        .collect();
+    let specs = crate::write::Specs::from_tuples(tensors)?;
+    let refs = specs.refs();
     let step = SetStep::WritePart { writer };
     let report = run(py, &request(out_dir, prefix, sync, step), None, &refs)?;
     Ok(paths(&report.files))

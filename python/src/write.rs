@@ -137,32 +137,53 @@ impl TensorSpec {
 }
 
 /// The specs, owned so that the GIL can be released while writing.
-struct Specs {
+pub(crate) struct Specs {
     items: Vec<(String, Dtype, Vec<u64>, usize, usize)>,
 }
 
 impl Specs {
     fn from(tensor_dict: HashMap<String, PyRef<'_, TensorSpec>>) -> PyResult<Specs> {
-        let mut items = Vec::with_capacity(tensor_dict.len());
-        for (name, spec) in tensor_dict {
-            if spec.data_len > 0 && spec.data_ptr == 0 {
-                return Err(errors::msg(format!(
-                    "tensor {name:?}: data_ptr is null but data_len is {}",
-                    spec.data_len
-                )));
-            }
-            items.push((
+        let items = tensor_dict.into_iter().map(|(name, spec)| {
+            Ok((
                 name,
                 spec.dtype,
                 spec.shape.clone(),
                 spec.data_ptr,
                 spec.data_len,
-            ));
-        }
-        Ok(Specs { items })
+            ))
+        });
+        Specs::checked(items)
     }
 
-    fn refs(&self) -> Vec<TensorRef<'_>> {
+    /// From `(name, dtype code, shape, data address, data length)` tuples.
+    pub(crate) fn from_tuples(
+        tensors: Vec<(String, String, Vec<u64>, usize, usize)>,
+    ) -> PyResult<Specs> {
+        Specs::checked(tensors.into_iter().map(|(name, dtype, shape, ptr, len)| {
+            let dtype = Dtype::from_name(&dtype)
+                .ok_or_else(|| errors::msg(format!("tensor {name:?}: unknown dtype {dtype:?}")))?;
+            Ok((name, dtype, shape, ptr, len))
+        }))
+    }
+
+    /// The items, a null address with data refused.
+    fn checked(
+        items: impl Iterator<Item = PyResult<(String, Dtype, Vec<u64>, usize, usize)>>,
+    ) -> PyResult<Specs> {
+        let mut out = Vec::new();
+        for item in items {
+            let (name, dtype, shape, ptr, len) = item?;
+            if len > 0 && ptr == 0 {
+                return Err(errors::msg(format!(
+                    "tensor {name:?}: data_ptr is null but data_len is {len}"
+                )));
+            }
+            out.push((name, dtype, shape, ptr, len));
+        }
+        Ok(Specs { items: out })
+    }
+
+    pub(crate) fn refs(&self) -> Vec<TensorRef<'_>> {
         self.items
             .iter()
             .map(|(name, dtype, shape, ptr, len)| TensorRef {
