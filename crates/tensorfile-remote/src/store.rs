@@ -319,7 +319,8 @@ impl Store {
 }
 
 /// The variables a store's configuration reads, besides the AWS chain's.
-const STORE_VARS: [&str; 31] = [
+const STORE_VARS: [&str; 32] = [
+    "SSL_CERT_FILE",
     "AWS_ENDPOINT_URL_S3",
     "AWS_S3_ADDRESSING_STYLE",
     "AWS_NO_SIGN_REQUEST",
@@ -367,11 +368,19 @@ fn fingerprint(env: &Chain) -> String {
 /// request (a long range that keeps coming is fine), our retries and
 /// backoff; and the root certificates ureq trusts (webpki's, Mozilla's
 /// set), not the system's, so that every URL is checked against the same
-/// roots.
-fn client_options(options: &RemoteOptions, allow_http: bool) -> (ClientOptions, RetryConfig) {
+/// roots, with `extra` (`SSL_CERT_FILE`'s, [`crate::tls`]) added.
+fn client_options(
+    options: &RemoteOptions,
+    allow_http: bool,
+    extra: &[Vec<u8>],
+) -> (ClientOptions, RetryConfig) {
     tls_provider();
     let mut client = ClientOptions::new();
-    for cert in webpki_root_certs::TLS_SERVER_ROOT_CERTS {
+    let roots = webpki_root_certs::TLS_SERVER_ROOT_CERTS
+        .iter()
+        .map(|c| c.as_ref())
+        .chain(extra.iter().map(Vec::as_slice));
+    for cert in roots {
         if let Ok(c) = object_store::Certificate::from_der(cert) {
             client = client.with_root_certificate(c);
         }
@@ -433,16 +442,20 @@ fn build(
             )),
         )
     };
+    let extra = crate::tls::extra_roots_of(env.var_of(crate::tls::CA_VAR))
+        .map_err(|p| RemoteError::new(display, p))?;
+    // Unused in a build with none of the stores' features.
+    let _ = &extra;
     match url.scheme {
         #[cfg(feature = "s3-store")]
-        Scheme::S3 => s3(url, options, env, display).map_err(|e| match e {
+        Scheme::S3 => s3(url, options, env, &extra).map_err(|e| match e {
             Built::Remote(e) => e,
             Built::Store(e) => refused(e),
         }),
         #[cfg(feature = "gcs")]
-        Scheme::Gcs => gcs(url, options, env).map_err(refused),
+        Scheme::Gcs => gcs(url, options, env, &extra).map_err(refused),
         #[cfg(feature = "azure")]
-        Scheme::Azure => azure(url, options, env, display).map_err(|e| match e {
+        Scheme::Azure => azure(url, options, env, display, &extra).map_err(|e| match e {
             Built::Remote(e) => e,
             Built::Store(e) => refused(e),
         }),
@@ -474,7 +487,7 @@ fn s3(
     url: &StoreUrl,
     options: &RemoteOptions,
     env: &Chain,
-    _display: &str,
+    extra: &[Vec<u8>],
 ) -> Result<Store, Built> {
     use object_store::aws::AmazonS3Builder;
     let ours = crate::s3::S3Store::with_chain(&url.bucket, env.clone()).map_err(Built::Remote)?;
@@ -488,7 +501,7 @@ fn s3(
         Some(endpoint) => (endpoint.to_string(), false),
         None => (base.to_string(), true),
     };
-    let (client, retry) = client_options(options, is_http(&endpoint));
+    let (client, retry) = client_options(options, is_http(&endpoint), extra);
     let mut builder = AmazonS3Builder::new()
         .with_bucket_name(&url.bucket)
         .with_region(bucket.region())
@@ -543,7 +556,12 @@ impl object_store::CredentialProvider for ChainCredentials {
 /// files and keys, gcloud's well-known file), else the metadata server if
 /// a bounded probe finds it, else anonymous.
 #[cfg(feature = "gcs")]
-fn gcs(url: &StoreUrl, options: &RemoteOptions, env: &Chain) -> Result<Store, object_store::Error> {
+fn gcs(
+    url: &StoreUrl,
+    options: &RemoteOptions,
+    env: &Chain,
+    extra: &[Vec<u8>],
+) -> Result<Store, object_store::Error> {
     use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
     let var = |n: &str| env.var_of(n);
     let mut builder = GoogleCloudStorageBuilder::new().with_bucket_name(&url.bucket);
@@ -595,7 +613,7 @@ fn gcs(url: &StoreUrl, options: &RemoteOptions, env: &Chain) -> Result<Store, ob
     let emulator = var("STORAGE_EMULATOR_HOST").is_some();
     let skip = var("GOOGLE_SKIP_SIGNATURE").is_some_and(|v| truthy(&v));
     let anonymous = skip || (!explicit && (emulator || !gce_metadata(env)));
-    let (client, retry) = client_options(options, base.as_deref().is_some_and(is_http));
+    let (client, retry) = client_options(options, base.as_deref().is_some_and(is_http), extra);
     builder = builder.with_client_options(client).with_retry(retry);
     if let Some(base) = &base {
         builder = builder.with_base_url(base);
@@ -663,6 +681,7 @@ fn azure(
     options: &RemoteOptions,
     env: &Chain,
     display: &str,
+    extra: &[Vec<u8>],
 ) -> Result<Store, Built> {
     use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
     let var = |n: &str| env.var_of(n);
@@ -730,7 +749,7 @@ fn azure(
         builder = builder.with_skip_signature(true);
     }
     let endpoint = var("AZURE_STORAGE_ENDPOINT").unwrap_or_default();
-    let (client, retry) = client_options(options, is_http(&endpoint));
+    let (client, retry) = client_options(options, is_http(&endpoint), extra);
     builder = builder.with_client_options(client).with_retry(retry);
     let hint = if anonymous {
         "the request was anonymous (no AZURE_STORAGE_ACCOUNT_KEY, AZURE_STORAGE_SAS_TOKEN, client secret, workload or managed identity): the container is not public"
@@ -1092,7 +1111,7 @@ pub fn error(url: &str, hint: &str, e: object_store::Error) -> RemoteError {
             now: "another".into(),
         },
         E::InvalidPath { source } => Problem::BadUrl(format!("not a usable object key: {source}")),
-        _ => from_text(&e),
+        _ => crate::tls::certificate_problem(&e).unwrap_or_else(|| from_text(&e)),
     };
     RemoteError::new(url, problem)
 }

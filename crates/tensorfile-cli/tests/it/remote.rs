@@ -789,3 +789,63 @@ fn outputs_at_s3_urls() {
     // The scratch directories are gone.
     assert_eq!(std::fs::read_dir(scratch.path()).unwrap().count(), 0);
 }
+
+#[test]
+fn https_urls_with_a_private_ca() {
+    // The test server behind the testkit's TLS proxy, whose certificate a
+    // private CA signed: trusted with SSL_CERT_FILE only.
+    let server = serve("valid");
+    let proxy = tensorfile_testkit::tls::TlsProxy::in_front_of(&server.url());
+    let url = format!("{}/fx/minimal_bf16.safetensors", proxy.url());
+    let ca = tensorfile_testkit::tls::ca_file();
+    let ca = ca.to_str().unwrap();
+    let local = fixtures().join("valid/minimal_bf16.safetensors");
+    let o = tensorfile(&["inspect", "--json", &url], &[("SSL_CERT_FILE", ca)]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let r: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let l: Value = serde_json::from_str(&stdout(&tensorfile(
+        &["inspect", "--json", local.to_str().unwrap()],
+        &[],
+    )))
+    .unwrap();
+    assert_eq!(without(r, &["file"]), without(l, &["file"]));
+    let out = tempfile::tempdir().unwrap();
+    let o = tensorfile(
+        &["fetch", &url, out.path().to_str().unwrap()],
+        &[("SSL_CERT_FILE", ca)],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(
+        std::fs::read(out.path().join("minimal_bf16.safetensors")).unwrap(),
+        std::fs::read(&local).unwrap()
+    );
+    // Without the CA: refused at once (no retries), in one line that says
+    // what to set.
+    let unset = [
+        ("SSL_CERT_FILE", ""),
+        ("AWS_CA_BUNDLE", ""),
+        ("REQUESTS_CA_BUNDLE", ""),
+    ];
+    let o = tensorfile(&["inspect", &url], &unset);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let refused = format!("tensorfile: {url}: the server's TLS certificate was refused (UnknownIssuer): for a private certificate authority, set SSL_CERT_FILE to a PEM file holding its certificate");
+    assert_eq!(stderr(&o), format!("{refused}\n"));
+    // Another tool's variable is not read, and the error says so.
+    let o = tensorfile(&["inspect", &url], &[unset[0], ("AWS_CA_BUNDLE", ca)]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert_eq!(
+        stderr(&o),
+        format!("{refused} (AWS_CA_BUNDLE is not read: use SSL_CERT_FILE)\n")
+    );
+    // A CA file that is not there: named, with the variable.
+    let missing = out.path().join("no-such-ca.pem");
+    let missing = missing.to_str().unwrap();
+    let o = tensorfile(&["inspect", &url], &[("SSL_CERT_FILE", missing)]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let text = stderr(&o);
+    assert!(
+        text.starts_with(&format!("tensorfile: {url}: SSL_CERT_FILE={missing}: cannot read it: ")),
+        "{text}"
+    );
+    assert_eq!(text.lines().count(), 1, "{text}");
+}
