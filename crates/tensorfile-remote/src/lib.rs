@@ -60,11 +60,11 @@ mod profile;
 pub mod s3;
 pub mod scratch;
 mod secret;
-mod tls;
 #[cfg(any(feature = "gcs", feature = "azure", feature = "s3-store"))]
 pub mod stage;
 #[cfg(any(feature = "gcs", feature = "azure", feature = "s3-store"))]
 pub mod store;
+mod tls;
 #[cfg(any(feature = "gcs", feature = "azure", feature = "s3-store"))]
 pub mod upload;
 

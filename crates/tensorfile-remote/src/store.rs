@@ -752,17 +752,46 @@ fn azure(
     let (client, retry) = client_options(options, is_http(&endpoint), extra);
     builder = builder.with_client_options(client).with_retry(retry);
     let hint = if anonymous {
-        "the request was anonymous (no AZURE_STORAGE_ACCOUNT_KEY, AZURE_STORAGE_SAS_TOKEN, client secret, workload or managed identity): the container is not public"
-    } else if emulator || configured {
-        "the credentials (AZURE_STORAGE_ACCOUNT_KEY, AZURE_STORAGE_SAS_TOKEN, AZURE_CLIENT_ID with AZURE_CLIENT_SECRET or AZURE_FEDERATED_TOKEN_FILE) lack access to it, or have expired"
+        "the request was anonymous (no AZURE_STORAGE_ACCOUNT_KEY, AZURE_STORAGE_SAS_TOKEN, client secret, workload or managed identity): the container is not public".to_string()
     } else {
-        "the managed identity (from the instance metadata service) lacks access to it"
+        format!(
+            "{} is wrong, has expired or lacks access to it",
+            azure_source(env, emulator)
+        )
     };
     Ok(Store {
         store: Arc::new(builder.build()?),
         denied_hint: hint.into(),
         scheme: Scheme::Azure,
     })
+}
+
+/// The credential object_store's Azure builder picks from these
+/// variables, in its order (`resolve_credential_auto`), named with them.
+#[cfg(feature = "azure")]
+fn azure_source(env: &Chain, emulator: bool) -> &'static str {
+    let has = |n: &str| env.var_of(n).is_some();
+    let client = has("AZURE_CLIENT_ID") && has("AZURE_TENANT_ID");
+    if has("AZURE_STORAGE_TOKEN") {
+        "the bearer token (AZURE_STORAGE_TOKEN)"
+    } else if has("AZURE_STORAGE_ACCOUNT_KEY") {
+        "the account key (AZURE_STORAGE_ACCOUNT_KEY)"
+    } else if emulator {
+        "Azurite's account key (AZURE_STORAGE_USE_EMULATOR)"
+    } else if client && has("AZURE_FEDERATED_TOKEN_FILE") {
+        "the workload identity (AZURE_CLIENT_ID, AZURE_TENANT_ID, AZURE_FEDERATED_TOKEN_FILE)"
+    } else if client && has("AZURE_CLIENT_SECRET") {
+        "the client secret (AZURE_CLIENT_ID, AZURE_TENANT_ID, AZURE_CLIENT_SECRET)"
+    } else if has("AZURE_STORAGE_SAS_TOKEN") || has("AZURE_STORAGE_SAS_KEY") {
+        "the SAS token (AZURE_STORAGE_SAS_TOKEN)"
+    } else if env
+        .var_of("AZURE_USE_AZURE_CLI")
+        .is_some_and(|v| truthy(&v))
+    {
+        "the Azure CLI's login (AZURE_USE_AZURE_CLI)"
+    } else {
+        "the managed identity (the instance metadata service, or AZURE_MSI_ENDPOINT)"
+    }
 }
 
 /// Whether Azure's instance metadata service (or the identity endpoint
@@ -1111,16 +1140,39 @@ pub fn error(url: &str, hint: &str, e: object_store::Error) -> RemoteError {
             now: "another".into(),
         },
         E::InvalidPath { source } => Problem::BadUrl(format!("not a usable object key: {source}")),
-        _ => crate::tls::certificate_problem(&e).unwrap_or_else(|| from_text(&e)),
+        _ => crate::tls::certificate_problem(&e)
+            .unwrap_or_else(|| token_refused(&e, hint).unwrap_or_else(|| from_text(&e))),
     };
     RemoteError::new(url, problem)
 }
 
-/// A problem from an error's text: object_store's `Error performing GET
-/// URL in 1ms, after 3 retries ... - Server returned non-2xx status code:
-/// 500 ...: BODY` becomes an HTTP status with the server's words; anything
-/// else a transport failure in its own words (the URL dropped).
-fn from_text(e: &object_store::Error) -> Problem {
+/// A credential's token request that its service refused (4xx: a wrong
+/// secret or assertion, an unknown client or tenant), as access denied
+/// with the service's error code and what the credential is (`hint`);
+/// `None` for anything else (a token service out of reach stays a
+/// transport failure).
+fn token_refused(e: &object_store::Error, hint: &str) -> Option<Problem> {
+    let text = chain_text(e);
+    let (_, rest) = text.split_once("Error performing token request")?;
+    let Problem::Status { status, detail, .. } = from_text(e) else {
+        return None;
+    };
+    if !(400..500).contains(&status) {
+        return None;
+    }
+    // OAuth's `{"error": "invalid_client", ...}`, else the server's words.
+    let code = rest
+        .split_once("\"error\":\"")
+        .and_then(|(_, r)| r.split('"').next())
+        .map_or(detail, str::to_string);
+    Some(Problem::Denied {
+        status,
+        hint: format!("the credential's token request was refused ({code}): {hint}"),
+    })
+}
+
+/// An error's text with its sources', each once.
+fn chain_text(e: &object_store::Error) -> String {
     let mut text = String::new();
     let mut source: Option<&dyn std::error::Error> = Some(e);
     while let Some(s) = source {
@@ -1133,6 +1185,15 @@ fn from_text(e: &object_store::Error) -> Problem {
         }
         source = s.source();
     }
+    text
+}
+
+/// A problem from an error's text: object_store's `Error performing GET
+/// URL in 1ms, after 3 retries ... - Server returned non-2xx status code:
+/// 500 ...: BODY` becomes an HTTP status with the server's words; anything
+/// else a transport failure in its own words (the URL dropped).
+fn from_text(e: &object_store::Error) -> Problem {
+    let text = chain_text(e);
     let attempts = text
         .split("after ")
         .nth(1)

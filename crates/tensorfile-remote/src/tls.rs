@@ -107,7 +107,10 @@ pub(crate) fn certificate_problem(e: &(dyn std::error::Error + 'static)) -> Opti
             return Some(p);
         }
         // io::Error's `source` skips the error it holds: look inside.
-        if let Some(inner) = s.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref()) {
+        if let Some(inner) = s
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+        {
             if let Some(p) = rustls_certificate(inner) {
                 return Some(p);
             }
@@ -156,10 +159,11 @@ mod tests {
     fn a_bundle_adds_its_certificates_and_a_bad_one_is_named() {
         let dir = tempfile::tempdir().unwrap();
         let good = dir.path().join("ca.pem");
-        let pem = "-----BEGIN CERTIFICATE-----\nMIIBeTCCAR+gAwIBAgICEAAwCgYIKoZIzj0EAwIwHTEbMBkGA1UEAwwSdGVuc29y\n-----END CERTIFICATE-----\n";
+        // The test kit's CA, and a bundle of it twice.
+        let pem = tensorfile_testkit::tls::CA_PEM.repeat(2);
         std::fs::write(&good, pem).unwrap();
         let got = extra_roots_of(Some(good.to_string_lossy().into_owned())).unwrap();
-        assert_eq!(got.len(), 1);
+        assert_eq!(got.len(), 2);
         let empty = dir.path().join("empty.pem");
         std::fs::write(&empty, "no certificate here\n").unwrap();
         let missing = dir.path().join("missing.pem");
@@ -167,7 +171,10 @@ mod tests {
             let shown = path.to_string_lossy().into_owned();
             let e = extra_roots_of(Some(shown.clone())).unwrap_err();
             let text = e.to_string();
-            assert!(text.contains("SSL_CERT_FILE") && text.contains(&shown), "{text}");
+            assert!(
+                text.contains("SSL_CERT_FILE") && text.contains(&shown),
+                "{text}"
+            );
         }
         assert!(extra_roots_of(None).unwrap().is_empty());
     }

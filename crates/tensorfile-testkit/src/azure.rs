@@ -279,7 +279,12 @@ fn percent_decode(s: &str) -> String {
 }
 
 /// The answer to one token request: status, JSON body, and the flow.
-fn token_answer(method: &str, target: &str, headers: &[(String, String)], body: &str) -> (u16, serde_json::Value, Flow) {
+fn token_answer(
+    method: &str,
+    target: &str,
+    headers: &[(String, String)],
+    body: &str,
+) -> (u16, serde_json::Value, Flow) {
     let refused = |status: u16, error: &str, description: &str| {
         (
             status,
@@ -290,12 +295,20 @@ fn token_answer(method: &str, target: &str, headers: &[(String, String)], body: 
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
     if method == "POST" && path == format!("/{TENANT}/oauth2/v2.0/token") {
         if form_value(body, "client_id").as_deref() != Some(CLIENT_ID) {
-            return refused(400, "unauthorized_client", "AADSTS700016: application not found");
+            return refused(
+                400,
+                "unauthorized_client",
+                "AADSTS700016: application not found",
+            );
         }
         if form_value(body, "scope").as_deref() != Some("https://storage.azure.com/.default")
             || form_value(body, "grant_type").as_deref() != Some("client_credentials")
         {
-            return refused(400, "invalid_scope", "AADSTS70011: the scope or grant is not valid");
+            return refused(
+                400,
+                "invalid_scope",
+                "AADSTS70011: the scope or grant is not valid",
+            );
         }
         let flow = match (
             form_value(body, "client_secret"),
@@ -329,9 +342,14 @@ fn token_answer(method: &str, target: &str, headers: &[(String, String)], body: 
             .any(|(k, v)| k == "metadata" && v.eq_ignore_ascii_case("true"));
         let resource = form_value(query, "resource");
         if !metadata || form_value(query, "api-version").is_none() {
-            return refused(400, "invalid_request", "Required metadata header not specified");
+            return refused(
+                400,
+                "invalid_request",
+                "Required metadata header not specified",
+            );
         }
-        if resource.as_deref().map(|r| r.trim_end_matches('/')) != Some("https://storage.azure.com") {
+        if resource.as_deref().map(|r| r.trim_end_matches('/')) != Some("https://storage.azure.com")
+        {
             return refused(400, "invalid_resource", "AADSTS500011: resource not found");
         }
         let now = std::time::SystemTime::now()

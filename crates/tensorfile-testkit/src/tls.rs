@@ -68,13 +68,14 @@ fn server_config() -> Arc<rustls::ServerConfig> {
         .collect::<Result<_, _>>()
         .expect("the server certificate's PEM");
     let key = PrivateKeyDer::from_pem_slice(SERVER_KEY_PEM.as_bytes()).expect("the key's PEM");
-    let config =
-        rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .expect("TLS versions")
-            .with_no_client_auth()
-            .with_single_cert(certs, key)
-            .expect("the server certificate and key");
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("TLS versions")
+    .with_no_client_auth()
+    .with_single_cert(certs, key)
+    .expect("the server certificate and key");
     Arc::new(config)
 }
 

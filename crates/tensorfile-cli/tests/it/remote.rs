@@ -844,8 +844,67 @@ fn https_urls_with_a_private_ca() {
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     let text = stderr(&o);
     assert!(
-        text.starts_with(&format!("tensorfile: {url}: SSL_CERT_FILE={missing}: cannot read it: ")),
+        text.starts_with(&format!(
+            "tensorfile: {url}: SSL_CERT_FILE={missing}: cannot read it: "
+        )),
         "{text}"
     );
     assert_eq!(text.lines().count(), 1, "{text}");
+}
+
+#[test]
+fn azure_ad_client_secret_on_the_command_line() {
+    // The HTTPS Azurite that takes Azure AD tokens (`--oauth basic`,
+    // started by .ci/azure-server.sh) and the testkit's token stand-in
+    // behind the TLS proxy as the authority host.
+    use tensorfile_testkit::azure::{TokenServer, ACCOUNT, CLIENT_ID, CLIENT_SECRET, TENANT};
+    let endpoint = match std::env::var("TENSORFILE_TEST_AZURE_OAUTH") {
+        Ok(url) if !url.is_empty() => url.trim_end_matches('/').to_string(),
+        _ if std::env::var_os("CI").is_some() => {
+            panic!("CI must run the Azure AD tests: .ci/run starts Azurite with --oauth basic and sets TENSORFILE_TEST_AZURE_OAUTH")
+        }
+        _ => {
+            eprintln!("skipped: no Azurite with --oauth basic (set TENSORFILE_TEST_AZURE_OAUTH, as .ci/run does)");
+            return;
+        }
+    };
+    let container = format!("tf-cli-aad-{}", std::process::id());
+    tensorfile_testkit::azure::create_container(&endpoint, &container).unwrap();
+    let tokens = TokenServer::start();
+    let authority = tensorfile_testkit::tls::TlsProxy::in_front_of(&tokens.url());
+    let ca = tensorfile_testkit::tls::ca_file();
+    let with_secret = |secret: &str| {
+        vec![
+            ("AZURE_STORAGE_ACCOUNT_NAME", ACCOUNT.to_string()),
+            ("AZURE_STORAGE_ENDPOINT", format!("{endpoint}/{ACCOUNT}")),
+            ("AZURE_STORAGE_USE_EMULATOR", String::new()),
+            ("AZURE_AUTHORITY_HOST", authority.url()),
+            ("AZURE_CLIENT_ID", CLIENT_ID.to_string()),
+            ("AZURE_TENANT_ID", TENANT.to_string()),
+            ("AZURE_CLIENT_SECRET", secret.to_string()),
+            ("AZURE_MSI_ENDPOINT", "http://127.0.0.1:9/".to_string()),
+            ("SSL_CERT_FILE", ca.to_str().unwrap().to_string()),
+        ]
+    };
+    let run = |args: &[&str], vars: Vec<(&'static str, String)>| {
+        let env: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        tensorfile(args, &env)
+    };
+    let input = fixtures().join("valid/minimal_bf16.safetensors");
+    let url = format!("az://{container}/m.safetensors");
+    // Written as the application, then refused with a wrong secret.
+    let o = run(
+        &["rewrite", input.to_str().unwrap(), &url],
+        with_secret(CLIENT_SECRET),
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let o = run(
+        &["inspect", &url],
+        with_secret("wrong-secret-NEVER-PRINTED"),
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert_eq!(
+        stderr(&o),
+        format!("tensorfile: {url}: access denied (HTTP 401): the credential's token request was refused (invalid_client): the client secret (AZURE_CLIENT_ID, AZURE_TENANT_ID, AZURE_CLIENT_SECRET) is wrong, has expired or lacks access to it\n")
+    );
 }

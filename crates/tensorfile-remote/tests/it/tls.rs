@@ -120,8 +120,8 @@ fn s3_over_https_with_a_private_ca() {
     // Without the CA: ureq (reads) refuses the certificate, at once.
     trust_test_ca(false);
     let url = format!("s3://{bucket}/m/llama.safetensors");
-    let e = tensorfile_remote::open_file(&url, &common::client(), &ReadOptions::default())
-        .unwrap_err();
+    let e =
+        tensorfile_remote::open_file(&url, &common::client(), &ReadOptions::default()).unwrap_err();
     refused(&common::remote_core(&e));
     trust_test_ca(true);
     write_then_read(&url, "valid/llama_two_layers_bf16.safetensors");
