@@ -15,8 +15,18 @@ azure_pid=""
 azure_oauth_pid=""
 stop_azure_server() {
     local pid
+    # Azurite's own shutdown (SIGTERM) can take minutes (measured here:
+    # from 5 s to 145 s): 3 s at most for both, then SIGKILL (their
+    # storage is in memory).
     for pid in $azure_pid $azure_oauth_pid; do
         kill "$pid" 2>/dev/null || true
+    done
+    for _ in $(seq 1 30); do
+        kill -0 $azure_pid $azure_oauth_pid 2>/dev/null || break
+        sleep 0.1
+    done
+    for pid in $azure_pid $azure_oauth_pid; do
+        kill -9 "$pid" 2>/dev/null || true
         wait "$pid" 2>/dev/null || true
     done
     if [ -n "${azure_install_pid:-}" ]; then
