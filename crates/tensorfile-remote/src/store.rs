@@ -8,7 +8,7 @@
 //! | `gs://BUCKET/KEY` | Google Cloud Storage | application default credentials: `GOOGLE_APPLICATION_CREDENTIALS` (a service-account key or an authorized-user file), `GOOGLE_SERVICE_ACCOUNT(_KEY)`, gcloud's well-known file (`$CLOUDSDK_CONFIG` or `~/.config/gcloud/application_default_credentials.json`), else the metadata server (`GCE_METADATA_HOST`), else anonymous; `STORAGE_EMULATOR_HOST` or `GOOGLE_BASE_URL` for another endpoint |
 //! | `az://CONTAINER/PATH` | Azure Blob Storage, account `AZURE_STORAGE_ACCOUNT_NAME` | `AZURE_STORAGE_ACCOUNT_KEY`, `AZURE_STORAGE_SAS_TOKEN`, `AZURE_STORAGE_TOKEN`, a client secret or workload identity (`AZURE_CLIENT_ID`, `AZURE_TENANT_ID`, `AZURE_CLIENT_SECRET` or `AZURE_FEDERATED_TOKEN_FILE`, `AZURE_AUTHORITY_HOST`), else managed identity, else anonymous (each tested: docs/remote.md); `AZURE_STORAGE_USE_EMULATOR` (Azurite), `AZURE_STORAGE_ENDPOINT` |
 //! | `abfss://CONTAINER@ACCOUNT.dfs.core.windows.net/PATH` | the same, the account in the URL (also `az://` and `abfs://` in that form, and `abfs[s]://CONTAINER/PATH`) | the same |
-//! | every URL | every store | `SSL_CERT_FILE`: a PEM bundle whose certificates are added to Mozilla's roots (a private CA); `AWS_CA_BUNDLE` and `REQUESTS_CA_BUNDLE` are not read ([`crate::tls`]) |
+//! | every URL | every store | `SSL_CERT_FILE`: a PEM bundle whose certificates are added to Mozilla's roots (a private CA); `AWS_CA_BUNDLE` and `REQUESTS_CA_BUNDLE` are not read (docs/remote.md) |
 //!
 //! Everything a store does (signing, tokens, retries, its credential
 //! chain) is object_store's; what is ours: S3 uses our credential chain
