@@ -705,6 +705,7 @@ fn agent(connect: Duration, total: Duration) -> ureq::Agent {
     ureq::Agent::config_builder()
         .http_status_as_error(false)
         .proxy(None)
+        .tls_config(crate::tls::ureq_config_lenient())
         .timeout_connect(Some(connect))
         .timeout_global(Some(total))
         .user_agent(concat!("tensorfile/", env!("CARGO_PKG_VERSION")))

@@ -121,6 +121,28 @@ pub enum Problem {
         /// Bytes received in the window that fell short.
         got: u64,
     },
+    /// The server's TLS certificate was refused (not signed by a trusted
+    /// root, expired, for another name).
+    Certificate {
+        /// What the TLS library said (`UnknownIssuer`, `Expired`, ...).
+        why: String,
+        /// Whether `SSL_CERT_FILE` was set (its certificates were trusted
+        /// too).
+        set: bool,
+        /// A CA variable of another tool that is set but not read
+        /// (`AWS_CA_BUNDLE`, `REQUESTS_CA_BUNDLE`).
+        unread: Option<&'static str>,
+    },
+    /// The bundle of extra trusted certificates (`SSL_CERT_FILE`) cannot
+    /// be used.
+    CaBundle {
+        /// The variable naming it.
+        var: &'static str,
+        /// The path it names.
+        path: String,
+        /// Why it cannot be used.
+        why: String,
+    },
     /// A configured source of AWS credentials fails (it names the source,
     /// never a secret).
     Credentials(String),
@@ -167,6 +189,7 @@ impl RemoteError {
             Problem::ShortBody { .. } => io::ErrorKind::UnexpectedEof,
             Problem::BadUrl(_) => io::ErrorKind::InvalidInput,
             Problem::Credentials(_) => io::ErrorKind::PermissionDenied,
+            Problem::CaBundle { .. } => io::ErrorKind::InvalidInput,
             Problem::Offline(_) => io::ErrorKind::NotFound,
             Problem::Exists => io::ErrorKind::AlreadyExists,
             // Not `Interrupted`: `write_all` and `io::copy` retry that.
@@ -281,6 +304,21 @@ impl fmt::Display for Problem {
             Problem::BadUrl(what) => f.write_str(what),
             Problem::Listing(what) => write!(f, "cannot list: {what}"),
             Problem::Credentials(what) => write!(f, "no usable AWS credentials: {what}"),
+            Problem::Certificate { why, set, unread } => {
+                write!(f, "the server's TLS certificate was refused ({why}): ")?;
+                if *set {
+                    f.write_str("not trusted by Mozilla's roots nor by the certificates of SSL_CERT_FILE")?;
+                } else {
+                    f.write_str("for a private certificate authority, set SSL_CERT_FILE to a PEM file holding its certificate")?;
+                }
+                if let Some(v) = unread {
+                    write!(f, " ({v} is not read: use SSL_CERT_FILE)")?;
+                }
+                Ok(())
+            }
+            Problem::CaBundle { var, path, why } => {
+                write!(f, "{var}={path}: {why}")
+            }
             Problem::Offline(what) => write!(f, "{what}"),
             Problem::Cache(what) => write!(f, "the Hugging Face cache: {what}"),
             Problem::Exists => f.write_str("already exists (not replaced unless asked to)"),

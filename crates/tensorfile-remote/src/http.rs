@@ -287,6 +287,9 @@ enum Failure {
 #[derive(Debug)]
 pub struct Client {
     agent: ureq::Agent,
+    /// Why `SSL_CERT_FILE` cannot be used, if it cannot: every request
+    /// fails with it (the roots are not quietly left as they were).
+    ca_problem: Option<Problem>,
     options: RemoteOptions,
     slots: Slots,
     stats: Stats,
@@ -300,7 +303,12 @@ const PIECE: usize = 64 << 10;
 impl Client {
     /// A client with these options.
     pub fn new(options: RemoteOptions) -> Arc<Client> {
+        let (extra, ca_problem) = match crate::tls::extra_roots() {
+            Ok(extra) => (extra, None),
+            Err(p) => (Arc::default(), Some(p)),
+        };
         let config = ureq::Agent::config_builder()
+            .tls_config(crate::tls::ureq_config(&extra))
             .http_status_as_error(false)
             .max_redirects(0)
             .max_redirects_will_error(false)
@@ -315,6 +323,7 @@ impl Client {
             .build();
         Arc::new(Client {
             agent: config.into(),
+            ca_problem,
             slots: Slots {
                 free: Mutex::new(options.concurrency.max(1)),
                 freed: Condvar::new(),
@@ -413,6 +422,9 @@ impl Client {
                 None,
             )
         };
+        if let Some(p) = crate::tls::certificate_problem(e) {
+            return Failure::Fatal(p);
+        }
         match e {
             ureq::Error::Timeout(T::Global) => Failure::Fatal(self.out_of_time(None)),
             ureq::Error::Timeout(T::Connect | T::Resolve) => timeout("connect", o.connect_timeout),
@@ -486,6 +498,9 @@ impl Client {
                 "an object store's object is not read over plain HTTP".into(),
             )));
         };
+        if let Some(p) = &self.ca_problem {
+            return Err(Failure::Fatal(p.clone()));
+        }
         // Kept headers of redirects (the Hub's X-Linked-Etag and
         // X-Repo-Commit come with its redirect to the CDN).
         let mut hops: Vec<(&'static str, ureq::http::HeaderValue)> = Vec::new();

@@ -66,6 +66,7 @@ mod secret;
 pub mod stage;
 #[cfg(any(feature = "gcs", feature = "azure", feature = "s3-store"))]
 pub mod store;
+mod tls;
 #[cfg(any(feature = "gcs", feature = "azure", feature = "s3-store"))]
 pub mod upload;
 

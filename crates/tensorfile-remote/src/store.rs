@@ -6,8 +6,9 @@
 //! | --- | --- | --- |
 //! | `s3://BUCKET/KEY` | S3 and S3-compatible stores | the same settings as S3 reads ([`crate::s3`]): `AWS_ENDPOINT_URL(_S3)`, the region, `AWS_S3_ADDRESSING_STYLE`, and credentials from our chain ([`crate::creds`]) |
 //! | `gs://BUCKET/KEY` | Google Cloud Storage | application default credentials: `GOOGLE_APPLICATION_CREDENTIALS` (a service-account key or an authorized-user file), `GOOGLE_SERVICE_ACCOUNT(_KEY)`, gcloud's well-known file (`$CLOUDSDK_CONFIG` or `~/.config/gcloud/application_default_credentials.json`), else the metadata server (`GCE_METADATA_HOST`), else anonymous; `STORAGE_EMULATOR_HOST` or `GOOGLE_BASE_URL` for another endpoint |
-//! | `az://CONTAINER/PATH` | Azure Blob Storage, account `AZURE_STORAGE_ACCOUNT_NAME` | `AZURE_STORAGE_ACCOUNT_KEY`, `AZURE_STORAGE_SAS_TOKEN`, `AZURE_STORAGE_TOKEN`, a client secret or workload identity (`AZURE_CLIENT_ID`, `AZURE_TENANT_ID`, `AZURE_CLIENT_SECRET` or `AZURE_FEDERATED_TOKEN_FILE`), else managed identity, else anonymous; `AZURE_STORAGE_USE_EMULATOR` (Azurite), `AZURE_STORAGE_ENDPOINT` |
+//! | `az://CONTAINER/PATH` | Azure Blob Storage, account `AZURE_STORAGE_ACCOUNT_NAME` | `AZURE_STORAGE_ACCOUNT_KEY`, `AZURE_STORAGE_SAS_TOKEN`, `AZURE_STORAGE_TOKEN`, a client secret or workload identity (`AZURE_CLIENT_ID`, `AZURE_TENANT_ID`, `AZURE_CLIENT_SECRET` or `AZURE_FEDERATED_TOKEN_FILE`, `AZURE_AUTHORITY_HOST`), else managed identity, else anonymous (each tested: docs/remote.md); `AZURE_STORAGE_USE_EMULATOR` (Azurite), `AZURE_STORAGE_ENDPOINT` |
 //! | `abfss://CONTAINER@ACCOUNT.dfs.core.windows.net/PATH` | the same, the account in the URL (also `az://` and `abfs://` in that form, and `abfs[s]://CONTAINER/PATH`) | the same |
+//! | every URL | every store | `SSL_CERT_FILE`: a PEM bundle whose certificates are added to Mozilla's roots (a private CA); `AWS_CA_BUNDLE` and `REQUESTS_CA_BUNDLE` are not read (docs/remote.md) |
 //!
 //! Everything a store does (signing, tokens, retries, its credential
 //! chain) is object_store's; what is ours: S3 uses our credential chain
@@ -334,7 +335,8 @@ impl Store {
 }
 
 /// The variables a store's configuration reads, besides the AWS chain's.
-const STORE_VARS: [&str; 31] = [
+const STORE_VARS: [&str; 32] = [
+    "SSL_CERT_FILE",
     "AWS_ENDPOINT_URL_S3",
     "AWS_S3_ADDRESSING_STYLE",
     "AWS_NO_SIGN_REQUEST",
@@ -382,11 +384,19 @@ fn fingerprint(env: &Chain) -> String {
 /// request (a long range that keeps coming is fine), our retries and
 /// backoff; and the root certificates ureq trusts (webpki's, Mozilla's
 /// set), not the system's, so that every URL is checked against the same
-/// roots.
-fn client_options(options: &RemoteOptions, allow_http: bool) -> (ClientOptions, RetryConfig) {
+/// roots, with `extra` (`SSL_CERT_FILE`'s, [`crate::tls`]) added.
+fn client_options(
+    options: &RemoteOptions,
+    allow_http: bool,
+    extra: &[Vec<u8>],
+) -> (ClientOptions, RetryConfig) {
     tls_provider();
     let mut client = ClientOptions::new();
-    for cert in webpki_root_certs::TLS_SERVER_ROOT_CERTS {
+    let roots = webpki_root_certs::TLS_SERVER_ROOT_CERTS
+        .iter()
+        .map(|c| c.as_ref())
+        .chain(extra.iter().map(Vec::as_slice));
+    for cert in roots {
         if let Ok(c) = object_store::Certificate::from_der(cert) {
             client = client.with_root_certificate(c);
         }
@@ -448,16 +458,20 @@ fn build(
             )),
         )
     };
+    let extra = crate::tls::extra_roots_of(env.var_of(crate::tls::CA_VAR))
+        .map_err(|p| RemoteError::new(display, p))?;
+    // Unused in a build with none of the stores' features.
+    let _ = &extra;
     match url.scheme {
         #[cfg(feature = "s3-store")]
-        Scheme::S3 => s3(url, options, env, display).map_err(|e| match e {
+        Scheme::S3 => s3(url, options, env, &extra).map_err(|e| match e {
             Built::Remote(e) => e,
             Built::Store(e) => refused(e),
         }),
         #[cfg(feature = "gcs")]
-        Scheme::Gcs => gcs(url, options, env).map_err(refused),
+        Scheme::Gcs => gcs(url, options, env, &extra).map_err(refused),
         #[cfg(feature = "azure")]
-        Scheme::Azure => azure(url, options, env, display).map_err(|e| match e {
+        Scheme::Azure => azure(url, options, env, display, &extra).map_err(|e| match e {
             Built::Remote(e) => e,
             Built::Store(e) => refused(e),
         }),
@@ -489,7 +503,7 @@ fn s3(
     url: &StoreUrl,
     options: &RemoteOptions,
     env: &Chain,
-    _display: &str,
+    extra: &[Vec<u8>],
 ) -> Result<Store, Built> {
     use object_store::aws::AmazonS3Builder;
     let ours = crate::s3::S3Store::with_chain(&url.bucket, env.clone()).map_err(Built::Remote)?;
@@ -503,7 +517,7 @@ fn s3(
         Some(endpoint) => (endpoint.to_string(), false),
         None => (base.to_string(), true),
     };
-    let (client, retry) = client_options(options, is_http(&endpoint));
+    let (client, retry) = client_options(options, is_http(&endpoint), extra);
     let mut builder = AmazonS3Builder::new()
         .with_bucket_name(&url.bucket)
         .with_region(bucket.region())
@@ -560,7 +574,12 @@ impl object_store::CredentialProvider for ChainCredentials {
 /// files and keys, gcloud's well-known file), else the metadata server if
 /// a bounded probe finds it, else anonymous.
 #[cfg(feature = "gcs")]
-fn gcs(url: &StoreUrl, options: &RemoteOptions, env: &Chain) -> Result<Store, object_store::Error> {
+fn gcs(
+    url: &StoreUrl,
+    options: &RemoteOptions,
+    env: &Chain,
+    extra: &[Vec<u8>],
+) -> Result<Store, object_store::Error> {
     use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
     let var = |n: &str| env.var_of(n);
     let mut builder = GoogleCloudStorageBuilder::new().with_bucket_name(&url.bucket);
@@ -612,7 +631,7 @@ fn gcs(url: &StoreUrl, options: &RemoteOptions, env: &Chain) -> Result<Store, ob
     let emulator = var("STORAGE_EMULATOR_HOST").is_some();
     let skip = var("GOOGLE_SKIP_SIGNATURE").is_some_and(|v| truthy(&v));
     let anonymous = skip || (!explicit && (emulator || !gce_metadata(env)));
-    let (client, retry) = client_options(options, base.as_deref().is_some_and(is_http));
+    let (client, retry) = client_options(options, base.as_deref().is_some_and(is_http), extra);
     builder = builder.with_client_options(client).with_retry(retry);
     if let Some(base) = &base {
         builder = builder.with_base_url(base);
@@ -689,6 +708,7 @@ fn azure(
     options: &RemoteOptions,
     env: &Chain,
     display: &str,
+    extra: &[Vec<u8>],
 ) -> Result<Store, Built> {
     use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
     let var = |n: &str| env.var_of(n);
@@ -756,14 +776,15 @@ fn azure(
         builder = builder.with_skip_signature(true);
     }
     let endpoint = var("AZURE_STORAGE_ENDPOINT").unwrap_or_default();
-    let (client, retry) = client_options(options, is_http(&endpoint));
+    let (client, retry) = client_options(options, is_http(&endpoint), extra);
     builder = builder.with_client_options(client).with_retry(retry);
     let hint = if anonymous {
-        "the request was anonymous (no AZURE_STORAGE_ACCOUNT_KEY, AZURE_STORAGE_SAS_TOKEN, client secret, workload or managed identity): the container is not public"
-    } else if emulator || configured {
-        "the credentials (AZURE_STORAGE_ACCOUNT_KEY, AZURE_STORAGE_SAS_TOKEN, AZURE_CLIENT_ID with AZURE_CLIENT_SECRET or AZURE_FEDERATED_TOKEN_FILE) lack access to it, or have expired"
+        "the request was anonymous (no AZURE_STORAGE_ACCOUNT_KEY, AZURE_STORAGE_SAS_TOKEN, client secret, workload or managed identity): the container is not public".to_string()
     } else {
-        "the managed identity (from the instance metadata service) lacks access to it"
+        format!(
+            "{} is wrong, has expired or lacks access to it",
+            azure_source(env, emulator)
+        )
     };
     Ok(Store {
         store: Arc::new(builder.build()?),
@@ -772,6 +793,34 @@ fn azure(
         #[cfg(feature = "gcs")]
         gcs: None,
     })
+}
+
+/// The credential object_store's Azure builder picks from these
+/// variables, in its order (`resolve_credential_auto`), named with them.
+#[cfg(feature = "azure")]
+fn azure_source(env: &Chain, emulator: bool) -> &'static str {
+    let has = |n: &str| env.var_of(n).is_some();
+    let client = has("AZURE_CLIENT_ID") && has("AZURE_TENANT_ID");
+    if has("AZURE_STORAGE_TOKEN") {
+        "the bearer token (AZURE_STORAGE_TOKEN)"
+    } else if has("AZURE_STORAGE_ACCOUNT_KEY") {
+        "the account key (AZURE_STORAGE_ACCOUNT_KEY)"
+    } else if emulator {
+        "Azurite's account key (AZURE_STORAGE_USE_EMULATOR)"
+    } else if client && has("AZURE_FEDERATED_TOKEN_FILE") {
+        "the workload identity (AZURE_CLIENT_ID, AZURE_TENANT_ID, AZURE_FEDERATED_TOKEN_FILE)"
+    } else if client && has("AZURE_CLIENT_SECRET") {
+        "the client secret (AZURE_CLIENT_ID, AZURE_TENANT_ID, AZURE_CLIENT_SECRET)"
+    } else if has("AZURE_STORAGE_SAS_TOKEN") || has("AZURE_STORAGE_SAS_KEY") {
+        "the SAS token (AZURE_STORAGE_SAS_TOKEN)"
+    } else if env
+        .var_of("AZURE_USE_AZURE_CLI")
+        .is_some_and(|v| truthy(&v))
+    {
+        "the Azure CLI's login (AZURE_USE_AZURE_CLI)"
+    } else {
+        "the managed identity (the instance metadata service, or AZURE_MSI_ENDPOINT)"
+    }
 }
 
 /// Whether Azure's instance metadata service (or the identity endpoint
@@ -1160,16 +1209,39 @@ pub fn error(url: &str, hint: &str, e: object_store::Error) -> RemoteError {
             now: "another".into(),
         },
         E::InvalidPath { source } => Problem::BadUrl(format!("not a usable object key: {source}")),
-        _ => from_text(&e),
+        _ => crate::tls::certificate_problem(&e)
+            .unwrap_or_else(|| token_refused(&e, hint).unwrap_or_else(|| from_text(&e))),
     };
     RemoteError::new(url, problem)
 }
 
-/// A problem from an error's text: object_store's `Error performing GET
-/// URL in 1ms, after 3 retries ... - Server returned non-2xx status code:
-/// 500 ...: BODY` becomes an HTTP status with the server's words; anything
-/// else a transport failure in its own words (the URL dropped).
-fn from_text(e: &object_store::Error) -> Problem {
+/// A credential's token request that its service refused (4xx: a wrong
+/// secret or assertion, an unknown client or tenant), as access denied
+/// with the service's error code and what the credential is (`hint`);
+/// `None` for anything else (a token service out of reach stays a
+/// transport failure).
+fn token_refused(e: &object_store::Error, hint: &str) -> Option<Problem> {
+    let text = chain_text(e);
+    let (_, rest) = text.split_once("Error performing token request")?;
+    let Problem::Status { status, detail, .. } = from_text(e) else {
+        return None;
+    };
+    if !(400..500).contains(&status) {
+        return None;
+    }
+    // OAuth's `{"error": "invalid_client", ...}`, else the server's words.
+    let code = rest
+        .split_once("\"error\":\"")
+        .and_then(|(_, r)| r.split('"').next())
+        .map_or(detail, str::to_string);
+    Some(Problem::Denied {
+        status,
+        hint: format!("the credential's token request was refused ({code}): {hint}"),
+    })
+}
+
+/// An error's text with its sources', each once.
+fn chain_text(e: &object_store::Error) -> String {
     let mut text = String::new();
     let mut source: Option<&dyn std::error::Error> = Some(e);
     while let Some(s) = source {
@@ -1182,6 +1254,15 @@ fn from_text(e: &object_store::Error) -> Problem {
         }
         source = s.source();
     }
+    text
+}
+
+/// A problem from an error's text: object_store's `Error performing GET
+/// URL in 1ms, after 3 retries ... - Server returned non-2xx status code:
+/// 500 ...: BODY` becomes an HTTP status with the server's words; anything
+/// else a transport failure in its own words (the URL dropped).
+fn from_text(e: &object_store::Error) -> Problem {
+    let text = chain_text(e);
     let attempts = text
         .split("after ")
         .nth(1)

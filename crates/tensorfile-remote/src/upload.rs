@@ -581,9 +581,10 @@ pub fn remove_pending(url: &str, wait: Duration) -> Result<usize, RemoteError> {
 }
 
 /// The sweep's HTTP client: one attempt, no redirect, `wait` for the
-/// whole request.
+/// whole request; the roots (a private CA too) as every client's.
 fn sweep_agent(wait: Duration) -> ureq::Agent {
     ureq::Agent::config_builder()
+        .tls_config(crate::tls::ureq_config_lenient())
         .http_status_as_error(false)
         .max_redirects(0)
         .timeout_global(Some(wait))

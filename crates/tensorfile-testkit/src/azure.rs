@@ -3,6 +3,11 @@
 //! which object stores cannot do (a SharedKey-signed
 //! `PUT ?restype=container`; Azurite checks the signature).
 
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
 use base64::Engine;
 use sha2::{Digest, Sha256};
 
@@ -30,7 +35,7 @@ pub fn hmac_sha256(key: &[u8], data: &[u8]) -> Vec<u8> {
 }
 
 /// Makes a container at Azurite's blob endpoint (`http://127.0.0.1:PORT`,
-/// the account in the path), signed with the account key; one that is
+/// or `https://` with the test certificate, the account in the path), signed with the account key; one that is
 /// there already is fine.
 ///
 /// # Errors
@@ -44,10 +49,15 @@ pub fn create_container(endpoint: &str, name: &str) -> Result<(), String> {
     );
     let key = b64.decode(KEY).map_err(|e| e.to_string())?;
     let sig = b64.encode(hmac_sha256(&key, to_sign.as_bytes()));
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .build()
-        .into();
+    // An HTTPS Azurite serves the test certificate.
+    let agent: ureq::Agent = if endpoint.starts_with("https://") {
+        crate::tls::agent()
+    } else {
+        ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .into()
+    };
     let answer = agent
         .put(format!(
             "{}/{ACCOUNT}/{name}?restype=container",
@@ -90,4 +100,320 @@ fn http_date_now() -> String {
         rem % 3600 / 60,
         rem % 60
     )
+}
+
+/// The tenant the AAD stand-in ([`TokenServer`]) knows.
+pub const TENANT: &str = "00000000-0000-0000-0000-00000000aaaa";
+/// The application (client) id the AAD stand-in knows.
+pub const CLIENT_ID: &str = "00000000-0000-0000-0000-00000000c1d0";
+/// The client secret the AAD stand-in takes (tests check it is never
+/// printed).
+pub const CLIENT_SECRET: &str = "stand-in-client-secret-NEVER-PRINTED";
+/// The federated token (workload identity: the file
+/// `AZURE_FEDERATED_TOKEN_FILE` names) the AAD stand-in takes.
+pub const FEDERATED_TOKEN: &str = "stand-in-federated-token";
+
+/// Which credential flow a token was issued to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flow {
+    /// `POST /{tenant}/oauth2/v2.0/token` with `client_secret`.
+    ClientSecret,
+    /// The same with `client_assertion` (workload identity).
+    Workload,
+    /// `GET /metadata/identity/oauth2/token` (managed identity, IMDS).
+    ManagedIdentity,
+    /// A request the stand-in refused (a wrong secret, assertion, scope,
+    /// tenant or client, a missing `Metadata: true`).
+    Refused,
+}
+
+/// A stand-in for Azure AD (Microsoft Entra ID) and the instance metadata
+/// service's managed identity, as object_store's Azure credentials ask
+/// them, on 127.0.0.1 (plain HTTP: put a [`crate::tls::TlsProxy`] in
+/// front for `AZURE_AUTHORITY_HOST`, which object_store reaches through
+/// its HTTPS-only client; the managed identity endpoint may stay plain):
+///
+/// - `POST /{TENANT}/oauth2/v2.0/token`, a form with `client_id`
+///   ([`CLIENT_ID`]), `scope=https://storage.azure.com/.default`,
+///   `grant_type=client_credentials`, and either `client_secret`
+///   ([`CLIENT_SECRET`]) or `client_assertion_type=urn:ietf:params:oauth:client-assertion-type:jwt-bearer`
+///   with `client_assertion` ([`FEDERATED_TOKEN`]): `{access_token,
+///   expires_in, token_type}`, else 401 `invalid_client`;
+/// - `GET /metadata/identity/oauth2/token?api-version=...&resource=https://storage.azure.com`
+///   with `Metadata: true` (`AZURE_MSI_ENDPOINT=http://127.0.0.1:PORT/metadata/identity/oauth2/token`):
+///   `{access_token, expires_on}` (a string of Unix seconds), else 400.
+///
+/// Tokens are JWTs that Azurite's `--oauth basic` takes: issuer
+/// `https://sts.windows.net/{TENANT}/`, audience
+/// `https://storage.azure.com`, valid from a minute ago for an hour, and
+/// unsigned (`alg: none`: Azurite checks the claims, not a signature).
+/// Dropping it stops it.
+pub struct TokenServer {
+    port: u16,
+    flows: Arc<Mutex<Vec<Flow>>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for TokenServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "TokenServer({})", self.url())
+    }
+}
+
+impl TokenServer {
+    /// Starts it.
+    ///
+    /// # Panics
+    /// The port cannot be bound.
+    pub fn start() -> TokenServer {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+        let port = listener.local_addr().expect("local address").port();
+        let flows = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (flows, stop) = (flows.clone(), stop.clone());
+            std::thread::spawn(move || {
+                for stream in listener.incoming() {
+                    if stop.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    let Ok(stream) = stream else { continue };
+                    let flows = flows.clone();
+                    std::thread::spawn(move || {
+                        let _ = serve_tokens(stream, &flows);
+                    });
+                }
+            })
+        };
+        TokenServer {
+            port,
+            flows,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// `http://127.0.0.1:PORT` (the authority host, behind a TLS proxy).
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// The managed identity endpoint (`AZURE_MSI_ENDPOINT`).
+    pub fn msi_endpoint(&self) -> String {
+        format!("{}/metadata/identity/oauth2/token", self.url())
+    }
+
+    /// The flows of the token requests answered so far, in order.
+    pub fn flows(&self) -> Vec<Flow> {
+        self.flows.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+impl Drop for TokenServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = TcpStream::connect_timeout(
+            &([127, 0, 0, 1], self.port).into(),
+            std::time::Duration::from_secs(1),
+        );
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// An unsigned JWT that Azurite's `--oauth basic` accepts, naming `who`.
+pub fn storage_token(who: &str) -> String {
+    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let header = serde_json::json!({"typ": "JWT", "alg": "none"});
+    let claims = serde_json::json!({
+        "aud": "https://storage.azure.com",
+        "iss": format!("https://sts.windows.net/{TENANT}/"),
+        "iat": now - 60,
+        "nbf": now - 60,
+        "exp": now + 3600,
+        "tid": TENANT,
+        "appid": who,
+        "oid": who,
+    });
+    format!(
+        "{}.{}.",
+        b64.encode(header.to_string()),
+        b64.encode(claims.to_string())
+    )
+}
+
+fn form_value(body: &str, name: &str) -> Option<String> {
+    body.split('&').find_map(|pair| {
+        let (k, v) = pair.split_once('=')?;
+        (k == name).then(|| percent_decode(v))
+    })
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < bytes.len() => match s
+                .get(i + 1..i + 3)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+            {
+                Some(b) => {
+                    out.push(b);
+                    i += 2;
+                }
+                None => out.push(b'%'),
+            },
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The answer to one token request: status, JSON body, and the flow.
+fn token_answer(
+    method: &str,
+    target: &str,
+    headers: &[(String, String)],
+    body: &str,
+) -> (u16, serde_json::Value, Flow) {
+    let refused = |status: u16, error: &str, description: &str| {
+        (
+            status,
+            serde_json::json!({"error": error, "error_description": description}),
+            Flow::Refused,
+        )
+    };
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    if method == "POST" && path == format!("/{TENANT}/oauth2/v2.0/token") {
+        if form_value(body, "client_id").as_deref() != Some(CLIENT_ID) {
+            return refused(
+                400,
+                "unauthorized_client",
+                "AADSTS700016: application not found",
+            );
+        }
+        if form_value(body, "scope").as_deref() != Some("https://storage.azure.com/.default")
+            || form_value(body, "grant_type").as_deref() != Some("client_credentials")
+        {
+            return refused(
+                400,
+                "invalid_scope",
+                "AADSTS70011: the scope or grant is not valid",
+            );
+        }
+        let flow = match (
+            form_value(body, "client_secret"),
+            form_value(body, "client_assertion_type").as_deref(),
+            form_value(body, "client_assertion"),
+        ) {
+            (Some(s), None, None) if s == CLIENT_SECRET => Flow::ClientSecret,
+            (None, Some("urn:ietf:params:oauth:client-assertion-type:jwt-bearer"), Some(a))
+                if a.trim() == FEDERATED_TOKEN =>
+            {
+                Flow::Workload
+            }
+            _ => {
+                return refused(
+                    401,
+                    "invalid_client",
+                    "AADSTS7000215: Invalid client secret or assertion provided.",
+                )
+            }
+        };
+        let token = storage_token(CLIENT_ID);
+        return (
+            200,
+            serde_json::json!({"token_type": "Bearer", "expires_in": 3599, "ext_expires_in": 3599, "access_token": token}),
+            flow,
+        );
+    }
+    if method == "GET" && path == "/metadata/identity/oauth2/token" {
+        let metadata = headers
+            .iter()
+            .any(|(k, v)| k == "metadata" && v.eq_ignore_ascii_case("true"));
+        let resource = form_value(query, "resource");
+        if !metadata || form_value(query, "api-version").is_none() {
+            return refused(
+                400,
+                "invalid_request",
+                "Required metadata header not specified",
+            );
+        }
+        if resource.as_deref().map(|r| r.trim_end_matches('/')) != Some("https://storage.azure.com")
+        {
+            return refused(400, "invalid_resource", "AADSTS500011: resource not found");
+        }
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        return (
+            200,
+            serde_json::json!({
+                "access_token": storage_token("managed-identity"),
+                "expires_on": (now + 3600).to_string(),
+                "resource": "https://storage.azure.com",
+                "token_type": "Bearer",
+            }),
+            Flow::ManagedIdentity,
+        );
+    }
+    refused(404, "not_found", "no such endpoint")
+}
+
+fn serve_tokens(stream: TcpStream, flows: &Mutex<Vec<Flow>>) -> std::io::Result<()> {
+    use std::io::{BufRead, BufReader, Read, Write};
+    stream.set_read_timeout(Some(std::time::Duration::from_secs(30)))?;
+    let mut reader = BufReader::new(stream.try_clone()?);
+    let mut writer = stream;
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line)? == 0 {
+            return Ok(());
+        }
+        let mut parts = line.split_whitespace();
+        let method = parts.next().unwrap_or("").to_string();
+        let target = parts.next().unwrap_or("").to_string();
+        let mut headers = Vec::new();
+        loop {
+            let mut h = String::new();
+            if reader.read_line(&mut h)? == 0 {
+                return Ok(());
+            }
+            let h = h.trim_end();
+            if h.is_empty() {
+                break;
+            }
+            if let Some((k, v)) = h.split_once(':') {
+                headers.push((k.trim().to_ascii_lowercase(), v.trim().to_string()));
+            }
+        }
+        let len: usize = headers
+            .iter()
+            .find(|(k, _)| k == "content-length")
+            .and_then(|(_, v)| v.parse().ok())
+            .unwrap_or(0);
+        let mut body = vec![0u8; len.min(1 << 20)];
+        reader.read_exact(&mut body)?;
+        let body = String::from_utf8_lossy(&body);
+        let (status, json, flow) = token_answer(&method, &target, &headers, &body);
+        flows.lock().unwrap_or_else(|e| e.into_inner()).push(flow);
+        let json = json.to_string();
+        let head = format!(
+            "HTTP/1.1 {status} {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            if status == 200 { "OK" } else { "Error" },
+            json.len()
+        );
+        writer.write_all(head.as_bytes())?;
+        writer.write_all(json.as_bytes())?;
+        writer.flush()?;
+    }
 }

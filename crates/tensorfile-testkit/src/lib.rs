@@ -19,6 +19,7 @@ pub mod azure;
 pub mod gcs;
 pub mod hostile;
 pub mod serve;
+pub mod tls;
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};

@@ -789,3 +789,122 @@ fn outputs_at_s3_urls() {
     // The scratch directories are gone.
     assert_eq!(std::fs::read_dir(scratch.path()).unwrap().count(), 0);
 }
+
+#[test]
+fn https_urls_with_a_private_ca() {
+    // The test server behind the testkit's TLS proxy, whose certificate a
+    // private CA signed: trusted with SSL_CERT_FILE only.
+    let server = serve("valid");
+    let proxy = tensorfile_testkit::tls::TlsProxy::in_front_of(&server.url());
+    let url = format!("{}/fx/minimal_bf16.safetensors", proxy.url());
+    let ca = tensorfile_testkit::tls::ca_file();
+    let ca = ca.to_str().unwrap();
+    let local = fixtures().join("valid/minimal_bf16.safetensors");
+    let o = tensorfile(&["inspect", "--json", &url], &[("SSL_CERT_FILE", ca)]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let r: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let l: Value = serde_json::from_str(&stdout(&tensorfile(
+        &["inspect", "--json", local.to_str().unwrap()],
+        &[],
+    )))
+    .unwrap();
+    assert_eq!(without(r, &["file"]), without(l, &["file"]));
+    let out = tempfile::tempdir().unwrap();
+    let o = tensorfile(
+        &["fetch", &url, out.path().to_str().unwrap()],
+        &[("SSL_CERT_FILE", ca)],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(
+        std::fs::read(out.path().join("minimal_bf16.safetensors")).unwrap(),
+        std::fs::read(&local).unwrap()
+    );
+    // Without the CA: refused at once (no retries), in one line that says
+    // what to set.
+    let unset = [
+        ("SSL_CERT_FILE", ""),
+        ("AWS_CA_BUNDLE", ""),
+        ("REQUESTS_CA_BUNDLE", ""),
+    ];
+    let o = tensorfile(&["inspect", &url], &unset);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let refused = format!("tensorfile: {url}: the server's TLS certificate was refused (UnknownIssuer): for a private certificate authority, set SSL_CERT_FILE to a PEM file holding its certificate");
+    assert_eq!(stderr(&o), format!("{refused}\n"));
+    // Another tool's variable is not read, and the error says so.
+    let o = tensorfile(&["inspect", &url], &[unset[0], ("AWS_CA_BUNDLE", ca)]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert_eq!(
+        stderr(&o),
+        format!("{refused} (AWS_CA_BUNDLE is not read: use SSL_CERT_FILE)\n")
+    );
+    // A CA file that is not there: named, with the variable.
+    let missing = out.path().join("no-such-ca.pem");
+    let missing = missing.to_str().unwrap();
+    let o = tensorfile(&["inspect", &url], &[("SSL_CERT_FILE", missing)]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let text = stderr(&o);
+    assert!(
+        text.starts_with(&format!(
+            "tensorfile: {url}: SSL_CERT_FILE={missing}: cannot read it: "
+        )),
+        "{text}"
+    );
+    assert_eq!(text.lines().count(), 1, "{text}");
+}
+
+#[test]
+fn azure_ad_client_secret_on_the_command_line() {
+    // The HTTPS Azurite that takes Azure AD tokens (`--oauth basic`,
+    // started by .ci/azure-server.sh) and the testkit's token stand-in
+    // behind the TLS proxy as the authority host.
+    use tensorfile_testkit::azure::{TokenServer, ACCOUNT, CLIENT_ID, CLIENT_SECRET, TENANT};
+    let endpoint = match std::env::var("TENSORFILE_TEST_AZURE_OAUTH") {
+        Ok(url) if !url.is_empty() => url.trim_end_matches('/').to_string(),
+        _ if std::env::var_os("CI").is_some() => {
+            panic!("CI must run the Azure AD tests: .ci/run starts Azurite with --oauth basic and sets TENSORFILE_TEST_AZURE_OAUTH")
+        }
+        _ => {
+            eprintln!("skipped: no Azurite with --oauth basic (set TENSORFILE_TEST_AZURE_OAUTH, as .ci/run does)");
+            return;
+        }
+    };
+    let container = format!("tf-cli-aad-{}", std::process::id());
+    tensorfile_testkit::azure::create_container(&endpoint, &container).unwrap();
+    let tokens = TokenServer::start();
+    let authority = tensorfile_testkit::tls::TlsProxy::in_front_of(&tokens.url());
+    let ca = tensorfile_testkit::tls::ca_file();
+    let with_secret = |secret: &str| {
+        vec![
+            ("AZURE_STORAGE_ACCOUNT_NAME", ACCOUNT.to_string()),
+            ("AZURE_STORAGE_ENDPOINT", format!("{endpoint}/{ACCOUNT}")),
+            ("AZURE_STORAGE_USE_EMULATOR", String::new()),
+            ("AZURE_AUTHORITY_HOST", authority.url()),
+            ("AZURE_CLIENT_ID", CLIENT_ID.to_string()),
+            ("AZURE_TENANT_ID", TENANT.to_string()),
+            ("AZURE_CLIENT_SECRET", secret.to_string()),
+            ("AZURE_MSI_ENDPOINT", "http://127.0.0.1:9/".to_string()),
+            ("SSL_CERT_FILE", ca.to_str().unwrap().to_string()),
+        ]
+    };
+    let run = |args: &[&str], vars: Vec<(&'static str, String)>| {
+        let env: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        tensorfile(args, &env)
+    };
+    let input = fixtures().join("valid/minimal_bf16.safetensors");
+    let url = format!("az://{container}/m.safetensors");
+    // Written as the application, then refused with a wrong secret.
+    let o = run(
+        &["rewrite", input.to_str().unwrap(), &url],
+        with_secret(CLIENT_SECRET),
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let o = run(
+        &["inspect", &url],
+        with_secret("wrong-secret-NEVER-PRINTED"),
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert_eq!(
+        stderr(&o),
+        format!("tensorfile: {url}: access denied (HTTP 401): the credential's token request was refused (invalid_client): the client secret (AZURE_CLIENT_ID, AZURE_TENANT_ID, AZURE_CLIENT_SECRET) is wrong, has expired or lacks access to it\n")
+    );
+}

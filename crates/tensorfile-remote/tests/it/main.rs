@@ -19,4 +19,5 @@ mod reads;
 mod s3;
 mod s3_anonymous;
 mod s3_creds;
+mod tls;
 mod writes;
