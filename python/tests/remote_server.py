@@ -126,17 +126,26 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 class Server:
     """The server, started on a free port; ``stop()`` ends it."""
 
-    def __init__(self) -> None:
+    def __init__(self, tls: Optional[Tuple[str, str]] = None) -> None:
+        """``tls``: the certificate and key files to serve HTTPS with."""
         self.served = Served()
         handler = type("Handler", (_Handler,), {"served": self.served})
         self._httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._scheme = "http"
+        if tls:
+            import ssl
+
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*tls)
+            self._httpd.socket = context.wrap_socket(self._httpd.socket, server_side=True)
+            self._scheme = "https"
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
         self._thread.start()
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
+        return f"{self._scheme}://127.0.0.1:{self._httpd.server_address[1]}"
 
     def put(self, path: str, data: bytes) -> None:
         with self.served.lock:

@@ -489,3 +489,30 @@ def test_gcs_objects_sets_and_outputs(monkeypatch, tmp_path):
     monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS")
     with pytest.raises(SafetensorError, match=re.escape(url)):
         safe_open(url, "np")
+
+
+# The test certificate authority and the 127.0.0.1 certificate it signed
+# (scripts/make-test-tls.sh), which the Rust tests' TLS stand-in serves.
+TEST_TLS = FIXTURES.parents[1] / "crates" / "tensorfile-testkit" / "src" / "tls"
+
+
+def test_https_with_a_private_certificate_authority(monkeypatch):
+    server = Server(tls=(str(TEST_TLS / "server.pem"), str(TEST_TLS / "server.key.pem")))
+    try:
+        single = FIXTURES / "valid" / "llama_two_layers_bf16.safetensors"
+        server.put("/one.safetensors", single.read_bytes())
+        url = f"{server.url}/one.safetensors"
+        assert url.startswith("https://127.0.0.1:")
+        # (A time budget gives each open a client of its own, which reads
+        # SSL_CERT_FILE when made: the process's shared one is made once.)
+        # Not trusted by default: one line that names the variable to set.
+        monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+        with pytest.raises(SafetensorError, match="certificate.*SSL_CERT_FILE") as refused:
+            safe_open(url, "np", timeout=60)
+        assert "\n" not in str(refused.value)
+        # With the authority in SSL_CERT_FILE: read as the local file.
+        monkeypatch.setenv("SSL_CERT_FILE", str(TEST_TLS / "ca.pem"))
+        with safe_open(single, "np") as local, safe_open(url, "np", timeout=60) as remote:
+            same_tensors(local, remote, url)
+    finally:
+        server.stop()
