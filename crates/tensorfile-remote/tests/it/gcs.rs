@@ -197,6 +197,57 @@ fn a_service_account_key_file_signs_its_requests() {
 }
 
 #[test]
+fn gclouds_well_known_file_and_an_inline_key_sign_too() {
+    let _env = tensorfile_testkit::env_lock();
+    let server = GcsServer::start();
+    server.create_bucket("tf-adc", false);
+    server.put("tf-adc", "k.bin", b"0123456789");
+    server.set_metadata(false);
+    // `gcloud auth application-default login`'s place: CLOUDSDK_CONFIG,
+    // else ~/.config/gcloud (HOME).
+    let home = tempfile::tempdir().unwrap();
+    let gcloud = home.path().join(".config/gcloud");
+    std::fs::create_dir_all(&gcloud).unwrap();
+    std::fs::write(
+        gcloud.join("application_default_credentials.json"),
+        server.service_account_key(),
+    )
+    .unwrap();
+    let base = ("GOOGLE_BASE_URL", server.url());
+    let metadata = ("GCE_METADATA_HOST", server.host());
+    for place in [
+        ("CLOUDSDK_CONFIG", gcloud.display().to_string()),
+        ("HOME", home.path().display().to_string()),
+        // The key itself in a variable.
+        ("GOOGLE_SERVICE_ACCOUNT_KEY", server.service_account_key()),
+    ] {
+        server.clear_seen();
+        let name = place.0;
+        let got = read_with(
+            "gs://tf-adc/k.bin",
+            vec![place, base.clone(), metadata.clone()],
+            0..4,
+        )
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(got, b"0123", "{name}");
+        assert_eq!(auths(&server, "GET"), vec![Auth::SelfSignedJwt], "{name}");
+    }
+    // An empty CLOUDSDK_CONFIG directory: no credentials, refused.
+    let empty = tempfile::tempdir().unwrap();
+    let e = read_with(
+        "gs://tf-adc/k.bin",
+        vec![
+            ("CLOUDSDK_CONFIG", empty.path().display().to_string()),
+            base,
+            metadata,
+        ],
+        0..4,
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("anonymous"), "{e}");
+}
+
+#[test]
 fn the_metadata_server_gives_the_token() {
     let _env = tensorfile_testkit::env_lock();
     let server = GcsServer::start();
