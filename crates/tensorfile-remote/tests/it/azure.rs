@@ -347,6 +347,22 @@ fn azure_ad_credentials_write_and_read() {
             tokens.flows()
         );
     }
+    // A bearer token given as is (`AZURE_STORAGE_TOKEN`): no token
+    // request; it reads what the flows above wrote.
+    let before = tokens.flows().len();
+    let s = store_for(&[(
+        "AZURE_STORAGE_TOKEN",
+        tensorfile_testkit::azure::storage_token("bearer"),
+    )]);
+    let inner: Arc<dyn object_store::ObjectStore> = s.store.clone();
+    let path = object_store::path::Path::from("workload.bin");
+    let got = store::block_on(async move { inner.get_range(&path, 10..20).await }, None)
+        .unwrap()
+        .map_err(|e| store::error("az://tf-aad/workload.bin", &s.denied_hint, e))
+        .unwrap();
+    let expected: Vec<u8> = (10..20u32).map(|i| (i % 251) as u8).collect();
+    assert_eq!(&got[..], &expected[..]);
+    assert_eq!(tokens.flows().len(), before, "{:?}", tokens.flows());
     // A wrong secret: the stand-in refuses it; the error names the store
     // and the credential source, never the secret.
     let s = store_for(&[
