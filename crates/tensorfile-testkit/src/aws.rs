@@ -9,12 +9,12 @@
 //! that a test sees which source was used and when it was fetched again.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::io::{BufReader, Write};
+use std::net::TcpStream;
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::http1::{Background, Request};
 
 /// The IMDSv2 session token the stand-in hands out.
 pub const IMDS_TOKEN: &str = "stand-in-imds-token";
@@ -48,10 +48,8 @@ struct State {
 
 /// The stand-in server.
 pub struct CredentialServer {
-    port: u16,
     state: Arc<Mutex<State>>,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    server: Background,
 }
 
 impl CredentialServer {
@@ -61,42 +59,22 @@ impl CredentialServer {
     /// # Panics
     /// The port cannot be bound.
     pub fn start() -> CredentialServer {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-        let port = listener.local_addr().expect("local address").port();
         let state = Arc::new(Mutex::new(State {
             lifetime: Some(Duration::from_secs(3600)),
             container_token: Some("container-auth".into()),
             imds_role: true,
             ..State::default()
         }));
-        let stop = Arc::new(AtomicBool::new(false));
-        let thread = {
+        let server = {
             let state = state.clone();
-            let stop = stop.clone();
-            std::thread::spawn(move || {
-                for stream in listener.incoming() {
-                    if stop.load(Ordering::SeqCst) {
-                        return;
-                    }
-                    let Ok(stream) = stream else { continue };
-                    let state = state.clone();
-                    std::thread::spawn(move || {
-                        let _ = serve(stream, &state);
-                    });
-                }
-            })
+            Background::start(move |stream, _| serve(stream, &state)).expect("bind 127.0.0.1:0")
         };
-        CredentialServer {
-            port,
-            state,
-            stop,
-            thread: Some(thread),
-        }
+        CredentialServer { state, server }
     }
 
     /// `http://127.0.0.1:PORT`.
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        format!("http://127.0.0.1:{}", self.server.port())
     }
 
     /// How long issued credentials are valid (`None`: no expiry given).
@@ -121,18 +99,6 @@ impl CredentialServer {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
-impl Drop for CredentialServer {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        // Wake the accepting thread.
-        let _ =
-            TcpStream::connect_timeout(&([127, 0, 0, 1], self.port).into(), Duration::from_secs(1));
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
     }
 }
 
@@ -163,34 +129,13 @@ fn serve(stream: TcpStream, state: &Mutex<State>) -> std::io::Result<()> {
     stream.set_write_timeout(Some(Duration::from_secs(5)))?;
     let mut reader = BufReader::new(stream.try_clone()?);
     let mut writer = stream;
-    loop {
-        let mut line = String::new();
-        if reader.read_line(&mut line)? == 0 {
-            return Ok(());
-        }
-        let mut parts = line.split_whitespace();
-        let method = parts.next().unwrap_or("").to_string();
-        let target = parts.next().unwrap_or("").to_string();
-        let mut headers = BTreeMap::new();
-        loop {
-            let mut h = String::new();
-            if reader.read_line(&mut h)? == 0 {
-                return Ok(());
-            }
-            let h = h.trim_end();
-            if h.is_empty() {
-                break;
-            }
-            if let Some((k, v)) = h.split_once(':') {
-                headers.insert(k.trim().to_ascii_lowercase(), v.trim().to_string());
-            }
-        }
-        let len: usize = headers
-            .get("content-length")
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
-        let mut body = vec![0u8; len.min(1 << 20)];
-        reader.read_exact(&mut body)?;
+    while let Some(Request {
+        method,
+        target,
+        headers,
+        body,
+    }) = Request::read(&mut reader, 1 << 20)?
+    {
         let seen = Seen {
             method,
             target,
@@ -216,6 +161,7 @@ fn serve(stream: TcpStream, state: &Mutex<State>) -> std::io::Result<()> {
         )?;
         writer.flush()?;
     }
+    Ok(())
 }
 
 /// Issues a key: `PREFIX` and the count so far, and its expiry.

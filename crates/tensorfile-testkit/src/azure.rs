@@ -3,13 +3,14 @@
 //! which object stores cannot do (a SharedKey-signed
 //! `PUT ?restype=container`; Azurite checks the signature).
 
-use std::net::{TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::BTreeMap;
+use std::net::TcpStream;
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 
 use base64::Engine;
 use sha2::{Digest, Sha256};
+
+use crate::http1::{Background, Request};
 
 /// Azurite's well-known account (public: its documentation's).
 pub const ACCOUNT: &str = "devstoreaccount1";
@@ -149,10 +150,8 @@ pub enum Flow {
 /// unsigned (`alg: none`: Azurite checks the claims, not a signature).
 /// Dropping it stops it.
 pub struct TokenServer {
-    port: u16,
     flows: Arc<Mutex<Vec<Flow>>>,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    server: Background,
 }
 
 impl std::fmt::Debug for TokenServer {
@@ -167,36 +166,18 @@ impl TokenServer {
     /// # Panics
     /// The port cannot be bound.
     pub fn start() -> TokenServer {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-        let port = listener.local_addr().expect("local address").port();
         let flows = Arc::new(Mutex::new(Vec::new()));
-        let stop = Arc::new(AtomicBool::new(false));
-        let thread = {
-            let (flows, stop) = (flows.clone(), stop.clone());
-            std::thread::spawn(move || {
-                for stream in listener.incoming() {
-                    if stop.load(Ordering::SeqCst) {
-                        return;
-                    }
-                    let Ok(stream) = stream else { continue };
-                    let flows = flows.clone();
-                    std::thread::spawn(move || {
-                        let _ = serve_tokens(stream, &flows);
-                    });
-                }
-            })
+        let server = {
+            let flows = flows.clone();
+            Background::start(move |stream, _| serve_tokens(stream, &flows))
+                .expect("bind 127.0.0.1:0")
         };
-        TokenServer {
-            port,
-            flows,
-            stop,
-            thread: Some(thread),
-        }
+        TokenServer { flows, server }
     }
 
     /// `http://127.0.0.1:PORT` (the authority host, behind a TLS proxy).
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        format!("http://127.0.0.1:{}", self.server.port())
     }
 
     /// The managed identity endpoint (`AZURE_MSI_ENDPOINT`).
@@ -207,19 +188,6 @@ impl TokenServer {
     /// The flows of the token requests answered so far, in order.
     pub fn flows(&self) -> Vec<Flow> {
         self.flows.lock().unwrap_or_else(|e| e.into_inner()).clone()
-    }
-}
-
-impl Drop for TokenServer {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        let _ = TcpStream::connect_timeout(
-            &([127, 0, 0, 1], self.port).into(),
-            std::time::Duration::from_secs(1),
-        );
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
     }
 }
 
@@ -282,7 +250,7 @@ fn percent_decode(s: &str) -> String {
 fn token_answer(
     method: &str,
     target: &str,
-    headers: &[(String, String)],
+    headers: &BTreeMap<String, String>,
     body: &str,
 ) -> (u16, serde_json::Value, Flow) {
     let refused = |status: u16, error: &str, description: &str| {
@@ -338,8 +306,8 @@ fn token_answer(
     }
     if method == "GET" && path == "/metadata/identity/oauth2/token" {
         let metadata = headers
-            .iter()
-            .any(|(k, v)| k == "metadata" && v.eq_ignore_ascii_case("true"));
+            .get("metadata")
+            .is_some_and(|v| v.eq_ignore_ascii_case("true"));
         let resource = form_value(query, "resource");
         if !metadata || form_value(query, "api-version").is_none() {
             return refused(
@@ -370,41 +338,13 @@ fn token_answer(
 }
 
 fn serve_tokens(stream: TcpStream, flows: &Mutex<Vec<Flow>>) -> std::io::Result<()> {
-    use std::io::{BufRead, BufReader, Read, Write};
+    use std::io::{BufReader, Write};
     stream.set_read_timeout(Some(std::time::Duration::from_secs(30)))?;
     let mut reader = BufReader::new(stream.try_clone()?);
     let mut writer = stream;
-    loop {
-        let mut line = String::new();
-        if reader.read_line(&mut line)? == 0 {
-            return Ok(());
-        }
-        let mut parts = line.split_whitespace();
-        let method = parts.next().unwrap_or("").to_string();
-        let target = parts.next().unwrap_or("").to_string();
-        let mut headers = Vec::new();
-        loop {
-            let mut h = String::new();
-            if reader.read_line(&mut h)? == 0 {
-                return Ok(());
-            }
-            let h = h.trim_end();
-            if h.is_empty() {
-                break;
-            }
-            if let Some((k, v)) = h.split_once(':') {
-                headers.push((k.trim().to_ascii_lowercase(), v.trim().to_string()));
-            }
-        }
-        let len: usize = headers
-            .iter()
-            .find(|(k, _)| k == "content-length")
-            .and_then(|(_, v)| v.parse().ok())
-            .unwrap_or(0);
-        let mut body = vec![0u8; len.min(1 << 20)];
-        reader.read_exact(&mut body)?;
-        let body = String::from_utf8_lossy(&body);
-        let (status, json, flow) = token_answer(&method, &target, &headers, &body);
+    while let Some(req) = Request::read(&mut reader, 1 << 20)? {
+        let body = String::from_utf8_lossy(&req.body);
+        let (status, json, flow) = token_answer(&req.method, &req.target, &req.headers, &body);
         flows.lock().unwrap_or_else(|e| e.into_inner()).push(flow);
         let json = json.to_string();
         let head = format!(
@@ -416,4 +356,5 @@ fn serve_tokens(stream: TcpStream, flows: &Mutex<Vec<Flow>>) -> std::io::Result<
         writer.write_all(json.as_bytes())?;
         writer.flush()?;
     }
+    Ok(())
 }

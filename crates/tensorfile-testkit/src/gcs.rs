@@ -34,15 +34,16 @@
 //! uploads, no TLS.
 
 use std::collections::{BTreeMap, HashSet};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::{BufReader, Write};
+use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::Engine;
 use sha2::{Digest, Sha256};
+
+use crate::http1::{self, Background};
 
 /// The stand-in service account's email.
 pub const CLIENT_EMAIL: &str = "stand-in@tensorfile-test.iam.gserviceaccount.com";
@@ -115,16 +116,14 @@ struct State {
 
 /// The stand-in server.
 pub struct GcsServer {
-    port: u16,
     state: Arc<Mutex<State>>,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    server: Background,
 }
 
 impl std::fmt::Debug for GcsServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("GcsServer")
-            .field("port", &self.port)
+            .field("port", &self.server.port())
             .finish_non_exhaustive()
     }
 }
@@ -136,49 +135,29 @@ impl GcsServer {
     /// # Panics
     /// The port cannot be bound.
     pub fn start() -> GcsServer {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-        let port = listener.local_addr().expect("local address").port();
         let state = Arc::new(Mutex::new(State {
             metadata: true,
             page_size: 1000,
             ..State::default()
         }));
-        let stop = Arc::new(AtomicBool::new(false));
-        let thread = {
+        let server = {
             let state = state.clone();
-            let stop = stop.clone();
-            std::thread::spawn(move || {
-                for stream in listener.incoming() {
-                    if stop.load(Ordering::SeqCst) {
-                        return;
-                    }
-                    let Ok(stream) = stream else { continue };
-                    let state = state.clone();
-                    let stop = stop.clone();
-                    std::thread::spawn(move || {
-                        let _ = serve(stream, &state, &stop);
-                    });
-                }
-            })
+            Background::start(move |stream, stop| serve(stream, &state, stop))
+                .expect("bind 127.0.0.1:0")
         };
-        GcsServer {
-            port,
-            state,
-            stop,
-            thread: Some(thread),
-        }
+        GcsServer { state, server }
     }
 
     /// `http://127.0.0.1:PORT`: the storage endpoint (`GOOGLE_BASE_URL`,
     /// or without the scheme `STORAGE_EMULATOR_HOST`), the token endpoint
     /// and the metadata server (`GCE_METADATA_HOST` without the scheme).
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        format!("http://127.0.0.1:{}", self.server.port())
     }
 
     /// `127.0.0.1:PORT`.
     pub fn host(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
+        format!("127.0.0.1:{}", self.server.port())
     }
 
     /// Makes a bucket (emptying one of that name): a public one takes
@@ -278,18 +257,6 @@ impl GcsServer {
     }
 }
 
-impl Drop for GcsServer {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        // Wake the accepting thread.
-        let _ =
-            TcpStream::connect_timeout(&([127, 0, 0, 1], self.port).into(), Duration::from_secs(1));
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
 fn new_object(s: &mut State, bytes: Arc<[u8]>, content_type: &str) -> Object {
     s.generation += 1;
     let etag = format!("\"{}\"", &hex::encode(Sha256::digest(&bytes))[..32]);
@@ -308,7 +275,7 @@ fn new_object(s: &mut State, bytes: Arc<[u8]>, content_type: &str) -> Object {
     }
 }
 
-/// A request as read.
+/// A request as read, its path and query decoded.
 struct Request {
     method: String,
     target: String,
@@ -385,52 +352,15 @@ impl Answer {
 }
 
 fn read_request(reader: &mut BufReader<TcpStream>) -> std::io::Result<Option<Request>> {
-    let mut line = String::new();
-    if reader.read_line(&mut line)? == 0 {
+    let Some(http1::Request {
+        method,
+        target,
+        headers,
+        body,
+    }) = http1::Request::read(reader, usize::MAX)?
+    else {
         return Ok(None);
-    }
-    let mut parts = line.split_whitespace();
-    let method = parts.next().unwrap_or("").to_string();
-    let target = parts.next().unwrap_or("").to_string();
-    let mut headers = BTreeMap::new();
-    loop {
-        let mut h = String::new();
-        if reader.read_line(&mut h)? == 0 {
-            return Ok(None);
-        }
-        let h = h.trim_end();
-        if h.is_empty() {
-            break;
-        }
-        if let Some((k, v)) = h.split_once(':') {
-            headers.insert(k.trim().to_ascii_lowercase(), v.trim().to_string());
-        }
-    }
-    let mut body = Vec::new();
-    if headers
-        .get("transfer-encoding")
-        .is_some_and(|v| v.eq_ignore_ascii_case("chunked"))
-    {
-        loop {
-            let mut size = String::new();
-            reader.read_line(&mut size)?;
-            let n = usize::from_str_radix(size.trim().split(';').next().unwrap_or(""), 16)
-                .map_err(|_| std::io::Error::other("bad chunk size"))?;
-            let mut chunk = vec![0u8; n + 2];
-            reader.read_exact(&mut chunk)?;
-            if n == 0 {
-                break;
-            }
-            body.extend_from_slice(&chunk[..n]);
-        }
-    } else {
-        let len: usize = headers
-            .get("content-length")
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
-        body = vec![0u8; len];
-        reader.read_exact(&mut body)?;
-    }
+    };
     let (path, query) = target.split_once('?').unwrap_or((&target, ""));
     let query = query
         .split('&')

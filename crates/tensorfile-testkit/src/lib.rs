@@ -18,6 +18,7 @@ pub mod aws;
 pub mod azure;
 pub mod gcs;
 pub mod hostile;
+mod http1;
 pub mod serve;
 pub mod tls;
 

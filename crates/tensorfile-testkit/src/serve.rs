@@ -13,14 +13,15 @@
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
+use std::net::{Shutdown, TcpStream};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
+
+use crate::http1::{Background, Listener};
 
 /// A fault injected into the answers to requests whose path contains a
 /// given text.
@@ -123,7 +124,8 @@ struct State {
 
 struct Shared {
     state: Mutex<State>,
-    stop: AtomicBool,
+    /// Both listeners' stop flag.
+    stop: Arc<AtomicBool>,
     body_bytes: AtomicU64,
     requests: AtomicU64,
     ports: (u16, u16),
@@ -144,7 +146,8 @@ impl Shared {
 /// is), stopped when dropped.
 pub struct Server {
     shared: Arc<Shared>,
-    threads: Vec<JoinHandle<()>>,
+    /// Dropping them stops the server.
+    _listeners: [Background; 2],
 }
 
 impl std::fmt::Debug for Server {
@@ -161,29 +164,30 @@ impl Server {
     /// # Errors
     /// The ports cannot be bound.
     pub fn start() -> std::io::Result<Server> {
-        let main = TcpListener::bind("127.0.0.1:0")?;
-        let cdn = TcpListener::bind("127.0.0.1:0")?;
-        let ports = (main.local_addr()?.port(), cdn.local_addr()?.port());
+        let main = Listener::bind()?;
+        let cdn = Listener::bind()?;
+        let ports = (main.port(), cdn.port());
+        let stop = Arc::new(AtomicBool::new(false));
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 page_size: 1000,
                 ..State::default()
             }),
-            stop: AtomicBool::new(false),
+            stop: stop.clone(),
             body_bytes: AtomicU64::new(0),
             requests: AtomicU64::new(0),
             ports,
             generation: AtomicU64::new(0),
             answering: AtomicU64::new(0),
         });
-        let threads = [main, cdn]
-            .into_iter()
-            .map(|listener| {
-                let shared = shared.clone();
-                std::thread::spawn(move || accept(listener, shared))
-            })
-            .collect();
-        Ok(Server { shared, threads })
+        let listeners = [main, cdn].map(|listener| {
+            let shared = shared.clone();
+            listener.serve(stop.clone(), move |stream, _| connection(stream, &shared))
+        });
+        Ok(Server {
+            shared,
+            _listeners: listeners,
+        })
     }
 
     /// `http://127.0.0.1:PORT` (no trailing slash).
@@ -330,32 +334,6 @@ impl Server {
             self.shared.requests.load(Ordering::Relaxed),
             self.shared.body_bytes.load(Ordering::Relaxed),
         )
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.shared.stop.store(true, Ordering::Relaxed);
-        for port in [self.shared.ports.0, self.shared.ports.1] {
-            // Wakes the accept loop so that it sees the flag.
-            let _ = TcpStream::connect(("127.0.0.1", port));
-        }
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
-    }
-}
-
-fn accept(listener: TcpListener, shared: Arc<Shared>) {
-    for stream in listener.incoming() {
-        if shared.stop.load(Ordering::Relaxed) {
-            return;
-        }
-        let Ok(stream) = stream else { continue };
-        let shared = shared.clone();
-        std::thread::spawn(move || {
-            let _ = connection(stream, &shared);
-        });
     }
 }
 
@@ -1237,11 +1215,10 @@ type ProxyRules = Arc<Mutex<Vec<(String, ProxyFault)>>>;
 /// fails or stalls a chosen request of a real protocol.
 #[derive(Debug)]
 pub struct Proxy {
-    addr: std::net::SocketAddr,
-    stop: Arc<AtomicBool>,
     rules: ProxyRules,
     seen: Arc<Mutex<Vec<String>>>,
-    accept: Option<JoinHandle<()>>,
+    /// Dropping it stops the proxy (and ends held requests).
+    server: Background,
 }
 
 impl Proxy {
@@ -1260,41 +1237,22 @@ impl Proxy {
                     format!("{upstream}: not http://HOST:PORT"),
                 )
             })?;
-        let listener = TcpListener::bind("127.0.0.1:0")?;
-        let addr = listener.local_addr()?;
-        listener.set_nonblocking(true)?;
-        let stop = Arc::new(AtomicBool::new(false));
         let rules: ProxyRules = Arc::default();
         let seen: Arc<Mutex<Vec<String>>> = Arc::default();
-        let accept = {
-            let (stop, rules, seen) = (stop.clone(), rules.clone(), seen.clone());
-            std::thread::spawn(move || {
-                while !stop.load(Ordering::SeqCst) {
-                    match listener.accept() {
-                        Ok((client, _)) => {
-                            let (stop, rules, seen) = (stop.clone(), rules.clone(), seen.clone());
-                            let target = target.clone();
-                            std::thread::spawn(move || {
-                                let _ = proxy_one(client, &target, &stop, &rules, &seen);
-                            });
-                        }
-                        Err(_) => std::thread::sleep(Duration::from_millis(5)),
-                    }
-                }
-            })
+        let server = {
+            let (rules, seen) = (rules.clone(), seen.clone());
+            Background::start(move |client, stop| proxy_one(client, &target, stop, &rules, &seen))?
         };
         Ok(Proxy {
-            addr,
-            stop,
             rules,
             seen,
-            accept: Some(accept),
+            server,
         })
     }
 
     /// Its URL, `http://127.0.0.1:PORT`.
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        format!("http://127.0.0.1:{}", self.server.port())
     }
 
     /// From now on, requests whose request line contains `text` get
@@ -1306,15 +1264,6 @@ impl Proxy {
     /// The request lines received so far (`PUT /b/k?partNumber=2&... HTTP/1.1`).
     pub fn requests(&self) -> Vec<String> {
         lock(&self.seen).clone()
-    }
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        if let Some(t) = self.accept.take() {
-            let _ = t.join();
-        }
     }
 }
 
@@ -1372,7 +1321,6 @@ fn proxy_one(
     rules: &Mutex<Vec<(String, ProxyFault)>>,
     seen: &Mutex<Vec<String>>,
 ) -> std::io::Result<()> {
-    client.set_nonblocking(false)?;
     let mut reader = BufReader::new(client.try_clone()?);
     let mut client = client;
     let Some((head, length)) = read_head(&mut reader, true)? else {

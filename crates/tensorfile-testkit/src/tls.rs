@@ -10,16 +10,15 @@
 //! material only: nothing else trusts that CA.
 
 use std::io::{Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
+use std::net::{Shutdown, TcpStream};
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
-use std::time::Duration;
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+use crate::http1::Background;
 
 /// The test CA's certificate (PEM).
 pub const CA_PEM: &str = include_str!("tls/ca.pem");
@@ -85,9 +84,7 @@ fn server_config() -> Arc<rustls::ServerConfig> {
 /// stops accepting; connections end when either side closes (or after a
 /// minute idle).
 pub struct TlsProxy {
-    port: u16,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    server: Background,
 }
 
 impl std::fmt::Debug for TlsProxy {
@@ -107,52 +104,20 @@ impl TlsProxy {
             .strip_prefix("http://")
             .unwrap_or_else(|| panic!("not an http:// URL: {backend}"));
         let authority = rest.split('/').next().unwrap_or(rest).to_string();
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-        let port = listener.local_addr().expect("local address").port();
-        let stop = Arc::new(AtomicBool::new(false));
         let config = server_config();
-        let thread = {
-            let stop = stop.clone();
-            std::thread::spawn(move || {
-                for stream in listener.incoming() {
-                    if stop.load(Ordering::SeqCst) {
-                        return;
-                    }
-                    let Ok(stream) = stream else { continue };
-                    let (config, authority) = (config.clone(), authority.clone());
-                    std::thread::spawn(move || {
-                        let _ = relay(stream, &authority, config);
-                    });
-                }
-            })
-        };
-        TlsProxy {
-            port,
-            stop,
-            thread: Some(thread),
-        }
+        let server = Background::start(move |stream, _| relay(stream, &authority, config.clone()))
+            .expect("bind 127.0.0.1:0");
+        TlsProxy { server }
     }
 
     /// `https://127.0.0.1:PORT`.
     pub fn url(&self) -> String {
-        format!("https://127.0.0.1:{}", self.port)
+        format!("https://127.0.0.1:{}", self.server.port())
     }
 
     /// The port.
     pub fn port(&self) -> u16 {
-        self.port
-    }
-}
-
-impl Drop for TlsProxy {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        // Wake the accepting thread.
-        let _ =
-            TcpStream::connect_timeout(&([127, 0, 0, 1], self.port).into(), Duration::from_secs(1));
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        self.server.port()
     }
 }
 
