@@ -12,9 +12,9 @@ use std::collections::BTreeMap;
 use std::io::{BufReader, Write};
 use std::net::TcpStream;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
-use crate::http1::{Background, Request};
+use crate::http1::{civil, form_decode, Background, Request};
 
 /// The IMDSv2 session token the stand-in hands out.
 pub const IMDS_TOKEN: &str = "stand-in-imds-token";
@@ -104,18 +104,7 @@ impl CredentialServer {
 
 /// An ISO 8601 UTC time, as STS writes it.
 pub fn iso8601(t: SystemTime) -> String {
-    let secs = t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()) as i64;
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
+    let (y, m, d, _, rem) = civil(t);
     format!(
         "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
         rem / 3600,
@@ -233,7 +222,7 @@ fn answer(req: &Seen, state: &Mutex<State>) -> (u16, &'static str, String) {
                 .body
                 .split('&')
                 .filter_map(|kv| kv.split_once('='))
-                .map(|(k, v)| (k.to_string(), percent_decode(v)))
+                .map(|(k, v)| (k.to_string(), form_decode(v)))
                 .collect();
             let (prefix, result) = match form.get("Action").map(String::as_str) {
                 Some("AssumeRoleWithWebIdentity") => {
@@ -268,27 +257,4 @@ fn answer(req: &Seen, state: &Mutex<State>) -> (u16, &'static str, String) {
 
 fn sts_error(code: &str) -> String {
     format!("<ErrorResponse><Error><Type>Sender</Type><Code>{code}</Code><Message>stand-in</Message></Error></ErrorResponse>")
-}
-
-fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let hex = |c: u8| (c as char).to_digit(16);
-        match b[i] {
-            b'%' if i + 2 < b.len() => {
-                if let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2])) {
-                    out.push((h * 16 + l) as u8);
-                    i += 3;
-                    continue;
-                }
-                out.push(b'%');
-            }
-            b'+' => out.push(b' '),
-            c => out.push(c),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }

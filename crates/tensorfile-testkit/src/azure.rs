@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use base64::Engine;
 use sha2::{Digest, Sha256};
 
-use crate::http1::{Background, Request};
+use crate::http1::{form_decode, http_date, Background, Request};
 
 /// Azurite's well-known account (public: its documentation's).
 pub const ACCOUNT: &str = "devstoreaccount1";
@@ -43,7 +43,7 @@ pub fn hmac_sha256(key: &[u8], data: &[u8]) -> Vec<u8> {
 /// The request fails, or Azurite answers other than 201 or 409.
 pub fn create_container(endpoint: &str, name: &str) -> Result<(), String> {
     let b64 = base64::engine::general_purpose::STANDARD;
-    let date = http_date_now();
+    let date = http_date(std::time::SystemTime::now());
     let version = "2021-08-06";
     let to_sign = format!(
         "PUT\n\n\n\n\n\n\n\n\n\n\n\nx-ms-date:{date}\nx-ms-version:{version}\n/{ACCOUNT}/{ACCOUNT}/{name}\nrestype:container"
@@ -73,34 +73,6 @@ pub fn create_container(endpoint: &str, name: &str) -> Result<(), String> {
         201 | 409 => Ok(()),
         s => Err(format!("create container {name}: HTTP {s}")),
     }
-}
-
-/// Now in RFC 1123, as `x-ms-date` wants it.
-fn http_date_now() -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs()) as i64;
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    let weekday = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"][days.rem_euclid(7) as usize];
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    let month = [
-        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-    ][(m - 1) as usize];
-    format!(
-        "{weekday}, {d:02} {month} {y} {:02}:{:02}:{:02} GMT",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
 }
 
 /// The tenant the AAD stand-in ([`TokenServer`]) knows.
@@ -218,32 +190,8 @@ pub fn storage_token(who: &str) -> String {
 fn form_value(body: &str, name: &str) -> Option<String> {
     body.split('&').find_map(|pair| {
         let (k, v) = pair.split_once('=')?;
-        (k == name).then(|| percent_decode(v))
+        (k == name).then(|| form_decode(v))
     })
-}
-
-fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < bytes.len() => match s
-                .get(i + 1..i + 3)
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-            {
-                Some(b) => {
-                    out.push(b);
-                    i += 2;
-                }
-                None => out.push(b'%'),
-            },
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The answer to one token request: status, JSON body, and the flow.

@@ -9,7 +9,7 @@ use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// A request as read.
 pub(crate) struct Request {
@@ -100,6 +100,71 @@ fn read_chunked(reader: &mut impl BufRead, max_body: usize) -> std::io::Result<V
         }
         body.extend_from_slice(&chunk[..n]);
     }
+}
+
+/// `%XX` decoded (a `%` not followed by two hex digits stays), as paths
+/// and headers carry names.
+pub(crate) fn percent_decode(s: &str) -> String {
+    decode(s, false)
+}
+
+/// A form's or a query's value: `+` is a space, `%XX` decoded.
+pub(crate) fn form_decode(s: &str) -> String {
+    decode(s, true)
+}
+
+fn decode(s: &str, plus_is_space: bool) -> String {
+    let b = s.as_bytes();
+    let hex = |c: u8| (c as char).to_digit(16);
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'%' if i + 2 < b.len() => {
+                if let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2])) {
+                    out.push((h * 16 + l) as u8);
+                    i += 3;
+                    continue;
+                }
+                out.push(b'%');
+            }
+            b'+' if plus_is_space => out.push(b' '),
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// `t` in UTC: year, month, day, days since 1970, seconds into the day.
+pub(crate) fn civil(t: SystemTime) -> (i64, i64, i64, i64, i64) {
+    let secs = t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()) as i64;
+    let days = secs.div_euclid(86_400);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d, days, secs.rem_euclid(86_400))
+}
+
+/// RFC 1123 (`Last-Modified`, `x-ms-date`).
+pub(crate) fn http_date(t: SystemTime) -> String {
+    let (y, m, d, days, rem) = civil(t);
+    let weekday = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"][days.rem_euclid(7) as usize];
+    let month = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ][(m - 1) as usize];
+    format!(
+        "{weekday}, {d:02} {month} {y} {:02}:{:02}:{:02} GMT",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
 }
 
 /// A bound listener on 127.0.0.1 at a port the OS chose, not accepting
@@ -255,6 +320,15 @@ mod tests {
         assert!(read(&format!("{chunked}5\r\nabcde\r\n0\r\n\r\n"), 4).is_err());
         assert!(read(&format!("{chunked}zz\r\n"), 100).is_err());
         assert!(read("PUT / HTTP/1.1\r\ncontent-length: 9\r\n\r\nabc", 100).is_err());
+    }
+
+    #[test]
+    fn decodes_and_dates() {
+        assert_eq!(percent_decode("a%2Fb+c%zz%4"), "a/b+c%zz%4");
+        assert_eq!(form_decode("a%2Bb+c%3d"), "a+b c=");
+        let t = UNIX_EPOCH + Duration::from_secs(951_782_400 + 3661);
+        assert_eq!(civil(t), (2000, 2, 29, 11_016, 3661));
+        assert_eq!(http_date(t), "Tue, 29 Feb 2000 01:01:01 GMT");
     }
 
     #[test]
