@@ -87,11 +87,12 @@ fn big_input(dir: &Path) -> PathBuf {
     path
 }
 
-/// Waits (at most a minute) until the proxy has received a request whose
-/// line contains `text`; the child's output if it ended first.
-fn wait_for_request(proxy: &Proxy, child: &mut Child, text: &str) {
+/// Waits (at most a minute) until the proxy has received, after its
+/// first `seen` requests, one whose line contains `text`; the child's
+/// output if it ended first.
+fn wait_for_request(proxy: &Proxy, child: &mut Child, seen: usize, text: &str) {
     let start = Instant::now();
-    while !proxy.requests().iter().any(|l| l.contains(text)) {
+    while !proxy.requests()[seen..].iter().any(|l| l.contains(text)) {
         if let Some(status) = child.try_wait().unwrap() {
             let mut err = String::new();
             std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
@@ -201,7 +202,7 @@ fn a_writer_killed_mid_upload_leaves_no_object_and_the_next_run_sweeps() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    wait_for_request(&proxy, &mut child, "partNumber=2");
+    wait_for_request(&proxy, &mut child, 0, "partNumber=2");
     kill(&mut child, libc::SIGKILL);
     assert_eq!(
         s3.under("file/"),
@@ -250,14 +251,7 @@ fn a_writer_killed_mid_upload_leaves_no_object_and_the_next_run_sweeps() {
     .stderr(Stdio::piped())
     .spawn()
     .unwrap();
-    let start = Instant::now();
-    while !proxy.requests()[seen..]
-        .iter()
-        .any(|l| l.contains("partNumber=2"))
-    {
-        assert!(start.elapsed() < Duration::from_secs(60), "no second part");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_request(&proxy, &mut child, seen, "partNumber=2");
     kill(&mut child, libc::SIGKILL);
     let (_, pending) = s3.under("staged/");
     assert_eq!(pending.len(), 1, "{pending:?}");
@@ -278,20 +272,7 @@ fn signal_mid_upload(
 ) {
     let seen = proxy.requests().len();
     let mut child = command(args, env).stderr(Stdio::piped()).spawn().unwrap();
-    let start = Instant::now();
-    while !proxy.requests()[seen..].iter().any(|l| l.contains(held)) {
-        if let Some(status) = child.try_wait().unwrap() {
-            let mut err = String::new();
-            std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
-            panic!("the writer ended ({status}) before the request {held:?}: {err}");
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "no request {held:?} in a minute: {:?}",
-            proxy.requests()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_request(proxy, &mut child, seen, held);
     let start = Instant::now();
     kill(&mut child, signal);
     // The held part is given up at once; the abort and removals are quick
@@ -414,27 +395,12 @@ fn gcs_uploads_stopped_by_a_signal_or_killed() {
     assert_eq!(entries(), 0);
 
     // SIGKILL: the upload stays pending until the next run's sweep.
-    let seen = proxy
-        .requests()
-        .iter()
-        .filter(|l| l.contains("partNumber=2"))
-        .count();
+    let seen = proxy.requests().len();
     let mut child = command(&["rewrite", input, url], &stalled)
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let start = Instant::now();
-    while proxy
-        .requests()
-        .iter()
-        .filter(|l| l.contains("partNumber=2"))
-        .count()
-        == seen
-    {
-        assert!(start.elapsed() < Duration::from_secs(60), "no second part");
-        assert!(child.try_wait().unwrap().is_none(), "the writer ended");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_request(&proxy, &mut child, seen, "partNumber=2");
     kill(&mut child, libc::SIGKILL);
     let pending: Vec<String> = server
         .pending_uploads("tf-gcs-signal")
@@ -471,26 +437,12 @@ fn gcs_uploads_stopped_by_a_signal_or_killed() {
         "--write-part",
         "0",
     ];
-    let seen = proxy
-        .requests()
-        .iter()
-        .filter(|l| l.contains("partNumber=2"))
-        .count();
+    let seen = proxy.requests().len();
     let mut child = command(&write, &stalled)
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let start = Instant::now();
-    while proxy
-        .requests()
-        .iter()
-        .filter(|l| l.contains("partNumber=2"))
-        .count()
-        == seen
-    {
-        assert!(start.elapsed() < Duration::from_secs(60), "no second part");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_request(&proxy, &mut child, seen, "partNumber=2");
     kill(&mut child, libc::SIGKILL);
     assert_eq!(server.pending_uploads("tf-gcs-signal").len(), 1);
     let o = tensorfile(&["shard", out, "--abort"], &direct);
@@ -843,7 +795,7 @@ fn outputs_at_azure_urls() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    wait_for_request(&proxy, &mut child, "blockid=");
+    wait_for_request(&proxy, &mut child, 0, "blockid=");
     kill(&mut child, libc::SIGKILL);
     let not_there = |o: &Output| {
         assert_eq!(o.status.code(), Some(1), "{}", stdout(o));

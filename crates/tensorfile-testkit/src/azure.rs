@@ -8,7 +8,6 @@ use std::net::TcpStream;
 use std::sync::{Arc, Mutex};
 
 use base64::Engine;
-use sha2::{Digest, Sha256};
 
 use crate::http1::{form_decode, http_date, Background, Request};
 
@@ -18,21 +17,10 @@ pub const ACCOUNT: &str = "devstoreaccount1";
 pub const KEY: &str =
     "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
 
-/// HMAC-SHA256, as SharedKey and SAS signatures use it.
+/// HMAC-SHA256, as SharedKey and SAS signatures use it (ring's).
 pub fn hmac_sha256(key: &[u8], data: &[u8]) -> Vec<u8> {
-    let mut k = [0u8; 64];
-    if key.len() > 64 {
-        k[..32].copy_from_slice(&Sha256::digest(key));
-    } else {
-        k[..key.len()].copy_from_slice(key);
-    }
-    let mut inner = Sha256::new();
-    inner.update(k.map(|b| b ^ 0x36));
-    inner.update(data);
-    let mut outer = Sha256::new();
-    outer.update(k.map(|b| b ^ 0x5c));
-    outer.update(inner.finalize());
-    outer.finalize().to_vec()
+    let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, key);
+    ring::hmac::sign(&key, data).as_ref().to_vec()
 }
 
 /// Makes a container at Azurite's blob endpoint (`http://127.0.0.1:PORT`,

@@ -475,16 +475,21 @@ struct PartsSink<'s, 'a> {
     local: &'s [usize],
 }
 
-impl<E: From<Error>> Sink<E> for PartsSink<'_, '_> {
-    fn write(&self, tensor: usize, offset: u64, bytes: &[u8]) -> Result<(), E> {
-        let trailing = || {
-            Error::from(WriteError::Trailing {
-                extra: bytes.len() as u64,
-            })
-        };
+impl PartsSink<'_, '_> {
+    /// The part that holds `tensor` and the tensor's slot in it; a tensor
+    /// no part holds is `len` bytes too many.
+    fn place(&self, tensor: usize, len: u64) -> Result<(usize, usize), Error> {
+        let trailing = || Error::from(WriteError::Trailing { extra: len });
         let k = *self.part_of.get(tensor).ok_or_else(trailing)?;
         let j = *self.local.get(tensor).ok_or_else(trailing)?;
         let index = self.slot_maps[k].slot(j).ok_or_else(trailing)?;
+        Ok((k, index))
+    }
+}
+
+impl<E: From<Error>> Sink<E> for PartsSink<'_, '_> {
+    fn write(&self, tensor: usize, offset: u64, bytes: &[u8]) -> Result<(), E> {
+        let (k, index) = self.place(tensor, bytes.len() as u64)?;
         self.writers[k]
             .write(index, offset, bytes)
             .map_err(|e| at_path(self.files[k].path(), e).into())
@@ -498,10 +503,7 @@ impl<E: From<Error>> Sink<E> for PartsSink<'_, '_> {
         at: u64,
         len: u64,
     ) -> Result<(), E> {
-        let trailing = || Error::from(WriteError::Trailing { extra: len });
-        let k = *self.part_of.get(tensor).ok_or_else(trailing)?;
-        let j = *self.local.get(tensor).ok_or_else(trailing)?;
-        let index = self.slot_maps[k].slot(j).ok_or_else(trailing)?;
+        let (k, index) = self.place(tensor, len)?;
         self.writers[k]
             .copy_file(index, offset, source, at, len)
             .map_err(|e| at_path(self.files[k].path(), e).into())
